@@ -1,0 +1,184 @@
+//! The envelope around every message, and its bounded codec.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{HealthReport, RawBatch, SpanBatch, MAX_MESSAGE_BYTES, SCHEMA_VERSION};
+
+/// Which ringtail process produced a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Component {
+    ProbeLoader,
+    SpanActor,
+    ExporterActor,
+}
+
+impl Component {
+    /// The name used in logs, metrics labels and binary names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Component::ProbeLoader => "probe-loader",
+            Component::SpanActor => "span-actor",
+            Component::ExporterActor => "exporter-actor",
+        }
+    }
+}
+
+/// Who sent a message: the component and which start of it. `instance` is
+/// random per process start, so a receiver can tell a restarted peer (whose
+/// sequence numbers begin again) from a replay of the one it knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Producer {
+    pub component: Component,
+    pub instance: u64,
+}
+
+/// Every message on every socket.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Envelope {
+    /// Always [`SCHEMA_VERSION`] when produced by this build.
+    pub version: u16,
+    pub producer: Producer,
+    /// Per producer instance, from 1, one per data message; replays repeat it.
+    pub seq: u64,
+    pub body: Body,
+}
+
+/// What a message carries.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Body {
+    Raw(RawBatch),
+    Spans(SpanBatch),
+    Health(HealthReport),
+    Ack(Ack),
+}
+
+/// "I have finished with everything you sent up to `upto`": the only thing
+/// that flows uphill. The receiver may forget those messages; it never acts
+/// on anything else in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ack {
+    /// The instance of the producer being acknowledged; an ack for another
+    /// instance (a previous life of that producer) is ignored.
+    pub for_instance: u64,
+    /// Highest sequence number of that instance fully handled; 0 = none yet,
+    /// which doubles as "I am here and subscribed: replay what you hold".
+    pub upto: u64,
+}
+
+impl Envelope {
+    /// An envelope of this build's schema version.
+    pub fn new(producer: Producer, seq: u64, body: Body) -> Self {
+        Envelope { version: SCHEMA_VERSION, producer, seq, body }
+    }
+}
+
+/// Why bytes off a socket were not a message we accept.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("message of {len} bytes exceeds the {limit}-byte limit")]
+    TooLarge { len: usize, limit: usize },
+    #[error("schema version {found} is not the supported version {expected}")]
+    Version { found: u64, expected: u16 },
+    #[error("message is not a msgpack envelope")]
+    Malformed {
+        #[source]
+        source: rmp_serde::decode::Error,
+    },
+    #[error("message header is not a msgpack envelope")]
+    Header,
+}
+
+/// Why a message could not be encoded.
+#[derive(Debug, thiserror::Error)]
+pub enum EncodeError {
+    #[error("msgpack encoding failed")]
+    Msgpack {
+        #[source]
+        source: rmp_serde::encode::Error,
+    },
+    #[error("encoded message of {len} bytes exceeds the {limit}-byte limit")]
+    TooLarge { len: usize, limit: usize },
+}
+
+/// Encodes an envelope as msgpack (structs as arrays: compact and fast).
+pub fn encode(env: &Envelope) -> Result<Vec<u8>, EncodeError> {
+    let bytes = rmp_serde::to_vec(env).map_err(|source| EncodeError::Msgpack { source })?;
+    if bytes.len() > MAX_MESSAGE_BYTES {
+        return Err(EncodeError::TooLarge { len: bytes.len(), limit: MAX_MESSAGE_BYTES });
+    }
+    Ok(bytes)
+}
+
+/// Decodes an envelope, checking size and version before the body. Never
+/// panics, whatever the bytes.
+pub fn decode(bytes: &[u8]) -> Result<Envelope, DecodeError> {
+    if bytes.len() > MAX_MESSAGE_BYTES {
+        return Err(DecodeError::TooLarge { len: bytes.len(), limit: MAX_MESSAGE_BYTES });
+    }
+    // The version is the first element of the envelope array: look at it
+    // first so that a future layout is reported as such, not as garbage.
+    let mut rd = bytes;
+    let n = rmp::decode::read_array_len(&mut rd).map_err(|_| DecodeError::Header)?;
+    if n == 0 {
+        return Err(DecodeError::Header);
+    }
+    let found: u64 = rmp::decode::read_int(&mut rd).map_err(|_| DecodeError::Header)?;
+    if found != u64::from(SCHEMA_VERSION) {
+        return Err(DecodeError::Version { found, expected: SCHEMA_VERSION });
+    }
+    rmp_serde::from_slice(bytes).map_err(|source| DecodeError::Malformed { source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::MetricPoint;
+
+    fn producer() -> Producer {
+        Producer { component: Component::SpanActor, instance: 0xdead_beef }
+    }
+
+    #[test]
+    fn ack_round_trips() {
+        let env = Envelope::new(producer(), 0, Body::Ack(Ack { for_instance: 7, upto: 42 }));
+        assert_eq!(decode(&encode(&env).unwrap()).unwrap(), env);
+    }
+
+    #[test]
+    fn health_round_trips() {
+        let report = HealthReport {
+            component: Component::ProbeLoader,
+            instance: 3,
+            points: vec![MetricPoint::counter("ringtail_events_total", &[("kind", "http")], 9)],
+        };
+        let env = Envelope::new(producer(), 5, Body::Health(report));
+        assert_eq!(decode(&encode(&env).unwrap()).unwrap(), env);
+    }
+
+    #[test]
+    fn other_version_is_reported_as_such() {
+        let mut env = Envelope::new(producer(), 1, Body::Ack(Ack { for_instance: 1, upto: 1 }));
+        env.version = SCHEMA_VERSION + 1;
+        let err = decode(&encode(&env).unwrap()).unwrap_err();
+        assert!(matches!(err, DecodeError::Version { found, .. } if found == u64::from(SCHEMA_VERSION) + 1));
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        for bytes in [&b""[..], b"\x00", b"\x91", b"\x94\x01\xc1", b"hello world", &[0xdc, 0xff, 0xff]] {
+            assert!(decode(bytes).is_err(), "{bytes:?}");
+        }
+        // Every prefix of a valid message fails cleanly too.
+        let env = Envelope::new(producer(), 1, Body::Ack(Ack { for_instance: 1, upto: 1 }));
+        let good = encode(&env).unwrap();
+        for cut in 0..good.len() {
+            assert!(decode(&good[..cut]).is_err());
+        }
+    }
+
+    #[test]
+    fn oversized_is_refused_before_parsing() {
+        let big = vec![0u8; MAX_MESSAGE_BYTES + 1];
+        assert!(matches!(decode(&big), Err(DecodeError::TooLarge { .. })));
+    }
+}

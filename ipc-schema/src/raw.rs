@@ -1,0 +1,162 @@
+//! Requests as the kernel saw them: published by `probe-loader`.
+
+use serde::{Deserialize, Serialize};
+
+/// Which side of the connection the traced process was on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Role {
+    /// The process received the request and sent the response.
+    Server,
+    /// The process sent the request and received the response.
+    Client,
+}
+
+/// An IPv4 or IPv6 endpoint. IPv4 addresses use the first 4 bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SockAddr {
+    pub v6: bool,
+    pub ip: [u8; 16],
+    pub port: u16,
+}
+
+impl SockAddr {
+    /// The address as a standard library value.
+    pub fn ip_addr(&self) -> std::net::IpAddr {
+        if self.v6 {
+            let v6 = std::net::Ipv6Addr::from(self.ip);
+            // v4-mapped addresses (dual-stack sockets) read best as IPv4.
+            match v6.to_ipv4_mapped() {
+                Some(v4) => std::net::IpAddr::V4(v4),
+                None => std::net::IpAddr::V6(v6),
+            }
+        } else {
+            std::net::IpAddr::V4(std::net::Ipv4Addr::new(self.ip[0], self.ip[1], self.ip[2], self.ip[3]))
+        }
+    }
+}
+
+/// One HTTP/1.x request/response exchange, or (with `orphan`) a response
+/// whose request was pipelined behind an earlier one on the same connection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RawEvent {
+    pub role: Role,
+    /// Process id (tgid) and thread id that handled the request.
+    pub pid: u32,
+    pub tid: u32,
+    /// The socket's fd in that process; -1 when the syscall gave none.
+    pub fd: i32,
+    /// Start time of the process (CLOCK_BOOTTIME ns): with `pid`, names a
+    /// process even after its pid is reused.
+    pub proc_start_ns: u64,
+    /// Connection number, unique for the life of one loader instance.
+    pub conn_id: u64,
+    /// Request number on the connection, from 1.
+    pub seq: u32,
+    /// For a client request made while the same thread served a request:
+    /// that server request's (conn_id, seq).
+    pub parent: Option<(u64, u32)>,
+    /// CLOCK_MONOTONIC ns: request began to arrive (server) or was sent (client).
+    pub start_mono_ns: u64,
+    /// CLOCK_MONOTONIC ns: the response began.
+    pub end_mono_ns: u64,
+    /// Response status code.
+    pub status: u16,
+    /// The traced process's end of the connection.
+    pub local: SockAddr,
+    /// The other end.
+    pub peer: SockAddr,
+    /// Request bytes seen before the response began (may exceed `request`).
+    pub request_len: u32,
+    /// More request bytes arrived than were captured.
+    pub truncated: bool,
+    /// A response with no request of its own in the kernel: pipelining.
+    pub orphan: bool,
+    /// The first request bytes: request line, headers, maybe body.
+    #[serde(with = "serde_bytes")]
+    pub request: Vec<u8>,
+}
+
+/// What is known about a traced process, sent with every batch that has
+/// events of it (a receiver that restarted learns it again at once).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProcessInfo {
+    pub pid: u32,
+    pub proc_start_ns: u64,
+    /// Kernel command name (15 characters at most); always known.
+    pub comm: String,
+    /// Basename of the executable, when /proc could tell.
+    pub exe_name: Option<String>,
+    /// Full path of the executable, when /proc could tell.
+    pub exe_path: Option<String>,
+    /// `OTEL_SERVICE_NAME` from the process environment, when readable.
+    pub env_service_name: Option<String>,
+    /// `OTEL_RESOURCE_ATTRIBUTES` from the process environment, when readable.
+    pub env_resource_attributes: Option<String>,
+}
+
+/// A batch of events from one loader instance.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RawBatch {
+    /// Add to a CLOCK_MONOTONIC time to get Unix-epoch ns (measured by the
+    /// loader when the batch was cut, so replays convert the same way).
+    pub mono_to_unix_ns: i64,
+    pub events: Vec<RawEvent>,
+    pub processes: Vec<ProcessInfo>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{decode, encode, Body, Component, Envelope, Producer};
+
+    pub(crate) fn sample_event() -> RawEvent {
+        RawEvent {
+            role: Role::Server,
+            pid: 42,
+            tid: 43,
+            fd: 7,
+            proc_start_ns: 1_000,
+            conn_id: 9,
+            seq: 2,
+            parent: Some((3, 1)),
+            start_mono_ns: 10,
+            end_mono_ns: 20,
+            status: 404,
+            local: SockAddr { v6: false, ip: [127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], port: 8000 },
+            peer: SockAddr { v6: true, ip: [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], port: 51000 },
+            request_len: 600,
+            truncated: true,
+            orphan: false,
+            request: b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(),
+        }
+    }
+
+    #[test]
+    fn raw_batch_round_trips() {
+        let batch = RawBatch {
+            mono_to_unix_ns: 1_700_000_000_000_000_000,
+            events: vec![sample_event()],
+            processes: vec![ProcessInfo {
+                pid: 42,
+                proc_start_ns: 1_000,
+                comm: "python3".into(),
+                exe_name: Some("python3.11".into()),
+                exe_path: Some("/usr/bin/python3.11".into()),
+                env_service_name: None,
+                env_resource_attributes: Some("team=a".into()),
+            }],
+        };
+        let env = Envelope::new(Producer { component: Component::ProbeLoader, instance: 1 }, 1, Body::Raw(batch));
+        assert_eq!(decode(&encode(&env).unwrap()).unwrap(), env);
+    }
+
+    #[test]
+    fn v4_mapped_addresses_read_as_v4() {
+        let mut ip = [0u8; 16];
+        ip[10] = 0xff;
+        ip[11] = 0xff;
+        ip[12..].copy_from_slice(&[10, 0, 0, 1]);
+        let a = SockAddr { v6: true, ip, port: 1 };
+        assert_eq!(a.ip_addr().to_string(), "10.0.0.1");
+    }
+}
