@@ -1,0 +1,93 @@
+//! `ringtail-probe-loader`: ringtail's only privileged process.
+//!
+//! It loads the eBPF programs, attaches them to BTF tracepoints, seeds the
+//! in-kernel process selection, binds its socket, drops every capability it
+//! no longer needs, and then only reads the ring buffer and publishes raw
+//! request events in batches. It never acts on a message from the
+//! unprivileged actors beyond forgetting acknowledged batches.
+//!
+//! # Layout
+//! - `kernel`: Rust mirrors of `bpf/ringtail.h`, layout-checked, and their
+//!   conversion into `ipc_schema::RawEvent`.
+//! - `probes`: loading and attaching the programs; the maps user space uses.
+//! - `discovery`: seeding the selection from /proc; exe-name matching.
+//! - `procinfo`: process names and `OTEL_*` variables, read once per process.
+//! - `privileges`: the capability check before, and the drop after.
+//! - `pump`: the loop: ring buffer → batches → PUB socket, plus heartbeats.
+//! - `bpf/ringtail.bpf.c`: the kernel programs themselves.
+
+mod discovery;
+mod kernel;
+mod privileges;
+mod probes;
+mod procinfo;
+mod pump;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Parser;
+use ipc_schema::config::Settings;
+use ipc_schema::{endpoints, Component, Producer};
+use runtime_kit::counters::Registry;
+use runtime_kit::ipc::{self, Access, ReplayPublisher};
+use runtime_kit::{ready, shutdown, users};
+
+/// Loads ringtail's eBPF probes and publishes raw HTTP request events.
+#[derive(Parser)]
+#[command(version)]
+struct Args {
+    /// The ringtail configuration file (TOML).
+    #[arg(long)]
+    config: Option<PathBuf>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let settings = Settings::load(args.config.as_deref()).context("invalid configuration")?;
+    runtime_kit::logging::init(&settings.log.level);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the runtime")?;
+    rt.block_on(run(settings))
+}
+
+async fn run(settings: Settings) -> anyhow::Result<()> {
+    privileges::check()?;
+    let instance = runtime_kit::instance_id();
+    let registry = Registry::new(Component::ProbeLoader, instance);
+    let (trigger, shutdown) = shutdown::channel();
+    shutdown::on_signals(trigger);
+
+    // 1. Privileged work: load and attach, seed the selection, bind.
+    let (mut probes, rings) = probes::Probes::load(&settings.probe, &settings.discovery)?;
+    tracing::info!(event = "attached", wakeup_len = settings.probe.wakeup_len, "probes attached");
+    if !settings.discovery.selects_all() {
+        let pids = discovery::Discovery::new(&settings.discovery).scan(std::path::Path::new("/proc"));
+        for pid in &pids {
+            probes.select_pid(*pid)?;
+        }
+        tracing::info!(processes = pids.len(), ports = ?settings.discovery.open_ports, "selection seeded");
+    }
+    let dir = &settings.pipeline.runtime_dir;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).with_context(|| format!("chmod {}", dir.display()))?;
+    let actors = users::actor_ids(&settings.actors)
+        .with_context(|| format!("actors.user {:?} / actors.group {:?} do not exist", settings.actors.user, settings.actors.group))?;
+    let raw_path = endpoints::raw_events(dir);
+    // Only the actors' group may connect; only we can bind here.
+    let socket = ipc::bind_pub(&raw_path, Access { mode: 0o660, gid: Some(actors.gid), uid: None }).await?;
+    let producer = Producer { component: Component::ProbeLoader, instance };
+    let publisher = ReplayPublisher::new(socket, raw_path.clone(), producer, settings.pipeline.replay_batches, &registry);
+
+    // 2. Drop what is no longer needed.
+    privileges::drop_all(settings.probe.read_process_env)?;
+    tracing::info!(event = "dropped_privileges", kept = %privileges::effective(), "privileges dropped");
+
+    // 3. Work.
+    let acks = ipc::subscribe(endpoints::raw_acks(dir), 64, &registry, shutdown.clone());
+    ready::notify_ready(Component::ProbeLoader.name());
+    pump::Pump::new(probes, publisher, &settings, registry).run(rings, acks, shutdown).await?;
+    let _ = std::fs::remove_file(&raw_path);
+    tracing::info!(event = "stopped", "stopped");
+    Ok(())
+}

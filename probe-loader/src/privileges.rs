@@ -1,0 +1,90 @@
+//! Capabilities: checked before the privileged work, dropped after it.
+//!
+//! | capability     | needed for                                   | kept after attach |
+//! |----------------|----------------------------------------------|-------------------|
+//! | CAP_BPF        | creating maps, loading programs              | no                |
+//! | CAP_PERFMON    | tracing programs, reading kernel memory      | no                |
+//! | CAP_SYS_ADMIN  | older kernels' BPF checks (alternative)      | no                |
+//! | CAP_SYS_PTRACE | /proc/PID/{exe,environ,fd} of other users    | only with `probe.read_process_env` |
+//! | CAP_SETPCAP    | dropping the bounding set                    | no                |
+//! | CAP_CHOWN, CAP_FOWNER | giving socket files to the actors' group | no          |
+//!
+//! The loader keeps running as uid 0 (it owns its socket files and the
+//! runtime dir) but with no other capability; `no_new_privs` is set so
+//! nothing it could exec regains any.
+
+use caps::{CapSet, Capability, CapsHashSet};
+
+/// Why privileges are missing or could not be dropped.
+#[derive(Debug, thiserror::Error)]
+pub enum PrivilegeError {
+    #[error("probe-loader needs {missing} (effective capabilities: {have}); run it as root or grant them")]
+    Missing { missing: String, have: String },
+    #[error("cannot read capabilities")]
+    Read {
+        #[source]
+        source: caps::errors::CapsError,
+    },
+    #[error("cannot drop capabilities")]
+    Drop {
+        #[source]
+        source: caps::errors::CapsError,
+    },
+    #[error("cannot set no_new_privs")]
+    NoNewPrivs {
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+fn names(set: &CapsHashSet) -> String {
+    let mut v: Vec<String> = set.iter().map(|c| c.to_string()).collect();
+    v.sort();
+    if v.is_empty() {
+        "none".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+/// Fails with a precise message unless we may load tracing programs.
+pub fn check() -> Result<(), PrivilegeError> {
+    let have = caps::read(None, CapSet::Effective).map_err(|source| PrivilegeError::Read { source })?;
+    let bpf_ok = have.contains(&Capability::CAP_SYS_ADMIN)
+        || (have.contains(&Capability::CAP_BPF) && have.contains(&Capability::CAP_PERFMON));
+    if !bpf_ok {
+        return Err(PrivilegeError::Missing { missing: "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)".into(), have: names(&have) });
+    }
+    Ok(())
+}
+
+/// Drops every capability except CAP_SYS_PTRACE when `keep_ptrace`, from
+/// all sets including the bounding set, and sets `no_new_privs`. Returns the
+/// capabilities kept.
+pub fn drop_all(keep_ptrace: bool) -> Result<CapsHashSet, PrivilegeError> {
+    let mut keep = CapsHashSet::new();
+    if keep_ptrace {
+        keep.insert(Capability::CAP_SYS_PTRACE);
+    }
+    let err = |source| PrivilegeError::Drop { source };
+    // The bounding set first: dropping from it needs CAP_SETPCAP, which
+    // goes away with the effective set below.
+    let bounding = caps::read(None, CapSet::Bounding).map_err(err)?;
+    for cap in bounding.difference(&keep) {
+        caps::drop(None, CapSet::Bounding, *cap).map_err(err)?;
+    }
+    caps::clear(None, CapSet::Ambient).map_err(err)?;
+    caps::clear(None, CapSet::Inheritable).map_err(err)?;
+    caps::set(None, CapSet::Effective, &keep).map_err(err)?;
+    caps::set(None, CapSet::Permitted, &keep).map_err(err)?;
+    // SAFETY: prctl(PR_SET_NO_NEW_PRIVS) takes integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+        return Err(PrivilegeError::NoNewPrivs { source: std::io::Error::last_os_error() });
+    }
+    Ok(keep)
+}
+
+/// The effective capabilities, for logs.
+pub fn effective() -> String {
+    caps::read(None, CapSet::Effective).map(|s| names(&s)).unwrap_or_else(|_| "unknown".into())
+}

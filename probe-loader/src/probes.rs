@@ -1,0 +1,160 @@
+//! Loading and attaching the eBPF programs, and the maps the loader uses.
+//!
+//! Every program is a BTF tracepoint (`tp_btf`): no kprobes, no fentry, no
+//! tracefs. The kernel needs BTF, the ring buffer (5.8) and the
+//! `sock_send_length`/`sock_recv_length` tracepoints (6.3).
+
+use std::time::Duration;
+
+use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
+use aya::programs::BtfTracePoint;
+use aya::{Btf, Ebpf, EbpfLoader};
+use ipc_schema::config::{DiscoverySettings, ProbeSettings};
+
+use crate::kernel::{COUNTERS, BPF_OBJECT};
+
+/// (program, tracepoint) pairs, in attach order: process and connection
+/// bookkeeping first, so the data programs never see a half-set-up world.
+const PROGRAMS: &[(&str, &str)] = &[
+    ("process_fork", "sched_process_fork"),
+    ("process_exit", "sched_process_exit"),
+    ("process_exec", "sched_process_exec"),
+    ("sock_state", "inet_sock_set_state"),
+    ("sock_recv", "sock_recv_length"),
+    ("sock_send", "sock_send_length"),
+];
+
+/// Why the probes could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("cannot read the kernel's BTF (/sys/kernel/btf/vmlinux); ringtail needs CONFIG_DEBUG_INFO_BTF=y")]
+    Btf {
+        #[source]
+        source: aya::BtfError,
+    },
+    #[error("cannot load the eBPF object")]
+    Load {
+        #[source]
+        source: aya::EbpfError,
+    },
+    #[error("program {program} is missing from the eBPF object")]
+    MissingProgram { program: &'static str },
+    #[error("map {map} is missing from the eBPF object")]
+    MissingMap { map: &'static str },
+    #[error("the kernel refused program {program} (tracepoint {tracepoint}); verifier log:\n{log}")]
+    Verifier { program: &'static str, tracepoint: &'static str, log: String },
+    #[error("cannot load program {program} (tracepoint {tracepoint}; Linux 6.3+ with BTF needed)")]
+    Program {
+        program: &'static str,
+        tracepoint: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("map {map} has an unexpected type")]
+    Map {
+        map: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+}
+
+/// The loaded, attached programs and the maps user space updates.
+pub struct Probes {
+    ebpf: Ebpf,
+    sel_pids: HashMap<MapData, u32, u8>,
+    /// Kept so the map lives as long as the programs that read it.
+    _sel_ports: HashMap<MapData, u16, u8>,
+    counters: PerCpuArray<MapData, u64>,
+}
+
+/// The two ring buffers: request events, and exec events for discovery.
+pub struct Rings {
+    pub events: RingBuf<MapData>,
+    pub execs: RingBuf<MapData>,
+}
+
+/// Per-program kernel statistics (bpf_stats; zero unless
+/// `kernel.bpf_stats_enabled=1`).
+#[derive(Debug, Clone)]
+pub struct ProgramStats {
+    pub name: &'static str,
+    pub run_time: Duration,
+    pub run_count: u64,
+}
+
+impl Probes {
+    /// Loads the object with this configuration baked in and attaches every
+    /// program.
+    pub fn load(probe: &ProbeSettings, discovery: &DiscoverySettings) -> Result<(Probes, Rings), ProbeError> {
+        let btf = Btf::from_sys_fs().map_err(|source| ProbeError::Btf { source })?;
+        let wakeup_len = u64::from(probe.wakeup_len);
+        let select_all = u8::from(discovery.selects_all());
+        let watch_exec = u8::from(!discovery.exe_names.is_empty());
+        let ring_bytes = probe.ring_buffer_mb << 20;
+        let mut ebpf = EbpfLoader::new()
+            .btf(Some(&btf))
+            .override_global("wakeup_len", &wakeup_len, true)
+            .override_global("select_all", &select_all, true)
+            .override_global("watch_exec", &watch_exec, true)
+            .map_max_entries("events", ring_bytes)
+            .map_max_entries("conns", probe.max_connections)
+            .load(BPF_OBJECT)
+            .map_err(|source| ProbeError::Load { source })?;
+
+        // Maps first: selection must be in place before data programs run.
+        let take = |ebpf: &mut Ebpf, map: &'static str| ebpf.take_map(map).ok_or(ProbeError::MissingMap { map });
+        let events = RingBuf::try_from(take(&mut ebpf, "events")?).map_err(|source| ProbeError::Map { map: "events", source })?;
+        let execs = RingBuf::try_from(take(&mut ebpf, "execs")?).map_err(|source| ProbeError::Map { map: "execs", source })?;
+        let sel_pids = HashMap::try_from(take(&mut ebpf, "sel_pids")?).map_err(|source| ProbeError::Map { map: "sel_pids", source })?;
+        let mut sel_ports: HashMap<MapData, u16, u8> =
+            HashMap::try_from(take(&mut ebpf, "sel_ports")?).map_err(|source| ProbeError::Map { map: "sel_ports", source })?;
+        let counters = PerCpuArray::try_from(take(&mut ebpf, "counters")?).map_err(|source| ProbeError::Map { map: "counters", source })?;
+        for port in &discovery.open_ports {
+            sel_ports.insert(port, 1, 0).map_err(|source| ProbeError::Map { map: "sel_ports", source })?;
+        }
+
+        for (program, tracepoint) in PROGRAMS {
+            let prog: &mut BtfTracePoint = ebpf
+                .program_mut(program)
+                .ok_or(ProbeError::MissingProgram { program })?
+                .try_into()
+                .map_err(|source| ProbeError::Program { program, tracepoint, source })?;
+            prog.load(tracepoint, &btf).map_err(|source| match source {
+                aya::programs::ProgramError::LoadError { verifier_log, .. } => {
+                    ProbeError::Verifier { program, tracepoint, log: verifier_log.to_string() }
+                }
+                source => ProbeError::Program { program, tracepoint, source },
+            })?;
+            prog.attach().map_err(|source| ProbeError::Program { program, tracepoint, source })?;
+            tracing::debug!(program, tracepoint, "attached");
+        }
+        Ok((Probes { ebpf, sel_pids, _sel_ports: sel_ports, counters }, Rings { events, execs }))
+    }
+
+    /// Adds a process to the selection.
+    pub fn select_pid(&mut self, pid: u32) -> Result<(), ProbeError> {
+        self.sel_pids.insert(pid, 1, 0).map_err(|source| ProbeError::Map { map: "sel_pids", source })
+    }
+
+    /// The kernel counters, summed over CPUs, by index.
+    pub fn counters(&self) -> [u64; COUNTERS.len()] {
+        let mut out = [0u64; COUNTERS.len()];
+        for (i, v) in out.iter_mut().enumerate() {
+            if let Ok(values) = self.counters.get(&(i as u32), 0) {
+                *v = values.iter().copied().fold(0u64, u64::wrapping_add);
+            }
+        }
+        out
+    }
+
+    /// bpf_stats of every program.
+    pub fn program_stats(&self) -> Vec<ProgramStats> {
+        PROGRAMS
+            .iter()
+            .filter_map(|(name, _)| {
+                let info = self.ebpf.program(name)?.info().ok()?;
+                Some(ProgramStats { name, run_time: info.run_time(), run_count: info.run_count() })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,265 @@
+//! The loader's loop: ring buffer → batches → PUB socket.
+//!
+//! The kernel wakes us only when `wakeup_len` events have piled up (or for
+//! an exec event); a `flush_interval` timer drains whatever is below that
+//! threshold, so no event waits longer than `flush_interval`. Events are cut
+//! into batches of `batch_length`, or sent after `batch_timeout`.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use aya::maps::{MapData, RingBuf};
+use ipc_schema::config::Settings;
+use ipc_schema::{Body, RawBatch, RawEvent};
+use runtime_kit::counters::{Counter, Drops, Registry};
+use runtime_kit::ipc::{ReplayPublisher, HEARTBEAT};
+
+use runtime_kit::shutdown::Shutdown;
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::discovery::Discovery;
+use crate::kernel::{ExecEvent, HttpEvent, KernelCounter, COUNTERS};
+use crate::probes::{Probes, Rings};
+use crate::procinfo::ProcCache;
+
+/// Why the loop stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum PumpError {
+    #[error("cannot watch the ring buffer")]
+    Poll {
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Unix-epoch ns minus CLOCK_MONOTONIC ns, right now.
+pub fn mono_to_unix_ns() -> i64 {
+    let read = |clock| {
+        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: ts is a valid, writable timespec.
+        unsafe { libc::clock_gettime(clock, &mut ts) };
+        ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
+    };
+    // Bracket the realtime read with two monotonic reads and use their mean.
+    let m1 = read(libc::CLOCK_MONOTONIC);
+    let r = read(libc::CLOCK_REALTIME);
+    let m2 = read(libc::CLOCK_MONOTONIC);
+    r - (m1 + (m2 - m1) / 2)
+}
+
+/// Registers a ring buffer with the runtime's poller.
+fn watch(ring: RingBuf<MapData>) -> Result<AsyncFd<RingBuf<MapData>>, PumpError> {
+    // SAFETY: the fd belongs to the RingBuf, which the AsyncFd owns from
+    // here on, so it stays open and unchanged for the AsyncFd's whole life.
+    unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }.map_err(|e| PumpError::Poll { source: e.into() })
+}
+
+struct Batch {
+    events: Vec<RawEvent>,
+    procs: Vec<(u32, u64, String)>,
+    seen: HashSet<(u32, u64)>,
+    deadline: Option<Instant>,
+}
+
+/// Everything the loop owns.
+pub struct Pump {
+    probes: Probes,
+    publisher: ReplayPublisher,
+    discovery: Discovery,
+    procs: ProcCache,
+    registry: Registry,
+    batch: Batch,
+    batch_length: usize,
+    batch_timeout: Duration,
+    flush_interval: Duration,
+    read: Counter,
+    malformed: Drops,
+    publish_failed: Drops,
+    kernel_last: [u64; COUNTERS.len()],
+    kernel_drops: Vec<Option<Drops>>,
+    kernel_counts: Vec<Option<Counter>>,
+}
+
+impl Pump {
+    /// Sets up the loop.
+    pub fn new(probes: Probes, publisher: ReplayPublisher, settings: &Settings, registry: Registry) -> Pump {
+        let kernel_drops = COUNTERS
+            .iter()
+            .map(|c| match c {
+                KernelCounter::Drop(reason) => Some(registry.drops("ringtail_dropped_events_total", reason)),
+                KernelCounter::Count(_) => None,
+            })
+            .collect();
+        let kernel_counts = COUNTERS
+            .iter()
+            .map(|c| match c {
+                KernelCounter::Count(name) => Some(registry.counter(name, &[])),
+                KernelCounter::Drop(_) => None,
+            })
+            .collect();
+        Pump {
+            probes,
+            publisher,
+            discovery: Discovery::new(&settings.discovery),
+            procs: ProcCache::new(std::path::Path::new("/proc"), settings.probe.read_process_env),
+            batch: Batch { events: Vec::new(), procs: Vec::new(), seen: HashSet::new(), deadline: None },
+            batch_length: settings.pipeline.batch_length,
+            batch_timeout: settings.pipeline.batch_timeout,
+            flush_interval: settings.probe.flush_interval,
+            read: registry.counter("ringtail_events_read_total", &[]),
+            malformed: registry.drops("ringtail_dropped_events_total", "malformed_record"),
+            publish_failed: registry.drops("ringtail_dropped_events_total", "publish_failed"),
+            kernel_last: [0; COUNTERS.len()],
+            kernel_drops,
+            kernel_counts,
+            registry,
+        }
+    }
+
+    /// Runs until shutdown; then drains the ring and sends the last batch.
+    pub async fn run(
+        mut self,
+        rings: Rings,
+        mut acks: mpsc::Receiver<ipc_schema::Envelope>,
+        mut shutdown: Shutdown,
+    ) -> Result<(), PumpError> {
+        let poll = |source| PumpError::Poll { source };
+        let mut events = watch(rings.events)?;
+        let mut execs = watch(rings.execs)?;
+        let mut flush = tokio::time::interval(self.flush_interval);
+        flush.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut heartbeat = tokio::time::interval(HEARTBEAT);
+        heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            let deadline = self.batch.deadline;
+            tokio::select! {
+                guard = events.readable_mut() => {
+                    let mut guard = guard.map_err(poll)?;
+                    self.drain(guard.get_inner_mut()).await;
+                    guard.clear_ready();
+                }
+                guard = execs.readable_mut() => {
+                    let mut guard = guard.map_err(poll)?;
+                    self.drain_execs(guard.get_inner_mut());
+                    guard.clear_ready();
+                }
+                _ = flush.tick() => {
+                    self.drain(events.get_mut()).await;
+                    self.drain_execs(execs.get_mut());
+                }
+                _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                    self.send_batch().await;
+                }
+                _ = heartbeat.tick() => self.heartbeat().await,
+                Some(env) = acks.recv() => {
+                    if let Body::Ack(ack) = env.body {
+                        if let Err(error) = self.publisher.handle_ack(env.producer, ack).await {
+                            tracing::warn!(%error, "replay failed");
+                        }
+                    }
+                }
+                _ = shutdown.fired() => break,
+            }
+        }
+        self.drain(events.get_mut()).await;
+        self.send_batch().await;
+        self.heartbeat().await;
+        Ok(())
+    }
+
+    /// Reads every event in the ring.
+    async fn drain(&mut self, ring: &mut RingBuf<MapData>) {
+        loop {
+            let raw = {
+                let Some(item) = ring.next() else { break };
+                let Some(ev) = HttpEvent::parse(&item) else {
+                    self.malformed.add(1);
+                    continue;
+                };
+                let key = (ev.tgid, ev.proc_start_ns);
+                if self.batch.seen.insert(key) {
+                    self.batch.procs.push((ev.tgid, ev.proc_start_ns, ev.comm()));
+                }
+                ev.to_raw()
+            };
+            let Some(raw) = raw else {
+                self.malformed.add(1);
+                continue;
+            };
+            self.read.inc();
+            if self.batch.events.is_empty() {
+                self.batch.deadline = Some(Instant::now() + self.batch_timeout);
+            }
+            self.batch.events.push(raw);
+            if self.batch.events.len() >= self.batch_length {
+                self.send_batch().await;
+            }
+        }
+    }
+
+    /// Selects newly exec'd processes whose executable matches.
+    fn drain_execs(&mut self, ring: &mut RingBuf<MapData>) {
+        while let Some(item) = ring.next() {
+            let Some(ev) = ExecEvent::parse(&item) else {
+                self.malformed.add(1);
+                continue;
+            };
+            let path = ev.path();
+            if self.discovery.exe_matches(&path) {
+                match self.probes.select_pid(ev.tgid) {
+                    Ok(()) => tracing::info!(pid = ev.tgid, exe = %path, event = "selected", "tracing new process"),
+                    Err(error) => tracing::warn!(pid = ev.tgid, %error, "cannot select process"),
+                }
+            }
+        }
+    }
+
+    /// Publishes the current batch, if any.
+    async fn send_batch(&mut self) {
+        self.batch.deadline = None;
+        if self.batch.events.is_empty() {
+            return;
+        }
+        let events = std::mem::take(&mut self.batch.events);
+        let processes = self
+            .batch
+            .procs
+            .drain(..)
+            .map(|(pid, start, comm)| self.procs.get(pid, start, &comm).clone())
+            .collect();
+        self.batch.seen.clear();
+        let n = events.len() as u64;
+        let batch = RawBatch { mono_to_unix_ns: mono_to_unix_ns(), events, processes };
+        if let Err(error) = self.publisher.publish(Body::Raw(batch)).await {
+            tracing::warn!(%error, "publish failed");
+            self.publish_failed.add(n);
+        }
+    }
+
+    /// Refreshes kernel counters and sends a health report (also the
+    /// heartbeat subscribers use to notice a silent publisher).
+    async fn heartbeat(&mut self) {
+        let now = self.probes.counters();
+        for (i, v) in now.iter().enumerate() {
+            if let Some(Some(d)) = self.kernel_drops.get(i) {
+                d.add(v.saturating_sub(self.kernel_last[i]));
+            }
+            if let Some(Some(c)) = self.kernel_counts.get(i) {
+                c.set(*v);
+            }
+        }
+        self.kernel_last = now;
+        for stat in self.probes.program_stats() {
+            self.registry.counter("ringtail_probe_run_time_ns_total", &[("program", stat.name)]).set(stat.run_time.as_nanos() as u64);
+            self.registry.counter("ringtail_probe_runs_total", &[("program", stat.name)]).set(stat.run_count);
+        }
+        self.registry.gauge("ringtail_replay_kept_batches", &[]).set(self.publisher.kept() as f64);
+        let report = self.registry.report();
+        if let Err(error) = self.publisher.publish_transient(Body::Health(report)).await {
+            tracing::debug!(%error, "heartbeat not sent");
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! ZeroMQ over ipc:// between ringtail's processes.
+//!
+//! Each process binds what it publishes (a PUB socket, file permissions set
+//! for the one peer that should connect) and connects a SUB to what it
+//! consumes. In the pure-Rust `zeromq` crate only SUB reconnects by itself,
+//! and its back-off grows to 30 s, so [`subscribe`] also rebuilds the socket
+//! whenever its producer has been silent for a few heartbeats: a restarted
+//! peer is found again within seconds, whichever side restarted.
+
+pub mod replay;
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::Bytes;
+use ipc_schema::{decode, DecodeError, Envelope};
+use tokio::sync::mpsc;
+use zeromq::{PubSocket, Socket, SocketOptions, SocketRecv, SocketSend, SubSocket, ZmqMessage};
+
+use crate::counters::Registry;
+use crate::shutdown::Shutdown;
+
+pub use replay::{AckSender, InboundSeq, ReplayPublisher};
+
+/// How often producers send a heartbeat (health report) on their PUB socket.
+pub const HEARTBEAT: Duration = Duration::from_secs(1);
+/// A subscription silent this long is rebuilt.
+pub const SILENCE: Duration = Duration::from_secs(4);
+
+/// Why a socket could not be set up or used.
+#[derive(Debug, thiserror::Error)]
+pub enum IpcError {
+    #[error("cannot remove stale socket file {path}")]
+    Unlink {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot bind {endpoint}")]
+    Bind {
+        endpoint: String,
+        #[source]
+        source: zeromq::ZmqError,
+    },
+    #[error("cannot set owner or mode of {path}")]
+    Permissions {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot send on {endpoint}")]
+    Send {
+        endpoint: String,
+        #[source]
+        source: zeromq::ZmqError,
+    },
+    #[error("cannot encode a message")]
+    Encode {
+        #[source]
+        source: ipc_schema::envelope::EncodeError,
+    },
+}
+
+/// Who may connect to a bound socket file (connecting needs write access).
+#[derive(Debug, Clone, Copy)]
+pub struct Access {
+    /// File mode, e.g. 0o660.
+    pub mode: u32,
+    /// Group to give the file, e.g. the actors' group.
+    pub gid: Option<u32>,
+    /// Owner to give the file.
+    pub uid: Option<u32>,
+}
+
+impl Access {
+    /// Owner (and group, if set) only.
+    pub fn private() -> Self {
+        Access { mode: 0o600, gid: None, uid: None }
+    }
+}
+
+fn options() -> SocketOptions {
+    let mut o = SocketOptions::default();
+    // Batches are tens to hundreds of KiB: read in big chunks.
+    o.read_buffer(64 * 1024, 4 << 20, 2);
+    o.connect_timeout(Duration::from_secs(2));
+    o
+}
+
+/// Binds a PUB socket at `path`, replacing a stale socket file, and applies
+/// `access` to the file.
+pub async fn bind_pub(path: &Path, access: Access) -> Result<PubSocket, IpcError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => tracing::debug!(path = %path.display(), "removed stale socket file"),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(source) => return Err(IpcError::Unlink { path: path.to_owned(), source }),
+    }
+    let endpoint = ipc_schema::endpoints::ipc(path);
+    let mut socket = PubSocket::with_options(options());
+    socket.bind(&endpoint).await.map_err(|source| IpcError::Bind { endpoint: endpoint.clone(), source })?;
+    use std::os::unix::fs::PermissionsExt;
+    let perm = |source| IpcError::Permissions { path: path.to_owned(), source };
+    std::os::unix::fs::chown(path, access.uid, access.gid).map_err(perm)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(access.mode)).map_err(perm)?;
+    Ok(socket)
+}
+
+/// Sends one already-encoded message.
+pub async fn send(socket: &mut PubSocket, endpoint: &str, bytes: Bytes) -> Result<(), IpcError> {
+    socket
+        .send(ZmqMessage::from(bytes))
+        .await
+        .map_err(|source| IpcError::Send { endpoint: endpoint.to_owned(), source })
+}
+
+/// Subscribes to everything published at `path`, delivering decoded
+/// envelopes into a channel of `capacity` messages (a full channel pushes
+/// back on the socket; the producer's replay covers what its PUB drops).
+///
+/// Bad messages are counted in `ringtail_ipc_rejected_total{reason}` and
+/// skipped; a codec error from a dying peer is counted and survived.
+pub fn subscribe(
+    path: PathBuf,
+    capacity: usize,
+    registry: &Registry,
+    mut shutdown: Shutdown,
+) -> mpsc::Receiver<Envelope> {
+    let (tx, rx) = mpsc::channel(capacity);
+    let endpoint = ipc_schema::endpoints::ipc(&path);
+    let received = registry.counter("ringtail_ipc_messages_received_total", &[]);
+    let reconnects = registry.counter("ringtail_ipc_resubscribes_total", &[]);
+    let too_large = registry.drops("ringtail_ipc_rejected_total", "too_large");
+    let version = registry.drops("ringtail_ipc_rejected_total", "version");
+    let malformed = registry.drops("ringtail_ipc_rejected_total", "malformed");
+    let codec = registry.drops("ringtail_ipc_rejected_total", "codec");
+    tokio::spawn(async move {
+        let mut attempts = 0u64;
+        let mut ever_connected = false;
+        loop {
+            if shutdown.is_fired() {
+                return;
+            }
+            let mut socket = SubSocket::with_options(options());
+            let connected = tokio::select! {
+                r = socket.connect(&endpoint) => r,
+                _ = shutdown.fired() => return,
+            };
+            if let Err(error) = connected {
+                attempts += 1;
+                if attempts == 1 || attempts % 150 == 0 {
+                    tracing::info!(%endpoint, %error, "waiting for publisher");
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => continue,
+                    _ = shutdown.fired() => return,
+                }
+            }
+            if socket.subscribe("").await.is_err() {
+                continue;
+            }
+            attempts = 0;
+            if ever_connected {
+                reconnects.inc();
+            }
+            ever_connected = true;
+            tracing::info!(%endpoint, event = "subscribed", "subscribed");
+            let mut codec_in_a_row = 0;
+            loop {
+                let next = tokio::select! {
+                    m = tokio::time::timeout(SILENCE, socket.recv()) => m,
+                    _ = shutdown.fired() => return,
+                };
+                let msg = match next {
+                    Err(_) => {
+                        tracing::info!(%endpoint, "publisher silent; resubscribing");
+                        break;
+                    }
+                    Ok(Err(error)) => {
+                        // A peer dying mid-frame shows up as one codec error.
+                        codec.add(1);
+                        codec_in_a_row += 1;
+                        tracing::debug!(%endpoint, %error, "receive error");
+                        if codec_in_a_row > 3 {
+                            break;
+                        }
+                        continue;
+                    }
+                    Ok(Ok(msg)) => msg,
+                };
+                codec_in_a_row = 0;
+                received.inc();
+                let Some(frame) = msg.get(0) else {
+                    malformed.add(1);
+                    continue;
+                };
+                match decode(frame) {
+                    Ok(env) => {
+                        if tx.send(env).await.is_err() {
+                            return; // the consumer is gone
+                        }
+                    }
+                    Err(DecodeError::TooLarge { .. }) => too_large.add(1),
+                    Err(DecodeError::Version { .. }) => version.add(1),
+                    Err(_) => malformed.add(1),
+                }
+            }
+        }
+    });
+    rx
+}

@@ -1,0 +1,35 @@
+//! What every ringtail process needs to run, written once.
+//!
+//! `ipc-schema` is the data contract between the processes; this crate is the
+//! shared plumbing around it, so that the loader and both actors start,
+//! report readiness, log, count drops, shut down and talk ZeroMQ the same way.
+//!
+//! # Layout
+//! - [`ready`]: tell the supervisor (status fd) or systemd (`NOTIFY_SOCKET`)
+//!   that start-up finished.
+//! - [`logging`]: `tracing` set-up, one line per lifecycle event.
+//! - [`shutdown`]: a shutdown token passed into every task; SIGINT/SIGTERM
+//!   trigger it.
+//! - [`counters`]: a registry of counters and gauges that become
+//!   [`ipc_schema::HealthReport`]s; drops are counted *and* logged there.
+//! - [`users`]: user and group names to ids.
+//! - [`ipc`]: ipc:// PUB sockets with restricted permissions, self-healing
+//!   SUB subscriptions, and the replay/ack protocol that lets any process
+//!   restart without losing batches.
+
+pub mod counters;
+pub mod ipc;
+pub mod logging;
+pub mod ready;
+pub mod shutdown;
+pub mod users;
+
+/// A random 64-bit id for this process start (names a producer instance).
+pub fn instance_id() -> u64 {
+    loop {
+        let id: u64 = rand::random();
+        if id != 0 {
+            return id;
+        }
+    }
+}
