@@ -1,0 +1,28 @@
+//! The span-actor: raw request events in, OpenTelemetry HTTP spans out.
+//!
+//! Runs unprivileged. Subscribes to the loader's raw batches, turns each
+//! request into a SERVER or CLIENT span following the stable HTTP semantic
+//! conventions, and publishes span batches to the exporter-actor.
+//!
+//! # Layout
+//! - [`http`]: request heads (and pipelined ones) out of captured bytes;
+//!   `traceparent`.
+//! - [`semconv`]: method, status and naming rules of the conventions.
+//! - [`routes`]: `http.route` from templates or the path heuristic, ignored
+//!   routes, and the per-service cardinality cap.
+//! - [`naming`]: `service.name` and the resource, cached per process.
+//! - [`ids`]: deterministic span and trace ids.
+//! - [`transform`]: the whole conversion, batch by batch, including
+//!   parent/child linking and pipelining.
+//! - [`ledger`]: which raw batches are safe to acknowledge.
+//! - [`actors`]: the actix actors (ingest → builder → publisher) and their
+//!   bounded mailboxes.
+
+pub mod actors;
+pub mod http;
+pub mod ids;
+pub mod ledger;
+pub mod naming;
+pub mod routes;
+pub mod semconv;
+pub mod transform;

@@ -1,0 +1,262 @@
+//! `http.route`: from configured templates, or derived from the path, with
+//! a hard cap on distinct routes per service.
+//!
+//! Routes become span names and metric labels, so their number must stay
+//! bounded whatever the traffic: past `max_cardinality` distinct routes a
+//! service's new routes all become [`OVERFLOW_ROUTE`], and a counter says how
+//! often that happened.
+
+use std::collections::{HashMap, HashSet};
+
+use ipc_schema::config::{IgnoreMode, RouteSettings, UnmatchedRoutes};
+
+/// The route every route past the cardinality cap becomes.
+pub const OVERFLOW_ROUTE: &str = "/{overflow}";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seg {
+    Lit(String),
+    Param,
+    Rest,
+}
+
+/// A compiled route template.
+#[derive(Debug, Clone)]
+struct Template {
+    text: String,
+    segs: Vec<Seg>,
+}
+
+impl Template {
+    fn new(text: &str) -> Template {
+        let segs = text
+            .trim_start_matches('/')
+            .split('/')
+            .map(|s| match s {
+                "*" => Seg::Rest,
+                s if s.starts_with('{') && s.ends_with('}') => Seg::Param,
+                s => Seg::Lit(s.to_owned()),
+            })
+            .collect();
+        Template { text: text.to_owned(), segs }
+    }
+
+    fn matches(&self, path: &str) -> bool {
+        let mut parts = path.trim_start_matches('/').split('/');
+        for seg in &self.segs {
+            match seg {
+                Seg::Rest => return true,
+                Seg::Param => match parts.next() {
+                    Some(p) if !p.is_empty() => {}
+                    _ => return false,
+                },
+                Seg::Lit(l) => match parts.next() {
+                    Some(p) if p == l => {}
+                    _ => return false,
+                },
+            }
+        }
+        parts.next().is_none()
+    }
+}
+
+/// What the router decided for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Routed {
+    /// `http.route`, if any.
+    pub route: Option<String>,
+    pub export_trace: bool,
+    pub export_metrics: bool,
+    /// The route was replaced by [`OVERFLOW_ROUTE`].
+    pub overflowed: bool,
+}
+
+/// Routes for every service, with per-service cardinality accounting.
+pub struct Router {
+    patterns: Vec<Template>,
+    ignored: Vec<Template>,
+    ignore_mode: IgnoreMode,
+    unmatched: UnmatchedRoutes,
+    max: usize,
+    seen: HashMap<String, HashSet<String>>,
+}
+
+impl Router {
+    /// Compiles the (already validated) settings.
+    pub fn new(s: &RouteSettings) -> Router {
+        Router {
+            patterns: s.patterns.iter().map(|p| Template::new(p)).collect(),
+            ignored: s.ignored.iter().map(|p| Template::new(p)).collect(),
+            ignore_mode: s.ignore_mode,
+            unmatched: s.unmatched,
+            max: s.max_cardinality,
+            seen: HashMap::new(),
+        }
+    }
+
+    /// Routes `path` for `service`; `None` = ignored for both traces and metrics.
+    pub fn route(&mut self, service: &str, path: &str) -> Option<Routed> {
+        let (mut export_trace, mut export_metrics) = (true, true);
+        if self.ignored.iter().any(|t| t.matches(path)) {
+            match self.ignore_mode {
+                IgnoreMode::All => return None,
+                IgnoreMode::Traces => export_trace = false,
+                IgnoreMode::Metrics => export_metrics = false,
+            }
+        }
+        let route = match self.patterns.iter().find(|t| t.matches(path)) {
+            Some(t) => Some(t.text.clone()),
+            None => match self.unmatched {
+                UnmatchedRoutes::Path => None,
+                UnmatchedRoutes::Wildcard => Some("/*".to_owned()),
+                UnmatchedRoutes::Heuristic => Some(heuristic_route(path)),
+            },
+        };
+        let mut overflowed = false;
+        let route = route.map(|r| {
+            let seen = self.seen.entry(service.to_owned()).or_default();
+            if seen.contains(&r) {
+                r
+            } else if seen.len() < self.max {
+                seen.insert(r.clone());
+                r
+            } else {
+                overflowed = true;
+                OVERFLOW_ROUTE.to_owned()
+            }
+        });
+        Some(Routed { route, export_trace, export_metrics, overflowed })
+    }
+
+    /// Distinct routes kept for `service`.
+    pub fn cardinality(&self, service: &str) -> usize {
+        self.seen.get(service).map_or(0, HashSet::len)
+    }
+}
+
+/// The path with id-like segments replaced by `*`.
+pub fn heuristic_route(path: &str) -> String {
+    if path.is_empty() || path == "*" {
+        return path.to_owned();
+    }
+    let mut out = String::with_capacity(path.len());
+    for (i, seg) in path.trim_start_matches('/').split('/').enumerate() {
+        if i > 0 || path.starts_with('/') {
+            out.push('/');
+        }
+        out.push_str(if looks_like_id(seg) { "*" } else { seg });
+    }
+    out
+}
+
+/// Numbers, UUIDs, hex strings, and long tokens that mix letters and digits.
+pub fn looks_like_id(seg: &str) -> bool {
+    let b = seg.as_bytes();
+    if b.is_empty() {
+        return false;
+    }
+    let digits = b.iter().filter(|c| c.is_ascii_digit()).count();
+    if digits == b.len() {
+        return true; // 123
+    }
+    if b.len() == 36 && b.iter().enumerate().all(|(i, c)| if [8, 13, 18, 23].contains(&i) { *c == b'-' } else { c.is_ascii_hexdigit() }) {
+        return true; // UUID
+    }
+    if b.len() >= 8 && digits > 0 && b.iter().all(u8::is_ascii_hexdigit) {
+        return true; // deadbeef01
+    }
+    let letters = b.iter().filter(|c| c.is_ascii_alphabetic()).count();
+    if b.len() >= 16 && digits > 0 && letters > 0 && b.iter().all(|c| c.is_ascii_alphanumeric() || b"-_=.~".contains(c)) {
+        return true; // tokens, base64url ids
+    }
+    // Mostly digits with a little decoration: v2-000123, 2024-01-02
+    b.len() >= 4 && digits * 2 > b.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn router(f: impl FnOnce(&mut RouteSettings)) -> Router {
+        let mut s = RouteSettings::default();
+        f(&mut s);
+        Router::new(&s)
+    }
+
+    #[test]
+    fn templates_match_whole_segments() {
+        let mut r = router(|s| s.patterns = vec!["/users/{id}".into(), "/static/*".into(), "/".into()]);
+        let route = |r: &mut Router, p: &str| r.route("svc", p).unwrap().route;
+        assert_eq!(route(&mut r, "/users/42").as_deref(), Some("/users/{id}"));
+        assert_eq!(route(&mut r, "/static/css/a.css").as_deref(), Some("/static/*"));
+        assert_eq!(route(&mut r, "/").as_deref(), Some("/"));
+        // no template: heuristic (the default)
+        assert_eq!(route(&mut r, "/users/42/orders/7").as_deref(), Some("/users/*/orders/*"));
+        assert_eq!(route(&mut r, "/users/").as_deref(), Some("/users/"));
+    }
+
+    #[test]
+    fn unmatched_modes() {
+        let mut r = router(|s| s.unmatched = UnmatchedRoutes::Path);
+        assert_eq!(r.route("s", "/a/1").unwrap().route, None);
+        let mut r = router(|s| s.unmatched = UnmatchedRoutes::Wildcard);
+        assert_eq!(r.route("s", "/a/1").unwrap().route.as_deref(), Some("/*"));
+    }
+
+    #[test]
+    fn ignored_routes_by_mode() {
+        let mut r = router(|s| s.ignored = vec!["/health".into(), "/metrics".into()]);
+        assert_eq!(r.route("s", "/health"), None);
+        assert!(r.route("s", "/healthz").is_some());
+        let mut r = router(|s| {
+            s.ignored = vec!["/health".into()];
+            s.ignore_mode = IgnoreMode::Traces;
+        });
+        let d = r.route("s", "/health").unwrap();
+        assert!(!d.export_trace && d.export_metrics);
+        let mut r = router(|s| {
+            s.ignored = vec!["/health".into()];
+            s.ignore_mode = IgnoreMode::Metrics;
+        });
+        let d = r.route("s", "/health").unwrap();
+        assert!(d.export_trace && !d.export_metrics);
+    }
+
+    #[test]
+    fn heuristic_replaces_ids() {
+        for (path, want) in [
+            ("/users/123", "/users/*"),
+            ("/o/3f2b8c1e-9d4a-4b5e-8f6a-1c2d3e4f5a6b/items", "/o/*/items"),
+            ("/blob/deadbeef0123", "/blob/*"),
+            ("/s/aZ3kQ9xY2mN8pL4vB7", "/s/*"),
+            ("/api/v1/users", "/api/v1/users"),
+            ("/day/2024-01-02", "/day/*"),
+            ("/static/app.min.js", "/static/app.min.js"),
+            ("/", "/"),
+        ] {
+            assert_eq!(heuristic_route(path), want, "{path}");
+        }
+    }
+
+    #[test]
+    fn cardinality_cap_holds_against_100k_random_paths() {
+        use rand::{Rng, SeedableRng};
+        let mut r = router(|s| s.max_cardinality = 100);
+        let mut rng = rand::rngs::StdRng::seed_from_u64(1);
+        let mut overflowed = 0;
+        let mut routes = HashSet::new();
+        for _ in 0..100_000 {
+            // random words, not ids, so the heuristic cannot collapse them
+            let seg: String = (0..rng.random_range(3..10)).map(|_| rng.random_range(b'a'..=b'z') as char).collect();
+            let d = r.route("svc", &format!("/{seg}")).unwrap();
+            overflowed += u32::from(d.overflowed);
+            routes.insert(d.route.unwrap());
+        }
+        assert_eq!(r.cardinality("svc"), 100);
+        assert_eq!(routes.len(), 101, "100 routes plus the overflow value");
+        assert!(routes.contains(OVERFLOW_ROUTE));
+        assert!(overflowed > 99_000);
+        // another service has its own budget
+        assert!(!r.route("other", "/x").unwrap().overflowed);
+    }
+}

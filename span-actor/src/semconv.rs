@@ -1,0 +1,66 @@
+//! Rules of the OpenTelemetry HTTP semantic conventions (stable, v1.23+)
+//! that do not depend on configuration.
+
+use ipc_schema::SpanKind;
+
+/// The methods `http.request.method` may carry as themselves (RFC 9110 +
+/// PATCH); anything else is `_OTHER`.
+const KNOWN_METHODS: [&str; 9] = ["CONNECT", "DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT", "TRACE"];
+
+/// `http.request.method` and, for unknown methods,
+/// `http.request.method_original`. Methods are case-sensitive: `get` is
+/// not `GET`.
+pub fn method(original: &str) -> (String, Option<String>) {
+    if KNOWN_METHODS.contains(&original) {
+        (original.to_owned(), None)
+    } else {
+        ("_OTHER".to_owned(), Some(original.to_owned()))
+    }
+}
+
+/// Span status ERROR: 5xx for servers; 4xx and 5xx for clients.
+pub fn is_error(kind: SpanKind, status: u16) -> bool {
+    match kind {
+        SpanKind::Server => (500..600).contains(&status),
+        SpanKind::Client => (400..600).contains(&status),
+    }
+}
+
+/// Span name: `{method} {route}`, or `{method}` when no route is known;
+/// `HTTP` for `_OTHER` (the spec's choice, so garbage methods do not
+/// become span names).
+pub fn span_name(method: &str, route: Option<&str>) -> String {
+    let m = if method == "_OTHER" { "HTTP" } else { method };
+    match route {
+        Some(r) => format!("{m} {r}"),
+        None => m.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn methods() {
+        assert_eq!(method("GET"), ("GET".into(), None));
+        assert_eq!(method("PURGE"), ("_OTHER".into(), Some("PURGE".into())));
+        assert_eq!(method("get"), ("_OTHER".into(), Some("get".into())));
+    }
+
+    #[test]
+    fn error_status_by_kind() {
+        assert!(!is_error(SpanKind::Server, 404));
+        assert!(is_error(SpanKind::Server, 503));
+        assert!(is_error(SpanKind::Client, 404));
+        assert!(!is_error(SpanKind::Client, 302));
+        assert!(!is_error(SpanKind::Server, 101));
+    }
+
+    #[test]
+    fn names() {
+        assert_eq!(span_name("GET", Some("/users/{id}")), "GET /users/{id}");
+        assert_eq!(span_name("POST", None), "POST");
+        assert_eq!(span_name("_OTHER", Some("/x")), "HTTP /x");
+    }
+}

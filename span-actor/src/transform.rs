@@ -1,0 +1,315 @@
+//! Raw request events → spans: the span-actor's whole judgement, as plain
+//! code the actors call (and benchmarks and tests can call directly).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use ipc_schema::config::Settings;
+use ipc_schema::{HttpSpan, RawBatch, RawEvent, Role, ServiceResource, SpanKind};
+use runtime_kit::counters::{Counter, Drops, Registry};
+
+use crate::http::{self, parse_pipeline, split_host_port, RequestHead};
+use crate::ids;
+use crate::ledger::Ledger;
+use crate::naming::{host_name, Naming};
+use crate::routes::Router;
+use crate::semconv;
+
+/// Server requests whose trace context is remembered for their children.
+const SERVER_CONTEXTS: usize = 65_536;
+/// Connections with pipelined requests awaiting their responses.
+const PIPELINES: usize = 16_384;
+
+/// Which raw batch (loader instance, seq) a span came from.
+pub type Origin = (u64, u64);
+
+/// A finished span, its resource, and where it came from.
+#[derive(Debug, Clone)]
+pub struct Produced {
+    pub resource: Arc<ServiceResource>,
+    pub span: HttpSpan,
+    pub origin: Origin,
+}
+
+struct Held {
+    resource: Arc<ServiceResource>,
+    span: HttpSpan,
+    origin: Origin,
+}
+
+struct Pipe {
+    heads: VecDeque<RequestHead>,
+    seq: u32,
+    next_sub: u32,
+    last_end_mono: u64,
+}
+
+struct Stats {
+    spans: Counter,
+    ignored: Counter,
+    overflow: Counter,
+    parent_timeouts: Counter,
+    unparsable: Drops,
+    orphan_unmatched: Drops,
+    pipelined_unanswered: Drops,
+}
+
+/// Everything the span-actor remembers between batches.
+pub struct Transformer {
+    naming: Naming,
+    router: Router,
+    parent_wait: Duration,
+    server_ctx: HashMap<(u64, u64, u32), (u128, u8)>,
+    server_ctx_order: VecDeque<(u64, u64, u32)>,
+    held: HashMap<(u64, u64, u32), Vec<Held>>,
+    held_order: VecDeque<(Instant, (u64, u64, u32))>,
+    pipes: HashMap<(u64, u64), Pipe>,
+    stats: Stats,
+}
+
+fn unix_ns(mono: u64, offset: i64) -> u64 {
+    (mono as i64).saturating_add(offset).max(0) as u64
+}
+
+impl Transformer {
+    /// A transformer for these settings.
+    pub fn new(settings: &Settings, registry: &Registry) -> Transformer {
+        Transformer {
+            naming: Naming::new(&settings.services, host_name()),
+            router: Router::new(&settings.routes),
+            parent_wait: settings.pipeline.parent_wait,
+            server_ctx: HashMap::new(),
+            server_ctx_order: VecDeque::new(),
+            held: HashMap::new(),
+            held_order: VecDeque::new(),
+            pipes: HashMap::new(),
+            stats: Stats {
+                spans: registry.counter("ringtail_spans_created_total", &[]),
+                ignored: registry.counter("ringtail_ignored_requests_total", &[]),
+                overflow: registry.counter("ringtail_route_overflow_total", &[]),
+                parent_timeouts: registry.counter("ringtail_parent_wait_timeouts_total", &[]),
+                unparsable: registry.drops("ringtail_dropped_events_total", "unparsable_request"),
+                orphan_unmatched: registry.drops("ringtail_dropped_events_total", "unmatched_response"),
+                pipelined_unanswered: registry.drops("ringtail_dropped_events_total", "pipelined_unanswered"),
+            },
+        }
+    }
+
+    /// Client spans waiting for their parent server span.
+    pub fn held(&self) -> usize {
+        self.held.values().map(Vec::len).sum()
+    }
+
+    /// Transforms one raw batch from loader `inst` (its seq `seq`), pushing
+    /// spans to `out` and accounting for them in `ledger`.
+    pub fn transform(&mut self, inst: u64, seq: u64, batch: &RawBatch, now: Instant, out: &mut Vec<Produced>, ledger: &mut Ledger) {
+        let origin = (inst, seq);
+        for p in &batch.processes {
+            self.naming.learn(p);
+        }
+        let offset = batch.mono_to_unix_ns;
+        for ev in &batch.events {
+            if ev.orphan {
+                self.pipelined_response(inst, origin, ev, offset, now, out, ledger);
+                continue;
+            }
+            let mut heads = parse_pipeline(&ev.request);
+            if heads.is_empty() {
+                self.stats.unparsable.add(1);
+                continue;
+            }
+            let first = heads.remove(0);
+            let key = (inst, ev.conn_id);
+            let left = self.pipes.remove(&key).map_or(0, |p| p.heads.len());
+            self.stats.pipelined_unanswered.add(left as u64);
+            if !heads.is_empty() && ev.role == Role::Server {
+                if self.pipes.len() >= PIPELINES {
+                    self.pipes.clear();
+                }
+                self.pipes.insert(key, Pipe { heads: heads.into(), seq: ev.seq, next_sub: 1, last_end_mono: ev.end_mono_ns });
+            }
+            self.emit(inst, origin, ev, &first, 0, ev.start_mono_ns, ev.end_mono_ns, offset, now, out, ledger);
+        }
+        ledger.finish(inst, seq);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn pipelined_response(&mut self, inst: u64, origin: Origin, ev: &RawEvent, offset: i64, now: Instant, out: &mut Vec<Produced>, ledger: &mut Ledger) {
+        let key = (inst, ev.conn_id);
+        let Some(pipe) = self.pipes.get_mut(&key) else {
+            self.stats.orphan_unmatched.add(1);
+            return;
+        };
+        let Some(head) = pipe.heads.pop_front() else {
+            self.stats.orphan_unmatched.add(1);
+            return;
+        };
+        let (sub, start) = (pipe.next_sub, pipe.last_end_mono);
+        pipe.next_sub += 1;
+        pipe.last_end_mono = ev.end_mono_ns;
+        let mut ev = ev.clone();
+        ev.seq = pipe.seq;
+        if pipe.heads.is_empty() {
+            self.pipes.remove(&key);
+        }
+        self.emit(inst, origin, &ev, &head, sub, start, ev.end_mono_ns, offset, now, out, ledger);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn emit(
+        &mut self,
+        inst: u64,
+        origin: Origin,
+        ev: &RawEvent,
+        head: &RequestHead,
+        sub: u32,
+        start_mono: u64,
+        end_mono: u64,
+        offset: i64,
+        now: Instant,
+        out: &mut Vec<Produced>,
+        ledger: &mut Ledger,
+    ) {
+        let kind = match ev.role {
+            Role::Server => SpanKind::Server,
+            Role::Client => SpanKind::Client,
+        };
+        let resource = self.naming.resource(ev.pid, ev.proc_start_ns, (kind == SpanKind::Server).then_some(ev.local.port));
+        let (route, export_trace, export_metrics) = if kind == SpanKind::Server {
+            let Some(routed) = self.router.route(&resource.service_name, &head.path) else {
+                self.stats.ignored.inc();
+                return;
+            };
+            if routed.overflowed {
+                self.stats.overflow.inc();
+            }
+            (routed.route, routed.export_trace, routed.export_metrics)
+        } else {
+            (None, true, true) // http.route is a server attribute
+        };
+        let (method, method_original) = semconv::method(&head.method);
+        let host_header = head.target_host.as_deref().or(head.host.as_deref());
+        let (host, host_port) = host_header.map(split_host_port).map_or((None, None), |(h, p)| (Some(h.to_owned()), p));
+        let peer_ip = ev.peer.ip_addr().to_string();
+        let local_ip = ev.local.ip_addr().to_string();
+        let (server_address, server_port, client_address, client_port) = match kind {
+            SpanKind::Server => (host, host_port.unwrap_or(ev.local.port), peer_ip.clone(), ev.peer.port),
+            SpanKind::Client => (host.or_else(|| Some(peer_ip.clone())), host_port.unwrap_or(ev.peer.port), local_ip, ev.local.port),
+        };
+        let start_unix_ns = unix_ns(start_mono, offset);
+        let mut span = HttpSpan {
+            resource: 0,
+            kind,
+            trace_id: 0,
+            span_id: ids::span_id(inst, ev.conn_id, ev.seq, sub, ev.role),
+            parent_span_id: 0,
+            trace_flags: 1,
+            name: semconv::span_name(&method, route.as_deref()),
+            start_unix_ns,
+            end_unix_ns: unix_ns(end_mono, offset).max(start_unix_ns),
+            method,
+            method_original,
+            route,
+            path: head.path.clone(),
+            query: head.query.clone(),
+            scheme: "http".to_owned(),
+            status: ev.status,
+            error: semconv::is_error(kind, ev.status),
+            server_address,
+            server_port,
+            client_address,
+            client_port,
+            peer_address: peer_ip,
+            peer_port: ev.peer.port,
+            protocol_version: head.version.as_str().to_owned(),
+            user_agent: head.user_agent.clone(),
+            export_trace,
+            export_metrics,
+        };
+        match kind {
+            SpanKind::Server => {
+                match head.traceparent.as_deref().and_then(http::parse_traceparent) {
+                    Some(tp) => {
+                        span.trace_id = tp.trace_id;
+                        span.parent_span_id = tp.span_id;
+                        span.trace_flags = tp.flags;
+                    }
+                    None => span.trace_id = ids::trace_id(inst, ev.conn_id, ev.seq, sub),
+                }
+                let key = (inst, ev.conn_id, ev.seq);
+                if sub == 0 {
+                    self.remember_server(key, span.trace_id, span.trace_flags);
+                }
+                let (trace, flags) = (span.trace_id, span.trace_flags);
+                self.push(Produced { resource, span, origin }, out, ledger);
+                if sub == 0 {
+                    for h in self.held.remove(&key).unwrap_or_default() {
+                        let mut s = h.span;
+                        s.trace_id = trace;
+                        s.trace_flags = flags;
+                        self.stats.spans.inc();
+                        out.push(Produced { resource: h.resource, span: s, origin: h.origin });
+                    }
+                }
+            }
+            SpanKind::Client => match ev.parent {
+                Some((pconn, pseq)) => {
+                    span.parent_span_id = ids::span_id(inst, pconn, pseq, 0, Role::Server);
+                    let key = (inst, pconn, pseq);
+                    if let Some((trace, flags)) = self.server_ctx.get(&key) {
+                        span.trace_id = *trace;
+                        span.trace_flags = *flags;
+                        self.push(Produced { resource, span, origin }, out, ledger);
+                    } else {
+                        // The server span (which may carry the caller's
+                        // trace id) comes later: wait for it, a while.
+                        ledger.add(origin.0, origin.1, 1);
+                        self.held.entry(key).or_default().push(Held { resource, span, origin });
+                        self.held_order.push_back((now + self.parent_wait, key));
+                    }
+                }
+                None => {
+                    span.trace_id = ids::trace_id(inst, ev.conn_id, ev.seq, sub);
+                    self.push(Produced { resource, span, origin }, out, ledger);
+                }
+            },
+        }
+    }
+
+    fn push(&mut self, p: Produced, out: &mut Vec<Produced>, ledger: &mut Ledger) {
+        ledger.add(p.origin.0, p.origin.1, 1);
+        self.stats.spans.inc();
+        out.push(p);
+    }
+
+    fn remember_server(&mut self, key: (u64, u64, u32), trace: u128, flags: u8) {
+        if self.server_ctx.insert(key, (trace, flags)).is_none() {
+            self.server_ctx_order.push_back(key);
+            if self.server_ctx_order.len() > SERVER_CONTEXTS {
+                if let Some(old) = self.server_ctx_order.pop_front() {
+                    self.server_ctx.remove(&old);
+                }
+            }
+        }
+    }
+
+    /// Sends client spans whose parent did not show up within
+    /// `parent_wait`, with the trace id that parent would have had without
+    /// an incoming `traceparent`.
+    pub fn expire(&mut self, now: Instant, out: &mut Vec<Produced>) {
+        while self.held_order.front().is_some_and(|(deadline, _)| *deadline <= now) {
+            let Some((_, key)) = self.held_order.pop_front() else { break };
+            for h in self.held.remove(&key).unwrap_or_default() {
+                self.stats.parent_timeouts.inc();
+                let mut s = h.span;
+                s.trace_id = ids::trace_id(key.0, key.1, key.2, 0);
+                self.stats.spans.inc();
+                out.push(Produced { resource: h.resource, span: s, origin: h.origin });
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

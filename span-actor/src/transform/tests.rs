@@ -1,0 +1,248 @@
+use super::*;
+use ipc_schema::{ProcessInfo, SockAddr};
+use runtime_kit::ipc::replay::Verdict;
+
+const INST: u64 = 0xabcdef;
+const OFFSET: i64 = 1_700_000_000_000_000_000;
+
+fn v4(a: [u8; 4], port: u16) -> SockAddr {
+    let mut ip = [0u8; 16];
+    ip[..4].copy_from_slice(&a);
+    SockAddr { v6: false, ip, port }
+}
+
+fn event(role: Role, conn: u64, seq: u32, req: &[u8], status: u16) -> RawEvent {
+    RawEvent {
+        role,
+        pid: 100,
+        tid: 101,
+        fd: 5,
+        proc_start_ns: 7,
+        conn_id: conn,
+        seq,
+        parent: None,
+        start_mono_ns: 1_000_000,
+        end_mono_ns: 3_500_000,
+        status,
+        local: v4([127, 0, 0, 1], 8000),
+        peer: v4([10, 0, 0, 9], 50_123),
+        request_len: req.len() as u32,
+        truncated: false,
+        orphan: false,
+        request: req.to_vec(),
+    }
+}
+
+fn batch(events: Vec<RawEvent>) -> RawBatch {
+    RawBatch {
+        mono_to_unix_ns: OFFSET,
+        events,
+        processes: vec![ProcessInfo {
+            pid: 100,
+            proc_start_ns: 7,
+            comm: "python3".into(),
+            exe_name: Some("python3.11".into()),
+            exe_path: Some("/usr/bin/python3.11".into()),
+            env_service_name: None,
+            env_resource_attributes: None,
+        }],
+    }
+}
+
+struct Rig {
+    t: Transformer,
+    ledger: Ledger,
+    seq: u64,
+    registry: Registry,
+}
+
+impl Rig {
+    fn new(f: impl FnOnce(&mut Settings)) -> Rig {
+        let mut s = Settings::default();
+        f(&mut s);
+        let registry = Registry::new(ipc_schema::Component::SpanActor, 1);
+        let mut ledger = Ledger::default();
+        ledger.observe(ipc_schema::Producer { component: ipc_schema::Component::ProbeLoader, instance: INST });
+        Rig { t: Transformer::new(&s, &registry), ledger, seq: 0, registry }
+    }
+
+    fn run(&mut self, events: Vec<RawEvent>) -> Vec<Produced> {
+        self.seq += 1;
+        assert_eq!(self.ledger.received(self.seq), Verdict::New);
+        let mut out = Vec::new();
+        self.t.transform(INST, self.seq, &batch(events), Instant::now(), &mut out, &mut self.ledger);
+        out
+    }
+
+    fn count(&self, name: &str, reason: Option<&str>) -> f64 {
+        self.registry
+            .report()
+            .points
+            .iter()
+            .filter(|p| p.name == name && reason.is_none_or(|r| p.labels.iter().any(|(k, v)| k == "reason" && v == r)))
+            .map(|p| p.value)
+            .sum()
+    }
+}
+
+#[test]
+fn server_span_follows_semantic_conventions() {
+    let mut rig = Rig::new(|_| {});
+    let out = rig.run(vec![event(Role::Server, 1, 1, b"GET /users/42?x=1 HTTP/1.1\r\nHost: shop:8000\r\nUser-Agent: curl/8.1\r\n\r\n", 200)]);
+    assert_eq!(out.len(), 1);
+    let p = &out[0];
+    let s = &p.span;
+    assert_eq!(s.kind, SpanKind::Server);
+    assert_eq!(s.name, "GET /users/*");
+    assert_eq!(s.method, "GET");
+    assert_eq!(s.method_original, None);
+    assert_eq!(s.route.as_deref(), Some("/users/*"));
+    assert_eq!(s.path, "/users/42");
+    assert_eq!(s.query.as_deref(), Some("x=1"));
+    assert_eq!(s.status, 200);
+    assert!(!s.error);
+    assert_eq!(s.server_address.as_deref(), Some("shop"));
+    assert_eq!(s.server_port, 8000);
+    assert_eq!((s.client_address.as_str(), s.client_port), ("10.0.0.9", 50_123));
+    assert_eq!(s.protocol_version, "1.1");
+    assert_eq!(s.user_agent.as_deref(), Some("curl/8.1"));
+    assert_eq!(s.parent_span_id, 0);
+    assert_ne!(s.trace_id, 0);
+    assert_ne!(s.span_id, 0);
+    // monotonic → Unix: exactly offset + monotonic
+    assert_eq!(s.start_unix_ns, (OFFSET + 1_000_000) as u64);
+    assert_eq!(s.end_unix_ns, (OFFSET + 3_500_000) as u64);
+    assert_eq!(p.resource.service_name, "python3.11");
+    assert_eq!(p.resource.pid, 100);
+    assert_eq!(p.origin, (INST, 1));
+    // the batch is safe once its span is
+    assert_eq!(rig.ledger.ack().unwrap().upto, 0);
+    rig.ledger.release(INST, 1, 1);
+    assert_eq!(rig.ledger.ack().unwrap().upto, 1);
+}
+
+#[test]
+fn status_to_error_by_kind() {
+    let mut rig = Rig::new(|_| {});
+    let out = rig.run(vec![
+        event(Role::Server, 1, 1, b"GET /a HTTP/1.1\r\n\r\n", 404),
+        event(Role::Server, 1, 2, b"GET /a HTTP/1.1\r\n\r\n", 503),
+        event(Role::Client, 2, 1, b"GET /a HTTP/1.1\r\n\r\n", 404),
+    ]);
+    let errs: Vec<bool> = out.iter().map(|p| p.span.error).collect();
+    assert_eq!(errs, [false, true, true]);
+}
+
+#[test]
+fn unknown_method_is_other() {
+    let mut rig = Rig::new(|_| {});
+    let out = rig.run(vec![event(Role::Server, 1, 1, b"PURGE /cache HTTP/1.1\r\n\r\n", 200)]);
+    let s = &out[0].span;
+    assert_eq!((s.method.as_str(), s.method_original.as_deref(), s.name.as_str()), ("_OTHER", Some("PURGE"), "HTTP /cache"));
+}
+
+#[test]
+fn traceparent_joins_the_callers_trace() {
+    let mut rig = Rig::new(|_| {});
+    let out = rig.run(vec![event(
+        Role::Server,
+        1,
+        1,
+        b"GET / HTTP/1.1\r\ntraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00\r\n\r\n",
+        200,
+    )]);
+    let s = &out[0].span;
+    assert_eq!(s.trace_id, 0x4bf92f3577b34da6a3ce929d0e0e4736);
+    assert_eq!(s.parent_span_id, 0x00f067aa0ba902b7);
+    assert_eq!(s.trace_flags, 0);
+}
+
+#[test]
+fn client_call_inside_a_server_request_is_its_child() {
+    let mut rig = Rig::new(|_| {});
+    let mut client = event(Role::Client, 9, 1, b"GET /inner HTTP/1.1\r\nHost: backend:9000\r\n\r\n", 200);
+    client.parent = Some((1, 1));
+    client.local = v4([127, 0, 0, 1], 40_000);
+    client.peer = v4([127, 0, 0, 2], 9000);
+    // The client exchange finishes first; the server span (with an incoming
+    // traceparent) comes after it in the same batch.
+    let server = event(
+        Role::Server,
+        1,
+        1,
+        b"GET /outer HTTP/1.1\r\ntraceparent: 00-11111111111111111111111111111111-2222222222222222-01\r\n\r\n",
+        200,
+    );
+    let out = rig.run(vec![client, server]);
+    assert_eq!(out.len(), 2);
+    let srv = out.iter().find(|p| p.span.kind == SpanKind::Server).unwrap();
+    let cli = out.iter().find(|p| p.span.kind == SpanKind::Client).unwrap();
+    assert_eq!(cli.span.parent_span_id, srv.span.span_id);
+    assert_eq!(cli.span.trace_id, 0x11111111111111111111111111111111);
+    assert_eq!(cli.span.name, "GET");
+    assert_eq!(cli.span.route, None);
+    assert_eq!(cli.span.server_address.as_deref(), Some("backend"));
+    assert_eq!(cli.span.server_port, 9000);
+    assert_eq!(cli.span.peer_address, "127.0.0.2");
+    assert_eq!(rig.t.held(), 0);
+}
+
+#[test]
+fn orphaned_child_is_sent_after_parent_wait() {
+    let mut rig = Rig::new(|s| s.pipeline.parent_wait = Duration::from_millis(10));
+    let mut client = event(Role::Client, 9, 1, b"GET /inner HTTP/1.1\r\n\r\n", 200);
+    client.parent = Some((1, 1));
+    let out = rig.run(vec![client]);
+    assert!(out.is_empty());
+    assert_eq!(rig.t.held(), 1);
+    let mut out = Vec::new();
+    rig.t.expire(Instant::now() + Duration::from_millis(20), &mut out);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].span.trace_id, ids::trace_id(INST, 1, 1, 0));
+    assert_eq!(out[0].span.parent_span_id, ids::span_id(INST, 1, 1, 0, Role::Server));
+    assert_eq!(rig.count("ringtail_parent_wait_timeouts_total", None), 1.0);
+}
+
+#[test]
+fn pipelined_requests_pair_with_their_responses() {
+    let mut rig = Rig::new(|_| {});
+    let first = event(Role::Server, 3, 1, b"GET /1 HTTP/1.1\r\n\r\nGET /2 HTTP/1.1\r\n\r\nGET /3 HTTP/1.1\r\n\r\n", 200);
+    let mut o2 = event(Role::Server, 3, 1, b"", 404);
+    o2.orphan = true;
+    o2.end_mono_ns = 4_000_000;
+    let mut o3 = o2.clone();
+    o3.status = 500;
+    o3.end_mono_ns = 5_000_000;
+    let out = rig.run(vec![first, o2, o3]);
+    let got: Vec<(&str, u16)> = out.iter().map(|p| (p.span.path.as_str(), p.span.status)).collect();
+    assert_eq!(got, [("/1", 200), ("/2", 404), ("/3", 500)]);
+    // each starts when the previous response ended
+    assert_eq!(out[2].span.start_unix_ns, (OFFSET + 4_000_000) as u64);
+    let ids: std::collections::HashSet<u64> = out.iter().map(|p| p.span.span_id).collect();
+    assert_eq!(ids.len(), 3);
+    // a response nobody asked for is counted, not invented
+    let mut stray = event(Role::Server, 77, 1, b"", 200);
+    stray.orphan = true;
+    assert!(rig.run(vec![stray]).is_empty());
+    assert_eq!(rig.count("ringtail_dropped_events_total", Some("unmatched_response")), 1.0);
+}
+
+#[test]
+fn ignored_routes_and_garbage_are_counted() {
+    let mut rig = Rig::new(|s| s.routes.ignored = vec!["/health".into()]);
+    let out = rig.run(vec![
+        event(Role::Server, 1, 1, b"GET /health HTTP/1.1\r\n\r\n", 200),
+        event(Role::Server, 1, 2, b"\x00\x01garbage", 200),
+        event(Role::Server, 1, 3, b"GET /ok HTTP/1.1\r\n\r\n", 200),
+    ]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(rig.count("ringtail_ignored_requests_total", None), 1.0);
+    assert_eq!(rig.count("ringtail_dropped_events_total", Some("unparsable_request")), 1.0);
+}
+
+#[test]
+fn same_request_same_ids_across_transformers() {
+    let a = Rig::new(|_| {}).run(vec![event(Role::Server, 5, 2, b"GET / HTTP/1.1\r\n\r\n", 200)]);
+    let b = Rig::new(|_| {}).run(vec![event(Role::Server, 5, 2, b"GET / HTTP/1.1\r\n\r\n", 200)]);
+    assert_eq!((a[0].span.trace_id, a[0].span.span_id), (b[0].span.trace_id, b[0].span.span_id));
+}
