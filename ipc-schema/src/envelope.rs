@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::{HealthReport, RawBatch, SpanBatch, MAX_MESSAGE_BYTES, SCHEMA_VERSION};
 
 /// Which ringtail process produced a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Component {
     ProbeLoader,
     SpanActor,

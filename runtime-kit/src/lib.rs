@@ -13,11 +13,13 @@
 //! - [`counters`]: a registry of counters and gauges that become
 //!   [`ipc_schema::HealthReport`]s; drops are counted *and* logged there.
 //! - [`users`]: user and group names to ids.
+//! - [`http`]: a minimal GET server for `/metrics` and pprof.
 //! - [`ipc`]: ipc:// PUB sockets with restricted permissions, self-healing
 //!   SUB subscriptions, and the replay/ack protocol that lets any process
 //!   restart without losing batches.
 
 pub mod counters;
+pub mod http;
 pub mod ipc;
 pub mod logging;
 pub mod ready;

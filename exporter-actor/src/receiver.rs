@@ -1,0 +1,210 @@
+//! The receiver actor: span batches in from the span-actor, out to every
+//! sink; acks back once a batch is finished everywhere.
+//!
+//! Replays are dropped twice over: by sequence number (a replay from the
+//! same span-actor) and by span id (the same request re-derived by a
+//! restarted span-actor from the loader's replay), so a restart never
+//! double-counts a request in traces or histograms.
+
+use std::collections::{HashSet, VecDeque};
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use ipc_schema::{Ack, Body, Component, Envelope, SpanBatch};
+use runtime_kit::counters::{Counter, Drops, Registry};
+use runtime_kit::ipc::replay::{InboundSeq, Verdict};
+use runtime_kit::ipc::{AckSender, HEARTBEAT};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
+use tokio_stream::StreamExt as _;
+
+use crate::meters::Meters;
+use crate::sinks::otlp::traces::{TraceJob, TraceSink};
+use crate::sinks::stdout;
+
+/// Span ids remembered to drop re-derived duplicates.
+const RECENT_IDS: usize = 1 << 18;
+/// How often the ack is refreshed.
+const ACK_EVERY: Duration = Duration::from_millis(200);
+
+/// Recently seen span ids, oldest forgotten first.
+#[derive(Default)]
+pub struct RecentIds {
+    set: HashSet<u64>,
+    order: VecDeque<u64>,
+}
+
+impl RecentIds {
+    /// True if `id` was not seen recently (and remembers it).
+    pub fn first_time(&mut self, id: u64) -> bool {
+        if !self.set.insert(id) {
+            return false;
+        }
+        self.order.push_back(id);
+        if self.order.len() > RECENT_IDS {
+            if let Some(old) = self.order.pop_front() {
+                self.set.remove(&old);
+            }
+        }
+        true
+    }
+}
+
+/// A finished trace export: (span-actor instance, seq).
+struct Done((u64, u64));
+
+/// The receiver actor.
+pub struct Receiver {
+    inbound: InboundSeq,
+    recent: RecentIds,
+    stdout: bool,
+    meters: Meters,
+    traces: Option<TraceSink>,
+    acks_out: Option<AckSender>,
+    spans_in: Option<mpsc::Receiver<Envelope>>,
+    done_in: Option<mpsc::UnboundedReceiver<(u64, u64)>>,
+    last_ack: Option<(Ack, Instant)>,
+    registry: Registry,
+    received: Counter,
+    duplicates: Counter,
+    unexpected: Drops,
+    stdout_failed: Drops,
+}
+
+impl Receiver {
+    /// A receiver wired to its sinks.
+    pub fn new(
+        registry: &Registry,
+        stdout: bool,
+        meters: Meters,
+        traces: Option<TraceSink>,
+        acks_out: AckSender,
+        spans_in: mpsc::Receiver<Envelope>,
+        done_in: mpsc::UnboundedReceiver<(u64, u64)>,
+    ) -> Self {
+        Receiver {
+            inbound: InboundSeq::default(),
+            recent: RecentIds::default(),
+            stdout,
+            meters,
+            traces,
+            acks_out: Some(acks_out),
+            spans_in: Some(spans_in),
+            done_in: Some(done_in),
+            last_ack: None,
+            registry: registry.clone(),
+            received: registry.counter("ringtail_spans_received_total", &[]),
+            duplicates: registry.counter("ringtail_spans_duplicate_total", &[]),
+            unexpected: registry.drops("ringtail_ipc_rejected_total", "unexpected_message"),
+            stdout_failed: registry.drops("ringtail_dropped_spans_total", "stdout_failed"),
+        }
+    }
+
+    fn handle_spans(&mut self, instance: u64, seq: u64, mut batch: SpanBatch) {
+        if self.inbound.receive(seq) == Verdict::Duplicate {
+            self.duplicates.add(batch.spans.len() as u64);
+            return;
+        }
+        let before = batch.spans.len();
+        let recent = &mut self.recent;
+        batch.spans.retain(|s| recent.first_time(s.span_id));
+        self.duplicates.add((before - batch.spans.len()) as u64);
+        self.received.add(batch.spans.len() as u64);
+        if self.stdout {
+            let mut out = std::io::stdout().lock();
+            if stdout::write(&batch, &mut out).is_err() {
+                self.stdout_failed.add(batch.spans.len() as u64);
+            }
+            let _ = out.flush();
+        }
+        for s in &batch.spans {
+            if let Some(res) = batch.resources.get(s.resource as usize) {
+                self.meters.record(res, s);
+            }
+        }
+        let to_trace = batch.spans.iter().filter(|s| s.export_trace).count();
+        match &self.traces {
+            Some(sink) if to_trace > 0 => {
+                let job = TraceJob { key: (instance, seq), batch: Arc::new(batch), spans: to_trace };
+                if !sink.submit(job) {
+                    self.inbound.done(seq); // dropped and counted: finished
+                }
+            }
+            _ => self.inbound.done(seq),
+        }
+    }
+
+    fn send_ack(&mut self, ctx: &mut Context<Self>) {
+        let Some(ack) = self.inbound.ack() else { return };
+        let due = match self.last_ack {
+            Some((last, at)) => last != ack || at.elapsed() >= HEARTBEAT,
+            None => true,
+        };
+        if !due {
+            return;
+        }
+        let Some(mut acks_out) = self.acks_out.take() else { return };
+        ctx.wait(
+            async move {
+                let res = acks_out.send(ack).await;
+                (acks_out, res)
+            }
+            .into_actor(self)
+            .map(move |(acks_out, res), act, _| {
+                act.acks_out = Some(acks_out);
+                if res.is_ok() {
+                    act.last_ack = Some((ack, Instant::now()));
+                }
+            }),
+        );
+    }
+}
+
+impl Actor for Receiver {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        if let Some(rx) = self.spans_in.take() {
+            ctx.add_stream(ReceiverStream::new(rx));
+        }
+        if let Some(rx) = self.done_in.take() {
+            ctx.add_stream(UnboundedReceiverStream::new(rx).map(Done));
+        }
+        ctx.run_interval(ACK_EVERY, |act, ctx| act.send_ack(ctx));
+        ctx.run_interval(HEARTBEAT, |act, _| {
+            let own = act.registry.report();
+            act.meters.update_health(own);
+        });
+    }
+}
+
+impl StreamHandler<Envelope> for Receiver {
+    fn handle(&mut self, env: Envelope, _: &mut Self::Context) {
+        match env.body {
+            Body::Health(report) if report.component != Component::ExporterActor => self.meters.update_health(report),
+            Body::Spans(batch) if env.producer.component == Component::SpanActor => {
+                self.inbound.observe(env.producer);
+                self.handle_spans(env.producer.instance, env.seq, batch);
+            }
+            _ => self.unexpected.add(1),
+        }
+        // Heartbeats (seq 0) tell us which span-actor to ack, too.
+        if env.producer.component == Component::SpanActor {
+            self.inbound.observe(env.producer);
+        }
+    }
+
+    fn finished(&mut self, _: &mut Self::Context) {}
+}
+
+impl StreamHandler<Done> for Receiver {
+    fn handle(&mut self, Done((instance, seq)): Done, _: &mut Self::Context) {
+        if self.inbound.instance() == Some(instance) {
+            self.inbound.done(seq);
+        }
+    }
+
+    fn finished(&mut self, _: &mut Self::Context) {}
+}

@@ -1,0 +1,148 @@
+//! The effective OTLP configuration: `[export.otlp]` from the file, then the
+//! standard `OTEL_*` environment variables on top, as the issue and most
+//! agents do (the environment of a deployment wins over a baked-in file).
+//!
+//! | variable | overrides |
+//! |---|---|
+//! | `OTEL_EXPORTER_OTLP_ENDPOINT` | `endpoint` (HTTP: `/v1/traces`, `/v1/metrics` appended) |
+//! | `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` | `traces_endpoint` (used as is) |
+//! | `OTEL_EXPORTER_OTLP_METRICS_ENDPOINT` | `metrics_endpoint` (used as is) |
+//! | `OTEL_EXPORTER_OTLP_PROTOCOL` | `protocol` (`grpc` or `http/protobuf`) |
+//! | `OTEL_EXPORTER_OTLP_HEADERS` | `headers` (merged, `k=v,k2=v2`, percent-encoded) |
+//! | `OTEL_EXPORTER_OTLP_TIMEOUT` | `timeout` (milliseconds) |
+//! | `OTEL_METRIC_EXPORT_INTERVAL` | `metrics_interval` (milliseconds) |
+//! | `OTEL_RESOURCE_ATTRIBUTES` | added to every exported resource |
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use ipc_schema::config::{ConfigError, OtlpProtocol, OtlpSettings, RetrySettings};
+
+/// OTLP export as it will run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtlpConfig {
+    /// Where traces go (full URL for HTTP); `None` = traces not exported.
+    pub traces_endpoint: Option<String>,
+    /// Where metrics go; `None` = metrics not exported over OTLP.
+    pub metrics_endpoint: Option<String>,
+    pub protocol: OtlpProtocol,
+    pub headers: BTreeMap<String, String>,
+    /// Time limit of one request.
+    pub timeout: Duration,
+    pub retry: RetrySettings,
+    pub metrics_interval: Duration,
+    /// Attributes added to every resource (from `OTEL_RESOURCE_ATTRIBUTES`).
+    pub resource_attributes: Vec<(String, String)>,
+}
+
+fn bad(var: &str, rule: &'static str, example: &'static str, value: &str) -> ConfigError {
+    ConfigError::Invalid { key: var.to_owned(), rule, example, value: format!("{value:?}") }
+}
+
+fn millis(env: &HashMap<String, String>, var: &str) -> Result<Option<Duration>, ConfigError> {
+    match env.get(var) {
+        None => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|ms| *ms > 0)
+            .map(|ms| Some(Duration::from_millis(ms)))
+            .ok_or_else(|| bad(var, "must be a number of milliseconds above 0", "10000", v)),
+    }
+}
+
+/// Parses `k=v,k2=v2` with percent-encoded values (W3C baggage style).
+pub fn parse_pairs(s: &str) -> Vec<(String, String)> {
+    s.split(',')
+        .filter_map(|kv| {
+            let (k, v) = kv.split_once('=')?;
+            let k = k.trim();
+            (!k.is_empty()).then(|| (k.to_owned(), percent_decode(v.trim())))
+        })
+        .collect()
+}
+
+fn percent_decode(s: &str) -> String {
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push(h << 4 | l);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn check_url(var: &str, url: &str) -> Result<(), ConfigError> {
+    let ok = (url.starts_with("http://") || url.starts_with("https://")) && url.parse::<http::Uri>().is_ok_and(|u| u.host().is_some());
+    if ok {
+        Ok(())
+    } else {
+        Err(bad(var, "must be an http:// or https:// URL with a host", "http://127.0.0.1:4317", url))
+    }
+}
+
+impl OtlpConfig {
+    /// Resolves file settings and the environment.
+    pub fn resolve(s: &OtlpSettings, env: &HashMap<String, String>) -> Result<OtlpConfig, ConfigError> {
+        let protocol = match env.get("OTEL_EXPORTER_OTLP_PROTOCOL").map(|p| p.trim()) {
+            None => s.protocol,
+            Some("grpc") => OtlpProtocol::Grpc,
+            Some("http/protobuf") => OtlpProtocol::HttpProtobuf,
+            Some(other) => return Err(bad("OTEL_EXPORTER_OTLP_PROTOCOL", "must be grpc or http/protobuf", "grpc", other)),
+        };
+        let base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT").cloned().unwrap_or_else(|| s.endpoint.clone());
+        if !base.is_empty() {
+            check_url("OTEL_EXPORTER_OTLP_ENDPOINT", &base)?;
+        }
+        let signal = |var: &str, file: &str, path: &str| -> Result<Option<String>, ConfigError> {
+            let explicit = env.get(var).cloned().filter(|v| !v.is_empty()).or_else(|| Some(file.to_owned()).filter(|v| !v.is_empty()));
+            if let Some(url) = explicit {
+                check_url(var, &url)?;
+                return Ok(Some(url));
+            }
+            if base.is_empty() {
+                return Ok(None);
+            }
+            Ok(Some(match protocol {
+                OtlpProtocol::Grpc => base.clone(),
+                OtlpProtocol::HttpProtobuf => format!("{}/{path}", base.trim_end_matches('/')),
+            }))
+        };
+        let traces_endpoint = if s.traces { signal("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &s.traces_endpoint, "v1/traces")? } else { None };
+        let metrics_endpoint = if s.metrics { signal("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", &s.metrics_endpoint, "v1/metrics")? } else { None };
+        let mut headers = s.headers.clone();
+        if let Some(h) = env.get("OTEL_EXPORTER_OTLP_HEADERS") {
+            for (k, v) in parse_pairs(h) {
+                headers.insert(k.to_ascii_lowercase(), v);
+            }
+        }
+        for (k, v) in &headers {
+            if http::HeaderName::from_bytes(k.as_bytes()).is_err() || http::HeaderValue::from_str(v).is_err() {
+                return Err(bad("OTEL_EXPORTER_OTLP_HEADERS", "must be valid header names and values", "authorization=Bearer%20x", k));
+            }
+        }
+        let timeout = millis(env, "OTEL_EXPORTER_OTLP_TIMEOUT")?.unwrap_or(s.timeout);
+        let metrics_interval = millis(env, "OTEL_METRIC_EXPORT_INTERVAL")?.unwrap_or(s.metrics_interval);
+        let resource_attributes = env.get("OTEL_RESOURCE_ATTRIBUTES").map(|v| parse_pairs(v)).unwrap_or_default();
+        Ok(OtlpConfig {
+            traces_endpoint,
+            metrics_endpoint,
+            protocol,
+            headers,
+            timeout,
+            retry: s.retry.clone(),
+            metrics_interval,
+            resource_attributes,
+        })
+    }
+}

@@ -1,0 +1,96 @@
+use std::collections::BTreeMap;
+
+use ipc_schema::{Component, HealthReport, HttpSpan, MetricPoint, ServiceResource, SpanKind};
+use runtime_kit::counters::Registry;
+
+use super::exposition;
+use super::render::{render_health, sanitize};
+use crate::meters::Meters;
+
+fn res() -> ServiceResource {
+    ServiceResource {
+        service_name: "shop".into(),
+        service_instance_id: "h:1".into(),
+        host_name: "h".into(),
+        pid: 1,
+        executable_name: "shop".into(),
+        extra: vec![],
+    }
+}
+
+fn span(ms: u64, status: u16) -> HttpSpan {
+    HttpSpan {
+        resource: 0,
+        kind: SpanKind::Server,
+        trace_id: 1,
+        span_id: 1,
+        parent_span_id: 0,
+        trace_flags: 1,
+        name: "GET /x".into(),
+        start_unix_ns: 0,
+        end_unix_ns: ms * 1_000_000,
+        method: "GET".into(),
+        method_original: None,
+        route: Some("/x".into()),
+        path: "/x/1".into(),
+        query: None,
+        scheme: "http".into(),
+        status,
+        error: status >= 500,
+        server_address: None,
+        server_port: 80,
+        client_address: "a".into(),
+        client_port: 1,
+        peer_address: "a".into(),
+        peer_port: 1,
+        protocol_version: "1.1".into(),
+        user_agent: None,
+        export_trace: true,
+        export_metrics: true,
+    }
+}
+
+#[test]
+fn histograms_follow_the_otel_prometheus_names() {
+    let registry = Registry::new(Component::ExporterActor, 1);
+    let mut m = Meters::new(vec![], "h", &registry);
+    m.record(&res(), &span(3, 200)); // 0.003 s: first bucket
+    m.record(&res(), &span(30, 200)); // 0.03 s
+    m.record(&res(), &span(20_000, 500)); // beyond the last bound
+    let mut ignored = span(1, 200);
+    ignored.export_metrics = false;
+    m.record(&res(), &ignored);
+    let text = exposition(&m.view());
+    assert!(text.contains("# TYPE http_server_request_duration_seconds histogram"), "{text}");
+    let ok = "http_server_request_duration_seconds_bucket{service_name=\"shop\",service_instance_id=\"h:1\"";
+    let line = |needle: &str| text.lines().find(|l| l.starts_with(ok) && l.contains(needle)).unwrap_or_else(|| panic!("{needle} in\n{text}")).to_owned();
+    assert!(line("http_response_status_code=\"200\"").contains("http_route=\"/x\""));
+    assert!(text.lines().any(|l| l.starts_with(ok) && l.contains("status_code=\"200\"") && l.contains("le=\"0.005\"} 1")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with(ok) && l.contains("status_code=\"200\"") && l.contains("le=\"+Inf\"} 2")), "{text}");
+    assert!(text.lines().any(|l| l.contains("error_type=\"500\"") && l.contains("le=\"10\"} 0")), "{text}");
+    assert!(text.lines().any(|l| l.starts_with("http_server_request_duration_seconds_count{") && l.contains("status_code=\"200\"") && l.ends_with(" 2")), "{text}");
+    assert!(!text.contains("url_path"), "url.path is unbounded and never a label");
+}
+
+#[test]
+fn health_points_keep_their_names() {
+    let mut reports = BTreeMap::new();
+    reports.insert(
+        Component::ProbeLoader,
+        HealthReport {
+            component: Component::ProbeLoader,
+            instance: 1,
+            points: vec![MetricPoint::counter("ringtail_dropped_events_total", &[("component", "probe-loader"), ("reason", "ring_full")], 3)],
+        },
+    );
+    let mut out = String::new();
+    render_health(&reports, &mut out);
+    assert!(out.contains("# TYPE ringtail_dropped_events_total counter"));
+    assert!(out.contains("ringtail_dropped_events_total{component=\"probe-loader\",reason=\"ring_full\"} 3"), "{out}");
+}
+
+#[test]
+fn names_are_sanitized() {
+    assert_eq!(sanitize("http.server.request.duration"), "http_server_request_duration");
+    assert_eq!(sanitize("9lives"), "_9lives");
+}

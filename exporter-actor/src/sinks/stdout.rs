@@ -1,0 +1,74 @@
+//! One readable line per span on standard output, for trying ringtail out.
+//!
+//! `2026-11-29T23:59:59.123Z SERVER python3.11 "GET /users/*" GET /users/7 404 1.234ms trace=… span=… peer=127.0.0.1:5555`
+
+use std::io::Write;
+
+use ipc_schema::{SpanBatch, SpanKind};
+
+/// Formats Unix-epoch ns as RFC 3339 UTC with milliseconds.
+pub fn rfc3339(ns: u64) -> String {
+    let secs = (ns / 1_000_000_000) as i64;
+    let ms = (ns / 1_000_000) % 1000;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil from days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// The line for one span.
+pub fn line(batch: &SpanBatch, i: usize) -> String {
+    let s = &batch.spans[i];
+    let service = batch.resources.get(s.resource as usize).map_or("unknown_service", |r| r.service_name.as_str());
+    let kind = match s.kind {
+        SpanKind::Server => "SERVER",
+        SpanKind::Client => "CLIENT",
+    };
+    let query = s.query.as_deref().map(|q| format!("?{q}")).unwrap_or_default();
+    let dur_ms = s.end_unix_ns.saturating_sub(s.start_unix_ns) as f64 / 1e6;
+    let parent = if s.parent_span_id != 0 { format!(" parent={:016x}", s.parent_span_id) } else { String::new() };
+    let (peer, port) = match s.kind {
+        SpanKind::Server => (s.client_address.as_str(), s.client_port),
+        SpanKind::Client => (s.peer_address.as_str(), s.peer_port),
+    };
+    format!(
+        "{} {kind} {service} {:?} {} {}{query} {} {dur_ms:.3}ms trace={:032x} span={:016x}{parent} peer={peer}:{port}",
+        rfc3339(s.start_unix_ns),
+        s.name,
+        s.method_original.as_deref().unwrap_or(&s.method),
+        s.path,
+        s.status,
+        s.trace_id,
+        s.span_id,
+    )
+}
+
+/// Writes every exported span of a batch, one line each.
+pub fn write(batch: &SpanBatch, out: &mut impl Write) -> std::io::Result<()> {
+    for (i, s) in batch.spans.iter().enumerate() {
+        if s.export_trace {
+            writeln!(out, "{}", line(batch, i))?;
+        }
+    }
+    out.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_795_995_264_880_261_349), "2026-11-29T23:34:24.880Z");
+        assert_eq!(rfc3339(951_782_400_000_000_000), "2000-02-29T00:00:00.000Z");
+    }
+}
