@@ -25,6 +25,9 @@ struct Args {
     /// The ringtail configuration file (TOML).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Only validate the configuration (this component's part) and exit.
+    #[arg(long)]
+    check: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -33,6 +36,9 @@ fn main() -> anyhow::Result<()> {
     runtime_kit::logging::init(&settings.log.level);
     let env = std::env::vars().collect();
     let otlp = OtlpConfig::resolve(&settings.export.otlp, &env).context("invalid OTLP configuration")?;
+    if args.check {
+        return Ok(());
+    }
     let system = actix_rt::System::new();
     system.block_on(run(settings, otlp))
 }

@@ -18,6 +18,9 @@ use serde::{Deserialize, Serialize};
 /// Prefix of environment overrides.
 pub const ENV_PREFIX: &str = "RINGTAIL";
 
+/// `RINGTAIL_…` variables that are not configuration keys.
+pub const NOT_CONFIG: &[&str] = &["RINGTAIL_BIN_DIR", "RINGTAIL_READY_FD", "RINGTAIL_VMLINUX_BTF"];
+
 /// Keys whose environment value is a comma-separated list.
 const LIST_KEYS: &[&str] = &[
     "discovery.open_ports",
@@ -25,6 +28,13 @@ const LIST_KEYS: &[&str] = &[
     "discovery.pids",
     "routes.patterns",
     "routes.ignored",
+];
+
+/// Keys whose values are one of a few words: (key, rule, example).
+const ENUM_RULES: &[(&str, &str, &str)] = &[
+    ("export.otlp.protocol", "must be grpc or http/protobuf", "\"grpc\""),
+    ("routes.unmatched", "must be path, wildcard or heuristic", "\"heuristic\""),
+    ("routes.ignore_mode", "must be all, traces or metrics", "\"all\""),
 ];
 
 /// The whole configuration.
@@ -402,7 +412,7 @@ impl Settings {
     ) -> Result<Settings, ConfigError> {
         let mut vars: std::collections::HashMap<String, String> = env
             .into_iter()
-            .filter(|(k, _)| k.starts_with("RINGTAIL_") || k == "PROFILE_PORT")
+            .filter(|(k, _)| (k.starts_with("RINGTAIL_") && !NOT_CONFIG.contains(&k.as_str())) || k == "PROFILE_PORT")
             .collect();
         if let Some(port) = vars.remove("PROFILE_PORT") {
             vars.entry("RINGTAIL_PROFILE__PORT".into()).or_insert(port);
@@ -421,9 +431,14 @@ impl Settings {
             builder = builder.add_source(config::File::from(path).format(config::FileFormat::Toml).required(true));
         }
         let cfg = builder.add_source(environment).build().map_err(|source| ConfigError::Load { source })?;
-        let settings: Settings = serde_path_to_error::deserialize(cfg).map_err(|e| ConfigError::Schema {
-            key: e.path().to_string(),
-            problem: e.into_inner().to_string(),
+        let values = cfg.clone();
+        let settings: Settings = serde_path_to_error::deserialize(cfg).map_err(|e| {
+            let key = e.path().to_string();
+            // Enum keys: say which values are allowed, not serde's wording.
+            match ENUM_RULES.iter().find(|(k, _, _)| *k == key) {
+                Some((k, rule, example)) => invalid(*k, rule, example, format!("{:?}", values.get_string(k).unwrap_or_default())),
+                None => ConfigError::Schema { key, problem: e.into_inner().to_string() },
+            }
         })?;
         settings.validate()?;
         Ok(settings)
@@ -642,7 +657,13 @@ mod tests {
     fn file_values_and_env_overrides() {
         let s = load(
             "[probe]\nwakeup_len = 4\nflush_interval = \"20ms\"\n[discovery]\nopen_ports = [8000]\n[export.otlp]\nendpoint = \"http://127.0.0.1:4317\"\nheaders = { authorization = \"x\" }\n",
-            &[("RINGTAIL_PROBE__WAKEUP_LEN", "1"), ("RINGTAIL_DISCOVERY__OPEN_PORTS", "8080,9090"), ("PROFILE_PORT", "6060")],
+            &[
+                ("RINGTAIL_PROBE__WAKEUP_LEN", "1"),
+                ("RINGTAIL_DISCOVERY__OPEN_PORTS", "8080,9090"),
+                ("PROFILE_PORT", "6060"),
+                ("RINGTAIL_READY_FD", "3"),
+                ("RINGTAIL_BIN_DIR", "/x"),
+            ],
         )
         .unwrap();
         assert_eq!(s.probe.wakeup_len, 1);

@@ -41,11 +41,17 @@ struct Args {
     /// The ringtail configuration file (TOML).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Only validate the configuration (this component's part) and exit.
+    #[arg(long)]
+    check: bool,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let settings = Settings::load(args.config.as_deref()).context("invalid configuration")?;
+    if args.check {
+        return Ok(());
+    }
     runtime_kit::logging::init(&settings.log.level);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the runtime")?;
     rt.block_on(run(settings))
@@ -79,7 +85,9 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     let producer = Producer { component: Component::ProbeLoader, instance };
     let publisher = ReplayPublisher::new(socket, raw_path.clone(), producer, settings.pipeline.replay_batches, &registry);
 
-    // 2. Drop what is no longer needed.
+    // 2. Drop what is no longer needed. The actors' group stays, as the only
+    //    way into their directory for the acks they publish.
+    privileges::join_group(actors.gid)?;
     privileges::drop_all(settings.probe.read_process_env)?;
     tracing::info!(event = "dropped_privileges", kept = %privileges::effective(), "privileges dropped");
 

@@ -10,7 +10,9 @@
 //! | CAP_CHOWN, CAP_FOWNER | giving socket files to the actors' group | no          |
 //!
 //! The loader keeps running as uid 0 (it owns its socket files and the
-//! runtime dir) but with no other capability; `no_new_privs` is set so
+//! runtime dir), with the actors' group as its only supplementary group (to
+//! reach the ack socket in their 0750 directory), but with no other
+//! capability; `no_new_privs` is set so
 //! nothing it could exec regains any.
 
 use caps::{CapSet, Capability, CapsHashSet};
@@ -29,6 +31,11 @@ pub enum PrivilegeError {
     Drop {
         #[source]
         source: caps::errors::CapsError,
+    },
+    #[error("cannot join the actors' group")]
+    Groups {
+        #[source]
+        source: std::io::Error,
     },
     #[error("cannot set no_new_privs")]
     NoNewPrivs {
@@ -54,6 +61,16 @@ pub fn check() -> Result<(), PrivilegeError> {
         || (have.contains(&Capability::CAP_BPF) && have.contains(&Capability::CAP_PERFMON));
     if !bpf_ok {
         return Err(PrivilegeError::Missing { missing: "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)".into(), have: names(&have) });
+    }
+    Ok(())
+}
+
+/// Makes `gid` the only supplementary group (needs CAP_SETGID, so before
+/// [`drop_all`]).
+pub fn join_group(gid: u32) -> Result<(), PrivilegeError> {
+    // SAFETY: setgroups reads one gid from a valid pointer.
+    if unsafe { libc::setgroups(1, &gid) } != 0 {
+        return Err(PrivilegeError::Groups { source: std::io::Error::last_os_error() });
     }
     Ok(())
 }

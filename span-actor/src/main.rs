@@ -19,11 +19,17 @@ struct Args {
     /// The ringtail configuration file (TOML).
     #[arg(long)]
     config: Option<PathBuf>,
+    /// Only validate the configuration (this component's part) and exit.
+    #[arg(long)]
+    check: bool,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let settings = Settings::load(args.config.as_deref()).context("invalid configuration")?;
+    if args.check {
+        return Ok(());
+    }
     runtime_kit::logging::init(&settings.log.level);
     let system = actix_rt::System::new();
     system.block_on(run(settings))
@@ -44,10 +50,10 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     std::fs::create_dir_all(&own).with_context(|| format!("cannot create {} (the supervisor makes it, owned by actors.user)", own.display()))?;
     let spans_path = endpoints::spans(dir);
     let acks_path = endpoints::raw_acks(dir);
-    // Both sockets: our user only (the exporter runs as the same user; the
-    // loader is root).
+    // Spans: our user only (the exporter runs as the same user). Acks: our
+    // group too, which the loader joins to read them.
     let spans = ipc::bind_pub(&spans_path, Access::private()).await?;
-    let raw_acks = ipc::bind_pub(&acks_path, Access::private()).await?;
+    let raw_acks = ipc::bind_pub(&acks_path, Access { mode: 0o660, gid: None, uid: None }).await?;
     let me = Producer { component: Component::SpanActor, instance };
     let spans = ReplayPublisher::new(spans, spans_path.clone(), me, settings.pipeline.replay_batches, &registry);
     let raw_acks = AckSender::new(raw_acks, acks_path.clone(), me);

@@ -1,0 +1,136 @@
+//! `ringtail`: what users run. Reads the configuration, has every component
+//! check its part, prepares the runtime directory, starts the probe-loader
+//! (privileged) and the two actors (as `actors.user`, no capabilities,
+//! `no_new_privs`), restarts each on its own, and stops them all on
+//! SIGINT/SIGTERM.
+//!
+//! # Layout
+//! - `components`: the component table (only the loader is privileged).
+//! - `spawn`: starting one component: readiness pipe, privilege drop,
+//!   parent-death signal.
+//! - `supervise`: restarts with back-off, throttling of components that die
+//!   before they are ready, orderly stop.
+//! - `runtime_dir` (here): the directory and effective config the
+//!   components share.
+
+mod components;
+mod spawn;
+mod supervise;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use ipc_schema::config::Settings;
+use ipc_schema::endpoints;
+use runtime_kit::users::{self, UserIds};
+
+/// ringtail: eBPF HTTP auto-instrumentation. Every HTTP/1.x request served
+/// or sent on this host becomes an OpenTelemetry span and a duration metric.
+#[derive(Parser)]
+#[command(version)]
+struct Args {
+    /// The configuration file (TOML); RINGTAIL_… variables override it.
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run ringtail in the foreground (the default).
+    Run,
+    /// Validate the configuration (every component's part) and print the
+    /// effective configuration.
+    CheckConfig,
+}
+
+fn bin_dir() -> anyhow::Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("RINGTAIL_BIN_DIR") {
+        return Ok(PathBuf::from(dir));
+    }
+    let exe = std::env::current_exe().context("cannot find the ringtail executable")?;
+    Ok(exe.parent().map(Path::to_path_buf).unwrap_or_default())
+}
+
+/// Runs `binary --check` for each component: each validates its own part
+/// (e.g. the exporter its `OTEL_*` environment).
+fn check_components(bin: &Path, config: Option<&Path>) -> anyhow::Result<()> {
+    for c in &components::COMPONENTS {
+        let mut cmd = std::process::Command::new(bin.join(c.binary));
+        cmd.arg("--check");
+        if let Some(p) = config {
+            cmd.arg("--config").arg(p);
+        }
+        let out = cmd.output().with_context(|| format!("cannot run {}", bin.join(c.binary).display()))?;
+        if !out.status.success() {
+            bail!("{}: {}", c.name, String::from_utf8_lossy(&out.stderr).trim());
+        }
+    }
+    Ok(())
+}
+
+/// Creates the runtime directory (root, 0755), the actors' directory (theirs,
+/// 0750: the loader reads their acks through the group) and the effective config (root:actors group, 0640) and returns the
+/// config's path.
+fn prepare_runtime_dir(settings: &Settings, actors: UserIds) -> anyhow::Result<PathBuf> {
+    let dir = &settings.pipeline.runtime_dir;
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    let own = endpoints::actors_dir(dir);
+    std::fs::create_dir_all(&own)?;
+    std::os::unix::fs::chown(&own, Some(actors.uid), Some(actors.gid)).with_context(|| format!("cannot give {} to the actors", own.display()))?;
+    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o750))?;
+    // Stale sockets of a previous run would only confuse a connect.
+    for p in [endpoints::raw_events(dir), endpoints::spans(dir), endpoints::raw_acks(dir), endpoints::span_acks(dir)] {
+        let _ = std::fs::remove_file(p);
+    }
+    let config = dir.join("ringtail.toml");
+    std::fs::write(&config, settings.to_toml()).with_context(|| format!("cannot write {}", config.display()))?;
+    std::os::unix::fs::chown(&config, Some(0), Some(actors.gid))?;
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o640))?;
+    Ok(config)
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let settings = Settings::load(args.config.as_deref()).context("invalid configuration")?;
+    let bin = bin_dir()?;
+    match args.command.unwrap_or(Command::Run) {
+        Command::CheckConfig => {
+            check_components(&bin, args.config.as_deref())?;
+            print!("{}", settings.to_toml());
+            eprintln!("configuration is valid");
+            Ok(())
+        }
+        Command::Run => {
+            runtime_kit::logging::init(&settings.log.level);
+            check_components(&bin, args.config.as_deref()).context("invalid configuration")?;
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } != 0 {
+                bail!("ringtail must start as root: the probe-loader needs CAP_BPF and CAP_PERFMON, and the actors are started as {:?}", settings.actors.user);
+            }
+            let actors = users::actor_ids(&settings.actors)
+                .with_context(|| format!("actors.user {:?} / actors.group {:?}: no such user or group", settings.actors.user, settings.actors.group))?;
+            if actors.uid == 0 {
+                bail!("actors.user {:?} is root: the actors must run unprivileged", settings.actors.user);
+            }
+            let config = prepare_runtime_dir(&settings, actors)?;
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+            rt.block_on(async {
+                let (trigger, shutdown) = runtime_kit::shutdown::channel();
+                runtime_kit::shutdown::on_signals(trigger);
+                tracing::info!(version = env!("CARGO_PKG_VERSION"), actors_uid = actors.uid, event = "starting", "ringtail starting");
+                supervise::run(bin, config.clone(), actors, shutdown).await
+            })?;
+            let dir = &settings.pipeline.runtime_dir;
+            for p in [endpoints::raw_events(dir), endpoints::spans(dir), endpoints::raw_acks(dir), endpoints::span_acks(dir), config] {
+                let _ = std::fs::remove_file(p);
+            }
+            tracing::info!(event = "stopped", "ringtail stopped");
+            Ok(())
+        }
+    }
+}

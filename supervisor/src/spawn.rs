@@ -1,0 +1,90 @@
+//! Starting one component: its readiness pipe, and for unprivileged ones
+//! the drop to `actors.user` with no capabilities and `no_new_privs`.
+//!
+//! Everything the child does between fork and exec is a raw syscall on
+//! values prepared beforehand (no allocation, no locks): that is all that
+//! is safe in a forked child.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+
+use runtime_kit::ready::READY_FD_ENV;
+use runtime_kit::users::UserIds;
+
+use crate::components::Component;
+
+/// The fd number the child finds its readiness pipe on.
+const READY_FD: i32 = 3;
+/// Highest capability number to drop from the bounding set.
+const CAP_LAST: i32 = 63;
+
+/// A started child and the read end of its readiness pipe.
+pub struct Spawned {
+    pub child: tokio::process::Child,
+    pub ready: OwnedFd,
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0i32; 2];
+    // SAFETY: fds is a valid array of two ints for pipe2 to fill.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 succeeded, so both fds are open and ours alone.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// Starts `c` from `bin_dir` with `--config config`.
+pub fn spawn(c: &Component, bin_dir: &Path, config: &Path, actors: UserIds) -> std::io::Result<Spawned> {
+    let (read, write) = pipe()?;
+    let write_fd = write.as_raw_fd();
+    let parent = std::process::id() as i32;
+    let drop_to = (!c.privileged).then_some(actors);
+    let mut cmd = std::process::Command::new(bin_dir.join(c.binary));
+    cmd.arg("--config").arg(config).env(READY_FD_ENV, READY_FD.to_string()).stdin(std::process::Stdio::null());
+    // SAFETY: the closure only makes async-signal-safe syscalls on plain
+    // integers captured by copy.
+    unsafe {
+        cmd.pre_exec(move || {
+            let check = |r: libc::c_int| if r == -1 { Err(std::io::Error::last_os_error()) } else { Ok(()) };
+            check(libc::dup2(write_fd, READY_FD))?;
+            if let Some(ids) = drop_to {
+                // Bounding set first: dropping it needs CAP_SETPCAP, which
+                // the uid change below takes away.
+                for cap in 0..=CAP_LAST {
+                    libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
+                }
+                check(libc::setgroups(1, &ids.gid))?;
+                check(libc::setgid(ids.gid))?;
+                check(libc::setuid(ids.uid))?;
+                // A uid change from 0 clears every capability set; make sure.
+                if libc::geteuid() == 0 || libc::getuid() == 0 {
+                    return Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
+                }
+            }
+            check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+            // After the uid change, which clears it: die with the supervisor.
+            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0))?;
+            if libc::getppid() != parent {
+                libc::_exit(1); // the supervisor died before we got here
+            }
+            Ok(())
+        });
+    }
+    let child = tokio::process::Command::from(cmd).kill_on_drop(false).spawn()?;
+    drop(write);
+    Ok(Spawned { child, ready: read })
+}
+
+/// Waits until the child writes to its readiness pipe; false if it closed
+/// the pipe (exited) without doing so.
+pub async fn wait_ready(fd: OwnedFd) -> bool {
+    tokio::task::spawn_blocking(move || {
+        let mut f = std::fs::File::from(fd);
+        let mut buf = [0u8; 16];
+        matches!(std::io::Read::read(&mut f, &mut buf), Ok(n) if n > 0)
+    })
+    .await
+    .unwrap_or(false)
+}

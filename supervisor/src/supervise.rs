@@ -1,0 +1,152 @@
+//! Keeping the components running, each on its own.
+//!
+//! A component that exits is restarted alone; the others keep running and
+//! find it again (their subscriptions reconnect). A component that was
+//! ready restarts at once the first time and backs off if it keeps dying;
+//! one that dies before reporting ready is throttled (1 s, 2 s, … 60 s), as
+//! Postfix's master does, instead of looping hot. On SIGINT/SIGTERM all are
+//! asked to stop, given 5 s, then killed.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use runtime_kit::shutdown::Shutdown;
+use runtime_kit::users::UserIds;
+use tokio::sync::mpsc;
+
+use crate::components::{Component, COMPONENTS};
+use crate::spawn::{spawn, wait_ready};
+
+/// How long a ready component must live for its back-off to reset.
+const STABLE: Duration = Duration::from_secs(30);
+/// Longest wait before restarting a component.
+const MAX_DELAY: Duration = Duration::from_secs(60);
+/// How long stopping components get before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+enum Event {
+    Ready { idx: usize, generation: u64 },
+    Exited { idx: usize, generation: u64, status: String },
+    Start { idx: usize },
+}
+
+struct Slot {
+    pid: Option<u32>,
+    generation: u64,
+    started: Instant,
+    ready: bool,
+    /// Consecutive quick deaths (for back-off).
+    failures: u32,
+}
+
+/// Runs the components until `shutdown` fires.
+pub async fn run(bin_dir: PathBuf, config: PathBuf, actors: UserIds, mut shutdown: Shutdown) -> anyhow::Result<()> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
+    let mut slots: Vec<Slot> = COMPONENTS.iter().map(|_| Slot { pid: None, generation: 0, started: Instant::now(), ready: false, failures: 0 }).collect();
+    let start = |idx: usize, slot: &mut Slot, tx: &mpsc::UnboundedSender<Event>| {
+        let c: &Component = &COMPONENTS[idx];
+        slot.generation += 1;
+        slot.started = Instant::now();
+        slot.ready = false;
+        let generation = slot.generation;
+        match spawn(c, &bin_dir, &config, actors) {
+            Ok(mut s) => {
+                slot.pid = s.child.id();
+                tracing::info!(component = c.name, pid = slot.pid, event = "started", "started");
+                let ready_tx = tx.clone();
+                tokio::spawn(async move {
+                    if wait_ready(s.ready).await {
+                        let _ = ready_tx.send(Event::Ready { idx, generation });
+                    }
+                });
+                let exit_tx = tx.clone();
+                tokio::spawn(async move {
+                    let status = match s.child.wait().await {
+                        Ok(st) => st.to_string(),
+                        Err(e) => format!("wait failed: {e}"),
+                    };
+                    let _ = exit_tx.send(Event::Exited { idx, generation, status });
+                });
+            }
+            Err(error) => {
+                tracing::error!(component = c.name, %error, "cannot start");
+                let _ = tx.send(Event::Exited { idx, generation, status: format!("spawn failed: {error}") });
+            }
+        }
+    };
+    for (idx, slot) in slots.iter_mut().enumerate() {
+        start(idx, slot, &tx);
+    }
+
+    loop {
+        let ev = tokio::select! {
+            ev = rx.recv() => ev,
+            _ = shutdown.fired() => break,
+        };
+        let Some(ev) = ev else { break };
+        match ev {
+            Event::Ready { idx, generation } if slots[idx].generation == generation => {
+                let slot = &mut slots[idx];
+                slot.ready = true;
+                tracing::info!(component = COMPONENTS[idx].name, pid = slot.pid, after = ?slot.started.elapsed(), event = "ready", "ready");
+            }
+            Event::Exited { idx, generation, status } if slots[idx].generation == generation => {
+                let c = &COMPONENTS[idx];
+                let slot = &mut slots[idx];
+                slot.pid = None;
+                let lived = slot.started.elapsed();
+                if slot.ready && lived >= STABLE {
+                    slot.failures = 0;
+                }
+                let delay = if slot.ready {
+                    // Back at once the first time; slower if it keeps dying.
+                    Duration::from_millis(100) * 2u32.saturating_pow(slot.failures.min(10))
+                } else {
+                    Duration::from_secs(1) * 2u32.saturating_pow(slot.failures.min(6))
+                }
+                .min(MAX_DELAY);
+                slot.failures += 1;
+                if slot.ready {
+                    tracing::warn!(component = c.name, %status, restart_in = ?delay, event = "restarting", "exited; restarting");
+                } else {
+                    tracing::error!(component = c.name, %status, restart_in = ?delay, event = "throttled", "exited before it was ready; throttled");
+                }
+                let tx = tx.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    let _ = tx.send(Event::Start { idx });
+                });
+            }
+            Event::Start { idx } => {
+                if slots[idx].pid.is_none() {
+                    start(idx, &mut slots[idx], &tx);
+                }
+            }
+            _ => {} // an event of a previous generation
+        }
+    }
+
+    tracing::info!(event = "stopping", "stopping components");
+    let pids: Vec<(usize, u32)> = slots.iter().enumerate().filter_map(|(i, s)| s.pid.map(|p| (i, p))).collect();
+    for (_, pid) in &pids {
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(*pid as i32, libc::SIGTERM) };
+    }
+    let deadline = Instant::now() + STOP_GRACE;
+    let mut alive: Vec<(usize, u32)> = pids;
+    while !alive.is_empty() && Instant::now() < deadline {
+        match tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
+            Ok(Some(Event::Exited { idx, generation, status })) if slots[idx].generation == generation => {
+                tracing::info!(component = COMPONENTS[idx].name, %status, event = "stopped", "stopped");
+                alive.retain(|(i, _)| *i != idx);
+            }
+            _ => {}
+        }
+    }
+    for (idx, pid) in alive {
+        tracing::warn!(component = COMPONENTS[idx].name, "did not stop in time; killing");
+        // SAFETY: as above.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    }
+    Ok(())
+}
