@@ -72,7 +72,11 @@ struct conn_state {
 	__u8 role;
 	__u8 phase;
 	__u8 flags;
-	__u8 _pad[7];
+	/* The start of a request line that arrived alone (Go's net/http reads
+	 * one byte ahead between keep-alive requests): joined to the next read. */
+	__u8 pend_len;
+	__u8 _pad[6];
+	__u8 pend[PREFIX_LEN];
 	/* Twice the capture length so that an append at any offset below
 	 * CAPTURE_LEN of up to CAPTURE_LEN bytes is provably in bounds. */
 	__u8 buf[CAPTURE_LEN * 2];
@@ -111,6 +115,13 @@ struct {
 	__type(value, struct active_req);
 } active SEC(".maps");
 
+/* Selected processes. The value says why: SEL_EXPLICIT (a configured pid,
+ * a listener on a configured port, or a child of one) survives exec;
+ * SEL_EXE (the executable name matched) is dropped at exec, and the loader
+ * selects the process again if the new executable matches too. Children
+ * inherit the value. */
+#define SEL_EXPLICIT 1
+#define SEL_EXE 2
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 16384);
@@ -221,55 +232,117 @@ static __always_inline __u16 response_status(const __u8 *p, __u32 n)
 #define NR_SENDMSG 46
 #define NR_RECVMSG 47
 
-/* The user buffer a socket send/receive used, from the syscall's registers;
- * `len` is how many bytes moved. With several iovecs only the first is
- * looked at: request heads and status lines come first. */
-static __always_inline const __u8 *user_data(long len, __s32 *fd, __u32 *avail)
+/* Segments of user memory a syscall moved. With vectored I/O only the
+ * first MAX_SEGS iovecs are looked at: request heads and status lines come
+ * first, and the capture is bounded anyway. */
+#define MAX_SEGS 4
+
+struct segs {
+	const __u8 *base[MAX_SEGS];
+	__u64 len[MAX_SEGS];
+	__u32 n;
+	__u32 total;
+};
+
+/* The user buffers a socket send/receive of `len` bytes used, from the
+ * syscall's registers. */
+static __always_inline int user_segs(long len, __s32 *fd, struct segs *sg)
 {
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
 	long nr = BPF_CORE_READ(regs, orig_ax);
 	__u64 arg = BPF_CORE_READ(regs, si);
-	const __u8 *buf;
-	__u64 seg = len;
-	if (nr == NR_READ || nr == NR_RECVFROM || nr == NR_WRITE || nr == NR_SENDTO) {
-		buf = (const __u8 *)arg;
-	} else if (nr == NR_READV || nr == NR_WRITEV || nr == NR_RECVMSG || nr == NR_SENDMSG) {
-		const struct iovec *iovp = (const struct iovec *)arg;
-		if (nr == NR_RECVMSG || nr == NR_SENDMSG) {
-			struct user_msghdr m;
-			if (bpf_probe_read_user(&m, sizeof(m), (const void *)arg))
-				return NULL;
-			iovp = m.msg_iov;
-		}
-		struct iovec v;
-		if (bpf_probe_read_user(&v, sizeof(v), iovp))
-			return NULL;
-		buf = v.iov_base;
-		if (v.iov_len < seg)
-			seg = v.iov_len;
-	} else {
-		return NULL; /* sendfile, splice, io_uring: no user buffer to read */
-	}
+	__u64 left = len;
+	sg->n = 0;
+	sg->total = len > 0xffffffff ? 0xffffffff : len;
 	*fd = BPF_CORE_READ(regs, di);
-	*avail = seg > 0xffffffff ? 0xffffffff : seg;
-	return buf;
+	if (nr == NR_READ || nr == NR_RECVFROM || nr == NR_WRITE || nr == NR_SENDTO) {
+		sg->base[0] = (const __u8 *)arg;
+		sg->len[0] = left;
+		sg->n = 1;
+		return 0;
+	}
+	const struct iovec *iovp;
+	__u64 iovcnt;
+	if (nr == NR_READV || nr == NR_WRITEV) {
+		iovp = (const struct iovec *)arg;
+		iovcnt = BPF_CORE_READ(regs, dx);
+	} else if (nr == NR_RECVMSG || nr == NR_SENDMSG) {
+		struct user_msghdr m;
+		if (bpf_probe_read_user(&m, sizeof(m), (const void *)arg))
+			return -1;
+		iovp = m.msg_iov;
+		iovcnt = m.msg_iovlen;
+	} else {
+		return -1; /* sendfile, splice, io_uring: no user buffer to read */
+	}
+#pragma unroll
+	for (int i = 0; i < MAX_SEGS; i++) {
+		if (i >= iovcnt || left == 0)
+			break;
+		struct iovec v;
+		if (bpf_probe_read_user(&v, sizeof(v), &iovp[i]))
+			break;
+		__u64 l = v.iov_len < left ? v.iov_len : left;
+		sg->base[i] = v.iov_base;
+		sg->len[i] = l;
+		sg->n = i + 1;
+		left -= l;
+	}
+	return sg->n ? 0 : -1;
 }
 
-static __always_inline __u32 read_prefix(__u8 *p, const __u8 *src, __u32 avail)
+/* The first bytes across the segments, into p[PREFIX_LEN * 2] from
+ * offset `base`, until PREFIX_LEN bytes are there. Returns the total. */
+static __always_inline __u32 read_prefix_at(__u8 *p, __u64 base, const struct segs *sg)
 {
-	if (avail >= PREFIX_LEN)
-		return bpf_probe_read_user(p, PREFIX_LEN, src) ? 0 : PREFIX_LEN;
-	__u64 n = avail;
-	barrier_var(n);
-	n &= PREFIX_LEN - 1;
-	return bpf_probe_read_user(p, n, src) ? 0 : n;
+	__u64 got = base;
+#pragma unroll
+	for (int i = 0; i < MAX_SEGS; i++) {
+		if (i >= sg->n || got >= PREFIX_LEN)
+			break;
+		__u64 want = PREFIX_LEN - got;
+		__u64 l = sg->len[i] < want ? sg->len[i] : want;
+		int err;
+		if (l == PREFIX_LEN) {
+			err = bpf_probe_read_user(p, PREFIX_LEN, sg->base[i]);
+		} else {
+			/* got < PREFIX_LEN and l < PREFIX_LEN: in bounds of 2 * PREFIX_LEN */
+			barrier_var(l);
+			barrier_var(got);
+			err = bpf_probe_read_user(&p[got & (PREFIX_LEN - 1)], l & (PREFIX_LEN - 1), sg->base[i]);
+		}
+		if (err)
+			break;
+		got += l;
+	}
+	return got;
+}
+
+static __always_inline __u32 read_prefix(__u8 *p, const struct segs *sg)
+{
+	return read_prefix_at(p, 0, sg);
+}
+
+/* Could these bytes be the start of a request line ("G", "GET", "GET /x")? */
+static __always_inline int request_prefix(const __u8 *p, __u32 n)
+{
+	int space = 0, ok = n > 0 && n < PREFIX_LEN;
+#pragma unroll
+	for (int i = 0; i < PREFIX_LEN; i++) {
+		if (i < n && !space) {
+			if (p[i] == ' ')
+				space = i >= 3;
+			else if (p[i] < 'A' || p[i] > 'Z')
+				ok = 0;
+		}
+	}
+	return ok;
 }
 
 /* Append request bytes to the capture buffer; remember what did not fit. */
-static __always_inline void capture(struct conn_state *st, const __u8 *src, __u32 avail)
+static __always_inline void capture_one(struct conn_state *st, const __u8 *src, __u64 avail)
 {
 	__u64 off = st->cap_len;
-	st->req_len += avail;
 	if (off >= CAPTURE_LEN) {
 		st->flags |= EVF_TRUNCATED;
 		return;
@@ -295,6 +368,17 @@ static __always_inline void capture(struct conn_state *st, const __u8 *src, __u3
 		st->cap_len = off + n;
 }
 
+static __always_inline void capture(struct conn_state *st, const struct segs *sg)
+{
+	st->req_len += sg->total;
+#pragma unroll
+	for (int i = 0; i < MAX_SEGS; i++) {
+		if (i >= sg->n)
+			break;
+		capture_one(st, sg->base[i], sg->len[i]);
+	}
+}
+
 static __always_inline struct conn_state *new_conn(__u64 key, __u8 role, __u32 tgid, __u32 tid,
 						  __s32 fd)
 {
@@ -315,7 +399,7 @@ static __always_inline struct conn_state *new_conn(__u64 key, __u8 role, __u32 t
 }
 
 static __always_inline void begin_request(struct conn_state *st, __u32 tid, __u64 now,
-					  const __u8 *p, const __u8 *src, __u32 avail)
+					  const __u8 *p, const struct segs *sg, __u32 pend)
 {
 	st->seq += 1;
 	st->phase = PHASE_REQUEST;
@@ -329,7 +413,14 @@ static __always_inline void begin_request(struct conn_state *st, __u32 tid, __u6
 	/* CONNECT opens a tunnel: after a 2xx nothing on it is HTTP/1. */
 	if (p[0] == 'C' && p[1] == 'O' && p[2] == 'N' && p[3] == 'N')
 		st->flags |= STF_CONNECT;
-	capture(st, src, avail);
+	if (pend) {
+		/* the bytes of the request line that came in an earlier read */
+		__builtin_memcpy(st->buf, st->pend, PREFIX_LEN);
+		st->cap_len = pend & (PREFIX_LEN - 1);
+		st->req_len = st->cap_len;
+	}
+	st->pend_len = 0;
+	capture(st, sg);
 }
 
 static __always_inline __u64 wakeup_flags(void)
@@ -394,6 +485,8 @@ static __always_inline void emit(struct conn_state *st, struct sock *sk, __u16 s
 	if (n)
 		bpf_probe_read_kernel(ev->buf, n, st->buf);
 	count(CNT_EVENTS);
+	if (ev->flags & EVF_TRUNCATED)
+		count(CNT_TRUNCATED);
 	bpf_ringbuf_submit(ev, wakeup_flags());
 }
 
@@ -435,22 +528,21 @@ int BPF_PROG(sock_recv, struct sock *sk, int ret, int flags)
 	if (!st && !server_selected(tgid, sk->__sk_common.skc_num))
 		return 0;
 
-	__u32 avail = 0;
+	struct segs sg;
 	__s32 fd = -1;
-	const __u8 *src = user_data(ret, &fd, &avail);
-	if (!src || !avail)
+	if (user_segs(ret, &fd, &sg))
 		return 0;
 	__u64 now = bpf_ktime_get_ns();
 
 	if (st && (st->role == ROLE_CLIENT || st->phase == PHASE_REQUEST)) {
 		if (st->role == ROLE_SERVER) {
-			capture(st, src, avail); /* more of the request */
+			capture(st, &sg); /* more of the request */
 			return 0;
 		}
 		if (st->phase != PHASE_REQUEST)
 			return 0;
-		__u8 p[PREFIX_LEN] = {};
-		__u32 n = read_prefix(p, src, avail);
+		__u8 p[PREFIX_LEN * 2] = {};
+		__u32 n = read_prefix(p, &sg);
 		__u16 status = response_status(p, n);
 		if (status)
 			on_response(st, sk, status, now);
@@ -458,15 +550,27 @@ int BPF_PROG(sock_recv, struct sock *sk, int ret, int flags)
 	}
 
 	/* Idle server connection or an unknown one: does a request begin? */
-	__u8 p[PREFIX_LEN] = {};
-	__u32 n = read_prefix(p, src, avail);
-	if (!is_request(p, n))
+	__u8 p[PREFIX_LEN * 2] = {};
+	__u32 pend = 0;
+	if (st && st->pend_len) {
+		__builtin_memcpy(p, st->pend, PREFIX_LEN);
+		pend = st->pend_len & (PREFIX_LEN - 1);
+	}
+	__u32 n = read_prefix_at(p, pend, &sg);
+	if (!is_request(p, n)) {
+		if (st) {
+			/* keep what may be the start of the next request line */
+			st->pend_len = request_prefix(p, n) ? n : 0;
+			if (st->pend_len)
+				__builtin_memcpy(st->pend, p, PREFIX_LEN);
+		}
 		return 0;
+	}
 	if (!st)
 		st = new_conn(key, ROLE_SERVER, tgid, tid, fd);
 	if (!st)
 		return 0;
-	begin_request(st, tid, now, p, src, avail);
+	begin_request(st, tid, now, p, &sg, pend);
 	struct active_req a = { .conn_id = st->conn_id, .seq = st->seq };
 	bpf_map_update_elem(&active, &tid, &a, BPF_ANY);
 	return 0;
@@ -486,15 +590,14 @@ int BPF_PROG(sock_send, struct sock *sk, int ret, int flags)
 	if (!st && !pid_selected(tgid))
 		return 0;
 
-	__u32 avail = 0;
+	struct segs sg;
 	__s32 fd = -1;
-	const __u8 *src = user_data(ret, &fd, &avail);
-	if (!src || !avail)
+	if (user_segs(ret, &fd, &sg))
 		return 0;
 
 	if (st && st->role == ROLE_SERVER) {
-		__u8 p[PREFIX_LEN] = {};
-		__u32 n = read_prefix(p, src, avail);
+		__u8 p[PREFIX_LEN * 2] = {};
+		__u32 n = read_prefix(p, &sg);
 		__u16 status = response_status(p, n);
 		if (!status)
 			return 0;
@@ -507,20 +610,20 @@ int BPF_PROG(sock_send, struct sock *sk, int ret, int flags)
 		return 0;
 	}
 	if (st && st->phase == PHASE_REQUEST) {
-		capture(st, src, avail); /* request body or the rest of the head */
+		capture(st, &sg); /* request body or the rest of the head */
 		return 0;
 	}
 
 	/* Idle client connection or an unknown one: does a request begin? */
-	__u8 p[PREFIX_LEN] = {};
-	__u32 n = read_prefix(p, src, avail);
+	__u8 p[PREFIX_LEN * 2] = {};
+	__u32 n = read_prefix(p, &sg);
 	if (!is_request(p, n))
 		return 0;
 	if (!st)
 		st = new_conn(key, ROLE_CLIENT, tgid, tid, fd);
 	if (!st)
 		return 0;
-	begin_request(st, tid, bpf_ktime_get_ns(), p, src, avail);
+	begin_request(st, tid, bpf_ktime_get_ns(), p, &sg, 0);
 	struct active_req *a = bpf_map_lookup_elem(&active, &tid);
 	if (a) {
 		st->parent_conn = a->conn_id;
@@ -547,8 +650,8 @@ int BPF_PROG(sock_state, const struct sock *sk, const int oldstate, const int ne
 		__u16 port = sk->__sk_common.skc_num;
 		if (bpf_map_lookup_elem(&sel_ports, &port)) {
 			__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-			__u8 one = 1;
-			bpf_map_update_elem(&sel_pids, &tgid, &one, BPF_ANY);
+			__u8 why = SEL_EXPLICIT;
+			bpf_map_update_elem(&sel_pids, &tgid, &why, BPF_ANY);
 		}
 	}
 	return 0;
@@ -560,11 +663,12 @@ int BPF_PROG(process_fork, struct task_struct *parent, struct task_struct *child
 	if (select_all || child->pid != child->tgid)
 		return 0;
 	__u32 ptgid = parent->tgid;
-	if (!bpf_map_lookup_elem(&sel_pids, &ptgid))
+	__u8 *why = bpf_map_lookup_elem(&sel_pids, &ptgid);
+	if (!why)
 		return 0;
 	__u32 ctgid = child->tgid;
-	__u8 one = 1;
-	bpf_map_update_elem(&sel_pids, &ctgid, &one, BPF_ANY);
+	__u8 inherited = *why;
+	bpf_map_update_elem(&sel_pids, &ctgid, &inherited, BPF_ANY);
 	return 0;
 }
 
@@ -583,6 +687,10 @@ int BPF_PROG(process_exec, struct task_struct *p, pid_t old_pid, struct linux_bi
 {
 	if (!watch_exec)
 		return 0;
+	__u32 tgid = p->tgid;
+	__u8 *why = bpf_map_lookup_elem(&sel_pids, &tgid);
+	if (why && *why == SEL_EXE)
+		bpf_map_delete_elem(&sel_pids, &tgid); /* the loader decides again */
 	struct exec_event *ev = bpf_ringbuf_reserve(&execs, sizeof(*ev), 0);
 	if (!ev) {
 		count(CNT_EXEC_LOST);

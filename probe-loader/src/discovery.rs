@@ -13,6 +13,8 @@ use std::path::Path;
 use ipc_schema::config::DiscoverySettings;
 use regex::Regex;
 
+use crate::probes::Selected;
+
 /// Compiled discovery settings.
 pub struct Discovery {
     ports: HashSet<u16>,
@@ -37,45 +39,49 @@ impl Discovery {
     }
 
     /// Processes to select now: listeners on the ports, matching
-    /// executables, the configured pids, and the descendants of all three.
-    pub fn scan(&self, proc_root: &Path) -> Vec<u32> {
+    /// executables, the configured pids, and the descendants of all three;
+    /// each with why.
+    pub fn scan(&self, proc_root: &Path) -> Vec<(u32, Selected)> {
         let procs = list_processes(proc_root);
-        let mut selected: HashSet<u32> = HashSet::new();
-        if !self.ports.is_empty() {
-            let inodes = listening_inodes(proc_root, &self.ports);
-            for p in &procs {
-                if socket_inodes(proc_root, p.pid).iter().any(|i| inodes.contains(i)) {
-                    selected.insert(p.pid);
-                }
-            }
-        }
+        let mut selected: HashMap<u32, Selected> = HashMap::new();
         if !self.exe_names.is_empty() {
             for p in &procs {
                 let exe = std::fs::read_link(proc_root.join(p.pid.to_string()).join("exe"))
                     .map(|l| l.to_string_lossy().into_owned())
                     .unwrap_or_else(|_| p.comm.clone());
                 if self.exe_matches(&exe) {
-                    selected.insert(p.pid);
+                    selected.insert(p.pid, Selected::ByExe);
+                }
+            }
+        }
+        if !self.ports.is_empty() {
+            let inodes = listening_inodes(proc_root, &self.ports);
+            for p in &procs {
+                if socket_inodes(proc_root, p.pid).iter().any(|i| inodes.contains(i)) {
+                    selected.insert(p.pid, Selected::Explicit);
                 }
             }
         }
         let alive: HashSet<u32> = procs.iter().map(|p| p.pid).collect();
-        selected.extend(self.pids.iter().filter(|p| alive.contains(p)));
+        for p in self.pids.iter().filter(|p| alive.contains(p)) {
+            selected.insert(*p, Selected::Explicit);
+        }
         // Children started before us inherit like the kernel's fork hook would.
         let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
         for p in &procs {
             children.entry(p.ppid).or_default().push(p.pid);
         }
-        let mut stack: Vec<u32> = selected.iter().copied().collect();
-        while let Some(pid) = stack.pop() {
+        let mut stack: Vec<(u32, Selected)> = selected.iter().map(|(p, w)| (*p, *w)).collect();
+        while let Some((pid, why)) = stack.pop() {
             for c in children.get(&pid).into_iter().flatten() {
-                if selected.insert(*c) {
-                    stack.push(*c);
+                if !selected.contains_key(c) {
+                    selected.insert(*c, why);
+                    stack.push((*c, why));
                 }
             }
         }
-        let mut out: Vec<u32> = selected.into_iter().collect();
-        out.sort_unstable();
+        let mut out: Vec<(u32, Selected)> = selected.into_iter().collect();
+        out.sort_unstable_by_key(|(p, _)| *p);
         out
     }
 }
@@ -173,11 +179,11 @@ mod tests {
     fn scan_finds_this_process_by_pid_and_exe() {
         let me = std::process::id();
         let d = Discovery::new(&DiscoverySettings { pids: vec![me], ..Default::default() });
-        assert!(d.scan(Path::new("/proc")).contains(&me));
+        assert!(d.scan(Path::new("/proc")).contains(&(me, Selected::Explicit)));
         let exe = std::env::current_exe().unwrap();
         let name = exe.file_name().unwrap().to_str().unwrap();
         let d = Discovery::new(&DiscoverySettings { exe_names: vec![format!("^{}$", regex::escape(name))], ..Default::default() });
-        assert!(d.scan(Path::new("/proc")).contains(&me));
+        assert!(d.scan(Path::new("/proc")).contains(&(me, Selected::ByExe)));
     }
 
     #[test]
@@ -185,6 +191,6 @@ mod tests {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
         let d = Discovery::new(&DiscoverySettings { open_ports: vec![port], ..Default::default() });
-        assert!(d.scan(Path::new("/proc")).contains(&std::process::id()));
+        assert!(d.scan(Path::new("/proc")).contains(&(std::process::id(), Selected::Explicit)));
     }
 }

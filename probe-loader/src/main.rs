@@ -69,8 +69,8 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     tracing::info!(event = "attached", wakeup_len = settings.probe.wakeup_len, "probes attached");
     if !settings.discovery.selects_all() {
         let pids = discovery::Discovery::new(&settings.discovery).scan(std::path::Path::new("/proc"));
-        for pid in &pids {
-            probes.select_pid(*pid)?;
+        for (pid, why) in &pids {
+            probes.select_pid(*pid, *why)?;
         }
         tracing::info!(processes = pids.len(), ports = ?settings.discovery.open_ports, "selection seeded");
     }

@@ -67,6 +67,17 @@ pub struct Probes {
     counters: PerCpuArray<MapData, u64>,
 }
 
+/// Why a process is selected (the `sel_pids` value, SEL_* in the C code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Selected {
+    /// A configured pid, a listener on a configured port, or a child of one:
+    /// kept across exec.
+    Explicit = 1,
+    /// The executable name matched: re-decided at every exec.
+    ByExe = 2,
+}
+
 /// The two ring buffers: request events, and exec events for discovery.
 pub struct Rings {
     pub events: RingBuf<MapData>,
@@ -131,9 +142,13 @@ impl Probes {
         Ok((Probes { ebpf, sel_pids, _sel_ports: sel_ports, counters }, Rings { events, execs }))
     }
 
-    /// Adds a process to the selection.
-    pub fn select_pid(&mut self, pid: u32) -> Result<(), ProbeError> {
-        self.sel_pids.insert(pid, 1, 0).map_err(|source| ProbeError::Map { map: "sel_pids", source })
+    /// Adds a process to the selection, for `why`.
+    pub fn select_pid(&mut self, pid: u32, why: Selected) -> Result<(), ProbeError> {
+        // An explicit selection is never downgraded to a by-name one.
+        if why == Selected::ByExe && self.sel_pids.get(&pid, 0).is_ok_and(|v| v == Selected::Explicit as u8) {
+            return Ok(());
+        }
+        self.sel_pids.insert(pid, why as u8, 0).map_err(|source| ProbeError::Map { map: "sel_pids", source })
     }
 
     /// The kernel counters, summed over CPUs, by index.

@@ -22,7 +22,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::discovery::Discovery;
 use crate::kernel::{ExecEvent, HttpEvent, KernelCounter, COUNTERS};
-use crate::probes::{Probes, Rings};
+use crate::probes::{Probes, Rings, Selected};
 use crate::procinfo::ProcCache;
 
 /// Why the loop stopped.
@@ -209,7 +209,7 @@ impl Pump {
             };
             let path = ev.path();
             if self.discovery.exe_matches(&path) {
-                match self.probes.select_pid(ev.tgid) {
+                match self.probes.select_pid(ev.tgid, Selected::ByExe) {
                     Ok(()) => tracing::info!(pid = ev.tgid, exe = %path, event = "selected", "tracing new process"),
                     Err(error) => tracing::warn!(pid = ev.tgid, %error, "cannot select process"),
                 }

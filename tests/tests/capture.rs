@@ -1,0 +1,467 @@
+//! What the kernel side sees: every common server and client, every syscall
+//! path, the awkward parts of HTTP/1.x, counted exactly.
+//!
+//! Each test starts ringtail (selecting the server's port), drives a real
+//! server, and counts the SERVER spans the stdout exporter prints.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use ringtail_tests::*;
+
+const SETTLE: Duration = Duration::from_millis(1500);
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A ringtail that selects `ports`, prints spans, and serves Prometheus.
+fn ringtail_for(ports: &[u16], extra: &str) -> (Ringtail, u16) {
+    let prom = free_port();
+    let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+    let rt = Ringtail::start(&format!(
+        "[probe]\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{}]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n{extra}",
+        ports.join(",")
+    ));
+    (rt, prom)
+}
+
+/// (method, path, status) → count of SERVER spans on `port`.
+fn server_counts(spans: &[SpanLine]) -> BTreeMap<(String, String, u16), usize> {
+    let mut m = BTreeMap::new();
+    for s in spans.iter().filter(|s| s.kind == "SERVER") {
+        *m.entry((s.method.clone(), s.path.clone(), s.status)).or_default() += 1;
+    }
+    m
+}
+
+fn expect(list: &[(&str, &str, u16, usize)]) -> BTreeMap<(String, String, u16), usize> {
+    list.iter().map(|(m, p, s, n)| ((m.to_string(), p.to_string(), *s), *n)).collect()
+}
+
+fn total(m: &BTreeMap<(String, String, u16), usize>) -> usize {
+    m.values().sum()
+}
+
+/// Sends `requests` one after another on one keep-alive connection, reading
+/// each response (by Content-Length) before the next.
+fn keepalive(port: u16, requests: &[&str]) -> Vec<u16> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut statuses = Vec::new();
+    let mut buf = Vec::new();
+    for r in requests {
+        s.write_all(r.as_bytes()).unwrap();
+        statuses.push(read_response(&mut s, &mut buf, r.starts_with("HEAD ")));
+    }
+    statuses
+}
+
+/// Reads one response (Content-Length or chunked body) off `s`.
+fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>, head_only: bool) -> u16 {
+    let mut chunk = [0u8; 65536];
+    let end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = s.read(&mut chunk).unwrap();
+        assert!(n > 0, "connection closed mid-response");
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+    let status: u16 = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
+    let len: usize = head.lines().find_map(|l| l.strip_prefix("content-length:")).map(|v| v.trim().parse().unwrap()).unwrap_or(0);
+    let chunked = head.contains("transfer-encoding: chunked");
+    buf.drain(..end);
+    if head_only || status == 204 || status == 304 || (100..200).contains(&status) {
+        return status;
+    }
+    if chunked {
+        while !buf.windows(5).any(|w| w == b"0\r\n\r\n") {
+            let n = s.read(&mut chunk).unwrap();
+            assert!(n > 0);
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        let at = buf.windows(5).position(|w| w == b"0\r\n\r\n").unwrap();
+        buf.drain(..at + 5);
+    } else {
+        while buf.len() < len {
+            let n = s.read(&mut chunk).unwrap();
+            assert!(n > 0);
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        buf.drain(..len);
+    }
+    status
+}
+
+fn get(path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n")
+}
+
+/// Checks, after all connections closed, that no connection state is left
+/// in the kernel.
+fn assert_no_connection_state(rt: &Ringtail) {
+    let pid = rt.pid("probe-loader").unwrap();
+    let n = wait_until(Duration::from_secs(5), || kernel_map_entries(pid, "conns").filter(|n| *n == 0));
+    assert_eq!(n, Some(0), "connection map not empty: {:?}", kernel_map_entries(pid, "conns"));
+}
+
+#[test]
+fn python_http_server_http10_http11_keepalive_head_and_statuses() {
+    if !can_trace() {
+        return;
+    }
+    let port = free_port();
+    let (rt, _) = ringtail_for(&[port], "");
+    let www = TempDir::new("www");
+    std::fs::write(www.join("index.html"), "hi\n").unwrap();
+    std::fs::create_dir(www.join("dir")).unwrap();
+    let _srv = server(
+        "python http.server",
+        port,
+        Path::new("python3"),
+        &["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1", "--directory", www.0.to_str().unwrap(), "--protocol", "HTTP/1.1"],
+    );
+    // HTTP/1.0, one request per connection
+    for p in ["/index.html", "/missing"] {
+        let r = raw_request(port, format!("GET {p} HTTP/1.0\r\n\r\n").as_bytes()).unwrap();
+        assert!(r.starts_with(b"HTTP/1.1 ") || r.starts_with(b"HTTP/1.0 "));
+    }
+    // HTTP/1.1 keep-alive: 5 requests on one connection, HEAD, a redirect
+    // (301 for a directory without /), then an error (which closes it).
+    let st = keepalive(port, &[&get("/index.html"), &get("/index.html"), "HEAD /index.html HTTP/1.1\r\nHost: t\r\n\r\n", &get("/dir"), &get("/missing")]);
+    assert_eq!(st, [200, 200, 200, 301, 404]);
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.len() >= 7);
+    assert_eq!(
+        server_counts(&spans),
+        expect(&[("GET", "/index.html", 200, 3), ("GET", "/missing", 404, 2), ("HEAD", "/index.html", 200, 1), ("GET", "/dir", 301, 1)])
+    );
+    let versions: Vec<&str> = spans.iter().map(|s| s.line.as_str()).collect();
+    assert_eq!(versions.len(), 7);
+    assert_no_connection_state(&rt);
+}
+
+#[test]
+fn every_syscall_pair_is_captured() {
+    if !can_trace() {
+        return;
+    }
+    let modes = ["recvfrom_sendto", "read_write", "readv_writev", "recvmsg_sendmsg"];
+    let ports: Vec<u16> = modes.iter().map(|_| free_port()).collect();
+    let (rt, _) = ringtail_for(&ports, "");
+    let mut servers = Vec::new();
+    for (mode, port) in modes.iter().zip(&ports) {
+        servers.push(server(mode, *port, Path::new("python3"), &[fixture("py_syscall_server.py").to_str().unwrap(), &port.to_string(), mode]));
+        let st = keepalive(*port, &[&get(&format!("/{mode}")), &get(&format!("/{mode}")), &get("/status/503")]);
+        assert_eq!(st, [200, 200, 503], "{mode}");
+    }
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.len() >= 12);
+    let got = server_counts(&spans);
+    for mode in modes {
+        assert_eq!(got.get(&("GET".into(), format!("/{mode}"), 200)), Some(&2), "{mode}: {got:?}");
+    }
+    assert_eq!(got.get(&("GET".into(), "/status/503".into(), 503)), Some(&4), "{got:?}");
+    assert_eq!(total(&got), 12, "{got:?}");
+}
+
+#[test]
+fn nginx_keepalive_sendfile_statuses_and_pipelining() {
+    if !can_trace() || !have("nginx") {
+        return;
+    }
+    let port = free_port();
+    let (rt, _) = ringtail_for(&[port], "");
+    let www = TempDir::new("nginx");
+    std::fs::write(www.join("big.bin"), vec![7u8; 2 << 20]).unwrap();
+    std::fs::write(www.join("small.txt"), "small\n").unwrap();
+    let _nginx = nginx(port, &www.0, "");
+    let st = keepalive(
+        port,
+        &[&get("/ok"), &get("/big.bin"), &get("/small.txt"), &get("/redirect"), &get("/unavailable"), &get("/teapot"), &get("/nope"), "HEAD /big.bin HTTP/1.1\r\nHost: t\r\n\r\n"],
+    );
+    assert_eq!(st, [200, 200, 200, 302, 503, 418, 404, 200]);
+    // Pipelined: three requests in one write.
+    let out = raw_request(port, b"GET /ok HTTP/1.1\r\nHost: t\r\n\r\nGET /small.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").unwrap();
+    assert_eq!(String::from_utf8_lossy(&out).matches("HTTP/1.1 ").count(), 3);
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.len() >= 11);
+    assert_eq!(
+        server_counts(&spans),
+        expect(&[
+            ("GET", "/ok", 200, 2),
+            ("GET", "/big.bin", 200, 1),
+            ("HEAD", "/big.bin", 200, 1),
+            ("GET", "/small.txt", 200, 2),
+            ("GET", "/redirect", 302, 1),
+            ("GET", "/unavailable", 503, 1),
+            ("GET", "/teapot", 418, 1),
+            ("GET", "/nope", 404, 2),
+        ])
+    );
+    assert!(spans.iter().all(|s| s.service == "nginx"), "{spans:?}");
+    assert_no_connection_state(&rt);
+}
+
+fn go_like_server_checks(name: &str, port: u16, rt: &Ringtail, expect_service: &str) {
+    let st = keepalive(port, &[&get("/"), &get("/chunked"), &get("/big"), &get("/status/404"), &get("/status/500"), &get("/status/302"), "HEAD / HTTP/1.1\r\nHost: t\r\n\r\n"]);
+    assert_eq!(st, [200, 200, 200, 404, 500, 302, 200], "{name}");
+    // A large body, sent in pieces, with Expect: 100-continue.
+    let body = vec![b'x'; 300_000];
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(format!("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n", body.len()).as_bytes()).unwrap();
+    let mut buf = Vec::new();
+    let first = read_response(&mut s, &mut buf, false);
+    assert_eq!(first, 100, "{name} sends 100 Continue");
+    for part in body.chunks(64 * 1024) {
+        s.write_all(part).unwrap();
+    }
+    assert_eq!(read_response(&mut s, &mut buf, false), 200);
+    drop(s);
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.len() >= 8);
+    assert_eq!(
+        server_counts(&spans),
+        expect(&[
+            ("GET", "/", 200, 1),
+            ("HEAD", "/", 200, 1),
+            ("GET", "/chunked", 200, 1),
+            ("GET", "/big", 200, 1),
+            ("GET", "/status/404", 404, 1),
+            ("GET", "/status/500", 500, 1),
+            ("GET", "/status/302", 302, 1),
+            ("POST", "/echo", 200, 1),
+        ]),
+        "{name}"
+    );
+    assert!(spans.iter().all(|s| s.service == expect_service), "{name}: {spans:?}");
+    assert_no_connection_state(rt);
+}
+
+#[test]
+fn go_net_http_server() {
+    if !can_trace() {
+        return;
+    }
+    let Some(bin) = go_binary("server") else { return };
+    let port = free_port();
+    let (rt, _) = ringtail_for(&[port], "");
+    let _srv = server("go server", port, &bin, &[&port.to_string()]);
+    go_like_server_checks("go", port, &rt, "server");
+}
+
+#[test]
+fn node_http_server() {
+    if !can_trace() || !have("node") {
+        return;
+    }
+    let port = free_port();
+    let (rt, _) = ringtail_for(&[port], "");
+    let _srv = server("node server", port, Path::new("node"), &[fixture("node/server.js").to_str().unwrap(), &port.to_string()]);
+    go_like_server_checks("node", port, &rt, "node");
+}
+
+#[test]
+fn rust_std_server() {
+    if !can_trace() {
+        return;
+    }
+    let port = free_port();
+    let (rt, _) = ringtail_for(&[port], "");
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_rust_http_server"));
+    let _srv = server("rust server", port, &bin, &[&port.to_string()]);
+    let st = keepalive(port, &[&get("/a"), &get("/a"), &get("/status/404"), &get("/status/503")]);
+    assert_eq!(st, [200, 200, 404, 503]);
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.len() >= 4);
+    assert_eq!(server_counts(&spans), expect(&[("GET", "/a", 200, 2), ("GET", "/status/404", 404, 1), ("GET", "/status/503", 503, 1)]));
+    assert!(spans.iter().all(|s| s.service == "rust_http_server"), "{spans:?}");
+}
+
+#[test]
+fn split_heads_pipelines_and_aborted_requests() {
+    if !can_trace() {
+        return;
+    }
+    let port = free_port();
+    let (rt, prom) = ringtail_for(&[port], "");
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_rust_http_server"));
+    let _srv = server("rust server", port, &bin, &[&port.to_string()]);
+
+    // A head that arrives in three reads.
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_nodelay(true).unwrap();
+    for part in ["GET /spl", "it HTTP/1.1\r\nHost: t\r\nUser-Ag", "ent: slow\r\n\r\n"] {
+        s.write_all(part.as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(60));
+    }
+    let mut buf = Vec::new();
+    assert_eq!(read_response(&mut s, &mut buf, false), 200);
+    drop(s);
+    // Four pipelined requests in one write; the server answers each separately.
+    let out = raw_request(port, format!("{}{}{}GET /p4 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", get("/p1"), get("/p2"), get("/status/404")).as_bytes()).unwrap();
+    assert_eq!(String::from_utf8_lossy(&out).matches("HTTP/1.1 ").count(), 4);
+    // Requests abandoned half-way: no span, counted.
+    for partial in ["GET /aborted HTTP/1.1\r\n", "GET /aborted-too HTTP/1.1\r\nHost: t\r\n"] {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        s.write_all(partial.as_bytes()).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.len() >= 5);
+    assert_eq!(
+        server_counts(&spans),
+        expect(&[("GET", "/split", 200, 1), ("GET", "/p1", 200, 1), ("GET", "/p2", 200, 1), ("GET", "/status/404", 404, 1), ("GET", "/p4", 200, 1)])
+    );
+    assert!(spans.iter().find(|s| s.path == "/split").is_some_and(|s| s.line.contains("GET /split 200")));
+    assert_no_connection_state(&rt);
+    let aborted = wait_until(Duration::from_secs(5), || {
+        let v = metric(&scrape(prom), "ringtail_aborted_requests_total", &[]);
+        (v >= 2.0).then_some(v)
+    });
+    assert!(aborted.is_some(), "aborted requests counted: {}", scrape(prom));
+}
+
+#[test]
+fn truncated_requests_keep_their_prefix_and_are_counted() {
+    if !can_trace() {
+        return;
+    }
+    let port = free_port();
+    let (rt, prom) = ringtail_for(&[port], "");
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_rust_http_server"));
+    let _srv = server("rust server", port, &bin, &[&port.to_string()]);
+    let long = format!("/long/{}", "a".repeat(2000));
+    let r = http_get(port, &long, &[]).unwrap();
+    assert_eq!(r.status, 200);
+    let spans = rt.spans_when(WAIT, SETTLE, |s| !s.is_empty());
+    assert_eq!(spans.len(), 1);
+    assert!(spans[0].path.starts_with("/long/aaaa") && spans[0].path.len() < long.len() && spans[0].path.len() > 400, "{}", spans[0].path);
+    let v = wait_until(Duration::from_secs(5), || Some(metric(&scrape(prom), "ringtail_truncated_requests_total", &[])).filter(|v| *v >= 1.0));
+    assert!(v.is_some(), "{}", scrape(prom));
+}
+
+#[test]
+fn client_spans_from_curl_python_and_go() {
+    if !can_trace() || !have("curl") {
+        return;
+    }
+    let Some(client) = go_binary("client") else { return };
+    let port = free_port();
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_rust_http_server"));
+    let _srv = server("rust server", port, &bin, &[&port.to_string()]);
+    // Clients are selected by executable name.
+    let rt = Ringtail::start(&format!(
+        "[probe]\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nexe_names = [\"^curl$\", \"^python3\", \"^client$\"]\n"
+    ));
+    let url = format!("http://127.0.0.1:{port}");
+    let st = Command::new("curl").args(["-s", "-o", "/dev/null", &format!("{url}/from-curl"), &format!("{url}/status/404")]).status().unwrap();
+    assert!(st.success());
+    let st = Command::new("python3")
+        .args(["-c", &format!("import urllib.request as u\nfor p in ('/from-python',):\n    u.urlopen('{url}' + p).read()\ntry:\n    u.urlopen('{url}/status/503')\nexcept Exception:\n    pass\n")])
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let st = Command::new(&client).args([&format!("{url}/from-go"), "3"]).status().unwrap();
+    assert!(st.success());
+    let ours = |s: &SpanLine| s.kind == "CLIENT" && s.peer.ends_with(&format!(":{port}"));
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| ours(s)).count() >= 7);
+    let mut got: BTreeMap<(String, String, u16), usize> = BTreeMap::new();
+    for s in spans.iter().filter(|s| s.kind == "CLIENT" && s.peer.ends_with(&format!(":{port}"))) {
+        *got.entry((s.service.clone(), s.path.clone(), s.status)).or_default() += 1;
+        assert_eq!(s.peer, format!("127.0.0.1:{port}"), "{}", s.line);
+        assert_eq!(s.name, "GET");
+    }
+    let python_service = spans.iter().find(|s| s.path == "/from-python").map(|s| s.service.clone()).unwrap_or_default();
+    assert!(python_service.starts_with("python3"), "{python_service}");
+    let want: BTreeMap<(String, String, u16), usize> = [
+        (("curl".to_string(), "/from-curl".to_string(), 200), 1),
+        (("curl".to_string(), "/status/404".to_string(), 404), 1),
+        ((python_service.clone(), "/from-python".to_string(), 200), 1),
+        ((python_service, "/status/503".to_string(), 503), 1),
+        (("client".to_string(), "/from-go".to_string(), 200), 3),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn traceparent_is_joined_and_outgoing_calls_are_children() {
+    if !can_trace() {
+        return;
+    }
+    let (front, back) = (free_port(), free_port());
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_rust_http_server"));
+    let _backend = server("rust server", back, &bin, &[&back.to_string()]);
+    let (rt, _) = ringtail_for(&[front, back], "");
+    let _proxy = server("python proxy", front, Path::new("python3"), &[fixture("py_proxy_server.py").to_str().unwrap(), &front.to_string(), &back.to_string()]);
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let r = http_get(front, "/call?n=2", &[("traceparent", &format!("00-{trace}-00f067aa0ba902b7-01"))]).unwrap();
+    assert_eq!(r.status, 200);
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.len() >= 5);
+    let outer = spans.iter().find(|s| s.kind == "SERVER" && s.path == "/call").expect("outer server span");
+    assert_eq!(outer.trace, trace);
+    assert_eq!(outer.parent.as_deref(), Some("00f067aa0ba902b7"));
+    let clients: Vec<&SpanLine> = spans.iter().filter(|s| s.kind == "CLIENT").collect();
+    assert_eq!(clients.len(), 2, "{spans:?}");
+    for c in &clients {
+        assert_eq!(c.trace, trace, "client joins the trace: {}", c.line);
+        assert_eq!(c.parent.as_deref(), Some(outer.span.as_str()), "client is the server span's child: {}", c.line);
+    }
+    let inner: Vec<&SpanLine> = spans.iter().filter(|s| s.kind == "SERVER" && s.path == "/inner").collect();
+    assert_eq!(inner.len(), 2);
+}
+
+#[test]
+fn selection_by_pid_and_exe_and_never_itself() {
+    if !can_trace() || !have("node") {
+        return;
+    }
+    let (a, b, c) = (free_port(), free_port(), free_port());
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_rust_http_server"));
+    let by_pid = server("rust server a", a, &bin, &[&a.to_string()]);
+    let _unselected = server("rust server b", b, &bin, &[&b.to_string()]);
+    let prom = free_port();
+    let rt = Ringtail::start(&format!(
+        "[probe]\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\npids = [{}]\nexe_names = [\"^node$\", \"^python3\"]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
+        by_pid.pid()
+    ));
+    // Started after ringtail: found through its exec.
+    let _node = server("node", c, Path::new("node"), &[fixture("node/server.js").to_str().unwrap(), &c.to_string()]);
+    // Selected by name as "python3", then exec'd into something else: not traced.
+    let d = free_port();
+    let _execd = server(
+        "python exec'ing rust server",
+        d,
+        Path::new("python3"),
+        &["-c", &format!("import os; os.execv({:?}, ['rust_http_server', '{d}'])", bin.to_str().unwrap())],
+    );
+    for port in [a, b, c, d] {
+        assert_eq!(http_get(port, &format!("/to-{port}"), &[]).unwrap().status, 200);
+    }
+    // ringtail's own endpoint, scraped: never a span.
+    assert!(scrape(prom).contains("ringtail_"));
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.len() >= 2);
+    // (Other processes on this host may be selected by name too: look at ours.)
+    let paths: Vec<&str> = spans.iter().filter(|s| s.path.starts_with("/to-")).map(|s| s.path.as_str()).collect();
+    assert_eq!(paths.len(), 2, "{paths:?}");
+    assert!(paths.contains(&format!("/to-{a}").as_str()) && paths.contains(&format!("/to-{c}").as_str()), "{paths:?}");
+    assert!(!spans.iter().any(|s| s.path == "/metrics" || s.service.starts_with("ringtail")), "{spans:?}");
+}
+
+#[test]
+fn events_below_wakeup_len_still_arrive_within_flush_interval() {
+    if !can_trace() {
+        return;
+    }
+    let port = free_port();
+    let rt = Ringtail::start(&format!(
+        "[probe]\nwakeup_len = 100000\nflush_interval = \"100ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{port}]\n"
+    ));
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_rust_http_server"));
+    let _srv = server("rust server", port, &bin, &[&port.to_string()]);
+    let sent = std::time::Instant::now();
+    assert_eq!(http_get(port, "/lonely", &[]).unwrap().status, 200);
+    let spans = rt.spans_when(Duration::from_secs(5), Duration::ZERO, |s| !s.is_empty());
+    assert_eq!(spans[0].path, "/lonely");
+    eprintln!("one event under a 100000-event wakeup threshold arrived after {:?}", sent.elapsed());
+}
