@@ -10,7 +10,7 @@
 //!
 //! # Layout
 //! - `Unit`: a unit file read into (section, key, value) assignments.
-//! - `stage` / `verify`: the staged install and `systemd-analyze verify`.
+//! - `Stage` / `verify`: the staged install and `systemd-analyze verify`.
 //! - `exposure`: `systemd-analyze security --offline=yes` and its score.
 //! - the tests: verify, what verify must reject, scores, the actors' and the
 //!   loader's privileges, the target's wiring, the example configuration,
@@ -44,6 +44,7 @@ const EXPOSURE_LIMITS: &[(&str, f64)] = &[
     ("ringtail-exporter-actor.service", 1.5),
 ];
 
+/// Where the units, install.sh and the example configuration live.
 fn systemd_dir() -> PathBuf {
     workspace().join("systemd")
 }
