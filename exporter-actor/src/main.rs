@@ -81,6 +81,9 @@ async fn run(settings: Settings, otlp: OtlpConfig) -> anyhow::Result<()> {
         tracing::info!(endpoint = %url, interval = ?otlp.metrics_interval, "exporting metrics");
         otlp::metrics::start(t, &otlp, meters.view(), &registry, shutdown.clone());
     }
+    if let Some(addr) = runtime_kit::profiling::address(settings.profile.port, 2) {
+        runtime_kit::profiling::start(addr, Component::ExporterActor.name(), shutdown.clone()).await?;
+    }
     let spans = ipc::subscribe(endpoints::spans(dir), 16, &registry, shutdown.clone());
     let _receiver = Receiver::new(&registry, settings.export.stdout, meters, traces, acks, spans, done_rx).start();
     ready::notify_ready(Component::ExporterActor.name());

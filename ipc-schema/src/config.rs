@@ -72,9 +72,9 @@ pub struct ProbeSettings {
     /// Connections tracked at once (kernel map size). Requests on connections
     /// beyond it are not traced and are counted.
     pub max_connections: u32,
-    /// Keep CAP_SYS_PTRACE after attaching, to read the executable path and
-    /// `OTEL_SERVICE_NAME` of processes owned by other users. Without it
-    /// service names fall back to the command name.
+    /// Keep CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH after attaching, to read
+    /// the executable path and `OTEL_SERVICE_NAME` of processes owned by
+    /// other users. Without them those names fall back to argv[0].
     pub read_process_env: bool,
 }
 
@@ -360,9 +360,9 @@ impl Default for ActorSettings {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProfileSettings {
-    /// First of three consecutive loopback ports (loader, span-actor,
-    /// exporter) serving `/debug/pprof/profile`; 0 = off. `PROFILE_PORT` in
-    /// the environment sets it too.
+    /// First of four consecutive loopback ports (probe-loader, span-actor,
+    /// exporter-actor, supervisor) serving `/debug/pprof/profile`; 0 = off.
+    /// `PROFILE_PORT` in the environment sets it too.
     pub port: u16,
 }
 
@@ -553,8 +553,8 @@ impl Settings {
         if self.actors.user.is_empty() || self.actors.user == "root" || self.actors.user == "0" {
             return Err(invalid("actors.user", "must name an unprivileged user", "\"nobody\"", format!("{:?}", self.actors.user)));
         }
-        if self.profile.port > 65533 {
-            return Err(invalid("profile.port", "must leave room for three consecutive ports (0 = off)", "6060", self.profile.port));
+        if self.profile.port != 0 && !(1024..=65532).contains(&self.profile.port) {
+            return Err(invalid("profile.port", "must be 0 (off) or 1024..=65532 (four consecutive ports)", "6060", self.profile.port));
         }
         if self.log.level.trim().is_empty() {
             return Err(invalid("log.level", "must be a tracing filter", "\"info\"", "\"\""));

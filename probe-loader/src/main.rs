@@ -92,6 +92,9 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     tracing::info!(event = "dropped_privileges", kept = %privileges::effective(), "privileges dropped");
 
     // 3. Work.
+    if let Some(addr) = runtime_kit::profiling::address(settings.profile.port, 0) {
+        runtime_kit::profiling::start(addr, Component::ProbeLoader.name(), shutdown.clone()).await?;
+    }
     let acks = ipc::subscribe(endpoints::raw_acks(dir), 64, &registry, shutdown.clone());
     ready::notify_ready(Component::ProbeLoader.name());
     pump::Pump::new(probes, publisher, &settings, registry).run(rings, acks, shutdown).await?;

@@ -1,13 +1,14 @@
 //! Capabilities: checked before the privileged work, dropped after it.
 //!
-//! | capability     | needed for                                   | kept after attach |
-//! |----------------|----------------------------------------------|-------------------|
-//! | CAP_BPF        | creating maps, loading programs              | no                |
-//! | CAP_PERFMON    | tracing programs, reading kernel memory      | no                |
-//! | CAP_SYS_ADMIN  | older kernels' BPF checks (alternative)      | no                |
-//! | CAP_SYS_PTRACE | /proc/PID/{exe,environ,fd} of other users    | only with `probe.read_process_env` |
-//! | CAP_SETPCAP    | dropping the bounding set                    | no                |
-//! | CAP_CHOWN, CAP_FOWNER | giving socket files to the actors' group | no          |
+//! | capability          | needed for                                        | kept after attach |
+//! |---------------------|---------------------------------------------------|-------------------|
+//! | CAP_BPF             | creating maps, loading programs                   | no                |
+//! | CAP_PERFMON         | tracing programs, reading kernel memory           | no                |
+//! | CAP_SYS_ADMIN       | older kernels' BPF checks (alternative to the two)| no                |
+//! | CAP_SYS_PTRACE      | `/proc/PID/{exe,environ,fd}` of other users' processes (ptrace access check) | with `probe.read_process_env` |
+//! | CAP_DAC_READ_SEARCH | the same files' modes (0400/0500, owned by that user) | with `probe.read_process_env` |
+//! | CAP_SETGID          | joining the actors' group                         | no                |
+//! | CAP_SETPCAP         | dropping the bounding set                         | no                |
 //!
 //! The loader keeps running as uid 0 (it owns its socket files and the
 //! runtime dir), with the actors' group as its only supplementary group (to
@@ -75,13 +76,14 @@ pub fn join_group(gid: u32) -> Result<(), PrivilegeError> {
     Ok(())
 }
 
-/// Drops every capability except CAP_SYS_PTRACE when `keep_ptrace`, from
-/// all sets including the bounding set, and sets `no_new_privs`. Returns the
-/// capabilities kept.
-pub fn drop_all(keep_ptrace: bool) -> Result<CapsHashSet, PrivilegeError> {
+/// Drops every capability except, when `read_process_env`, the two that
+/// reading other users' `/proc/PID/{exe,environ}` needs, from all sets
+/// including the bounding set, and sets `no_new_privs`. Returns what is kept.
+pub fn drop_all(read_process_env: bool) -> Result<CapsHashSet, PrivilegeError> {
     let mut keep = CapsHashSet::new();
-    if keep_ptrace {
+    if read_process_env {
         keep.insert(Capability::CAP_SYS_PTRACE);
+        keep.insert(Capability::CAP_DAC_READ_SEARCH);
     }
     let err = |source| PrivilegeError::Drop { source };
     // The bounding set first: dropping from it needs CAP_SETPCAP, which

@@ -58,6 +58,9 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     let spans = ReplayPublisher::new(spans, spans_path.clone(), me, settings.pipeline.replay_batches, &registry);
     let raw_acks = AckSender::new(raw_acks, acks_path.clone(), me);
 
+    if let Some(addr) = runtime_kit::profiling::address(settings.profile.port, 1) {
+        runtime_kit::profiling::start(addr, Component::SpanActor.name(), shutdown.clone()).await?;
+    }
     let raw = ipc::subscribe(endpoints::raw_events(dir), 16, &registry, shutdown.clone());
     let exporter_acks = ipc::subscribe(endpoints::span_acks(dir), 64, &registry, shutdown.clone());
     let actors = span_actor::actors::start(&settings, &registry, raw, exporter_acks, spans, raw_acks);

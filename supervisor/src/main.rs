@@ -122,6 +122,9 @@ fn main() -> anyhow::Result<()> {
             rt.block_on(async {
                 let (trigger, shutdown) = runtime_kit::shutdown::channel();
                 runtime_kit::shutdown::on_signals(trigger);
+                if let Some(addr) = runtime_kit::profiling::address(settings.profile.port, 3) {
+                    runtime_kit::profiling::start(addr, "supervisor", shutdown.clone()).await?;
+                }
                 tracing::info!(version = env!("CARGO_PKG_VERSION"), actors_uid = actors.uid, event = "starting", "ringtail starting");
                 supervise::run(bin, config.clone(), actors, shutdown).await
             })?;

@@ -50,7 +50,7 @@ batch_timeout = "50ms"
     expected.insert("/no-such-page".into(), 404);
 
     let ours = |s: &Value| s["kind"] == 2 && attr(s, "server.port").as_deref() == Some(&port.to_string());
-    let got = wait_until(Duration::from_secs(30), || {
+    wait_until(Duration::from_secs(30), || {
         let spans: Vec<Value> = rotel.spans().into_iter().filter(ours).collect();
         (spans.len() >= N + 1).then_some(spans)
     })

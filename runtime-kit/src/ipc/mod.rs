@@ -209,3 +209,51 @@ pub fn subscribe(
     });
     rx
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::counters::Registry;
+    use ipc_schema::{encode, Ack, Body, Component, Producer};
+
+    fn value(r: &Registry, name: &str, reason: &str) -> f64 {
+        r.report()
+            .points
+            .iter()
+            .filter(|p| p.name == name && p.labels.iter().any(|(k, v)| k == "reason" && v == reason))
+            .map(|p| p.value)
+            .sum()
+    }
+
+    #[tokio::test]
+    async fn malformed_messages_are_counted_and_skipped() {
+        let dir = std::env::temp_dir().join(format!("rk-ipc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.sock");
+        let mut publisher = bind_pub(&path, Access::private()).await.unwrap();
+        let registry = Registry::new(Component::SpanActor, 1);
+        let (trigger, shutdown) = crate::shutdown::channel();
+        let mut rx = subscribe(path.clone(), 8, &registry, shutdown);
+        let good = Envelope::new(Producer { component: Component::ProbeLoader, instance: 7 }, 1, Body::Ack(Ack { for_instance: 1, upto: 2 }));
+        let mut bad_version = encode(&good).unwrap();
+        bad_version[1] = 0x63; // schema version 99
+        // Subscribing takes a moment; keep sending until the good one arrives.
+        let got = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                for junk in [b"not msgpack".to_vec(), vec![0x91, 0xc1], bad_version.clone(), encode(&good).unwrap()] {
+                    send(&mut publisher, "test", Bytes::from(junk)).await.unwrap();
+                }
+                if let Ok(Some(env)) = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
+                    return env;
+                }
+            }
+        })
+        .await
+        .expect("the valid message got through");
+        assert_eq!(got, good);
+        assert!(value(&registry, "ringtail_ipc_rejected_total", "malformed") >= 2.0);
+        assert!(value(&registry, "ringtail_ipc_rejected_total", "version") >= 1.0);
+        trigger.fire();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,122 @@
+//! How many raw events one span-actor turns into spans per second, on one
+//! core: decode a raw batch (msgpack), transform, assemble the span batch,
+//! encode it (msgpack). That is the actor's whole per-event path; only the
+//! socket reads and writes are left out.
+//!
+//! `cargo bench -p span-actor --bench transform` (figures go to BENCHMARKS.md).
+
+use std::time::{Duration, Instant};
+
+use ipc_schema::config::Settings;
+use ipc_schema::{Body, Component, Envelope, ProcessInfo, Producer, RawBatch, RawEvent, Role, SockAddr};
+use runtime_kit::counters::Registry;
+use span_actor::actors::publisher::assemble;
+use span_actor::ledger::Ledger;
+use span_actor::transform::Transformer;
+
+fn addr(port: u16) -> SockAddr {
+    let mut ip = [0u8; 16];
+    ip[..4].copy_from_slice(&[127, 0, 0, 1]);
+    SockAddr { v6: false, ip, port }
+}
+
+/// A batch like a busy web server's: keep-alive connections, a handful of
+/// routes with ids in them, curl-like heads.
+fn raw_batch(n: usize, conn_base: u64) -> RawBatch {
+    let paths = ["/", "/api/users/12345", "/api/orders/987/items", "/static/app.js", "/health", "/api/search?q=x&page=2"];
+    let events = (0..n)
+        .map(|i| RawEvent {
+            role: Role::Server,
+            pid: 1000 + (i % 4) as u32,
+            tid: 1000,
+            fd: 5,
+            proc_start_ns: 1,
+            conn_id: conn_base + (i / 16) as u64,
+            seq: (i % 16) as u32 + 1,
+            parent: None,
+            start_mono_ns: 1_000_000 + i as u64 * 1000,
+            end_mono_ns: 1_200_000 + i as u64 * 1000,
+            status: if i % 50 == 0 { 500 } else { 200 },
+            local: addr(8080),
+            peer: addr(40000 + (i % 1000) as u16),
+            request_len: 90,
+            truncated: false,
+            orphan: false,
+            request: format!(
+                "GET {} HTTP/1.1\r\nHost: shop.example:8080\r\nUser-Agent: curl/8.5.0\r\nAccept: */*\r\n\r\n",
+                paths[i % paths.len()]
+            )
+            .into_bytes(),
+        })
+        .collect();
+    let processes = (0..4)
+        .map(|k| ProcessInfo {
+            pid: 1000 + k,
+            proc_start_ns: 1,
+            comm: "shop".into(),
+            exe_name: Some("shop".into()),
+            exe_path: Some("/usr/bin/shop".into()),
+            env_service_name: None,
+            env_resource_attributes: None,
+        })
+        .collect();
+    RawBatch { mono_to_unix_ns: 1_700_000_000_000_000_000, events, processes }
+}
+
+fn main() {
+    let settings = Settings::default();
+    let batch_len = settings.pipeline.batch_length;
+    let registry = Registry::new(Component::SpanActor, 1);
+    let mut t = Transformer::new(&settings, &registry);
+    let mut ledger = Ledger::default();
+    let loader = Producer { component: Component::ProbeLoader, instance: 7 };
+    ledger.observe(loader);
+    // Pre-encoded input, as it arrives off the socket.
+    let inputs: Vec<Vec<u8>> = (0..64)
+        .map(|k| ipc_schema::encode(&Envelope::new(loader, k + 1, Body::Raw(raw_batch(batch_len, k * 10_000)))).unwrap())
+        .collect();
+    let me = Producer { component: Component::SpanActor, instance: 8 };
+
+    let run = |secs: f64, t: &mut Transformer, ledger: &mut Ledger| {
+        let start = Instant::now();
+        let cpu0 = cpu_time();
+        let mut events = 0u64;
+        let mut seq = 0u64;
+        let mut bytes_out = 0usize;
+        while start.elapsed() < Duration::from_secs_f64(secs) {
+            for input in &inputs {
+                seq += 1;
+                let env = ipc_schema::decode(input).expect("decode");
+                let Body::Raw(b) = env.body else { unreachable!() };
+                let _ = ledger.received(seq);
+                let mut out = Vec::with_capacity(b.events.len());
+                t.transform(loader.instance, seq, &b, Instant::now(), &mut out, ledger);
+                events += b.events.len() as u64;
+                let (spans, comp) = assemble(out);
+                for (origin, n) in comp {
+                    ledger.release(origin.0, origin.1, n);
+                }
+                bytes_out += ipc_schema::encode(&Envelope::new(me, seq, Body::Spans(spans))).expect("encode").len();
+            }
+        }
+        (events, start.elapsed(), cpu_time() - cpu0, bytes_out)
+    };
+    run(1.0, &mut t, &mut ledger); // warm up
+    let (events, wall, cpu, bytes) = run(5.0, &mut t, &mut ledger);
+    println!("span-actor transform, batches of {batch_len} events, one thread:");
+    println!("  events/s (wall):      {:>12.0}", events as f64 / wall.as_secs_f64());
+    println!("  CPU per event:        {:>12.3} µs", cpu.as_secs_f64() * 1e6 / events as f64);
+    println!("  events/s per CPU-s:   {:>12.0}", events as f64 / cpu.as_secs_f64());
+    println!("  span bytes per event: {:>12.1}", bytes as f64 / events as f64);
+}
+
+/// CPU time (user + system) of this process.
+fn cpu_time() -> Duration {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: ru points to writable memory of the right size.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
+    // SAFETY: getrusage filled it.
+    let ru = unsafe { ru.assume_init() };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
