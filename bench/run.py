@@ -147,6 +147,20 @@ def bpf_stats(pid):
     return {names.get(i, f"prog{i}"): v for i, v in progs.items()}
 
 
+def bpf_map_rss_kb(pid):
+    """RSS of the process's mappings of eBPF maps (ring buffers), in kB."""
+    total, in_map = 0, False
+    try:
+        for line in Path(f"/proc/{pid}/smaps").read_text().splitlines():
+            if re.match(r"^[0-9a-f]+-[0-9a-f]+ ", line):
+                in_map = line.rstrip().endswith("anon_inode:bpf-map")
+            elif in_map and line.startswith("Rss:"):
+                total += int(line.split()[1])
+    except OSError:
+        return None
+    return total
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -485,6 +499,19 @@ class Ringtail:
     def peak_rss_kb(self):
         return {c: status_kb(p, "VmHWM") for c, p in self.pids.items()}
 
+    def rss_kb(self):
+        return {c: status_kb(p, "VmRSS") for c, p in self.pids.items()}
+
+    def memory(self):
+        """Now, per process: RSS split into anonymous and file-backed, and
+        (the loader) the part that is the mmapped eBPF maps: the ring buffer's
+        data pages are mapped twice, so they count twice in RSS."""
+        out = {}
+        for c, p in self.pids.items():
+            out[c] = {k: status_kb(p, k) for k in ("VmRSS", "RssAnon", "RssFile", "VmHWM")}
+        out["probe-loader"]["bpf_map_mappings_kb"] = bpf_map_rss_kb(self.pids["probe-loader"])
+        return out
+
     def bpf(self):
         return bpf_stats(self.pids["probe-loader"])
 
@@ -534,6 +561,8 @@ class Rotel:
 # Loads
 # --------------------------------------------------------------------------
 
+LOADGEN = {"k6": "k6 constant-arrival-rate", "blast": "bench/goserver -mode blast, paced"}
+
 K6_SCRIPT = """\
 import http from 'k6/http';
 export const options = {
@@ -555,10 +584,12 @@ export function handleSummary(data) { return { %(out)s: JSON.stringify(data) }; 
 
 def k6_load(tools, work, port, rate, duration, tag):
     """Open loop: `rate` requests/s for `duration` s, whatever the latency."""
-    vus = max(10, rate // 100)
+    # Enough VUs that a slow moment does not starve the arrival rate: each
+    # VU is one keep-alive connection with one request in flight.
+    vus = max(20, rate // 50)
     out = work / f"k6-{tag}.json"
     script = work / f"k6-{tag}.js"
-    script.write_text(K6_SCRIPT % {"rate": rate, "duration": duration, "vus": vus, "max_vus": vus * 5,
+    script.write_text(K6_SCRIPT % {"rate": rate, "duration": duration, "vus": vus, "max_vus": vus * 10,
                                    "url": json.dumps(f"http://127.0.0.1:{port}/bench"), "out": json.dumps(str(out))})
     env = dict(os.environ, K6_NO_USAGE_REPORT="true")
     child = Child(f"k6-{tag}", [tools.k6(), "run", "--quiet", "--no-color", str(script)], work, env=env)
@@ -625,6 +656,7 @@ def blast_load(tools, work, port, conns, rate, duration, tag):
         r = json.loads(child.out_path.read_text().strip().splitlines()[-1])
     except (OSError, ValueError, IndexError):
         raise Fail(f"blast printed no result:\n{child.err_tail()}")
+    svc, cor = r.get("service_ms") or {}, r.get("corrected_ms") or {}
     return {
         "tool": "blast",
         "target_rps": rate,
@@ -632,8 +664,22 @@ def blast_load(tools, work, port, conns, rate, duration, tag):
         "requests": r["requests"],
         "achieved_rps": r["requests"] / r["seconds"],
         "failed": r["errors"],
+        "p50_ms": svc.get("p50"),
+        "p90_ms": svc.get("p90"),
+        "p99_ms": svc.get("p99"),
+        "max_ms": svc.get("max"),
+        "corrected_p50_ms": cor.get("p50"),
+        "corrected_p99_ms": cor.get("p99"),
         "loadgen_cpu_ns": child.rusage_cpu_ns,
     }
+
+
+def open_load(ctx, port, rate, duration, tag):
+    """The open-loop load of --loadgen: k6 (constant-arrival-rate) or blast
+    (bench/goserver paced on a schedule: a fraction of k6's CPU)."""
+    if ctx.args.loadgen == "blast":
+        return blast_load(ctx.tools, ctx.work, port, max(16, rate // 250), rate, duration, tag)
+    return k6_load(ctx.tools, ctx.work, port, rate, duration, tag)
 
 
 # --------------------------------------------------------------------------
@@ -674,6 +720,7 @@ def measure(ctx, server, variant, settings, load, start_ringtail=True, ringtail=
             rec["ringtail_total_us_per_req"] = sum(v or 0 for v in rec["ringtail_us_per_req"].values())
             rec["peak_rss_kb"] = rt.peak_rss_kb()
             rec["total_peak_rss_mb"] = sum(v or 0 for v in rec["peak_rss_kb"].values()) / 1024
+            rec["memory_at_end"] = rt.memory()
             rec["restarts"] = rt.restarts()
             deltas = {k: c1.get(k, 0) - c0.get(k, 0) for k in set(c0) | set(c1)}
             rec["counters"] = {k: int(v) for k, v in sorted(deltas.items()) if not k.startswith("drop:")}
@@ -733,7 +780,8 @@ def saturated(rec):
     target = rec.get("target_rps")
     if not target:
         return False
-    return rec["achieved_rps"] < 0.97 * target or rec.get("dropped_iterations", 0) > 0.005 * target * (rec["wall_s"] or 1)
+    dropped = rec.get("dropped_iterations", 0)
+    return rec["achieved_rps"] < 0.97 * target or dropped > 0.01 * (rec["requests"] + dropped)
 
 
 def point_row(r):
@@ -812,24 +860,25 @@ def mode_rates(ctx):
                         tag = f"rates-{server.kind}-{rate}-{rep}-{'on' if on else 'off'}"
                         say(f"rates: {server.kind} {rate} req/s, ringtail {'on' if on else 'off'} (repeat {rep + 1}/{a.repeat})")
                         rec = measure(ctx, server, "default" if on else "off", ringtail_settings(ctx, server.port) if on else None,
-                                      lambda: k6_load(ctx.tools, ctx.work, server.port, rate, a.duration, tag))
+                                      lambda: open_load(ctx, server.port, rate, a.duration, tag))
                         rec["repeat"] = rep
                         records.append(rec)
                         ctx.save(records=records)
                         time.sleep(1)
         finally:
             server.stop()
-    print_points("rates: open loop (k6 constant-arrival-rate), ringtail off/on", records)
+    print_points(f"rates: open loop ({LOADGEN[a.loadgen]}), ringtail off/on", records)
     summary = summarise_rates(records)
     print("### ringtail on vs off (means of the repeats)\n")
     table(["server", "rate", "got/s on", "srv µs/req off", "srv µs/req on", "Δ srv µs", "p50 off/on ms", "p99 off/on ms", "p99 added",
-           "rt µs/req", "kern ns/req", "spans/req", "RSS MB"],
+           "rt µs/req", "kern ns/req", "spans/req", "RSS MB (ring)"],
           [[s["server"], s["rate"], f"{s['achieved_on']:.0f}" + ("*" if s["saturated"] else ""), fmt(s["srv_off"]), fmt(s["srv_on"]), fmt(s["srv_delta"]),
             f"{fmt(s['p50_off'], '.3f')}/{fmt(s['p50_on'], '.3f')}", f"{fmt(s['p99_off'], '.3f')}/{fmt(s['p99_on'], '.3f')}",
             fmt(s["p99_added"] and s["p99_added"] * 100, "+.1f") + "%", fmt(s["rt_us"]), fmt(s["kernel_ns"], ".0f"), fmt(s["spans_per_req"], ".3f"),
-            fmt(s["rss_mb"], ".1f")] for s in summary])
+            f"{fmt(s['rss_mb'], '.1f')} ({fmt(s['ring_mapping_mb'], '.0f')})"] for s in summary])
+    print("RSS = the sum of the 4 processes' peaks (VmHWM); (ring) = the part that is the loader's mapping of the eBPF ring buffers, counted twice by the kernel.")
     sat = [f"{s['server']} at {s['rate']}" for s in summary if s["saturated"]]
-    print(f"saturated (k6 could not hold the rate, * above): {', '.join(sat) if sat else 'none'}\n")
+    print(f"saturated (the load generator could not hold the rate, * above): {', '.join(sat) if sat else 'none'}\n")
     return {"records": records, "summary": summary}
 
 
@@ -859,6 +908,7 @@ def summarise_rates(records):
             "kernel_ns": m(on, "kernel_ns_per_req"),
             "spans_per_req": m(on, "spans_per_req"),
             "rss_mb": max([r.get("total_peak_rss_mb") or 0 for r in on], default=None),
+            "ring_mapping_mb": max([((r.get("memory_at_end") or {}).get("probe-loader", {}).get("bpf_map_mappings_kb") or 0) / 1024 for r in on], default=None),
             "rss_mb_by_process": {c: max([((r.get("peak_rss_kb") or {}).get(c) or 0) / 1024 for r in on], default=None) for c in COMPONENTS},
         })
     return out
@@ -883,7 +933,7 @@ def mode_optimisations(ctx):
             order = variants[rep % len(variants):] + variants[:rep % len(variants)]
             for name, settings in order:
                 say(f"optimisations: {server.kind} {a.opt_rate} req/s, ringtail {name} (repeat {rep + 1}/{a.repeat})")
-                rec = measure(ctx, server, name, settings, lambda: k6_load(ctx.tools, ctx.work, server.port, a.opt_rate, a.duration, f"opt-{name}-{rep}"))
+                rec = measure(ctx, server, name, settings, lambda: open_load(ctx, server.port, a.opt_rate, a.duration, f"opt-{name}-{rep}"))
                 rec["repeat"] = rep
                 records.append(rec)
                 ctx.save(records=records)
@@ -1124,6 +1174,7 @@ def main():
     p.add_argument("--servers", default="nginx,go", help="servers for rates and saturation (nginx,go)")
     p.add_argument("--nginx-workers", type=int, default=1)
     p.add_argument("--rates", default="1000,5000,10000", help="open-loop rates, req/s")
+    p.add_argument("--loadgen", default="k6", choices=["k6", "blast"], help="open-loop load generator (k6 costs ~200 µs of CPU a request)")
     p.add_argument("--duration", type=int, help="seconds per open-loop point (default 20, quick 5)")
     p.add_argument("--repeat", type=int, help="off/on pairs per point (default 2, quick 1)")
     p.add_argument("--opt-rate", type=int, default=5000, help="rate of the optimisations mode")
@@ -1173,7 +1224,7 @@ def main():
             atexit.register(lambda: stats_path.write_text(old))
     ctx = Ctx(args, tools, work)
     say(f"ringtail {tools.bin_dir} ({tools.profile}), commit {ctx.meta['commit']}; results → {args.out}")
-    if args.mode in ("rates", "optimisations", "all"):
+    if args.mode in ("rates", "optimisations", "all") and args.loadgen == "k6":
         say(f"k6: {tools.k6()}")
     if args.otlp:
         ctx.rotel = Rotel(tools, work)

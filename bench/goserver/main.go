@@ -6,10 +6,14 @@
 //	goserver -mode blast -addr 127.0.0.1:8080 -conns 64 -duration 5s [-rate 100000]
 //
 // blast opens -conns keep-alive connections and, on each, writes one request
-// and reads its response in a loop (closed loop: one request in flight per
-// connection), paced to -rate requests/s in total when -rate > 0. It prints
-// one JSON line: {"requests":N,"errors":N,"seconds":S}. The benchmark uses raw
-// + blast to feed ringtail's ring buffer as fast as the machine allows.
+// and reads its response in a loop, one request in flight per connection.
+// With -rate > 0 the requests leave on a fixed schedule (-rate requests/s in
+// all: an open loop as long as the connections keep up) and latency is also
+// measured from the scheduled time; with -rate 0 they go as fast as the
+// server answers. It prints one JSON line: {"requests":N,"errors":N,
+// "seconds":S,"service_ms":{p50,p90,p99,max},"corrected_ms":{…}}. The
+// benchmark uses it as a cheap open-loop load (--loadgen blast) and, with
+// raw, to feed ringtail's ring buffer as fast as the machine allows.
 package main
 
 import (
@@ -21,6 +25,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,11 +115,20 @@ func blast(addr string, conns int, duration time.Duration, rate float64) error {
 	var total, errors atomic.Int64
 	start := time.Now()
 	deadline := start.Add(duration)
-	perConn := rate / float64(conns)
+	// Paced: connection i sends its k-th request at start + (k + i/conns) *
+	// interval, whatever happened to the previous one (a late response makes
+	// the next requests leave at once, as in wrk2). "service" latency is
+	// from the write, "corrected" from the scheduled time.
+	interval := time.Duration(0)
+	if rate > 0 {
+		interval = time.Duration(float64(conns) / rate * float64(time.Second))
+	}
+	service := make([][]int64, conns)
+	corrected := make([][]int64, conns)
 	var wg sync.WaitGroup
 	for i := 0; i < conns; i++ {
 		wg.Add(1)
-		go func() {
+		go func(i int) {
 			defer wg.Done()
 			c, err := net.Dial("tcp", addr)
 			if err != nil {
@@ -123,18 +137,21 @@ func blast(addr string, conns int, duration time.Duration, rate float64) error {
 			}
 			defer c.Close()
 			buf := make([]byte, 4096)
-			done := int64(0)
-			for {
+			offset := interval * time.Duration(i) / time.Duration(conns)
+			for k := 0; ; k++ {
 				now := time.Now()
-				if now.After(deadline) {
-					return
-				}
-				if perConn > 0 {
-					due := int64(now.Sub(start).Seconds() * perConn)
-					if done >= due {
-						time.Sleep(time.Duration(float64(done-due+1) / perConn * float64(time.Second)))
-						continue
+				due := now
+				if interval > 0 {
+					due = start.Add(offset + interval*time.Duration(k))
+					if due.After(deadline) {
+						return
 					}
+					if d := due.Sub(now); d > 0 {
+						time.Sleep(d)
+						now = time.Now()
+					}
+				} else if now.After(deadline) {
+					return
 				}
 				if _, err := c.Write(request); err != nil {
 					errors.Add(1)
@@ -151,13 +168,36 @@ func blast(addr string, conns int, duration time.Duration, rate float64) error {
 					}
 					got += n
 				}
-				done++
+				end := time.Now()
+				service[i] = append(service[i], int64(end.Sub(now)))
+				corrected[i] = append(corrected[i], int64(end.Sub(due)))
 				total.Add(1)
 			}
-		}()
+		}(i)
 	}
 	wg.Wait()
-	out, _ := json.Marshal(map[string]any{"requests": total.Load(), "errors": errors.Load(), "seconds": time.Since(start).Seconds()})
+	secs := time.Since(start).Seconds()
+	if interval > 0 {
+		secs = duration.Seconds() // the schedule's length, not the last response's
+	}
+	out, _ := json.Marshal(map[string]any{
+		"requests": total.Load(), "errors": errors.Load(), "seconds": secs,
+		"service_ms": percentiles(service), "corrected_ms": percentiles(corrected),
+	})
 	fmt.Println(string(out))
 	return nil
+}
+
+// percentiles of latencies in ns, as ms: p50, p90, p99, max.
+func percentiles(per [][]int64) map[string]float64 {
+	var all []int64
+	for _, l := range per {
+		all = append(all, l...)
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	sort.Slice(all, func(a, b int) bool { return all[a] < all[b] })
+	at := func(q float64) float64 { return float64(all[int(q*float64(len(all)-1))]) / 1e6 }
+	return map[string]float64{"p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "max": at(1)}
 }
