@@ -703,6 +703,7 @@ def measure(ctx, server, variant, settings, load, start_ringtail=True, ringtail=
             time.sleep(1.2)  # a first heartbeat: the loader's counters exist
             c0, bpf0, rt_cpu0 = rt.counters(), rt.bpf(), rt.cpu()
         srv0 = server.cpu_ns()
+        col0 = cpu_ns(ctx.rotel.child.pid) if ctx.rotel and rt else None
         t0 = time.monotonic()
         res = load()
         wall = time.monotonic() - t0
@@ -715,6 +716,8 @@ def measure(ctx, server, variant, settings, load, start_ringtail=True, ringtail=
         if rt:
             time.sleep(ctx.tail_s)  # flush_interval + two batch_timeouts: the last requests reach the exporter
             rt_cpu1 = rt.cpu()
+            if col0 is not None:
+                rec["collector_us_per_req"] = ((cpu_ns(ctx.rotel.child.pid) or col0) - col0) / reqs / 1e3  # rotel, not ringtail
             c1, drained = rt.drain(ctx.drain_timeout)
             bpf1 = rt.bpf()
             rec["settings"] = {k: v for k, v in rt.settings.items() if k not in ("pipeline.runtime_dir", "export.prometheus.listen")}
