@@ -749,7 +749,8 @@ def measure(ctx, server, variant, settings, load, start_ringtail=True, ringtail=
             if rec["uncounted_loss"] > 0.001 * expected:
                 say(f"WARNING: {rec['uncounted_loss']} of {expected} spans lost without a drop counter "
                     f"(kernel {rec['counters']['kernel_events']}, read {rec['counters']['events_read']}, created {rec['counters']['spans_created']}, "
-                    f"received {rec['counters']['spans_received']}; other counters {rec['other_counters']})")
+                    f"received {rec['counters']['spans_received']}; IPC counters "
+                    f"{ {k: v for k, v in rec['other_counters'].items() if 'ipc_' in k or 'raw_batches' in k} })")
             if any(rec["restarts"].values()):
                 say(f"WARNING: a ringtail component restarted during {variant}: {rec['restarts']} (CPU of the old process is lost)")
         return rec
@@ -1115,7 +1116,7 @@ def targets(results):
             rss = max(s["rss_mb"] or 0 for s in ss)
             row(f"{server}: total peak RSS", f"≤ {TARGET_TOTAL_RSS_MB:.0f} MB", f"{rss:.1f} MB", rss <= TARGET_TOTAL_RSS_MB)
             sp = min(s["spans_per_req"] or 0 for s in ss)
-            row(f"{server}: spans delivered", "1 per request", f"{sp:.3f} (lowest rate point)", sp >= 0.999)
+            row(f"{server}: spans delivered", "1 per request", f"{sp:.3f} (lowest point)", sp >= 0.999)
     for s in results.get("saturation", {}).get("summary", []):
         row(f"{s['server']}: throughput on/off", f"≥ {TARGET_THROUGHPUT_RATIO:.0%}", fmt(s["ratio"] and s["ratio"] * 100, ".1f") + "%",
             s["ratio"] is not None and s["ratio"] >= TARGET_THROUGHPUT_RATIO, "closed loop, wrk")
@@ -1227,11 +1228,12 @@ def main():
     tools = Tools(args, work)
     tools.check_ringtail()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    atexit.register(Child.stop_all)
+    # atexit runs last-registered first: stop what we started, then remove its files.
     if not args.keep:
         atexit.register(lambda: shutil.rmtree(work, ignore_errors=True))
     else:
         say(f"work directory: {work}")
+    atexit.register(Child.stop_all)
     stats_path = Path("/proc/sys/kernel/bpf_stats_enabled")
     if not args.no_bpf_stats:
         old = stats_path.read_text().strip()
