@@ -1,0 +1,203 @@
+// Command goserver is the benchmark's fixture: a minimal HTTP server and a
+// tight-loop client, standard library only.
+//
+//	goserver -mode http  -addr 127.0.0.1:8080   net/http, every request gets 200 "ok\n"
+//	goserver -mode raw   -addr 127.0.0.1:8080   bare TCP: one fixed response per request head read
+//	goserver -mode blast -addr 127.0.0.1:8080 -conns 64 -duration 5s [-rate 100000]
+//
+// blast opens -conns keep-alive connections and, on each, writes one request
+// and reads its response in a loop, one request in flight per connection.
+// With -rate > 0 the requests leave on a fixed schedule (-rate requests/s in
+// all: an open loop as long as the connections keep up) and latency is also
+// measured from the scheduled time; with -rate 0 they go as fast as the
+// server answers. It prints one JSON line: {"requests":N,"errors":N,
+// "seconds":S,"service_ms":{p50,p90,p99,max},"corrected_ms":{…}}. The
+// benchmark uses it as a cheap open-loop load (--loadgen blast) and, with
+// raw, to feed ringtail's ring buffer as fast as the machine allows.
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+var (
+	request  = []byte("GET /bench HTTP/1.1\r\nHost: bench\r\nUser-Agent: ringtail-bench\r\n\r\n")
+	response = []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n")
+	headEnd  = []byte("\r\n\r\n")
+)
+
+func main() {
+	mode := flag.String("mode", "http", "http, raw or blast")
+	addr := flag.String("addr", "127.0.0.1:8080", "listen (http, raw) or connect (blast) address")
+	conns := flag.Int("conns", 64, "blast: connections")
+	duration := flag.Duration("duration", 5*time.Second, "blast: how long")
+	rate := flag.Float64("rate", 0, "blast: total requests/s; 0 = as fast as possible")
+	flag.Parse()
+	var err error
+	switch *mode {
+	case "http":
+		err = serveHTTP(*addr)
+	case "raw":
+		err = serveRaw(*addr)
+	case "blast":
+		err = blast(*addr, *conns, *duration, *rate)
+	default:
+		err = fmt.Errorf("unknown -mode %q", *mode)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "goserver:", err)
+		os.Exit(1)
+	}
+}
+
+func serveHTTP(addr string) error {
+	ok := []byte("ok\n")
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Write(ok)
+	})
+	return http.ListenAndServe(addr, h)
+}
+
+func serveRaw(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go func(c net.Conn) {
+			defer c.Close()
+			buf := make([]byte, 4096)
+			pending := 0
+			for {
+				n, err := c.Read(buf[pending:])
+				if err != nil {
+					return
+				}
+				pending += n
+				// Answer every complete request head in what was read.
+				data := buf[:pending]
+				for {
+					i := bytes.Index(data, headEnd)
+					if i < 0 {
+						break
+					}
+					if _, err := c.Write(response); err != nil {
+						return
+					}
+					data = data[i+len(headEnd):]
+				}
+				pending = copy(buf, data)
+				if pending == len(buf) {
+					return // a head larger than the buffer: not our client
+				}
+			}
+		}(c)
+	}
+}
+
+func blast(addr string, conns int, duration time.Duration, rate float64) error {
+	var total, errors atomic.Int64
+	start := time.Now()
+	deadline := start.Add(duration)
+	// Paced: connection i sends its k-th request at start + (k + i/conns) *
+	// interval, whatever happened to the previous one (a late response makes
+	// the next requests leave at once, as in wrk2). "service" latency is
+	// from the write, "corrected" from the scheduled time.
+	interval := time.Duration(0)
+	if rate > 0 {
+		interval = time.Duration(float64(conns) / rate * float64(time.Second))
+	}
+	service := make([][]int64, conns)
+	corrected := make([][]int64, conns)
+	var wg sync.WaitGroup
+	for i := 0; i < conns; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				errors.Add(1)
+				return
+			}
+			defer c.Close()
+			buf := make([]byte, 4096)
+			offset := interval * time.Duration(i) / time.Duration(conns)
+			for k := 0; ; k++ {
+				now := time.Now()
+				due := now
+				if interval > 0 {
+					due = start.Add(offset + interval*time.Duration(k))
+					if due.After(deadline) {
+						return
+					}
+					if d := due.Sub(now); d > 0 {
+						time.Sleep(d)
+						now = time.Now()
+					}
+				} else if now.After(deadline) {
+					return
+				}
+				if _, err := c.Write(request); err != nil {
+					errors.Add(1)
+					return
+				}
+				got := 0
+				for got < len(response) {
+					n, err := c.Read(buf[got:])
+					if err != nil {
+						if err != io.EOF {
+							errors.Add(1)
+						}
+						return
+					}
+					got += n
+				}
+				end := time.Now()
+				service[i] = append(service[i], int64(end.Sub(now)))
+				corrected[i] = append(corrected[i], int64(end.Sub(due)))
+				total.Add(1)
+			}
+		}(i)
+	}
+	wg.Wait()
+	secs := time.Since(start).Seconds()
+	if interval > 0 {
+		secs = duration.Seconds() // the schedule's length, not the last response's
+	}
+	out, _ := json.Marshal(map[string]any{
+		"requests": total.Load(), "errors": errors.Load(), "seconds": secs,
+		"service_ms": percentiles(service), "corrected_ms": percentiles(corrected),
+	})
+	fmt.Println(string(out))
+	return nil
+}
+
+// percentiles of latencies in ns, as ms: p50, p90, p99, max.
+func percentiles(per [][]int64) map[string]float64 {
+	var all []int64
+	for _, l := range per {
+		all = append(all, l...)
+	}
+	if len(all) == 0 {
+		return nil
+	}
+	sort.Slice(all, func(a, b int) bool { return all[a] < all[b] })
+	at := func(q float64) float64 { return float64(all[int(q*float64(len(all)-1))]) / 1e6 }
+	return map[string]float64{"p50": at(0.50), "p90": at(0.90), "p99": at(0.99), "max": at(1)}
+}
