@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use ipc_schema::{Ack, Body, Component, Envelope, SpanBatch};
 use runtime_kit::counters::{Counter, Drops, Registry};
-use runtime_kit::ipc::replay::{InboundSeq, Verdict};
+use runtime_kit::ipc::replay::{ack_due, InboundSeq, Verdict};
 use runtime_kit::ipc::{AckSender, HEARTBEAT};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
@@ -26,8 +26,8 @@ use crate::sinks::stdout;
 
 /// Span ids remembered to drop re-derived duplicates.
 const RECENT_IDS: usize = 1 << 18;
-/// How often the ack is refreshed.
-const ACK_EVERY: Duration = Duration::from_millis(200);
+/// How often the ack is considered (sent only when due).
+const ACK_EVERY: Duration = Duration::from_millis(50);
 
 /// Recently seen span ids, oldest forgotten first.
 #[derive(Default)]
@@ -138,11 +138,7 @@ impl Receiver {
 
     fn send_ack(&mut self, ctx: &mut Context<Self>) {
         let Some(ack) = self.inbound.ack() else { return };
-        let due = match self.last_ack {
-            Some((last, at)) => last != ack || at.elapsed() >= HEARTBEAT,
-            None => true,
-        };
-        if !due {
+        if !ack_due(self.last_ack, ack, ACK_EVERY) {
             return;
         }
         let Some(mut acks_out) = self.acks_out.take() else { return };
@@ -185,14 +181,14 @@ impl StreamHandler<Envelope> for Receiver {
         match env.body {
             Body::Health(report) if report.component != Component::ExporterActor => self.meters.update_health(report),
             Body::Spans(batch) if env.producer.component == Component::SpanActor => {
-                self.inbound.observe(env.producer);
+                self.inbound.observe(env.producer, env.floor);
                 self.handle_spans(env.producer.instance, env.seq, batch);
             }
             _ => self.unexpected.add(1),
         }
         // Heartbeats (seq 0) tell us which span-actor to ack, too.
         if env.producer.component == Component::SpanActor {
-            self.inbound.observe(env.producer);
+            self.inbound.observe(env.producer, env.floor);
         }
     }
 

@@ -40,6 +40,9 @@ pub struct Envelope {
     pub producer: Producer,
     /// Per producer instance, from 1, one per data message; replays repeat it.
     pub seq: u64,
+    /// The lowest seq the producer still keeps for replay: everything below
+    /// it is settled, so a consumer need not wait for it.
+    pub floor: u64,
     pub body: Body,
 }
 
@@ -52,23 +55,26 @@ pub enum Body {
     Ack(Ack),
 }
 
-/// "I have finished with everything you sent up to `upto`": the only thing
-/// that flows uphill. The receiver may forget those messages; it never acts
-/// on anything else in it.
+/// "I have received everything up to `received` and finished with everything
+/// up to `upto`": the only thing that flows uphill. The producer may send
+/// more (flow control) and forget what is finished; it acts on nothing else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Ack {
     /// The instance of the producer being acknowledged; an ack for another
     /// instance (a previous life of that producer) is ignored.
     pub for_instance: u64,
-    /// Highest sequence number of that instance fully handled; 0 = none yet,
-    /// which doubles as "I am here and subscribed: replay what you hold".
+    /// Every data message of that instance up to this seq has arrived.
+    pub received: u64,
+    /// Every data message up to this seq is fully handled; 0 = none yet.
+    /// The first ack of a consumer instance also means "I am here and
+    /// subscribed: send me what you hold".
     pub upto: u64,
 }
 
 impl Envelope {
-    /// An envelope of this build's schema version.
+    /// An envelope of this build's schema version (floor 0).
     pub fn new(producer: Producer, seq: u64, body: Body) -> Self {
-        Envelope { version: SCHEMA_VERSION, producer, seq, body }
+        Envelope { version: SCHEMA_VERSION, producer, seq, floor: 0, body }
     }
 }
 
@@ -140,7 +146,7 @@ mod tests {
 
     #[test]
     fn ack_round_trips() {
-        let env = Envelope::new(producer(), 0, Body::Ack(Ack { for_instance: 7, upto: 42 }));
+        let env = Envelope::new(producer(), 0, Body::Ack(Ack { for_instance: 7, received: 43, upto: 42 }));
         assert_eq!(decode(&encode(&env).unwrap()).unwrap(), env);
     }
 
@@ -157,7 +163,7 @@ mod tests {
 
     #[test]
     fn other_version_is_reported_as_such() {
-        let mut env = Envelope::new(producer(), 1, Body::Ack(Ack { for_instance: 1, upto: 1 }));
+        let mut env = Envelope::new(producer(), 1, Body::Ack(Ack { for_instance: 1, received: 1, upto: 1 }));
         env.version = SCHEMA_VERSION + 1;
         let err = decode(&encode(&env).unwrap()).unwrap_err();
         assert!(matches!(err, DecodeError::Version { found, .. } if found == u64::from(SCHEMA_VERSION) + 1));
@@ -169,7 +175,7 @@ mod tests {
             assert!(decode(bytes).is_err(), "{bytes:?}");
         }
         // Every prefix of a valid message fails cleanly too.
-        let env = Envelope::new(producer(), 1, Body::Ack(Ack { for_instance: 1, upto: 1 }));
+        let env = Envelope::new(producer(), 1, Body::Ack(Ack { for_instance: 1, received: 1, upto: 1 }));
         let good = encode(&env).unwrap();
         for cut in 0..good.len() {
             assert!(decode(&good[..cut]).is_err());

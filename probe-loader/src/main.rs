@@ -83,7 +83,8 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     // Only the actors' group may connect; only we can bind here.
     let socket = ipc::bind_pub(&raw_path, Access { mode: 0o660, gid: Some(actors.gid), uid: None }).await?;
     let producer = Producer { component: Component::ProbeLoader, instance };
-    let publisher = ReplayPublisher::new(socket, raw_path.clone(), producer, settings.pipeline.replay_batches, &registry);
+    let backlog = registry.drops("ringtail_dropped_events_total", "backlog_full");
+    let publisher = ReplayPublisher::new(socket, raw_path.clone(), producer, settings.pipeline.replay_batches, &registry, backlog);
 
     // 2. Drop what is no longer needed. The actors' group stays, as the only
     //    way into their directory for the acks they publish.

@@ -149,6 +149,10 @@ impl Pump {
                 _ = flush.tick() => {
                     self.drain(events.get_mut()).await;
                     self.drain_execs(execs.get_mut());
+                    // Resends and waiting batches (flow control).
+                    if let Err(error) = self.publisher.pump().await {
+                        tracing::debug!(%error, "pump failed");
+                    }
                 }
                 _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                     self.send_batch().await;
@@ -233,10 +237,14 @@ impl Pump {
         self.batch.seen.clear();
         let n = events.len() as u64;
         let batch = RawBatch { mono_to_unix_ns: mono_to_unix_ns(), events, processes };
-        if let Err(error) = self.publisher.publish(Body::Raw(batch)).await {
+        // Ok(None): the backlog was full; the publisher counted the drop.
+        if let Err(error) = self.publisher.publish(Body::Raw(batch), n).await {
             tracing::warn!(%error, "publish failed");
             self.publish_failed.add(n);
         }
+        // Let the socket's own tasks run: a ring that never empties must not
+        // starve them (that silently drops what they hold).
+        tokio::task::yield_now().await;
     }
 
     /// Refreshes kernel counters and sends a health report (also the
@@ -256,7 +264,6 @@ impl Pump {
             self.registry.counter("ringtail_probe_run_time_ns_total", &[("program", stat.name)]).set(stat.run_time.as_nanos() as u64);
             self.registry.counter("ringtail_probe_runs_total", &[("program", stat.name)]).set(stat.run_count);
         }
-        self.registry.gauge("ringtail_replay_kept_batches", &[]).set(self.publisher.kept() as f64);
         let report = self.registry.report();
         if let Err(error) = self.publisher.publish_transient(Body::Health(report)).await {
             tracing::debug!(%error, "heartbeat not sent");

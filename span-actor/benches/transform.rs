@@ -70,7 +70,7 @@ fn main() {
     let mut t = Transformer::new(&settings, &registry);
     let mut ledger = Ledger::default();
     let loader = Producer { component: Component::ProbeLoader, instance: 7 };
-    ledger.observe(loader);
+    ledger.observe(loader, 1);
     // Pre-encoded input, as it arrives off the socket.
     let inputs: Vec<Vec<u8>> = (0..64)
         .map(|k| ipc_schema::encode(&Envelope::new(loader, k + 1, Body::Raw(raw_batch(batch_len, k * 10_000)))).unwrap())

@@ -20,9 +20,9 @@ pub struct Ledger {
 }
 
 impl Ledger {
-    /// Notes any message from the loader (heartbeats included).
-    pub fn observe(&mut self, loader: Producer) {
-        if self.raw.observe(loader) {
+    /// Notes any message from the loader (heartbeats included) and its floor.
+    pub fn observe(&mut self, loader: Producer, floor: u64) {
+        if self.raw.observe(loader, floor) {
             self.open.clear();
         }
     }
@@ -89,7 +89,7 @@ mod tests {
     #[test]
     fn batch_is_safe_when_all_its_spans_are() {
         let mut l = Ledger::default();
-        l.observe(Producer { component: Component::ProbeLoader, instance: 9 });
+        l.observe(Producer { component: Component::ProbeLoader, instance: 9 }, 1);
         assert_eq!(l.received(1), Verdict::New);
         assert_eq!(l.received(2), Verdict::New);
         l.add(9, 1, 3);

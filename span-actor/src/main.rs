@@ -55,7 +55,8 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     let spans = ipc::bind_pub(&spans_path, Access::private()).await?;
     let raw_acks = ipc::bind_pub(&acks_path, Access { mode: 0o660, gid: None, uid: None }).await?;
     let me = Producer { component: Component::SpanActor, instance };
-    let spans = ReplayPublisher::new(spans, spans_path.clone(), me, settings.pipeline.replay_batches, &registry);
+    let backlog = registry.drops("ringtail_dropped_spans_total", "backlog_full");
+    let spans = ReplayPublisher::new(spans, spans_path.clone(), me, settings.pipeline.replay_batches, &registry, backlog);
     let raw_acks = AckSender::new(raw_acks, acks_path.clone(), me);
 
     if let Some(addr) = runtime_kit::profiling::address(settings.profile.port, 1) {

@@ -130,10 +130,19 @@ pub struct Proc {
 }
 
 impl Proc {
-    /// Spawns `cmd`, naming it for messages.
+    /// Spawns `cmd` in a process group of its own (so that whatever it
+    /// forks, e.g. nginx workers, goes with it), naming it for messages.
     pub fn spawn(name: &str, cmd: &mut Command) -> Proc {
-        let child = cmd.spawn().unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
+        use std::os::unix::process::CommandExt;
+        let child = cmd.process_group(0).spawn().unwrap_or_else(|e| panic!("cannot start {name}: {e}"));
         Proc { child, name: name.to_owned() }
+    }
+
+    /// Sends `sig` to the whole process group.
+    fn signal_group(&self, sig: i32) {
+        // SAFETY: kill has no memory-safety preconditions; the group id is
+        // the child's pid (process_group(0)).
+        unsafe { libc::kill(-(self.child.id() as i32), sig) };
     }
 
     /// The process id.
@@ -164,6 +173,7 @@ impl Proc {
 
 impl Drop for Proc {
     fn drop(&mut self) {
+        self.signal_group(libc::SIGKILL);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -234,9 +234,9 @@ mod tests {
         let registry = Registry::new(Component::SpanActor, 1);
         let (trigger, shutdown) = crate::shutdown::channel();
         let mut rx = subscribe(path.clone(), 8, &registry, shutdown);
-        let good = Envelope::new(Producer { component: Component::ProbeLoader, instance: 7 }, 1, Body::Ack(Ack { for_instance: 1, upto: 2 }));
+        let good = Envelope::new(Producer { component: Component::ProbeLoader, instance: 7 }, 1, Body::Ack(Ack { for_instance: 1, received: 2, upto: 2 }));
         let mut bad_version = encode(&good).unwrap();
-        bad_version[1] = 0x63; // schema version 99
+        bad_version[1] = 0x63; // schema version 99 (position 1: after the array header)
         // Subscribing takes a moment; keep sending until the good one arrives.
         let got = tokio::time::timeout(Duration::from_secs(10), async {
             loop {

@@ -1,44 +1,71 @@
-//! Replay and acknowledgement: how a restart loses no batch.
+//! Replay, flow control and acknowledgement: how a slow or restarted
+//! consumer loses no batch, and how memory stays bounded.
 //!
 //! A producer numbers its data messages (`seq` from 1 per producer
-//! instance) and keeps the last `capacity` of them until the consumer acks
-//! them. The consumer acks "everything I received up to `upto` is handled".
-//! When acks start coming from a consumer instance the producer has not
-//! heard from (a restarted consumer, or the first one), it re-sends every
-//! message it still holds; the consumer drops the ones it already handled.
-//! Heartbeats (seq 0) are never kept, acked or deduplicated.
+//! instance) and keeps each one until the consumer acknowledges it:
 //!
-//! Keeping is insurance, not a queue: when the buffer is full the oldest
-//! message is forgotten (and counted), and it is only lost if the consumer
-//! also dies before handling it.
+//! - **Flow control.** It sends only while fewer than `window` messages are
+//!   in flight beyond what the consumer says it has *received*; the rest
+//!   wait in the kept buffer, unsent. ZeroMQ's PUB socket has no high-water
+//!   mark of its own, so this window is what bounds its queues.
+//! - **Bounded.** The kept buffer holds at most `capacity` messages. When it
+//!   is full the *newest* message is dropped and counted (the caller's drop
+//!   counter, e.g. `ringtail_dropped_events_total{reason="backlog_full"}`).
+//! - **Resend.** A message sent but not received within [`RESEND_AFTER`] is
+//!   sent again (a PUB socket drops silently when a subscriber reconnects);
+//!   the consumer drops what it already has.
+//! - **Replay.** When acks come from a consumer instance the producer has not
+//!   heard from (a restarted consumer, or the first one), everything kept is
+//!   sent again, in order, within the window.
+//!
+//! Every message carries the producer's `floor`: the lowest seq it still
+//! kept when the message was made (heartbeats: now). The consumer's acks are contiguous from there: `received` (all up to
+//! it arrived) and `upto` (all up to it handled), so a gap is never skipped.
+//! Heartbeats (seq 0) are never kept, acked or deduplicated.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use ipc_schema::{encode, Ack, Body, Envelope, Producer};
 use zeromq::PubSocket;
 
 use super::{send, IpcError};
-use crate::counters::{Counter, Registry};
+use crate::counters::{Counter, Drops, Gauge, Registry};
 
-/// A PUB socket whose data messages can be replayed.
+/// A message sent but not acknowledged as received after this is sent again.
+pub const RESEND_AFTER: Duration = Duration::from_secs(2);
+/// Messages in flight beyond the consumer's `received`.
+pub const WINDOW: u64 = 128;
+
+struct Kept {
+    seq: u64,
+    bytes: Bytes,
+    sent: Option<Instant>,
+}
+
+/// A PUB socket whose data messages are flow-controlled and replayable.
 pub struct ReplayPublisher {
     socket: PubSocket,
     endpoint: String,
     producer: Producer,
     next_seq: u64,
-    kept: VecDeque<(u64, Bytes)>,
+    kept: VecDeque<Kept>,
     capacity: usize,
+    window: u64,
     consumer: Option<u64>,
+    received: u64,
     published: Counter,
-    replayed: Counter,
-    forgotten: Counter,
+    resent: Counter,
+    backlog_full: Drops,
+    kept_gauge: Gauge,
 }
 
 impl ReplayPublisher {
-    /// Wraps a bound PUB socket.
-    pub fn new(socket: PubSocket, path: PathBuf, producer: Producer, capacity: usize, registry: &Registry) -> Self {
+    /// Wraps a bound PUB socket. `drops` counts what is dropped when the
+    /// backlog is full (in the caller's unit: events or spans).
+    pub fn new(socket: PubSocket, path: PathBuf, producer: Producer, capacity: usize, registry: &Registry, drops: Drops) -> Self {
         ReplayPublisher {
             socket,
             endpoint: ipc_schema::endpoints::ipc(&path),
@@ -46,10 +73,13 @@ impl ReplayPublisher {
             next_seq: 1,
             kept: VecDeque::new(),
             capacity: capacity.max(1),
+            window: WINDOW,
             consumer: None,
+            received: 0,
             published: registry.counter("ringtail_ipc_batches_published_total", &[]),
-            replayed: registry.counter("ringtail_ipc_batches_replayed_total", &[]),
-            forgotten: registry.counter("ringtail_ipc_replay_forgotten_total", &[]),
+            resent: registry.counter("ringtail_ipc_batches_resent_total", &[]),
+            backlog_full: drops,
+            kept_gauge: registry.gauge("ringtail_ipc_kept_batches", &[]),
         }
     }
 
@@ -58,75 +88,111 @@ impl ReplayPublisher {
         self.producer
     }
 
-    /// Messages kept for replay.
+    /// Messages kept (in flight, waiting, or unacknowledged).
     pub fn kept(&self) -> usize {
         self.kept.len()
     }
 
-    /// Publishes a data message and keeps it for replay; returns its seq.
-    pub async fn publish(&mut self, body: Body) -> Result<u64, IpcError> {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let bytes = Bytes::from(
-            encode(&Envelope::new(self.producer, seq, body)).map_err(|source| IpcError::Encode { source })?,
-        );
-        self.kept.push_back((seq, bytes.clone()));
-        if self.kept.len() > self.capacity {
-            self.kept.pop_front();
-            self.forgotten.inc();
+    fn floor(&self) -> u64 {
+        self.kept.front().map_or(self.next_seq, |k| k.seq)
+    }
+
+    /// Queues a data message of `items` items and sends what the window
+    /// allows. Returns its seq, or `None` if the backlog was full and it was
+    /// dropped (and counted).
+    pub async fn publish(&mut self, body: Body, items: u64) -> Result<Option<u64>, IpcError> {
+        if self.kept.len() >= self.capacity {
+            self.backlog_full.add(items);
+            return Ok(None);
         }
+        let seq = self.next_seq;
+        let mut env = Envelope::new(self.producer, seq, body);
+        env.floor = self.floor().min(seq);
+        let bytes = Bytes::from(encode(&env).map_err(|source| IpcError::Encode { source })?);
+        self.next_seq += 1;
+        self.kept.push_back(Kept { seq, bytes, sent: None });
         self.published.inc();
-        send(&mut self.socket, &self.endpoint, bytes).await?;
-        Ok(seq)
+        self.pump().await?;
+        Ok(Some(seq))
     }
 
     /// Publishes a message that is not kept (heartbeats, health reports).
     pub async fn publish_transient(&mut self, body: Body) -> Result<(), IpcError> {
-        let bytes = Bytes::from(
-            encode(&Envelope::new(self.producer, 0, body)).map_err(|source| IpcError::Encode { source })?,
-        );
+        let mut env = Envelope::new(self.producer, 0, body);
+        env.floor = self.floor();
+        let bytes = Bytes::from(encode(&env).map_err(|source| IpcError::Encode { source })?);
         send(&mut self.socket, &self.endpoint, bytes).await
     }
 
-    /// Applies an ack from `from`: replays everything kept when `from` is a
-    /// consumer instance not heard from before, then forgets what is acked.
-    /// Returns how many messages were replayed.
-    pub async fn handle_ack(&mut self, from: Producer, ack: Ack) -> Result<usize, IpcError> {
+    /// Sends what the window allows: waiting messages, and ones sent too
+    /// long ago without being received. Call it on a timer too.
+    pub async fn pump(&mut self) -> Result<(), IpcError> {
+        let limit = self.received + self.window;
+        let now = Instant::now();
+        let mut out = Vec::new();
+        for k in self.kept.iter_mut() {
+            if k.seq > limit {
+                break;
+            }
+            if k.seq <= self.received {
+                continue;
+            }
+            match k.sent {
+                None => {}
+                Some(at) if now.duration_since(at) >= RESEND_AFTER => self.resent.inc(),
+                Some(_) => continue,
+            }
+            k.sent = Some(now);
+            out.push(k.bytes.clone());
+        }
+        self.kept_gauge.set(self.kept.len() as f64);
+        for b in out {
+            send(&mut self.socket, &self.endpoint, b).await?;
+        }
+        Ok(())
+    }
+
+    /// Applies an ack from `from`: a consumer instance not heard from before
+    /// gets everything kept again; what is handled is forgotten; the window
+    /// moves on. Returns true if the consumer was new.
+    pub async fn handle_ack(&mut self, from: Producer, ack: Ack) -> Result<bool, IpcError> {
         if ack.for_instance != self.producer.instance {
-            return Ok(0); // addressed to a previous life of this producer
+            return Ok(false); // addressed to a previous life of this producer
         }
-        let mut replayed = 0;
-        if self.consumer != Some(from.instance) {
+        let new = self.consumer != Some(from.instance);
+        if new {
             self.consumer = Some(from.instance);
-            let again: Vec<Bytes> = self.kept.iter().map(|(_, b)| b.clone()).collect();
-            if !again.is_empty() {
-                tracing::info!(endpoint = %self.endpoint, messages = again.len(), event = "replay", "new consumer: replaying kept messages");
+            self.received = 0;
+            for k in self.kept.iter_mut() {
+                k.sent = None;
             }
-            for bytes in again {
-                send(&mut self.socket, &self.endpoint, bytes).await?;
-                self.replayed.inc();
-                replayed += 1;
+            if !self.kept.is_empty() {
+                tracing::info!(endpoint = %self.endpoint, messages = self.kept.len(), event = "replay", "new consumer: sending kept messages again");
             }
         }
-        while self.kept.front().is_some_and(|(s, _)| *s <= ack.upto) {
+        self.received = self.received.max(ack.received);
+        while self.kept.front().is_some_and(|k| k.seq <= ack.upto) {
             self.kept.pop_front();
         }
-        Ok(replayed)
+        self.pump().await?;
+        Ok(new)
     }
 }
 
-/// Consumer-side bookkeeping for one producer: which seqs were received,
-/// which are handled, what to ack, what is a duplicate.
+/// Consumer-side bookkeeping for one producer instance: duplicates, and the
+/// contiguous `received`/`upto` to acknowledge.
 #[derive(Debug, Default)]
 pub struct InboundSeq {
     instance: Option<u64>,
+    floor: u64,
+    /// All seqs up to this arrived.
+    received: u64,
+    arrived: BTreeSet<u64>,
+    /// All seqs up to this are handled.
+    upto: u64,
+    handled: BTreeSet<u64>,
     pending: BTreeSet<u64>,
-    done: BTreeSet<u64>,
-    max_done: u64,
 }
-
-/// How many handled seqs are remembered for deduplication.
-const DONE_WINDOW: usize = 1 << 16;
 
 /// What to do with a received data message.
 #[derive(Debug, PartialEq, Eq)]
@@ -137,27 +203,53 @@ pub enum Verdict {
     Duplicate,
 }
 
+/// Advances `mark` over `set` while the next seq is in it.
+fn advance(mark: &mut u64, set: &mut BTreeSet<u64>) {
+    while set.remove(&(*mark + 1)) {
+        *mark += 1;
+    }
+    // Anything at or below the mark is settled.
+    while set.first().is_some_and(|s| *s <= *mark) {
+        set.pop_first();
+    }
+}
+
 impl InboundSeq {
     /// The producer instance being tracked, once one has been seen.
     pub fn instance(&self) -> Option<u64> {
         self.instance
     }
 
-    /// Notes any message (heartbeats too) from `producer`; a new producer
-    /// instance starts a fresh history. Returns true if it was new.
-    pub fn observe(&mut self, producer: Producer) -> bool {
-        if self.instance == Some(producer.instance) {
-            return false;
+    /// Notes any message (heartbeats too) from `producer` with its `floor`;
+    /// a new producer instance starts a fresh history. True if it was new.
+    pub fn observe(&mut self, producer: Producer, floor: u64) -> bool {
+        let new = self.instance != Some(producer.instance);
+        if new {
+            *self = InboundSeq { instance: Some(producer.instance), ..Default::default() };
         }
-        *self = InboundSeq { instance: Some(producer.instance), ..Default::default() };
-        true
+        if floor > self.floor {
+            // Below the floor the producer keeps nothing: nothing to wait for.
+            self.floor = floor;
+            let settled = floor.saturating_sub(1);
+            if self.received < settled {
+                self.received = settled;
+            }
+            advance(&mut self.received, &mut self.arrived);
+            if self.upto < settled && self.pending.first().is_none_or(|p| *p > settled) {
+                self.upto = settled;
+            }
+            advance(&mut self.upto, &mut self.handled);
+        }
+        new
     }
 
-    /// Classifies a data message (call [`InboundSeq::observe`] first).
+    /// Classifies a data message (after [`InboundSeq::observe`]).
     pub fn receive(&mut self, seq: u64) -> Verdict {
-        if seq == 0 || self.pending.contains(&seq) || self.done.contains(&seq) {
+        if seq == 0 || seq <= self.received || self.arrived.contains(&seq) {
             return Verdict::Duplicate;
         }
+        self.arrived.insert(seq);
+        advance(&mut self.received, &mut self.arrived);
         self.pending.insert(seq);
         Verdict::New
     }
@@ -165,22 +257,14 @@ impl InboundSeq {
     /// Marks a received seq handled.
     pub fn done(&mut self, seq: u64) {
         if self.pending.remove(&seq) {
-            self.done.insert(seq);
-            self.max_done = self.max_done.max(seq);
-            while self.done.len() > DONE_WINDOW {
-                self.done.pop_first();
-            }
+            self.handled.insert(seq);
+            advance(&mut self.upto, &mut self.handled);
         }
     }
 
-    /// The ack to send: everything received up to this is handled.
+    /// The ack to send.
     pub fn ack(&self) -> Option<Ack> {
-        let instance = self.instance?;
-        let upto = match self.pending.first() {
-            Some(first) => first.saturating_sub(1).min(self.max_done),
-            None => self.max_done,
-        };
-        Some(Ack { for_instance: instance, upto })
+        Some(Ack { for_instance: self.instance?, received: self.received, upto: self.upto })
     }
 }
 
@@ -206,6 +290,19 @@ impl AckSender {
     }
 }
 
+/// When a consumer should send its ack: when it changed and either a
+/// tenth of the window arrived since the last one or `ACK_EVERY` passed,
+/// and every [`super::HEARTBEAT`] regardless (it is also a liveness signal).
+pub fn ack_due(last: Option<(Ack, Instant)>, now: Ack, every: Duration) -> bool {
+    match last {
+        None => true,
+        Some((prev, at)) => {
+            let elapsed = at.elapsed();
+            (prev != now && (now.received >= prev.received + WINDOW / 10 || elapsed >= every)) || elapsed >= super::HEARTBEAT
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -216,48 +313,142 @@ mod tests {
     }
 
     #[test]
-    fn dedup_and_ack_follow_handling() {
+    fn dedup_and_acks_are_contiguous() {
         let mut s = InboundSeq::default();
-        assert!(s.observe(producer(1)));
-        assert_eq!(s.ack().unwrap().upto, 0);
+        assert!(s.observe(producer(1), 1));
+        assert_eq!(s.ack().unwrap(), Ack { for_instance: 1, received: 0, upto: 0 });
         assert_eq!(s.receive(1), Verdict::New);
-        assert_eq!(s.receive(2), Verdict::New);
+        assert_eq!(s.receive(3), Verdict::New); // 2 went missing
         assert_eq!(s.receive(1), Verdict::Duplicate);
-        s.done(2);
-        // 1 is still pending: nothing up to 2 may be forgotten yet.
-        assert_eq!(s.ack().unwrap().upto, 0);
         s.done(1);
-        assert_eq!(s.ack().unwrap(), Ack { for_instance: 1, upto: 2 });
-        assert_eq!(s.receive(2), Verdict::Duplicate);
+        s.done(3);
+        // 2 has not arrived: neither received nor handled may pass it.
+        assert_eq!(s.ack().unwrap(), Ack { for_instance: 1, received: 1, upto: 1 });
+        assert_eq!(s.receive(2), Verdict::New); // resent
+        assert_eq!(s.ack().unwrap().received, 3);
+        assert_eq!(s.ack().unwrap().upto, 1);
+        s.done(2);
+        assert_eq!(s.ack().unwrap().upto, 3);
+        assert_eq!(s.receive(3), Verdict::Duplicate);
     }
 
     #[test]
-    fn replays_below_the_first_seen_seq_are_new() {
-        // A restarted consumer first sees live seq 50, then the replay of 10..=50.
+    fn a_new_consumer_starts_at_the_producers_floor() {
+        // The producer still keeps 10..; a restarted consumer first sees 50.
         let mut s = InboundSeq::default();
-        s.observe(producer(7));
+        s.observe(producer(7), 10);
         assert_eq!(s.receive(50), Verdict::New);
         s.done(50);
+        assert_eq!(s.ack().unwrap(), Ack { for_instance: 7, received: 9, upto: 9 });
         for seq in 10..50 {
             assert_eq!(s.receive(seq), Verdict::New, "{seq}");
-        }
-        assert_eq!(s.receive(50), Verdict::Duplicate);
-        assert_eq!(s.ack().unwrap().upto, 9);
-        for seq in 10..50 {
             s.done(seq);
         }
-        assert_eq!(s.ack().unwrap().upto, 50);
+        assert_eq!(s.ack().unwrap(), Ack { for_instance: 7, received: 50, upto: 50 });
+    }
+
+    #[test]
+    fn a_rising_floor_settles_what_the_producer_gave_up() {
+        let mut s = InboundSeq::default();
+        s.observe(producer(1), 1);
+        s.receive(5);
+        s.done(5);
+        s.observe(producer(1), 5); // 1..4 are gone for good
+        assert_eq!(s.ack().unwrap(), Ack { for_instance: 1, received: 5, upto: 5 });
     }
 
     #[test]
     fn new_producer_instance_starts_fresh() {
         let mut s = InboundSeq::default();
-        s.observe(producer(1));
+        s.observe(producer(1), 1);
         s.receive(1);
         s.done(1);
-        assert!(s.observe(producer(2)));
+        assert!(s.observe(producer(2), 1));
         assert_eq!(s.receive(1), Verdict::New);
         assert_eq!(s.ack().unwrap().for_instance, 2);
-        assert!(!s.observe(producer(2)));
+        assert!(!s.observe(producer(2), 1));
+    }
+
+    #[test]
+    fn acks_are_paced() {
+        let a = |r, u| Ack { for_instance: 1, received: r, upto: u };
+        assert!(ack_due(None, a(0, 0), Duration::from_millis(50)));
+        let just = Some((a(1, 1), Instant::now()));
+        assert!(!ack_due(just, a(1, 1), Duration::from_millis(50)), "unchanged");
+        assert!(!ack_due(just, a(2, 1), Duration::from_millis(50)), "changed a little, too soon");
+        assert!(ack_due(just, a(1 + WINDOW / 10, 1), Duration::from_millis(50)), "a tenth of the window arrived");
+        let old = Some((a(1, 1), Instant::now() - Duration::from_millis(60)));
+        assert!(ack_due(old, a(2, 1), Duration::from_millis(50)));
+    }
+}
+
+#[cfg(test)]
+mod publisher_tests {
+    use super::*;
+    use crate::counters::Registry;
+    use ipc_schema::{Component, HealthReport};
+
+    fn body() -> Body {
+        Body::Health(HealthReport { component: Component::ProbeLoader, instance: 1, points: Vec::new() })
+    }
+
+    #[tokio::test]
+    async fn window_backlog_resend_and_replay() {
+        let dir = std::env::temp_dir().join(format!("rk-replay-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("p.sock");
+        let socket = super::super::bind_pub(&path, super::super::Access::private()).await.unwrap();
+        let registry = Registry::new(Component::ProbeLoader, 1);
+        let me = Producer { component: Component::ProbeLoader, instance: 42 };
+        let drops = registry.drops("ringtail_dropped_events_total", "backlog_full");
+        let mut p = ReplayPublisher::new(socket, path.clone(), me, 200, &registry, drops.clone());
+        let (trigger, shutdown) = crate::shutdown::channel();
+        let mut rx = super::super::subscribe(path.clone(), 1024, &registry, shutdown);
+        tokio::time::sleep(Duration::from_millis(500)).await; // let the SUB connect
+
+        // 250 messages, 10 items each: 200 kept, 50 dropped (newest) and counted.
+        let mut kept = 0;
+        for _ in 0..250 {
+            if p.publish(body(), 10).await.unwrap().is_some() {
+                kept += 1;
+            }
+        }
+        assert_eq!(kept, 200);
+        assert_eq!(drops.total(), 500);
+        let mut seen = Vec::new();
+        while let Ok(Some(env)) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
+            seen.push(env.seq);
+        }
+        // Without any ack only the window went out.
+        assert_eq!(seen, (1..=WINDOW).collect::<Vec<_>>());
+        // A consumer appears having received and handled 1..=100.
+        let consumer = Producer { component: Component::SpanActor, instance: 7 };
+        assert!(p.handle_ack(consumer, Ack { for_instance: 42, received: 100, upto: 100 }).await.unwrap());
+        assert_eq!(p.kept(), 100);
+        let mut replayed = Vec::new();
+        while let Ok(Some(env)) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
+            replayed.push(env.seq);
+            // A replayed message carries the floor of when it was made: a
+            // lower bound; heartbeats carry the current one.
+            assert!(env.floor <= env.seq, "floor");
+        }
+        assert_eq!(replayed, (101..=200).collect::<Vec<_>>(), "everything kept beyond `received`, in order");
+        // Nothing received beyond 150: after RESEND_AFTER the rest goes again.
+        assert!(!p.handle_ack(consumer, Ack { for_instance: 42, received: 150, upto: 120 }).await.unwrap());
+        tokio::time::sleep(RESEND_AFTER).await;
+        p.pump().await.unwrap();
+        let mut again = Vec::new();
+        while let Ok(Some(env)) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
+            again.push(env.seq);
+        }
+        assert_eq!(again, (151..=200).collect::<Vec<_>>());
+        p.publish_transient(body()).await.unwrap();
+        let hb = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await.unwrap().unwrap();
+        assert_eq!((hb.seq, hb.floor), (0, 121), "heartbeats carry the current floor");
+        // Acks for another producer instance change nothing.
+        p.handle_ack(consumer, Ack { for_instance: 1, received: 500, upto: 500 }).await.unwrap();
+        assert_eq!(p.kept(), 80);
+        trigger.fire();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

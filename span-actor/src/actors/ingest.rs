@@ -59,7 +59,7 @@ impl StreamHandler<Envelope> for Ingest {
             self.unexpected.add(1);
             return;
         }
-        self.ledger.borrow_mut().observe(env.producer);
+        self.ledger.borrow_mut().observe(env.producer, env.floor);
         match env.body {
             Body::Raw(batch) => {
                 if self.ledger.borrow_mut().received(env.seq) == Verdict::Duplicate {

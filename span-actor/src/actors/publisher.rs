@@ -13,6 +13,7 @@ use actix::prelude::*;
 use ipc_schema::config::Settings;
 use ipc_schema::{Ack, Body, Component, Envelope, HealthReport, ServiceResource, SpanBatch};
 use runtime_kit::counters::{Counter, Drops, Gauge, Registry};
+use runtime_kit::ipc::replay::ack_due;
 use runtime_kit::ipc::{AckSender, ReplayPublisher, HEARTBEAT};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -36,8 +37,10 @@ pub struct ForwardHealth(pub HealthReport);
 #[rtype(result = "()")]
 pub struct Flush;
 
-/// How often the raw ack is refreshed.
-const ACK_EVERY: Duration = Duration::from_millis(200);
+/// How often the raw ack is considered (sent only when due).
+const ACK_EVERY: Duration = Duration::from_millis(50);
+/// How often waiting and stale batches are (re)sent.
+const PUMP_EVERY: Duration = Duration::from_millis(250);
 
 /// The publisher actor.
 pub struct Publisher {
@@ -49,7 +52,6 @@ pub struct Publisher {
     deadline: Option<SpawnHandle>,
     batch_length: usize,
     batch_timeout: Duration,
-    replay_batches: usize,
     /// span batch seq → how many spans of each raw batch it holds
     composition: BTreeMap<u64, Vec<(Origin, usize)>>,
     last_ack: Option<(Ack, Instant)>,
@@ -80,7 +82,6 @@ impl Publisher {
             deadline: None,
             batch_length: settings.pipeline.batch_length,
             batch_timeout: settings.pipeline.batch_timeout,
-            replay_batches: settings.pipeline.replay_batches,
             composition: BTreeMap::new(),
             last_ack: None,
             loader_health: None,
@@ -111,23 +112,19 @@ impl Publisher {
         let n = batch.spans.len();
         ctx.wait(
             async move {
-                let res = out.publish(Body::Spans(batch)).await;
+                let res = out.publish(Body::Spans(batch), n as u64).await;
                 (out, res)
             }
             .into_actor(self)
             .map(move |(out, res), act, ctx| {
                 act.out = Some(out);
                 match res {
-                    Ok(seq) => {
+                    Ok(Some(seq)) => {
                         act.published.add(n as u64);
                         act.composition.insert(seq, comp);
-                        // Batches the replay buffer forgot are no longer ours to protect.
-                        while act.composition.len() > act.replay_batches {
-                            if let Some((_, c)) = act.composition.pop_first() {
-                                act.release(&c);
-                            }
-                        }
                     }
+                    // Backlog full: dropped and counted by the publisher.
+                    Ok(None) => act.release(&comp),
                     Err(error) => {
                         tracing::warn!(%error, "publish failed");
                         act.publish_failed.add(n as u64);
@@ -164,11 +161,7 @@ impl Publisher {
     fn send_raw_ack(&mut self, ctx: &mut Context<Self>) {
         let Some(ack) = self.ledger.borrow().ack() else { return };
         self.pending_gauge.set(self.ledger.borrow().open() as f64);
-        let due = match self.last_ack {
-            Some((last, at)) => last != ack || at.elapsed() >= HEARTBEAT,
-            None => true,
-        };
-        if !due {
+        if !ack_due(self.last_ack, ack, ACK_EVERY) {
             return;
         }
         let Some(mut acks_out) = self.acks_out.take() else { return };
@@ -185,6 +178,20 @@ impl Publisher {
                     Err(error) => tracing::debug!(%error, "ack not sent"),
                 }
             }),
+        );
+    }
+
+    fn pump(&mut self, ctx: &mut Context<Self>) {
+        let Some(mut out) = self.out.take() else { return };
+        ctx.wait(
+            async move {
+                if let Err(error) = out.pump().await {
+                    tracing::debug!(%error, "pump failed");
+                }
+                out
+            }
+            .into_actor(self)
+            .map(|out, act, _| act.out = Some(out)),
         );
     }
 
@@ -247,6 +254,7 @@ impl Actor for Publisher {
             ctx.add_stream(ReceiverStream::new(rx));
         }
         ctx.run_interval(ACK_EVERY, |act, ctx| act.send_raw_ack(ctx));
+        ctx.run_interval(PUMP_EVERY, |act, ctx| act.pump(ctx));
         ctx.run_interval(HEARTBEAT, |act, ctx| act.heartbeat(ctx));
     }
 }

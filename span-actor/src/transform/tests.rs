@@ -62,7 +62,7 @@ impl Rig {
         f(&mut s);
         let registry = Registry::new(ipc_schema::Component::SpanActor, 1);
         let mut ledger = Ledger::default();
-        ledger.observe(ipc_schema::Producer { component: ipc_schema::Component::ProbeLoader, instance: INST });
+        ledger.observe(ipc_schema::Producer { component: ipc_schema::Component::ProbeLoader, instance: INST }, 1);
         Rig { t: Transformer::new(&s, &registry), ledger, seq: 0, registry }
     }
 
