@@ -151,6 +151,15 @@ impl Probes {
         self.sel_pids.insert(pid, why as u8, 0).map_err(|source| ProbeError::Map { map: "sel_pids", source })
     }
 
+    /// Drops a process selected only by its executable name (an exec event
+    /// for a name that does not match; it may have been selected by an
+    /// earlier exec event the loader read after the kernel handled this one).
+    pub fn deselect_by_exe(&mut self, pid: u32) {
+        if self.sel_pids.get(&pid, 0).is_ok_and(|v| v == Selected::ByExe as u8) {
+            let _ = self.sel_pids.remove(&pid);
+        }
+    }
+
     /// The kernel counters, summed over CPUs, by index.
     pub fn counters(&self) -> [u64; COUNTERS.len()] {
         let mut out = [0u64; COUNTERS.len()];

@@ -217,6 +217,8 @@ impl Pump {
                     Ok(()) => tracing::info!(pid = ev.tgid, exe = %path, event = "selected", "tracing new process"),
                     Err(error) => tracing::warn!(pid = ev.tgid, %error, "cannot select process"),
                 }
+            } else {
+                self.probes.deselect_by_exe(ev.tgid);
             }
         }
     }
