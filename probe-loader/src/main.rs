@@ -58,7 +58,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(settings: Settings) -> anyhow::Result<()> {
-    privileges::check()?;
+    privileges::check(settings.probe.read_process_env)?;
     let instance = runtime_kit::instance_id();
     let registry = Registry::new(Component::ProbeLoader, instance);
     let (trigger, shutdown) = shutdown::channel();

@@ -55,13 +55,24 @@ fn names(set: &CapsHashSet) -> String {
     }
 }
 
-/// Fails with a precise message unless we may load tracing programs.
-pub fn check() -> Result<(), PrivilegeError> {
+/// Fails with a precise message unless we may load tracing programs (and,
+/// with `read_process_env`, read other users' /proc entries).
+pub fn check(read_process_env: bool) -> Result<(), PrivilegeError> {
     let have = caps::read(None, CapSet::Effective).map_err(|source| PrivilegeError::Read { source })?;
     let bpf_ok = have.contains(&Capability::CAP_SYS_ADMIN)
         || (have.contains(&Capability::CAP_BPF) && have.contains(&Capability::CAP_PERFMON));
     if !bpf_ok {
         return Err(PrivilegeError::Missing { missing: "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)".into(), have: names(&have) });
+    }
+    // Kept caps must be in the bounding set too, or keeping them fails later.
+    let bounding = caps::read(None, CapSet::Bounding).map_err(|source| PrivilegeError::Read { source })?;
+    let keepable = |c: Capability| have.contains(&c) && bounding.contains(&c);
+    let proc_ok = keepable(Capability::CAP_SYS_PTRACE) && keepable(Capability::CAP_DAC_READ_SEARCH);
+    if read_process_env && !proc_ok {
+        return Err(PrivilegeError::Missing {
+            missing: "CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH for probe.read_process_env = true (set it to false to run without)".into(),
+            have: names(&have),
+        });
     }
     Ok(())
 }
