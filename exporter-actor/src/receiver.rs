@@ -6,7 +6,9 @@
 //! restarted span-actor from the loader's replay), so a restart never
 //! double-counts a request in traces or histograms.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashSet as HashSet;
 use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -108,7 +108,15 @@ pub enum EncodeError {
 
 /// Encodes an envelope as msgpack (structs as arrays: compact and fast).
 pub fn encode(env: &Envelope) -> Result<Vec<u8>, EncodeError> {
-    let bytes = rmp_serde::to_vec(env).map_err(|source| EncodeError::Msgpack { source })?;
+    // Sized up front: growing a large batch's buffer copies it again and again.
+    let hint = match &env.body {
+        Body::Raw(b) => 128 + b.events.iter().map(|e| 96 + e.request.len()).sum::<usize>() + 64 * b.processes.len(),
+        Body::Spans(b) => 128 + 224 * b.spans.len() + 160 * b.resources.len(),
+        Body::Health(h) => 64 + 96 * h.points.len(),
+        Body::Ack(_) => 48,
+    };
+    let mut bytes = Vec::with_capacity(hint);
+    rmp_serde::encode::write(&mut bytes, env).map_err(|source| EncodeError::Msgpack { source })?;
     if bytes.len() > MAX_MESSAGE_BYTES {
         return Err(EncodeError::TooLarge { len: bytes.len(), limit: MAX_MESSAGE_BYTES });
     }

@@ -11,26 +11,39 @@ pub enum Role {
     Client,
 }
 
-/// An IPv4 or IPv6 endpoint. IPv4 addresses use the first 4 bytes.
+/// An IPv4 or IPv6 endpoint. `ip` holds the address bytes in network order
+/// as a big-endian u128 (one msgpack `bin`, not sixteen integers); IPv4
+/// addresses use the first 4 bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SockAddr {
     pub v6: bool,
-    pub ip: [u8; 16],
+    pub ip: u128,
     pub port: u16,
 }
 
 impl SockAddr {
+    /// From address bytes as the kernel stores them.
+    pub fn from_bytes(v6: bool, bytes: [u8; 16], port: u16) -> Self {
+        SockAddr { v6, ip: u128::from_be_bytes(bytes), port }
+    }
+
+    /// The address bytes.
+    pub fn bytes(&self) -> [u8; 16] {
+        self.ip.to_be_bytes()
+    }
+
     /// The address as a standard library value.
     pub fn ip_addr(&self) -> std::net::IpAddr {
         if self.v6 {
-            let v6 = std::net::Ipv6Addr::from(self.ip);
+            let v6 = std::net::Ipv6Addr::from(self.bytes());
             // v4-mapped addresses (dual-stack sockets) read best as IPv4.
             match v6.to_ipv4_mapped() {
                 Some(v4) => std::net::IpAddr::V4(v4),
                 None => std::net::IpAddr::V6(v6),
             }
         } else {
-            std::net::IpAddr::V4(std::net::Ipv4Addr::new(self.ip[0], self.ip[1], self.ip[2], self.ip[3]))
+            let b = self.bytes();
+            std::net::IpAddr::V4(std::net::Ipv4Addr::new(b[0], b[1], b[2], b[3]))
         }
     }
 }
@@ -122,8 +135,8 @@ mod tests {
             start_mono_ns: 10,
             end_mono_ns: 20,
             status: 404,
-            local: SockAddr { v6: false, ip: [127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], port: 8000 },
-            peer: SockAddr { v6: true, ip: [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], port: 51000 },
+            local: SockAddr::from_bytes(false, [127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 8000),
+            peer: SockAddr::from_bytes(true, [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], 51000),
             request_len: 600,
             truncated: true,
             orphan: false,
@@ -156,7 +169,7 @@ mod tests {
         ip[10] = 0xff;
         ip[11] = 0xff;
         ip[12..].copy_from_slice(&[10, 0, 0, 1]);
-        let a = SockAddr { v6: true, ip, port: 1 };
+        let a = SockAddr::from_bytes(true, ip, 1);
         assert_eq!(a.ip_addr().to_string(), "10.0.0.1");
     }
 }

@@ -7,6 +7,9 @@
 
 use std::time::{Duration, Instant};
 
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use ipc_schema::config::Settings;
 use ipc_schema::{Body, Component, Envelope, ProcessInfo, Producer, RawBatch, RawEvent, Role, SockAddr};
 use runtime_kit::counters::Registry;
@@ -17,7 +20,7 @@ use span_actor::transform::Transformer;
 fn addr(port: u16) -> SockAddr {
     let mut ip = [0u8; 16];
     ip[..4].copy_from_slice(&[127, 0, 0, 1]);
-    SockAddr { v6: false, ip, port }
+    SockAddr::from_bytes(false, ip, port)
 }
 
 /// A batch like a busy web server's: keep-alive connections, a handful of
@@ -101,13 +104,16 @@ fn main() {
         }
         (events, start.elapsed(), cpu_time() - cpu0, bytes_out)
     };
-    run(1.0, &mut t, &mut ledger); // warm up
-    let (events, wall, cpu, bytes) = run(5.0, &mut t, &mut ledger);
+    // BENCH_SECS shortens the run (e.g. under callgrind).
+    let secs: f64 = std::env::var("BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0);
+    run(secs / 5.0, &mut t, &mut ledger); // warm up
+    let (events, wall, cpu, bytes) = run(secs, &mut t, &mut ledger);
     println!("span-actor transform, batches of {batch_len} events, one thread:");
     println!("  events/s (wall):      {:>12.0}", events as f64 / wall.as_secs_f64());
     println!("  CPU per event:        {:>12.3} µs", cpu.as_secs_f64() * 1e6 / events as f64);
     println!("  events/s per CPU-s:   {:>12.0}", events as f64 / cpu.as_secs_f64());
     println!("  span bytes per event: {:>12.1}", bytes as f64 / events as f64);
+    println!("  events measured:      {events:>12}");
 }
 
 /// CPU time (user + system) of this process.

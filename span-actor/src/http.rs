@@ -48,7 +48,14 @@ fn is_token(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
+/// Bytes as text: invalid UTF-8 replaced, control characters removed (they
+/// would corrupt logs and terminals downstream).
 fn text(bytes: &[u8]) -> String {
+    // The common case, printable ASCII, needs neither pass.
+    if bytes.iter().all(|b| (0x20..0x7f).contains(b)) {
+        // Printable ASCII is valid UTF-8.
+        return String::from_utf8(bytes.to_vec()).unwrap_or_default();
+    }
     String::from_utf8_lossy(bytes).chars().filter(|c| !c.is_control()).collect()
 }
 
@@ -67,9 +74,22 @@ pub fn split_host_port(host: &str) -> (&str, Option<u16>) {
     }
 }
 
+/// Where the next CRLF starts.
+fn crlf(buf: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    while let Some(i) = memchr::memchr(b'\n', &buf[from..]) {
+        let at = from + i;
+        if at > 0 && buf[at - 1] == b'\r' {
+            return Some(at - 1);
+        }
+        from = at + 1;
+    }
+    None
+}
+
 /// Parses the request head at the start of `buf`.
 pub fn parse_request(buf: &[u8]) -> Option<RequestHead> {
-    let line_end = buf.windows(2).position(|w| w == b"\r\n");
+    let line_end = crlf(buf);
     let line = &buf[..line_end.unwrap_or(buf.len())];
     let sp1 = line.iter().position(|b| *b == b' ')?;
     let method = &line[..sp1];
@@ -107,7 +127,7 @@ pub fn parse_request(buf: &[u8]) -> Option<RequestHead> {
     let mut pos = line_end + 2;
     let mut content_length: Option<usize> = Some(0);
     loop {
-        let Some(end) = buf[pos..].windows(2).position(|w| w == b"\r\n") else {
+        let Some(end) = crlf(&buf[pos..]) else {
             break; // cut inside the headers
         };
         let header = &buf[pos..pos + end];

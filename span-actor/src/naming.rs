@@ -6,7 +6,7 @@
 //! the kernel's command name. Decided once per process (pid + start time,
 //! so a reused pid is a new process) and cached.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use ipc_schema::config::ServiceSettings;
@@ -84,7 +84,7 @@ impl Naming {
             .iter()
             .map(|r| Rule { name: r.name.clone(), ports: r.ports.clone(), exe: r.exe_name.as_deref().and_then(|e| Regex::new(e).ok()) })
             .collect();
-        Naming { rules, host, known: HashMap::new() }
+        Naming { rules, host, known: HashMap::default() }
     }
 
     /// Learns (or refreshes) what the loader said about a process.

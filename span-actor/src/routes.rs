@@ -6,7 +6,7 @@
 //! service's new routes all become [`OVERFLOW_ROUTE`], and a counter says how
 //! often that happened.
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use ipc_schema::config::{IgnoreMode, RouteSettings, UnmatchedRoutes};
 
@@ -90,7 +90,7 @@ impl Router {
             ignore_mode: s.ignore_mode,
             unmatched: s.unmatched,
             max: s.max_cardinality,
-            seen: HashMap::new(),
+            seen: HashMap::default(),
         }
     }
 
@@ -114,7 +114,11 @@ impl Router {
         };
         let mut overflowed = false;
         let route = route.map(|r| {
-            let seen = self.seen.entry(service.to_owned()).or_default();
+            if !self.seen.contains_key(service) {
+                self.seen.insert(service.to_owned(), HashSet::default());
+            }
+            // Inserted just above when missing.
+            let Some(seen) = self.seen.get_mut(service) else { return r };
             if seen.contains(&r) {
                 r
             } else if seen.len() < self.max {
@@ -244,7 +248,7 @@ mod tests {
         let mut r = router(|s| s.max_cardinality = 100);
         let mut rng = rand::rngs::StdRng::seed_from_u64(1);
         let mut overflowed = 0;
-        let mut routes = HashSet::new();
+        let mut routes = std::collections::HashSet::new();
         for _ in 0..100_000 {
             // random words, not ids, so the heuristic cannot collapse them
             let seg: String = (0..rng.random_range(3..10)).map(|_| rng.random_range(b'a'..=b'z') as char).collect();

@@ -32,7 +32,13 @@ pub fn is_error(kind: SpanKind, status: u16) -> bool {
 pub fn span_name(method: &str, route: Option<&str>) -> String {
     let m = if method == "_OTHER" { "HTTP" } else { method };
     match route {
-        Some(r) => format!("{m} {r}"),
+        Some(r) => {
+            let mut s = String::with_capacity(m.len() + 1 + r.len());
+            s.push_str(m);
+            s.push(' ');
+            s.push_str(r);
+            s
+        }
         None => m.to_owned(),
     }
 }

@@ -1,7 +1,9 @@
 //! Raw request events → spans: the span-actor's whole judgement, as plain
 //! code the actors call (and benchmarks and tests can call directly).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +22,8 @@ use crate::semconv;
 const SERVER_CONTEXTS: usize = 65_536;
 /// Connections with pipelined requests awaiting their responses.
 const PIPELINES: usize = 16_384;
+/// Addresses whose text form is remembered.
+const IP_TEXTS: usize = 4096;
 
 /// Which raw batch (loader instance, seq) a span came from.
 pub type Origin = (u64, u64);
@@ -65,6 +69,7 @@ pub struct Transformer {
     held: HashMap<(u64, u64, u32), Vec<Held>>,
     held_order: VecDeque<(Instant, (u64, u64, u32))>,
     pipes: HashMap<(u64, u64), Pipe>,
+    ip_texts: HashMap<(bool, u128), String>,
     stats: Stats,
 }
 
@@ -79,11 +84,12 @@ impl Transformer {
             naming: Naming::new(&settings.services, host_name()),
             router: Router::new(&settings.routes),
             parent_wait: settings.pipeline.parent_wait,
-            server_ctx: HashMap::new(),
+            server_ctx: HashMap::default(),
             server_ctx_order: VecDeque::new(),
-            held: HashMap::new(),
+            held: HashMap::default(),
             held_order: VecDeque::new(),
-            pipes: HashMap::new(),
+            pipes: HashMap::default(),
+            ip_texts: HashMap::default(),
             stats: Stats {
                 spans: registry.counter("ringtail_spans_created_total", &[]),
                 ignored: registry.counter("ringtail_ignored_requests_total", &[]),
@@ -191,8 +197,8 @@ impl Transformer {
         let (method, method_original) = semconv::method(&head.method);
         let host_header = head.target_host.as_deref().or(head.host.as_deref());
         let (host, host_port) = host_header.map(split_host_port).map_or((None, None), |(h, p)| (Some(h.to_owned()), p));
-        let peer_ip = ev.peer.ip_addr().to_string();
-        let local_ip = ev.local.ip_addr().to_string();
+        let peer_ip = self.ip_text(&ev.peer);
+        let local_ip = self.ip_text(&ev.local);
         let (server_address, server_port, client_address, client_port) = match kind {
             SpanKind::Server => (host, host_port.unwrap_or(ev.local.port), peer_ip.clone(), ev.peer.port),
             SpanKind::Client => (host.or_else(|| Some(peer_ip.clone())), host_port.unwrap_or(ev.peer.port), local_ip, ev.local.port),
@@ -275,6 +281,20 @@ impl Transformer {
                 }
             },
         }
+    }
+
+    /// An address as text, formatted once per address (the same few peers
+    /// send most requests; formatting is costly).
+    fn ip_text(&mut self, a: &ipc_schema::SockAddr) -> String {
+        if let Some(s) = self.ip_texts.get(&(a.v6, a.ip)) {
+            return s.clone();
+        }
+        let s = a.ip_addr().to_string();
+        if self.ip_texts.len() >= IP_TEXTS {
+            self.ip_texts.clear();
+        }
+        self.ip_texts.insert((a.v6, a.ip), s.clone());
+        s
     }
 
     fn push(&mut self, p: Produced, out: &mut Vec<Produced>, ledger: &mut Ledger) {

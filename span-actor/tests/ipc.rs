@@ -14,7 +14,7 @@ use runtime_kit::ipc::{self, Access};
 fn addr(port: u16) -> SockAddr {
     let mut ip = [0u8; 16];
     ip[..4].copy_from_slice(&[127, 0, 0, 1]);
-    SockAddr { v6: false, ip, port }
+    SockAddr::from_bytes(false, ip, port)
 }
 
 fn batch() -> RawBatch {

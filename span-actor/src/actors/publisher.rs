@@ -4,7 +4,9 @@
 //! and the loader's, forwarded downhill.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap as HashMap;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -218,8 +220,8 @@ impl Publisher {
 /// spans of each raw batch it holds.
 pub fn assemble(spans: Vec<Produced>) -> (SpanBatch, Vec<(Origin, usize)>) {
     let mut batch = SpanBatch { resources: Vec::new(), spans: Vec::with_capacity(spans.len()) };
-    let mut index: HashMap<*const ServiceResource, u32> = HashMap::new();
-    let mut by_value: HashMap<Arc<ServiceResource>, u32> = HashMap::new();
+    let mut index: HashMap<*const ServiceResource, u32> = HashMap::default();
+    let mut by_value: HashMap<Arc<ServiceResource>, u32> = HashMap::default();
     let mut comp: Vec<(Origin, usize)> = Vec::new();
     for p in spans {
         let ptr = Arc::as_ptr(&p.resource);

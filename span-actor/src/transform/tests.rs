@@ -8,7 +8,7 @@ const OFFSET: i64 = 1_700_000_000_000_000_000;
 fn v4(a: [u8; 4], port: u16) -> SockAddr {
     let mut ip = [0u8; 16];
     ip[..4].copy_from_slice(&a);
-    SockAddr { v6: false, ip, port }
+    SockAddr::from_bytes(false, ip, port)
 }
 
 fn event(role: Role, conn: u64, seq: u32, req: &[u8], status: u16) -> RawEvent {
