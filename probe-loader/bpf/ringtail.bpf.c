@@ -107,11 +107,12 @@ struct {
 } conns SEC(".maps");
 
 /* The server request a thread is serving, so that its outgoing client
- * requests become children. LRU: threads die without telling us. */
+ * requests become children. Task-local storage: O(1), no hashing, and freed
+ * with the thread. */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
 	__type(value, struct active_req);
 } active SEC(".maps");
 
@@ -162,9 +163,8 @@ static __always_inline void count(__u32 idx)
 static __always_inline int is_self(void)
 {
 	struct task_struct *t = bpf_get_current_task_btf();
-	char c[8];
-	if (bpf_probe_read_kernel(c, sizeof(c), t->group_leader->comm))
-		return 0;
+	/* direct BTF loads: cheaper than a helper call */
+	const char *c = t->group_leader->comm;
 	return c[0] == 'r' && c[1] == 'i' && c[2] == 'n' && c[3] == 'g' && c[4] == 't' &&
 	       c[5] == 'a' && c[6] == 'i' && c[7] == 'l';
 }
@@ -248,13 +248,14 @@ struct segs {
  * syscall's registers. */
 static __always_inline int user_segs(long len, __s32 *fd, struct segs *sg)
 {
+	/* bpf_task_pt_regs gives a BTF pointer: plain loads, no helper calls */
 	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	long nr = BPF_CORE_READ(regs, orig_ax);
-	__u64 arg = BPF_CORE_READ(regs, si);
+	long nr = regs->orig_ax;
+	__u64 arg = regs->si;
 	__u64 left = len;
 	sg->n = 0;
 	sg->total = len > 0xffffffff ? 0xffffffff : len;
-	*fd = BPF_CORE_READ(regs, di);
+	*fd = regs->di;
 	if (nr == NR_READ || nr == NR_RECVFROM || nr == NR_WRITE || nr == NR_SENDTO) {
 		sg->base[0] = (const __u8 *)arg;
 		sg->len[0] = left;
@@ -265,7 +266,7 @@ static __always_inline int user_segs(long len, __s32 *fd, struct segs *sg)
 	__u64 iovcnt;
 	if (nr == NR_READV || nr == NR_WRITEV) {
 		iovp = (const struct iovec *)arg;
-		iovcnt = BPF_CORE_READ(regs, dx);
+		iovcnt = regs->dx;
 	} else if (nr == NR_RECVMSG || nr == NR_SENDMSG) {
 		struct user_msghdr m;
 		if (bpf_probe_read_user(&m, sizeof(m), (const void *)arg))
@@ -398,6 +399,21 @@ static __always_inline struct conn_state *new_conn(__u64 key, __u8 role, __u32 t
 	return bpf_map_lookup_elem(&conns, &key);
 }
 
+/* Marks a request begun whose bytes are already in st->buf. */
+static __always_inline void request_started(struct conn_state *st, __u32 tid, __u64 now)
+{
+	st->seq += 1;
+	st->phase = PHASE_REQUEST;
+	st->start_ns = now;
+	st->tid = tid;
+	st->parent_conn = 0;
+	st->parent_seq = 0;
+	st->pend_len = 0;
+	const __u8 *p = st->buf;
+	if (p[0] == 'C' && p[1] == 'O' && p[2] == 'N' && p[3] == 'N')
+		st->flags |= STF_CONNECT;
+}
+
 static __always_inline void begin_request(struct conn_state *st, __u32 tid, __u64 now,
 					  const __u8 *p, const struct segs *sg, __u32 pend)
 {
@@ -470,20 +486,30 @@ static __always_inline void emit(struct conn_state *st, struct sock *sk, __u16 s
 	ev->rport = bpf_ntohs(sk->__sk_common.skc_dport);
 	__builtin_memset(ev->laddr, 0, sizeof(ev->laddr));
 	__builtin_memset(ev->raddr, 0, sizeof(ev->raddr));
+	/* direct BTF loads, no helper calls */
 	if (family == AF_INET6) {
-		bpf_probe_read_kernel(ev->laddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
-		bpf_probe_read_kernel(ev->raddr, 16, &sk->__sk_common.skc_v6_daddr);
+		__u32 *l = (__u32 *)ev->laddr, *r = (__u32 *)ev->raddr;
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			l[i] = sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32[i];
+			r[i] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[i];
+		}
 	} else {
-		bpf_probe_read_kernel(ev->laddr, 4, &sk->__sk_common.skc_rcv_saddr);
-		bpf_probe_read_kernel(ev->raddr, 4, &sk->__sk_common.skc_daddr);
+		*(__u32 *)ev->laddr = sk->__sk_common.skc_rcv_saddr;
+		*(__u32 *)ev->raddr = sk->__sk_common.skc_daddr;
 	}
-	bpf_probe_read_kernel(ev->comm, sizeof(ev->comm), t->group_leader->comm);
+	const char *comm = t->group_leader->comm;
+#pragma unroll
+	for (int i = 0; i < COMM_LEN; i++)
+		ev->comm[i] = comm[i];
 	__u32 n = extra_flags & EVF_ORPHAN ? 0 : st->cap_len;
 	if (n > CAPTURE_LEN)
 		n = CAPTURE_LEN;
 	ev->cap_len = n;
+	/* map value to ring record: a fixed-size copy is cheaper here than a
+	 * helper call of the exact size */
 	if (n)
-		bpf_probe_read_kernel(ev->buf, n, st->buf);
+		__builtin_memcpy(ev->buf, st->buf, CAPTURE_LEN);
 	count(CNT_EVENTS);
 	if (ev->flags & EVF_TRUNCATED)
 		count(CNT_TRUNCATED);
@@ -549,7 +575,27 @@ int BPF_PROG(sock_recv, struct sock *sk, int ret, int flags)
 		return 0;
 	}
 
-	/* Idle server connection or an unknown one: does a request begin? */
+	if (st && st->role == ROLE_SERVER && !st->pend_len) {
+		/* Idle keep-alive connection: capture straight into its buffer and
+		 * look there (one copy from user memory instead of two). */
+		st->cap_len = 0;
+		st->req_len = 0;
+		st->flags = 0;
+		capture(st, &sg);
+		__u32 n = st->cap_len < PREFIX_LEN ? st->cap_len : PREFIX_LEN;
+		if (!is_request(st->buf, n)) {
+			st->pend_len = request_prefix(st->buf, n) ? n : 0;
+			if (st->pend_len)
+				__builtin_memcpy(st->pend, st->buf, PREFIX_LEN);
+			st->cap_len = 0;
+			return 0;
+		}
+		request_started(st, tid, now);
+		goto active;
+	}
+
+	/* An unknown connection, or one holding the start of a request line:
+	 * does a request begin? */
 	__u8 p[PREFIX_LEN * 2] = {};
 	__u32 pend = 0;
 	if (st && st->pend_len) {
@@ -571,8 +617,12 @@ int BPF_PROG(sock_recv, struct sock *sk, int ret, int flags)
 	if (!st)
 		return 0;
 	begin_request(st, tid, now, p, &sg, pend);
-	struct active_req a = { .conn_id = st->conn_id, .seq = st->seq };
-	bpf_map_update_elem(&active, &tid, &a, BPF_ANY);
+active:;
+	struct active_req *a = bpf_task_storage_get(&active, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (a) {
+		a->conn_id = st->conn_id;
+		a->seq = st->seq;
+	}
 	return 0;
 }
 
@@ -603,9 +653,9 @@ int BPF_PROG(sock_send, struct sock *sk, int ret, int flags)
 			return 0;
 		on_response(st, sk, status, bpf_ktime_get_ns());
 		if (st->phase == PHASE_IDLE) {
-			struct active_req *a = bpf_map_lookup_elem(&active, &tid);
+			struct active_req *a = bpf_task_storage_get(&active, bpf_get_current_task_btf(), 0, 0);
 			if (a && a->conn_id == st->conn_id)
-				bpf_map_delete_elem(&active, &tid);
+				a->conn_id = 0;
 		}
 		return 0;
 	}
@@ -624,8 +674,8 @@ int BPF_PROG(sock_send, struct sock *sk, int ret, int flags)
 	if (!st)
 		return 0;
 	begin_request(st, tid, bpf_ktime_get_ns(), p, &sg, 0);
-	struct active_req *a = bpf_map_lookup_elem(&active, &tid);
-	if (a) {
+	struct active_req *a = bpf_task_storage_get(&active, bpf_get_current_task_btf(), 0, 0);
+	if (a && a->conn_id) {
 		st->parent_conn = a->conn_id;
 		st->parent_seq = a->seq;
 		st->flags |= EVF_PARENT;

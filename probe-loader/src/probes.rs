@@ -104,6 +104,9 @@ impl Probes {
         let ring_bytes = probe.ring_buffer_mb << 20;
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
+            // The task-local storage map (`active`) has no aya wrapper; only
+            // the kernel programs use it.
+            .allow_unsupported_maps()
             .override_global("wakeup_len", &wakeup_len, true)
             .override_global("select_all", &select_all, true)
             .override_global("watch_exec", &watch_exec, true)

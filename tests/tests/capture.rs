@@ -439,7 +439,7 @@ fn selection_by_pid_and_exe_and_never_itself() {
         assert_eq!(http_get(port, &format!("/to-{port}"), &[]).unwrap().status, 200);
     }
     // ringtail's own endpoint, scraped: never a span.
-    assert!(scrape(prom).contains("ringtail_"));
+    assert!(wait_until(Duration::from_secs(10), || scrape(prom).contains("ringtail_").then_some(())).is_some());
     let spans = rt.spans_when(WAIT, SETTLE, |s| s.len() >= 2);
     // (Other processes on this host may be selected by name too: look at ours.)
     let paths: Vec<&str> = spans.iter().filter(|s| s.path.starts_with("/to-")).map(|s| s.path.as_str()).collect();
