@@ -1,0 +1,163 @@
+//! How many spans per second one exporter-actor sends over OTLP/gRPC to a
+//! local receiver, and its CPU per span: decode a span batch (msgpack),
+//! record the duration histograms, convert to OTLP, export (gRPC, one
+//! exporter per service, as the exporter-actor does). The receiver is rotel
+//! from `.venv` (`./ringtail.sh test` installs it); its own CPU is not
+//! counted.
+//!
+//! `cargo bench -p exporter-actor --bench export` (figures go to BENCHMARKS.md).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use exporter_actor::meters::Meters;
+use exporter_actor::resource;
+use exporter_actor::sinks::otlp::{convert, span_exporter, OtlpConfig, Transport};
+use ipc_schema::config::OtlpSettings;
+use ipc_schema::{Body, Component, Envelope, HttpSpan, Producer, ServiceResource, SpanBatch, SpanKind};
+use opentelemetry_sdk::trace::SpanExporter as _;
+use runtime_kit::counters::Registry;
+
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn batch(n: usize, k: u64) -> SpanBatch {
+    let resources: Vec<ServiceResource> = (0..4)
+        .map(|i| ServiceResource {
+            service_name: format!("svc-{i}"),
+            service_instance_id: format!("host:{i}"),
+            host_name: "host".into(),
+            pid: 1000 + i,
+            executable_name: "svc".into(),
+            extra: vec![],
+        })
+        .collect();
+    let routes = ["/", "/api/users/*", "/api/orders/*/items", "/static/app.js"];
+    let spans = (0..n)
+        .map(|i| HttpSpan {
+            resource: (i % 4) as u32,
+            kind: SpanKind::Server,
+            trace_id: (u128::from(k) << 64) | i as u128 | 1 << 100,
+            span_id: (k << 32) | i as u64 | 1,
+            parent_span_id: 0,
+            trace_flags: 1,
+            name: format!("GET {}", routes[i % 4]),
+            start_unix_ns: 1_700_000_000_000_000_000 + i as u64 * 1000,
+            end_unix_ns: 1_700_000_000_000_200_000 + i as u64 * 1000,
+            method: "GET".into(),
+            method_original: None,
+            route: Some(routes[i % 4].into()),
+            path: "/api/users/12345".into(),
+            query: None,
+            scheme: "http".into(),
+            status: if i % 50 == 0 { 500 } else { 200 },
+            error: i % 50 == 0,
+            server_address: Some("shop.example".into()),
+            server_port: 8080,
+            client_address: "10.0.0.7".into(),
+            client_port: 40000 + (i % 1000) as u16,
+            peer_address: "10.0.0.7".into(),
+            peer_port: 40000 + (i % 1000) as u16,
+            protocol_version: "1.1".into(),
+            user_agent: Some("curl/8.5.0".into()),
+            export_trace: true,
+            export_metrics: true,
+        })
+        .collect();
+    SpanBatch { resources, spans }
+}
+
+fn rotel(port: u16, http: u16) -> Option<Child> {
+    let venv = std::env::var_os("RINGTAIL_TEST_VENV").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv"));
+    let out = Command::new(venv.join("bin/python")).args(["-c", "import rotel, os; print(os.path.dirname(rotel.__file__))"]).output().ok()?;
+    let agent = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("rotel-agent");
+    let dir = std::env::temp_dir().join(format!("bench-rotel-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).ok()?;
+    Command::new(agent)
+        .args(["start", "--exporter", "blackhole", "--otlp-grpc-endpoint", &format!("127.0.0.1:{port}"), "--otlp-http-endpoint", &format!("127.0.0.1:{http}")])
+        .arg("--pid-file")
+        .arg(dir.join("pid"))
+        .arg("--log-file")
+        .arg(dir.join("log"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("port")
+}
+
+fn main() {
+    let (port, http) = (free_port(), free_port());
+    let Some(mut receiver) = rotel(port, http) else {
+        println!("SKIPPED: rotel is not installed in .venv (./ringtail.sh test installs it)");
+        return;
+    };
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() && started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let secs: f64 = std::env::var("BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0);
+    let result = rt.block_on(async {
+        let settings = OtlpSettings { endpoint: format!("http://127.0.0.1:{port}"), ..Default::default() };
+        let cfg = OtlpConfig::resolve(&settings, &HashMap::new()).expect("config");
+        let transport = Transport::new(cfg.traces_endpoint.as_deref().expect("endpoint"), &cfg).expect("transport");
+        let registry = Registry::new(Component::ExporterActor, 1);
+        let mut meters = Meters::new(Vec::new(), "host", &registry);
+        let scope = convert::scope();
+        let me = Producer { component: Component::SpanActor, instance: 3 };
+        let inputs: Vec<Vec<u8>> = (0..16).map(|k| ipc_schema::encode(&Envelope::new(me, k + 1, Body::Spans(batch(512, k)))).expect("encode")).collect();
+        let mut exporters = HashMap::new();
+        let go = async |d: Duration, meters: &mut Meters, exporters: &mut HashMap<ServiceResource, opentelemetry_otlp::SpanExporter>| {
+            let start = Instant::now();
+            let cpu0 = cpu_time();
+            let mut spans = 0u64;
+            while start.elapsed() < d {
+                for input in &inputs {
+                    let env = ipc_schema::decode(input).expect("decode");
+                    let Body::Spans(b) = env.body else { unreachable!() };
+                    let mut groups: Vec<Vec<opentelemetry_sdk::trace::SpanData>> = vec![Vec::new(); b.resources.len()];
+                    for s in &b.spans {
+                        meters.record(&b.resources[s.resource as usize], s);
+                        groups[s.resource as usize].push(convert::span_data(s, &scope));
+                    }
+                    for (i, g) in groups.into_iter().enumerate() {
+                        let res = &b.resources[i];
+                        if !exporters.contains_key(res) {
+                            let e = span_exporter(&transport, &cfg.retry, &resource::service(res, &[])).expect("exporter");
+                            exporters.insert(res.clone(), e);
+                        }
+                        exporters[res].export(g).await.expect("export");
+                    }
+                    spans += b.spans.len() as u64;
+                }
+            }
+            (spans, start.elapsed(), cpu_time() - cpu0)
+        };
+        go(Duration::from_secs_f64(secs / 5.0), &mut meters, &mut exporters).await; // warm up
+        go(Duration::from_secs_f64(secs), &mut meters, &mut exporters).await
+    });
+    let _ = receiver.kill();
+    let _ = receiver.wait();
+    let (spans, wall, cpu) = result;
+    println!("exporter-actor OTLP/gRPC export to a local receiver, batches of 512 spans:");
+    println!("  spans/s (wall):       {:>12.0}", spans as f64 / wall.as_secs_f64());
+    println!("  CPU per span:         {:>12.3} µs  (this process: decode, histograms, conversion, gRPC client)", cpu.as_secs_f64() * 1e6 / spans as f64);
+    println!("  spans/s per CPU-s:    {:>12.0}", spans as f64 / cpu.as_secs_f64());
+}
+
+/// CPU time (user + system) of this process.
+fn cpu_time() -> Duration {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: ru points to writable memory of the right size.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
+    // SAFETY: getrusage filled it.
+    let ru = unsafe { ru.assume_init() };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
