@@ -63,6 +63,89 @@ struct Service {
     client: Histogram<f64>,
 }
 
+/// Distinct histogram attribute sets remembered.
+const ATTR_SETS: usize = 4096;
+
+/// What of a span makes up its histogram attributes (the spec's list:
+/// never `url.path`), and the attributes themselves.
+struct CachedAttrs {
+    kind: SpanKind,
+    method: String,
+    status: u16,
+    version: String,
+    scheme: String,
+    error: bool,
+    /// `http.route` (server) or `server.address` (client).
+    label: Option<String>,
+    port: u16,
+    attrs: Vec<KeyValue>,
+}
+
+fn label(s: &HttpSpan) -> Option<&String> {
+    match s.kind {
+        SpanKind::Server => s.route.as_ref(),
+        SpanKind::Client => s.server_address.as_ref(),
+    }
+}
+
+fn attr_hash(s: &HttpSpan) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = rustc_hash::FxHasher::default();
+    (s.kind == SpanKind::Server, &s.method, s.status, &s.protocol_version, &s.scheme, s.error, label(s)).hash(&mut h);
+    if s.kind == SpanKind::Client {
+        s.server_port.hash(&mut h);
+    }
+    h.finish()
+}
+
+impl CachedAttrs {
+    fn new(s: &HttpSpan) -> Self {
+        let mut attrs = Vec::with_capacity(7);
+        attrs.push(KeyValue::new("http.request.method", s.method.clone()));
+        attrs.push(KeyValue::new("http.response.status_code", i64::from(s.status)));
+        attrs.push(KeyValue::new("network.protocol.version", s.protocol_version.clone()));
+        attrs.push(KeyValue::new("url.scheme", s.scheme.clone()));
+        if s.error {
+            attrs.push(KeyValue::new("error.type", s.status.to_string()));
+        }
+        match s.kind {
+            SpanKind::Server => {
+                if let Some(r) = &s.route {
+                    attrs.push(KeyValue::new("http.route", r.clone()));
+                }
+            }
+            SpanKind::Client => {
+                if let Some(a) = &s.server_address {
+                    attrs.push(KeyValue::new("server.address", a.clone()));
+                }
+                attrs.push(KeyValue::new("server.port", i64::from(s.server_port)));
+            }
+        }
+        CachedAttrs {
+            kind: s.kind,
+            method: s.method.clone(),
+            status: s.status,
+            version: s.protocol_version.clone(),
+            scheme: s.scheme.clone(),
+            error: s.error,
+            label: label(s).cloned(),
+            port: if s.kind == SpanKind::Client { s.server_port } else { 0 },
+            attrs,
+        }
+    }
+
+    fn matches(&self, s: &HttpSpan) -> bool {
+        self.kind == s.kind
+            && self.status == s.status
+            && self.error == s.error
+            && self.method == s.method
+            && self.version == s.protocol_version
+            && self.scheme == s.scheme
+            && self.label.as_ref() == label(s)
+            && self.port == if s.kind == SpanKind::Client { s.server_port } else { 0 }
+    }
+}
+
 /// The latest health report of each component.
 pub type HealthState = Arc<Mutex<BTreeMap<Component, HealthReport>>>;
 
@@ -101,6 +184,7 @@ pub struct Meters {
     health: HealthState,
     registered: HashSet<String>,
     extra: Vec<(String, String)>,
+    attr_sets: rustc_hash::FxHashMap<u64, CachedAttrs>,
     recorded: Counter,
     overflow: Counter,
 }
@@ -118,6 +202,7 @@ impl Meters {
             health: Arc::default(),
             registered: HashSet::new(),
             extra,
+            attr_sets: rustc_hash::FxHashMap::default(),
             recorded: registry.counter("ringtail_metric_samples_total", &[]),
             overflow: registry.counter("ringtail_metric_services_overflow_total", &[]),
         }
@@ -153,33 +238,24 @@ impl Meters {
             return;
         }
         let seconds = s.end_unix_ns.saturating_sub(s.start_unix_ns) as f64 / 1e9;
-        let mut attrs = Vec::with_capacity(7);
-        attrs.push(KeyValue::new("http.request.method", s.method.clone()));
-        attrs.push(KeyValue::new("http.response.status_code", i64::from(s.status)));
-        attrs.push(KeyValue::new("network.protocol.version", s.protocol_version.clone()));
-        attrs.push(KeyValue::new("url.scheme", s.scheme.clone()));
-        if s.error {
-            attrs.push(KeyValue::new("error.type", s.status.to_string()));
-        }
-        let kind = s.kind;
-        match kind {
-            SpanKind::Server => {
-                if let Some(r) = &s.route {
-                    attrs.push(KeyValue::new("http.route", r.clone()));
-                }
+        // The attribute set, built once per distinct combination: building
+        // it per span (seven allocations) cost more than the recording.
+        let key = attr_hash(s);
+        let hit = self.attr_sets.get(&key).is_some_and(|c| c.matches(s));
+        if !hit {
+            if self.attr_sets.len() >= ATTR_SETS {
+                self.attr_sets.clear();
             }
-            SpanKind::Client => {
-                if let Some(a) = &s.server_address {
-                    attrs.push(KeyValue::new("server.address", a.clone()));
-                }
-                attrs.push(KeyValue::new("server.port", i64::from(s.server_port)));
-            }
+            self.attr_sets.insert(key, CachedAttrs::new(s));
         }
         let Some(svc) = self.service(res) else { return };
-        match kind {
-            SpanKind::Server => svc.server.record(seconds, &attrs),
-            SpanKind::Client => svc.client.record(seconds, &attrs),
-        }
+        let hist = match s.kind {
+            SpanKind::Server => svc.server.clone(),
+            SpanKind::Client => svc.client.clone(),
+        };
+        // Inserted above when missing.
+        let Some(attrs) = self.attr_sets.get(&key) else { return };
+        hist.record(seconds, &attrs.attrs);
         self.recorded.inc();
     }
 
