@@ -26,10 +26,11 @@ use crate::meters::Meters;
 use crate::sinks::otlp::traces::{TraceJob, TraceSink};
 use crate::sinks::stdout;
 
-/// Span ids remembered to drop re-derived duplicates.
-const RECENT_IDS: usize = 1 << 18;
+/// Span ids remembered to drop re-derived duplicates: more than a full
+/// replay (`pipeline.replay_batches` × `pipeline.batch_length` by default).
+const RECENT_IDS: usize = 1 << 17;
 /// How often the ack is considered (sent only when due).
-const ACK_EVERY: Duration = Duration::from_millis(50);
+const ACK_EVERY: Duration = Duration::from_millis(20);
 
 /// Recently seen span ids, oldest forgotten first.
 #[derive(Default)]

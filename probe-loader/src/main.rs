@@ -72,6 +72,8 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     // 1. Privileged work: load and attach, seed the selection, bind.
     let (mut probes, rings) = probes::Probes::load(&settings.probe, &settings.discovery)?;
     tracing::info!(event = "attached", wakeup_len = settings.probe.wakeup_len, "probes attached");
+    // Parsing the kernel's BTF was a one-off peak: give it back.
+    runtime_kit::memory::release();
     if !settings.discovery.selects_all() {
         let pids = discovery::Discovery::new(&settings.discovery).scan(std::path::Path::new("/proc"));
         for (pid, why) in &pids {

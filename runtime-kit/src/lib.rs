@@ -12,6 +12,7 @@
 //!   trigger it.
 //! - [`counters`]: a registry of counters and gauges that become
 //!   [`ipc_schema::HealthReport`]s; drops are counted *and* logged there.
+//! - [`memory`]: allocator tuning, so idle processes stay small.
 //! - [`profiling`]: pprof CPU profiles and flame graphs on loopback.
 //! - [`users`]: user and group names to ids.
 //! - [`http`]: a minimal GET server for `/metrics` and pprof.
@@ -23,6 +24,7 @@ pub mod counters;
 pub mod http;
 pub mod ipc;
 pub mod logging;
+pub mod memory;
 pub mod profiling;
 pub mod ready;
 pub mod shutdown;

@@ -19,7 +19,7 @@ use crate::routes::Router;
 use crate::semconv;
 
 /// Server requests whose trace context is remembered for their children.
-const SERVER_CONTEXTS: usize = 65_536;
+const SERVER_CONTEXTS: usize = 32_768;
 /// Connections with pipelined requests awaiting their responses.
 const PIPELINES: usize = 16_384;
 /// Addresses whose text form is remembered.

@@ -13,11 +13,6 @@
 //! - `runtime_dir` (here): the directory and effective config the
 //!   components share.
 
-/// mimalloc: the actors allocate per event; glibc's malloc was a quarter of
-/// their CPU.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 mod components;
 mod spawn;
 mod supervise;

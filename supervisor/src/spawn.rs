@@ -43,6 +43,9 @@ pub fn spawn(c: &Component, bin_dir: &Path, config: &Path, actors: UserIds) -> s
     let drop_to = (!c.privileged).then_some(actors);
     let mut cmd = std::process::Command::new(bin_dir.join(c.binary));
     cmd.arg("--config").arg(config).env(READY_FD_ENV, READY_FD.to_string()).stdin(std::process::Stdio::null());
+    if std::env::var_os(runtime_kit::memory::ENV.0).is_none() {
+        cmd.env(runtime_kit::memory::ENV.0, runtime_kit::memory::ENV.1);
+    }
     // SAFETY: the closure only makes async-signal-safe syscalls on plain
     // integers captured by copy.
     unsafe {

@@ -465,3 +465,37 @@ fn events_below_wakeup_len_still_arrive_within_flush_interval() {
     assert_eq!(spans[0].path, "/lonely");
     eprintln!("one event under a 100000-event wakeup threshold arrived after {:?}", sent.elapsed());
 }
+
+#[test]
+fn service_names_from_rules_and_the_process_environment() {
+    if !can_trace() {
+        return;
+    }
+    let (by_env, by_rule, by_exe) = (free_port(), free_port(), free_port());
+    let rt = Ringtail::start(&format!(
+        "[probe]\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{by_env}, {by_rule}, {by_exe}]\n[services]\nrules = [{{ name = \"storefront\", ports = [{by_rule}] }}]\n"
+    ));
+    let bin = bin_dir().join("rust_http_server");
+    // A process owned by another user, with OTEL_SERVICE_NAME in its
+    // environment (read through /proc by the loader).
+    let _env = Proc::spawn(
+        "server with OTEL_SERVICE_NAME",
+        Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(&bin)
+            .arg(by_env.to_string())
+            .env("OTEL_SERVICE_NAME", "checkout")
+            .env("OTEL_RESOURCE_ATTRIBUTES", "team=payments"),
+    );
+    assert!(wait_port(by_env, Duration::from_secs(10)));
+    let _rule = server("rule", by_rule, &bin, &[&by_rule.to_string()]);
+    let _exe = server("exe", by_exe, &bin, &[&by_exe.to_string()]);
+    for p in [by_env, by_rule, by_exe] {
+        assert_eq!(http_get(p, &format!("/svc-{p}"), &[]).unwrap().status, 200);
+    }
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.len() >= 3);
+    let service = |p: u16| spans.iter().find(|s| s.path == format!("/svc-{p}")).map(|s| s.service.clone());
+    assert_eq!(service(by_env).as_deref(), Some("checkout"), "OTEL_SERVICE_NAME of another user's process");
+    assert_eq!(service(by_rule).as_deref(), Some("storefront"), "services.rules by port");
+    assert_eq!(service(by_exe).as_deref(), Some("rust_http_server"), "executable name");
+}

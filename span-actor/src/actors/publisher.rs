@@ -40,7 +40,7 @@ pub struct ForwardHealth(pub HealthReport);
 pub struct Flush;
 
 /// How often the raw ack is considered (sent only when due).
-const ACK_EVERY: Duration = Duration::from_millis(50);
+const ACK_EVERY: Duration = Duration::from_millis(20);
 /// How often waiting and stale batches are (re)sent.
 const PUMP_EVERY: Duration = Duration::from_millis(250);
 
