@@ -7,12 +7,10 @@
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use actix::Actor;
 use anyhow::Context;
-use clap::Parser;
 use exporter_actor::meters::Meters;
 use exporter_actor::receiver::Receiver;
 use exporter_actor::sinks::otlp::{self, OtlpConfig, Transport};
@@ -23,22 +21,9 @@ use runtime_kit::counters::Registry;
 use runtime_kit::ipc::{self, AckSender, Access};
 use runtime_kit::{ready, shutdown};
 
-/// Exports ringtail's spans and metrics.
-#[derive(Parser)]
-#[command(version)]
-struct Args {
-    /// The ringtail configuration file (TOML).
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Only validate the configuration (this component's part) and exit.
-    #[arg(long)]
-    check: bool,
-}
-
 fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    let settings = Settings::load(args.config.as_deref()).context("invalid configuration")?;
-    runtime_kit::logging::init(&settings.log.level);
+    let args = runtime_kit::cli::parse("Exports ringtail's spans and metrics.");
+    let settings = runtime_kit::cli::load(&args).context("invalid configuration")?;
     let env = std::env::vars().collect();
     let otlp = OtlpConfig::resolve(&settings.export.otlp, &env).context("invalid OTLP configuration")?;
     if args.check {

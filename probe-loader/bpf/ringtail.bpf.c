@@ -415,28 +415,19 @@ static __always_inline void request_started(struct conn_state *st, __u32 tid, __
 }
 
 static __always_inline void begin_request(struct conn_state *st, __u32 tid, __u64 now,
-					  const __u8 *p, const struct segs *sg, __u32 pend)
+					  const struct segs *sg, __u32 pend)
 {
-	st->seq += 1;
-	st->phase = PHASE_REQUEST;
-	st->start_ns = now;
-	st->tid = tid;
 	st->cap_len = 0;
 	st->req_len = 0;
 	st->flags = 0;
-	st->parent_conn = 0;
-	st->parent_seq = 0;
-	/* CONNECT opens a tunnel: after a 2xx nothing on it is HTTP/1. */
-	if (p[0] == 'C' && p[1] == 'O' && p[2] == 'N' && p[3] == 'N')
-		st->flags |= STF_CONNECT;
 	if (pend) {
 		/* the bytes of the request line that came in an earlier read */
 		__builtin_memcpy(st->buf, st->pend, PREFIX_LEN);
 		st->cap_len = pend & (PREFIX_LEN - 1);
 		st->req_len = st->cap_len;
 	}
-	st->pend_len = 0;
 	capture(st, sg);
+	request_started(st, tid, now);
 }
 
 static __always_inline __u64 wakeup_flags(void)
@@ -616,7 +607,7 @@ int BPF_PROG(sock_recv, struct sock *sk, int ret, int flags)
 		st = new_conn(key, ROLE_SERVER, tgid, tid, fd);
 	if (!st)
 		return 0;
-	begin_request(st, tid, now, p, &sg, pend);
+	begin_request(st, tid, now, &sg, pend);
 active:;
 	struct active_req *a = bpf_task_storage_get(&active, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (a) {
@@ -673,7 +664,7 @@ int BPF_PROG(sock_send, struct sock *sk, int ret, int flags)
 		st = new_conn(key, ROLE_CLIENT, tgid, tid, fd);
 	if (!st)
 		return 0;
-	begin_request(st, tid, bpf_ktime_get_ns(), p, &sg, 0);
+	begin_request(st, tid, bpf_ktime_get_ns(), &sg, 0);
 	struct active_req *a = bpf_task_storage_get(&active, bpf_get_current_task_btf(), 0, 0);
 	if (a && a->conn_id) {
 		st->parent_conn = a->conn_id;

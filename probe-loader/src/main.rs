@@ -29,35 +29,20 @@ mod procinfo;
 mod pump;
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::PathBuf;
 
 use anyhow::Context;
-use clap::Parser;
 use ipc_schema::config::Settings;
 use ipc_schema::{endpoints, Component, Producer};
 use runtime_kit::counters::Registry;
 use runtime_kit::ipc::{self, Access, ReplayPublisher};
 use runtime_kit::{ready, shutdown, users};
 
-/// Loads ringtail's eBPF probes and publishes raw HTTP request events.
-#[derive(Parser)]
-#[command(version)]
-struct Args {
-    /// The ringtail configuration file (TOML).
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Only validate the configuration (this component's part) and exit.
-    #[arg(long)]
-    check: bool,
-}
-
 fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    let settings = Settings::load(args.config.as_deref()).context("invalid configuration")?;
+    let args = runtime_kit::cli::parse("Loads ringtail's eBPF probes and publishes raw HTTP request events.");
+    let settings = runtime_kit::cli::load(&args).context("invalid configuration")?;
     if args.check {
         return Ok(());
     }
-    runtime_kit::logging::init(&settings.log.level);
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the runtime")?;
     rt.block_on(run(settings))
 }

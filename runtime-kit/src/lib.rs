@@ -5,6 +5,8 @@
 //! report readiness, log, count drops, shut down and talk ZeroMQ the same way.
 //!
 //! # Layout
+//! - [`cli`]: the `--config`/`--check` command line of every component.
+//! - [`otel`]: the `k=v` lists of the OpenTelemetry environment variables.
 //! - [`ready`]: tell the supervisor (status fd) or systemd (`NOTIFY_SOCKET`)
 //!   that start-up finished.
 //! - [`logging`]: `tracing` set-up, one line per lifecycle event.
@@ -20,11 +22,13 @@
 //!   SUB subscriptions, and the replay/ack protocol that lets any process
 //!   restart without losing batches.
 
+pub mod cli;
 pub mod counters;
 pub mod http;
 pub mod ipc;
 pub mod logging;
 pub mod memory;
+pub mod otel;
 pub mod profiling;
 pub mod ready;
 pub mod shutdown;

@@ -6,36 +6,21 @@
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Parser;
 use ipc_schema::config::Settings;
 use ipc_schema::{endpoints, Component, Producer};
 use runtime_kit::counters::Registry;
 use runtime_kit::ipc::{self, AckSender, Access, ReplayPublisher};
 use runtime_kit::{ready, shutdown};
 
-/// Turns ringtail's raw request events into OpenTelemetry spans.
-#[derive(Parser)]
-#[command(version)]
-struct Args {
-    /// The ringtail configuration file (TOML).
-    #[arg(long)]
-    config: Option<PathBuf>,
-    /// Only validate the configuration (this component's part) and exit.
-    #[arg(long)]
-    check: bool,
-}
-
 fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
-    let settings = Settings::load(args.config.as_deref()).context("invalid configuration")?;
+    let args = runtime_kit::cli::parse("Turns ringtail's raw request events into OpenTelemetry spans.");
+    let settings = runtime_kit::cli::load(&args).context("invalid configuration")?;
     if args.check {
         return Ok(());
     }
-    runtime_kit::logging::init(&settings.log.level);
     let system = actix_rt::System::new();
     system.block_on(run(settings))
 }

@@ -45,35 +45,12 @@ pub fn host_name() -> String {
         .unwrap_or_else(|| "localhost".to_owned())
 }
 
-/// Parses `OTEL_RESOURCE_ATTRIBUTES` (`k=v,k2=v2`, values percent-encoded).
+/// Parses `OTEL_RESOURCE_ATTRIBUTES` (`k=v,k2=v2`, values percent-encoded),
+/// at most 64 of them.
 pub fn parse_resource_attributes(s: &str) -> Vec<(String, String)> {
-    s.split(',')
-        .filter_map(|kv| {
-            let (k, v) = kv.split_once('=')?;
-            let (k, v) = (k.trim(), percent_decode(v.trim()));
-            (!k.is_empty()).then(|| (k.to_owned(), v))
-        })
-        .take(64)
-        .collect()
-}
-
-fn percent_decode(s: &str) -> String {
-    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                out.push(h << 4 | l);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    let mut v = runtime_kit::otel::parse_pairs(s);
+    v.truncate(64);
+    v
 }
 
 impl Naming {

@@ -52,35 +52,7 @@ fn millis(env: &HashMap<String, String>, var: &str) -> Result<Option<Duration>, 
     }
 }
 
-/// Parses `k=v,k2=v2` with percent-encoded values (W3C baggage style).
-pub fn parse_pairs(s: &str) -> Vec<(String, String)> {
-    s.split(',')
-        .filter_map(|kv| {
-            let (k, v) = kv.split_once('=')?;
-            let k = k.trim();
-            (!k.is_empty()).then(|| (k.to_owned(), percent_decode(v.trim())))
-        })
-        .collect()
-}
-
-fn percent_decode(s: &str) -> String {
-    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                out.push(h << 4 | l);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
+pub use runtime_kit::otel::parse_pairs;
 
 fn check_url(var: &str, url: &str) -> Result<(), ConfigError> {
     let ok = (url.starts_with("http://") || url.starts_with("https://")) && url.parse::<http::Uri>().is_ok_and(|u| u.host().is_some());
