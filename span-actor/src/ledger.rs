@@ -5,7 +5,7 @@
 //! bounded). Until then the loader keeps the batch, so a span-actor that
 //! dies loses nothing: the loader replays to its successor.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use ipc_schema::{Ack, Producer};
 use runtime_kit::ipc::replay::{InboundSeq, Verdict};

@@ -18,8 +18,9 @@ use crate::naming::{host_name, Naming};
 use crate::routes::Router;
 use crate::semconv;
 
-/// Server requests whose trace context is remembered for their children.
-const SERVER_CONTEXTS: usize = 32_768;
+/// Server requests whose trace context is remembered for their children
+/// (slots of a direct-mapped table; a power of two).
+const SERVER_CONTEXTS: usize = 16_384;
 /// Connections with pipelined requests awaiting their responses.
 const PIPELINES: usize = 16_384;
 /// Addresses whose text form is remembered.
@@ -64,13 +65,49 @@ pub struct Transformer {
     naming: Naming,
     router: Router,
     parent_wait: Duration,
-    server_ctx: HashMap<(u64, u64, u32), (u128, u8)>,
-    server_ctx_order: VecDeque<(u64, u64, u32)>,
+    server_ctx: ServerContexts,
     held: HashMap<(u64, u64, u32), Vec<Held>>,
     held_order: VecDeque<(Instant, (u64, u64, u32))>,
     pipes: HashMap<(u64, u64), Pipe>,
     ip_texts: HashMap<(bool, u128), String>,
     stats: Stats,
+}
+
+/// Trace contexts of recent server requests, for client spans that end
+/// after their parent's response: a direct-mapped table keyed by a 64-bit
+/// hash of (loader, connection, request), so remembering one costs no
+/// allocation, eviction bookkeeping or rehash (a newer request takes the
+/// slot of an older one; its late children then wait `parent_wait`).
+struct ServerContexts {
+    slots: Vec<(u64, u128, u8)>,
+}
+
+impl ServerContexts {
+    fn new() -> Self {
+        ServerContexts { slots: vec![(0, 0, 0); SERVER_CONTEXTS] }
+    }
+
+    fn hash(key: (u64, u64, u32)) -> (usize, u64) {
+        use std::hash::{BuildHasher, Hasher};
+        let mut h = rustc_hash::FxBuildHasher.build_hasher();
+        h.write_u64(key.0);
+        h.write_u64(key.1);
+        h.write_u32(key.2);
+        // Never 0, which marks an empty slot.
+        let fp = h.finish() | 1;
+        ((fp >> (64 - SERVER_CONTEXTS.trailing_zeros())) as usize, fp)
+    }
+
+    fn insert(&mut self, key: (u64, u64, u32), trace: u128, flags: u8) {
+        let (slot, fp) = Self::hash(key);
+        self.slots[slot] = (fp, trace, flags);
+    }
+
+    fn get(&self, key: (u64, u64, u32)) -> Option<(u128, u8)> {
+        let (slot, fp) = Self::hash(key);
+        let (f, trace, flags) = self.slots[slot];
+        (f == fp).then_some((trace, flags))
+    }
 }
 
 fn unix_ns(mono: u64, offset: i64) -> u64 {
@@ -84,8 +121,7 @@ impl Transformer {
             naming: Naming::new(&settings.services, host_name()),
             router: Router::new(&settings.routes),
             parent_wait: settings.pipeline.parent_wait,
-            server_ctx: HashMap::default(),
-            server_ctx_order: VecDeque::new(),
+            server_ctx: ServerContexts::new(),
             held: HashMap::default(),
             held_order: VecDeque::new(),
             pipes: HashMap::default(),
@@ -127,8 +163,10 @@ impl Transformer {
             }
             let first = heads.remove(0);
             let key = (inst, ev.conn_id);
-            let left = self.pipes.remove(&key).map_or(0, |p| p.heads.len());
-            self.stats.pipelined_unanswered.add(left as u64);
+            if !self.pipes.is_empty() {
+                let left = self.pipes.remove(&key).map_or(0, |p| p.heads.len());
+                self.stats.pipelined_unanswered.add(left as u64);
+            }
             if !heads.is_empty() && ev.role == Role::Server {
                 if self.pipes.len() >= PIPELINES {
                     self.pipes.clear();
@@ -245,11 +283,11 @@ impl Transformer {
                 }
                 let key = (inst, ev.conn_id, ev.seq);
                 if sub == 0 {
-                    self.remember_server(key, span.trace_id, span.trace_flags);
+                    self.server_ctx.insert(key, span.trace_id, span.trace_flags);
                 }
                 let (trace, flags) = (span.trace_id, span.trace_flags);
                 self.push(Produced { resource, span, origin }, out, ledger);
-                if sub == 0 {
+                if sub == 0 && !self.held.is_empty() {
                     for h in self.held.remove(&key).unwrap_or_default() {
                         let mut s = h.span;
                         s.trace_id = trace;
@@ -263,9 +301,9 @@ impl Transformer {
                 Some((pconn, pseq)) => {
                     span.parent_span_id = ids::span_id(inst, pconn, pseq, 0, Role::Server);
                     let key = (inst, pconn, pseq);
-                    if let Some((trace, flags)) = self.server_ctx.get(&key) {
-                        span.trace_id = *trace;
-                        span.trace_flags = *flags;
+                    if let Some((trace, flags)) = self.server_ctx.get(key) {
+                        span.trace_id = trace;
+                        span.trace_flags = flags;
                         self.push(Produced { resource, span, origin }, out, ledger);
                     } else {
                         // The server span (which may carry the caller's
@@ -303,15 +341,10 @@ impl Transformer {
         out.push(p);
     }
 
-    fn remember_server(&mut self, key: (u64, u64, u32), trace: u128, flags: u8) {
-        if self.server_ctx.insert(key, (trace, flags)).is_none() {
-            self.server_ctx_order.push_back(key);
-            if self.server_ctx_order.len() > SERVER_CONTEXTS {
-                if let Some(old) = self.server_ctx_order.pop_front() {
-                    self.server_ctx.remove(&old);
-                }
-            }
-        }
+
+    /// When the earliest held client span is due, if any.
+    pub fn next_expiry(&self) -> Option<Instant> {
+        self.held_order.front().map(|(deadline, _)| *deadline)
     }
 
     /// Sends client spans whose parent did not show up within

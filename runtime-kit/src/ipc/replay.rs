@@ -292,8 +292,25 @@ impl AckSender {
     }
 }
 
+/// How often a consumer considers its ack while acks are moving.
+pub const ACK_EVERY: Duration = Duration::from_millis(20);
+/// How often it looks while nothing new arrived (each wake-up costs tens of
+/// microseconds on a virtual machine; the first ack after a quiet spell is
+/// late by at most this, far below the producer's resend time).
+pub const ACK_IDLE: Duration = Duration::from_millis(250);
+
+/// When to look at the ack next: soon while it moves (`current` differs
+/// from the last one sent), rarely when idle.
+pub fn next_ack_check(last: Option<(Ack, Instant)>, current: Option<Ack>) -> Duration {
+    match (last, current) {
+        (Some((sent, _)), Some(now)) if sent == now => ACK_IDLE,
+        (_, None) => ACK_IDLE,
+        _ => ACK_EVERY,
+    }
+}
+
 /// When a consumer should send its ack: when it changed and either a
-/// tenth of the window arrived since the last one or `ACK_EVERY` passed,
+/// tenth of the window arrived since the last one or `every` passed,
 /// and every [`super::HEARTBEAT`] regardless (it is also a liveness signal).
 pub fn ack_due(last: Option<(Ack, Instant)>, now: Ack, every: Duration) -> bool {
     match last {
@@ -381,6 +398,10 @@ mod tests {
         assert!(ack_due(just, a(1 + WINDOW / 10, 1), Duration::from_millis(50)), "a tenth of the window arrived");
         let old = Some((a(1, 1), Instant::now() - Duration::from_millis(60)));
         assert!(ack_due(old, a(2, 1), Duration::from_millis(50)));
+        assert_eq!(next_ack_check(just, Some(a(1, 1))), ACK_IDLE, "nothing new");
+        assert_eq!(next_ack_check(just, Some(a(2, 1))), ACK_EVERY, "moving");
+        assert_eq!(next_ack_check(None, Some(a(0, 0))), ACK_EVERY, "never sent");
+        assert_eq!(next_ack_check(None, None), ACK_IDLE, "nothing to ack");
     }
 }
 

@@ -1,5 +1,5 @@
-//! Builder: runs the transformation and passes spans on; every 100 ms it
-//! also lets go of client spans whose parent never came.
+//! Builder: runs the transformation and passes spans on; it also lets go of
+//! client spans whose parent never came (a timer armed only while some wait).
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -12,6 +12,9 @@ use super::publisher::{Publisher, Spans};
 use super::BUILDER_MAILBOX;
 use crate::ledger::Ledger;
 use crate::transform::Transformer;
+
+/// The shortest wait of the expiry timer.
+const EXPIRE_GRAIN: Duration = Duration::from_millis(100);
 
 /// Transform one raw batch from loader instance `inst`.
 #[derive(Message)]
@@ -27,12 +30,30 @@ pub struct Builder {
     t: Transformer,
     ledger: Rc<RefCell<Ledger>>,
     publisher: Addr<Publisher>,
+    expiry: Option<SpawnHandle>,
 }
 
 impl Builder {
     /// A builder feeding `publisher`.
     pub fn new(t: Transformer, ledger: Rc<RefCell<Ledger>>, publisher: Addr<Publisher>) -> Self {
-        Builder { t, ledger, publisher }
+        Builder { t, ledger, publisher, expiry: None }
+    }
+
+    /// Arms the expiry timer for the earliest held span (at most every
+    /// `EXPIRE_GRAIN`, so a stream of held spans costs few wake-ups).
+    fn arm_expiry(&mut self, ctx: &mut Context<Self>) {
+        if self.expiry.is_some() {
+            return;
+        }
+        let Some(due) = self.t.next_expiry() else { return };
+        let wait = due.saturating_duration_since(Instant::now()).max(EXPIRE_GRAIN);
+        self.expiry = Some(ctx.run_later(wait, |act, ctx| {
+            act.expiry = None;
+            let mut out = Vec::new();
+            act.t.expire(Instant::now(), &mut out);
+            act.hand_on(out, ctx);
+            act.arm_expiry(ctx);
+        }));
     }
 
     fn hand_on(&mut self, spans: Vec<crate::transform::Produced>, ctx: &mut Context<Self>) {
@@ -53,11 +74,6 @@ impl Actor for Builder {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(BUILDER_MAILBOX);
-        ctx.run_interval(Duration::from_millis(100), |act, ctx| {
-            let mut out = Vec::new();
-            act.t.expire(Instant::now(), &mut out);
-            act.hand_on(out, ctx);
-        });
     }
 }
 
@@ -68,5 +84,6 @@ impl Handler<Transform> for Builder {
         let mut out = Vec::with_capacity(msg.batch.events.len());
         self.t.transform(msg.inst, msg.seq, &msg.batch, Instant::now(), &mut out, &mut self.ledger.borrow_mut());
         self.hand_on(out, ctx);
+        self.arm_expiry(ctx);
     }
 }

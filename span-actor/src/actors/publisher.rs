@@ -15,7 +15,7 @@ use actix::prelude::*;
 use ipc_schema::config::Settings;
 use ipc_schema::{Ack, Body, Component, Envelope, HealthReport, ServiceResource, SpanBatch};
 use runtime_kit::counters::{Counter, Drops, Gauge, Registry};
-use runtime_kit::ipc::replay::ack_due;
+use runtime_kit::ipc::replay::{ack_due, next_ack_check, ACK_EVERY};
 use runtime_kit::ipc::{AckSender, ReplayPublisher, HEARTBEAT};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -39,8 +39,6 @@ pub struct ForwardHealth(pub HealthReport);
 #[rtype(result = "()")]
 pub struct Flush;
 
-/// How often the raw ack is considered (sent only when due).
-const ACK_EVERY: Duration = Duration::from_millis(20);
 /// How often waiting and stale batches are (re)sent.
 const PUMP_EVERY: Duration = Duration::from_millis(250);
 
@@ -160,6 +158,14 @@ impl Publisher {
 
     /// Sends the raw ack when it changed, and at least every second (it is
     /// also the loader's sign that we are alive and subscribed).
+    /// Considers the ack, then looks again soon while it moves and rarely
+    /// when idle.
+    fn ack_tick(&mut self, ctx: &mut Context<Self>) {
+        self.send_raw_ack(ctx);
+        let next = next_ack_check(self.last_ack, self.ledger.borrow().ack());
+        ctx.run_later(next, |act, ctx| act.ack_tick(ctx));
+    }
+
     fn send_raw_ack(&mut self, ctx: &mut Context<Self>) {
         let Some(ack) = self.ledger.borrow().ack() else { return };
         self.pending_gauge.set(self.ledger.borrow().open() as f64);
@@ -255,7 +261,7 @@ impl Actor for Publisher {
         if let Some(rx) = self.exporter_acks.take() {
             ctx.add_stream(ReceiverStream::new(rx));
         }
-        ctx.run_interval(ACK_EVERY, |act, ctx| act.send_raw_ack(ctx));
+        self.ack_tick(ctx);
         ctx.run_interval(PUMP_EVERY, |act, ctx| act.pump(ctx));
         ctx.run_interval(HEARTBEAT, |act, ctx| act.heartbeat(ctx));
     }

@@ -188,6 +188,35 @@ fn client_call_inside_a_server_request_is_its_child() {
 }
 
 #[test]
+fn client_call_ending_after_its_server_response_joins_the_trace() {
+    let mut rig = Rig::new(|_| {});
+    let server = event(
+        Role::Server,
+        1,
+        1,
+        b"GET /outer HTTP/1.1\r\ntraceparent: 00-11111111111111111111111111111111-2222222222222222-01\r\n\r\n",
+        200,
+    );
+    let srv = rig.run(vec![server]).remove(0).span;
+    // Many other requests later (in other slots, mostly), the late call ends.
+    for conn in 100..2_000 {
+        rig.run(vec![event(Role::Server, conn, 1, b"GET / HTTP/1.1\r\n\r\n", 200)]);
+    }
+    let mut client = event(Role::Client, 9, 1, b"GET /inner HTTP/1.1\r\n\r\n", 200);
+    client.parent = Some((1, 1));
+    let out = rig.run(vec![client]);
+    assert_eq!(out.len(), 1, "sent at once, not held");
+    assert_eq!(out[0].span.trace_id, 0x11111111111111111111111111111111);
+    assert_eq!(out[0].span.parent_span_id, srv.span_id);
+    assert_eq!(out[0].span.trace_flags, 1);
+    // A parent that was never seen: held.
+    let mut stray = event(Role::Client, 10, 1, b"GET /inner HTTP/1.1\r\n\r\n", 200);
+    stray.parent = Some((5_000, 1));
+    assert!(rig.run(vec![stray]).is_empty());
+    assert_eq!(rig.t.held(), 1);
+}
+
+#[test]
 fn orphaned_child_is_sent_after_parent_wait() {
     let mut rig = Rig::new(|s| s.pipeline.parent_wait = Duration::from_millis(10));
     let mut client = event(Role::Client, 9, 1, b"GET /inner HTTP/1.1\r\n\r\n", 200);
