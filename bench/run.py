@@ -991,16 +991,21 @@ def mode_optimisations(ctx):
 
 
 def mode_saturation(ctx):
-    """Closed loop (wrk): the server's max req/s, ringtail off/on alternated."""
+    """Closed loop (wrk): the server's max req/s, ringtail off/on alternated;
+    for nginx also with `probe.wakeup_len = 1` (the seed's optimisation
+    undone), and the in-kernel time per request at saturation."""
     a = ctx.args
     records, summary = [], []
     for server in start_servers(ctx):
+        variants = [("off", None), ("default", ringtail_settings(ctx, server.port))]
+        if server.kind == "nginx":
+            variants.append(("wakeup_len=1", ringtail_settings(ctx, server.port, {"probe.wakeup_len": 1})))
         try:
             for rep in range(a.sat_repeat):
-                for on in alternate([False, True], rep):
-                    tag = f"sat-{server.kind}-{rep}-{'on' if on else 'off'}"
-                    say(f"saturation: {server.kind} wrk -c{a.wrk_conns}, ringtail {'on' if on else 'off'} (repeat {rep + 1}/{a.sat_repeat})")
-                    rec = measure(ctx, server, "default" if on else "off", ringtail_settings(ctx, server.port) if on else None,
+                for name, settings in alternate(variants, rep):
+                    tag = f"sat-{server.kind}-{rep}-{name}"
+                    say(f"saturation: {server.kind} wrk -c{a.wrk_conns}, ringtail {name} (repeat {rep + 1}/{a.sat_repeat})")
+                    rec = measure(ctx, server, name, settings,
                                   lambda: wrk_load(ctx.tools, ctx.work, server.port, a.wrk_conns, a.wrk_threads, a.sat_duration, tag))
                     rec["repeat"] = rep
                     records.append(rec)
@@ -1008,14 +1013,19 @@ def mode_saturation(ctx):
                     time.sleep(1)
         finally:
             server.stop()
-        off = [r["achieved_rps"] for r in records if r["server"] == server.kind and not r["ringtail"]]
-        on = [r["achieved_rps"] for r in records if r["server"] == server.kind and r["ringtail"]]
+        mine = [r for r in records if r["server"] == server.kind]
+        rps = lambda v: [r["achieved_rps"] for r in mine if r["variant"] == v]
+        kern = lambda v: mean([r.get("kernel_ns_per_req") for r in mine if r["variant"] == v])
+        off, on, w1 = rps("off"), rps("default"), rps("wakeup_len=1")
         summary.append({"server": server.kind, "rps_off": mean(off), "rps_on": mean(on), "ratio": ratio(mean(on), mean(off)),
-                        "rps_off_all": off, "rps_on_all": on})
+                        "rps_off_all": off, "rps_on_all": on, "kernel_ns": kern("default"),
+                        "rps_wakeup1": mean(w1), "ratio_wakeup1": ratio(mean(w1), mean(off)), "kernel_ns_wakeup1": kern("wakeup_len=1"),
+                        "rps_wakeup1_all": w1})
     print_points(f"saturation: closed loop (wrk -t{a.wrk_threads} -c{a.wrk_conns} -d{a.sat_duration}s), ringtail off/on", records)
-    print("### max req/s, ringtail on / off\n")
-    table(["server", "req/s off", "req/s on", "on/off", "runs off", "runs on"],
-          [[s["server"], fmt(s["rps_off"], ".0f"), fmt(s["rps_on"], ".0f"), fmt(s["ratio"], ".3f"),
+    print("### max req/s, ringtail on / off (and nginx with wakeup_len = 1)\n")
+    table(["server", "req/s off", "req/s on", "on/off", "kern ns/req", "req/s wakeup_len=1", "w1/off", "kern ns/req w1", "runs off", "runs on"],
+          [[s["server"], fmt(s["rps_off"], ".0f"), fmt(s["rps_on"], ".0f"), fmt(s["ratio"], ".3f"), fmt(s["kernel_ns"], ".0f"),
+            fmt(s["rps_wakeup1"], ".0f"), fmt(s["ratio_wakeup1"], ".3f"), fmt(s["kernel_ns_wakeup1"], ".0f"),
             " ".join(f"{x:.0f}" for x in s["rps_off_all"]), " ".join(f"{x:.0f}" for x in s["rps_on_all"])] for s in summary])
     return {"records": records, "summary": summary}
 
@@ -1039,8 +1049,11 @@ def mode_pipeline(ctx):
             say(f"pipeline: blast {'flat out' if rate == 0 else f'{rate} req/s'}, {a.blast_conns} connections, spans from {'both sides' if both else 'the server'}")
             rec = measure(ctx, server, "default", settings, ringtail=rt, client_spans=both,
                           load=lambda: blast_load(ctx.tools, ctx.work, server.port, a.blast_conns, rate, a.pipeline_duration, f"pipe-{rate}"))
-            rec["span_rate"] = rec["counters"]["spans_received"] / a.pipeline_duration
-            rec["offered_span_rate"] = rec["spans_expected"] / a.pipeline_duration
+            # Over the time the step really took (a generator behind its
+            # schedule finishes late).
+            secs = rec["requests"] / rec["achieved_rps"] if rec["achieved_rps"] else a.pipeline_duration
+            rec["span_rate"] = rec["counters"]["spans_received"] / secs
+            rec["offered_span_rate"] = rec["spans_expected"] / secs
             rec["lossless"] = rec["span_loss"] <= 0 and not rec["drops"]
             records.append(rec)
             ctx.save(records=records)

@@ -185,12 +185,14 @@ impl Actor for Receiver {
 }
 
 impl StreamHandler<Envelope> for Receiver {
-    fn handle(&mut self, env: Envelope, _: &mut Self::Context) {
+    fn handle(&mut self, env: Envelope, ctx: &mut Self::Context) {
         match env.body {
             Body::Health(report) if report.component != Component::ExporterActor => self.meters.update_health(report),
             Body::Spans(batch) if env.producer.component == Component::SpanActor => {
                 self.inbound.observe(env.producer, env.floor);
                 self.handle_spans(env.producer.instance, env.seq, batch);
+                // Acked at once when enough arrived (see `ack_due`).
+                self.send_ack(ctx);
             }
             _ => self.unexpected.add(1),
         }
@@ -204,9 +206,10 @@ impl StreamHandler<Envelope> for Receiver {
 }
 
 impl StreamHandler<Done> for Receiver {
-    fn handle(&mut self, Done((instance, seq)): Done, _: &mut Self::Context) {
+    fn handle(&mut self, Done((instance, seq)): Done, ctx: &mut Self::Context) {
         if self.inbound.instance() == Some(instance) {
             self.inbound.done(seq);
+            self.send_ack(ctx);
         }
     }
 

@@ -317,7 +317,7 @@ impl StreamHandler<Envelope> for Publisher {
                 out
             }
             .into_actor(self)
-            .map(move |out, act, _| {
+            .map(move |out, act, ctx| {
                 act.out = Some(out);
                 if mine {
                     while act.composition.first_key_value().is_some_and(|(s, _)| *s <= ack.upto) {
@@ -325,6 +325,10 @@ impl StreamHandler<Envelope> for Publisher {
                             act.release(&c);
                         }
                     }
+                    // Pass it on now if enough became safe (small batches
+                    // at a high rate would otherwise fill the loader's
+                    // replay buffer between two ticks).
+                    act.send_raw_ack(ctx);
                 }
             }),
         );
