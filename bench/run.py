@@ -1045,7 +1045,10 @@ def mode_pipeline(ctx):
     try:
         rt = Ringtail(ctx.tools, ctx.work, "default", settings)
         steps = [int(x) for x in a.pipeline_rates.split(",")] + [0]
+        capped = False
         for rate in steps:
+            if rate and capped:
+                continue
             say(f"pipeline: blast {'flat out' if rate == 0 else f'{rate} req/s'}, {a.blast_conns} connections, spans from {'both sides' if both else 'the server'}")
             rec = measure(ctx, server, "default", settings, ringtail=rt, client_spans=both,
                           load=lambda: blast_load(ctx.tools, ctx.work, server.port, a.blast_conns, rate, a.pipeline_duration, f"pipe-{rate}"))
@@ -1061,7 +1064,7 @@ def mode_pipeline(ctx):
                 raise Fail(f"ringtail died during the pipeline run:\n{rt.child.err_tail(30)}")
             if rate and rec["achieved_rps"] < 0.9 * rate:
                 say(f"pipeline: the generator reached only {rec['achieved_rps']:.0f} of {rate} req/s; next: flat out")
-                break
+                capped = True
     finally:
         if rt:
             rt.stop()
