@@ -83,7 +83,7 @@ pub struct ProbeSettings {
 impl Default for ProbeSettings {
     fn default() -> Self {
         ProbeSettings {
-            wakeup_len: 128,
+            wakeup_len: 512,
             flush_interval: Duration::from_millis(100),
             ring_buffer_mb: 4,
             max_connections: 16384,
@@ -450,7 +450,7 @@ impl Settings {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let p = &self.probe;
         if p.wakeup_len > 1_000_000 {
-            return Err(invalid("probe.wakeup_len", "must be 0..=1000000", "128", p.wakeup_len));
+            return Err(invalid("probe.wakeup_len", "must be 0..=1000000", "512", p.wakeup_len));
         }
         if p.flush_interval < Duration::from_millis(1) || p.flush_interval > Duration::from_secs(10) {
             return Err(invalid("probe.flush_interval", "must be between 1ms and 10s", "\"100ms\"", humantime::format_duration(p.flush_interval)));
@@ -649,7 +649,7 @@ mod tests {
     fn empty_file_gives_documented_defaults() {
         let s = load("", &[]).unwrap();
         assert_eq!(s, Settings::default());
-        assert_eq!(s.probe.wakeup_len, 128);
+        assert_eq!(s.probe.wakeup_len, 512);
         assert_eq!(s.probe.ring_buffer_mb, 4);
         assert_eq!(s.pipeline.batch_length, 512);
         assert!(s.export.stdout);
