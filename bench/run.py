@@ -938,11 +938,23 @@ OPT_VARIANTS = [
 ]
 
 
+def parse_setting(text):
+    """KEY=VALUE, the value as TOML would read it (number, bool, string)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise Fail(f"--variant wants KEY=VALUE, got {text!r}")
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
 def mode_optimisations(ctx):
     """The seed's two optimisations undone one at a time, side by side."""
     a = ctx.args
     server = Nginx(ctx.tools, ctx.work, a.nginx_workers) if a.opt_server == "nginx" else GoServer(ctx.tools, ctx.work)
-    variants = [("off", None)] + [(n, ringtail_settings(ctx, server.port, s)) for n, s in OPT_VARIANTS]
+    opt_variants = OPT_VARIANTS + [(v, dict([parse_setting(v)])) for v in a.variant]
+    variants = [("off", None)] + [(n, ringtail_settings(ctx, server.port, s)) for n, s in opt_variants]
     records = []
     try:
         for rep in range(a.repeat):
@@ -962,7 +974,7 @@ def mode_optimisations(ctx):
     m = lambda rs, f: mean([f(r) for r in rs])
     per_req = lambda k: lambda r: r["counters"].get(k, 0) / max(r["requests"], 1)
     summary = []
-    for name, _ in OPT_VARIANTS:
+    for name, _ in opt_variants:
         rs = [r for r in records if r["variant"] == name]
         row = {"variant": name}
         for c in COMPONENTS:
@@ -1213,6 +1225,8 @@ def main():
     p.add_argument("--repeat", type=int, help="off/on pairs per point (default 2, quick 1)")
     p.add_argument("--opt-rate", type=int, default=5000, help="rate of the optimisations mode")
     p.add_argument("--opt-server", default="nginx", choices=["nginx", "go"])
+    p.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE",
+                   help="another optimisations variant, e.g. probe.wakeup_len=128 (repeatable)")
     p.add_argument("--wrk-conns", type=int, default=64)
     p.add_argument("--wrk-threads", type=int, default=1)
     p.add_argument("--sat-duration", type=int, help="seconds per wrk run (default 15, quick 5)")
