@@ -401,6 +401,15 @@ fn invalid(key: impl Into<String>, rule: &'static str, example: &'static str, va
 }
 
 impl Settings {
+    /// `probe.wakeup_len` as the kernel uses it: capped so that what one
+    /// wake-up drains fits in half of the loader's replay buffer
+    /// (`pipeline.replay_batches` × `pipeline.batch_length` events); with
+    /// small batches a bigger burst would fill it before the first ack.
+    pub fn effective_wakeup_len(&self) -> u32 {
+        let cap = (self.pipeline.batch_length as u64 * self.pipeline.replay_batches as u64 / 2).max(1);
+        u64::from(self.probe.wakeup_len).min(cap) as u32
+    }
+
     /// Reads `path` (when given) and the `RINGTAIL_…` environment, then
     /// validates. `PROFILE_PORT` is accepted as an alias of `profile.port`.
     pub fn load(path: Option<&Path>) -> Result<Settings, ConfigError> {
@@ -650,6 +659,12 @@ mod tests {
         let s = load("", &[]).unwrap();
         assert_eq!(s, Settings::default());
         assert_eq!(s.probe.wakeup_len, 512);
+        assert_eq!(s.effective_wakeup_len(), 512);
+        let mut small = s.clone();
+        small.pipeline.batch_length = 1;
+        assert_eq!(small.effective_wakeup_len(), 128, "half of 256 one-event batches");
+        small.probe.wakeup_len = 0;
+        assert_eq!(small.effective_wakeup_len(), 0, "the kernel's default stays");
         assert_eq!(s.probe.ring_buffer_mb, 4);
         assert_eq!(s.pipeline.batch_length, 512);
         assert!(s.export.stdout);

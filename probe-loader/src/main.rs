@@ -55,8 +55,9 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     shutdown::on_signals(trigger);
 
     // 1. Privileged work: load and attach, seed the selection, bind.
-    let (mut probes, rings) = probes::Probes::load(&settings.probe, &settings.discovery)?;
-    tracing::info!(event = "attached", wakeup_len = settings.probe.wakeup_len, "probes attached");
+    let wakeup_len = settings.effective_wakeup_len();
+    let (mut probes, rings) = probes::Probes::load(&settings.probe, &settings.discovery, wakeup_len)?;
+    tracing::info!(event = "attached", wakeup_len, "probes attached");
     // Parsing the kernel's BTF was a one-off peak: give it back.
     runtime_kit::memory::release();
     if !settings.discovery.selects_all() {

@@ -95,10 +95,10 @@ pub struct ProgramStats {
 
 impl Probes {
     /// Loads the object with this configuration baked in and attaches every
-    /// program.
-    pub fn load(probe: &ProbeSettings, discovery: &DiscoverySettings) -> Result<(Probes, Rings), ProbeError> {
+    /// program; the kernel wakes the loader every `wakeup_len` events.
+    pub fn load(probe: &ProbeSettings, discovery: &DiscoverySettings, wakeup_len: u32) -> Result<(Probes, Rings), ProbeError> {
         let btf = Btf::from_sys_fs().map_err(|source| ProbeError::Btf { source })?;
-        let wakeup_len = u64::from(probe.wakeup_len);
+        let wakeup_len = u64::from(wakeup_len);
         let select_all = u8::from(discovery.selects_all());
         let watch_exec = u8::from(!discovery.exe_names.is_empty());
         let ring_bytes = probe.ring_buffer_mb << 20;
