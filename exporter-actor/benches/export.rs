@@ -19,6 +19,7 @@ use ipc_schema::config::OtlpSettings;
 use ipc_schema::{Body, Component, Envelope, HttpSpan, Producer, ServiceResource, SpanBatch, SpanKind};
 use opentelemetry_sdk::trace::SpanExporter as _;
 use runtime_kit::counters::Registry;
+use runtime_kit::profiling::cpu_time;
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -149,15 +150,4 @@ fn main() {
     println!("  spans/s (wall):       {:>12.0}", spans as f64 / wall.as_secs_f64());
     println!("  CPU per span:         {:>12.3} µs  (this process: decode, histograms, conversion, gRPC client)", cpu.as_secs_f64() * 1e6 / spans as f64);
     println!("  spans/s per CPU-s:    {:>12.0}", spans as f64 / cpu.as_secs_f64());
-}
-
-/// CPU time (user + system) of this process.
-fn cpu_time() -> Duration {
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: ru points to writable memory of the right size.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
-    // SAFETY: getrusage filled it.
-    let ru = unsafe { ru.assume_init() };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
 }

@@ -6,7 +6,6 @@
 //! restarted span-actor from the loader's replay), so a restart never
 //! double-counts a request in traces or histograms.
 
-
 use rustc_hash::FxHashSet as HashSet;
 use std::io::Write;
 use std::sync::Arc;
@@ -186,19 +185,19 @@ impl Actor for Receiver {
 
 impl StreamHandler<Envelope> for Receiver {
     fn handle(&mut self, env: Envelope, ctx: &mut Self::Context) {
+        // Any message of a span-actor (heartbeats, seq 0, too) tells us
+        // which one to ack and what it no longer keeps.
+        if env.producer.component == Component::SpanActor {
+            self.inbound.observe(env.producer, env.floor);
+        }
         match env.body {
             Body::Health(report) if report.component != Component::ExporterActor => self.meters.update_health(report),
             Body::Spans(batch) if env.producer.component == Component::SpanActor => {
-                self.inbound.observe(env.producer, env.floor);
                 self.handle_spans(env.producer.instance, env.seq, batch);
                 // Acked at once when enough arrived (see `ack_due`).
                 self.send_ack(ctx);
             }
             _ => self.unexpected.add(1),
-        }
-        // Heartbeats (seq 0) tell us which span-actor to ack, too.
-        if env.producer.component == Component::SpanActor {
-            self.inbound.observe(env.producer, env.floor);
         }
     }
 

@@ -7,6 +7,8 @@
 //!
 //! Sampling is at 99 Hz (SIGPROF), only while a request runs; one profile at
 //! a time (a second request gets 503).
+//!
+//! [`cpu_time`] is this process's CPU time, for the component benchmarks.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -137,4 +139,15 @@ mod tests {
         spin.join().unwrap();
         t.fire();
     }
+}
+
+/// CPU time (user + system) of this process, all threads.
+pub fn cpu_time() -> Duration {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: ru points to writable memory of the right size.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
+    // SAFETY: getrusage filled it.
+    let ru = unsafe { ru.assume_init() };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }

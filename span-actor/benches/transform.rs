@@ -13,6 +13,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use ipc_schema::config::Settings;
 use ipc_schema::{Body, Component, Envelope, ProcessInfo, Producer, RawBatch, RawEvent, Role, SockAddr};
 use runtime_kit::counters::Registry;
+use runtime_kit::profiling::cpu_time;
 use span_actor::actors::publisher::assemble;
 use span_actor::ledger::Ledger;
 use span_actor::transform::Transformer;
@@ -114,15 +115,4 @@ fn main() {
     println!("  events/s per CPU-s:   {:>12.0}", events as f64 / cpu.as_secs_f64());
     println!("  span bytes per event: {:>12.1}", bytes as f64 / events as f64);
     println!("  events measured:      {events:>12}");
-}
-
-/// CPU time (user + system) of this process.
-fn cpu_time() -> Duration {
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: ru points to writable memory of the right size.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
-    // SAFETY: getrusage filled it.
-    let ru = unsafe { ru.assume_init() };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
