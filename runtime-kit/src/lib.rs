@@ -15,7 +15,8 @@
 //! - [`counters`]: a registry of counters and gauges that become
 //!   [`ipc_schema::HealthReport`]s; drops are counted *and* logged there.
 //! - [`memory`]: allocator tuning, so idle processes stay small.
-//! - [`profiling`]: pprof CPU profiles and flame graphs on loopback.
+//! - [`profiling`]: pprof CPU profiles and flame graphs on loopback, and
+//!   the process's CPU time.
 //! - [`users`]: user and group names to ids.
 //! - [`http`]: a minimal GET server for `/metrics` and pprof.
 //! - [`ipc`]: ipc:// PUB sockets with restricted permissions, self-healing
