@@ -18,7 +18,7 @@ use exporter_actor::sinks::prometheus;
 use ipc_schema::config::Settings;
 use ipc_schema::{endpoints, Component, Producer};
 use runtime_kit::counters::Registry;
-use runtime_kit::ipc::{self, AckSender, Access};
+use ringtail_ipc::{Access, Consumer, ConsumerOptions};
 use runtime_kit::{ready, shutdown};
 
 fn main() -> anyhow::Result<()> {
@@ -47,8 +47,6 @@ async fn run(settings: Settings, otlp: OtlpConfig) -> anyhow::Result<()> {
     let own = endpoints::actors_dir(dir);
     std::fs::create_dir_all(&own).with_context(|| format!("cannot create {}", own.display()))?;
     let acks_path = endpoints::span_acks(dir);
-    let acks = ipc::bind_pub(&acks_path, Access::private()).await?;
-    let acks = AckSender::new(acks, acks_path.clone(), Producer { component: Component::ExporterActor, instance });
 
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_default();
     let meters = Meters::new(otlp.resource_attributes.clone(), &host, &registry);
@@ -74,13 +72,30 @@ async fn run(settings: Settings, otlp: OtlpConfig) -> anyhow::Result<()> {
     if let Some(addr) = runtime_kit::profiling::address(settings.profile.port, 2) {
         runtime_kit::profiling::start(addr, Component::ExporterActor.name(), shutdown.clone()).await?;
     }
-    let spans = ipc::subscribe(endpoints::spans(dir), 16, &registry, shutdown.clone());
-    let _receiver = Receiver::new(&registry, settings.export.stdout, meters, traces, acks, spans, done_rx).start();
+    let (consumer, consumer_task, spans) = Consumer::start(
+        ConsumerOptions {
+            path: endpoints::spans(dir),
+            acks: acks_path.clone(),
+            access: Access::private(),
+            me: Producer { component: Component::ExporterActor, instance },
+            producer: Component::SpanActor,
+            capacity: 16,
+            max_outstanding: settings.pipeline.replay_batches,
+            duplicates: registry.counter("ringtail_spans_duplicate_total", &[]),
+            duplicate_items: Receiver::duplicate_spans,
+        },
+        &registry,
+        shutdown.clone(),
+    )
+    .await?;
+    let _receiver = Receiver::new(&registry, settings.export.stdout, meters, traces, consumer.clone(), spans, done_rx).start();
     ready::notify_ready(Component::ExporterActor.name());
 
     shutdown.fired().await;
     // Give queued exports and the last metric push a moment to leave.
     tokio::time::sleep(Duration::from_millis(500)).await;
+    consumer.close().await;
+    consumer_task.join(Duration::from_secs(1)).await;
     let _ = std::fs::remove_file(&acks_path);
     tracing::info!(event = "stopped", "stopped");
     actix_rt::System::current().stop();

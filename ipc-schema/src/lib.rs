@@ -25,7 +25,7 @@ pub mod health;
 pub mod raw;
 pub mod span;
 
-pub use envelope::{decode, encode, Ack, Body, Component, DecodeError, Envelope, Producer};
+pub use envelope::{decode, decode_ack, encode, Ack, Body, Component, DecodeError, Envelope, Producer};
 pub use health::{HealthReport, MetricPoint};
 pub use raw::{ProcessInfo, RawBatch, RawEvent, Role, SockAddr};
 pub use span::{HttpSpan, ServiceResource, SpanBatch, SpanKind};
@@ -37,3 +37,7 @@ pub const SCHEMA_VERSION: u16 = 2;
 /// Largest message any receiver accepts, in bytes. A batch of the largest
 /// configurable length with every capture full stays well below it.
 pub const MAX_MESSAGE_BYTES: usize = 32 << 20;
+
+/// Largest ack a producer accepts, in bytes, checked before decoding (an
+/// ack of the largest values encodes to well under 100 bytes).
+pub const MAX_ACK_BYTES: usize = 256;

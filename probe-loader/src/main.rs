@@ -32,9 +32,9 @@ use std::os::unix::fs::PermissionsExt;
 
 use anyhow::Context;
 use ipc_schema::config::Settings;
-use ipc_schema::{endpoints, Component, Producer};
+use ipc_schema::{endpoints, Component};
+use ringtail_ipc::{Access, Producer, ProducerOptions};
 use runtime_kit::counters::Registry;
-use runtime_kit::ipc::{self, Access, ReplayPublisher};
 use runtime_kit::{ready, shutdown, users};
 
 fn main() -> anyhow::Result<()> {
@@ -73,11 +73,19 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     let actors = users::actor_ids(&settings.actors)
         .with_context(|| format!("actors.user {:?} / actors.group {:?} do not exist", settings.actors.user, settings.actors.group))?;
     let raw_path = endpoints::raw_events(dir);
-    // Only the actors' group may connect; only we can bind here.
-    let socket = ipc::bind_pub(&raw_path, Access { mode: 0o660, gid: Some(actors.gid), uid: None }).await?;
-    let producer = Producer { component: Component::ProbeLoader, instance };
-    let backlog = registry.drops("ringtail_dropped_events_total", "backlog_full");
-    let publisher = ReplayPublisher::new(socket, raw_path.clone(), producer, settings.pipeline.replay_batches, &registry, backlog);
+    let options = ProducerOptions {
+        path: raw_path.clone(),
+        // Only the actors' group may connect; only we can bind here.
+        access: Access { mode: 0o660, gid: Some(actors.gid), uid: None },
+        acks: endpoints::raw_acks(dir),
+        me: ipc_schema::Producer { component: Component::ProbeLoader, instance },
+        consumer: Component::SpanActor,
+        capacity: settings.pipeline.replay_batches,
+        backlog_full: registry.drops("ringtail_dropped_events_total", "backlog_full"),
+        publish_failed: registry.drops("ringtail_dropped_events_total", "publish_failed"),
+    };
+    // The batches' fate does not matter here (no tags): the reports are not read.
+    let (publisher, publisher_task, _) = Producer::<()>::start(options, 1, &registry).await?;
 
     // 2. Drop what is no longer needed. The actors' group stays, as the only
     //    way into their directory for the acks they publish.
@@ -89,9 +97,10 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     if let Some(addr) = runtime_kit::profiling::address(settings.profile.port, 0) {
         runtime_kit::profiling::start(addr, Component::ProbeLoader.name(), shutdown.clone()).await?;
     }
-    let acks = ipc::subscribe(endpoints::raw_acks(dir), 64, &registry, shutdown.clone());
     ready::notify_ready(Component::ProbeLoader.name());
-    pump::Pump::new(probes, publisher, &settings, registry).run(rings, acks, shutdown).await?;
+    pump::Pump::new(probes, publisher.clone(), &settings, registry).run(rings, shutdown).await?;
+    let _ = publisher.close(std::time::Duration::from_millis(500)).await;
+    publisher_task.join(std::time::Duration::from_secs(1)).await;
     let _ = std::fs::remove_file(&raw_path);
     tracing::info!(event = "stopped", "stopped");
     Ok(())

@@ -10,10 +10,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use ipc_schema::config::Settings;
-use ipc_schema::{endpoints, Component, Producer};
+use ipc_schema::{endpoints, Component, Producer as Me};
+use ringtail_ipc::{Access, Consumer, ConsumerOptions, Producer, ProducerOptions};
 use runtime_kit::counters::Registry;
-use runtime_kit::ipc::{self, AckSender, Access, ReplayPublisher};
 use runtime_kit::{ready, shutdown};
+use span_actor::actors::{self, publisher::Flush, Wiring};
 
 fn main() -> anyhow::Result<()> {
     let args = runtime_kit::cli::parse("Turns ringtail's raw request events into OpenTelemetry spans.");
@@ -40,27 +41,55 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     std::fs::create_dir_all(&own).with_context(|| format!("cannot create {} (the supervisor makes it, owned by actors.user)", own.display()))?;
     let spans_path = endpoints::spans(dir);
     let acks_path = endpoints::raw_acks(dir);
-    // Spans: our user only (the exporter runs as the same user). Acks: our
-    // group too, which the loader joins to read them.
-    let spans = ipc::bind_pub(&spans_path, Access::private()).await?;
-    let raw_acks = ipc::bind_pub(&acks_path, Access { mode: 0o660, gid: None, uid: None }).await?;
-    let me = Producer { component: Component::SpanActor, instance };
-    let backlog = registry.drops("ringtail_dropped_spans_total", "backlog_full");
-    let spans = ReplayPublisher::new(spans, spans_path.clone(), me, settings.pipeline.replay_batches, &registry, backlog);
-    let raw_acks = AckSender::new(raw_acks, acks_path.clone(), me);
+    let me = Me { component: Component::SpanActor, instance };
+    let replay = settings.pipeline.replay_batches;
+    let (spans, spans_task, settled) = Producer::start(
+        ProducerOptions {
+            path: spans_path.clone(),
+            // Our user only: the exporter runs as the same user.
+            access: Access::private(),
+            acks: endpoints::span_acks(dir),
+            me,
+            consumer: Component::ExporterActor,
+            capacity: replay,
+            backlog_full: registry.drops("ringtail_dropped_spans_total", "backlog_full"),
+            publish_failed: registry.drops("ringtail_dropped_spans_total", "publish_failed"),
+        },
+        // Every kept batch may settle at once.
+        replay + 64,
+        &registry,
+    )
+    .await?;
+    let (raw_consumer, raw_task, raw) = Consumer::start(
+        ConsumerOptions {
+            path: endpoints::raw_events(dir),
+            acks: acks_path.clone(),
+            // Our group too, which the loader joins to read them.
+            access: Access { mode: 0o660, gid: None, uid: None },
+            me,
+            producer: Component::ProbeLoader,
+            capacity: 16,
+            max_outstanding: replay,
+            duplicates: registry.counter("ringtail_raw_batches_duplicate_total", &[]),
+            duplicate_items: |_| 1,
+        },
+        &registry,
+        shutdown.clone(),
+    )
+    .await?;
 
     if let Some(addr) = runtime_kit::profiling::address(settings.profile.port, 1) {
         runtime_kit::profiling::start(addr, Component::SpanActor.name(), shutdown.clone()).await?;
     }
-    let raw = ipc::subscribe(endpoints::raw_events(dir), 16, &registry, shutdown.clone());
-    let exporter_acks = ipc::subscribe(endpoints::span_acks(dir), 64, &registry, shutdown.clone());
-    let actors = span_actor::actors::start(&settings, &registry, raw, exporter_acks, spans, raw_acks);
+    let actors = actors::start(&settings, &registry, Wiring { raw, raw_consumer: raw_consumer.clone(), spans: spans.clone(), settled });
     ready::notify_ready(Component::SpanActor.name());
 
     shutdown.fired().await;
-    let _ = actors.publisher.send(span_actor::actors::publisher::Flush).await;
-    // Let the last batch leave the socket before the runtime stops.
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let _ = actors.publisher.send(Flush).await;
+    let _ = spans.close(Duration::from_millis(500)).await;
+    spans_task.join(Duration::from_secs(1)).await;
+    raw_consumer.close().await;
+    raw_task.join(Duration::from_secs(1)).await;
     for p in [&spans_path, &acks_path] {
         let _ = std::fs::remove_file(p);
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use ipc_schema::{endpoints, Body, Component, Envelope, ProcessInfo, Producer, RawBatch, RawEvent, Role, SockAddr};
 use runtime_kit::counters::Registry;
-use runtime_kit::ipc::{self, Access};
+use ringtail_ipc::{self as ipc, Access};
 
 fn addr(port: u16) -> SockAddr {
     let mut ip = [0u8; 16];

@@ -1,6 +1,7 @@
 use super::*;
 use ipc_schema::{ProcessInfo, SockAddr};
-use runtime_kit::ipc::replay::Verdict;
+use crate::ledger::Ledger;
+use ringtail_ipc::protocol::{InboundSeq, Verdict};
 
 const INST: u64 = 0xabcdef;
 const OFFSET: i64 = 1_700_000_000_000_000_000;
@@ -49,9 +50,28 @@ fn batch(events: Vec<RawEvent>) -> RawBatch {
     }
 }
 
+/// The raw consumer's sequence tracking and the publisher's ledger, as
+/// the actors combine them.
+struct Acks {
+    seq: InboundSeq,
+    ledger: Ledger,
+}
+
+impl Acks {
+    fn ack(&self) -> Option<ipc_schema::Ack> {
+        self.seq.ack()
+    }
+
+    fn release(&mut self, inst: u64, seq: u64, n: usize) {
+        if self.ledger.release((inst, seq), n) {
+            self.seq.done(seq);
+        }
+    }
+}
+
 struct Rig {
     t: Transformer,
-    ledger: Ledger,
+    ledger: Acks,
     seq: u64,
     registry: Registry,
 }
@@ -61,16 +81,19 @@ impl Rig {
         let mut s = Settings::default();
         f(&mut s);
         let registry = Registry::new(ipc_schema::Component::SpanActor, 1);
-        let mut ledger = Ledger::default();
-        ledger.observe(ipc_schema::Producer { component: ipc_schema::Component::ProbeLoader, instance: INST }, 1);
+        let mut ledger = Acks { seq: InboundSeq::default(), ledger: Ledger::default() };
+        ledger.seq.observe(ipc_schema::Producer { component: ipc_schema::Component::ProbeLoader, instance: INST }, 1);
         Rig { t: Transformer::new(&s, &registry), ledger, seq: 0, registry }
     }
 
     fn run(&mut self, events: Vec<RawEvent>) -> Vec<Produced> {
         self.seq += 1;
-        assert_eq!(self.ledger.received(self.seq), Verdict::New);
+        assert_eq!(self.ledger.seq.receive(self.seq), Verdict::New);
         let mut out = Vec::new();
-        self.t.transform(INST, self.seq, &batch(events), Instant::now(), &mut out, &mut self.ledger);
+        let made = self.t.transform(INST, self.seq, &batch(events), Instant::now(), &mut out);
+        if self.ledger.ledger.made((INST, self.seq), made.total()) {
+            self.ledger.seq.done(self.seq);
+        }
         out
     }
 

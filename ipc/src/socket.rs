@@ -1,66 +1,22 @@
 //! ZeroMQ over ipc:// between ringtail's processes.
 //!
-//! Each process binds what it publishes (a PUB socket, file permissions set
-//! for the one peer that should connect) and connects a SUB to what it
-//! consumes. In the pure-Rust `zeromq` crate only SUB reconnects by itself,
-//! and its back-off grows to 30 s, so [`subscribe`] also rebuilds the socket
+//! In the pure-Rust `zeromq` crate only SUB reconnects by itself, and its
+//! back-off grows to 30 s, so a subscription also rebuilds its socket
 //! whenever its producer has been silent for a few heartbeats: a restarted
 //! peer is found again within seconds, whichever side restarted.
-
-pub mod replay;
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::Bytes;
-use ipc_schema::{decode, DecodeError, Envelope};
+use ipc_schema::{decode, decode_ack, Ack, DecodeError, Envelope, Producer};
+use runtime_kit::counters::Registry;
+use runtime_kit::shutdown::Shutdown;
 use tokio::sync::mpsc;
 use zeromq::{PubSocket, Socket, SocketOptions, SocketRecv, SocketSend, SubSocket, ZmqMessage};
 
-use crate::counters::Registry;
-use crate::shutdown::Shutdown;
-
-pub use replay::{AckSender, InboundSeq, ReplayPublisher};
-
-/// How often producers send a heartbeat (health report) on their PUB socket.
-pub const HEARTBEAT: Duration = Duration::from_secs(1);
-/// A subscription silent this long is rebuilt.
-pub const SILENCE: Duration = Duration::from_secs(4);
-
-/// Why a socket could not be set up or used.
-#[derive(Debug, thiserror::Error)]
-pub enum IpcError {
-    #[error("cannot remove stale socket file {path}")]
-    Unlink {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("cannot bind {endpoint}")]
-    Bind {
-        endpoint: String,
-        #[source]
-        source: zeromq::ZmqError,
-    },
-    #[error("cannot set owner or mode of {path}")]
-    Permissions {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    #[error("cannot send on {endpoint}")]
-    Send {
-        endpoint: String,
-        #[source]
-        source: zeromq::ZmqError,
-    },
-    #[error("cannot encode a message")]
-    Encode {
-        #[source]
-        source: ipc_schema::envelope::EncodeError,
-    },
-}
+use crate::{IpcError, SILENCE};
 
 /// Who may connect to a bound socket file (connecting needs write access).
 #[derive(Debug, Clone, Copy)]
@@ -121,12 +77,26 @@ pub async fn send(socket: &mut PubSocket, endpoint: &str, bytes: Bytes) -> Resul
 ///
 /// Bad messages are counted in `ringtail_ipc_rejected_total{reason}` and
 /// skipped; a codec error from a dying peer is counted and survived.
-pub fn subscribe(
+pub fn subscribe(path: PathBuf, capacity: usize, registry: &Registry, shutdown: Shutdown) -> mpsc::Receiver<Envelope> {
+    spawn_subscription(path, capacity, registry, shutdown, decode)
+}
+
+/// Subscribes to a consumer's acks: only an [`Ack`] of at most
+/// [`ipc_schema::MAX_ACK_BYTES`] bytes gets through (the size is checked
+/// before decoding); anything else is counted in
+/// `ringtail_ipc_rejected_total{reason}` and dropped. This is all the
+/// privileged loader reads from the unprivileged actors.
+pub fn subscribe_acks(path: PathBuf, capacity: usize, registry: &Registry, shutdown: Shutdown) -> mpsc::Receiver<(Producer, Ack)> {
+    spawn_subscription(path, capacity, registry, shutdown, decode_ack)
+}
+
+fn spawn_subscription<T: Send + 'static>(
     path: PathBuf,
     capacity: usize,
     registry: &Registry,
     mut shutdown: Shutdown,
-) -> mpsc::Receiver<Envelope> {
+    decode: fn(&[u8]) -> Result<T, DecodeError>,
+) -> mpsc::Receiver<T> {
     let (tx, rx) = mpsc::channel(capacity);
     let endpoint = ipc_schema::endpoints::ipc(&path);
     let received = registry.counter("ringtail_ipc_messages_received_total", &[]);
@@ -134,6 +104,7 @@ pub fn subscribe(
     let too_large = registry.drops("ringtail_ipc_rejected_total", "too_large");
     let version = registry.drops("ringtail_ipc_rejected_total", "version");
     let malformed = registry.drops("ringtail_ipc_rejected_total", "malformed");
+    let unexpected = registry.drops("ringtail_ipc_rejected_total", "unexpected_message");
     let codec = registry.drops("ringtail_ipc_rejected_total", "codec");
     tokio::spawn(async move {
         let mut attempts = 0u64;
@@ -196,13 +167,14 @@ pub fn subscribe(
                     continue;
                 };
                 match decode(frame) {
-                    Ok(env) => {
-                        if tx.send(env).await.is_err() {
+                    Ok(value) => {
+                        if tx.send(value).await.is_err() {
                             return; // the consumer is gone
                         }
                     }
                     Err(DecodeError::TooLarge { .. }) => too_large.add(1),
                     Err(DecodeError::Version { .. }) => version.add(1),
+                    Err(DecodeError::NotAck { .. }) => unexpected.add(1),
                     Err(_) => malformed.add(1),
                 }
             }
@@ -214,8 +186,7 @@ pub fn subscribe(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::counters::Registry;
-    use ipc_schema::{encode, Ack, Body, Component, Producer};
+    use ipc_schema::{encode, Ack, Body, Component, HealthReport, Producer};
 
     fn value(r: &Registry, name: &str, reason: &str) -> f64 {
         r.report()
@@ -226,14 +197,19 @@ mod tests {
             .sum()
     }
 
+    fn dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("ringtail-ipc-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
     #[tokio::test]
     async fn malformed_messages_are_counted_and_skipped() {
-        let dir = std::env::temp_dir().join(format!("rk-ipc-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = dir("sub");
         let path = dir.join("t.sock");
         let mut publisher = bind_pub(&path, Access::private()).await.unwrap();
         let registry = Registry::new(Component::SpanActor, 1);
-        let (trigger, shutdown) = crate::shutdown::channel();
+        let (trigger, shutdown) = runtime_kit::shutdown::channel();
         let mut rx = subscribe(path.clone(), 8, &registry, shutdown);
         let good = Envelope::new(Producer { component: Component::ProbeLoader, instance: 7 }, 1, Body::Ack(Ack { for_instance: 1, received: 2, upto: 2 }));
         let mut bad_version = encode(&good).unwrap();
@@ -254,6 +230,39 @@ mod tests {
         assert_eq!(got, good);
         assert!(value(&registry, "ringtail_ipc_rejected_total", "malformed") >= 2.0);
         assert!(value(&registry, "ringtail_ipc_rejected_total", "version") >= 1.0);
+        trigger.fire();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn the_ack_subscription_takes_only_small_acks() {
+        let dir = dir("acks");
+        let path = dir.join("a.sock");
+        let mut publisher = bind_pub(&path, Access::private()).await.unwrap();
+        let registry = Registry::new(Component::ProbeLoader, 1);
+        let (trigger, shutdown) = runtime_kit::shutdown::channel();
+        let mut rx = subscribe_acks(path.clone(), 8, &registry, shutdown);
+        let me = Producer { component: Component::SpanActor, instance: 7 };
+        let ack = Ack { for_instance: 1, received: 2, upto: 2 };
+        let good = encode(&Envelope::new(me, 0, Body::Ack(ack))).unwrap();
+        let health = HealthReport { component: Component::SpanActor, instance: 7, points: Vec::new() };
+        let not_ack = encode(&Envelope::new(me, 0, Body::Health(health))).unwrap();
+        let huge = vec![0x90; ipc_schema::MAX_ACK_BYTES + 1];
+        let got = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                for m in [not_ack.clone(), huge.clone(), good.clone()] {
+                    send(&mut publisher, "test", Bytes::from(m)).await.unwrap();
+                }
+                if let Ok(Some(got)) = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
+                    return got;
+                }
+            }
+        })
+        .await
+        .expect("the ack got through");
+        assert_eq!(got, (me, ack));
+        assert!(value(&registry, "ringtail_ipc_rejected_total", "unexpected_message") >= 1.0);
+        assert!(value(&registry, "ringtail_ipc_rejected_total", "too_large") >= 1.0);
         trigger.fire();
         let _ = std::fs::remove_dir_all(&dir);
     }

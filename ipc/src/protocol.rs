@@ -1,5 +1,6 @@
 //! Replay, flow control and acknowledgement: how a slow or restarted
-//! consumer loses no batch, and how memory stays bounded.
+//! consumer loses no batch, and how memory stays bounded. Pure state, no
+//! sockets: [`crate::Producer`] and [`crate::Consumer`] drive it.
 //!
 //! A producer numbers its data messages (`seq` from 1 per producer
 //! instance) and keeps each one until the consumer acknowledges it:
@@ -19,20 +20,19 @@
 //!   sent again, in order, within the window.
 //!
 //! Every message carries the producer's `floor`: the lowest seq it still
-//! kept when the message was made (heartbeats: now). The consumer's acks are contiguous from there: `received` (all up to
-//! it arrived) and `upto` (all up to it handled), so a gap is never skipped.
-//! Heartbeats (seq 0) are never kept, acked or deduplicated.
+//! kept when the message was made (heartbeats: now). The consumer's acks are
+//! contiguous from there: `received` (all up to it arrived) and `upto` (all
+//! up to it handled), so a gap is never skipped. Heartbeats (seq 0) are never
+//! kept, acked or deduplicated.
 
 use std::collections::{BTreeSet, VecDeque};
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use ipc_schema::envelope::EncodeError;
 use ipc_schema::{encode, Ack, Body, Envelope, Producer};
-use zeromq::PubSocket;
 
-use super::{send, IpcError};
-use crate::counters::{Counter, Drops, Gauge, Registry};
+use crate::HEARTBEAT;
 
 /// A message sent but not acknowledged as received after this is sent again.
 pub const RESEND_AFTER: Duration = Duration::from_secs(2);
@@ -40,54 +40,57 @@ pub const RESEND_AFTER: Duration = Duration::from_secs(2);
 /// 20 ms this allows ~12,800 messages a second even with one event each;
 /// memory stays bounded by the kept buffer (`pipeline.replay_batches`).
 pub const WINDOW: u64 = 256;
+/// How often a consumer considers its ack while acks are moving.
+pub const ACK_EVERY: Duration = Duration::from_millis(20);
+/// How often it looks while nothing new arrived (each wake-up costs tens of
+/// microseconds on a virtual machine; the first ack after a quiet spell is
+/// late by at most this, far below the producer's resend time).
+pub const ACK_IDLE: Duration = Duration::from_millis(250);
 
-struct Kept {
+struct Kept<T> {
     seq: u64,
     bytes: Bytes,
     sent: Option<Instant>,
+    tag: T,
 }
 
-/// A PUB socket whose data messages are flow-controlled and replayable.
-pub struct ReplayPublisher {
-    socket: PubSocket,
-    endpoint: String,
-    producer: Producer,
+/// Why [`Outbox::push`] did not keep a message; the caller's tag comes back.
+#[derive(Debug)]
+pub enum Refused<T> {
+    /// The kept buffer is full: the newest message is the one dropped.
+    Full(T),
+    /// The message could not be encoded.
+    Encode(T, EncodeError),
+}
+
+/// What [`Outbox::ack`] changed.
+#[derive(Debug)]
+pub struct Acked<T> {
+    /// The ack came from a consumer instance not heard from before.
+    pub new_consumer: bool,
+    /// Tags of the messages the consumer has finished with, in seq order.
+    pub settled: Vec<T>,
+}
+
+/// A producer's kept buffer: what to send, resend and forget.
+pub struct Outbox<T> {
+    me: Producer,
     next_seq: u64,
-    kept: VecDeque<Kept>,
+    kept: VecDeque<Kept<T>>,
     capacity: usize,
-    window: u64,
     consumer: Option<u64>,
     received: u64,
-    published: Counter,
-    resent: Counter,
-    backlog_full: Drops,
-    kept_gauge: Gauge,
 }
 
-impl ReplayPublisher {
-    /// Wraps a bound PUB socket. `drops` counts what is dropped when the
-    /// backlog is full (in the caller's unit: events or spans).
-    pub fn new(socket: PubSocket, path: PathBuf, producer: Producer, capacity: usize, registry: &Registry, drops: Drops) -> Self {
-        ReplayPublisher {
-            socket,
-            endpoint: ipc_schema::endpoints::ipc(&path),
-            producer,
-            next_seq: 1,
-            kept: VecDeque::new(),
-            capacity: capacity.max(1),
-            window: WINDOW,
-            consumer: None,
-            received: 0,
-            published: registry.counter("ringtail_ipc_batches_published_total", &[]),
-            resent: registry.counter("ringtail_ipc_batches_resent_total", &[]),
-            backlog_full: drops,
-            kept_gauge: registry.gauge("ringtail_ipc_kept_batches", &[]),
-        }
+impl<T> Outbox<T> {
+    /// An empty outbox keeping at most `capacity` messages.
+    pub fn new(me: Producer, capacity: usize) -> Self {
+        Outbox { me, next_seq: 1, kept: VecDeque::new(), capacity: capacity.max(1), consumer: None, received: 0 }
     }
 
     /// This producer's identity.
     pub fn producer(&self) -> Producer {
-        self.producer
+        self.me
     }
 
     /// Messages kept (in flight, waiting, or unacknowledged).
@@ -95,42 +98,48 @@ impl ReplayPublisher {
         self.kept.len()
     }
 
+    /// True when a consumer is known and has received everything kept.
+    pub fn all_received(&self) -> bool {
+        self.consumer.is_some() && self.kept.back().is_none_or(|k| k.seq <= self.received)
+    }
+
+    /// True once some consumer has acked.
+    pub fn has_consumer(&self) -> bool {
+        self.consumer.is_some()
+    }
+
     fn floor(&self) -> u64 {
         self.kept.front().map_or(self.next_seq, |k| k.seq)
     }
 
-    /// Queues a data message of `items` items and sends what the window
-    /// allows. Returns its seq, or `None` if the backlog was full and it was
-    /// dropped (and counted).
-    pub async fn publish(&mut self, body: Body, items: u64) -> Result<Option<u64>, IpcError> {
+    /// Numbers, encodes and keeps a data message; returns its seq.
+    pub fn push(&mut self, body: Body, tag: T) -> Result<u64, Refused<T>> {
         if self.kept.len() >= self.capacity {
-            self.backlog_full.add(items);
-            return Ok(None);
+            return Err(Refused::Full(tag));
         }
         let seq = self.next_seq;
-        let mut env = Envelope::new(self.producer, seq, body);
+        let mut env = Envelope::new(self.me, seq, body);
         env.floor = self.floor().min(seq);
-        let bytes = Bytes::from(encode(&env).map_err(|source| IpcError::Encode { source })?);
+        let bytes = match encode(&env) {
+            Ok(b) => Bytes::from(b),
+            Err(e) => return Err(Refused::Encode(tag, e)),
+        };
         self.next_seq += 1;
-        self.kept.push_back(Kept { seq, bytes, sent: None });
-        self.published.inc();
-        self.pump().await?;
-        Ok(Some(seq))
+        self.kept.push_back(Kept { seq, bytes, sent: None, tag });
+        Ok(seq)
     }
 
-    /// Publishes a message that is not kept (heartbeats, health reports).
-    pub async fn publish_transient(&mut self, body: Body) -> Result<(), IpcError> {
-        let mut env = Envelope::new(self.producer, 0, body);
+    /// Encodes a message that is not kept (heartbeats, health reports).
+    pub fn transient(&self, body: Body) -> Result<Bytes, EncodeError> {
+        let mut env = Envelope::new(self.me, 0, body);
         env.floor = self.floor();
-        let bytes = Bytes::from(encode(&env).map_err(|source| IpcError::Encode { source })?);
-        send(&mut self.socket, &self.endpoint, bytes).await
+        encode(&env).map(Bytes::from)
     }
 
-    /// Sends what the window allows: waiting messages, and ones sent too
-    /// long ago without being received. Call it on a timer too.
-    pub async fn pump(&mut self) -> Result<(), IpcError> {
-        let limit = self.received + self.window;
-        let now = Instant::now();
+    /// What to send now: waiting messages the window allows, and ones sent
+    /// `RESEND_AFTER` ago without being received (counted in `resent`).
+    pub fn due(&mut self, now: Instant, resent: &mut u64) -> Vec<Bytes> {
+        let limit = self.received + WINDOW;
         let mut out = Vec::new();
         for k in self.kept.iter_mut() {
             if k.seq > limit {
@@ -141,43 +150,38 @@ impl ReplayPublisher {
             }
             match k.sent {
                 None => {}
-                Some(at) if now.duration_since(at) >= RESEND_AFTER => self.resent.inc(),
+                Some(at) if now.duration_since(at) >= RESEND_AFTER => *resent += 1,
                 Some(_) => continue,
             }
             k.sent = Some(now);
             out.push(k.bytes.clone());
         }
-        self.kept_gauge.set(self.kept.len() as f64);
-        for b in out {
-            send(&mut self.socket, &self.endpoint, b).await?;
-        }
-        Ok(())
+        out
     }
 
     /// Applies an ack from `from`: a consumer instance not heard from before
     /// gets everything kept again; what is handled is forgotten; the window
-    /// moves on. Returns true if the consumer was new.
-    pub async fn handle_ack(&mut self, from: Producer, ack: Ack) -> Result<bool, IpcError> {
-        if ack.for_instance != self.producer.instance {
-            return Ok(false); // addressed to a previous life of this producer
+    /// moves on.
+    pub fn ack(&mut self, from: Producer, ack: Ack) -> Acked<T> {
+        let mut out = Acked { new_consumer: false, settled: Vec::new() };
+        if ack.for_instance != self.me.instance {
+            return out; // addressed to a previous life of this producer
         }
-        let new = self.consumer != Some(from.instance);
-        if new {
+        out.new_consumer = self.consumer != Some(from.instance);
+        if out.new_consumer {
             self.consumer = Some(from.instance);
             self.received = 0;
             for k in self.kept.iter_mut() {
                 k.sent = None;
             }
-            if !self.kept.is_empty() {
-                tracing::info!(endpoint = %self.endpoint, messages = self.kept.len(), event = "replay", "new consumer: sending kept messages again");
-            }
         }
         self.received = self.received.max(ack.received);
         while self.kept.front().is_some_and(|k| k.seq <= ack.upto) {
-            self.kept.pop_front();
+            if let Some(k) = self.kept.pop_front() {
+                out.settled.push(k.tag);
+            }
         }
-        self.pump().await?;
-        Ok(new)
+        out
     }
 }
 
@@ -270,35 +274,6 @@ impl InboundSeq {
     }
 }
 
-/// The consumer's side of the ack channel: a PUB socket acks go out on.
-pub struct AckSender {
-    socket: PubSocket,
-    endpoint: String,
-    me: Producer,
-}
-
-impl AckSender {
-    /// Wraps a bound PUB socket.
-    pub fn new(socket: PubSocket, path: PathBuf, me: Producer) -> Self {
-        AckSender { socket, endpoint: ipc_schema::endpoints::ipc(&path), me }
-    }
-
-    /// Sends an ack.
-    pub async fn send(&mut self, ack: Ack) -> Result<(), IpcError> {
-        let bytes = Bytes::from(
-            encode(&Envelope::new(self.me, 0, Body::Ack(ack))).map_err(|source| IpcError::Encode { source })?,
-        );
-        send(&mut self.socket, &self.endpoint, bytes).await
-    }
-}
-
-/// How often a consumer considers its ack while acks are moving.
-pub const ACK_EVERY: Duration = Duration::from_millis(20);
-/// How often it looks while nothing new arrived (each wake-up costs tens of
-/// microseconds on a virtual machine; the first ack after a quiet spell is
-/// late by at most this, far below the producer's resend time).
-pub const ACK_IDLE: Duration = Duration::from_millis(250);
-
 /// When to look at the ack next: soon while it moves (`current` differs
 /// from the last one sent), rarely when idle.
 pub fn next_ack_check(last: Option<(Ack, Instant)>, current: Option<Ack>) -> Duration {
@@ -311,13 +286,13 @@ pub fn next_ack_check(last: Option<(Ack, Instant)>, current: Option<Ack>) -> Dur
 
 /// When a consumer should send its ack: when it changed and either a
 /// tenth of the window arrived since the last one or `every` passed,
-/// and every [`super::HEARTBEAT`] regardless (it is also a liveness signal).
+/// and every [`HEARTBEAT`] regardless (it is also a liveness signal).
 pub fn ack_due(last: Option<(Ack, Instant)>, now: Ack, every: Duration) -> bool {
     match last {
         None => true,
         Some((prev, at)) => {
             let elapsed = at.elapsed();
-            (prev != now && (now.received >= prev.received + WINDOW / 10 || elapsed >= every)) || elapsed >= super::HEARTBEAT
+            (prev != now && (now.received >= prev.received + WINDOW / 10 || elapsed >= every)) || elapsed >= HEARTBEAT
         }
     }
 }
@@ -325,7 +300,7 @@ pub fn ack_due(last: Option<(Ack, Instant)>, now: Ack, every: Duration) -> bool 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ipc_schema::Component;
+    use ipc_schema::{Component, HealthReport};
 
     fn producer(instance: u64) -> Producer {
         Producer { component: Component::ProbeLoader, instance }
@@ -403,75 +378,60 @@ mod tests {
         assert_eq!(next_ack_check(None, Some(a(0, 0))), ACK_EVERY, "never sent");
         assert_eq!(next_ack_check(None, None), ACK_IDLE, "nothing to ack");
     }
-}
-
-#[cfg(test)]
-mod publisher_tests {
-    use super::*;
-    use crate::counters::Registry;
-    use ipc_schema::{Component, HealthReport};
 
     fn body() -> Body {
         Body::Health(HealthReport { component: Component::ProbeLoader, instance: 1, points: Vec::new() })
     }
 
-    #[tokio::test]
-    async fn window_backlog_resend_and_replay() {
-        let dir = std::env::temp_dir().join(format!("rk-replay-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("p.sock");
-        let socket = super::super::bind_pub(&path, super::super::Access::private()).await.unwrap();
-        let registry = Registry::new(Component::ProbeLoader, 1);
-        let me = Producer { component: Component::ProbeLoader, instance: 42 };
-        let drops = registry.drops("ringtail_dropped_events_total", "backlog_full");
-        let mut p = ReplayPublisher::new(socket, path.clone(), me, 300, &registry, drops.clone());
-        let (trigger, shutdown) = crate::shutdown::channel();
-        let mut rx = super::super::subscribe(path.clone(), 1024, &registry, shutdown);
-        tokio::time::sleep(Duration::from_millis(500)).await; // let the SUB connect
+    fn seqs(bytes: &[Bytes]) -> Vec<u64> {
+        bytes.iter().map(|b| ipc_schema::decode(b).unwrap().seq).collect()
+    }
 
-        // 350 messages, 10 items each: 300 kept, 50 dropped (newest) and counted.
-        let mut kept = 0;
-        for _ in 0..350 {
-            if p.publish(body(), 10).await.unwrap().is_some() {
-                kept += 1;
+    #[test]
+    fn window_backlog_resend_and_replay() {
+        let me = Producer { component: Component::ProbeLoader, instance: 42 };
+        let mut o: Outbox<u64> = Outbox::new(me, 300);
+        let mut resent = 0;
+        // 350 messages: 300 kept, the 50 newest refused with their tags.
+        let mut full = Vec::new();
+        for i in 0..350 {
+            if let Err(Refused::Full(tag)) = o.push(body(), i) {
+                full.push(tag);
             }
         }
-        assert_eq!(kept, 300);
-        assert_eq!(drops.total(), 500);
-        let mut seen = Vec::new();
-        while let Ok(Some(env)) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
-            seen.push(env.seq);
-        }
-        // Without any ack only the window went out.
-        assert_eq!(seen, (1..=WINDOW).collect::<Vec<_>>());
+        assert_eq!(full, (300..350).collect::<Vec<_>>());
+        let t0 = Instant::now();
+        // Without any ack only the window goes out.
+        assert_eq!(seqs(&o.due(t0, &mut resent)), (1..=WINDOW).collect::<Vec<_>>());
+        assert!(o.due(t0, &mut resent).is_empty(), "nothing twice");
         // A consumer appears having received and handled 1..=100.
         let consumer = Producer { component: Component::SpanActor, instance: 7 };
-        assert!(p.handle_ack(consumer, Ack { for_instance: 42, received: 100, upto: 100 }).await.unwrap());
-        assert_eq!(p.kept(), 200);
-        let mut replayed = Vec::new();
-        while let Ok(Some(env)) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
-            replayed.push(env.seq);
+        let acked = o.ack(consumer, Ack { for_instance: 42, received: 100, upto: 100 });
+        assert!(acked.new_consumer);
+        assert_eq!(acked.settled, (0..100).collect::<Vec<_>>(), "tags settle in order");
+        assert_eq!(o.kept(), 200);
+        let replayed = o.due(t0, &mut resent);
+        assert_eq!(seqs(&replayed), (101..=300).collect::<Vec<_>>(), "everything kept beyond `received`, in order");
+        for b in &replayed {
+            let env = ipc_schema::decode(b).unwrap();
             // A replayed message carries the floor of when it was made: a
             // lower bound; heartbeats carry the current one.
             assert!(env.floor <= env.seq, "floor");
         }
-        assert_eq!(replayed, (101..=300).collect::<Vec<_>>(), "everything kept beyond `received`, in order");
         // Nothing received beyond 250: after RESEND_AFTER the rest goes again.
-        assert!(!p.handle_ack(consumer, Ack { for_instance: 42, received: 250, upto: 120 }).await.unwrap());
-        tokio::time::sleep(RESEND_AFTER).await;
-        p.pump().await.unwrap();
-        let mut again = Vec::new();
-        while let Ok(Some(env)) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
-            again.push(env.seq);
-        }
-        assert_eq!(again, (251..=300).collect::<Vec<_>>());
-        p.publish_transient(body()).await.unwrap();
-        let hb = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await.unwrap().unwrap();
+        let acked = o.ack(consumer, Ack { for_instance: 42, received: 250, upto: 120 });
+        assert!(!acked.new_consumer);
+        assert_eq!(acked.settled.len(), 20);
+        assert!(!o.all_received());
+        assert_eq!(seqs(&o.due(t0 + RESEND_AFTER, &mut resent)), (251..=300).collect::<Vec<_>>());
+        assert_eq!(resent, 50);
+        let hb = ipc_schema::decode(&o.transient(body()).unwrap()).unwrap();
         assert_eq!((hb.seq, hb.floor), (0, 121), "heartbeats carry the current floor");
         // Acks for another producer instance change nothing.
-        p.handle_ack(consumer, Ack { for_instance: 1, received: 500, upto: 500 }).await.unwrap();
-        assert_eq!(p.kept(), 180);
-        trigger.fire();
-        let _ = std::fs::remove_dir_all(&dir);
+        let acked = o.ack(consumer, Ack { for_instance: 1, received: 500, upto: 500 });
+        assert!(acked.settled.is_empty());
+        assert_eq!(o.kept(), 180);
+        o.ack(consumer, Ack { for_instance: 42, received: 300, upto: 120 });
+        assert!(o.all_received());
     }
 }
