@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use exporter_actor::meters::Meters;
 use exporter_actor::resource;
 use exporter_actor::sinks::otlp::{convert, span_exporter, OtlpConfig, Transport};
-use ipc_schema::config::OtlpSettings;
+use ringtail_config::OtlpSettings;
 use ipc_schema::{Body, Component, Envelope, HttpSpan, Producer, ServiceResource, SpanBatch, SpanKind};
 use opentelemetry_sdk::trace::SpanExporter as _;
 use runtime_kit::counters::Registry;
@@ -105,7 +105,7 @@ fn main() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let secs: f64 = std::env::var("BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0);
     let result = rt.block_on(async {
-        let settings = OtlpSettings { endpoint: format!("http://127.0.0.1:{port}"), ..Default::default() };
+        let settings = OtlpSettings { endpoint: Some(format!("http://127.0.0.1:{port}").parse().expect("endpoint")), ..Default::default() };
         let cfg = OtlpConfig::resolve(&settings, &HashMap::new()).expect("config");
         let transport = Transport::new(cfg.traces_endpoint.as_deref().expect("endpoint"), &cfg).expect("transport");
         let registry = Registry::new(Component::ExporterActor, 1);

@@ -6,7 +6,6 @@
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use actix::Actor;
@@ -15,7 +14,7 @@ use exporter_actor::meters::Meters;
 use exporter_actor::receiver::Receiver;
 use exporter_actor::sinks::otlp::{self, OtlpConfig, Transport};
 use exporter_actor::sinks::prometheus;
-use ipc_schema::config::Settings;
+use ringtail_config::Settings;
 use ipc_schema::{endpoints, Component, Producer};
 use runtime_kit::counters::Registry;
 use ringtail_ipc::{Access, Consumer, ConsumerOptions};
@@ -50,10 +49,8 @@ async fn run(settings: Settings, otlp: OtlpConfig) -> anyhow::Result<()> {
 
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_default();
     let meters = Meters::new(otlp.resource_attributes.clone(), &host, &registry);
-    if !settings.export.prometheus.listen.is_empty() {
-        // Validated by the config rules.
-        let listen: SocketAddr = settings.export.prometheus.listen.parse().context("export.prometheus.listen")?;
-        prometheus::start(listen, meters.view(), shutdown.clone()).await?;
+    if let Some(listen) = settings.export.prometheus.listen {
+        prometheus::start(listen.get(), meters.view(), shutdown.clone()).await?;
     }
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
     let traces = match &otlp.traces_endpoint {

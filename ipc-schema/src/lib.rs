@@ -1,13 +1,13 @@
-//! What ringtail's processes say to each other, and the one configuration
-//! file they all read.
+//! What ringtail's processes say to each other.
 //!
 //! Data flows downhill: `probe-loader` (privileged) publishes [`RawBatch`]es,
 //! `span-actor` turns them into [`SpanBatch`]es, `exporter-actor` sends those
 //! out. What flows back up is an [`Ack`]: a fixed, tiny shape that only lets
 //! the sender forget what it was keeping for replay.
 //!
-//! This crate holds data, not behaviour: types, version constants, encoding
-//! with size limits, and the configuration schema with its validation rules.
+//! This crate holds data, not behaviour: types, version constants, and
+//! encoding with size limits. (The configuration is `ringtail-config`; the
+//! protocol that moves these messages is `ringtail-ipc`.)
 //!
 //! # Layout
 //! - [`envelope`]: the versioned [`Envelope`] every message travels in, and
@@ -15,10 +15,8 @@
 //! - [`raw`]: request events as the kernel saw them, plus process metadata.
 //! - [`span`]: finished HTTP spans, grouped by service resource.
 //! - [`health`]: each process's own counters, carried downhill to the exporter.
-//! - [`config`]: the TOML file + `RINGTAIL_…` environment schema and its rules.
 //! - [`endpoints`]: where each process binds its sockets under the runtime dir.
 
-pub mod config;
 pub mod endpoints;
 pub mod envelope;
 pub mod health;

@@ -10,24 +10,24 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use ipc_schema::config::DiscoverySettings;
-use regex::Regex;
+use ringtail_config::DiscoverySettings;
+use ringtail_config::ExeRegex;
 
 use crate::probes::Selected;
 
 /// Compiled discovery settings.
 pub struct Discovery {
     ports: HashSet<u16>,
-    exe_names: Vec<Regex>,
+    exe_names: Vec<ExeRegex>,
     pids: Vec<u32>,
 }
 
 impl Discovery {
-    /// Compiles the settings (already validated, so regexes compile).
+    /// Discovery by the (already compiled) settings.
     pub fn new(settings: &DiscoverySettings) -> Discovery {
         Discovery {
-            ports: settings.open_ports.iter().copied().collect(),
-            exe_names: settings.exe_names.iter().filter_map(|r| Regex::new(r).ok()).collect(),
+            ports: settings.open_ports.iter().map(|p| p.get()).collect(),
+            exe_names: settings.exe_names.clone(),
             pids: settings.pids.clone(),
         }
     }
@@ -170,7 +170,7 @@ mod tests {
 
     #[test]
     fn exe_regex_matches_basename() {
-        let d = Discovery::new(&DiscoverySettings { exe_names: vec!["^python3".into()], ..Default::default() });
+        let d = Discovery::new(&DiscoverySettings { exe_names: vec!["^python3".parse().unwrap()], ..Default::default() });
         assert!(d.exe_matches("/usr/bin/python3.11"));
         assert!(!d.exe_matches("/opt/python3/bin/node"));
     }
@@ -182,7 +182,7 @@ mod tests {
         assert!(d.scan(Path::new("/proc")).contains(&(me, Selected::Explicit)));
         let exe = std::env::current_exe().unwrap();
         let name = exe.file_name().unwrap().to_str().unwrap();
-        let d = Discovery::new(&DiscoverySettings { exe_names: vec![format!("^{}$", regex::escape(name))], ..Default::default() });
+        let d = Discovery::new(&DiscoverySettings { exe_names: vec![format!("^{}$", regex::escape(name)).parse().unwrap()], ..Default::default() });
         assert!(d.scan(Path::new("/proc")).contains(&(me, Selected::ByExe)));
     }
 
@@ -190,7 +190,7 @@ mod tests {
     fn scan_finds_a_listener_by_port() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
-        let d = Discovery::new(&DiscoverySettings { open_ports: vec![port], ..Default::default() });
+        let d = Discovery::new(&DiscoverySettings { open_ports: vec![port.try_into().unwrap()], ..Default::default() });
         assert!(d.scan(Path::new("/proc")).contains(&(std::process::id(), Selected::Explicit)));
     }
 }

@@ -31,7 +31,7 @@ mod pump;
 use std::os::unix::fs::PermissionsExt;
 
 use anyhow::Context;
-use ipc_schema::config::Settings;
+use ringtail_config::Settings;
 use ipc_schema::{endpoints, Component};
 use ringtail_ipc::{Access, Producer, ProducerOptions};
 use runtime_kit::counters::Registry;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::BtfTracePoint;
 use aya::{Btf, Ebpf, EbpfLoader};
-use ipc_schema::config::{DiscoverySettings, ProbeSettings};
+use ringtail_config::{DiscoverySettings, ProbeSettings};
 
 use crate::kernel::{COUNTERS, BPF_OBJECT};
 
@@ -124,7 +124,7 @@ impl Probes {
             HashMap::try_from(take(&mut ebpf, "sel_ports")?).map_err(|source| ProbeError::Map { map: "sel_ports", source })?;
         let counters = PerCpuArray::try_from(take(&mut ebpf, "counters")?).map_err(|source| ProbeError::Map { map: "counters", source })?;
         for port in &discovery.open_ports {
-            sel_ports.insert(port, 1, 0).map_err(|source| ProbeError::Map { map: "sel_ports", source })?;
+            sel_ports.insert(port.get(), 1, 0).map_err(|source| ProbeError::Map { map: "sel_ports", source })?;
         }
 
         for (program, tracepoint) in PROGRAMS {

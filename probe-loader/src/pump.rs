@@ -9,7 +9,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use aya::maps::{MapData, RingBuf};
-use ipc_schema::config::Settings;
+use ringtail_config::Settings;
 use ipc_schema::{Body, RawBatch, RawEvent};
 use ringtail_ipc::{Producer, HEARTBEAT};
 use runtime_kit::counters::{Counter, Drops, Registry};

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use ipc_schema::config::Settings;
+use ringtail_config::Settings;
 use ipc_schema::{Body, Component, Envelope, ProcessInfo, Producer, RawBatch, RawEvent, Role, SockAddr};
 use runtime_kit::counters::Registry;
 use runtime_kit::profiling::cpu_time;

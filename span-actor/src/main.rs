@@ -9,7 +9,7 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::Duration;
 
 use anyhow::Context;
-use ipc_schema::config::Settings;
+use ringtail_config::Settings;
 use ipc_schema::{endpoints, Component, Producer as Me};
 use ringtail_ipc::{Access, Consumer, ConsumerOptions, Producer, ProducerOptions};
 use runtime_kit::counters::Registry;

@@ -7,7 +7,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ipc_schema::config::Settings;
+use ringtail_config::Settings;
 use ipc_schema::{HttpSpan, RawBatch, RawEvent, Role, ServiceResource, SpanKind};
 use runtime_kit::counters::{Counter, Drops, Registry};
 

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
-use ipc_schema::config::Settings;
+use ringtail_config::Settings;
 use ipc_schema::endpoints;
 use runtime_kit::users::{self, UserIds};
 

@@ -19,7 +19,7 @@ pub mod ingest;
 pub mod publisher;
 
 use actix::{Actor, Addr};
-use ipc_schema::config::Settings;
+use ringtail_config::Settings;
 use ringtail_ipc::{Consumer, Inbound, Producer, Settled};
 use runtime_kit::counters::Registry;
 use tokio::sync::mpsc;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use rustc_hash::FxHashMap as HashMap;
 
 use actix::prelude::*;
-use ipc_schema::config::Settings;
+use ringtail_config::Settings;
 use ipc_schema::{Body, HealthReport, ServiceResource, SpanBatch};
 use ringtail_ipc::{Consumer, MessageId, Producer, Settled, HEARTBEAT};
 use runtime_kit::counters::{Counter, Drops, Gauge, Registry};

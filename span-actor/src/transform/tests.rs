@@ -281,7 +281,7 @@ fn pipelined_requests_pair_with_their_responses() {
 
 #[test]
 fn ignored_routes_and_garbage_are_counted() {
-    let mut rig = Rig::new(|s| s.routes.ignored = vec!["/health".into()]);
+    let mut rig = Rig::new(|s| s.routes.ignored = vec!["/health".parse().unwrap()]);
     let out = rig.run(vec![
         event(Role::Server, 1, 1, b"GET /health HTTP/1.1\r\n\r\n", 200),
         event(Role::Server, 1, 2, b"\x00\x01garbage", 200),

@@ -21,7 +21,7 @@ mod tests;
 use std::collections::HashMap;
 use std::str::FromStr;
 
-use ipc_schema::config::{OtlpProtocol, RetrySettings};
+use ringtail_config::{OtlpProtocol, RetrySettings};
 use opentelemetry_otlp::{MetricExporter, Protocol, RetryPolicy, SpanExporter, WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::metrics::Temporality;
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};

@@ -1,7 +1,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use ipc_schema::config::{OtlpProtocol, OtlpSettings};
+use ringtail_config::{OtlpProtocol, OtlpSettings};
 use ipc_schema::{HttpSpan, SpanKind};
 use opentelemetry::trace::SpanKind as OtelKind;
 
@@ -14,7 +14,7 @@ fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
 
 #[test]
 fn file_only() {
-    let s = OtlpSettings { endpoint: "http://collector:4317".into(), ..Default::default() };
+    let s = OtlpSettings { endpoint: Some("http://collector:4317".parse().unwrap()), ..Default::default() };
     let c = OtlpConfig::resolve(&s, &env(&[])).unwrap();
     assert_eq!(c.traces_endpoint.as_deref(), Some("http://collector:4317"));
     assert_eq!(c.metrics_endpoint.as_deref(), Some("http://collector:4317"));
@@ -26,7 +26,7 @@ fn file_only() {
 
 #[test]
 fn environment_overrides_the_file() {
-    let s = OtlpSettings { endpoint: "http://file:4317".into(), ..Default::default() };
+    let s = OtlpSettings { endpoint: Some("http://file:4317".parse().unwrap()), ..Default::default() };
     let c = OtlpConfig::resolve(
         &s,
         &env(&[
@@ -52,7 +52,7 @@ fn environment_overrides_the_file() {
 
 #[test]
 fn signals_can_be_turned_off() {
-    let s = OtlpSettings { endpoint: "http://c:4317".into(), metrics: false, ..Default::default() };
+    let s = OtlpSettings { endpoint: Some("http://c:4317".parse().unwrap()), metrics: false, ..Default::default() };
     let c = OtlpConfig::resolve(&s, &env(&[])).unwrap();
     assert!(c.traces_endpoint.is_some() && c.metrics_endpoint.is_none());
 }

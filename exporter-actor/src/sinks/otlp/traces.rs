@@ -100,7 +100,7 @@ impl TraceSink {
 
 struct Worker {
     transport: Transport,
-    retry: ipc_schema::config::RetrySettings,
+    retry: ringtail_config::RetrySettings,
     extra: Vec<(String, String)>,
     exporters: HashMap<ServiceResource, SpanExporter>,
     scope: opentelemetry::InstrumentationScope,
