@@ -11,7 +11,8 @@ use aya::programs::BtfTracePoint;
 use aya::{Btf, Ebpf, EbpfLoader};
 use ringtail_config::{DiscoverySettings, ProbeSettings};
 
-use crate::kernel::{COUNTERS, BPF_OBJECT};
+use crate::kernel::contract::{SEL_EXE, SEL_EXPLICIT};
+use crate::kernel::{BPF_OBJECT, COUNTERS};
 
 /// (program, tracepoint) pairs, in attach order: process and connection
 /// bookkeeping first, so the data programs never see a half-set-up world.
@@ -67,15 +68,15 @@ pub struct Probes {
     counters: PerCpuArray<MapData, u64>,
 }
 
-/// Why a process is selected (the `sel_pids` value, SEL_* in the C code).
+/// Why a process is selected (the `sel_pids` value, SEL_* in bpf/ringtail.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Selected {
     /// A configured pid, a listener on a configured port, or a child of one:
     /// kept across exec.
-    Explicit = 1,
+    Explicit = SEL_EXPLICIT,
     /// The executable name matched: re-decided at every exec.
-    ByExe = 2,
+    ByExe = SEL_EXE,
 }
 
 /// The two ring buffers: request events, and exec events for discovery.
