@@ -14,7 +14,7 @@ use actix::prelude::*;
 use ipc_schema::{Body, Component, SpanBatch};
 use ringtail_ipc::{Consumer, Inbound, MessageId, HEARTBEAT};
 use runtime_kit::counters::{Counter, Drops, Registry};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
 use tokio_stream::StreamExt as _;
 
@@ -52,6 +52,12 @@ impl RecentIds {
 /// A finished trace export: (span-actor instance, seq).
 struct Done((u64, u64));
 
+/// Resolves once the traces queue is empty (shutdown: what was received is
+/// exported, or dropped and counted).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Drain;
+
 /// The receiver actor.
 pub struct Receiver {
     recent: RecentIds,
@@ -61,6 +67,7 @@ pub struct Receiver {
     consumer: Consumer,
     spans_in: Option<mpsc::Receiver<Inbound>>,
     done_in: Option<mpsc::UnboundedReceiver<(u64, u64)>>,
+    drained: Vec<oneshot::Sender<()>>,
     registry: Registry,
     received: Counter,
     duplicates: Counter,
@@ -88,6 +95,7 @@ impl Receiver {
             consumer,
             spans_in: Some(spans_in),
             done_in: Some(done_in),
+            drained: Vec::new(),
             registry: registry.clone(),
             received: registry.counter("ringtail_spans_received_total", &[]),
             duplicates: registry.counter("ringtail_spans_duplicate_total", &[]),
@@ -171,9 +179,29 @@ impl StreamHandler<Inbound> for Receiver {
 impl StreamHandler<Done> for Receiver {
     fn handle(&mut self, Done((instance, seq)): Done, _: &mut Self::Context) {
         self.consumer.done(MessageId { instance, seq });
+        if self.traces.as_ref().is_none_or(|t| t.queued() == 0) {
+            for tx in self.drained.drain(..) {
+                let _ = tx.send(());
+            }
+        }
     }
 
     fn finished(&mut self, _: &mut Self::Context) {}
+}
+
+impl Handler<Drain> for Receiver {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: Drain, _: &mut Self::Context) -> Self::Result {
+        if self.traces.as_ref().is_none_or(|t| t.queued() == 0) {
+            return Box::pin(async {});
+        }
+        let (tx, rx) = oneshot::channel();
+        self.drained.push(tx);
+        Box::pin(async move {
+            let _ = rx.await;
+        })
+    }
 }
 
 #[cfg(test)]

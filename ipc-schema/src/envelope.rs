@@ -2,26 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{HealthReport, RawBatch, SpanBatch, MAX_ACK_BYTES, MAX_MESSAGE_BYTES, SCHEMA_VERSION};
-
-/// Which ringtail process produced a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum Component {
-    ProbeLoader,
-    SpanActor,
-    ExporterActor,
-}
-
-impl Component {
-    /// The name used in logs, metrics labels and binary names.
-    pub fn name(self) -> &'static str {
-        match self {
-            Component::ProbeLoader => "probe-loader",
-            Component::SpanActor => "span-actor",
-            Component::ExporterActor => "exporter-actor",
-        }
-    }
-}
+use crate::{Component, HealthReport, RawBatch, SpanBatch, MAX_ACK_BYTES, MAX_MESSAGE_BYTES, SCHEMA_VERSION};
 
 /// Who sent a message: the component and which start of it. `instance` is
 /// random per process start, so a receiver can tell a restarted peer (whose

@@ -10,6 +10,8 @@
 //! protocol that moves these messages is `ringtail-ipc`.)
 //!
 //! # Layout
+//! - [`component`]: the component table (name, binary, privilege,
+//!   profiling port offset) every process and the supervisor use.
 //! - [`envelope`]: the versioned [`Envelope`] every message travels in, and
 //!   [`encode`]/[`decode`] (msgpack, bounded, never panicking).
 //! - [`raw`]: request events as the kernel saw them, plus process metadata.
@@ -17,13 +19,15 @@
 //! - [`health`]: each process's own counters, carried downhill to the exporter.
 //! - [`endpoints`]: where each process binds its sockets under the runtime dir.
 
+pub mod component;
 pub mod endpoints;
 pub mod envelope;
 pub mod health;
 pub mod raw;
 pub mod span;
 
-pub use envelope::{decode, decode_ack, encode, Ack, Body, Component, DecodeError, Envelope, Producer};
+pub use component::{Component, ComponentInfo, COMPONENTS};
+pub use envelope::{decode, decode_ack, encode, Ack, Body, DecodeError, Envelope, Producer};
 pub use health::{HealthReport, MetricPoint};
 pub use raw::{ProcessInfo, RawBatch, RawEvent, Role, SockAddr};
 pub use span::{HttpSpan, ServiceResource, SpanBatch, SpanKind};

@@ -29,30 +29,31 @@ mod procinfo;
 mod pump;
 
 use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
 
 use anyhow::Context;
-use ringtail_config::Settings;
 use ipc_schema::{endpoints, Component};
 use ringtail_ipc::{Access, Producer, ProducerOptions};
-use runtime_kit::counters::Registry;
-use runtime_kit::{ready, shutdown, users};
+use runtime_kit::component::{self, Process, Runtime};
+use runtime_kit::users;
+
+/// How long the last batches may take to reach a connected span-actor at
+/// shutdown (what it has not received, a restarted loader cannot replay).
+const LINGER: Duration = Duration::from_millis(500);
 
 fn main() -> anyhow::Result<()> {
-    let args = runtime_kit::cli::parse("Loads ringtail's eBPF probes and publishes raw HTTP request events.");
-    let settings = runtime_kit::cli::load(&args).context("invalid configuration")?;
-    if args.check {
-        return Ok(());
-    }
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().context("starting the runtime")?;
-    rt.block_on(run(settings))
+    component::main(
+        Component::ProbeLoader,
+        "Loads ringtail's eBPF probes and publishes raw HTTP request events.",
+        Runtime::CurrentThread,
+        |_| Ok(()),
+        |p, ()| run(p),
+    )
 }
 
-async fn run(settings: Settings) -> anyhow::Result<()> {
+async fn run(p: Process) -> anyhow::Result<()> {
+    let settings = &p.settings;
     privileges::check(settings.probe.read_process_env)?;
-    let instance = runtime_kit::instance_id();
-    let registry = Registry::new(Component::ProbeLoader, instance);
-    let (trigger, shutdown) = shutdown::channel();
-    shutdown::on_signals(trigger);
 
     // 1. Privileged work: load and attach, seed the selection, bind.
     let wakeup_len = settings.effective_wakeup_len();
@@ -73,19 +74,20 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     let actors = users::actor_ids(&settings.actors)
         .with_context(|| format!("actors.user {:?} / actors.group {:?} do not exist", settings.actors.user, settings.actors.group))?;
     let raw_path = endpoints::raw_events(dir);
+    p.socket_file(&raw_path);
     let options = ProducerOptions {
-        path: raw_path.clone(),
+        path: raw_path,
         // Only the actors' group may connect; only we can bind here.
         access: Access { mode: 0o660, gid: Some(actors.gid), uid: None },
         acks: endpoints::raw_acks(dir),
-        me: ipc_schema::Producer { component: Component::ProbeLoader, instance },
+        me: p.me(),
         consumer: Component::SpanActor,
         capacity: settings.pipeline.replay_batches,
-        backlog_full: registry.drops("ringtail_dropped_events_total", "backlog_full"),
-        publish_failed: registry.drops("ringtail_dropped_events_total", "publish_failed"),
+        backlog_full: p.registry.drops("ringtail_dropped_events_total", "backlog_full"),
+        publish_failed: p.registry.drops("ringtail_dropped_events_total", "publish_failed"),
     };
     // The batches' fate does not matter here (no tags): the reports are not read.
-    let (publisher, publisher_task, _) = Producer::<()>::start(options, 1, &registry).await?;
+    let (publisher, publisher_task, _) = Producer::<()>::start(options, 1, &p.registry).await?;
 
     // 2. Drop what is no longer needed. The actors' group stays, as the only
     //    way into their directory for the acks they publish.
@@ -94,14 +96,10 @@ async fn run(settings: Settings) -> anyhow::Result<()> {
     tracing::info!(event = "dropped_privileges", kept = %privileges::effective(), "privileges dropped");
 
     // 3. Work.
-    if let Some(addr) = runtime_kit::profiling::address(settings.profile.port, 0) {
-        runtime_kit::profiling::start(addr, Component::ProbeLoader.name(), shutdown.clone()).await?;
-    }
-    ready::notify_ready(Component::ProbeLoader.name());
-    pump::Pump::new(probes, publisher.clone(), &settings, registry).run(rings, shutdown).await?;
-    let _ = publisher.close(std::time::Duration::from_millis(500)).await;
-    publisher_task.join(std::time::Duration::from_secs(1)).await;
-    let _ = std::fs::remove_file(&raw_path);
-    tracing::info!(event = "stopped", "stopped");
+    p.serve_profiles().await?;
+    p.ready();
+    pump::Pump::new(probes, publisher.clone(), settings, p.registry.clone()).run(rings, p.shutdown.clone()).await?;
+    let _ = publisher.close(LINGER).await;
+    publisher_task.join(2 * LINGER).await;
     Ok(())
 }

@@ -6,6 +6,9 @@
 //! protocol itself lives in `ringtail-ipc`).
 //!
 //! # Layout
+//! - [`component`]: the one `main` of every component: start-up steps,
+//!   profiling at the component table's offset, readiness, socket files
+//!   removed however it ends.
 //! - [`cli`]: the `--config`/`--check` command line of every component.
 //! - [`otel`]: the `k=v` lists of the OpenTelemetry environment variables.
 //! - [`ready`]: tell the supervisor (status fd) or systemd (`NOTIFY_SOCKET`)
@@ -22,6 +25,7 @@
 //! - [`http`]: a minimal GET server for `/metrics` and pprof.
 
 pub mod cli;
+pub mod component;
 pub mod counters;
 pub mod http;
 pub mod logging;

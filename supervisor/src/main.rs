@@ -5,7 +5,6 @@
 //! SIGINT/SIGTERM.
 //!
 //! # Layout
-//! - `components`: the component table (only the loader is privileged).
 //! - `spawn`: starting one component: readiness pipe, privilege drop,
 //!   parent-death signal.
 //! - `supervise`: restarts with back-off, throttling of components that die
@@ -13,7 +12,6 @@
 //! - `runtime_dir` (here): the directory and effective config the
 //!   components share.
 
-mod components;
 mod spawn;
 mod supervise;
 
@@ -23,7 +21,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
 use ringtail_config::Settings;
-use ipc_schema::endpoints;
+use ipc_schema::{endpoints, Component};
 use runtime_kit::users::{self, UserIds};
 
 /// ringtail: eBPF HTTP auto-instrumentation. Every HTTP/1.x request served
@@ -58,7 +56,7 @@ fn bin_dir() -> anyhow::Result<PathBuf> {
 /// Runs `binary --check` for each component: each validates its own part
 /// (e.g. the exporter its `OTEL_*` environment).
 fn check_components(bin: &Path, config: Option<&Path>) -> anyhow::Result<()> {
-    for c in &components::COMPONENTS {
+    for c in Component::supervised() {
         let mut cmd = std::process::Command::new(bin.join(c.binary));
         cmd.arg("--check");
         if let Some(p) = config {
@@ -122,8 +120,8 @@ fn main() -> anyhow::Result<()> {
             rt.block_on(async {
                 let (trigger, shutdown) = runtime_kit::shutdown::channel();
                 runtime_kit::shutdown::on_signals(trigger);
-                if let Some(addr) = runtime_kit::profiling::address(settings.profile.port, 3) {
-                    runtime_kit::profiling::start(addr, "supervisor", shutdown.clone()).await?;
+                if let Some(addr) = runtime_kit::profiling::address(settings.profile.port, Component::Supervisor.info().profiling_offset) {
+                    runtime_kit::profiling::start(addr, Component::Supervisor.name(), shutdown.clone()).await?;
                 }
                 tracing::info!(version = env!("CARGO_PKG_VERSION"), actors_uid = actors.uid, event = "starting", "ringtail starting");
                 supervise::run(bin, config.clone(), actors, shutdown).await
