@@ -15,7 +15,8 @@ use std::process::Command;
 
 /// The Rust type of a contract constant, by its name.
 fn rust_type(name: &str) -> &'static str {
-    const BY_PREFIX: &[(&str, &str)] = &[("CNT_", "usize"), ("SEL_", "u8"), ("ROLE_", "u8"), ("EVF_", "u8"), ("EV_", "u8"), ("FAMILY_", "u8")];
+    const BY_PREFIX: &[(&str, &str)] =
+        &[("CNT_", "usize"), ("SEL_", "u8"), ("ROLE_", "u8"), ("EVF_", "u8"), ("EV_", "u8"), ("FAMILY_", "u8")];
     if let Some((_, t)) = BY_PREFIX.iter().find(|(p, _)| name.starts_with(p)) {
         return t;
     }
@@ -29,11 +30,14 @@ fn rust_type(name: &str) -> &'static str {
 fn defines(header: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for line in header.lines() {
-        let Some(rest) = line.trim_start().strip_prefix("#define") else { continue };
+        let Some(rest) = line.trim_start().strip_prefix("#define") else {
+            continue;
+        };
         let mut words = rest.split_whitespace();
         let Some(name) = words.next() else { continue };
         // Function-like macros and the include guard (no value) are not constants.
-        if name.contains('(') || words.next().is_none() || !name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_') {
+        if name.contains('(') || words.next().is_none() || !name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        {
             continue;
         }
         let doc = line.split_once("/*").map(|(_, c)| c.trim_end().trim_end_matches("*/").trim().to_owned()).unwrap_or_default();
@@ -106,7 +110,12 @@ fn main() {
         objects.push(obj);
     }
     let linked = out.join("ringtail.bpf.o");
-    let link = Command::new(bpftool).args(["gen", "object"]).arg(&linked).args(&objects).output().unwrap_or_else(|e| panic!("running bpftool gen object: {e}"));
+    let link = Command::new(bpftool)
+        .args(["gen", "object"])
+        .arg(&linked)
+        .args(&objects)
+        .output()
+        .unwrap_or_else(|e| panic!("running bpftool gen object: {e}"));
     assert!(link.status.success(), "bpftool gen object failed: {}", String::from_utf8_lossy(&link.stderr));
 
     // The contract's constants, evaluated by the C compiler.

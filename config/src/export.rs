@@ -133,12 +133,7 @@ pub struct ExportSettings {
 
 impl Default for ExportSettings {
     fn default() -> Self {
-        ExportSettings {
-            stdout: true,
-            queue_size: 65536,
-            otlp: OtlpSettings::default(),
-            prometheus: PrometheusSettings::default(),
-        }
+        ExportSettings { stdout: true, queue_size: 65536, otlp: OtlpSettings::default(), prometheus: PrometheusSettings::default() }
     }
 }
 
@@ -149,17 +144,37 @@ impl ExportSettings {
             return Err(invalid("export.queue_size", "must be 1..=10000000", "65536", e.queue_size));
         }
         if e.otlp.timeout < Duration::from_millis(10) || e.otlp.timeout > Duration::from_secs(600) {
-            return Err(invalid("export.otlp.timeout", "must be between 10ms and 10m", "\"10s\"", humantime::format_duration(e.otlp.timeout)));
+            return Err(invalid(
+                "export.otlp.timeout",
+                "must be between 10ms and 10m",
+                "\"10s\"",
+                humantime::format_duration(e.otlp.timeout),
+            ));
         }
         let r = &e.otlp.retry;
         if r.initial_backoff.is_zero() || r.initial_backoff > r.max_backoff {
-            return Err(invalid("export.otlp.retry.initial_backoff", "must be above 0 and at most max_backoff", "\"500ms\"", humantime::format_duration(r.initial_backoff)));
+            return Err(invalid(
+                "export.otlp.retry.initial_backoff",
+                "must be above 0 and at most max_backoff",
+                "\"500ms\"",
+                humantime::format_duration(r.initial_backoff),
+            ));
         }
         if r.max_elapsed < e.otlp.timeout {
-            return Err(invalid("export.otlp.retry.max_elapsed", "must be at least export.otlp.timeout", "\"60s\"", humantime::format_duration(r.max_elapsed)));
+            return Err(invalid(
+                "export.otlp.retry.max_elapsed",
+                "must be at least export.otlp.timeout",
+                "\"60s\"",
+                humantime::format_duration(r.max_elapsed),
+            ));
         }
         if e.otlp.metrics_interval < Duration::from_millis(100) {
-            return Err(invalid("export.otlp.metrics_interval", "must be at least 100ms", "\"60s\"", humantime::format_duration(e.otlp.metrics_interval)));
+            return Err(invalid(
+                "export.otlp.metrics_interval",
+                "must be at least 100ms",
+                "\"60s\"",
+                humantime::format_duration(e.otlp.metrics_interval),
+            ));
         }
         Ok(())
     }

@@ -50,23 +50,11 @@ pub use types::{ExeRegex, HeaderName, ListenAddr, OtlpEndpoint, Port, Rejected, 
 pub const ENV_PREFIX: &str = "RINGTAIL";
 
 /// `RINGTAIL_…` variables that are not configuration keys.
-pub const NOT_CONFIG: &[&str] = &[
-    "RINGTAIL_BIN_DIR",
-    "RINGTAIL_READY_FD",
-    "RINGTAIL_VMLINUX_BTF",
-    "RINGTAIL_REQUIRE_ALL",
-    "RINGTAIL_TEST_VENV",
-    "RINGTAIL_TEST_GO",
-];
+pub const NOT_CONFIG: &[&str] =
+    &["RINGTAIL_BIN_DIR", "RINGTAIL_READY_FD", "RINGTAIL_VMLINUX_BTF", "RINGTAIL_REQUIRE_ALL", "RINGTAIL_TEST_VENV", "RINGTAIL_TEST_GO"];
 
 /// Keys whose environment value is a comma-separated list.
-const LIST_KEYS: &[&str] = &[
-    "discovery.open_ports",
-    "discovery.exe_names",
-    "discovery.pids",
-    "routes.patterns",
-    "routes.ignored",
-];
+const LIST_KEYS: &[&str] = &["discovery.open_ports", "discovery.exe_names", "discovery.pids", "routes.patterns", "routes.ignored"];
 
 /// Keys whose values are one of a few words: (key, rule, example).
 const ENUM_RULES: &[(&str, &str, &str)] = &[
@@ -231,11 +219,8 @@ mod tests {
             pub fn with(text: &str) -> Self {
                 use std::sync::atomic::{AtomicU32, Ordering};
                 static N: AtomicU32 = AtomicU32::new(0);
-                let p = std::env::temp_dir().join(format!(
-                    "ringtail-cfg-{}-{}.toml",
-                    std::process::id(),
-                    N.fetch_add(1, Ordering::Relaxed)
-                ));
+                let p =
+                    std::env::temp_dir().join(format!("ringtail-cfg-{}-{}.toml", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
                 let mut f = std::fs::File::create(&p).unwrap();
                 super::Write::write_all(&mut f, text.as_bytes()).unwrap();
                 TempFile(p)
@@ -326,19 +311,31 @@ mod tests {
     #[test]
     fn typed_values_are_reported_as_the_rules_were() {
         let cases: &[(&str, &str)] = &[
-            ("[discovery]\nexe_names = [\"(\"]\n", "discovery.exe_names[0]: must be a valid regular expression, e.g. \"^python3\" (got \"(\")"),
+            (
+                "[discovery]\nexe_names = [\"(\"]\n",
+                "discovery.exe_names[0]: must be a valid regular expression, e.g. \"^python3\" (got \"(\")",
+            ),
             ("[discovery]\nopen_ports = [80, 0]\n", "discovery.open_ports[1]: must be a TCP port 1..=65535, e.g. 8080 (got 0)"),
-            ("[routes]\nignored = [\"/a/*/b\"]\n", "routes.ignored[0]: '*' may only be the last segment, e.g. \"/users/{id}\" or \"/static/*\" (got \"/a/*/b\")"),
+            (
+                "[routes]\nignored = [\"/a/*/b\"]\n",
+                "routes.ignored[0]: '*' may only be the last segment, e.g. \"/users/{id}\" or \"/static/*\" (got \"/a/*/b\")",
+            ),
             (
                 "[services]\nrules = [{ name = \"x\", exe_name = \"[\" }]\n",
                 "services.rules[0].exe_name: must be a valid regular expression, e.g. \"^nginx$\" (got \"[\")",
             ),
-            ("[export.otlp]\nmetrics_endpoint = \"http://c\"\n", "export.otlp.metrics_endpoint: must name a port (host:port), e.g. \"http://127.0.0.1:4317\" (got \"http://c\")"),
+            (
+                "[export.otlp]\nmetrics_endpoint = \"http://c\"\n",
+                "export.otlp.metrics_endpoint: must name a port (host:port), e.g. \"http://127.0.0.1:4317\" (got \"http://c\")",
+            ),
             (
                 "[export.otlp]\nheaders = { \"a b\" = \"x\" }\n",
                 "export.otlp.headers: header names are letters, digits, '-' and '_', e.g. { authorization = \"Bearer x\" } (got \"a b\")",
             ),
-            ("[export.prometheus]\nlisten = \"9400\"\n", "export.prometheus.listen: must be an IP address and port, e.g. \"127.0.0.1:9400\" (got \"9400\")"),
+            (
+                "[export.prometheus]\nlisten = \"9400\"\n",
+                "export.prometheus.listen: must be an IP address and port, e.g. \"127.0.0.1:9400\" (got \"9400\")",
+            ),
         ];
         for (text, want) in cases {
             let err = load(text, &[]).unwrap_err();

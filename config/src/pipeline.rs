@@ -48,13 +48,23 @@ impl PipelineSettings {
             return Err(invalid("pipeline.batch_length", "must be 1..=65536", "512", pl.batch_length));
         }
         if pl.batch_timeout < Duration::from_millis(1) || pl.batch_timeout > Duration::from_secs(60) {
-            return Err(invalid("pipeline.batch_timeout", "must be between 1ms and 60s", "\"200ms\"", humantime::format_duration(pl.batch_timeout)));
+            return Err(invalid(
+                "pipeline.batch_timeout",
+                "must be between 1ms and 60s",
+                "\"200ms\"",
+                humantime::format_duration(pl.batch_timeout),
+            ));
         }
         if !pl.runtime_dir.is_absolute() {
             return Err(invalid("pipeline.runtime_dir", "must be an absolute path", "\"/run/ringtail\"", pl.runtime_dir.display()));
         }
         if pl.runtime_dir.as_os_str().len() > 80 {
-            return Err(invalid("pipeline.runtime_dir", "must be at most 80 bytes (unix socket paths are short)", "\"/run/ringtail\"", pl.runtime_dir.display()));
+            return Err(invalid(
+                "pipeline.runtime_dir",
+                "must be at most 80 bytes (unix socket paths are short)",
+                "\"/run/ringtail\"",
+                pl.runtime_dir.display(),
+            ));
         }
         if !(1..=100_000).contains(&pl.replay_batches) {
             return Err(invalid("pipeline.replay_batches", "must be 1..=100000", "256", pl.replay_batches));

@@ -53,7 +53,12 @@ impl ProbeSettings {
             return Err(invalid("probe.wakeup_len", "must be 0..=1000000", "512", p.wakeup_len));
         }
         if p.flush_interval < Duration::from_millis(1) || p.flush_interval > Duration::from_secs(10) {
-            return Err(invalid("probe.flush_interval", "must be between 1ms and 10s", "\"100ms\"", humantime::format_duration(p.flush_interval)));
+            return Err(invalid(
+                "probe.flush_interval",
+                "must be between 1ms and 10s",
+                "\"100ms\"",
+                humantime::format_duration(p.flush_interval),
+            ));
         }
         if !p.ring_buffer_mb.is_power_of_two() || p.ring_buffer_mb > 1024 {
             return Err(invalid("probe.ring_buffer_mb", "must be a power of two from 1 to 1024", "16", p.ring_buffer_mb));

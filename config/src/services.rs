@@ -35,7 +35,12 @@ impl ServiceSettings {
                 return Err(invalid(format!("services.rules[{i}].name"), "must not be empty", "\"checkout\"", format!("{:?}", rule.name)));
             }
             if rule.ports.is_empty() && rule.exe_name.is_none() {
-                return Err(invalid(format!("services.rules[{i}]"), "needs `ports` or `exe_name`", "{ name = \"web\", ports = [8080] }", &rule.name));
+                return Err(invalid(
+                    format!("services.rules[{i}]"),
+                    "needs `ports` or `exe_name`",
+                    "{ name = \"web\", ports = [8080] }",
+                    &rule.name,
+                ));
             }
         }
         Ok(())

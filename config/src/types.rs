@@ -85,9 +85,11 @@ impl ExeRegex {
 impl FromStr for ExeRegex {
     type Err = Rejected;
     fn from_str(s: &str) -> Result<Self, Rejected> {
-        regex::Regex::new(s)
-            .map(ExeRegex)
-            .map_err(|_| Rejected { rule: "must be a valid regular expression", example: "\"^python3\"", value: format!("{s:?}") })
+        regex::Regex::new(s).map(ExeRegex).map_err(|_| Rejected {
+            rule: "must be a valid regular expression",
+            example: "\"^python3\"",
+            value: format!("{s:?}"),
+        })
     }
 }
 
@@ -159,7 +161,9 @@ impl FromStr for RouteTemplate {
     type Err = Rejected;
     fn from_str(t: &str) -> Result<Self, Rejected> {
         let reject = |rule| Rejected { rule, example: "\"/users/{id}\" or \"/static/*\"", value: format!("{t:?}") };
-        let Some(rest) = t.strip_prefix('/') else { return Err(reject("must start with '/'")) };
+        let Some(rest) = t.strip_prefix('/') else {
+            return Err(reject("must start with '/'"));
+        };
         let raw: Vec<&str> = rest.split('/').collect();
         let mut segs = Vec::with_capacity(raw.len());
         for (i, s) in raw.iter().enumerate() {
@@ -225,7 +229,11 @@ impl OtlpEndpoint {
     pub fn from_env(url: &str) -> Result<Self, Rejected> {
         let ok = (url.starts_with("http://") || url.starts_with("https://")) && url.parse::<http::Uri>().is_ok_and(|u| u.host().is_some());
         if !ok {
-            return Err(Rejected { rule: "must be an http:// or https:// URL with a host", example: "http://127.0.0.1:4317", value: format!("{url:?}") });
+            return Err(Rejected {
+                rule: "must be an http:// or https:// URL with a host",
+                example: "http://127.0.0.1:4317",
+                value: format!("{url:?}"),
+            });
         }
         Ok(OtlpEndpoint(url.to_owned()))
     }
@@ -236,10 +244,8 @@ impl FromStr for OtlpEndpoint {
     /// The file's rule: scheme, host and port.
     fn from_str(url: &str) -> Result<Self, Rejected> {
         let reject = |rule| Rejected { rule, example: "\"http://127.0.0.1:4317\"", value: format!("{url:?}") };
-        let rest = url
-            .strip_prefix("http://")
-            .or_else(|| url.strip_prefix("https://"))
-            .ok_or(reject("must start with http:// or https://"))?;
+        let rest =
+            url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")).ok_or(reject("must start with http:// or https://"))?;
         let authority = rest.split('/').next().unwrap_or("");
         let (host, port) = authority.rsplit_once(':').ok_or(reject("must name a port (host:port)"))?;
         if host.is_empty() {
@@ -340,9 +346,11 @@ impl ListenAddr {
 impl FromStr for ListenAddr {
     type Err = Rejected;
     fn from_str(s: &str) -> Result<Self, Rejected> {
-        s.parse()
-            .map(ListenAddr)
-            .map_err(|_| Rejected { rule: "must be an IP address and port", example: "\"127.0.0.1:9400\"", value: format!("{s:?}") })
+        s.parse().map(ListenAddr).map_err(|_| Rejected {
+            rule: "must be an IP address and port",
+            example: "\"127.0.0.1:9400\"",
+            value: format!("{s:?}"),
+        })
     }
 }
 

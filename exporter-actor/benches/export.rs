@@ -15,9 +15,9 @@ use std::time::{Duration, Instant};
 use exporter_actor::meters::Meters;
 use exporter_actor::resource;
 use exporter_actor::sinks::otlp::{convert, span_exporter, OtlpConfig, Transport};
-use ringtail_config::OtlpSettings;
 use ipc_schema::{Body, Component, Envelope, HttpSpan, Producer, ServiceResource, SpanBatch, SpanKind};
 use opentelemetry_sdk::trace::SpanExporter as _;
+use ringtail_config::OtlpSettings;
 use runtime_kit::counters::Registry;
 use runtime_kit::profiling::cpu_time;
 
@@ -71,13 +71,24 @@ fn batch(n: usize, k: u64) -> SpanBatch {
 }
 
 fn rotel(port: u16, http: u16) -> Option<Child> {
-    let venv = std::env::var_os("RINGTAIL_TEST_VENV").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv"));
-    let out = Command::new(venv.join("bin/python")).args(["-c", "import rotel, os; print(os.path.dirname(rotel.__file__))"]).output().ok()?;
+    let venv = std::env::var_os("RINGTAIL_TEST_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv"));
+    let out =
+        Command::new(venv.join("bin/python")).args(["-c", "import rotel, os; print(os.path.dirname(rotel.__file__))"]).output().ok()?;
     let agent = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("rotel-agent");
     let dir = std::env::temp_dir().join(format!("bench-rotel-{}", std::process::id()));
     std::fs::create_dir_all(&dir).ok()?;
     Command::new(agent)
-        .args(["start", "--exporter", "blackhole", "--otlp-grpc-endpoint", &format!("127.0.0.1:{port}"), "--otlp-http-endpoint", &format!("127.0.0.1:{http}")])
+        .args([
+            "start",
+            "--exporter",
+            "blackhole",
+            "--otlp-grpc-endpoint",
+            &format!("127.0.0.1:{port}"),
+            "--otlp-http-endpoint",
+            &format!("127.0.0.1:{http}"),
+        ])
         .arg("--pid-file")
         .arg(dir.join("pid"))
         .arg("--log-file")
@@ -112,7 +123,8 @@ fn main() {
         let mut meters = Meters::new(Vec::new(), "host", &registry);
         let scope = convert::scope();
         let me = Producer { component: Component::SpanActor, instance: 3 };
-        let inputs: Vec<Vec<u8>> = (0..16).map(|k| ipc_schema::encode(&Envelope::new(me, k + 1, Body::Spans(batch(512, k)))).expect("encode")).collect();
+        let inputs: Vec<Vec<u8>> =
+            (0..16).map(|k| ipc_schema::encode(&Envelope::new(me, k + 1, Body::Spans(batch(512, k)))).expect("encode")).collect();
         let mut exporters = HashMap::new();
         let go = async |d: Duration, meters: &mut Meters, exporters: &mut HashMap<ServiceResource, opentelemetry_otlp::SpanExporter>| {
             let start = Instant::now();
@@ -148,6 +160,9 @@ fn main() {
     let (spans, wall, cpu) = result;
     println!("exporter-actor OTLP/gRPC export to a local receiver, batches of 512 spans:");
     println!("  spans/s (wall):       {:>12.0}", spans as f64 / wall.as_secs_f64());
-    println!("  CPU per span:         {:>12.3} µs  (this process: decode, histograms, conversion, gRPC client)", cpu.as_secs_f64() * 1e6 / spans as f64);
+    println!(
+        "  CPU per span:         {:>12.3} µs  (this process: decode, histograms, conversion, gRPC client)",
+        cpu.as_secs_f64() * 1e6 / spans as f64
+    );
     println!("  spans/s per CPU-s:    {:>12.0}", spans as f64 / cpu.as_secs_f64());
 }

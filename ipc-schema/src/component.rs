@@ -39,9 +39,27 @@ pub struct ComponentInfo {
 /// directory's socket the others read); the supervisor, which starts the
 /// others, last.
 pub const COMPONENTS: [ComponentInfo; 4] = [
-    ComponentInfo { component: Component::ProbeLoader, name: "probe-loader", binary: "ringtail-probe-loader", privileged: true, profiling_offset: 0 },
-    ComponentInfo { component: Component::SpanActor, name: "span-actor", binary: "ringtail-span-actor", privileged: false, profiling_offset: 1 },
-    ComponentInfo { component: Component::ExporterActor, name: "exporter-actor", binary: "ringtail-exporter-actor", privileged: false, profiling_offset: 2 },
+    ComponentInfo {
+        component: Component::ProbeLoader,
+        name: "probe-loader",
+        binary: "ringtail-probe-loader",
+        privileged: true,
+        profiling_offset: 0,
+    },
+    ComponentInfo {
+        component: Component::SpanActor,
+        name: "span-actor",
+        binary: "ringtail-span-actor",
+        privileged: false,
+        profiling_offset: 1,
+    },
+    ComponentInfo {
+        component: Component::ExporterActor,
+        name: "exporter-actor",
+        binary: "ringtail-exporter-actor",
+        privileged: false,
+        profiling_offset: 2,
+    },
     ComponentInfo { component: Component::Supervisor, name: "supervisor", binary: "ringtail", privileged: true, profiling_offset: 3 },
 ];
 

@@ -65,10 +65,7 @@ pub async fn bind_pub(path: &Path, access: Access) -> Result<PubSocket, IpcError
 
 /// Sends one already-encoded message.
 pub async fn send(socket: &mut PubSocket, endpoint: &str, bytes: Bytes) -> Result<(), IpcError> {
-    socket
-        .send(ZmqMessage::from(bytes))
-        .await
-        .map_err(|source| IpcError::Send { endpoint: endpoint.to_owned(), source })
+    socket.send(ZmqMessage::from(bytes)).await.map_err(|source| IpcError::Send { endpoint: endpoint.to_owned(), source })
 }
 
 /// Subscribes to everything published at `path`, delivering decoded
@@ -120,7 +117,7 @@ fn spawn_subscription<T: Send + 'static>(
             };
             if let Err(error) = connected {
                 attempts += 1;
-                if attempts == 1 || attempts % 150 == 0 {
+                if attempts == 1 || attempts.is_multiple_of(150) {
                     tracing::info!(%endpoint, %error, "waiting for publisher");
                 }
                 tokio::select! {
@@ -211,10 +208,14 @@ mod tests {
         let registry = Registry::new(Component::SpanActor, 1);
         let (trigger, shutdown) = runtime_kit::shutdown::channel();
         let mut rx = subscribe(path.clone(), 8, &registry, shutdown);
-        let good = Envelope::new(Producer { component: Component::ProbeLoader, instance: 7 }, 1, Body::Ack(Ack { for_instance: 1, received: 2, upto: 2 }));
+        let good = Envelope::new(
+            Producer { component: Component::ProbeLoader, instance: 7 },
+            1,
+            Body::Ack(Ack { for_instance: 1, received: 2, upto: 2 }),
+        );
         let mut bad_version = encode(&good).unwrap();
         bad_version[1] = 0x63; // schema version 99 (position 1: after the array header)
-        // Subscribing takes a moment; keep sending until the good one arrives.
+                               // Subscribing takes a moment; keep sending until the good one arrives.
         let got = tokio::time::timeout(Duration::from_secs(10), async {
             loop {
                 for junk in [b"not msgpack".to_vec(), vec![0x91, 0xc1], bad_version.clone(), encode(&good).unwrap()] {

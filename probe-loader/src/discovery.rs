@@ -119,7 +119,9 @@ pub fn parse_stat(stat: &str) -> Option<(&str, Vec<&str>)> {
 fn listening_inodes(proc_root: &Path, ports: &HashSet<u16>) -> HashSet<u64> {
     let mut out = HashSet::new();
     for file in ["net/tcp", "net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(proc_root.join(file)) else { continue };
+        let Ok(text) = std::fs::read_to_string(proc_root.join(file)) else {
+            continue;
+        };
         out.extend(parse_listeners(&text, ports));
     }
     out
@@ -138,7 +140,9 @@ pub fn parse_listeners(text: &str, ports: &HashSet<u16>) -> Vec<u64> {
 }
 
 fn socket_inodes(proc_root: &Path, pid: u32) -> Vec<u64> {
-    let Ok(dir) = std::fs::read_dir(proc_root.join(pid.to_string()).join("fd")) else { return Vec::new() };
+    let Ok(dir) = std::fs::read_dir(proc_root.join(pid.to_string()).join("fd")) else {
+        return Vec::new();
+    };
     dir.filter_map(|e| {
         let link = std::fs::read_link(e.ok()?.path()).ok()?;
         let s = link.to_str()?;
@@ -182,7 +186,10 @@ mod tests {
         assert!(d.scan(Path::new("/proc")).contains(&(me, Selected::Explicit)));
         let exe = std::env::current_exe().unwrap();
         let name = exe.file_name().unwrap().to_str().unwrap();
-        let d = Discovery::new(&DiscoverySettings { exe_names: vec![format!("^{}$", regex::escape(name)).parse().unwrap()], ..Default::default() });
+        let d = Discovery::new(&DiscoverySettings {
+            exe_names: vec![format!("^{}$", regex::escape(name)).parse().unwrap()],
+            ..Default::default()
+        });
         assert!(d.scan(Path::new("/proc")).contains(&(me, Selected::ByExe)));
     }
 

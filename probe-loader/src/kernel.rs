@@ -127,7 +127,7 @@ impl HttpEvent {
     }
 
     /// The IPC form; `None` for records of an unknown kind or role.
-    pub fn to_raw(&self) -> Option<RawEvent> {
+    pub fn raw_event(&self) -> Option<RawEvent> {
         if self.kind != EV_HTTP {
             return None;
         }
@@ -220,7 +220,7 @@ mod tests {
     fn record_converts_to_raw_event() {
         let ev = HttpEvent::parse(&sample()).unwrap();
         assert_eq!(ev.comm(), "curl");
-        let raw = ev.to_raw().unwrap();
+        let raw = ev.raw_event().unwrap();
         assert_eq!(raw.role, Role::Client);
         assert_eq!(raw.status, 201);
         assert_eq!(raw.parent, Some((5, 6)));
@@ -235,10 +235,10 @@ mod tests {
         assert!(HttpEvent::parse(&bytes[..bytes.len() - 1]).is_none());
         let mut bad = bytes.clone();
         bad[1] = 9; // role
-        assert!(HttpEvent::parse(&bad).unwrap().to_raw().is_none());
+        assert!(HttpEvent::parse(&bad).unwrap().raw_event().is_none());
         let mut huge = bytes;
         huge[offset_of!(HttpEvent, cap_len)..][..2].copy_from_slice(&u16::MAX.to_le_bytes());
         // cap_len beyond the buffer is clamped, never an out-of-bounds read
-        assert_eq!(HttpEvent::parse(&huge).unwrap().to_raw().unwrap().request.len(), CAPTURE_LEN);
+        assert_eq!(HttpEvent::parse(&huge).unwrap().raw_event().unwrap().request.len(), CAPTURE_LEN);
     }
 }

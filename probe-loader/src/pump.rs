@@ -9,8 +9,8 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use aya::maps::{MapData, RingBuf};
-use ringtail_config::Settings;
 use ipc_schema::{Body, RawBatch, RawEvent};
+use ringtail_config::Settings;
 use ringtail_ipc::{Producer, HEARTBEAT};
 use runtime_kit::counters::{Counter, Drops, Registry};
 use runtime_kit::shutdown::Shutdown;
@@ -39,7 +39,7 @@ pub fn mono_to_unix_ns() -> i64 {
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: ts is a valid, writable timespec.
         unsafe { libc::clock_gettime(clock, &mut ts) };
-        ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
+        ts.tv_sec * 1_000_000_000 + ts.tv_nsec
     };
     // Bracket the realtime read with two monotonic reads and use their mean.
     let m1 = read(libc::CLOCK_MONOTONIC);
@@ -169,7 +169,7 @@ impl Pump {
                 if self.batch.seen.insert(key) {
                     self.batch.procs.push((ev.tgid, ev.proc_start_ns, ev.comm()));
                 }
-                ev.to_raw()
+                ev.raw_event()
             };
             let Some(raw) = raw else {
                 self.malformed.add(1);
@@ -212,12 +212,7 @@ impl Pump {
             return;
         }
         let events = std::mem::take(&mut self.batch.events);
-        let processes = self
-            .batch
-            .procs
-            .drain(..)
-            .map(|(pid, start, comm)| self.procs.get(pid, start, &comm).clone())
-            .collect();
+        let processes = self.batch.procs.drain(..).map(|(pid, start, comm)| self.procs.get(pid, start, &comm).clone()).collect();
         self.batch.seen.clear();
         let n = events.len() as u64;
         let batch = RawBatch { mono_to_unix_ns: mono_to_unix_ns(), events, processes };

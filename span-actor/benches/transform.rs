@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use ringtail_config::Settings;
 use ipc_schema::{Body, Component, Envelope, ProcessInfo, Producer, RawBatch, RawEvent, Role, SockAddr};
+use ringtail_config::Settings;
+use ringtail_ipc::protocol::InboundSeq;
 use runtime_kit::counters::Registry;
 use runtime_kit::profiling::cpu_time;
 use span_actor::actors::publisher::assemble;
-use ringtail_ipc::protocol::InboundSeq;
 use span_actor::ledger::Ledger;
 use span_actor::transform::Transformer;
 
@@ -78,9 +78,8 @@ fn main() {
     let loader = Producer { component: Component::ProbeLoader, instance: 7 };
     ledger.0.observe(loader, 1);
     // Pre-encoded input, as it arrives off the socket.
-    let inputs: Vec<Vec<u8>> = (0..64)
-        .map(|k| ipc_schema::encode(&Envelope::new(loader, k + 1, Body::Raw(raw_batch(batch_len, k * 10_000)))).unwrap())
-        .collect();
+    let inputs: Vec<Vec<u8>> =
+        (0..64).map(|k| ipc_schema::encode(&Envelope::new(loader, k + 1, Body::Raw(raw_batch(batch_len, k * 10_000)))).unwrap()).collect();
     let me = Producer { component: Component::SpanActor, instance: 8 };
 
     let run = |secs: f64, t: &mut Transformer, (inbound, ledger): &mut (InboundSeq, Ledger)| {

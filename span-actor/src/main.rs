@@ -33,7 +33,8 @@ async fn run(p: Process) -> anyhow::Result<()> {
     let registry = &p.registry;
     let dir = &settings.pipeline.runtime_dir;
     let own = endpoints::actors_dir(dir);
-    std::fs::create_dir_all(&own).with_context(|| format!("cannot create {} (the supervisor makes it, owned by actors.user)", own.display()))?;
+    std::fs::create_dir_all(&own)
+        .with_context(|| format!("cannot create {} (the supervisor makes it, owned by actors.user)", own.display()))?;
     let spans_path = endpoints::spans(dir);
     let acks_path = endpoints::raw_acks(dir);
     p.socket_file(&spans_path);

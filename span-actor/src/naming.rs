@@ -9,8 +9,8 @@
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
-use ringtail_config::{ExeRegex, ServiceSettings};
 use ipc_schema::{ProcessInfo, ServiceResource};
+use ringtail_config::{ExeRegex, ServiceSettings};
 
 /// Processes remembered before the cache starts over.
 const CAPACITY: usize = 8192;
@@ -55,11 +55,7 @@ pub fn parse_resource_attributes(s: &str) -> Vec<(String, String)> {
 impl Naming {
     /// Naming by the (already compiled) rules.
     pub fn new(settings: &ServiceSettings, host: String) -> Naming {
-        let rules = settings
-            .rules
-            .iter()
-            .map(|r| Rule { name: r.name.clone(), ports: r.ports.clone(), exe: r.exe_name.clone() })
-            .collect();
+        let rules = settings.rules.iter().map(|r| Rule { name: r.name.clone(), ports: r.ports.clone(), exe: r.exe_name.clone() }).collect();
         Naming { rules, host, known: HashMap::default() }
     }
 

@@ -7,8 +7,8 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ringtail_config::Settings;
 use ipc_schema::{HttpSpan, RawBatch, RawEvent, Role, ServiceResource, SpanKind};
+use ringtail_config::Settings;
 use runtime_kit::counters::{Counter, Drops, Registry};
 
 use crate::http::{self, parse_pipeline, split_host_port, RequestHead};
@@ -198,7 +198,16 @@ impl Transformer {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn pipelined_response(&mut self, inst: u64, origin: Origin, ev: &RawEvent, offset: i64, now: Instant, out: &mut Vec<Produced>, made: &mut Made) {
+    fn pipelined_response(
+        &mut self,
+        inst: u64,
+        origin: Origin,
+        ev: &RawEvent,
+        offset: i64,
+        now: Instant,
+        out: &mut Vec<Produced>,
+        made: &mut Made,
+    ) {
         let key = (inst, ev.conn_id);
         let Some(pipe) = self.pipes.get_mut(&key) else {
             self.stats.orphan_unmatched.add(1);
@@ -359,7 +368,6 @@ impl Transformer {
         self.stats.spans.inc();
         out.push(p);
     }
-
 
     /// When the earliest held client span is due, if any.
     pub fn next_expiry(&self) -> Option<Instant> {

@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
-use ringtail_config::Settings;
 use ipc_schema::{endpoints, Component};
+use ringtail_config::Settings;
 use runtime_kit::users::{self, UserIds};
 
 /// ringtail: eBPF HTTP auto-instrumentation. Every HTTP/1.x request served
@@ -79,7 +79,8 @@ fn prepare_runtime_dir(settings: &Settings, actors: UserIds) -> anyhow::Result<P
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
     let own = endpoints::actors_dir(dir);
     std::fs::create_dir_all(&own)?;
-    std::os::unix::fs::chown(&own, Some(actors.uid), Some(actors.gid)).with_context(|| format!("cannot give {} to the actors", own.display()))?;
+    std::os::unix::fs::chown(&own, Some(actors.uid), Some(actors.gid))
+        .with_context(|| format!("cannot give {} to the actors", own.display()))?;
     std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o750))?;
     // Stale sockets of a previous run would only confuse a connect.
     for p in [endpoints::raw_events(dir), endpoints::spans(dir), endpoints::raw_acks(dir), endpoints::span_acks(dir)] {
@@ -108,10 +109,14 @@ fn main() -> anyhow::Result<()> {
             check_components(&bin, args.config.as_deref()).context("invalid configuration")?;
             // SAFETY: geteuid has no preconditions.
             if unsafe { libc::geteuid() } != 0 {
-                bail!("ringtail must start as root: the probe-loader needs CAP_BPF and CAP_PERFMON, and the actors are started as {:?}", settings.actors.user);
+                bail!(
+                    "ringtail must start as root: the probe-loader needs CAP_BPF and CAP_PERFMON, and the actors are started as {:?}",
+                    settings.actors.user
+                );
             }
-            let actors = users::actor_ids(&settings.actors)
-                .with_context(|| format!("actors.user {:?} / actors.group {:?}: no such user or group", settings.actors.user, settings.actors.group))?;
+            let actors = users::actor_ids(&settings.actors).with_context(|| {
+                format!("actors.user {:?} / actors.group {:?}: no such user or group", settings.actors.user, settings.actors.group)
+            })?;
             if actors.uid == 0 {
                 bail!("actors.user {:?} is root: the actors must run unprivileged", settings.actors.user);
             }

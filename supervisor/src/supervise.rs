@@ -14,8 +14,8 @@ use runtime_kit::shutdown::Shutdown;
 use runtime_kit::users::UserIds;
 use tokio::sync::mpsc;
 
-use ipc_schema::{Component, ComponentInfo};
 use crate::spawn::{spawn, wait_ready};
+use ipc_schema::{Component, ComponentInfo};
 
 /// How long a ready component must live for its back-off to reset.
 const STABLE: Duration = Duration::from_secs(30);
@@ -44,7 +44,8 @@ pub async fn run(bin_dir: PathBuf, config: PathBuf, actors: UserIds, mut shutdow
     let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
     // The supervised rows of the component table, in start order.
     let components: Vec<&'static ComponentInfo> = Component::supervised().collect();
-    let mut slots: Vec<Slot> = components.iter().map(|_| Slot { pid: None, generation: 0, started: Instant::now(), ready: false, failures: 0 }).collect();
+    let mut slots: Vec<Slot> =
+        components.iter().map(|_| Slot { pid: None, generation: 0, started: Instant::now(), ready: false, failures: 0 }).collect();
     let start = |idx: usize, slot: &mut Slot, tx: &mpsc::UnboundedSender<Event>| {
         let c: &ComponentInfo = components[idx];
         slot.generation += 1;
@@ -119,12 +120,8 @@ pub async fn run(bin_dir: PathBuf, config: PathBuf, actors: UserIds, mut shutdow
                     let _ = tx.send(Event::Start { idx });
                 });
             }
-            Event::Start { idx } => {
-                if slots[idx].pid.is_none() {
-                    start(idx, &mut slots[idx], &tx);
-                }
-            }
-            _ => {} // an event of a previous generation
+            Event::Start { idx } if slots[idx].pid.is_none() => start(idx, &mut slots[idx], &tx),
+            _ => {} // an event of a previous generation, or a start already done
         }
     }
 

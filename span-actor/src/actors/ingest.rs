@@ -3,9 +3,9 @@
 //! mailbox is full.
 
 use actix::prelude::*;
+use ipc_schema::Body;
 use ringtail_ipc::{Consumer, Inbound};
 use runtime_kit::counters::{Counter, Drops, Registry};
-use ipc_schema::Body;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -25,7 +25,13 @@ pub struct Ingest {
 
 impl Ingest {
     /// An ingest actor reading `raw`.
-    pub fn new(registry: &Registry, builder: Addr<Builder>, publisher: Addr<Publisher>, consumer: Consumer, raw: mpsc::Receiver<Inbound>) -> Self {
+    pub fn new(
+        registry: &Registry,
+        builder: Addr<Builder>,
+        publisher: Addr<Publisher>,
+        consumer: Consumer,
+        raw: mpsc::Receiver<Inbound>,
+    ) -> Self {
         Ingest {
             builder,
             publisher,

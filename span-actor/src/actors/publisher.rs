@@ -9,8 +9,8 @@ use std::time::Duration;
 use rustc_hash::FxHashMap as HashMap;
 
 use actix::prelude::*;
-use ringtail_config::Settings;
 use ipc_schema::{Body, HealthReport, ServiceResource, SpanBatch};
+use ringtail_config::Settings;
 use ringtail_ipc::{Consumer, MessageId, Producer, Settled, HEARTBEAT};
 use runtime_kit::counters::{Counter, Drops, Gauge, Registry};
 use tokio::sync::mpsc;
@@ -59,7 +59,13 @@ pub struct Publisher {
 
 impl Publisher {
     /// A publisher on `out`, marking raw batches done on `raw`.
-    pub fn new(settings: &Settings, registry: &Registry, out: Producer<Composition>, settled: mpsc::Receiver<Settled<Composition>>, raw: Consumer) -> Self {
+    pub fn new(
+        settings: &Settings,
+        registry: &Registry,
+        out: Producer<Composition>,
+        settled: mpsc::Receiver<Settled<Composition>>,
+        raw: Consumer,
+    ) -> Self {
         Publisher {
             out,
             settled: Some(settled),

@@ -1,6 +1,6 @@
 use super::*;
-use ipc_schema::{ProcessInfo, SockAddr};
 use crate::ledger::Ledger;
+use ipc_schema::{ProcessInfo, SockAddr};
 use ringtail_ipc::protocol::{InboundSeq, Verdict};
 
 const INST: u64 = 0xabcdef;
@@ -111,7 +111,8 @@ impl Rig {
 #[test]
 fn server_span_follows_semantic_conventions() {
     let mut rig = Rig::new(|_| {});
-    let out = rig.run(vec![event(Role::Server, 1, 1, b"GET /users/42?x=1 HTTP/1.1\r\nHost: shop:8000\r\nUser-Agent: curl/8.1\r\n\r\n", 200)]);
+    let out =
+        rig.run(vec![event(Role::Server, 1, 1, b"GET /users/42?x=1 HTTP/1.1\r\nHost: shop:8000\r\nUser-Agent: curl/8.1\r\n\r\n", 200)]);
     assert_eq!(out.len(), 1);
     let p = &out[0];
     let s = &p.span;

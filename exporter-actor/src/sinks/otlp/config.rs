@@ -88,11 +88,13 @@ impl OtlpConfig {
             }))
         };
         let traces_endpoint = if s.traces { signal("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &s.traces_endpoint, "v1/traces")? } else { None };
-        let metrics_endpoint = if s.metrics { signal("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", &s.metrics_endpoint, "v1/metrics")? } else { None };
+        let metrics_endpoint =
+            if s.metrics { signal("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", &s.metrics_endpoint, "v1/metrics")? } else { None };
         let mut headers: BTreeMap<String, String> = s.headers.iter().map(|(k, v)| (k.as_str().to_owned(), v.clone())).collect();
         if let Some(h) = env.get("OTEL_EXPORTER_OTLP_HEADERS") {
             for (k, v) in parse_pairs(h) {
-                let bad_header = || bad("OTEL_EXPORTER_OTLP_HEADERS", "must be valid header names and values", "authorization=Bearer%20x", &k);
+                let bad_header =
+                    || bad("OTEL_EXPORTER_OTLP_HEADERS", "must be valid header names and values", "authorization=Bearer%20x", &k);
                 let name: HeaderName = k.parse().map_err(|_| bad_header())?;
                 headers.insert(name.as_str().to_owned(), v);
             }

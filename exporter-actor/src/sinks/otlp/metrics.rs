@@ -9,7 +9,13 @@ use crate::meters::MetricsView;
 
 /// Starts the push loop on the current thread's local task set; the task
 /// ends after the push at shutdown.
-pub fn start(transport: Transport, cfg: &OtlpConfig, view: MetricsView, registry: &Registry, mut shutdown: Shutdown) -> tokio::task::JoinHandle<()> {
+pub fn start(
+    transport: Transport,
+    cfg: &OtlpConfig,
+    view: MetricsView,
+    registry: &Registry,
+    mut shutdown: Shutdown,
+) -> tokio::task::JoinHandle<()> {
     let pushed = registry.counter("ringtail_metric_exports_total", &[]);
     let failed = registry.counter("ringtail_metric_export_failures_total", &[]);
     let interval = cfg.metrics_interval;

@@ -21,9 +21,9 @@ mod tests;
 use std::collections::HashMap;
 use std::str::FromStr;
 
-use ringtail_config::{OtlpProtocol, RetrySettings};
 use opentelemetry_otlp::{MetricExporter, Protocol, RetryPolicy, SpanExporter, WithExportConfig, WithHttpConfig, WithTonicConfig};
 use opentelemetry_sdk::metrics::Temporality;
+use ringtail_config::{OtlpProtocol, RetrySettings};
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
@@ -64,7 +64,10 @@ impl Transport {
         match cfg.protocol {
             OtlpProtocol::Grpc => {
                 let err = |source| OtlpError::Endpoint { endpoint: url.to_owned(), source };
-                let mut ep = Endpoint::from_str(url).map_err(err)?.timeout(cfg.timeout).connect_timeout(cfg.timeout.min(std::time::Duration::from_secs(5)));
+                let mut ep = Endpoint::from_str(url)
+                    .map_err(err)?
+                    .timeout(cfg.timeout)
+                    .connect_timeout(cfg.timeout.min(std::time::Duration::from_secs(5)));
                 if url.starts_with("https://") {
                     ep = ep.tls_config(ClientTlsConfig::new().with_native_roots()).map_err(err)?;
                 }
@@ -78,10 +81,7 @@ impl Transport {
                 Ok(Transport::Grpc { channel: ep.connect_lazy(), metadata })
             }
             OtlpProtocol::HttpProtobuf => {
-                let client = reqwest::Client::builder()
-                    .timeout(cfg.timeout)
-                    .build()
-                    .map_err(|source| OtlpError::HttpClient { source })?;
+                let client = reqwest::Client::builder().timeout(cfg.timeout).build().map_err(|source| OtlpError::HttpClient { source })?;
                 Ok(Transport::Http { client, url: url.to_owned(), headers: cfg.headers.clone().into_iter().collect() })
             }
         }

@@ -1,9 +1,9 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use ringtail_config::{OtlpProtocol, OtlpSettings};
 use ipc_schema::{HttpSpan, SpanKind};
 use opentelemetry::trace::SpanKind as OtelKind;
+use ringtail_config::{OtlpProtocol, OtlpSettings};
 
 use super::config::{parse_pairs, OtlpConfig};
 use super::convert::{attributes, span_data, url_full};
@@ -73,7 +73,10 @@ fn bad_environment_is_named() {
 
 #[test]
 fn pairs() {
-    assert_eq!(parse_pairs("a=1,b=x%2Cy, c = 3 ,junk"), vec![("a".into(), "1".into()), ("b".into(), "x,y".into()), ("c".into(), "3".into())]);
+    assert_eq!(
+        parse_pairs("a=1,b=x%2Cy, c = 3 ,junk"),
+        vec![("a".into(), "1".into()), ("b".into(), "x,y".into()), ("c".into(), "3".into())]
+    );
 }
 
 fn span(kind: SpanKind) -> HttpSpan {

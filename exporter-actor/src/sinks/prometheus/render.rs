@@ -49,7 +49,11 @@ fn labels<'a>(pairs: impl Iterator<Item = (String, String)> + 'a) -> String {
 
 fn fmt_f64(v: f64) -> String {
     if v.is_infinite() {
-        if v > 0.0 { "+Inf".into() } else { "-Inf".into() }
+        if v > 0.0 {
+            "+Inf".into()
+        } else {
+            "-Inf".into()
+        }
     } else {
         format!("{v}")
     }
@@ -67,7 +71,9 @@ pub fn render_metrics(all: &[ResourceMetrics], out: &mut String) {
             .collect();
         for sm in rm.scope_metrics() {
             for m in sm.metrics() {
-                let AggregatedMetrics::F64(MetricData::Histogram(h)) = m.data() else { continue };
+                let AggregatedMetrics::F64(MetricData::Histogram(h)) = m.data() else {
+                    continue;
+                };
                 let name = format!("{}{}", sanitize(m.name()), unit_suffix(m.unit()));
                 let fam = families.entry(name.clone()).or_insert_with(|| (m.description().to_owned(), "histogram".into(), Vec::new()));
                 for dp in h.data_points() {
