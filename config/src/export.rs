@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::types::{empty_is_none, HeaderName, ListenAddr, OtlpEndpoint};
-use crate::{invalid, ConfigError};
+use crate::{duration_between, invalid, ConfigError};
 
 /// OTLP transport.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -143,14 +143,8 @@ impl ExportSettings {
         if !(1..=10_000_000).contains(&e.queue_size) {
             return Err(invalid("export.queue_size", "must be 1..=10000000", "65536", e.queue_size));
         }
-        if e.otlp.timeout < Duration::from_millis(10) || e.otlp.timeout > Duration::from_secs(600) {
-            return Err(invalid(
-                "export.otlp.timeout",
-                "must be between 10ms and 10m",
-                "\"10s\"",
-                humantime::format_duration(e.otlp.timeout),
-            ));
-        }
+        let limits = (Duration::from_millis(10), Duration::from_secs(600));
+        duration_between("export.otlp.timeout", e.otlp.timeout, limits, "must be between 10ms and 10m", "\"10s\"")?;
         let r = &e.otlp.retry;
         if r.initial_backoff.is_zero() || r.initial_backoff > r.max_backoff {
             return Err(invalid(

@@ -112,6 +112,20 @@ pub(crate) fn invalid(key: impl Into<String>, rule: &'static str, example: &'sta
     ConfigError::Invalid { key: key.into(), rule, example, value: value.to_string() }
 }
 
+/// A duration within `lo..=hi`, or the error naming `key` with the value.
+pub(crate) fn duration_between(
+    key: &str,
+    value: std::time::Duration,
+    (lo, hi): (std::time::Duration, std::time::Duration),
+    rule: &'static str,
+    example: &'static str,
+) -> Result<(), ConfigError> {
+    if value < lo || value > hi {
+        return Err(invalid(key, rule, example, humantime::format_duration(value)));
+    }
+    Ok(())
+}
+
 /// The key a typed value's error is reported under, and the example
 /// given there (as the rules were written before the types existed).
 fn rejected_at(path: &str, r: Rejected) -> ConfigError {

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{invalid, ConfigError};
+use crate::{duration_between, invalid, ConfigError};
 
 /// How batches travel between the processes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,14 +47,8 @@ impl PipelineSettings {
         if !(1..=65536).contains(&pl.batch_length) {
             return Err(invalid("pipeline.batch_length", "must be 1..=65536", "512", pl.batch_length));
         }
-        if pl.batch_timeout < Duration::from_millis(1) || pl.batch_timeout > Duration::from_secs(60) {
-            return Err(invalid(
-                "pipeline.batch_timeout",
-                "must be between 1ms and 60s",
-                "\"200ms\"",
-                humantime::format_duration(pl.batch_timeout),
-            ));
-        }
+        let limits = (Duration::from_millis(1), Duration::from_secs(60));
+        duration_between("pipeline.batch_timeout", pl.batch_timeout, limits, "must be between 1ms and 60s", "\"200ms\"")?;
         if !pl.runtime_dir.is_absolute() {
             return Err(invalid("pipeline.runtime_dir", "must be an absolute path", "\"/run/ringtail\"", pl.runtime_dir.display()));
         }

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{invalid, ConfigError};
+use crate::{duration_between, invalid, ConfigError};
 
 /// Kernel side: how events leave the kernel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -52,14 +52,8 @@ impl ProbeSettings {
         if p.wakeup_len > 1_000_000 {
             return Err(invalid("probe.wakeup_len", "must be 0..=1000000", "512", p.wakeup_len));
         }
-        if p.flush_interval < Duration::from_millis(1) || p.flush_interval > Duration::from_secs(10) {
-            return Err(invalid(
-                "probe.flush_interval",
-                "must be between 1ms and 10s",
-                "\"100ms\"",
-                humantime::format_duration(p.flush_interval),
-            ));
-        }
+        let limits = (Duration::from_millis(1), Duration::from_secs(10));
+        duration_between("probe.flush_interval", p.flush_interval, limits, "must be between 1ms and 10s", "\"100ms\"")?;
         if !p.ring_buffer_mb.is_power_of_two() || p.ring_buffer_mb > 1024 {
             return Err(invalid("probe.ring_buffer_mb", "must be a power of two from 1 to 1024", "16", p.ring_buffer_mb));
         }

@@ -7,8 +7,9 @@
 //! errors not retried, every drop counted.
 //!
 //! # Layout
-//! - [`receiver`]: the actix actor that takes span batches from the
-//!   span-actor, drops replays, feeds the sinks and acknowledges.
+//! - [`receiver`]: the actix actor that takes span batches from the span
+//!   consumer (`ringtail_ipc`, which drops replays by sequence), drops
+//!   re-derived spans by id, feeds the sinks and marks batches done.
 //! - [`meters`]: request-duration histograms and ringtail's own metrics in
 //!   the OpenTelemetry SDK, read by both OTLP and Prometheus.
 //! - [`resource`]: the OpenTelemetry resource of each traced service.

@@ -1,11 +1,6 @@
 //! `ringtail-exporter-actor`: exports spans and metrics. Runs with no
 //! privileges; see the library docs (`exporter_actor`) for the layout.
 
-/// mimalloc: the actors allocate per event; glibc's malloc was a quarter of
-/// their CPU.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use std::time::Duration;
 
 use actix::Actor;
@@ -16,24 +11,19 @@ use exporter_actor::sinks::otlp::{self, OtlpConfig, Transport};
 use exporter_actor::sinks::prometheus;
 use ipc_schema::{endpoints, Component};
 use ringtail_ipc::{Access, Consumer, ConsumerOptions};
-use runtime_kit::component::{self, Process, Runtime};
+use runtime_kit::component::{Process, Runtime};
 
 /// How long queued exports and the last metric push may take at shutdown
 /// (the supervisor kills what is still running after 10 s).
 const DRAIN: Duration = Duration::from_secs(2);
 
-fn main() -> anyhow::Result<()> {
-    component::main(
-        Component::ExporterActor,
-        "Exports ringtail's spans and metrics.",
-        Runtime::Actix,
-        // Its own part: the OTEL_* environment on top of [export.otlp].
-        |settings| {
-            let env = std::env::vars().collect();
-            OtlpConfig::resolve(&settings.export.otlp, &env).context("invalid OTLP configuration")
-        },
-        run,
-    )
+runtime_kit::component_main!(Component::ExporterActor, Runtime::Actix, "Exports ringtail's spans and metrics.", check = otlp_config, run);
+
+/// Its own part of the configuration: the `OTEL_*` environment on top of
+/// `[export.otlp]`.
+fn otlp_config(settings: &ringtail_config::Settings) -> anyhow::Result<OtlpConfig> {
+    let env = std::env::vars().collect();
+    OtlpConfig::resolve(&settings.export.otlp, &env).context("invalid OTLP configuration")
 }
 
 async fn run(p: Process, otlp: OtlpConfig) -> anyhow::Result<()> {

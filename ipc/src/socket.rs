@@ -200,6 +200,24 @@ mod tests {
         dir
     }
 
+    /// Sends `messages` (the one that should get through last) again and
+    /// again until something arrives: subscribing takes a moment, and
+    /// what comes before it is lost.
+    async fn send_until<T>(publisher: &mut PubSocket, messages: &[Vec<u8>], rx: &mut mpsc::Receiver<T>) -> T {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                for m in messages {
+                    send(publisher, "test", Bytes::from(m.clone())).await.unwrap();
+                }
+                if let Ok(Some(got)) = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
+                    return got;
+                }
+            }
+        })
+        .await
+        .expect("a message got through")
+    }
+
     #[tokio::test]
     async fn malformed_messages_are_counted_and_skipped() {
         let dir = dir("sub");
@@ -214,20 +232,10 @@ mod tests {
             Body::Ack(Ack { for_instance: 1, received: 2, upto: 2 }),
         );
         let mut bad_version = encode(&good).unwrap();
-        bad_version[1] = 0x63; // schema version 99 (position 1: after the array header)
-                               // Subscribing takes a moment; keep sending until the good one arrives.
-        let got = tokio::time::timeout(Duration::from_secs(10), async {
-            loop {
-                for junk in [b"not msgpack".to_vec(), vec![0x91, 0xc1], bad_version.clone(), encode(&good).unwrap()] {
-                    send(&mut publisher, "test", Bytes::from(junk)).await.unwrap();
-                }
-                if let Ok(Some(env)) = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
-                    return env;
-                }
-            }
-        })
-        .await
-        .expect("the valid message got through");
+        // Schema version 99 (position 1: after the array header).
+        bad_version[1] = 0x63;
+        let got =
+            send_until(&mut publisher, &[b"not msgpack".to_vec(), vec![0x91, 0xc1], bad_version, encode(&good).unwrap()], &mut rx).await;
         assert_eq!(got, good);
         assert!(value(&registry, "ringtail_ipc_rejected_total", "malformed") >= 2.0);
         assert!(value(&registry, "ringtail_ipc_rejected_total", "version") >= 1.0);
@@ -249,18 +257,7 @@ mod tests {
         let health = HealthReport { component: Component::SpanActor, instance: 7, points: Vec::new() };
         let not_ack = encode(&Envelope::new(me, 0, Body::Health(health))).unwrap();
         let huge = vec![0x90; ipc_schema::MAX_ACK_BYTES + 1];
-        let got = tokio::time::timeout(Duration::from_secs(10), async {
-            loop {
-                for m in [not_ack.clone(), huge.clone(), good.clone()] {
-                    send(&mut publisher, "test", Bytes::from(m)).await.unwrap();
-                }
-                if let Ok(Some(got)) = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
-                    return got;
-                }
-            }
-        })
-        .await
-        .expect("the ack got through");
+        let got = send_until(&mut publisher, &[not_ack, huge, good], &mut rx).await;
         assert_eq!(got, (me, ack));
         assert!(value(&registry, "ringtail_ipc_rejected_total", "unexpected_message") >= 1.0);
         assert!(value(&registry, "ringtail_ipc_rejected_total", "too_large") >= 1.0);

@@ -37,49 +37,45 @@ static __always_inline int is_tcp(struct sock *sk)
 	return sk->sk_protocol == IPPROTO_TCP && sk->sk_type == SOCK_STREAM;
 }
 
-SEC("tp_btf/sock_recv_length")
-int BPF_PROG(sock_recv, struct sock *sk, int ret, int flags)
+/* Both data hooks: find the connection, leave it when it is opaque or
+ * (untracked) its process is not traced, find the user segments, and feed
+ * the state machine. An untracked connection's bytes count when its
+ * process is selected, or (`recv`: a server's) when it arrived on a
+ * selected listening port. */
+static __always_inline void sock_data(struct sock *sk, int ret, int recv)
 {
-	if (ret <= 0 || (flags & MSG_PEEK) || !is_tcp(sk))
-		return 0;
 	__u64 key = (__u64)sk;
 	struct conn_state *st = conn_lookup(key);
 	if (st && st->role == ROLE_OPAQUE)
-		return 0;
+		return;
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
-	if (!st && !server_selected(tgid, sk->__sk_common.skc_num))
-		return 0;
-
+	if (!st && !(recv ? server_selected(tgid, sk->__sk_common.skc_num) : pid_selected(tgid)))
+		return;
 	struct segs sg;
 	__s32 fd = -1;
 	if (user_segs(ret, &fd, &sg))
-		return 0;
+		return;
 	struct conn_io io = { .sk = sk, .key = key, .tgid = tgid, .tid = tid, .fd = fd };
-	conn_on_recv(st, &io, &sg);
+	if (recv)
+		conn_on_recv(st, &io, &sg);
+	else
+		conn_on_send(st, &io, &sg);
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(sock_recv, struct sock *sk, int ret, int flags)
+{
+	if (ret > 0 && !(flags & MSG_PEEK) && is_tcp(sk))
+		sock_data(sk, ret, 1);
 	return 0;
 }
 
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(sock_send, struct sock *sk, int ret, int flags)
 {
-	if (ret <= 0 || !is_tcp(sk))
-		return 0;
-	__u64 key = (__u64)sk;
-	struct conn_state *st = conn_lookup(key);
-	if (st && st->role == ROLE_OPAQUE)
-		return 0;
-	__u64 id = bpf_get_current_pid_tgid();
-	__u32 tgid = id >> 32, tid = (__u32)id;
-	if (!st && !pid_selected(tgid))
-		return 0;
-
-	struct segs sg;
-	__s32 fd = -1;
-	if (user_segs(ret, &fd, &sg))
-		return 0;
-	struct conn_io io = { .sk = sk, .key = key, .tgid = tgid, .tid = tid, .fd = fd };
-	conn_on_send(st, &io, &sg);
+	if (ret > 0 && is_tcp(sk))
+		sock_data(sk, ret, 0);
 	return 0;
 }
 

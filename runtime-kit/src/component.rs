@@ -161,3 +161,27 @@ where
         }),
     }
 }
+
+/// A component binary's entry point: mimalloc as the global allocator (the
+/// processes allocate per event; glibc's malloc was a quarter of the actors'
+/// CPU) and `fn main` running [`main`]. The binary depends on `mimalloc`
+/// and `anyhow`.
+///
+/// `component_main!(Component::X, Runtime::Y, "about", run)` for a body
+/// `async fn run(Process) -> anyhow::Result<()>`, or with `check = f` first
+/// for a component with checks of its own (`f(&Settings)` returns what
+/// `run(Process, T)` gets).
+#[macro_export]
+macro_rules! component_main {
+    ($component:expr, $runtime:expr, $about:expr, check = $check:expr, $run:expr) => {
+        #[global_allocator]
+        static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+        fn main() -> anyhow::Result<()> {
+            $crate::component::main($component, $about, $runtime, $check, $run)
+        }
+    };
+    ($component:expr, $runtime:expr, $about:expr, $run:expr) => {
+        $crate::component_main!($component, $runtime, $about, check = |_| Ok(()), |p, ()| $run(p));
+    };
+}

@@ -1,32 +1,19 @@
 //! `ringtail-span-actor`: raw request events in, HTTP spans out. Runs with
 //! no privileges; see the library docs (`span_actor`) for the layout.
 
-/// mimalloc: the actors allocate per event; glibc's malloc was a quarter of
-/// their CPU.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use std::time::Duration;
 
 use anyhow::Context;
 use ipc_schema::{endpoints, Component};
 use ringtail_ipc::{Access, Consumer, ConsumerOptions, Producer, ProducerOptions};
-use runtime_kit::component::{self, Process, Runtime};
+use runtime_kit::component::{Process, Runtime};
 use span_actor::actors::{self, publisher::Flush, Wiring};
 
 /// How long the last span batches may take to reach a connected exporter
 /// at shutdown; then the last raw ack goes out.
 const LINGER: Duration = Duration::from_millis(500);
 
-fn main() -> anyhow::Result<()> {
-    component::main(
-        Component::SpanActor,
-        "Turns ringtail's raw request events into OpenTelemetry spans.",
-        Runtime::Actix,
-        |_| Ok(()),
-        |p, ()| run(p),
-    )
-}
+runtime_kit::component_main!(Component::SpanActor, Runtime::Actix, "Turns ringtail's raw request events into OpenTelemetry spans.", run);
 
 async fn run(p: Process) -> anyhow::Result<()> {
     let settings = &p.settings;
