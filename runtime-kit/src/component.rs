@@ -185,3 +185,22 @@ macro_rules! component_main {
         $crate::component_main!($component, $runtime, $about, check = |_| Ok(()), |p, ()| $run(p));
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Unlink;
+
+    #[test]
+    fn socket_files_go_when_the_guard_does() {
+        let dir = std::env::temp_dir().join(format!("rk-unlink-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, b) = (dir.join("a.sock"), dir.join("never-bound.sock"));
+        std::fs::write(&a, b"").unwrap();
+        let guard = Unlink::default();
+        guard.0.lock().unwrap().extend([a.clone(), b]);
+        // An early `?` return drops the guard like this.
+        drop(guard);
+        assert!(!a.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
