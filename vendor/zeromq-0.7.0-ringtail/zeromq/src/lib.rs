@@ -353,6 +353,70 @@ pub struct SocketOptions {
     // Shared by read preparation and decoder reservation.
     pub(crate) read_buffer_max_size: usize,
     pub(crate) read_buffer_short_reads: usize,
+    // ringtail: limits a hostile peer cannot exceed (see `max_message_size`).
+    pub(crate) max_message_size: usize,
+    pub(crate) send_queue_capacity: usize,
+    pub(crate) max_subscriptions: usize,
+    pub(crate) max_subscription_bytes: usize,
+    pub(crate) peer_filter: Option<PeerFilter>,
+    pub(crate) limit_hook: Option<LimitHook>,
+}
+
+/// Default [`SocketOptions::max_message_size`]: 64 MiB.
+pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 64 << 20;
+/// Default [`SocketOptions::send_queue_capacity`], libzmq's default high-water mark.
+pub const DEFAULT_SEND_QUEUE_CAPACITY: usize = 1000;
+/// Default [`SocketOptions::subscription_limit`]: subscriptions per peer, and their total bytes.
+pub const DEFAULT_SUBSCRIPTION_LIMIT: (usize, usize) = (1024, 256 * 1024);
+/// Each part of a message after the first counts this many bytes toward
+/// [`SocketOptions::max_message_size`] (its bookkeeping), so that a message of
+/// empty parts is bounded too.
+pub const MESSAGE_PART_OVERHEAD: usize = 32;
+
+/// Credentials of an ipc peer, read with `SO_PEERCRED` when the connection is
+/// accepted or established.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCred {
+    /// Process id (of the connecting process, or of the process that bound
+    /// the listening socket), when the platform reports one.
+    pub pid: Option<i32>,
+    /// Effective user id.
+    pub uid: u32,
+    /// Effective group id.
+    pub gid: u32,
+}
+
+/// Decides whether an ipc peer may talk to this socket; see [`SocketOptions::peer_filter`].
+pub type PeerFilter = Arc<dyn Fn(&PeerCred) -> bool + Send + Sync>;
+/// Told of every [`LimitEvent`]; see [`SocketOptions::limit_hook`].
+pub type LimitHook = Arc<dyn Fn(&LimitEvent) + Send + Sync>;
+
+/// What a socket refused or dropped because of one of its limits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LimitEvent {
+    /// A peer declared a frame that would make its message (or command)
+    /// larger than [`SocketOptions::max_message_size`]: it was disconnected
+    /// before anything was allocated for that frame.
+    MessageTooLarge {
+        /// The size the message would have reached, as declared.
+        declared: u64,
+        /// The limit.
+        limit: usize,
+    },
+    /// A PUB message for one subscriber was dropped: its send queue was full.
+    SendQueueFull,
+    /// A PUB message was dropped before fan-out: the fan-out queue was full.
+    FanoutQueueFull,
+    /// A subscription beyond [`SocketOptions::subscription_limit`] was ignored.
+    SubscriptionRefused,
+    /// A peer was refused by [`SocketOptions::peer_filter`] and closed before
+    /// any byte was read from it or written to it. `cred` is `None` when the
+    /// credentials could not be read (e.g. a TCP peer).
+    PeerRefused {
+        /// The refused peer's credentials.
+        cred: Option<PeerCred>,
+    },
 }
 
 impl Default for SocketOptions {
@@ -363,6 +427,12 @@ impl Default for SocketOptions {
             read_buffer_initial_size: 128,
             read_buffer_max_size: 64 * 1024,
             read_buffer_short_reads: 2,
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            send_queue_capacity: DEFAULT_SEND_QUEUE_CAPACITY,
+            max_subscriptions: DEFAULT_SUBSCRIPTION_LIMIT.0,
+            max_subscription_bytes: DEFAULT_SUBSCRIPTION_LIMIT.1,
+            peer_filter: None,
+            limit_hook: None,
         }
     }
 }
@@ -432,6 +502,76 @@ impl SocketOptions {
     pub fn no_connect_timeout(&mut self) -> &mut Self {
         self.connect_timeout = None;
         self
+    }
+
+    /// The largest message a peer may send: the sum of its parts' lengths,
+    /// each part after the first also counting [`MESSAGE_PART_OVERHEAD`].
+    /// ZMTP commands (the handshake) are held to the same limit.
+    ///
+    /// Checked when a frame's length is read, before anything is reserved for
+    /// it: a peer that declares more is disconnected (the read fails with a
+    /// codec error, and [`LimitEvent::MessageTooLarge`] is reported).
+    /// Defaults to [`DEFAULT_MAX_MESSAGE_SIZE`].
+    ///
+    /// # Panics
+    /// Panics if `bytes` is 0.
+    pub fn max_message_size(&mut self, bytes: usize) -> &mut Self {
+        assert!(bytes > 0, "maximum message size must be positive");
+        self.max_message_size = bytes;
+        self
+    }
+
+    /// How many messages may wait for each peer. A PUB socket drops what
+    /// does not fit, for that subscriber only, and reports
+    /// [`LimitEvent::SendQueueFull`]; its fan-out queue (messages waiting to
+    /// be matched against subscriptions) holds as many and reports
+    /// [`LimitEvent::FanoutQueueFull`]. Socket types that wait instead of
+    /// dropping (PUSH, DEALER, REQ, ...) wait when their peer's queue is full.
+    /// Defaults to [`DEFAULT_SEND_QUEUE_CAPACITY`].
+    ///
+    /// # Panics
+    /// Panics if `messages` is 0.
+    pub fn send_queue_capacity(&mut self, messages: usize) -> &mut Self {
+        assert!(messages > 0, "send queue capacity must be positive");
+        self.send_queue_capacity = messages;
+        self
+    }
+
+    /// How many subscriptions a PUB or XPUB socket keeps per peer, and how
+    /// many bytes they may total. A subscription beyond either is ignored and
+    /// reported ([`LimitEvent::SubscriptionRefused`]). Defaults to
+    /// [`DEFAULT_SUBSCRIPTION_LIMIT`].
+    pub fn subscription_limit(&mut self, count: usize, bytes: usize) -> &mut Self {
+        self.max_subscriptions = count;
+        self.max_subscription_bytes = bytes;
+        self
+    }
+
+    /// Checks every ipc connection, accepted (bind side) or established
+    /// (connect side), with the peer's `SO_PEERCRED` credentials before any
+    /// byte is read or written. A refused peer is closed and reported
+    /// ([`LimitEvent::PeerRefused`]); on the connect side, the connect fails
+    /// with [`std::io::ErrorKind::PermissionDenied`].
+    ///
+    /// TCP peers have no credentials: with a filter set, every TCP
+    /// connection is refused. Without a filter (the default) everyone is
+    /// accepted.
+    pub fn peer_filter(&mut self, filter: PeerFilter) -> &mut Self {
+        self.peer_filter = Some(filter);
+        self
+    }
+
+    /// Called (on the socket's tasks: keep it short) for every message
+    /// dropped and every peer or subscription refused by a limit.
+    pub fn limit_hook(&mut self, hook: LimitHook) -> &mut Self {
+        self.limit_hook = Some(hook);
+        self
+    }
+
+    pub(crate) fn report(&self, event: LimitEvent) {
+        if let Some(hook) = &self.limit_hook {
+            hook(&event);
+        }
     }
 }
 

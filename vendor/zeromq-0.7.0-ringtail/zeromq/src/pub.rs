@@ -5,7 +5,7 @@ use crate::message::*;
 use crate::transport::AcceptStopHandle;
 use crate::util::PeerIdentity;
 use crate::write_queue::write_message_queue;
-use crate::{async_rt, CaptureSocket, SocketOptions};
+use crate::{async_rt, CaptureSocket, LimitEvent, SocketOptions};
 use crate::{MultiPeerBackend, Socket, SocketBackend, SocketEvent, SocketSend, SocketType};
 
 use async_trait::async_trait;
@@ -19,7 +19,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-const PUB_SEND_QUEUE_CAPACITY: usize = 100_000;
 type PubSendQueue = mpsc::Sender<Message>;
 
 fn subscription_matches(subscriptions: &[Vec<u8>], first_frame: &Bytes) -> bool {
@@ -44,18 +43,40 @@ fn subscription_matches(subscriptions: &[Vec<u8>], first_frame: &Bytes) -> bool 
         })
 }
 
-fn send_to_subscriber(mut send_queue: PubSendQueue, message: &ZmqMessage) {
+/// ringtail: whether one more subscription fits the per-peer bound.
+pub(crate) fn subscription_fits(
+    subscriptions: &[Vec<u8>],
+    subscription: &[u8],
+    options: &SocketOptions,
+) -> bool {
+    let bytes: usize = subscriptions.iter().map(Vec::len).sum();
+    subscriptions.len() < options.max_subscriptions
+        && bytes.saturating_add(subscription.len()) <= options.max_subscription_bytes
+}
+
+/// ringtail: a subscriber's queue holding exactly `capacity` messages. The
+/// queue must be used through this one sender, never a clone: a futures
+/// channel holds `buffer` messages plus one per sender, and a fresh clone can
+/// always add one more.
+fn subscriber_queue(capacity: usize) -> (PubSendQueue, mpsc::Receiver<Message>) {
+    mpsc::channel(capacity.saturating_sub(1))
+}
+
+/// Returns false if the message was dropped because the queue was full.
+fn send_to_subscriber(send_queue: &mut PubSendQueue, message: &ZmqMessage) -> bool {
     let message = Message::Message(message.clone());
     match send_queue.try_send(message) {
-        Ok(()) => {}
+        Ok(()) => true,
         Err(error) if error.is_full() => {
             // PUB drops messages for slow subscribers so one full queue does not backpressure all publishers.
             drop(error.into_inner());
+            false
         }
         Err(error) => {
             // The writer task owns transport error detection and subscriber cleanup.
             // A closed local queue is treated as a dropped PUB message on this send path.
             drop(error.into_inner());
+            true
         }
     }
 }
@@ -77,11 +98,13 @@ struct PubFanoutQueue {
     queue: Arc<ArrayQueue<ZmqMessage>>,
     wake_sender: mpsc::UnboundedSender<()>,
     wake_pending: Arc<AtomicBool>,
+    options: Arc<SocketOptions>,
 }
 
 impl PubFanoutQueue {
     fn publish(&self, message: ZmqMessage) -> ZmqResult<()> {
         if self.queue.push(message).is_err() {
+            self.options.report(LimitEvent::FanoutQueueFull);
             return Ok(());
         }
 
@@ -96,7 +119,8 @@ impl PubFanoutQueue {
 }
 
 fn spawn_pub_fanout_queue(backend: Arc<PubSocketBackend>) -> PubFanoutQueue {
-    let queue = Arc::new(ArrayQueue::new(PUB_SEND_QUEUE_CAPACITY));
+    let options = backend.socket_options.clone();
+    let queue = Arc::new(ArrayQueue::new(options.send_queue_capacity));
     let wake_pending = Arc::new(AtomicBool::new(false));
     let (wake_sender, mut wake_receiver) = mpsc::unbounded();
     let worker_queue = queue.clone();
@@ -124,6 +148,7 @@ fn spawn_pub_fanout_queue(backend: Arc<PubSocketBackend>) -> PubFanoutQueue {
         queue,
         wake_sender,
         wake_pending,
+        options,
     }
 }
 
@@ -135,9 +160,11 @@ impl PubSocketBackend {
         };
 
         let mut iter = self.subscribers.begin_async().await;
-        while let Some(subscriber) = iter {
-            if subscription_matches(&subscriber.subscriptions, first_frame) {
-                send_to_subscriber(subscriber.send_queue.clone(), &message);
+        while let Some(mut subscriber) = iter {
+            if subscription_matches(&subscriber.subscriptions, first_frame)
+                && !send_to_subscriber(&mut subscriber.send_queue, &message)
+            {
+                self.socket_options.report(LimitEvent::SendQueueFull);
             }
             iter = subscriber.next_async().await;
         }
@@ -163,7 +190,11 @@ impl PubSocketBackend {
             Some(1) => {
                 // Subscribe
                 if let Some(mut entry) = self.subscribers.get_sync(peer_id) {
-                    entry.subscriptions.push(Vec::from(&data[1..]));
+                    if subscription_fits(&entry.subscriptions, &data[1..], &self.socket_options) {
+                        entry.subscriptions.push(Vec::from(&data[1..]));
+                    } else {
+                        self.socket_options.report(LimitEvent::SubscriptionRefused);
+                    }
                 }
             }
             Some(0) => {
@@ -207,7 +238,8 @@ impl MultiPeerBackend for PubSocketBackend {
     async fn peer_connected(self: Arc<Self>, peer_id: &PeerIdentity, io: FramedIo) {
         let (mut recv_queue, send_queue) = io.into_parts();
         // TODO provide handling for recv_queue
-        let (queue_sender, queue_receiver) = mpsc::channel(PUB_SEND_QUEUE_CAPACITY);
+        let (queue_sender, queue_receiver) =
+            subscriber_queue(self.socket_options.send_queue_capacity);
         let (sender, stop_receiver) = oneshot::channel();
         let old_subscriber = self
             .subscribers
@@ -384,6 +416,7 @@ mod tests {
             queue: Arc::new(ArrayQueue::new(capacity)),
             wake_sender,
             wake_pending: Arc::new(AtomicBool::new(false)),
+            options: Arc::new(SocketOptions::default()),
         };
         (fanout_queue, wake_receiver)
     }
@@ -582,7 +615,10 @@ mod tests {
         }
         assert!(prefilled_count > 0);
 
-        send_to_subscriber(queue_sender, &ZmqMessage::from("dropped payload"));
+        assert!(!send_to_subscriber(
+            &mut queue_sender,
+            &ZmqMessage::from("dropped payload")
+        ));
 
         assert!(backend.subscribers.get_sync(&peer_id).is_some());
         assert_eq!(backend.subscriber_count.load(Ordering::Relaxed), 1);
@@ -608,7 +644,7 @@ mod tests {
     async fn test_send_to_subscriber_drops_closed_queue_without_disconnect() {
         let backend = test_backend();
         let peer_id = PeerIdentity::new();
-        let (queue_sender, queue_receiver) = mpsc::channel(1);
+        let (mut queue_sender, queue_receiver) = mpsc::channel(1);
         drop(queue_receiver);
 
         insert_test_subscriber(
@@ -619,10 +655,50 @@ mod tests {
         )
         .await;
 
-        send_to_subscriber(queue_sender, &ZmqMessage::from("payload"));
+        send_to_subscriber(&mut queue_sender, &ZmqMessage::from("payload"));
 
         assert!(backend.subscribers.get_sync(&peer_id).is_some());
         assert_eq!(backend.subscriber_count.load(Ordering::Relaxed), 1);
+    }
+
+    // ringtail: stock 0.7.0 sent through a fresh clone of the sender for every
+    // message, and a futures channel always has room for one more message per
+    // sender: a subscriber that never read made the queue grow without bound.
+    #[async_rt::test]
+    async fn test_fanout_respects_send_queue_capacity_and_reports_drops() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let counted = drops.clone();
+        let mut options = SocketOptions::default();
+        options.limit_hook(Arc::new(move |event| {
+            assert_eq!(*event, LimitEvent::SendQueueFull);
+            counted.fetch_add(1, Ordering::Relaxed);
+        }));
+        let mut backend = test_backend();
+        backend.socket_options = Arc::new(options);
+        let (queue_sender, mut queue_receiver) = subscriber_queue(4);
+        insert_test_subscriber(&backend, PeerIdentity::new(), vec![vec![]], queue_sender).await;
+
+        for _ in 0..10 {
+            backend.fanout_message(ZmqMessage::from("payload")).await;
+        }
+
+        let mut queued = 0;
+        while queue_receiver.try_recv().is_ok() {
+            queued += 1;
+        }
+        assert_eq!(queued, 4);
+        assert_eq!(drops.load(Ordering::Relaxed), 6);
+    }
+
+    #[test]
+    fn test_subscription_fits_bounds_count_and_bytes() {
+        let mut options = SocketOptions::default();
+        options.subscription_limit(2, 4);
+        assert!(subscription_fits(&[], b"abcd", &options));
+        assert!(!subscription_fits(&[], b"abcde", &options));
+        assert!(subscription_fits(&[b"ab".to_vec()], b"cd", &options));
+        assert!(!subscription_fits(&[b"ab".to_vec()], b"cde", &options));
+        assert!(!subscription_fits(&[vec![], vec![]], b"", &options));
     }
 
     #[async_rt::test]

@@ -3,9 +3,10 @@ use crate::endpoint::Endpoint;
 use crate::error::ZmqResult;
 use crate::fair_queue::{FairQueue, QueueInner};
 use crate::message::*;
+use crate::r#pub::subscription_fits;
 use crate::transport::AcceptStopHandle;
 use crate::util::PeerIdentity;
-use crate::{CaptureSocket, SocketOptions};
+use crate::{CaptureSocket, LimitEvent, SocketOptions};
 use crate::{
     MultiPeerBackend, Socket, SocketBackend, SocketEvent, SocketRecv, SocketSend, SocketType,
     ZmqError,
@@ -54,7 +55,11 @@ impl XPubSocketBackend {
             Some(1) => {
                 // Subscribe
                 if let Some(mut entry) = self.subscribers.get_sync(peer_id) {
-                    entry.subscriptions.push(Vec::from(&data[1..]));
+                    if subscription_fits(&entry.subscriptions, &data[1..], &self.socket_options) {
+                        entry.subscriptions.push(Vec::from(&data[1..]));
+                    } else {
+                        self.socket_options.report(LimitEvent::SubscriptionRefused);
+                    }
                 }
             }
             Some(0) => {

@@ -16,6 +16,9 @@ pub enum CodecError {
     Io(#[from] std::io::Error),
     #[error("{0}")]
     Other(&'static str),
+    /// ringtail: a peer declared more than `SocketOptions::max_message_size`.
+    #[error("peer declared a message of {declared} bytes, more than the limit of {limit}")]
+    MessageTooLarge { declared: u64, limit: usize },
 }
 
 pub(crate) type CodecResult<T> = Result<T, CodecError>;

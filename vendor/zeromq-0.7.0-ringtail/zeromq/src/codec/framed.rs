@@ -1,5 +1,5 @@
 use crate::codec::ZmqCodec;
-use crate::SocketOptions;
+use crate::{LimitEvent, SocketOptions};
 
 use super::error::{CodecError, CodecResult};
 use super::Message;
@@ -108,6 +108,23 @@ impl Stream for ZmqFramedRead {
     type Item = CodecResult<Message>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let item = self.as_mut().poll_decode(cx);
+        // ringtail: every read goes through here, so every refused frame is reported.
+        if let Poll::Ready(Some(Err(CodecError::MessageTooLarge { declared, limit }))) = &item {
+            self.options.report(LimitEvent::MessageTooLarge {
+                declared: *declared,
+                limit: *limit,
+            });
+        }
+        item
+    }
+}
+
+impl ZmqFramedRead {
+    fn poll_decode(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<CodecResult<Message>>> {
         let this = &mut *self;
 
         // Consume buffered data first; read from the socket only when the

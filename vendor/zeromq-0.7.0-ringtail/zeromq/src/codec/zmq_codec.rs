@@ -2,7 +2,7 @@ use super::command::ZmqCommand;
 use super::error::CodecError;
 use super::greeting::ZmqGreeting;
 use super::Message;
-use crate::{SocketOptions, ZmqMessage};
+use crate::{SocketOptions, ZmqMessage, MESSAGE_PART_OVERHEAD};
 
 use asynchronous_codec::{Decoder, Encoder};
 use bytes::{Buf, Bytes, BytesMut};
@@ -33,6 +33,9 @@ pub struct ZmqCodec {
     // internal details to higher levels
     buffered_message: Option<ZmqMessage>,
     max_read_chunk_size: usize,
+    // ringtail: the limit, and what the message being buffered counts toward it.
+    max_message_size: usize,
+    buffered_size: usize,
 }
 
 impl ZmqCodec {
@@ -46,7 +49,34 @@ impl ZmqCodec {
             waiting_for: 64, // len of the greeting frame
             buffered_message: None,
             max_read_chunk_size: options.read_buffer_max_size,
+            max_message_size: options.max_message_size,
+            buffered_size: 0,
         }
+    }
+
+    /// ringtail: admits a frame of `declared` bytes if its message (or
+    /// command) stays within `max_message_size`; called as soon as the length
+    /// is read, before anything is reserved for the frame.
+    fn admit_frame(&mut self, frame: Frame, declared: u64) -> Result<usize, CodecError> {
+        let counted = if frame.command {
+            0
+        } else if self.buffered_message.is_some() {
+            self.buffered_size + MESSAGE_PART_OVERHEAD
+        } else {
+            0
+        };
+        let total = declared.saturating_add(counted as u64);
+        if total > self.max_message_size as u64 {
+            return Err(CodecError::MessageTooLarge {
+                declared: total,
+                limit: self.max_message_size,
+            });
+        }
+        if !frame.command {
+            // total <= max_message_size, a usize
+            self.buffered_size = total as usize;
+        }
+        Ok(declared as usize)
     }
 
     /// Returns the minimum additional bytes needed before decode can progress.
@@ -108,21 +138,23 @@ impl Decoder for ZmqCodec {
                     self.waiting_for = if frame.long { 8 } else { 1 };
                 }
                 DecoderState::FrameLen(frame) => {
-                    let frame_len = if frame.long {
-                        let len = usize::try_from(src.get_u64()).map_err(|_error| {
-                            CodecError::Decode("Frame length exceeds read buffer capacity")
-                        })?;
+                    let declared = if frame.long {
+                        src.get_u64()
+                    } else {
+                        u64::from(src.get_u8())
+                    };
+                    // ringtail: the limit is checked before anything is reserved.
+                    let frame_len = self.admit_frame(frame, declared)?;
+                    if frame.long {
                         // The reader may prepare a full read chunk at the frame tail.
                         // Reject unrepresentable lengths here, before reserve or resize.
-                        len.checked_add(self.max_read_chunk_size)
+                        frame_len
+                            .checked_add(self.max_read_chunk_size)
                             .filter(|&capacity| isize::try_from(capacity).is_ok())
                             .ok_or(CodecError::Decode(
                                 "Frame length exceeds read buffer capacity",
                             ))?;
-                        len
-                    } else {
-                        usize::from(src.get_u8())
-                    };
+                    }
                     self.state = DecoderState::Frame(frame);
                     self.waiting_for = frame_len;
                 }
@@ -141,6 +173,7 @@ impl Decoder for ZmqCodec {
                     }
 
                     if !frame.more {
+                        self.buffered_size = 0;
                         // Quoth the Raven “Nevermore.”
                         return Ok(Some(Message::Message(
                             self.buffered_message
@@ -223,6 +256,65 @@ pub(crate) mod tests {
         }
         assert_eq!(bytes.len(), 0);
     }
+
+    // ringtail: a declared length beyond the limit fails before any reserve.
+    #[test]
+    fn test_declared_length_beyond_limit_is_refused_before_reserve() {
+        for limit in [1, 1000, DEFAULT_MAX_LIMIT_FOR_TEST] {
+            let mut options = SocketOptions::default();
+            options.max_message_size(limit);
+            for (flags, declared) in [(2u8, 1u64 << 60), (2, u64::MAX), (6, 1 << 60)] {
+                let mut codec = ZmqCodec::with_options(&options);
+                codec.state = DecoderState::FrameHeader;
+                codec.waiting_for = 1;
+                let mut input = BytesMut::from(&[flags][..]);
+                input.extend_from_slice(&declared.to_be_bytes());
+                let capacity = input.capacity();
+                match codec.decode(&mut input) {
+                    Err(CodecError::MessageTooLarge {
+                        declared: got,
+                        limit: l,
+                    }) => assert_eq!((got, l), (declared, limit)),
+                    other => panic!("unexpected {other:?}"),
+                }
+                assert!(input.capacity() <= capacity, "nothing reserved");
+            }
+        }
+    }
+
+    // ringtail: parts after the first count their bookkeeping too.
+    #[test]
+    fn test_multipart_message_counts_toward_the_limit() {
+        let mut options = SocketOptions::default();
+        options.max_message_size(10 + MESSAGE_PART_OVERHEAD);
+        let mut codec = ZmqCodec::with_options(&options);
+        codec.state = DecoderState::FrameHeader;
+        codec.waiting_for = 1;
+        // 5 + (32 + 5) fits; one more empty part does not.
+        let mut input = BytesMut::from(&[1, 5, 1, 1, 1, 1, 1, 1, 5, 2, 2, 2, 2, 2, 1, 0][..]);
+        match codec.decode(&mut input) {
+            Err(CodecError::MessageTooLarge { declared, .. }) => {
+                assert_eq!(declared, 10 + 2 * MESSAGE_PART_OVERHEAD as u64);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        // A single-part message may use the whole limit, and the count restarts.
+        let mut codec = ZmqCodec::with_options(&options);
+        codec.state = DecoderState::FrameHeader;
+        codec.waiting_for = 1;
+        let mut input = BytesMut::from(&[0, 42][..]);
+        input.extend_from_slice(&[7; 42]);
+        input.extend_from_slice(&[0, 42]);
+        input.extend_from_slice(&[7; 42]);
+        for _ in 0..2 {
+            assert!(matches!(
+                codec.decode(&mut input),
+                Ok(Some(Message::Message(_)))
+            ));
+        }
+    }
+
+    const DEFAULT_MAX_LIMIT_FOR_TEST: usize = crate::DEFAULT_MAX_MESSAGE_SIZE;
 
     #[test]
     pub fn test_message_decode_2() {

@@ -61,11 +61,45 @@ fn make_framed(stream: UnixStream, options: Arc<crate::SocketOptions>) -> Framed
     FramedIo::new(Box::new(read), Box::new(write), options)
 }
 
+/// ringtail: applies `SocketOptions::peer_filter` to a new connection, before
+/// any byte is read from it or written to it.
+fn admit_peer(stream: &UnixStream, options: &crate::SocketOptions) -> std::io::Result<()> {
+    let Some(filter) = &options.peer_filter else {
+        return Ok(());
+    };
+    let cred = peer_cred(stream);
+    if cred.as_ref().is_some_and(|cred| filter(cred)) {
+        return Ok(());
+    }
+    options.report(crate::LimitEvent::PeerRefused { cred });
+    Err(std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        "ipc peer refused by the peer filter",
+    ))
+}
+
+#[cfg(all(feature = "tokio-runtime", target_family = "unix"))]
+fn peer_cred(stream: &UnixStream) -> Option<crate::PeerCred> {
+    let cred = stream.peer_cred().ok()?;
+    Some(crate::PeerCred {
+        pid: cred.pid(),
+        uid: cred.uid(),
+        gid: cred.gid(),
+    })
+}
+
+// Not implemented for other runtimes: a peer filter refuses every peer there.
+#[cfg(not(all(feature = "tokio-runtime", target_family = "unix")))]
+fn peer_cred(_stream: &UnixStream) -> Option<crate::PeerCred> {
+    None
+}
+
 pub(crate) async fn connect(
     path: &Path,
     options: Arc<crate::SocketOptions>,
 ) -> ZmqResult<(FramedIo, Endpoint)> {
     let raw_socket = UnixStream::connect(path).await?;
+    admit_peer(&raw_socket, &options)?;
 
     #[cfg(target_family = "unix")]
     let peer_addr = raw_socket.peer_addr()?;
@@ -146,7 +180,10 @@ where
         loop {
             select! {
                 incoming = listener.accept().fuse() => {
-                    let maybe_accepted: Result<_, _> = incoming.map(|(raw_socket, peer_addr)| {
+                    let maybe_accepted: Result<_, _> = incoming.and_then(|(raw_socket, peer_addr)| {
+                        admit_peer(&raw_socket, &options)?;
+                        Ok((raw_socket, peer_addr))
+                    }).map(|(raw_socket, peer_addr)| {
                         #[cfg(target_family = "unix")]
                         let peer_addr = pathname_from_unix_addr(peer_addr);
                         #[cfg(windows)]

@@ -19,12 +19,26 @@ use futures::{select, FutureExt};
 #[cfg(feature = "tokio-runtime")]
 const TCP_SOCKET_BUFFER_SIZE: usize = 4 * 1024 * 1024;
 
+/// ringtail: a TCP peer has no credentials, so a socket with a
+/// `SocketOptions::peer_filter` refuses it.
+fn admit_peer(options: &crate::SocketOptions) -> std::io::Result<()> {
+    if options.peer_filter.is_none() {
+        return Ok(());
+    }
+    options.report(crate::LimitEvent::PeerRefused { cred: None });
+    Err(std::io::Error::new(
+        std::io::ErrorKind::PermissionDenied,
+        "a socket with a peer filter refuses TCP peers",
+    ))
+}
+
 pub(crate) async fn connect(
     host: &Host,
     port: Port,
     options: Arc<crate::SocketOptions>,
 ) -> ZmqResult<(FramedIo, Endpoint)> {
     let raw_socket = TcpStream::connect((host.to_string().as_str(), port)).await?;
+    admit_peer(&options)?;
     // For some reason set_nodelay doesn't work on windows. See
     // https://github.com/zeromq/zmq.rs/issues/148 for details
     #[cfg(not(windows))]
@@ -95,6 +109,7 @@ where
             select! {
                 incoming = listener.accept().fuse() => {
                     let maybe_accepted: Result<_, _> = incoming
+                        .and_then(|accepted| admit_peer(&options).map(|()| accepted))
                         .and_then(|(raw_socket, remote_addr)| {
                             raw_socket
                                 .set_nodelay(true)
