@@ -19,6 +19,7 @@
 //!   bounded mailboxes.
 
 pub mod actors;
+pub mod h2;
 pub mod http;
 pub mod ids;
 pub mod ledger;
