@@ -319,7 +319,9 @@ impl H2Conn {
     /// Stream 1's request, already seen as an HTTP/1 request with
     /// `Upgrade: h2c` (RFC 7540 3.2): its response comes as HTTP/2 frames.
     /// `target` is the request target (path and query); `headers` are the
-    /// request's header lines.
+    /// request's header lines. The pieces fed afterwards start after the
+    /// `101 Switching Protocols` response (server side) and after the
+    /// client preface (client side), like on any other connection.
     pub fn seed_upgrade(
         &mut self,
         ts: u64,
