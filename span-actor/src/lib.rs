@@ -21,6 +21,7 @@
 //!   (`ringtail_ipc`).
 
 pub mod actors;
+pub mod h2;
 pub mod http;
 pub mod ids;
 pub mod ledger;
