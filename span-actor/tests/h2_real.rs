@@ -6,7 +6,7 @@
 //!
 //! - Node's `http2` server (h2c): Node's `http2` client (15 streams on one
 //!   session, 12 of them concurrent) and `curl --http2-prior-knowledge`.
-//! - Python `grpcio` server and client (from `$RINGTAIL_TEST_VENV`): unary
+//! - Python `grpcio` server and client (from the test venv, `.venv` or `$RINGTAIL_TEST_VENV`): unary
 //!   OK and error, server streaming, many concurrent calls, an
 //!   unimplemented method.
 //!
@@ -22,16 +22,11 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use span_actor::h2::{
-    frames, grpc, Dir, DropReason, End, H2Conn, H2Stats, Piece, Role, StreamDone,
-};
+use span_actor::h2::{frames, grpc, Dir, DropReason, End, H2Conn, H2Stats, Piece, Role, StreamDone};
 
 const PREFACE_LEN: usize = 24;
 
-fn skip(reason: &str) {
-    eprintln!("SKIPPED: {reason}");
-    println!("SKIPPED: {reason}");
-}
+use ringtail_tests::skip;
 
 /// One read of the proxy: connection, direction seen from the server,
 /// monotonic time, bytes.
@@ -50,10 +45,7 @@ type Copiers = Arc<Mutex<Vec<thread::JoinHandle<()>>>>;
 fn proxy(upstream: u16) -> (u16, Arc<Recorder>, Copiers) {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
     let port = l.local_addr().expect("proxy address").port();
-    let rec = Arc::new(Recorder {
-        chunks: Mutex::new(Vec::new()),
-        epoch: Instant::now(),
-    });
+    let rec = Arc::new(Recorder { chunks: Mutex::new(Vec::new()), epoch: Instant::now() });
     let threads = Arc::new(Mutex::new(Vec::new()));
     let (r, t) = (rec.clone(), threads.clone());
     thread::spawn(move || {
@@ -61,21 +53,11 @@ fn proxy(upstream: u16) -> (u16, Arc<Recorder>, Copiers) {
             let Ok(client) = client else { return };
             let server = TcpStream::connect(("127.0.0.1", upstream)).expect("connect upstream");
             for (from, to, dir) in [
-                (
-                    client.try_clone().expect("clone"),
-                    server.try_clone().expect("clone"),
-                    Dir::Recv,
-                ),
-                (
-                    server.try_clone().expect("clone"),
-                    client.try_clone().expect("clone"),
-                    Dir::Send,
-                ),
+                (client.try_clone().expect("clone"), server.try_clone().expect("clone"), Dir::Recv),
+                (server.try_clone().expect("clone"), client.try_clone().expect("clone"), Dir::Send),
             ] {
                 let r = r.clone();
-                t.lock()
-                    .unwrap()
-                    .push(thread::spawn(move || copy(conn, from, to, dir, &r)));
+                t.lock().unwrap().push(thread::spawn(move || copy(conn, from, to, dir, &r)));
             }
         }
     });
@@ -94,12 +76,7 @@ fn copy(conn: usize, mut from: TcpStream, mut to: TcpStream, dir: Dir, rec: &Rec
             // Recorded before forwarding, under one lock: the order of the
             // recording is an order the two sides could have seen.
             let mut c = rec.chunks.lock().unwrap();
-            c.push((
-                conn,
-                dir,
-                rec.epoch.elapsed().as_nanos() as u64,
-                buf[..n].to_vec(),
-            ));
+            c.push((conn, dir, rec.epoch.elapsed().as_nanos() as u64, buf[..n].to_vec()));
         }
         if to.write_all(&buf[..n]).is_err() {
             return;
@@ -121,22 +98,11 @@ struct Walker {
 
 impl Walker {
     fn new(preface: bool, cap: usize) -> Self {
-        Walker {
-            skip: if preface { PREFACE_LEN } else { 0 },
-            header: Vec::new(),
-            remaining: 0,
-            needed: false,
-            captured: 0,
-            cap,
-        }
+        Walker { skip: if preface { PREFACE_LEN } else { 0 }, header: Vec::new(), remaining: 0, needed: false, captured: 0, cap }
     }
 
     fn payload(&mut self, bytes: &[u8], out: &mut Vec<Piece>, first: Option<[u8; 9]>) {
-        let keep = if self.needed {
-            bytes.len().min(self.cap - self.captured)
-        } else {
-            0
-        };
+        let keep = if self.needed { bytes.len().min(self.cap - self.captured) } else { 0 };
         self.captured += keep;
         let lost = if self.needed { bytes.len() - keep } else { 0 };
         if let Some(h) = first {
@@ -148,9 +114,7 @@ impl Walker {
                 payload: bytes[..keep].to_vec(),
             });
         } else if keep > 0 {
-            out.push(Piece::More {
-                payload: bytes[..keep].to_vec(),
-            });
+            out.push(Piece::More { payload: bytes[..keep].to_vec() });
         }
         if lost > 0 {
             out.push(Piece::Lost { bytes: lost as u64 });
@@ -228,19 +192,10 @@ impl Drop for Kill {
 
 /// Starts a server that prints its port on its first line.
 fn server(mut cmd: Command) -> (Kill, u16) {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start server");
+    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("start server");
     let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("stdout"))
-        .read_line(&mut line)
-        .expect("read port");
-    let port = line
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("server printed {line:?}, not a port"));
+    BufReader::new(child.stdout.take().expect("stdout")).read_line(&mut line).expect("read port");
+    let port = line.trim().parse().unwrap_or_else(|_| panic!("server printed {line:?}, not a port"));
     (Kill(child), port)
 }
 
@@ -252,10 +207,7 @@ fn run(cmd: &mut Command, deadline: Duration) {
             assert!(st.success(), "client failed: {st}");
             return;
         }
-        assert!(
-            Instant::now() < until,
-            "client still running after {deadline:?}"
-        );
+        assert!(Instant::now() < until, "client still running after {deadline:?}");
         thread::sleep(Duration::from_millis(20));
     }
 }
@@ -266,21 +218,13 @@ fn join_all(threads: &Mutex<Vec<thread::JoinHandle<()>>>, deadline: Duration) {
         if threads.lock().unwrap().iter().all(|t| t.is_finished()) {
             return;
         }
-        assert!(
-            Instant::now() < until,
-            "proxy connections still open after {deadline:?}"
-        );
+        assert!(Instant::now() < until, "proxy connections still open after {deadline:?}");
         thread::sleep(Duration::from_millis(20));
     }
 }
 
 fn have(tool: &str) -> bool {
-    Command::new(tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    Command::new(tool).arg("--version").stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
 }
 
 const NODE_SERVER: &str = r#"
@@ -333,17 +277,12 @@ fn node_h2c_and_curl() {
     let (port, rec, threads) = proxy(upstream);
     let base = format!("http://127.0.0.1:{port}");
     // One session, sequential then 12 concurrent streams.
-    run(
-        Command::new("node").args(["-e", NODE_CLIENT, &base]),
-        Duration::from_secs(20),
-    );
+    run(Command::new("node").args(["-e", NODE_CLIENT, &base]), Duration::from_secs(20));
     // curl's encoder too (curl 7.88 fails when it reuses a prior-knowledge
     // connection, so one request per connection).
     for p in ["/curl?z=9", "/missing/curl"] {
         run(
-            Command::new("curl")
-                .args(["-sS", "--http2-prior-knowledge", "-o", "/dev/null"])
-                .arg(format!("{base}{p}")),
+            Command::new("curl").args(["-sS", "--http2-prior-knowledge", "-o", "/dev/null"]).arg(format!("{base}{p}")),
             Duration::from_secs(20),
         );
     }
@@ -351,19 +290,9 @@ fn node_h2c_and_curl() {
 
     let (out, stats) = replay(&rec, usize::MAX);
     assert_eq!(stats, H2Stats::default());
-    let mut got: Vec<_> = out
-        .iter()
-        .map(|d| (d.method.clone(), d.path.clone(), d.query.clone(), d.status))
-        .collect();
+    let mut got: Vec<_> = out.iter().map(|d| (d.method.clone(), d.path.clone(), d.query.clone(), d.status)).collect();
     got.sort();
-    let s = |m: &str, p: &str, q: Option<&str>, st: u16| {
-        (
-            m.to_string(),
-            p.to_string(),
-            q.map(str::to_string),
-            Some(st),
-        )
-    };
+    let s = |m: &str, p: &str, q: Option<&str>, st: u16| (m.to_string(), p.to_string(), q.map(str::to_string), Some(st));
     let mut want = vec![
         s("GET", "/a", None, 200),
         s("GET", "/b/c", Some("x=1&y=2"), 200),
@@ -384,32 +313,16 @@ fn node_h2c_and_curl() {
         assert_eq!(d.end, End::Complete);
         assert!(d.start_ns < d.end_ns);
         assert_eq!(d.scheme.as_deref(), Some("http"));
-        assert_eq!(
-            d.authority.as_deref(),
-            Some(format!("127.0.0.1:{port}").as_str())
-        );
+        assert_eq!(d.authority.as_deref(), Some(format!("127.0.0.1:{port}").as_str()));
         let curl = d.path.contains("curl");
-        assert_eq!(
-            d.user_agent
-                .as_deref()
-                .is_some_and(|u| u.starts_with("curl/")),
-            curl
-        );
+        assert_eq!(d.user_agent.as_deref().is_some_and(|u| u.starts_with("curl/")), curl);
         assert_eq!(d.traceparent.is_some(), !curl);
         assert!(d.response_body_bytes > 0);
         assert!(!d.headers_incomplete);
     }
-    assert_eq!(
-        out.iter()
-            .find(|d| d.method == "POST")
-            .map(|d| d.request_body_bytes),
-        Some(5)
-    );
+    assert_eq!(out.iter().find(|d| d.method == "POST").map(|d| d.request_body_bytes), Some(5));
     let ids: std::collections::BTreeSet<u32> = out.iter().map(|d| d.stream_id).collect();
-    assert!(
-        ids.contains(&29),
-        "the node session carried 15 streams (1..=29): {ids:?}"
-    );
+    assert!(ids.contains(&29), "the node session carried 15 streams (1..=29): {ids:?}");
 
     never_wrong_when_cut(&rec, &out);
 }
@@ -430,11 +343,7 @@ fn never_wrong_when_cut(rec: &Recorder, whole: &[StreamDone]) {
         );
     }
     let dropped: u64 = stats.dropped.iter().sum();
-    assert_eq!(
-        cut.len() as u64 + dropped,
-        whole.len() as u64,
-        "every stream out or counted: {stats:?}"
-    );
+    assert_eq!(cut.len() as u64 + dropped, whole.len() as u64, "every stream out or counted: {stats:?}");
     assert_eq!(stats.dropped(DropReason::FramingLost), 0);
 }
 
@@ -483,30 +392,22 @@ ch.close()
 "#;
 
 fn venv_python() -> Option<PathBuf> {
-    let venv = std::env::var_os("RINGTAIL_TEST_VENV")?;
-    let py = PathBuf::from(venv).join("bin/python");
-    let ok = Command::new(&py)
-        .args(["-c", "import grpc"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
+    let py = ringtail_tests::venv().join("bin/python");
+    let ok = Command::new(&py).args(["-c", "import grpc"]).stderr(Stdio::null()).status().is_ok_and(|s| s.success());
     ok.then_some(py)
 }
 
 #[test]
 fn grpcio_client_and_server() {
     let Some(py) = venv_python() else {
-        skip("$RINGTAIL_TEST_VENV has no Python with grpcio (pip install grpcio)");
+        skip(&format!("{} has no Python with grpcio (./ringtail.sh test installs it)", ringtail_tests::venv().display()));
         return;
     };
     let mut cmd = Command::new(&py);
     cmd.args(["-c", GRPC_SERVER]);
     let (_srv, upstream) = server(cmd);
     let (port, rec, threads) = proxy(upstream);
-    run(
-        Command::new(&py).args(["-c", GRPC_CLIENT, &format!("127.0.0.1:{port}")]),
-        Duration::from_secs(30),
-    );
+    run(Command::new(&py).args(["-c", GRPC_CLIENT, &format!("127.0.0.1:{port}")]), Duration::from_secs(30));
     join_all(&threads, Duration::from_secs(10));
 
     let (out, stats) = replay(&rec, usize::MAX);
@@ -521,9 +422,7 @@ fn grpcio_client_and_server() {
         let g = d.grpc.as_ref().expect("gRPC stream");
         assert_eq!(g.service.as_deref(), Some("helloworld.Greeter"));
         let o = grpc::outcome(d).expect("outcome");
-        *by_status
-            .entry((g.method.clone().unwrap(), g.status_code))
-            .or_insert(0) += 1;
+        *by_status.entry((g.method.clone().unwrap(), g.status_code)).or_insert(0) += 1;
         match g.status_code {
             Some(0) => assert!(!o.is_error),
             Some(5) => {
@@ -547,10 +446,7 @@ fn grpcio_client_and_server() {
     .collect();
     assert_eq!(by_status, want);
     let parts = out.iter().find(|d| d.path.ends_with("/Parts")).unwrap();
-    assert!(
-        parts.response_body_bytes >= 5 * (5 + 6),
-        "five length-prefixed messages"
-    );
+    assert!(parts.response_body_bytes >= 5 * (5 + 6), "five length-prefixed messages");
 
     never_wrong_when_cut(&rec, &out);
 }

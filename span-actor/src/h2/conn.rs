@@ -8,9 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use super::frames::{
-    self, CONTINUATION, DATA, GOAWAY, HEADERS, PUSH_PROMISE, RST_STREAM, SETTINGS,
-};
+use super::frames::{self, CONTINUATION, DATA, GOAWAY, HEADERS, PUSH_PROMISE, RST_STREAM, SETTINGS};
 use super::hpack::{self, DecodeError, Header};
 use super::{Dir, DropReason, End, Grpc, H2Stats, Piece, Role, StreamDone};
 
@@ -92,10 +90,7 @@ fn text(bytes: &[u8], max: usize) -> String {
         // Printable ASCII is UTF-8.
         String::from_utf8(bytes.to_vec()).unwrap_or_default()
     } else {
-        String::from_utf8_lossy(bytes)
-            .chars()
-            .filter(|c| !c.is_control())
-            .collect()
+        String::from_utf8_lossy(bytes).chars().filter(|c| !c.is_control()).collect()
     };
     if s.len() > max {
         let mut cut = max;
@@ -150,13 +145,7 @@ impl Fields {
     /// Absent fields become unknown where an unknown header could be them.
     fn finish(&mut self) {
         if self.unknown_pseudo {
-            for v in [
-                &mut self.method,
-                &mut self.path,
-                &mut self.scheme,
-                &mut self.authority,
-                &mut self.status,
-            ] {
+            for v in [&mut self.method, &mut self.path, &mut self.scheme, &mut self.authority, &mut self.status] {
                 if *v == Val::Absent {
                     *v = Val::Unknown;
                 }
@@ -253,11 +242,7 @@ struct Side {
 
 impl Side {
     fn new(mid_connection: bool) -> Self {
-        Side {
-            frame: None,
-            block: None,
-            hpack: hpack::Decoder::new(mid_connection),
-        }
+        Side { frame: None, block: None, hpack: hpack::Decoder::new(mid_connection) }
     }
 }
 
@@ -322,30 +307,15 @@ impl H2Conn {
     /// request's header lines. The pieces fed afterwards start after the
     /// `101 Switching Protocols` response (server side) and after the
     /// client preface (client side), like on any other connection.
-    pub fn seed_upgrade(
-        &mut self,
-        ts: u64,
-        method: &[u8],
-        target: &[u8],
-        headers: &[(&[u8], &[u8])],
-    ) {
+    pub fn seed_upgrade(&mut self, ts: u64, method: &[u8], target: &[u8], headers: &[(&[u8], &[u8])]) {
         let mut f = Fields::default();
-        f.visit(Header {
-            name: Some(b":method"),
-            value: Some(method),
-        });
-        f.visit(Header {
-            name: Some(b":path"),
-            value: Some(target),
-        });
+        f.visit(Header { name: Some(b":method"), value: Some(method) });
+        f.visit(Header { name: Some(b":path"), value: Some(target) });
         for (n, v) in headers {
             let lower = n.to_ascii_lowercase();
             // Pseudo-header names cannot come from HTTP/1 header lines.
             if !lower.starts_with(b":") {
-                f.visit(Header {
-                    name: Some(&lower),
-                    value: Some(v),
-                });
+                f.visit(Header { name: Some(&lower), value: Some(v) });
             }
         }
         f.finish();
@@ -363,28 +333,13 @@ impl H2Conn {
                 return;
             }
             match p {
-                Piece::Frame {
-                    typ,
-                    flags,
-                    stream,
-                    len,
-                    payload,
-                } => {
+                Piece::Frame { typ, flags, stream, len, payload } => {
                     if self.sides[idx(dir)].frame.is_some() {
                         // The kernel moved to the next frame: the rest of
                         // this one's payload went by uncaptured.
                         self.finish_frame(dir, ts, true, out);
                     }
-                    self.start_frame(
-                        dir,
-                        ts,
-                        *typ,
-                        *flags,
-                        *stream & 0x7fff_ffff,
-                        *len,
-                        payload,
-                        out,
-                    );
+                    self.start_frame(dir, ts, *typ, *flags, *stream & 0x7fff_ffff, *len, payload, out);
                 }
                 Piece::More { payload } => self.more(dir, ts, payload, out),
                 Piece::Lost { bytes } => self.lost(dir, ts, *bytes, out),
@@ -419,17 +374,7 @@ impl H2Conn {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn start_frame(
-        &mut self,
-        dir: Dir,
-        ts: u64,
-        typ: u8,
-        flags: u8,
-        stream: u32,
-        len: u32,
-        payload: &[u8],
-        out: &mut Vec<StreamDone>,
-    ) {
+    fn start_frame(&mut self, dir: Dir, ts: u64, typ: u8, flags: u8, stream: u32, len: u32, payload: &[u8], out: &mut Vec<StreamDone>) {
         if len > frames::MAX_FRAME_LEN || payload.len() as u64 > u64::from(len) {
             self.give_up();
             return;
@@ -458,16 +403,7 @@ impl H2Conn {
             0
         };
         let take = payload.len().min(keep);
-        let f = Frame {
-            typ,
-            flags,
-            stream,
-            len,
-            seen: payload.len() as u64,
-            buf: payload[..take].to_vec(),
-            cut: take < payload.len(),
-            ts,
-        };
+        let f = Frame { typ, flags, stream, len, seen: payload.len() as u64, buf: payload[..take].to_vec(), cut: take < payload.len(), ts };
         let done = f.seen == u64::from(len);
         self.sides[idx(dir)].frame = Some(f);
         if done {
@@ -491,11 +427,8 @@ impl H2Conn {
         }
         f.seen += payload.len() as u64;
         if frames::payload_needed(f.typ) && !f.cut {
-            let keep = if f.typ == HEADERS || f.typ == CONTINUATION || f.typ == PUSH_PROMISE {
-                MAX_HEADER_BLOCK
-            } else {
-                MAX_CONTROL_PAYLOAD
-            };
+            let keep =
+                if f.typ == HEADERS || f.typ == CONTINUATION || f.typ == PUSH_PROMISE { MAX_HEADER_BLOCK } else { MAX_CONTROL_PAYLOAD };
             let take = payload.len().min(keep.saturating_sub(f.buf.len()));
             f.buf.extend_from_slice(&payload[..take]);
             f.cut = take < payload.len();
@@ -566,26 +499,14 @@ impl H2Conn {
             RST_STREAM => {
                 let code = frames::rst_code(&f.buf);
                 if self.streams.contains_key(&f.stream) {
-                    self.end_stream(
-                        f.stream,
-                        End::Reset {
-                            code,
-                            by_traced: dir == Dir::Send,
-                        },
-                        ts,
-                        out,
-                    );
+                    self.end_stream(f.stream, End::Reset { code, by_traced: dir == Dir::Send }, ts, out);
                 }
             }
             // Sent by the server: client streams above the last id were
             // never processed.
             GOAWAY if dir != self.role.request_dir() => {
                 if let Some((last, code)) = frames::goaway(&f.buf) {
-                    let refused: Vec<u32> = self
-                        .streams
-                        .range(last.saturating_add(1)..)
-                        .map(|(id, _)| *id)
-                        .collect();
+                    let refused: Vec<u32> = self.streams.range(last.saturating_add(1)..).map(|(id, _)| *id).collect();
                     for id in refused {
                         self.end_stream(id, End::GoAway { code }, ts, out);
                     }
@@ -603,15 +524,7 @@ impl H2Conn {
         }
     }
 
-    fn on_data(
-        &mut self,
-        dir: Dir,
-        ts: u64,
-        flags: u8,
-        stream: u32,
-        len: u32,
-        out: &mut Vec<StreamDone>,
-    ) {
+    fn on_data(&mut self, dir: Dir, ts: u64, flags: u8, stream: u32, len: u32, out: &mut Vec<StreamDone>) {
         let req = dir == self.role.request_dir();
         let Some(s) = self.streams.get_mut(&stream) else {
             return;
@@ -632,9 +545,7 @@ impl H2Conn {
     /// A whole header block (or as much of it as was captured).
     fn on_block(&mut self, dir: Dir, b: Block, ts: u64, out: &mut Vec<StreamDone>) {
         let mut fields = Fields::default();
-        let r = self.sides[idx(dir)]
-            .hpack
-            .decode(&b.buf, !b.cut, |h| fields.visit(h));
+        let r = self.sides[idx(dir)].hpack.decode(&b.buf, !b.cut, |h| fields.visit(h));
         match r {
             Ok(()) => {}
             Err(DecodeError::Truncated) => {
@@ -685,11 +596,7 @@ impl H2Conn {
         };
         s.incomplete |= fields.incomplete();
         if s.resp.is_none() {
-            let informational = fields
-                .status
-                .known()
-                .and_then(|v| v.parse::<u16>().ok())
-                .is_some_and(|c| (100..200).contains(&c));
+            let informational = fields.status.known().and_then(|v| v.parse::<u16>().ok()).is_some_and(|c| (100..200).contains(&c));
             if informational && !b.end_stream {
                 return;
             }
@@ -753,9 +660,7 @@ fn is_token(b: u8) -> bool {
 /// Whether a content-type is gRPC's (`application/grpc`, `+proto`, ...).
 pub fn is_grpc_content_type(ct: &str) -> bool {
     let ct = ct.trim().to_ascii_lowercase();
-    ct == "application/grpc"
-        || ct.starts_with("application/grpc+")
-        || ct.starts_with("application/grpc;")
+    ct == "application/grpc" || ct.starts_with("application/grpc+") || ct.starts_with("application/grpc;")
 }
 
 /// `/package.Service/Method` split, if the path has gRPC's shape.
@@ -821,10 +726,7 @@ fn done(id: u32, role: Role, s: Stream, end: End, end_ns: u64) -> Result<StreamD
         None => (full_path, None),
     };
     let req_ct = std::mem::take(&mut req.content_type);
-    let resp_ct = resp
-        .as_mut()
-        .map(|r| std::mem::take(&mut r.content_type))
-        .unwrap_or_default();
+    let resp_ct = resp.as_mut().map(|r| std::mem::take(&mut r.content_type)).unwrap_or_default();
     let content_type = req_ct.known().or(resp_ct.known()).map(str::to_owned);
     let grpc_ct = match req_ct.known() {
         Some(ct) => is_grpc_content_type(ct),
@@ -839,16 +741,11 @@ fn done(id: u32, role: Role, s: Stream, end: End, end_ns: u64) -> Result<StreamD
             service,
             method: gmethod,
             // A status that is not a number is UNKNOWN, as gRPC clients read it.
-            status_code: s
-                .grpc_status
-                .known()
-                .map(|v| v.trim().parse::<i32>().unwrap_or(2)),
+            status_code: s.grpc_status.known().map(|v| v.trim().parse::<i32>().unwrap_or(2)),
             message: s.grpc_message.known().map(percent_decode),
         }
     });
-    let authority = std::mem::take(&mut req.authority)
-        .into_option()
-        .or(std::mem::take(&mut req.host).into_option());
+    let authority = std::mem::take(&mut req.authority).into_option().or(std::mem::take(&mut req.host).into_option());
     Ok(StreamDone {
         stream_id: id,
         role,
@@ -883,14 +780,8 @@ mod unit {
         assert!(is_grpc_content_type("Application/GRPC; charset=x"));
         assert!(!is_grpc_content_type("application/grpc-web"));
         assert!(!is_grpc_content_type("application/json"));
-        assert_eq!(
-            grpc_path("/helloworld.Greeter/SayHello"),
-            Some(("helloworld.Greeter", "SayHello"))
-        );
-        assert_eq!(
-            grpc_path("/Greeter/SayHello"),
-            Some(("Greeter", "SayHello"))
-        );
+        assert_eq!(grpc_path("/helloworld.Greeter/SayHello"), Some(("helloworld.Greeter", "SayHello")));
+        assert_eq!(grpc_path("/Greeter/SayHello"), Some(("Greeter", "SayHello")));
         assert_eq!(grpc_path("/a/b/c"), None);
         assert_eq!(grpc_path("/a/"), None);
         assert_eq!(grpc_path("//b"), None);

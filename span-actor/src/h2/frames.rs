@@ -43,10 +43,7 @@ pub const MAX_FRAME_LEN: u32 = (1 << 24) - 1;
 /// Whether the stream tracker needs this frame type's payload (the kernel
 /// captures it only for these).
 pub fn payload_needed(typ: u8) -> bool {
-    matches!(
-        typ,
-        HEADERS | CONTINUATION | PUSH_PROMISE | RST_STREAM | GOAWAY | SETTINGS
-    )
+    matches!(typ, HEADERS | CONTINUATION | PUSH_PROMISE | RST_STREAM | GOAWAY | SETTINGS)
 }
 
 /// The header block fragment inside a HEADERS, PUSH_PROMISE or
@@ -70,16 +67,7 @@ pub fn fragment(typ: u8, flags: u8, len: u32, payload: &[u8]) -> Option<Fragment
         match payload.first() {
             Some(&p) => pad = usize::from(p),
             // Not even the pad length was captured.
-            None => {
-                return if len >= 1 {
-                    Some(Fragment {
-                        bytes: &[],
-                        whole: false,
-                    })
-                } else {
-                    None
-                }
-            }
+            None => return if len >= 1 { Some(Fragment { bytes: &[], whole: false }) } else { None },
         }
         off = 1;
     }
@@ -94,36 +82,23 @@ pub fn fragment(typ: u8, flags: u8, len: u32, payload: &[u8]) -> Option<Fragment
     }
     let end = len - pad;
     let bytes = payload.get(off..end.min(payload.len())).unwrap_or(&[]);
-    Some(Fragment {
-        bytes,
-        whole: payload.len() >= end,
-    })
+    Some(Fragment { bytes, whole: payload.len() >= end })
 }
 
 /// The (identifier, value) pairs of a SETTINGS payload's captured part.
 pub fn settings(payload: &[u8]) -> impl Iterator<Item = (u16, u32)> + '_ {
-    payload.chunks_exact(6).map(|c| {
-        (
-            u16::from_be_bytes([c[0], c[1]]),
-            u32::from_be_bytes([c[2], c[3], c[4], c[5]]),
-        )
-    })
+    payload.chunks_exact(6).map(|c| (u16::from_be_bytes([c[0], c[1]]), u32::from_be_bytes([c[2], c[3], c[4], c[5]])))
 }
 
 /// The error code of a RST_STREAM payload, if captured.
 pub fn rst_code(payload: &[u8]) -> Option<u32> {
-    payload
-        .get(..4)
-        .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    payload.get(..4).map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
 }
 
 /// (last stream id, error code) of a GOAWAY payload, if captured.
 pub fn goaway(payload: &[u8]) -> Option<(u32, u32)> {
     let b = payload.get(..8)?;
-    Some((
-        u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0x7fff_ffff,
-        u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
-    ))
+    Some((u32::from_be_bytes([b[0], b[1], b[2], b[3]]) & 0x7fff_ffff, u32::from_be_bytes([b[4], b[5], b[6], b[7]])))
 }
 
 /// RFC 9113 section 7 error code names (for logs and `error.type`).
@@ -154,65 +129,23 @@ mod tests {
     #[test]
     fn fragments() {
         // Plain.
-        assert_eq!(
-            fragment(HEADERS, 0, 3, b"abc"),
-            Some(Fragment {
-                bytes: b"abc",
-                whole: true
-            })
-        );
+        assert_eq!(fragment(HEADERS, 0, 3, b"abc"), Some(Fragment { bytes: b"abc", whole: true }));
         // Padded (2 bytes) with priority.
         let p = [2, 0, 0, 0, 1, 16, b'x', b'y', 0, 0];
-        assert_eq!(
-            fragment(HEADERS, FLAG_PADDED | FLAG_PRIORITY, 10, &p),
-            Some(Fragment {
-                bytes: b"xy",
-                whole: true
-            })
-        );
+        assert_eq!(fragment(HEADERS, FLAG_PADDED | FLAG_PRIORITY, 10, &p), Some(Fragment { bytes: b"xy", whole: true }));
         // Cut before the padding: still whole.
-        assert_eq!(
-            fragment(HEADERS, FLAG_PADDED | FLAG_PRIORITY, 10, &p[..8]),
-            Some(Fragment {
-                bytes: b"xy",
-                whole: true
-            })
-        );
+        assert_eq!(fragment(HEADERS, FLAG_PADDED | FLAG_PRIORITY, 10, &p[..8]), Some(Fragment { bytes: b"xy", whole: true }));
         // Cut inside the fragment.
-        assert_eq!(
-            fragment(HEADERS, FLAG_PADDED | FLAG_PRIORITY, 10, &p[..7]),
-            Some(Fragment {
-                bytes: b"x",
-                whole: false
-            })
-        );
+        assert_eq!(fragment(HEADERS, FLAG_PADDED | FLAG_PRIORITY, 10, &p[..7]), Some(Fragment { bytes: b"x", whole: false }));
         // Cut inside the priority fields.
-        assert_eq!(
-            fragment(HEADERS, FLAG_PADDED | FLAG_PRIORITY, 10, &p[..3]),
-            Some(Fragment {
-                bytes: b"",
-                whole: false
-            })
-        );
+        assert_eq!(fragment(HEADERS, FLAG_PADDED | FLAG_PRIORITY, 10, &p[..3]), Some(Fragment { bytes: b"", whole: false }));
         // Padding longer than the frame.
         assert_eq!(fragment(HEADERS, FLAG_PADDED, 3, &[5, 1, 2]), None);
         assert_eq!(fragment(HEADERS, FLAG_PRIORITY, 3, &[0, 0, 0]), None);
         // PUSH_PROMISE: promised id skipped.
-        assert_eq!(
-            fragment(PUSH_PROMISE, 0, 6, &[0, 0, 0, 2, 0x82, 0x84]),
-            Some(Fragment {
-                bytes: &[0x82, 0x84],
-                whole: true
-            })
-        );
+        assert_eq!(fragment(PUSH_PROMISE, 0, 6, &[0, 0, 0, 2, 0x82, 0x84]), Some(Fragment { bytes: &[0x82, 0x84], whole: true }));
         // CONTINUATION ignores PADDED.
-        assert_eq!(
-            fragment(CONTINUATION, FLAG_PADDED, 2, &[1, 2]),
-            Some(Fragment {
-                bytes: &[1, 2],
-                whole: true
-            })
-        );
+        assert_eq!(fragment(CONTINUATION, FLAG_PADDED, 2, &[1, 2]), Some(Fragment { bytes: &[1, 2], whole: true }));
     }
 
     #[test]

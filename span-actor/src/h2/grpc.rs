@@ -126,9 +126,7 @@ pub const UNAVAILABLE: i32 = 14;
 
 /// The name of a status code, if it is one of the 17.
 pub fn status_name(code: i32) -> Option<&'static str> {
-    usize::try_from(code)
-        .ok()
-        .and_then(|i| STATUS_NAMES.get(i).copied())
+    usize::try_from(code).ok().and_then(|i| STATUS_NAMES.get(i).copied())
 }
 
 /// The stable attribute's value: the name, or the number as text for a
@@ -216,10 +214,7 @@ pub fn outcome(d: &StreamDone) -> Option<Outcome> {
     let unrecognised = d.role == Role::Server && status_code == Some(UNIMPLEMENTED);
     let (full_method, method_original) = match (&service, &method) {
         (Some(s), Some(m)) if !unrecognised => (Cow::Owned(format!("{s}/{m}")), None),
-        _ => (
-            Cow::Borrowed(OTHER),
-            Some(d.path.strip_prefix('/').unwrap_or(&d.path).to_owned()),
-        ),
+        _ => (Cow::Borrowed(OTHER), Some(d.path.strip_prefix('/').unwrap_or(&d.path).to_owned())),
     };
     let is_error = match status_code {
         Some(c) => is_error(d.role, c),
@@ -230,16 +225,7 @@ pub fn outcome(d: &StreamDone) -> Option<Outcome> {
         Some(c) => status_text(c),
         None => Cow::Borrowed("_OTHER"),
     });
-    Some(Outcome {
-        role: d.role,
-        service,
-        method,
-        full_method,
-        method_original,
-        status_code,
-        is_error,
-        error_type,
-    })
+    Some(Outcome { role: d.role, service, method, full_method, method_original, status_code, is_error, error_type })
 }
 
 /// The span name (the same string in every mode for recognised methods:
@@ -329,14 +315,10 @@ pub struct Metric {
 }
 
 /// The stable sets' advised boundaries (seconds).
-pub const STABLE_BUCKETS: [f64; 14] = [
-    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-];
+pub const STABLE_BUCKETS: [f64; 14] = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0];
 /// The SDK default boundaries, used for the experimental ms histograms.
-pub const EXPERIMENTAL_BUCKETS: [f64; 15] = [
-    0.0, 5.0, 10.0, 25.0, 50.0, 75.0, 100.0, 250.0, 500.0, 750.0, 1000.0, 2500.0, 5000.0, 7500.0,
-    10000.0,
-];
+pub const EXPERIMENTAL_BUCKETS: [f64; 15] =
+    [0.0, 5.0, 10.0, 25.0, 50.0, 75.0, 100.0, 250.0, 500.0, 750.0, 1000.0, 2500.0, 5000.0, 7500.0, 10000.0];
 
 const METRICS: [Metric; 4] = [
     Metric {
@@ -423,13 +405,7 @@ mod tests {
     use super::super::Grpc;
     use super::*;
 
-    fn stream(
-        role: Role,
-        path: &str,
-        status: Option<u16>,
-        grpc_status: Option<i32>,
-        end: End,
-    ) -> StreamDone {
+    fn stream(role: Role, path: &str, status: Option<u16>, grpc_status: Option<i32>, end: End) -> StreamDone {
         StreamDone {
             stream_id: 1,
             role,
@@ -445,12 +421,7 @@ mod tests {
             user_agent: None,
             traceparent: None,
             tracestate: None,
-            grpc: Some(Grpc {
-                service: None,
-                method: None,
-                status_code: grpc_status,
-                message: None,
-            }),
+            grpc: Some(Grpc { service: None, method: None, status_code: grpc_status, message: None }),
             end,
             request_body_bytes: 0,
             response_body_bytes: 0,
@@ -465,26 +436,11 @@ mod tests {
     #[test]
     fn opt_in() {
         assert_eq!(Mode::from_opt_in(None, Mode::Stable), Mode::Stable);
-        assert_eq!(
-            Mode::from_opt_in(Some("http"), Mode::Experimental),
-            Mode::Experimental
-        );
-        assert_eq!(
-            Mode::from_opt_in(Some("http, rpc"), Mode::Experimental),
-            Mode::Stable
-        );
-        assert_eq!(
-            Mode::from_opt_in(Some("rpc,rpc/dup"), Mode::Stable),
-            Mode::Dup
-        );
-        assert_eq!(
-            Mode::from_opt_in(Some("rpc/dup,rpc"), Mode::Stable),
-            Mode::Dup
-        );
-        assert_eq!(
-            Mode::from_opt_in(Some("database/dup"), Mode::Stable),
-            Mode::Stable
-        );
+        assert_eq!(Mode::from_opt_in(Some("http"), Mode::Experimental), Mode::Experimental);
+        assert_eq!(Mode::from_opt_in(Some("http, rpc"), Mode::Experimental), Mode::Stable);
+        assert_eq!(Mode::from_opt_in(Some("rpc,rpc/dup"), Mode::Stable), Mode::Dup);
+        assert_eq!(Mode::from_opt_in(Some("rpc/dup,rpc"), Mode::Stable), Mode::Dup);
+        assert_eq!(Mode::from_opt_in(Some("database/dup"), Mode::Stable), Mode::Stable);
     }
 
     #[test]
@@ -509,34 +465,19 @@ mod tests {
 
     #[test]
     fn server_not_found_is_not_an_error() {
-        let d = stream(
-            Role::Server,
-            "/helloworld.Greeter/SayHello",
-            Some(200),
-            Some(5),
-            End::Complete,
-        );
+        let d = stream(Role::Server, "/helloworld.Greeter/SayHello", Some(200), Some(5), End::Complete);
         let o = outcome(&d).unwrap();
         assert!(!o.is_error);
         assert_eq!(span_name(&o), "helloworld.Greeter/SayHello");
         let a = span_attributes(Mode::Stable, &o);
         assert_eq!(get(&a, "rpc.system.name"), Some(&s("grpc")));
-        assert_eq!(
-            get(&a, "rpc.method"),
-            Some(&s("helloworld.Greeter/SayHello"))
-        );
+        assert_eq!(get(&a, "rpc.method"), Some(&s("helloworld.Greeter/SayHello")));
         assert_eq!(get(&a, "rpc.status_code"), Some(&s("NOT_FOUND")));
         assert_eq!(get(&a, "error.type"), None);
         assert_eq!(get(&a, "rpc.system"), None);
         assert_eq!(get(&a, "network.protocol.version"), Some(&s("2")));
         // The client side of the same call is an error.
-        let d = stream(
-            Role::Client,
-            "/helloworld.Greeter/SayHello",
-            Some(200),
-            Some(5),
-            End::Complete,
-        );
+        let d = stream(Role::Client, "/helloworld.Greeter/SayHello", Some(200), Some(5), End::Complete);
         let o = outcome(&d).unwrap();
         assert!(o.is_error);
         assert_eq!(o.error_type.as_deref(), Some("NOT_FOUND"));
@@ -544,13 +485,7 @@ mod tests {
 
     #[test]
     fn experimental_and_dup() {
-        let d = stream(
-            Role::Server,
-            "/helloworld.Greeter/SayHello",
-            Some(200),
-            Some(13),
-            End::Complete,
-        );
+        let d = stream(Role::Server, "/helloworld.Greeter/SayHello", Some(200), Some(13), End::Complete);
         let o = outcome(&d).unwrap();
         let a = span_attributes(Mode::Experimental, &o);
         assert_eq!(get(&a, "rpc.system"), Some(&s("grpc")));
@@ -561,10 +496,7 @@ mod tests {
         let a = span_attributes(Mode::Dup, &o);
         assert_eq!(get(&a, "rpc.system"), Some(&s("grpc")));
         assert_eq!(get(&a, "rpc.system.name"), Some(&s("grpc")));
-        assert_eq!(
-            get(&a, "rpc.method"),
-            Some(&s("helloworld.Greeter/SayHello"))
-        );
+        assert_eq!(get(&a, "rpc.method"), Some(&s("helloworld.Greeter/SayHello")));
         assert_eq!(a.iter().filter(|(k, _)| *k == "rpc.method").count(), 1);
         assert_eq!(get(&a, "rpc.grpc.status_code"), Some(&Value::Int(13)));
         assert_eq!(get(&a, "rpc.status_code"), Some(&s("INTERNAL")));
@@ -573,13 +505,7 @@ mod tests {
 
     #[test]
     fn unimplemented_methods_are_other() {
-        let d = stream(
-            Role::Server,
-            "/pkg.Svc/Nope",
-            Some(200),
-            Some(12),
-            End::Complete,
-        );
+        let d = stream(Role::Server, "/pkg.Svc/Nope", Some(200), Some(12), End::Complete);
         let o = outcome(&d).unwrap();
         assert_eq!(o.full_method, OTHER);
         assert_eq!(o.method_original.as_deref(), Some("pkg.Svc/Nope"));
@@ -592,39 +518,15 @@ mod tests {
 
     #[test]
     fn derived_statuses() {
-        let cancel = End::Reset {
-            code: Some(8),
-            by_traced: false,
-        };
+        let cancel = End::Reset { code: Some(8), by_traced: false };
         let o = outcome(&stream(Role::Server, "/a.B/C", None, None, cancel)).unwrap();
         assert_eq!(o.status_code, Some(CANCELLED));
         assert!(!o.is_error);
-        let o = outcome(&stream(
-            Role::Client,
-            "/a.B/C",
-            Some(503),
-            None,
-            End::Complete,
-        ))
-        .unwrap();
+        let o = outcome(&stream(Role::Client, "/a.B/C", Some(503), None, End::Complete)).unwrap();
         assert_eq!(o.status_code, Some(UNAVAILABLE));
-        let o = outcome(&stream(
-            Role::Client,
-            "/a.B/C",
-            None,
-            None,
-            End::GoAway { code: 0 },
-        ))
-        .unwrap();
+        let o = outcome(&stream(Role::Client, "/a.B/C", None, None, End::GoAway { code: 0 })).unwrap();
         assert_eq!(o.status_code, Some(UNAVAILABLE));
-        let o = outcome(&stream(
-            Role::Server,
-            "/a.B/C",
-            Some(200),
-            None,
-            End::Closed,
-        ))
-        .unwrap();
+        let o = outcome(&stream(Role::Server, "/a.B/C", Some(200), None, End::Closed)).unwrap();
         assert_eq!(o.status_code, None);
         assert!(o.is_error);
         assert_eq!(o.error_type.as_deref(), Some("_OTHER"));
@@ -644,44 +546,16 @@ mod tests {
         assert_eq!(m[0].buckets.first(), Some(&0.005));
         let m = metrics(Mode::Dup, Role::Client);
         let names: Vec<_> = m.iter().map(|m| (m.name, m.unit)).collect();
-        assert_eq!(
-            names,
-            vec![
-                ("rpc.client.call.duration", "s"),
-                ("rpc.client.duration", "ms")
-            ]
-        );
+        assert_eq!(names, vec![("rpc.client.call.duration", "s"), ("rpc.client.duration", "ms")]);
         let m = metrics(Mode::Experimental, Role::Server);
-        assert_eq!(
-            (m[0].name, m[0].unit, m[0].ns_per_unit),
-            ("rpc.server.duration", "ms", 1e6)
-        );
-        let o = outcome(&stream(
-            Role::Server,
-            "/a.B/C",
-            Some(200),
-            Some(0),
-            End::Complete,
-        ))
-        .unwrap();
+        assert_eq!((m[0].name, m[0].unit, m[0].ns_per_unit), ("rpc.server.duration", "ms", 1e6));
+        let o = outcome(&stream(Role::Server, "/a.B/C", Some(200), Some(0), End::Complete)).unwrap();
         let a = metric_attributes(Set::Stable, &o);
-        assert_eq!(
-            a,
-            vec![
-                ("rpc.system.name", s("grpc")),
-                ("rpc.method", s("a.B/C")),
-                ("rpc.status_code", s("OK"))
-            ]
-        );
+        assert_eq!(a, vec![("rpc.system.name", s("grpc")), ("rpc.method", s("a.B/C")), ("rpc.status_code", s("OK"))]);
         let a = metric_attributes(Set::Experimental, &o);
         assert_eq!(
             a,
-            vec![
-                ("rpc.system", s("grpc")),
-                ("rpc.service", s("a.B")),
-                ("rpc.method", s("C")),
-                ("rpc.grpc.status_code", Value::Int(0))
-            ]
+            vec![("rpc.system", s("grpc")), ("rpc.service", s("a.B")), ("rpc.method", s("C")), ("rpc.grpc.status_code", Value::Int(0))]
         );
     }
 }

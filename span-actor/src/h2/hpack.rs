@@ -106,16 +106,8 @@ impl Decoder {
         Decoder {
             entries: VecDeque::new(),
             size: 0,
-            max_size: if mid_connection {
-                MAX_TABLE_SIZE
-            } else {
-                DEFAULT_TABLE_SIZE
-            },
-            limit: if mid_connection {
-                MAX_TABLE_SIZE
-            } else {
-                DEFAULT_TABLE_SIZE
-            },
+            max_size: if mid_connection { MAX_TABLE_SIZE } else { DEFAULT_TABLE_SIZE },
+            limit: if mid_connection { MAX_TABLE_SIZE } else { DEFAULT_TABLE_SIZE },
             name_buf: Vec::new(),
             value_buf: Vec::new(),
             gapped: mid_connection,
@@ -156,12 +148,7 @@ impl Decoder {
     /// first bytes of one), calling `visit` for each header in order. On
     /// an error or an incomplete block, the headers before the failure
     /// were visited, and the table is emptied (see [`Decoder::gap`]).
-    pub fn decode(
-        &mut self,
-        block: &[u8],
-        complete: bool,
-        mut visit: impl FnMut(Header<'_>),
-    ) -> Result<(), DecodeError> {
+    pub fn decode(&mut self, block: &[u8], complete: bool, mut visit: impl FnMut(Header<'_>)) -> Result<(), DecodeError> {
         let r = self.decode_inner(block, &mut visit);
         match r {
             Ok(()) if complete => Ok(()),
@@ -176,11 +163,7 @@ impl Decoder {
         }
     }
 
-    fn decode_inner(
-        &mut self,
-        block: &[u8],
-        visit: &mut impl FnMut(Header<'_>),
-    ) -> Result<(), DecodeError> {
+    fn decode_inner(&mut self, block: &[u8], visit: &mut impl FnMut(Header<'_>)) -> Result<(), DecodeError> {
         let mut pos = 0;
         while pos < block.len() {
             let b = block[pos];
@@ -188,21 +171,12 @@ impl Decoder {
                 // Indexed header field.
                 let idx = int(block, &mut pos, 7)?;
                 match self.lookup(idx)? {
-                    Lookup::Static(n, v) => visit(Header {
-                        name: Some(n.as_bytes()),
-                        value: Some(v.as_bytes()),
-                    }),
+                    Lookup::Static(n, v) => visit(Header { name: Some(n.as_bytes()), value: Some(v.as_bytes()) }),
                     Lookup::Dynamic(i) => {
                         let e = &self.entries[i];
-                        visit(Header {
-                            name: e.name.as_deref(),
-                            value: Some(&e.value),
-                        })
+                        visit(Header { name: e.name.as_deref(), value: Some(&e.value) })
                     }
-                    Lookup::Unknown => visit(Header {
-                        name: None,
-                        value: None,
-                    }),
+                    Lookup::Unknown => visit(Header { name: None, value: None }),
                 }
             } else if b & 0xe0 == 0x20 {
                 // Dynamic table size update.
@@ -260,10 +234,7 @@ impl Decoder {
                 } else {
                     name_lit
                 };
-                visit(Header {
-                    name,
-                    value: Some(value),
-                });
+                visit(Header { name, value: Some(value) });
                 if index {
                     let name: Option<Box<[u8]>> = name.map(Box::from);
                     let value: Box<[u8]> = Box::from(value);

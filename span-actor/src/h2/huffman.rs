@@ -45,12 +45,7 @@ struct Canonical {
 fn canonical() -> &'static Canonical {
     static TABLE: OnceLock<Canonical> = OnceLock::new();
     TABLE.get_or_init(|| {
-        let mut c = Canonical {
-            first_code: [0; MAX_LEN + 1],
-            count: [0; MAX_LEN + 1],
-            first_index: [0; MAX_LEN + 1],
-            symbols: [0; 257],
-        };
+        let mut c = Canonical { first_code: [0; MAX_LEN + 1], count: [0; MAX_LEN + 1], first_index: [0; MAX_LEN + 1], symbols: [0; 257] };
         let mut order: Vec<u16> = (0..257).collect();
         order.sort_by_key(|&s| (LENGTHS[usize::from(s)], s));
         for (i, &s) in order.iter().enumerate() {
@@ -79,10 +74,7 @@ pub(crate) fn code_of(sym: u16) -> (u32, u8) {
     let len = LENGTHS[usize::from(sym)];
     let l = usize::from(len);
     let start = usize::from(c.first_index[l]);
-    let pos = c.symbols[start..start + c.count[l] as usize]
-        .iter()
-        .position(|&s| s == sym)
-        .unwrap_or(0);
+    let pos = c.symbols[start..start + c.count[l] as usize].iter().position(|&s| s == sym).unwrap_or(0);
     (c.first_code[l] + pos as u32, len)
 }
 
@@ -177,9 +169,7 @@ mod tests {
     #[test]
     fn rfc_example() {
         // C.4.1: "www.example.com"
-        let enc = [
-            0xf1, 0xe3, 0xc2, 0xe5, 0xf2, 0x3a, 0x6b, 0xa0, 0xab, 0x90, 0xf4, 0xff,
-        ];
+        let enc = [0xf1, 0xe3, 0xc2, 0xe5, 0xf2, 0x3a, 0x6b, 0xa0, 0xab, 0x90, 0xf4, 0xff];
         let mut out = Vec::new();
         decode(&enc, &mut out).unwrap();
         assert_eq!(out, b"www.example.com");
@@ -195,10 +185,7 @@ mod tests {
         assert_eq!(decode(&[0x1f, 0xff], &mut out), Err(HuffmanError::Padding));
         // EOS itself (30 ones) followed by padding.
         out.clear();
-        assert_eq!(
-            decode(&[0xff, 0xff, 0xff, 0xff], &mut out),
-            Err(HuffmanError::Eos)
-        );
+        assert_eq!(decode(&[0xff, 0xff, 0xff, 0xff], &mut out), Err(HuffmanError::Eos));
         assert!(decode(&[], &mut Vec::new()).is_ok());
     }
 }

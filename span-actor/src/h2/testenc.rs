@@ -61,21 +61,12 @@ impl Default for Encoder {
 
 impl Encoder {
     pub fn new() -> Self {
-        Encoder {
-            table: VecDeque::new(),
-            size: 0,
-            max_size: 4096,
-            pending_update: None,
-            plain: false,
-        }
+        Encoder { table: VecDeque::new(), size: 0, max_size: 4096, pending_update: None, plain: false }
     }
 
     /// An encoder that always indexes what it can and never uses Huffman.
     pub fn plain() -> Self {
-        Encoder {
-            plain: true,
-            ..Self::new()
-        }
+        Encoder { plain: true, ..Self::new() }
     }
 
     /// Changes the table size at the start of the next block.
@@ -141,11 +132,7 @@ impl Encoder {
                 int(&mut out, 0x80, 7, i);
                 continue;
             }
-            let mode = if self.plain {
-                0
-            } else {
-                rng.random_range(0..4)
-            };
+            let mode = if self.plain { 0 } else { rng.random_range(0..4) };
             let (first, prefix) = match mode {
                 0 | 1 => (0x40, 6), // incremental indexing
                 2 => (0x00, 4),     // without indexing

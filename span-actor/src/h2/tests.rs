@@ -9,30 +9,15 @@ use super::testenc::Encoder;
 use super::*;
 
 fn f(typ: u8, flags: u8, stream: u32, payload: Vec<u8>) -> Piece {
-    Piece::Frame {
-        typ,
-        flags,
-        stream,
-        len: payload.len() as u32,
-        payload,
-    }
+    Piece::Frame { typ, flags, stream, len: payload.len() as u32, payload }
 }
 
 fn data(stream: u32, len: u32, end: bool) -> Piece {
-    Piece::Frame {
-        typ: DATA,
-        flags: if end { END_STREAM } else { 0 },
-        stream,
-        len,
-        payload: vec![],
-    }
+    Piece::Frame { typ: DATA, flags: if end { END_STREAM } else { 0 }, stream, len, payload: vec![] }
 }
 
 fn hv(pairs: &[(&str, &str)]) -> Vec<(Vec<u8>, Vec<u8>)> {
-    pairs
-        .iter()
-        .map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec()))
-        .collect()
+    pairs.iter().map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec())).collect()
 }
 
 /// One peer's writer: its HPACK encoder and choices.
@@ -43,10 +28,7 @@ struct Peer {
 
 impl Peer {
     fn new(seed: u64) -> Self {
-        Peer {
-            enc: Encoder::new(),
-            rng: StdRng::seed_from_u64(seed),
-        }
+        Peer { enc: Encoder::new(), rng: StdRng::seed_from_u64(seed) }
     }
 
     fn block(&mut self, h: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
@@ -54,13 +36,7 @@ impl Peer {
     }
 
     /// HEADERS (+ CONTINUATION when longer than `split`).
-    fn headers_split(
-        &mut self,
-        stream: u32,
-        h: &[(&str, &str)],
-        end: bool,
-        split: usize,
-    ) -> Vec<Piece> {
+    fn headers_split(&mut self, stream: u32, h: &[(&str, &str)], end: bool, split: usize) -> Vec<Piece> {
         let block = self.block(&hv(h));
         let es = if end { END_STREAM } else { 0 };
         let chunks: Vec<&[u8]> = block.chunks(split.max(1)).collect();
@@ -90,10 +66,7 @@ const REQ: &[(&str, &str)] = &[
     (":authority", "example.com:8080"),
     (":path", "/users/42?q=1"),
     ("user-agent", "curl/8.5.0"),
-    (
-        "traceparent",
-        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
-    ),
+    ("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
 ];
 
 fn server() -> (H2Conn, Peer, Peer) {
@@ -106,11 +79,7 @@ fn one_stream() {
     let mut out = Vec::new();
     c.feed(Dir::Recv, 100, &client.headers(1, REQ, true), &mut out);
     assert!(out.is_empty());
-    let mut resp = srv.headers(
-        1,
-        &[(":status", "200"), ("content-type", "text/plain")],
-        false,
-    );
+    let mut resp = srv.headers(1, &[(":status", "200"), ("content-type", "text/plain")], false);
     resp.push(data(1, 5, false));
     c.feed(Dir::Send, 150, &resp, &mut out);
     c.feed(Dir::Send, 170, &[data(1, 7, true)], &mut out);
@@ -127,10 +96,7 @@ fn one_stream() {
     assert_eq!(d.status, Some(200));
     assert_eq!(d.content_type.as_deref(), Some("text/plain"));
     assert_eq!(d.user_agent.as_deref(), Some("curl/8.5.0"));
-    assert_eq!(
-        d.traceparent.as_deref(),
-        Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
-    );
+    assert_eq!(d.traceparent.as_deref(), Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"));
     assert_eq!(d.grpc, None);
     assert_eq!(d.end, End::Complete);
     assert_eq!((d.request_body_bytes, d.response_body_bytes), (0, 12));
@@ -144,81 +110,24 @@ fn interleaved_streams_with_continuation() {
     let (mut c, mut client, mut srv) = server();
     let mut out = Vec::new();
     // Three requests in one read, the second split in three frames.
-    let mut p = client.headers(
-        1,
-        &[
-            (":method", "GET"),
-            (":scheme", "http"),
-            (":path", "/a"),
-            (":authority", "h"),
-        ],
-        true,
-    );
+    let mut p = client.headers(1, &[(":method", "GET"), (":scheme", "http"), (":path", "/a"), (":authority", "h")], true);
     p.extend(client.headers_split(
         3,
-        &[
-            (":method", "POST"),
-            (":scheme", "http"),
-            (":path", "/b"),
-            (":authority", "h"),
-            ("x-long", &"v".repeat(40)),
-        ],
+        &[(":method", "POST"), (":scheme", "http"), (":path", "/b"), (":authority", "h"), ("x-long", &"v".repeat(40))],
         false,
         10,
     ));
     p.push(data(3, 100, true));
-    p.extend(client.headers(
-        5,
-        &[
-            (":method", "PUT"),
-            (":scheme", "http"),
-            (":path", "/c"),
-            (":authority", "h"),
-        ],
-        true,
-    ));
+    p.extend(client.headers(5, &[(":method", "PUT"), (":scheme", "http"), (":path", "/c"), (":authority", "h")], true));
     c.feed(Dir::Recv, 10, &p, &mut out);
     assert_eq!(c.open_streams(), 3);
     // Responses out of order, in separate writes.
-    c.feed(
-        Dir::Send,
-        20,
-        &srv.headers(5, &[(":status", "201")], true),
-        &mut out,
-    );
-    c.feed(
-        Dir::Send,
-        30,
-        &srv.headers_split(1, &[(":status", "404"), ("server", "x")], true, 3),
-        &mut out,
-    );
-    c.feed(
-        Dir::Send,
-        40,
-        &srv.headers(3, &[(":status", "500")], false),
-        &mut out,
-    );
+    c.feed(Dir::Send, 20, &srv.headers(5, &[(":status", "201")], true), &mut out);
+    c.feed(Dir::Send, 30, &srv.headers_split(1, &[(":status", "404"), ("server", "x")], true, 3), &mut out);
+    c.feed(Dir::Send, 40, &srv.headers(3, &[(":status", "500")], false), &mut out);
     c.feed(Dir::Send, 50, &[data(3, 1, true)], &mut out);
-    let got: Vec<_> = out
-        .iter()
-        .map(|d| {
-            (
-                d.stream_id,
-                d.method.as_str(),
-                d.path.as_str(),
-                d.status,
-                d.end_ns,
-            )
-        })
-        .collect();
-    assert_eq!(
-        got,
-        vec![
-            (5, "PUT", "/c", Some(201), 20),
-            (1, "GET", "/a", Some(404), 30),
-            (3, "POST", "/b", Some(500), 50)
-        ]
-    );
+    let got: Vec<_> = out.iter().map(|d| (d.stream_id, d.method.as_str(), d.path.as_str(), d.status, d.end_ns)).collect();
+    assert_eq!(got, vec![(5, "PUT", "/c", Some(201), 20), (1, "GET", "/a", Some(404), 30), (3, "POST", "/b", Some(500), 50)]);
     assert_eq!(out[2].request_body_bytes, 100);
 }
 
@@ -236,23 +145,10 @@ fn padding_priority_and_split_payloads() {
     c.feed(
         Dir::Recv,
         1,
-        &[Piece::Frame {
-            typ: HEADERS,
-            flags: END_STREAM | END_HEADERS | PADDED | PRIORITY,
-            stream: 1,
-            len,
-            payload: a.to_vec(),
-        }],
+        &[Piece::Frame { typ: HEADERS, flags: END_STREAM | END_HEADERS | PADDED | PRIORITY, stream: 1, len, payload: a.to_vec() }],
         &mut out,
     );
-    c.feed(
-        Dir::Recv,
-        2,
-        &[Piece::More {
-            payload: b.to_vec(),
-        }],
-        &mut out,
-    );
+    c.feed(Dir::Recv, 2, &[Piece::More { payload: b.to_vec() }], &mut out);
     // A padded CONTINUATION chain in the response (PADDED means nothing on CONTINUATION).
     let resp = srv.block(&hv(&[(":status", "200")]));
     let mut first = vec![0u8];
@@ -262,22 +158,13 @@ fn padding_priority_and_split_payloads() {
         Dir::Send,
         3,
         &[
-            Piece::Frame {
-                typ: HEADERS,
-                flags: PADDED | END_STREAM,
-                stream: 1,
-                len: 2,
-                payload: first,
-            },
+            Piece::Frame { typ: HEADERS, flags: PADDED | END_STREAM, stream: 1, len: 2, payload: first },
             f(CONTINUATION, END_HEADERS, 1, rest),
         ],
         &mut out,
     );
     assert_eq!(out.len(), 1);
-    assert_eq!(
-        (out[0].method.as_str(), out[0].path.as_str(), out[0].status),
-        ("GET", "/users/42", Some(200))
-    );
+    assert_eq!((out[0].method.as_str(), out[0].path.as_str(), out[0].status), ("GET", "/users/42", Some(200)));
     assert_eq!(out[0].start_ns, 1);
 }
 
@@ -298,11 +185,7 @@ fn grpc_unary_with_trailers() {
     let mut p = client.headers(1, GRPC_REQ, false);
     p.push(data(1, 12, true));
     c.feed(Dir::Recv, 1, &p, &mut out);
-    let mut r = srv.headers(
-        1,
-        &[(":status", "200"), ("content-type", "application/grpc")],
-        false,
-    );
+    let mut r = srv.headers(1, &[(":status", "200"), ("content-type", "application/grpc")], false);
     r.push(data(1, 17, false));
     r.extend(srv.headers(1, &[("grpc-status", "0"), ("grpc-message", "")], true));
     c.feed(Dir::Send, 9, &r, &mut out);
@@ -311,10 +194,7 @@ fn grpc_unary_with_trailers() {
     assert_eq!(g.service.as_deref(), Some("helloworld.Greeter"));
     assert_eq!(g.method.as_deref(), Some("SayHello"));
     assert_eq!(g.status_code, Some(0));
-    assert_eq!(
-        (out[0].request_body_bytes, out[0].response_body_bytes),
-        (12, 17)
-    );
+    assert_eq!((out[0].request_body_bytes, out[0].response_body_bytes), (12, 17));
 }
 
 #[test]
@@ -329,12 +209,7 @@ fn grpc_trailers_only() {
         2,
         &srv.headers(
             1,
-            &[
-                (":status", "200"),
-                ("content-type", "application/grpc"),
-                ("grpc-status", "5"),
-                ("grpc-message", "no%20such%20user"),
-            ],
+            &[(":status", "200"), ("content-type", "application/grpc"), ("grpc-status", "5"), ("grpc-message", "no%20such%20user")],
             true,
         ),
         &mut out,
@@ -352,31 +227,12 @@ fn informational_responses_are_skipped() {
     c.feed(
         Dir::Recv,
         1,
-        &client.headers(
-            1,
-            &[
-                (":method", "POST"),
-                (":path", "/up"),
-                (":scheme", "http"),
-                ("expect", "100-continue"),
-            ],
-            false,
-        ),
+        &client.headers(1, &[(":method", "POST"), (":path", "/up"), (":scheme", "http"), ("expect", "100-continue")], false),
         &mut out,
     );
-    c.feed(
-        Dir::Send,
-        2,
-        &srv.headers(1, &[(":status", "100")], false),
-        &mut out,
-    );
+    c.feed(Dir::Send, 2, &srv.headers(1, &[(":status", "100")], false), &mut out);
     c.feed(Dir::Recv, 3, &[data(1, 10, true)], &mut out);
-    c.feed(
-        Dir::Send,
-        4,
-        &srv.headers(1, &[(":status", "204")], true),
-        &mut out,
-    );
+    c.feed(Dir::Send, 4, &srv.headers(1, &[(":status", "204")], true), &mut out);
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].status, Some(204));
 }
@@ -386,67 +242,23 @@ fn reset_goaway_and_close() {
     let (mut c, mut client, mut srv) = server();
     let mut out = Vec::new();
     for id in [1, 3, 5, 7] {
-        c.feed(
-            Dir::Recv,
-            u64::from(id),
-            &client.headers(id, REQ, true),
-            &mut out,
-        );
+        c.feed(Dir::Recv, u64::from(id), &client.headers(id, REQ, true), &mut out);
     }
     // The client cancels stream 1.
-    c.feed(
-        Dir::Recv,
-        10,
-        &[f(RST_STREAM, 0, 1, vec![0, 0, 0, 8])],
-        &mut out,
-    );
+    c.feed(Dir::Recv, 10, &[f(RST_STREAM, 0, 1, vec![0, 0, 0, 8])], &mut out);
     // The server refuses 3 with a reset of its own.
-    c.feed(
-        Dir::Send,
-        11,
-        &[f(RST_STREAM, 0, 3, vec![0, 0, 0, 7])],
-        &mut out,
-    );
+    c.feed(Dir::Send, 11, &[f(RST_STREAM, 0, 3, vec![0, 0, 0, 7])], &mut out);
     // GOAWAY(last = 5): 7 was never processed.
-    c.feed(
-        Dir::Send,
-        12,
-        &[f(GOAWAY, 0, 0, vec![0, 0, 0, 5, 0, 0, 0, 0])],
-        &mut out,
-    );
+    c.feed(Dir::Send, 12, &[f(GOAWAY, 0, 0, vec![0, 0, 0, 5, 0, 0, 0, 0])], &mut out);
     // 5 answers, then the connection closes.
-    c.feed(
-        Dir::Send,
-        13,
-        &srv.headers(5, &[(":status", "200")], false),
-        &mut out,
-    );
+    c.feed(Dir::Send, 13, &srv.headers(5, &[(":status", "200")], false), &mut out);
     c.close(14, &mut out);
-    let got: Vec<_> = out
-        .iter()
-        .map(|d| (d.stream_id, d.status, d.end, d.end_ns))
-        .collect();
+    let got: Vec<_> = out.iter().map(|d| (d.stream_id, d.status, d.end, d.end_ns)).collect();
     assert_eq!(
         got,
         vec![
-            (
-                1,
-                None,
-                End::Reset {
-                    code: Some(8),
-                    by_traced: false
-                },
-                10
-            ),
-            (
-                3,
-                None,
-                End::Reset {
-                    code: Some(7),
-                    by_traced: true
-                },
-                11
-            ),
+            (1, None, End::Reset { code: Some(8), by_traced: false }, 10),
+            (3, None, End::Reset { code: Some(7), by_traced: true }, 11),
             (7, None, End::GoAway { code: 0 }, 12),
             (5, Some(200), End::Closed, 14),
         ]
@@ -461,25 +273,8 @@ fn client_role() {
     let mut out = Vec::new();
     c.feed(Dir::Send, 5, &me.headers(1, GRPC_REQ, false), &mut out);
     c.feed(Dir::Send, 6, &[data(1, 5, true)], &mut out);
-    c.feed(
-        Dir::Recv,
-        7,
-        &peer.headers(
-            1,
-            &[
-                (":status", "200"),
-                ("content-type", "application/grpc+proto"),
-            ],
-            false,
-        ),
-        &mut out,
-    );
-    c.feed(
-        Dir::Recv,
-        8,
-        &peer.headers(1, &[("grpc-status", "14")], true),
-        &mut out,
-    );
+    c.feed(Dir::Recv, 7, &peer.headers(1, &[(":status", "200"), ("content-type", "application/grpc+proto")], false), &mut out);
+    c.feed(Dir::Recv, 8, &peer.headers(1, &[("grpc-status", "14")], true), &mut out);
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].role, Role::Client);
     assert_eq!((out[0].start_ns, out[0].end_ns), (5, 8));
@@ -495,12 +290,7 @@ fn upgrade_from_http1() {
         100,
         b"GET",
         b"/old?x=y",
-        &[
-            (b"Host", b"example.com"),
-            (b"User-Agent", b"curl/8"),
-            (b"Upgrade", b"h2c"),
-            (b":path", b"/evil"),
-        ],
+        &[(b"Host", b"example.com"), (b"User-Agent", b"curl/8"), (b"Upgrade", b"h2c"), (b":path", b"/evil")],
     );
     // After the 101, the server's SETTINGS and the response on stream 1.
     let mut r = vec![f(SETTINGS, 0, 0, vec![0, 3, 0, 0, 0, 100])];
@@ -508,10 +298,7 @@ fn upgrade_from_http1() {
     c.feed(Dir::Send, 130, &r, &mut out);
     assert_eq!(out.len(), 1);
     let d = &out[0];
-    assert_eq!(
-        (d.method.as_str(), d.path.as_str(), d.query.as_deref()),
-        ("GET", "/old", Some("x=y"))
-    );
+    assert_eq!((d.method.as_str(), d.path.as_str(), d.query.as_deref()), ("GET", "/old", Some("x=y")));
     assert_eq!(d.authority.as_deref(), Some("example.com"));
     assert_eq!(d.user_agent.as_deref(), Some("curl/8"));
     assert_eq!((d.start_ns, d.end_ns, d.status), (100, 130, Some(200)));
@@ -520,99 +307,33 @@ fn upgrade_from_http1() {
 #[test]
 fn mid_connection_start() {
     // The client has been talking before tracing: its table holds entries.
-    let mut client = Peer {
-        enc: Encoder::plain(),
-        rng: StdRng::seed_from_u64(6),
-    };
-    let mut srv = Peer {
-        enc: Encoder::plain(),
-        rng: StdRng::seed_from_u64(7),
-    };
-    let warm = hv(&[
-        (":method", "PATCH"),
-        (":path", "/warm"),
-        (":scheme", "http"),
-        (":authority", "h"),
-        ("x-k", "v"),
-    ]);
+    let mut client = Peer { enc: Encoder::plain(), rng: StdRng::seed_from_u64(6) };
+    let mut srv = Peer { enc: Encoder::plain(), rng: StdRng::seed_from_u64(7) };
+    let warm = hv(&[(":method", "PATCH"), (":path", "/warm"), (":scheme", "http"), (":authority", "h"), ("x-k", "v")]);
     let _ = client.block(&warm);
     let _ = srv.block(&hv(&[(":status", "202")]));
     let mut c = H2Conn::new(Role::Server, true);
     let mut out = Vec::new();
     // Stream 9: method and path come from the old dynamic entries
     // (PATCH and /warm are not in the static table).
-    c.feed(
-        Dir::Recv,
-        1,
-        &client.headers(
-            9,
-            &[
-                (":method", "PATCH"),
-                (":path", "/warm"),
-                (":scheme", "http"),
-            ],
-            true,
-        ),
-        &mut out,
-    );
+    c.feed(Dir::Recv, 1, &client.headers(9, &[(":method", "PATCH"), (":path", "/warm"), (":scheme", "http")], true), &mut out);
     // Stream 11: static and literal only.
-    c.feed(
-        Dir::Recv,
-        2,
-        &client.headers(
-            11,
-            &[(":method", "GET"), (":path", "/fresh"), (":scheme", "http")],
-            true,
-        ),
-        &mut out,
-    );
+    c.feed(Dir::Recv, 2, &client.headers(11, &[(":method", "GET"), (":path", "/fresh"), (":scheme", "http")], true), &mut out);
     // A response to stream 7, whose request went by before tracing.
-    c.feed(
-        Dir::Send,
-        3,
-        &srv.headers(7, &[(":status", "200")], true),
-        &mut out,
-    );
-    c.feed(
-        Dir::Send,
-        4,
-        &srv.headers(9, &[(":status", "200")], true),
-        &mut out,
-    );
+    c.feed(Dir::Send, 3, &srv.headers(7, &[(":status", "200")], true), &mut out);
+    c.feed(Dir::Send, 4, &srv.headers(9, &[(":status", "200")], true), &mut out);
     // Stream 11's status refers to the response side's old entry (202).
-    c.feed(
-        Dir::Send,
-        5,
-        &srv.headers(11, &[(":status", "202")], true),
-        &mut out,
-    );
+    c.feed(Dir::Send, 5, &srv.headers(11, &[(":status", "202")], true), &mut out);
     assert!(out.is_empty(), "{out:?}");
     let s = c.take_stats();
     assert_eq!(s.dropped(DropReason::RequestUnseen), 1);
     assert_eq!(s.dropped(DropReason::MethodUnknown), 1);
     assert_eq!(s.dropped(DropReason::StatusUnknown), 1);
     // Later requests that reuse entries inserted since tracing are fine.
-    c.feed(
-        Dir::Recv,
-        6,
-        &client.headers(
-            13,
-            &[(":method", "GET"), (":path", "/fresh"), (":scheme", "http")],
-            true,
-        ),
-        &mut out,
-    );
-    c.feed(
-        Dir::Send,
-        7,
-        &srv.headers(13, &[(":status", "404")], true),
-        &mut out,
-    );
+    c.feed(Dir::Recv, 6, &client.headers(13, &[(":method", "GET"), (":path", "/fresh"), (":scheme", "http")], true), &mut out);
+    c.feed(Dir::Send, 7, &srv.headers(13, &[(":status", "404")], true), &mut out);
     assert_eq!(out.len(), 1);
-    assert_eq!(
-        (out[0].method.as_str(), out[0].path.as_str(), out[0].status),
-        ("GET", "/fresh", Some(404))
-    );
+    assert_eq!((out[0].method.as_str(), out[0].path.as_str(), out[0].status), ("GET", "/fresh", Some(404)));
 }
 
 #[test]
@@ -621,66 +342,23 @@ fn lost_inside_a_frame_keeps_framing() {
     let mut out = Vec::new();
     // A long header block whose middle was not captured.
     let big = "x".repeat(300);
-    let block = client.block(&hv(&[
-        (":method", "GET"),
-        (":path", "/cut"),
-        (":scheme", "http"),
-        ("x-big", &big),
-        ("user-agent", "ua"),
-    ]));
+    let block = client.block(&hv(&[(":method", "GET"), (":path", "/cut"), (":scheme", "http"), ("x-big", &big), ("user-agent", "ua")]));
     let len = block.len() as u32;
     c.feed(
         Dir::Recv,
         1,
         &[
-            Piece::Frame {
-                typ: HEADERS,
-                flags: END_HEADERS | END_STREAM,
-                stream: 1,
-                len,
-                payload: block[..40].to_vec(),
-            },
-            Piece::Lost {
-                bytes: u64::from(len) - 40,
-            },
+            Piece::Frame { typ: HEADERS, flags: END_HEADERS | END_STREAM, stream: 1, len, payload: block[..40].to_vec() },
+            Piece::Lost { bytes: u64::from(len) - 40 },
         ],
         &mut out,
     );
     // Framing held: the next request is decoded (its references to the
     // cut block's insertions are unknown, so reuse a static-only one).
-    c.feed(
-        Dir::Recv,
-        2,
-        &client.headers(
-            3,
-            &[(":method", "GET"), (":path", "/"), (":scheme", "http")],
-            true,
-        ),
-        &mut out,
-    );
-    c.feed(
-        Dir::Send,
-        3,
-        &srv.headers(1, &[(":status", "200")], true),
-        &mut out,
-    );
-    c.feed(
-        Dir::Send,
-        4,
-        &srv.headers(3, &[(":status", "200")], true),
-        &mut out,
-    );
-    let got: Vec<_> = out
-        .iter()
-        .map(|d| {
-            (
-                d.stream_id,
-                d.path.as_str(),
-                d.headers_incomplete,
-                d.user_agent.clone(),
-            )
-        })
-        .collect();
+    c.feed(Dir::Recv, 2, &client.headers(3, &[(":method", "GET"), (":path", "/"), (":scheme", "http")], true), &mut out);
+    c.feed(Dir::Send, 3, &srv.headers(1, &[(":status", "200")], true), &mut out);
+    c.feed(Dir::Send, 4, &srv.headers(3, &[(":status", "200")], true), &mut out);
+    let got: Vec<_> = out.iter().map(|d| (d.stream_id, d.path.as_str(), d.headers_incomplete, d.user_agent.clone())).collect();
     assert_eq!(got, vec![(1, "/cut", true, None), (3, "/", false, None)]);
     assert_eq!(c.take_stats().header_blocks_truncated, 1);
     assert!(!c.is_given_up());
@@ -715,12 +393,7 @@ fn too_many_streams() {
     let (mut c, mut client, _) = server();
     let mut out = Vec::new();
     for i in 0..(conn::MAX_STREAMS as u32 + 6) {
-        c.feed(
-            Dir::Recv,
-            1,
-            &client.headers(2 * i + 1, REQ, true),
-            &mut out,
-        );
+        c.feed(Dir::Recv, 1, &client.headers(2 * i + 1, REQ, true), &mut out);
     }
     assert_eq!(c.open_streams(), conn::MAX_STREAMS);
     assert_eq!(c.take_stats().dropped(DropReason::TooManyStreams), 6);
@@ -732,12 +405,7 @@ fn settings_bound_the_table() {
     let mut out = Vec::new();
     // The traced server announces a 100-byte table: the client's blocks
     // may not size it larger.
-    c.feed(
-        Dir::Send,
-        1,
-        &[f(SETTINGS, 0, 0, vec![0, 1, 0, 0, 0, 100])],
-        &mut out,
-    );
+    c.feed(Dir::Send, 1, &[f(SETTINGS, 0, 0, vec![0, 1, 0, 0, 0, 100])], &mut out);
     let mut block = Vec::new();
     super::testenc::int(&mut block, 0x20, 5, 4096); // size update 4096: clamped to 100
     block.push(0x82); // GET
@@ -746,19 +414,9 @@ fn settings_bound_the_table() {
     block.push(0x44);
     super::testenc::string(&mut block, "/".repeat(70).as_bytes(), false);
     block.push(0xbe); // index 62: must be unknown, not the path
-    c.feed(
-        Dir::Recv,
-        1,
-        &[f(HEADERS, END_HEADERS | END_STREAM, 1, block)],
-        &mut out,
-    );
+    c.feed(Dir::Recv, 1, &[f(HEADERS, END_HEADERS | END_STREAM, 1, block)], &mut out);
     let mut srv = Peer::new(9);
-    c.feed(
-        Dir::Send,
-        2,
-        &srv.headers(1, &[(":status", "200")], true),
-        &mut out,
-    );
+    c.feed(Dir::Send, 2, &srv.headers(1, &[(":status", "200")], true), &mut out);
     assert_eq!(out.len(), 1);
     assert!(out[0].headers_incomplete);
 }
@@ -772,11 +430,7 @@ fn random_conversations_never_yield_wrong_streams() {
     let mut dropped = 0;
     for seed in 0..200u64 {
         let mut rng = StdRng::seed_from_u64(seed);
-        let role = if seed % 2 == 0 {
-            Role::Server
-        } else {
-            Role::Client
-        };
+        let role = if seed % 2 == 0 { Role::Server } else { Role::Client };
         let (req_dir, resp_dir) = (role.request_dir(), role.request_dir().flip());
         let mut client = Peer::new(seed * 2 + 100);
         let mut srv = Peer::new(seed * 2 + 101);
@@ -789,34 +443,22 @@ fn random_conversations_never_yield_wrong_streams() {
         for step in 0..120 {
             let feed = step >= start;
             let cut = rng.random_bool(0.05);
-            let (dir, pieces, rec) = if open.is_empty() || (open.len() < 8 && rng.random_bool(0.5))
-            {
+            let (dir, pieces, rec) = if open.is_empty() || (open.len() < 8 && rng.random_bool(0.5)) {
                 let h = super::hpack::tests::random_headers(&mut rng);
                 let id = next;
                 next += 2;
-                let m =
-                    String::from_utf8(h.iter().find(|(n, _)| n == b":method").unwrap().1.clone())
-                        .unwrap();
-                let p = String::from_utf8(h.iter().find(|(n, _)| n == b":path").unwrap().1.clone())
-                    .unwrap();
+                let m = String::from_utf8(h.iter().find(|(n, _)| n == b":method").unwrap().1.clone()).unwrap();
+                let p = String::from_utf8(h.iter().find(|(n, _)| n == b":path").unwrap().1.clone()).unwrap();
                 open.push(id);
                 let block = client.block(&h);
-                (
-                    req_dir,
-                    vec![f(HEADERS, END_HEADERS | END_STREAM, id, block)],
-                    (id, Some((m, p))),
-                )
+                (req_dir, vec![f(HEADERS, END_HEADERS | END_STREAM, id, block)], (id, Some((m, p))))
             } else {
                 let id = open.swap_remove(rng.random_range(0..open.len()));
                 let status = ["200", "404", "500", "204", "302"][rng.random_range(0..5)];
                 let extra = format!("v{}", rng.random_range(0..4));
                 let block = srv.block(&hv(&[(":status", status), ("x-r", &extra)]));
                 truth.entry(id).or_insert((None, None)).1 = Some(status.parse::<u16>().unwrap());
-                (
-                    resp_dir,
-                    vec![f(HEADERS, END_HEADERS | END_STREAM, id, block)],
-                    (id, None),
-                )
+                (resp_dir, vec![f(HEADERS, END_HEADERS | END_STREAM, id, block)], (id, None))
             };
             if let (id, Some(mp)) = rec {
                 truth.entry(id).or_insert((None, None)).0 = Some(mp);
@@ -826,28 +468,11 @@ fn random_conversations_never_yield_wrong_streams() {
             }
             let pieces = if cut {
                 // Capture cut: only the first bytes of the block.
-                let Piece::Frame {
-                    typ,
-                    flags,
-                    stream,
-                    len,
-                    payload,
-                } = pieces[0].clone()
-                else {
-                    unreachable!()
-                };
+                let Piece::Frame { typ, flags, stream, len, payload } = pieces[0].clone() else { unreachable!() };
                 let keep = rng.random_range(0..payload.len());
                 vec![
-                    Piece::Frame {
-                        typ,
-                        flags,
-                        stream,
-                        len,
-                        payload: payload[..keep].to_vec(),
-                    },
-                    Piece::Lost {
-                        bytes: (len as usize - keep) as u64,
-                    },
+                    Piece::Frame { typ, flags, stream, len, payload: payload[..keep].to_vec() },
+                    Piece::Lost { bytes: (len as usize - keep) as u64 },
                 ]
             } else {
                 pieces
@@ -875,36 +500,18 @@ fn random_conversations_never_yield_wrong_streams() {
 fn random_pieces_never_panic() {
     let mut rng = StdRng::seed_from_u64(11);
     for _ in 0..3000 {
-        let mut c = H2Conn::new(
-            if rng.random() {
-                Role::Server
-            } else {
-                Role::Client
-            },
-            rng.random(),
-        );
+        let mut c = H2Conn::new(if rng.random() { Role::Server } else { Role::Client }, rng.random());
         let mut out = Vec::new();
         for _ in 0..20 {
             let n = rng.random_range(0..4);
             let pieces: Vec<Piece> = (0..n)
                 .map(|_| match rng.random_range(0..6) {
-                    0 => Piece::Lost {
-                        bytes: rng.random_range(0..20),
-                    },
-                    1 => Piece::More {
-                        payload: (0..rng.random_range(0..8)).map(|_| rng.random()).collect(),
-                    },
+                    0 => Piece::Lost { bytes: rng.random_range(0..20) },
+                    1 => Piece::More { payload: (0..rng.random_range(0..8)).map(|_| rng.random()).collect() },
                     _ => {
-                        let payload: Vec<u8> =
-                            (0..rng.random_range(0..24)).map(|_| rng.random()).collect();
+                        let payload: Vec<u8> = (0..rng.random_range(0..24)).map(|_| rng.random()).collect();
                         let len = payload.len() as u32 + rng.random_range(0..3);
-                        Piece::Frame {
-                            typ: rng.random_range(0..11),
-                            flags: rng.random(),
-                            stream: rng.random_range(0..8),
-                            len,
-                            payload,
-                        }
+                        Piece::Frame { typ: rng.random_range(0..11), flags: rng.random(), stream: rng.random_range(0..8), len, payload }
                     }
                 })
                 .collect();
@@ -918,35 +525,16 @@ fn random_pieces_never_panic() {
 #[test]
 fn push_promise_keeps_the_table_in_step_and_control_frames_pass() {
     let (mut c, mut client, _) = server();
-    let mut srv = Peer {
-        enc: Encoder::plain(),
-        rng: StdRng::seed_from_u64(8),
-    };
+    let mut srv = Peer { enc: Encoder::plain(), rng: StdRng::seed_from_u64(8) };
     let mut out = Vec::new();
     c.feed(Dir::Recv, 1, &client.headers(1, REQ, true), &mut out);
     // The promise inserts ":status: 203"-free entries the response reuses.
-    let promised = srv.block(&hv(&[
-        (":method", "GET"),
-        (":path", "/style.css"),
-        ("x-shared", "yes"),
-    ]));
+    let promised = srv.block(&hv(&[(":method", "GET"), (":path", "/style.css"), ("x-shared", "yes")]));
     let mut pp = vec![0, 0, 0, 2];
     pp.extend(promised);
-    let mut p = vec![
-        f(PING, 0, 0, vec![0; 8]),
-        f(PUSH_PROMISE, END_HEADERS, 1, pp),
-        f(WINDOW_UPDATE, 0, 0, vec![0, 0, 1, 0]),
-    ];
+    let mut p = vec![f(PING, 0, 0, vec![0; 8]), f(PUSH_PROMISE, END_HEADERS, 1, pp), f(WINDOW_UPDATE, 0, 0, vec![0, 0, 1, 0])];
     p.extend(srv.headers(2, &[(":status", "200")], true));
-    p.extend(srv.headers(
-        1,
-        &[
-            (":status", "200"),
-            ("x-shared", "yes"),
-            ("content-type", "text/html"),
-        ],
-        true,
-    ));
+    p.extend(srv.headers(1, &[(":status", "200"), ("x-shared", "yes"), ("content-type", "text/html")], true));
     c.feed(Dir::Send, 2, &p, &mut out);
     assert_eq!(out.len(), 1, "the pushed stream yields nothing");
     assert_eq!(out[0].stream_id, 1);

@@ -8,39 +8,25 @@ type Line = (Option<String>, Option<String>);
 
 fn hex(s: &str) -> Vec<u8> {
     let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
+    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
 }
 
 fn decode(d: &mut Decoder, block: &[u8]) -> (Vec<Line>, Result<(), DecodeError>) {
     let mut out = Vec::new();
     let r = d.decode(block, true, |h| {
-        out.push((
-            h.name.map(|n| String::from_utf8_lossy(n).into_owned()),
-            h.value.map(|v| String::from_utf8_lossy(v).into_owned()),
-        ))
+        out.push((h.name.map(|n| String::from_utf8_lossy(n).into_owned()), h.value.map(|v| String::from_utf8_lossy(v).into_owned())))
     });
     (out, r)
 }
 
 fn known(pairs: &[(&str, &str)]) -> Vec<Line> {
-    pairs
-        .iter()
-        .map(|(n, v)| (Some(n.to_string()), Some(v.to_string())))
-        .collect()
+    pairs.iter().map(|(n, v)| (Some(n.to_string()), Some(v.to_string()))).collect()
 }
 
 fn table(d: &Decoder) -> Vec<(String, String)> {
     d.entries
         .iter()
-        .map(|e| {
-            (
-                String::from_utf8_lossy(e.name.as_deref().unwrap_or(b"?")).into_owned(),
-                String::from_utf8_lossy(&e.value).into_owned(),
-            )
-        })
+        .map(|e| (String::from_utf8_lossy(e.name.as_deref().unwrap_or(b"?")).into_owned(), String::from_utf8_lossy(&e.value).into_owned()))
         .collect()
 }
 
@@ -48,10 +34,7 @@ fn table(d: &Decoder) -> Vec<(String, String)> {
 fn rfc_c2_literals() {
     // C.2.1 literal with indexing, C.2.2 without, C.2.3 never indexed, C.2.4 indexed.
     let mut d = Decoder::new(false);
-    let (h, r) = decode(
-        &mut d,
-        &hex("400a 6375 7374 6f6d 2d6b 6579 0d63 7573 746f 6d2d 6865 6164 6572"),
-    );
+    let (h, r) = decode(&mut d, &hex("400a 6375 7374 6f6d 2d6b 6579 0d63 7573 746f 6d2d 6865 6164 6572"));
     r.unwrap();
     assert_eq!(h, known(&[("custom-key", "custom-header")]));
     assert_eq!(d.size, 55);
@@ -73,27 +56,13 @@ fn requests(blocks: [&str; 3]) {
     let mut d = Decoder::new(false);
     let (h, r) = decode(&mut d, &hex(blocks[0]));
     r.unwrap();
-    assert_eq!(
-        h,
-        known(&[
-            (":method", "GET"),
-            (":scheme", "http"),
-            (":path", "/"),
-            (":authority", "www.example.com")
-        ])
-    );
+    assert_eq!(h, known(&[(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com")]));
     assert_eq!(d.size, 57);
     let (h, r) = decode(&mut d, &hex(blocks[1]));
     r.unwrap();
     assert_eq!(
         h,
-        known(&[
-            (":method", "GET"),
-            (":scheme", "http"),
-            (":path", "/"),
-            (":authority", "www.example.com"),
-            ("cache-control", "no-cache")
-        ])
+        known(&[(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com"), ("cache-control", "no-cache")])
     );
     assert_eq!(d.size, 110);
     let (h, r) = decode(&mut d, &hex(blocks[2]));
@@ -179,10 +148,7 @@ fn responses(blocks: [&str; 3]) {
             ("date", "Mon, 21 Oct 2013 20:13:22 GMT"),
             ("location", "https://www.example.com"),
             ("content-encoding", "gzip"),
-            (
-                "set-cookie",
-                "foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1"
-            )
+            ("set-cookie", "foo=ASDJKHQKBZXOQWEOPIUAXQWEOIU; max-age=3600; version=1")
         ])
     );
     assert_eq!(d.size, 215);
@@ -234,14 +200,7 @@ fn unknown_references_after_a_gap() {
     // incremental indexing, then 62 again (now the new entry: name unknown).
     let (h, r) = decode(&mut d, &hex("be 7f00 0178 be"));
     r.unwrap();
-    assert_eq!(
-        h,
-        vec![
-            (None, None),
-            (None, Some("x".into())),
-            (None, Some("x".into()))
-        ]
-    );
+    assert_eq!(h, vec![(None, None), (None, Some("x".into())), (None, Some("x".into()))]);
     // Static entries and literals are still fine.
     let (h, _) = decode(&mut d, &hex("82 0401 61"));
     assert_eq!(h, known(&[(":method", "GET"), (":path", "a")]));
@@ -250,12 +209,7 @@ fn unknown_references_after_a_gap() {
 #[test]
 fn errors_and_truncation_empty_the_table() {
     let mut d = Decoder::new(false);
-    decode(
-        &mut d,
-        &hex("400a 6375 7374 6f6d 2d6b 6579 0d63 7573 746f 6d2d 6865 6164 6572"),
-    )
-    .1
-    .unwrap();
+    decode(&mut d, &hex("400a 6375 7374 6f6d 2d6b 6579 0d63 7573 746f 6d2d 6865 6164 6572")).1.unwrap();
     assert_eq!(d.len(), 1);
     // Index 0 is invalid; the header before it was still visited.
     let (h, r) = decode(&mut d, &hex("82 80"));
@@ -264,12 +218,7 @@ fn errors_and_truncation_empty_the_table() {
     assert!(d.is_empty() && d.is_gapped());
     // A cut block: the complete headers are visited, the table is emptied.
     let mut d = Decoder::new(false);
-    decode(
-        &mut d,
-        &hex("400a 6375 7374 6f6d 2d6b 6579 0d63 7573 746f 6d2d 6865 6164 6572"),
-    )
-    .1
-    .unwrap();
+    decode(&mut d, &hex("400a 6375 7374 6f6d 2d6b 6579 0d63 7573 746f 6d2d 6865 6164 6572")).1.unwrap();
     let mut seen = 0;
     let r = d.decode(&hex("82 be 0405 2f61"), false, |_| seen += 1);
     assert_eq!(r, Err(DecodeError::Truncated));
@@ -277,16 +226,8 @@ fn errors_and_truncation_empty_the_table() {
     assert!(d.is_empty());
     // A complete-looking block declared incomplete also empties the table.
     let mut d = Decoder::new(false);
-    decode(
-        &mut d,
-        &hex("400a 6375 7374 6f6d 2d6b 6579 0d63 7573 746f 6d2d 6865 6164 6572"),
-    )
-    .1
-    .unwrap();
-    assert_eq!(
-        d.decode(&hex("82"), false, |_| {}),
-        Err(DecodeError::Truncated)
-    );
+    decode(&mut d, &hex("400a 6375 7374 6f6d 2d6b 6579 0d63 7573 746f 6d2d 6865 6164 6572")).1.unwrap();
+    assert_eq!(d.decode(&hex("82"), false, |_| {}), Err(DecodeError::Truncated));
     assert!(d.is_empty());
 }
 
@@ -294,20 +235,11 @@ fn errors_and_truncation_empty_the_table() {
 fn hostile_integers_and_lengths() {
     let mut d = Decoder::new(false);
     // A string length of 2^21 with 3 bytes present: truncated, nothing allocated.
-    assert_eq!(
-        decode(&mut d, &hex("00 ff ff ff 7f 61")).1,
-        Err(DecodeError::Truncated)
-    );
+    assert_eq!(decode(&mut d, &hex("00 ff ff ff 7f 61")).1, Err(DecodeError::Truncated));
     // Integer continuation past 2^24.
-    assert_eq!(
-        decode(&mut d, &hex("ff ff ff ff ff 0f")).1,
-        Err(DecodeError::Invalid)
-    );
+    assert_eq!(decode(&mut d, &hex("ff ff ff ff ff 0f")).1, Err(DecodeError::Invalid));
     // Endless continuation bytes.
-    assert_eq!(
-        decode(&mut d, &hex("ff 80 80 80 80 80 80 80 80 01")).1,
-        Err(DecodeError::Invalid)
-    );
+    assert_eq!(decode(&mut d, &hex("ff 80 80 80 80 80 80 80 80 01")).1, Err(DecodeError::Invalid));
     // A size update above the limit is clamped, not trusted.
     let mut d = Decoder::new(false);
     decode(&mut d, &hex("3fe1ff03")).1.unwrap();
@@ -330,32 +262,12 @@ fn random_bytes_never_panic() {
 /// sizes that force evictions, and names the static table has and lacks.
 pub(crate) fn random_headers(rng: &mut StdRng) -> Vec<(Vec<u8>, Vec<u8>)> {
     const METHODS: [&str; 5] = ["GET", "POST", "PUT", "DELETE", "PATCH"];
-    const NAMES: [&str; 8] = [
-        "content-type",
-        "user-agent",
-        "traceparent",
-        "x-a",
-        "x-b",
-        "accept",
-        "cookie",
-        "grpc-timeout",
-    ];
+    const NAMES: [&str; 8] = ["content-type", "user-agent", "traceparent", "x-a", "x-b", "accept", "cookie", "grpc-timeout"];
     let mut h = vec![
-        (
-            b":method".to_vec(),
-            METHODS[rng.random_range(0..METHODS.len())]
-                .as_bytes()
-                .to_vec(),
-        ),
+        (b":method".to_vec(), METHODS[rng.random_range(0..METHODS.len())].as_bytes().to_vec()),
         (b":scheme".to_vec(), b"http".to_vec()),
-        (
-            b":path".to_vec(),
-            format!("/p{}", rng.random_range(0..30)).into_bytes(),
-        ),
-        (
-            b":authority".to_vec(),
-            format!("host{}", rng.random_range(0..3)).into_bytes(),
-        ),
+        (b":path".to_vec(), format!("/p{}", rng.random_range(0..30)).into_bytes()),
+        (b":authority".to_vec(), format!("host{}", rng.random_range(0..3)).into_bytes()),
     ];
     // Pseudo-headers in random order, regular ones after.
     for i in (1..4).rev() {
@@ -364,14 +276,8 @@ pub(crate) fn random_headers(rng: &mut StdRng) -> Vec<(Vec<u8>, Vec<u8>)> {
     }
     for _ in 0..rng.random_range(0..6) {
         let n = NAMES[rng.random_range(0..NAMES.len())];
-        let vlen = if rng.random_bool(0.1) {
-            rng.random_range(100..600)
-        } else {
-            rng.random_range(0..12)
-        };
-        let v: String = (0..vlen)
-            .map(|_| char::from(b'a' + rng.random_range(0..3u8)))
-            .collect();
+        let vlen = if rng.random_bool(0.1) { rng.random_range(100..600) } else { rng.random_range(0..12) };
+        let v: String = (0..vlen).map(|_| char::from(b'a' + rng.random_range(0..3u8))).collect();
         h.push((n.as_bytes().to_vec(), v.into_bytes()));
     }
     h

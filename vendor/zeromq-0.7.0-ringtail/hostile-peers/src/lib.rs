@@ -112,21 +112,14 @@ impl Recorder {
 
     /// A copy of what was recorded so far.
     pub fn get(&self) -> Recorded {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 }
 
 /// This process's resident memory, from `/proc/self/statm`.
 pub fn rss_bytes() -> u64 {
     let statm = std::fs::read_to_string("/proc/self/statm").expect("read /proc/self/statm");
-    let pages: u64 = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|field| field.parse().ok())
-        .expect("statm has a resident field");
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|field| field.parse().ok()).expect("statm has a resident field");
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     pages * u64::try_from(page).unwrap_or(4096)
@@ -137,10 +130,7 @@ pub fn rss_bytes() -> u64 {
 pub async fn wait_until(what: &str, deadline: Duration, mut condition: impl FnMut() -> bool) {
     let start = Instant::now();
     while !condition() {
-        assert!(
-            start.elapsed() < deadline,
-            "timed out after {deadline:?} waiting for {what}"
-        );
+        assert!(start.elapsed() < deadline, "timed out after {deadline:?} waiting for {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }

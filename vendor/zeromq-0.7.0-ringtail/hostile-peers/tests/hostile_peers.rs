@@ -21,10 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use zeromq::{
-    PeerCred, PubSocket, Socket, SocketOptions, SocketRecv, SocketSend, SubSocket, ZmqError,
-    ZmqMessage,
-};
+use zeromq::{PeerCred, PubSocket, Socket, SocketOptions, SocketRecv, SocketSend, SubSocket, ZmqError, ZmqMessage};
 use zeromq_hostile_peers::{rss_bytes, wait_until, zmtp, Recorder};
 
 /// The message limit the sockets under attack are given.
@@ -70,8 +67,7 @@ impl Site {
         let dir = std::env::temp_dir().join(format!("zmq-hostile-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("create the test directory");
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
-            .expect("chmod the test directory");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod the test directory");
         Site(dir)
     }
 
@@ -93,12 +89,8 @@ fn endpoint(path: &Path) -> String {
 async fn bind_pub(site: &Site, recorder: &Recorder) -> (PubSocket, PathBuf) {
     let path = site.path("pub.sock");
     let mut socket = PubSocket::with_options(options(recorder));
-    socket
-        .bind(&endpoint(&path))
-        .await
-        .expect("bind the PUB socket");
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777))
-        .expect("chmod the socket");
+    socket.bind(&endpoint(&path)).await.expect("bind the PUB socket");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).expect("chmod the socket");
     (socket, path)
 }
 
@@ -106,30 +98,18 @@ async fn bind_pub(site: &Site, recorder: &Recorder) -> (PubSocket, PathBuf) {
 async fn assert_still_serves(publisher: &mut PubSocket, path: &Path) {
     let recorder = Recorder::default();
     let mut sub = SubSocket::with_options(options(&recorder));
-    sub.connect(&endpoint(path))
-        .await
-        .expect("a legitimate subscriber connects");
+    sub.connect(&endpoint(path)).await.expect("a legitimate subscriber connects");
     sub.subscribe("").await.expect("subscribe");
     let start = Instant::now();
     loop {
-        assert!(
-            start.elapsed() < DEADLINE,
-            "the publisher no longer serves a legitimate subscriber"
-        );
-        publisher
-            .send(ZmqMessage::from("still here"))
-            .await
-            .expect("send");
+        assert!(start.elapsed() < DEADLINE, "the publisher no longer serves a legitimate subscriber");
+        publisher.send(ZmqMessage::from("still here")).await.expect("send");
         if let Ok(Ok(message)) = tokio::time::timeout(Duration::from_millis(50), sub.recv()).await {
             assert_eq!(message.get(0).map(|b| b.as_ref()), Some(&b"still here"[..]));
             break;
         }
     }
-    assert!(
-        recorder.get().refused.is_empty(),
-        "the legitimate publisher was refused: {:?}",
-        recorder.get()
-    );
+    assert!(recorder.get().refused.is_empty(), "the legitimate publisher was refused: {:?}", recorder.get());
 }
 
 /// What a raw connection saw.
@@ -143,20 +123,12 @@ struct Outcome {
 /// Connects to `path` as a raw client, writes `chunks` until they end or a
 /// write fails, hangs up its sending side if `hang_up`, then reads until the
 /// peer closes (or `DEADLINE`).
-async fn raw_session(
-    path: &Path,
-    chunks: impl Iterator<Item = Vec<u8>> + Send + 'static,
-    hang_up: bool,
-) -> Outcome {
+async fn raw_session(path: &Path, chunks: impl Iterator<Item = Vec<u8>> + Send + 'static, hang_up: bool) -> Outcome {
     let path = path.to_owned();
     tokio::task::spawn_blocking(move || {
         let mut stream = UnixStream::connect(&path).expect("connect the raw client");
-        stream
-            .set_write_timeout(Some(DEADLINE))
-            .expect("write timeout");
-        stream
-            .set_read_timeout(Some(DEADLINE))
-            .expect("read timeout");
+        stream.set_write_timeout(Some(DEADLINE)).expect("write timeout");
+        stream.set_read_timeout(Some(DEADLINE)).expect("read timeout");
         let start = Instant::now();
         let mut written = 0;
         let mut write_failed = false;
@@ -184,11 +156,7 @@ async fn raw_session(
                 Err(_) => break false,
             }
         };
-        Outcome {
-            written,
-            read,
-            closed_by_peer,
-        }
+        Outcome { written, read, closed_by_peer }
     })
     .await
     .expect("the raw client thread")
@@ -203,11 +171,7 @@ fn handshake() -> Vec<u8> {
 fn assert_rss_bounded(before: u64, what: &str) {
     let after = rss_bytes();
     let grown = after.saturating_sub(before);
-    assert!(
-        grown < RSS_SLACK,
-        "{what}: resident memory grew by {} MiB",
-        grown >> 20
-    );
+    assert!(grown < RSS_SLACK, "{what}: resident memory grew by {} MiB", grown >> 20);
     eprintln!("{what}: resident memory grew by {} KiB", grown >> 10);
 }
 
@@ -219,36 +183,17 @@ async fn huge_declared_lengths_disconnect_without_allocating() {
     let (mut publisher, path) = bind_pub(&site, &recorder).await;
     let cases: [(&str, Vec<u8>, [u8; 9]); 4] = [
         // The 73 bytes of issue 12: a greeting, then a command declaring 2^60 bytes.
-        (
-            "a handshake command declaring 2^60 bytes",
-            zmtp::greeting().to_vec(),
-            zmtp::long_header(true, 1 << 60),
-        ),
-        (
-            "a message declaring 2^60 bytes after the handshake",
-            handshake(),
-            zmtp::long_header(false, 1 << 60),
-        ),
-        (
-            "a message declaring u64::MAX bytes",
-            handshake(),
-            zmtp::long_header(false, u64::MAX),
-        ),
-        (
-            "a message one byte over the limit",
-            handshake(),
-            zmtp::long_header(false, LIMIT as u64 + 1),
-        ),
+        ("a handshake command declaring 2^60 bytes", zmtp::greeting().to_vec(), zmtp::long_header(true, 1 << 60)),
+        ("a message declaring 2^60 bytes after the handshake", handshake(), zmtp::long_header(false, 1 << 60)),
+        ("a message declaring u64::MAX bytes", handshake(), zmtp::long_header(false, u64::MAX)),
+        ("a message one byte over the limit", handshake(), zmtp::long_header(false, LIMIT as u64 + 1)),
     ];
     for (count, (what, prefix, header)) in (1u64..).zip(cases) {
         let before = rss_bytes();
         let mut attack = prefix;
         attack.extend_from_slice(&header);
         let outcome = raw_session(&path, std::iter::once(attack), false).await;
-        assert!(
-            outcome.closed_by_peer,
-            "{what}: the peer was not disconnected: {outcome:?}"
-        );
+        assert!(outcome.closed_by_peer, "{what}: the peer was not disconnected: {outcome:?}");
         wait_until(what, DEADLINE, || recorder.get().too_large == count).await;
         assert_rss_bounded(before, what);
     }
@@ -276,22 +221,13 @@ async fn garbage_disconnects_before_or_after_a_valid_handshake() {
     let (mut publisher, path) = bind_pub(&site, &recorder).await;
     let before = rss_bytes();
     let outcome = raw_session(&path, std::iter::once(garbage(1, 4096)), false).await;
-    assert!(
-        outcome.closed_by_peer,
-        "garbage instead of a greeting: not disconnected: {outcome:?}"
-    );
-    assert_eq!(
-        outcome.read, 64,
-        "only the greeting was sent to a peer that sent garbage"
-    );
+    assert!(outcome.closed_by_peer, "garbage instead of a greeting: not disconnected: {outcome:?}");
+    assert_eq!(outcome.read, 64, "only the greeting was sent to a peer that sent garbage");
     let mut prefix = handshake();
     prefix.extend_from_slice(&zmtp::subscribe(b""));
     let chunks = std::iter::once(prefix).chain((2..18).map(|seed| garbage(seed, 64 * 1024)));
     let outcome = raw_session(&path, chunks, false).await;
-    assert!(
-        outcome.closed_by_peer,
-        "garbage after a valid handshake: not disconnected: {outcome:?}"
-    );
+    assert!(outcome.closed_by_peer, "garbage after a valid handshake: not disconnected: {outcome:?}");
     assert_rss_bounded(before, "garbage");
     assert_still_serves(&mut publisher, &path).await;
 }
@@ -305,25 +241,10 @@ async fn an_endless_multipart_message_is_cut_at_the_limit() {
     let before = rss_bytes();
     // 1-byte parts, each with MORE: 3 bytes on the wire, 33 counted.
     let parts = zmtp::frame(b"A", true).repeat(4096);
-    let outcome = raw_session(
-        &path,
-        std::iter::once(handshake()).chain(std::iter::repeat(parts)),
-        false,
-    )
-    .await;
-    assert!(
-        outcome.closed_by_peer,
-        "an endless message: not disconnected: {outcome:?}"
-    );
-    wait_until("the endless message counted", DEADLINE, || {
-        recorder.get().too_large == 1
-    })
-    .await;
-    assert!(
-        outcome.written < 64 * LIMIT,
-        "the peer wrote {} bytes before being cut",
-        outcome.written
-    );
+    let outcome = raw_session(&path, std::iter::once(handshake()).chain(std::iter::repeat(parts)), false).await;
+    assert!(outcome.closed_by_peer, "an endless message: not disconnected: {outcome:?}");
+    wait_until("the endless message counted", DEADLINE, || recorder.get().too_large == 1).await;
+    assert!(outcome.written < 64 * LIMIT, "the peer wrote {} bytes before being cut", outcome.written);
     assert_rss_bounded(before, "endless multipart message");
     assert_still_serves(&mut publisher, &path).await;
 }
@@ -346,11 +267,9 @@ async fn endless_subscriptions_and_small_messages_stay_bounded() {
     }));
     let outcome = raw_session(&path, stream, true).await;
     assert!(outcome.closed_by_peer, "the flood did not end: {outcome:?}");
-    wait_until(
-        "every subscription beyond the bound refused",
-        DEADLINE,
-        || recorder.get().subscriptions_refused == (SENT - SUBSCRIPTIONS) as u64,
-    )
+    wait_until("every subscription beyond the bound refused", DEADLINE, || {
+        recorder.get().subscriptions_refused == (SENT - SUBSCRIPTIONS) as u64
+    })
     .await;
     assert_rss_bounded(before, "subscription flood");
     assert_still_serves(&mut publisher, &path).await;
@@ -374,10 +293,7 @@ async fn a_subscriber_that_never_reads_leaves_the_publisher_bounded() {
     let start = Instant::now();
     let mut i = 0;
     while recorder.get().send_queue_full == 0 {
-        assert!(
-            start.elapsed() < DEADLINE,
-            "the stalled subscriber's queue never filled"
-        );
+        assert!(start.elapsed() < DEADLINE, "the stalled subscriber's queue never filled");
         publisher.send(payload(i)).await.expect("send");
         i += 1;
         tokio::task::yield_now().await;
@@ -387,18 +303,9 @@ async fn a_subscriber_that_never_reads_leaves_the_publisher_bounded() {
         publisher.send(payload(i)).await.expect("send");
         tokio::task::yield_now().await;
     }
-    wait_until(
-        "every message beyond the queue dropped and counted",
-        DEADLINE,
-        || recorder.get().dropped() >= dropped_before + SENT - 16,
-    )
-    .await;
-    eprintln!(
-        "dropped {} of {} messages of 64 KiB: {:?}",
-        recorder.get().dropped(),
-        i + SENT,
-        recorder.get()
-    );
+    wait_until("every message beyond the queue dropped and counted", DEADLINE, || recorder.get().dropped() >= dropped_before + SENT - 16)
+        .await;
+    eprintln!("dropped {} of {} messages of 64 KiB: {:?}", recorder.get().dropped(), i + SENT, recorder.get());
     assert_rss_bounded(before, "a subscriber that never reads");
     // One stalled subscriber does not stall the others.
     assert_still_serves(&mut publisher, &path).await;
@@ -407,12 +314,7 @@ async fn a_subscriber_that_never_reads_leaves_the_publisher_bounded() {
 
 fn spawn_as_nobody(role: &str, path: &Path) -> Child {
     Command::new(std::env::current_exe().expect("this test binary"))
-        .args([
-            "--exact",
-            "child_process_role",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", "child_process_role", "--nocapture", "--test-threads=1"])
         .env(ROLE, role)
         .env(ROLE_PATH, path)
         .uid(NOBODY)
@@ -422,23 +324,13 @@ fn spawn_as_nobody(role: &str, path: &Path) -> Child {
 }
 
 async fn wait_success(mut child: Child, what: &str) {
-    wait_until(what, DEADLINE, || {
-        child.try_wait().expect("wait for the child").is_some()
-    })
-    .await;
+    wait_until(what, DEADLINE, || child.try_wait().expect("wait for the child").is_some()).await;
     let status = child.wait().expect("child status");
-    assert!(
-        status.success(),
-        "{what}: the child (as nobody) failed: {status}"
-    );
+    assert!(status.success(), "{what}: the child (as nobody) failed: {status}");
 }
 
 fn nobody(child: &Child) -> Option<PeerCred> {
-    Some(PeerCred {
-        pid: i32::try_from(child.id()).ok(),
-        uid: NOBODY,
-        gid: NOBODY,
-    })
+    Some(PeerCred { pid: i32::try_from(child.id()).ok(), uid: NOBODY, gid: NOBODY })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -454,10 +346,7 @@ async fn a_refused_uid_is_closed_before_any_byte_is_read() {
     let child = spawn_as_nobody("client", &path);
     let expected = nobody(&child);
     wait_success(child, "a client as nobody was closed before any byte").await;
-    wait_until("the refusal counted", DEADLINE, || {
-        !recorder.get().refused.is_empty()
-    })
-    .await;
+    wait_until("the refusal counted", DEADLINE, || !recorder.get().refused.is_empty()).await;
     assert_eq!(recorder.get().refused, vec![expected]);
     assert_still_serves(&mut publisher, &path).await;
 }
@@ -519,18 +408,12 @@ fn child_process_role() {
         other => panic!("unknown role {other}"),
     };
     stream.set_nonblocking(false).expect("blocking reads");
-    stream
-        .set_read_timeout(Some(DEADLINE))
-        .expect("read timeout");
+    stream.set_read_timeout(Some(DEADLINE)).expect("read timeout");
     let mut got = Vec::new();
     match stream.read_to_end(&mut got) {
         Ok(_) => {}
         Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
         Err(e) => panic!("{role}: no close within {DEADLINE:?}: {e}"),
     }
-    assert!(
-        got.is_empty(),
-        "{role}: the refusing side sent {} bytes",
-        got.len()
-    );
+    assert!(got.is_empty(), "{role}: the refusing side sent {} bytes", got.len());
 }
