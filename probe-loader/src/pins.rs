@@ -122,6 +122,11 @@ pub fn remove_others(pin_dir: &Path, keep: Option<&str>) -> Result<(), PinError>
     Ok(())
 }
 
+/// Creates the directory of a set about to be pinned.
+pub fn create_set(set: &Path) -> Result<(), PinError> {
+    std::fs::create_dir_all(set).map_err(|source| PinError::Dir { dir: set.into(), source })
+}
+
 /// Removes one set: its links first (detaching the programs), then the rest.
 pub fn remove_set(set: &Path) -> Result<(), PinError> {
     let dir_err = |source| PinError::Dir { dir: set.into(), source };

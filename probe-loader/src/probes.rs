@@ -175,6 +175,7 @@ impl Probes {
                 tracing::warn!(set = %set.display(), "incomplete pin set: loading afresh");
                 pins::remove_set(&set)?;
             }
+            pins::create_set(&set)?;
             Some(set)
         } else {
             None
