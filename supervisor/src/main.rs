@@ -46,7 +46,14 @@ enum Command {
     /// Remove what ringtail leaves in the kernel while it is not running:
     /// the pinned probes, maps and ring buffer under `probe.pin_dir` (kept
     /// after a crash, or on stop with `probe.keep_pins_on_stop`).
-    Cleanup,
+    Cleanup {
+        /// As the loader unit's `ExecStopPost=`: remove them only after a
+        /// clean stop (systemd's `$SERVICE_RESULT` is `success`) and unless
+        /// `probe.keep_pins_on_stop`; after a crash the restarted loader
+        /// reopens them.
+        #[arg(long)]
+        after_stop: bool,
+    },
 }
 
 fn bin_dir() -> anyhow::Result<PathBuf> {
@@ -118,7 +125,14 @@ fn main() -> anyhow::Result<()> {
             eprintln!("configuration is valid");
             Ok(())
         }
-        Command::Cleanup => {
+        Command::Cleanup { after_stop } => {
+            if after_stop {
+                let result = std::env::var("SERVICE_RESULT").unwrap_or_default();
+                if result != "success" || settings.probe.keep_pins_on_stop {
+                    eprintln!("pinned probes kept (service result {result:?}, probe.keep_pins_on_stop = {})", settings.probe.keep_pins_on_stop);
+                    return Ok(());
+                }
+            }
             if remove_pins(&settings)? {
                 eprintln!("removed the pinned probes in {}", settings.probe.pin_dir.display());
             } else {
