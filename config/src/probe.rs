@@ -76,7 +76,12 @@ impl ProbeSettings {
             return Err(invalid("probe.max_connections", "must be 64..=1048576", "16384", p.max_connections));
         }
         if !p.pin_dir.as_os_str().is_empty() && (!p.pin_dir.is_absolute() || p.pin_dir.parent().is_none()) {
-            return Err(invalid("probe.pin_dir", "must be an absolute directory path below a bpffs mount, or empty", "\"/sys/fs/bpf/ringtail\"", p.pin_dir.display()));
+            return Err(invalid(
+                "probe.pin_dir",
+                "must be an absolute directory path below a bpffs mount, or empty",
+                "\"/sys/fs/bpf/ringtail\"",
+                p.pin_dir.display(),
+            ));
         }
         Ok(())
     }

@@ -65,7 +65,14 @@ async fn run(p: Process) -> anyhow::Result<()> {
     let wakeup_len = settings.effective_wakeup_len();
     let (mut probes, rings, origin) = probes::Probes::load(&settings.probe, &settings.discovery, wakeup_len)?;
     let backlog = rings.events.read_pos() - rings.events.committed();
-    tracing::info!(event = "attached", wakeup_len, ?origin, epoch = probes.epoch(), unread_bytes_after_restart = backlog, "probes attached");
+    tracing::info!(
+        event = "attached",
+        wakeup_len,
+        ?origin,
+        epoch = probes.epoch(),
+        unread_bytes_after_restart = backlog,
+        "probes attached"
+    );
     // Parsing the kernel's BTF was a one-off peak: give it back.
     runtime_kit::memory::release();
     if !settings.discovery.selects_all() {
@@ -105,7 +112,8 @@ async fn run(p: Process) -> anyhow::Result<()> {
     // 3. Work.
     p.serve_profiles().await?;
     p.ready();
-    let (mut ring, progress) = pump::Pump::new(probes, publisher.clone(), settings, p.registry.clone()).run(rings, p.shutdown.clone()).await?;
+    let (mut ring, progress) =
+        pump::Pump::new(probes, publisher.clone(), settings, p.registry.clone()).run(rings, p.shutdown.clone()).await?;
     let _ = publisher.close(LINGER).await;
     publisher_task.join(2 * LINGER).await;
     // What the span-actor received is released; the rest stays in the

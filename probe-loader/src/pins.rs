@@ -134,7 +134,18 @@ pub fn remove_set(set: &Path) -> Result<(), PinError> {
     // Links first, then programs, then maps (the epoch last of all).
     names.sort_by_key(|p| {
         let n = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        (if n.starts_with("link_") { 0 } else if n.starts_with("prog_") { 1 } else if n == COMPLETE { 3 } else { 2 }, n)
+        (
+            if n.starts_with("link_") {
+                0
+            } else if n.starts_with("prog_") {
+                1
+            } else if n == COMPLETE {
+                3
+            } else {
+                2
+            },
+            n,
+        )
     });
     for p in names {
         std::fs::remove_file(&p).map_err(dir_err)?;
@@ -156,7 +167,8 @@ mod tests {
         assert_ne!(a, stamp(&probe, &discovery, 256), "wakeup_len is baked in");
         let bigger = ProbeSettings { ring_buffer_mb: 8, ..ProbeSettings::default() };
         assert_ne!(a, stamp(&bigger, &discovery, 512), "the ring's size is baked in");
-        let kept = ProbeSettings { keep_pins_on_stop: true, flush_interval: std::time::Duration::from_millis(7), ..ProbeSettings::default() };
+        let kept =
+            ProbeSettings { keep_pins_on_stop: true, flush_interval: std::time::Duration::from_millis(7), ..ProbeSettings::default() };
         assert_eq!(a, stamp(&kept, &discovery, 512), "user-space settings are not");
     }
 }

@@ -197,7 +197,12 @@ impl Probes {
         })
     }
 
-    fn load_fresh(probe: &ProbeSettings, discovery: &DiscoverySettings, wakeup_len: u32, set: Option<&Path>) -> Result<(Ebpf, Maps), ProbeError> {
+    fn load_fresh(
+        probe: &ProbeSettings,
+        discovery: &DiscoverySettings,
+        wakeup_len: u32,
+        set: Option<&Path>,
+    ) -> Result<(Ebpf, Maps), ProbeError> {
         let btf = Btf::from_sys_fs().map_err(|source| ProbeError::Btf { source })?;
         let wakeup_len = u64::from(wakeup_len);
         let select_all = u8::from(discovery.selects_all());
@@ -266,7 +271,13 @@ impl Probes {
             tracing::debug!(program, tracepoint, "attached");
         }
         if let Some(set) = set {
-            let named = [("events", &maps.events), ("execs", &maps.execs), ("sel_pids", &maps.sel_pids), ("sel_ports", &maps.sel_ports), ("counters", &maps.counters)];
+            let named = [
+                ("events", &maps.events),
+                ("execs", &maps.execs),
+                ("sel_pids", &maps.sel_pids),
+                ("sel_ports", &maps.sel_ports),
+                ("counters", &maps.counters),
+            ];
             for (name, map) in named {
                 map.pin(set.join(format!("map_{name}"))).map_err(pin_err(format!("map {name}")))?;
             }

@@ -28,8 +28,8 @@ use tokio::time::{Instant, MissedTickBehavior};
 use crate::discovery::Discovery;
 use crate::kernel::{ExecEvent, HttpEvent, KernelCounter, COUNTERS};
 use crate::probes::{Probes, Rings, Selected};
-use crate::ring::WalRing;
 use crate::procinfo::ProcCache;
+use crate::ring::WalRing;
 
 /// Why the loop stopped.
 #[derive(Debug, thiserror::Error)]

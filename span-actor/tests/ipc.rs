@@ -49,8 +49,8 @@ fn batch() -> RawBatch {
             env_service_name: None,
             env_resource_attributes: None,
         }],
+        epoch: 0,
     }
-    epoch: 0,
 }
 
 #[tokio::test]

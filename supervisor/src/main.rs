@@ -129,7 +129,10 @@ fn main() -> anyhow::Result<()> {
             if after_stop {
                 let result = std::env::var("SERVICE_RESULT").unwrap_or_default();
                 if result != "success" || settings.probe.keep_pins_on_stop {
-                    eprintln!("pinned probes kept (service result {result:?}, probe.keep_pins_on_stop = {})", settings.probe.keep_pins_on_stop);
+                    eprintln!(
+                        "pinned probes kept (service result {result:?}, probe.keep_pins_on_stop = {})",
+                        settings.probe.keep_pins_on_stop
+                    );
                     return Ok(());
                 }
             }

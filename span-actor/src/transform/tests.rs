@@ -47,8 +47,8 @@ fn batch(events: Vec<RawEvent>) -> RawBatch {
             env_service_name: None,
             env_resource_attributes: None,
         }],
+        epoch: 0,
     }
-    epoch: 0,
 }
 
 /// The raw consumer's sequence tracking and the publisher's ledger, as
