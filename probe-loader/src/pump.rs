@@ -87,6 +87,9 @@ pub struct Pump {
     batch_timeout: Duration,
     flush_interval: Duration,
     read: Counter,
+    /// Times the write-ahead position moved past unreceived batches (see
+    /// [`commit`]).
+    valve: Counter,
     malformed: Drops,
     publish_failed: Drops,
     kernel_last: [u64; COUNTERS.len()],
@@ -123,6 +126,7 @@ impl Pump {
             batch_timeout: settings.pipeline.batch_timeout,
             flush_interval: settings.probe.flush_interval,
             read: registry.counter("ringtail_events_read_total", &[]),
+            valve: registry.counter("ringtail_ring_released_unreceived_total", &[]),
             malformed: registry.drops("ringtail_dropped_events_total", "malformed_record"),
             publish_failed: registry.drops("ringtail_dropped_events_total", "publish_failed"),
             kernel_last: [0; COUNTERS.len()],
@@ -182,7 +186,9 @@ impl Pump {
     /// has received (and, when nothing is in flight, of what was read but
     /// made no event: malformed records).
     fn commit(&mut self, ring: &mut WalRing) {
-        commit(ring, &self.progress, self.published_mark, self.batch.events.is_empty());
+        if commit(ring, &self.progress, self.published_mark, self.batch.events.is_empty()) {
+            self.valve.inc();
+        }
     }
 
     /// Reads every event in the ring.
@@ -290,11 +296,23 @@ impl Pump {
 /// Moves the ring's consumer position to the highest mark received; past
 /// everything read when nothing is in flight (`idle`: no open batch, and
 /// the last batch published is received).
-pub fn commit(ring: &mut WalRing, progress: &watch::Receiver<Progress>, published_mark: u64, idle: bool) {
+///
+/// The pressure valve: when the kernel counts more than half the ring as
+/// used (the span-actor receives slower than requests come), the position
+/// moves past everything published, i.e. handed to the replay buffer, as
+/// aya's reader would: the ring keeps taking events rather than dropping
+/// them, at the price of what a `kill -9` of the loader would then lose
+/// (the replay buffer's unreceived batches). Returns true if it opened.
+pub fn commit(ring: &mut WalRing, progress: &watch::Receiver<Progress>, published_mark: u64, idle: bool) -> bool {
     let received = progress.borrow().received_mark;
     if idle && received >= published_mark {
         ring.commit(ring.read_pos());
-    } else {
-        ring.commit(received);
+        return false;
     }
+    ring.commit(received);
+    if ring.used() > ring.size() / 2 && published_mark > received {
+        ring.commit(published_mark);
+        return true;
+    }
+    false
 }

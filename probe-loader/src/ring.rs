@@ -155,6 +155,16 @@ impl WalRing {
         }
     }
 
+    /// Bytes the kernel counts as used: written and not yet released.
+    pub fn used(&self) -> u64 {
+        self.producer_pos().wrapping_sub(self.consumer_pos().load(Ordering::Acquire)) as u64
+    }
+
+    /// The ring's data size in bytes.
+    pub fn size(&self) -> u64 {
+        (self.mask as u64).saturating_add(1)
+    }
+
     /// How far this process has read.
     pub fn read_pos(&self) -> u64 {
         self.read as u64
