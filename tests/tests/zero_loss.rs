@@ -193,6 +193,11 @@ struct Rig {
 }
 
 fn rig(extra: &str) -> Option<Rig> {
+    rig_with(extra, "")
+}
+
+/// A rig with `probe` and `pipeline` settings added.
+fn rig_with(extra: &str, pipeline: &str) -> Option<Rig> {
     if !can_trace() || !Rotel::available() {
         return None;
     }
@@ -222,6 +227,7 @@ protocol = "grpc"
 listen = "127.0.0.1:{prom}"
 [pipeline]
 batch_timeout = "50ms"
+{pipeline}
 "#,
         grpc = rotel.grpc
     ));
@@ -338,6 +344,69 @@ fn the_loader_killed_twice_within_a_second_loses_nothing() {
     assert!(back.is_some(), "no loader ready after two kills:\n{}", rig.ringtail.log());
     let served = load.finish();
     rig.check(served, false);
+}
+
+/// Sum of every `ringtail_dropped_*` sample.
+fn dropped_total(text: &str) -> f64 {
+    text.lines().filter(|l| l.starts_with("ringtail_dropped_")).filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok()).sum()
+}
+
+#[test]
+fn a_span_actor_stopped_beyond_the_buffers_loses_only_what_is_counted() {
+    // A 1 MiB ring and 16 kept batches hold far less than 8 s at 500 req/s.
+    let Some(rig) = rig_with("ring_buffer_mb = 1", "replay_batches = 16") else { return };
+    let load = Load::start(rig.port);
+    load.at(4.0);
+    let pid = rig.ringtail.pid("span-actor").expect("span-actor pid");
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+    load.at(12.0);
+    // SAFETY: as above.
+    unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+    let served = load.finish();
+    let logged = access_log(&rig.log);
+    assert_eq!(served.len(), logged.len());
+    let port = rig.port.to_string();
+    let spans = || -> BTreeMap<String, BTreeSet<String>> {
+        let mut by_path: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for s in rig.rotel.spans() {
+            if s["kind"] == 2 && attr(&s, "server.port").as_deref() == Some(&port) {
+                if let Some(p) = attr(&s, "url.path").filter(|p| p.starts_with("/z/")) {
+                    by_path.entry(p).or_default().insert(s["span_id"].as_str().unwrap_or_default().to_owned());
+                }
+            }
+        }
+        by_path
+    };
+    // Settled: every request is a span or a counted drop, and two reads a
+    // second apart agree.
+    let mut last = (usize::MAX, -1.0);
+    let settled = wait_until(Duration::from_secs(90), || {
+        std::thread::sleep(Duration::from_secs(1));
+        let now = (spans().len(), dropped_total(&scrape(rig.prom)));
+        let done = now.0 as f64 + now.1 >= logged.len() as f64 && now == last;
+        last = now;
+        done.then_some(())
+    });
+    let got = spans();
+    let dropped = dropped_total(&scrape(rig.prom));
+    let missing = logged.iter().filter(|p| !got.contains_key(*p)).count();
+    let two: Vec<_> = got.iter().filter(|(_, ids)| ids.len() > 1).collect();
+    assert!(two.is_empty(), "a request became two different spans: {:?}", two.iter().take(5).collect::<Vec<_>>());
+    assert!(dropped > 0.0, "the stop outlasted the buffers: something must have been dropped ({} requests)", logged.len());
+    assert!(
+        settled.is_some() && missing as f64 == dropped,
+        "every request not exported is counted exactly once: {} requests, {} spans, {missing} missing, {dropped} counted: {:?}",
+        logged.len(),
+        got.len(),
+        drops(&scrape(rig.prom))
+    );
+    eprintln!(
+        "beyond the buffers: {} requests, {} spans, {missing} missing = {dropped} counted: {:?}",
+        logged.len(),
+        got.len(),
+        drops(&scrape(rig.prom))
+    );
 }
 
 #[test]
