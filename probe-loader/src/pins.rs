@@ -59,15 +59,9 @@ pub fn stamp(probe: &ProbeSettings, discovery: &DiscoverySettings, wakeup_len: u
     let mut h = 0xcbf2_9ce4_8422_2325;
     h = fnv1a(h, BPF_OBJECT);
     h = fnv1a(h, CONTRACT_HEADER.as_bytes());
-    let mut ports: Vec<u16> = discovery.open_ports.iter().map(|p| p.get()).collect();
-    ports.sort_unstable();
-    let baked = format!(
-        "wakeup_len={wakeup_len} select_all={} watch_exec={} ring_mb={} conns={} ports={ports:?}",
-        discovery.selects_all(),
-        !discovery.exe_names.is_empty(),
-        probe.ring_buffer_mb,
-        probe.max_connections,
-    );
+    // The whole selection, not only what is baked in: a reopened set keeps
+    // the processes its maps selected, which other settings must not inherit.
+    let baked = format!("wakeup_len={wakeup_len} ring_mb={} conns={} discovery={discovery:?}", probe.ring_buffer_mb, probe.max_connections);
     h = fnv1a(h, baked.as_bytes());
     format!("{h:016x}")
 }

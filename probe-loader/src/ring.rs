@@ -139,6 +139,11 @@ impl WalRing {
             }
             let len = (header & !(BUSY_BIT | DISCARD_BIT)) as usize;
             let advance = (HDR_SZ + len).next_multiple_of(8);
+            if advance > producer.wrapping_sub(self.read) {
+                // A record cannot end past what the kernel wrote: distrust it.
+                self.read = producer;
+                return None;
+            }
             self.read = self.read.wrapping_add(advance);
             if header & DISCARD_BIT != 0 {
                 continue;
