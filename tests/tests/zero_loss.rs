@@ -475,7 +475,26 @@ fn pins_go_on_orderly_stop_unless_kept_and_stale_layouts_are_replaced() {
     rt.proc.signal_group(libc::SIGKILL);
     let left = wait_until(Duration::from_secs(5), || (!sets(&pin_dir).is_empty()).then_some(()));
     assert!(left.is_some());
-    let out = std::process::Command::new(bin_dir().join("ringtail")).arg("--config").arg(&cfg_path).arg("cleanup").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let cleanup = |args: &[&str], result: &str| {
+        let out = std::process::Command::new(bin_dir().join("ringtail"))
+            .arg("--config")
+            .arg(&cfg_path)
+            .arg("cleanup")
+            .args(args)
+            .env("SERVICE_RESULT", result)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    // The loader unit's ExecStopPost after a crash: kept for the restart.
+    cleanup(&["--after-stop"], "signal");
+    assert!(!sets(&pin_dir).is_empty(), "kept after a crash");
+    cleanup(&[], "");
     assert!(!pin_dir.exists(), "cleanup removed the pins");
+    // After a clean stop: removed.
+    let rt = Ringtail::start(&cfg(""));
+    rt.proc.signal_group(libc::SIGKILL);
+    let _ = wait_until(Duration::from_secs(5), || (!sets(&pin_dir).is_empty()).then_some(()));
+    cleanup(&["--after-stop"], "success");
+    assert!(!pin_dir.exists(), "removed after a clean stop");
 }
