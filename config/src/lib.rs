@@ -307,6 +307,7 @@ mod tests {
             ("[export.otlp]\nendpoint = \"localhost:4317\"\n", "export.otlp.endpoint", "localhost:4317"),
             ("[probe]\nring_buffer_mb = 3\n", "probe.ring_buffer_mb", "3"),
             ("[probe]\nflush_interval = \"0s\"\n", "probe.flush_interval", "0s"),
+            ("[probe]\npin_dir = \"ringtail\"\n", "probe.pin_dir", "ringtail"),
             ("[pipeline]\nbatch_length = 0\n", "pipeline.batch_length", "0"),
             ("[discovery]\nexe_names = [\"(\"]\n", "discovery.exe_names[0]", "("),
             ("[routes]\npatterns = [\"users/{id}\"]\n", "routes.patterns[0]", "users/{id}"),

@@ -1,10 +1,14 @@
 //! `[probe]`: how events leave the kernel.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use crate::{duration_between, invalid, ConfigError};
+
+/// The default `probe.pin_dir`.
+pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/ringtail";
 
 /// Kernel side: how events leave the kernel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,6 +36,15 @@ pub struct ProbeSettings {
     /// the executable path and `OTEL_SERVICE_NAME` of processes owned by
     /// other users. Without them those names fall back to argv[0].
     pub read_process_env: bool,
+    /// Where the probes' maps, programs and links are pinned (a directory
+    /// on a bpffs, which the loader mounts at /sys/fs/bpf if missing), so
+    /// that capture and the ring buffer outlive a loader restart. Empty: no
+    /// pins (probes die with the loader).
+    pub pin_dir: PathBuf,
+    /// On an orderly stop, leave the pins in place: capture goes on into the
+    /// ring buffer while ringtail is down (a `systemctl restart` loses
+    /// nothing up to the ring's size). `ringtail cleanup` removes them.
+    pub keep_pins_on_stop: bool,
 }
 
 impl Default for ProbeSettings {
@@ -42,6 +55,8 @@ impl Default for ProbeSettings {
             ring_buffer_mb: 4,
             max_connections: 16384,
             read_process_env: true,
+            pin_dir: PathBuf::from(DEFAULT_PIN_DIR),
+            keep_pins_on_stop: false,
         }
     }
 }
@@ -60,6 +75,19 @@ impl ProbeSettings {
         if !(64..=1 << 20).contains(&p.max_connections) {
             return Err(invalid("probe.max_connections", "must be 64..=1048576", "16384", p.max_connections));
         }
+        if !p.pin_dir.as_os_str().is_empty() && (!p.pin_dir.is_absolute() || p.pin_dir.parent().is_none()) {
+            return Err(invalid(
+                "probe.pin_dir",
+                "must be an absolute directory path below a bpffs mount, or empty",
+                "\"/sys/fs/bpf/ringtail\"",
+                p.pin_dir.display(),
+            ));
+        }
         Ok(())
+    }
+
+    /// Whether the probes are pinned.
+    pub fn pins(&self) -> bool {
+        !self.pin_dir.as_os_str().is_empty()
     }
 }

@@ -115,6 +115,14 @@ pub struct RawBatch {
     pub mono_to_unix_ns: i64,
     pub events: Vec<RawEvent>,
     pub processes: Vec<ProcessInfo>,
+    /// The capture epoch: random, fixed when the probes were loaded and
+    /// pinned with them, so the same for every loader instance that reads
+    /// the same ring. Span and trace ids derive from it (and the request), so
+    /// an event read again after a loader restart makes the same span, which
+    /// the exporter's dedup drops. 0: none (ids derive from the loader's
+    /// instance).
+    #[serde(default)]
+    pub epoch: u64,
 }
 
 #[cfg(test)]
@@ -158,6 +166,7 @@ mod tests {
                 env_service_name: None,
                 env_resource_attributes: Some("team=a".into()),
             }],
+            epoch: 0,
         };
         let env = Envelope::new(Producer { component: Component::ProbeLoader, instance: 1 }, 1, Body::Raw(batch));
         assert_eq!(decode(&encode(&env).unwrap()).unwrap(), env);

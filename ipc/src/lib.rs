@@ -31,7 +31,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub use consumer::{Consumer, ConsumerOptions, Inbound, MessageId};
-pub use producer::{Producer, ProducerOptions, ProducerTask, Settled};
+pub use producer::{Producer, ProducerOptions, ProducerTask, Progress, Settled};
 pub use socket::{bind_pub, send, subscribe, Access};
 
 /// How often producers send a heartbeat (health report) on their PUB socket.

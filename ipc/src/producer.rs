@@ -7,7 +7,10 @@
 //! Each data message carries a caller's tag; the task hands it back as a
 //! [`Settled`] report once the consumer has finished with the message, or
 //! when the message was dropped (and counted), so callers can release
-//! whatever the message stood for.
+//! whatever the message stood for. [`Producer::progress`] says the same in
+//! two numbers (messages settled, and the highest mark received), for a
+//! caller that paces itself by the kept buffer or keeps a write-ahead log
+//! of its own (the loader's ring buffer).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -15,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use ipc_schema::{Ack, Body, Component};
 use runtime_kit::counters::{Counter, Drops, Gauge, Registry};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 use zeromq::PubSocket;
@@ -71,8 +74,20 @@ impl<T> Settled<T> {
     }
 }
 
+/// How far a producer's messages have got; see [`Producer::progress`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Progress {
+    /// Data messages settled so far, in total: acknowledged as handled, or
+    /// dropped (and counted). Messages published minus this is what the
+    /// command queue and the kept buffer hold.
+    pub settled: u64,
+    /// The highest mark ([`Producer::publish_marked`]) of a message a
+    /// consumer has received; 0 before any. It never goes down.
+    pub received_mark: u64,
+}
+
 enum Command<T> {
-    Publish { body: Body, items: u64, tag: T },
+    Publish { body: Body, items: u64, tag: T, mark: u64 },
     Transient(Body),
     Close { linger: Duration },
 }
@@ -81,11 +96,12 @@ enum Command<T> {
 pub struct Producer<T> {
     commands: mpsc::Sender<Command<T>>,
     me: ipc_schema::Producer,
+    progress: watch::Receiver<Progress>,
 }
 
 impl<T> Clone for Producer<T> {
     fn clone(&self) -> Self {
-        Producer { commands: self.commands.clone(), me: self.me }
+        Producer { commands: self.commands.clone(), me: self.me, progress: self.progress.clone() }
     }
 }
 
@@ -118,8 +134,10 @@ impl<T: Send + 'static> Producer<T> {
         let acks = subscribe_acks(options.acks.clone(), ACKS, registry, acks_shutdown);
         let (commands, commands_rx) = mpsc::channel(COMMANDS);
         let (reports_tx, reports_rx) = mpsc::channel(report.max(1));
+        let (progress_tx, progress) = watch::channel(Progress::default());
         let me = options.me;
         let task = Task {
+            progress: progress_tx,
             socket,
             endpoint: ipc_schema::endpoints::ipc(&options.path),
             outbox: Outbox::new(me, options.capacity),
@@ -137,7 +155,7 @@ impl<T: Send + 'static> Producer<T> {
             task.run(commands_rx, acks, reports_tx).await;
             stop_acks.fire();
         });
-        Ok((Producer { commands, me }, ProducerTask { handle }, reports_rx))
+        Ok((Producer { commands, me, progress }, ProducerTask { handle }, reports_rx))
     }
 
     /// This producer's identity.
@@ -148,7 +166,21 @@ impl<T: Send + 'static> Producer<T> {
     /// Queues a data message of `items` items (events, spans: the unit of
     /// the drop counters), waiting while the task's queue is full.
     pub async fn publish(&self, body: Body, items: u64, tag: T) -> Result<(), IpcError> {
-        self.command(Command::Publish { body, items, tag }).await
+        self.command(Command::Publish { body, items, tag, mark: 0 }).await
+    }
+
+    /// [`Producer::publish`] with a `mark`: the caller's position just past
+    /// this message in a log of its own. Marks must not decrease from one
+    /// message to the next; [`Progress::received_mark`] reports the highest
+    /// one a consumer has received.
+    pub async fn publish_marked(&self, body: Body, items: u64, tag: T, mark: u64) -> Result<(), IpcError> {
+        self.command(Command::Publish { body, items, tag, mark }).await
+    }
+
+    /// How far the published messages have got. The value lives as long as
+    /// the task (the last one stays readable after it ends).
+    pub fn progress(&self) -> watch::Receiver<Progress> {
+        self.progress.clone()
     }
 
     /// Queues a message that is not kept (heartbeats, health reports).
@@ -169,6 +201,7 @@ impl<T: Send + 'static> Producer<T> {
 }
 
 struct Task<T> {
+    progress: watch::Sender<Progress>,
     socket: PubSocket,
     endpoint: String,
     outbox: Outbox<T>,
@@ -196,7 +229,7 @@ impl<T: Send + 'static> Task<T> {
         let linger = loop {
             tokio::select! {
                 cmd = commands.recv() => match cmd {
-                    Some(Command::Publish { body, items, tag }) => self.publish(body, items, tag).await,
+                    Some(Command::Publish { body, items, tag, mark }) => self.publish(body, items, tag, mark).await,
                     Some(Command::Transient(body)) => self.transient(body).await,
                     Some(Command::Close { linger }) => break linger,
                     None => break Duration::ZERO,
@@ -233,13 +266,14 @@ impl<T: Send + 'static> Task<T> {
     }
 
     fn report(&mut self, r: Settled<T>) {
+        self.progress.send_modify(|p| p.settled += 1);
         if self.listening {
             self.reports.push_back(r);
         }
     }
 
-    async fn publish(&mut self, body: Body, items: u64, tag: T) {
-        match self.outbox.push(body, tag) {
+    async fn publish(&mut self, body: Body, items: u64, tag: T, mark: u64) {
+        match self.outbox.push_marked(body, tag, mark) {
             Ok(_) => self.published.inc(),
             Err(Refused::Full(tag)) => {
                 self.backlog_full.add(items);
@@ -274,6 +308,12 @@ impl<T: Send + 'static> Task<T> {
         if acked.new_consumer && self.outbox.kept() > 0 {
             tracing::info!(endpoint = %self.endpoint, messages = self.outbox.kept(), event = "replay", "new consumer: sending kept messages again");
         }
+        let mark = self.outbox.received_mark();
+        self.progress.send_if_modified(|p| {
+            let moved = p.received_mark < mark;
+            p.received_mark = p.received_mark.max(mark);
+            moved
+        });
         for tag in acked.settled {
             self.report(Settled::Acked(tag));
         }

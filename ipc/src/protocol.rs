@@ -19,6 +19,13 @@
 //!   heard from (a restarted consumer, or the first one), everything kept is
 //!   sent again, in order, within the window.
 //!
+//! - **Marks.** A caller may give each message a `mark`, a position in a
+//!   log of its own that only grows (the loader: the ring buffer offset just
+//!   past the batch's last event). The outbox reports the highest mark the
+//!   consumer has *received*, so the caller may discard its log up to there:
+//!   what was received is either handled by that consumer or, should it die,
+//!   replayed from the kept buffer to its successor.
+//!
 //! Every message carries the producer's `floor`: the lowest seq it still
 //! kept when the message was made (heartbeats: now). The consumer's acks are
 //! contiguous from there: `received` (all up to it arrived) and `upto` (all
@@ -49,6 +56,7 @@ pub const ACK_IDLE: Duration = Duration::from_millis(250);
 
 struct Kept<T> {
     seq: u64,
+    mark: u64,
     bytes: Bytes,
     sent: Option<Instant>,
     tag: T,
@@ -80,12 +88,20 @@ pub struct Outbox<T> {
     capacity: usize,
     consumer: Option<u64>,
     received: u64,
+    received_mark: u64,
 }
 
 impl<T> Outbox<T> {
     /// An empty outbox keeping at most `capacity` messages.
     pub fn new(me: Producer, capacity: usize) -> Self {
-        Outbox { me, next_seq: 1, kept: VecDeque::new(), capacity: capacity.max(1), consumer: None, received: 0 }
+        Outbox { me, next_seq: 1, kept: VecDeque::new(), capacity: capacity.max(1), consumer: None, received: 0, received_mark: 0 }
+    }
+
+    /// The highest mark of a message some consumer has received (0 before
+    /// any): it never goes down, not even when a new consumer appears, as
+    /// what the old one received is kept until handled.
+    pub fn received_mark(&self) -> u64 {
+        self.received_mark
     }
 
     /// This producer's identity.
@@ -114,6 +130,12 @@ impl<T> Outbox<T> {
 
     /// Numbers, encodes and keeps a data message; returns its seq.
     pub fn push(&mut self, body: Body, tag: T) -> Result<u64, Refused<T>> {
+        self.push_marked(body, tag, 0)
+    }
+
+    /// [`Outbox::push`] with the caller's `mark` (see the module doc): marks
+    /// must not decrease from one message to the next.
+    pub fn push_marked(&mut self, body: Body, tag: T, mark: u64) -> Result<u64, Refused<T>> {
         if self.kept.len() >= self.capacity {
             return Err(Refused::Full(tag));
         }
@@ -125,7 +147,7 @@ impl<T> Outbox<T> {
             Err(e) => return Err(Refused::Encode(tag, e)),
         };
         self.next_seq += 1;
-        self.kept.push_back(Kept { seq, bytes, sent: None, tag });
+        self.kept.push_back(Kept { seq, mark, bytes, sent: None, tag });
         Ok(seq)
     }
 
@@ -176,6 +198,10 @@ impl<T> Outbox<T> {
             }
         }
         self.received = self.received.max(ack.received);
+        // Marks grow with seq: the last kept message received has the highest.
+        if let Some(k) = self.kept.iter().take_while(|k| k.seq <= self.received).last() {
+            self.received_mark = self.received_mark.max(k.mark);
+        }
         while self.kept.front().is_some_and(|k| k.seq <= ack.upto) {
             if let Some(k) = self.kept.pop_front() {
                 out.settled.push(k.tag);
@@ -385,6 +411,31 @@ mod tests {
 
     fn seqs(bytes: &[Bytes]) -> Vec<u64> {
         bytes.iter().map(|b| ipc_schema::decode(b).unwrap().seq).collect()
+    }
+
+    #[test]
+    fn the_received_mark_follows_received_not_handled_and_never_goes_down() {
+        let me = Producer { component: Component::ProbeLoader, instance: 42 };
+        let mut o: Outbox<()> = Outbox::new(me, 10);
+        for mark in [100, 250, 250, 400] {
+            o.push_marked(body(), (), mark).unwrap();
+        }
+        assert_eq!(o.received_mark(), 0, "nothing received yet");
+        let c1 = Producer { component: Component::SpanActor, instance: 7 };
+        o.ack(c1, Ack { for_instance: 42, received: 2, upto: 0 });
+        assert_eq!(o.received_mark(), 250, "received, though not handled: its consumer has it");
+        assert_eq!(o.kept(), 4, "kept until handled");
+        // Received and handled in one ack: the mark is taken before forgetting.
+        o.ack(c1, Ack { for_instance: 42, received: 3, upto: 3 });
+        assert_eq!(o.received_mark(), 250);
+        // A new consumer starts from nothing, but what the old one received
+        // is still kept (and will be replayed): the mark stays.
+        let c2 = Producer { component: Component::SpanActor, instance: 8 };
+        o.ack(c2, Ack { for_instance: 42, received: 0, upto: 0 });
+        assert_eq!(o.received_mark(), 250);
+        o.ack(c2, Ack { for_instance: 42, received: 4, upto: 4 });
+        assert_eq!(o.received_mark(), 400);
+        assert_eq!(o.kept(), 0);
     }
 
     #[test]

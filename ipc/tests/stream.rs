@@ -63,7 +63,7 @@ async fn delivered_once_settled_by_acks_replayed_to_a_new_consumer() {
     // Until the consumer's first ack arrives nothing is sent beyond the
     // window, and PUB drops what no subscriber takes: resends cover it.
     for tag in 1..=3u64 {
-        producer.publish(body(tag), 1, tag).await.unwrap();
+        producer.publish_marked(body(tag), 1, tag, 10 * tag).await.unwrap();
     }
     let mut got = Vec::new();
     for _ in 0..3 {
@@ -72,6 +72,11 @@ async fn delivered_once_settled_by_acks_replayed_to_a_new_consumer() {
         assert_eq!(id.seq, h.instance, "in order, once");
         got.push(id);
     }
+    // Received, not yet handled: the mark says so (a caller's log may go).
+    let mut progress = producer.progress();
+    let p = tokio::time::timeout(Duration::from_secs(10), progress.wait_for(|p| p.received_mark == 30)).await.unwrap().unwrap();
+    assert_eq!(p.settled, 0, "nothing handled yet");
+    drop(p);
     consumer.done(got[0]);
     consumer.done(got[1]);
     for want in [1, 2] {
@@ -100,6 +105,7 @@ async fn delivered_once_settled_by_acks_replayed_to_a_new_consumer() {
         let s = tokio::time::timeout(Duration::from_secs(10), settled.recv()).await.unwrap().unwrap();
         assert_eq!(s, Settled::Acked(want));
     }
+    assert_eq!(producer.progress().borrow().settled, 4);
     producer.close(Duration::from_secs(2)).await.unwrap();
     assert!(producer_task.join(Duration::from_secs(5)).await, "the producer ends once its consumer has everything");
     consumer.close().await;

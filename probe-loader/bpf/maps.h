@@ -96,6 +96,17 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps") __weak;
 
+/* The capture epoch: a random number the loader writes once when it loads
+ * the programs, pinned with them, so that span and trace ids (derived from
+ * it and the connection numbers) are the same whichever loader instance
+ * reads an event. Programs never use it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} epoch SEC(".maps") __weak;
+
 /* A zeroed conn_state: too big for the 512-byte BPF stack. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

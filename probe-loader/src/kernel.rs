@@ -18,6 +18,9 @@ mod layout {
 pub use contract::CAPTURE_LEN;
 use contract::*;
 
+/// The kernel contract's text (part of the pins' stamp).
+pub static CONTRACT_HEADER: &str = include_str!("../bpf/ringtail.h");
+
 /// The compiled eBPF object.
 pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringtail.bpf.o"));
 

@@ -1,18 +1,30 @@
 //! Loading and attaching the eBPF programs, and the maps the loader uses.
 //!
+//! With `probe.pin_dir` set they are pinned, and the next loader reopens
+//! them instead (see `pins`).
+//!
 //! Every program is a BTF tracepoint (`tp_btf`): no kprobes, no fentry, no
 //! tracefs. The kernel needs BTF, the ring buffer (5.8) and the
 //! `sock_send_length`/`sock_recv_length` tracepoints (6.3).
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::BtfTracePoint;
+use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray, RingBuf};
+use aya::programs::links::FdLink;
+use aya::programs::{BtfTracePoint, ProgramInfo};
 use aya::{Btf, Ebpf, EbpfLoader};
 use ringtail_config::{DiscoverySettings, ProbeSettings};
 
 use crate::kernel::contract::{SEL_EXE, SEL_EXPLICIT};
 use crate::kernel::{BPF_OBJECT, COUNTERS};
+use crate::pins;
+use crate::ring::WalRing;
+
+/// A fresh random capture epoch (never 0: 0 means "none").
+fn random_epoch() -> u64 {
+    runtime_kit::instance_id().max(1)
+}
 
 /// (program, tracepoint) pairs, in attach order: process and connection
 /// bookkeeping first, so the data programs never see a half-set-up world.
@@ -51,6 +63,19 @@ pub enum ProbeError {
         #[source]
         source: aya::programs::ProgramError,
     },
+    #[error("cannot pin the {what} (probe.pin_dir)")]
+    Pin {
+        what: String,
+        #[source]
+        source: aya::pin::PinError,
+    },
+    #[error(transparent)]
+    Pins(#[from] pins::PinError),
+    #[error("cannot read the event ring buffer")]
+    Ring {
+        #[source]
+        source: crate::ring::RingError,
+    },
     #[error("map {map} has an unexpected type")]
     Map {
         map: &'static str,
@@ -61,11 +86,16 @@ pub enum ProbeError {
 
 /// The loaded, attached programs and the maps user space updates.
 pub struct Probes {
-    ebpf: Ebpf,
+    /// The object as loaded by this process; None when the programs were
+    /// found pinned (their statistics come from the pins then).
+    ebpf: Option<Ebpf>,
+    /// The pin set in use, if any.
+    set: Option<PathBuf>,
     sel_pids: HashMap<MapData, u32, u8>,
     /// Kept so the map lives as long as the programs that read it.
     _sel_ports: HashMap<MapData, u16, u8>,
     counters: PerCpuArray<MapData, u64>,
+    epoch: u64,
 }
 
 /// Why a process is selected (the `sel_pids` value, SEL_* in bpf/ringtail.h).
@@ -79,9 +109,10 @@ pub enum Selected {
     ByExe = SEL_EXE,
 }
 
-/// The two ring buffers: request events, and exec events for discovery.
+/// The two ring buffers: request events (the write-ahead log), and exec
+/// events for discovery.
 pub struct Rings {
-    pub events: RingBuf<MapData>,
+    pub events: WalRing,
     pub execs: RingBuf<MapData>,
 }
 
@@ -94,10 +125,84 @@ pub struct ProgramStats {
     pub run_count: u64,
 }
 
+/// How the probes were set up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// Loaded and attached by this process (and pinned if configured).
+    Loaded,
+    /// Found pinned by an earlier loader: opened, nothing loaded.
+    Reopened,
+}
+
+/// The maps user space uses, however they were obtained.
+struct Maps {
+    events: MapData,
+    execs: MapData,
+    sel_pids: MapData,
+    sel_ports: MapData,
+    counters: MapData,
+    epoch: MapData,
+}
+
+fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
+    move |source| ProbeError::Map { map, source }
+}
+
 impl Probes {
-    /// Loads the object with this configuration baked in and attaches every
-    /// program; the kernel wakes the loader every `wakeup_len` events.
-    pub fn load(probe: &ProbeSettings, discovery: &DiscoverySettings, wakeup_len: u32) -> Result<(Probes, Rings), ProbeError> {
+    /// Opens the pinned set for this configuration if there is a complete
+    /// one, or loads and attaches the programs (pinning them when
+    /// `probe.pin_dir` is set); the kernel wakes the loader every
+    /// `wakeup_len` events.
+    pub fn load(probe: &ProbeSettings, discovery: &DiscoverySettings, wakeup_len: u32) -> Result<(Probes, Rings, Origin), ProbeError> {
+        let set = if probe.pins() {
+            pins::prepare(&probe.pin_dir)?;
+            let stamp = pins::stamp(probe, discovery, wakeup_len);
+            let set = probe.pin_dir.join(&stamp);
+            pins::remove_others(&probe.pin_dir, Some(&stamp))?;
+            if set.join(pins::COMPLETE).exists() {
+                match Self::reopen(&set) {
+                    Ok(maps) => {
+                        tracing::info!(set = %set.display(), event = "pins_reopened", "probes found pinned: reading on where the last loader stopped");
+                        let (probes, rings) = Self::finish(None, Some(set), maps, discovery)?;
+                        return Ok((probes, rings, Origin::Reopened));
+                    }
+                    Err(error) => {
+                        tracing::warn!(set = %set.display(), %error, "pinned probes unusable: loading afresh");
+                        pins::remove_set(&set)?;
+                    }
+                }
+            } else if set.exists() {
+                tracing::warn!(set = %set.display(), "incomplete pin set: loading afresh");
+                pins::remove_set(&set)?;
+            }
+            pins::create_set(&set)?;
+            Some(set)
+        } else {
+            None
+        };
+        let (ebpf, maps) = Self::load_fresh(probe, discovery, wakeup_len, set.as_deref())?;
+        let (probes, rings) = Self::finish(Some(ebpf), set, maps, discovery)?;
+        Ok((probes, rings, Origin::Loaded))
+    }
+
+    fn reopen(set: &Path) -> Result<Maps, aya::maps::MapError> {
+        let open = |name: &str| MapData::from_pin(set.join(format!("map_{name}")));
+        Ok(Maps {
+            events: open("events")?,
+            execs: open("execs")?,
+            sel_pids: open("sel_pids")?,
+            sel_ports: open("sel_ports")?,
+            counters: open("counters")?,
+            epoch: open("epoch")?,
+        })
+    }
+
+    fn load_fresh(
+        probe: &ProbeSettings,
+        discovery: &DiscoverySettings,
+        wakeup_len: u32,
+        set: Option<&Path>,
+    ) -> Result<(Ebpf, Maps), ProbeError> {
         let btf = Btf::from_sys_fs().map_err(|source| ProbeError::Btf { source })?;
         let wakeup_len = u64::from(wakeup_len);
         let select_all = u8::from(discovery.selects_all());
@@ -117,17 +222,33 @@ impl Probes {
             .map_err(|source| ProbeError::Load { source })?;
 
         // Maps first: selection must be in place before data programs run.
-        let take = |ebpf: &mut Ebpf, map: &'static str| ebpf.take_map(map).ok_or(ProbeError::MissingMap { map });
-        let events = RingBuf::try_from(take(&mut ebpf, "events")?).map_err(|source| ProbeError::Map { map: "events", source })?;
-        let execs = RingBuf::try_from(take(&mut ebpf, "execs")?).map_err(|source| ProbeError::Map { map: "execs", source })?;
-        let sel_pids = HashMap::try_from(take(&mut ebpf, "sel_pids")?).map_err(|source| ProbeError::Map { map: "sel_pids", source })?;
-        let mut sel_ports: HashMap<MapData, u16, u8> =
-            HashMap::try_from(take(&mut ebpf, "sel_ports")?).map_err(|source| ProbeError::Map { map: "sel_ports", source })?;
-        let counters = PerCpuArray::try_from(take(&mut ebpf, "counters")?).map_err(|source| ProbeError::Map { map: "counters", source })?;
         for port in &discovery.open_ports {
-            sel_ports.insert(port.get(), 1, 0).map_err(|source| ProbeError::Map { map: "sel_ports", source })?;
+            let map = ebpf.map_mut("sel_ports").ok_or(ProbeError::MissingMap { map: "sel_ports" })?;
+            let mut sel_ports: HashMap<&mut MapData, u16, u8> = HashMap::try_from(map).map_err(map_err("sel_ports"))?;
+            sel_ports.insert(port.get(), 1, 0).map_err(map_err("sel_ports"))?;
         }
+        let epoch = random_epoch();
+        {
+            let map = ebpf.map_mut("epoch").ok_or(ProbeError::MissingMap { map: "epoch" })?;
+            let mut slot: Array<&mut MapData, u64> = Array::try_from(map).map_err(map_err("epoch"))?;
+            slot.set(0, epoch, 0).map_err(map_err("epoch"))?;
+        }
+        let mut take = |map: &'static str| -> Result<MapData, ProbeError> {
+            match ebpf.take_map(map).ok_or(ProbeError::MissingMap { map })? {
+                Map::RingBuf(d) | Map::HashMap(d) | Map::PerCpuArray(d) | Map::Array(d) => Ok(d),
+                _ => Err(ProbeError::MissingMap { map }),
+            }
+        };
+        let maps = Maps {
+            events: take("events")?,
+            execs: take("execs")?,
+            sel_pids: take("sel_pids")?,
+            sel_ports: take("sel_ports")?,
+            counters: take("counters")?,
+            epoch: take("epoch")?,
+        };
 
+        let pin_err = |what: String| move |source: aya::pin::PinError| ProbeError::Pin { what: what.clone(), source };
         for (program, tracepoint) in PROGRAMS {
             let prog: &mut BtfTracePoint = ebpf
                 .program_mut(program)
@@ -140,10 +261,47 @@ impl Probes {
                 }
                 source => ProbeError::Program { program, tracepoint, source },
             })?;
-            prog.attach().map_err(|source| ProbeError::Program { program, tracepoint, source })?;
+            let link = prog.attach().map_err(|source| ProbeError::Program { program, tracepoint, source })?;
+            if let Some(set) = set {
+                prog.pin(set.join(format!("prog_{program}"))).map_err(pin_err(format!("program {program}")))?;
+                let link = prog.take_link(link).map_err(|source| ProbeError::Program { program, tracepoint, source })?;
+                let link = FdLink::from(link);
+                link.pin(set.join(format!("link_{program}"))).map_err(pin_err(format!("link {program}")))?;
+            }
             tracing::debug!(program, tracepoint, "attached");
         }
-        Ok((Probes { ebpf, sel_pids, _sel_ports: sel_ports, counters }, Rings { events, execs }))
+        if let Some(set) = set {
+            let named = [
+                ("events", &maps.events),
+                ("execs", &maps.execs),
+                ("sel_pids", &maps.sel_pids),
+                ("sel_ports", &maps.sel_ports),
+                ("counters", &maps.counters),
+            ];
+            for (name, map) in named {
+                map.pin(set.join(format!("map_{name}"))).map_err(pin_err(format!("map {name}")))?;
+            }
+            // Last: a set with its epoch pinned is complete.
+            maps.epoch.pin(set.join(pins::COMPLETE)).map_err(pin_err("map epoch".into()))?;
+            tracing::info!(set = %set.display(), event = "pinned", "probes pinned: capture outlives this loader");
+        }
+        Ok((ebpf, maps))
+    }
+
+    fn finish(ebpf: Option<Ebpf>, set: Option<PathBuf>, maps: Maps, _discovery: &DiscoverySettings) -> Result<(Probes, Rings), ProbeError> {
+        let events = WalRing::new(maps.events).map_err(|source| ProbeError::Ring { source })?;
+        let execs = RingBuf::try_from(Map::RingBuf(maps.execs)).map_err(map_err("execs"))?;
+        let sel_pids = HashMap::try_from(Map::HashMap(maps.sel_pids)).map_err(map_err("sel_pids"))?;
+        let sel_ports = HashMap::try_from(Map::HashMap(maps.sel_ports)).map_err(map_err("sel_ports"))?;
+        let counters = PerCpuArray::try_from(Map::PerCpuArray(maps.counters)).map_err(map_err("counters"))?;
+        let slot: Array<MapData, u64> = Array::try_from(Map::Array(maps.epoch)).map_err(map_err("epoch"))?;
+        let epoch = slot.get(&0, 0).map_err(map_err("epoch"))?;
+        Ok((Probes { ebpf, set, sel_pids, _sel_ports: sel_ports, counters, epoch }, Rings { events, execs }))
+    }
+
+    /// The capture epoch (see `ipc_schema::RawBatch::epoch`).
+    pub fn epoch(&self) -> u64 {
+        self.epoch
     }
 
     /// Adds a process to the selection, for `why`.
@@ -180,7 +338,11 @@ impl Probes {
         PROGRAMS
             .iter()
             .filter_map(|(name, _)| {
-                let info = self.ebpf.program(name)?.info().ok()?;
+                let info = match (&self.ebpf, &self.set) {
+                    (Some(ebpf), _) => ebpf.program(name)?.info().ok()?,
+                    (None, Some(set)) => ProgramInfo::from_pin(set.join(format!("prog_{name}"))).ok()?,
+                    (None, None) => return None,
+                };
                 Some(ProgramStats { name, run_time: info.run_time(), run_count: info.run_count() })
             })
             .collect()

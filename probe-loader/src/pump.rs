@@ -4,6 +4,12 @@
 //! an exec event); a `flush_interval` timer drains whatever is below that
 //! threshold, so no event waits longer than `flush_interval`. Events are cut
 //! into batches of `batch_length`, or sent after `batch_timeout`.
+//!
+//! The request ring is a write-ahead log (see `ring`): each batch is
+//! published with the ring position just past its last event as its mark,
+//! and the kernel's consumer position moves only up to the highest mark the
+//! span-actor has received. Until then the events stay in the ring, where a
+//! restarted loader finds them.
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -11,17 +17,19 @@ use std::time::Duration;
 use aya::maps::{MapData, RingBuf};
 use ipc_schema::{Body, RawBatch, RawEvent};
 use ringtail_config::Settings;
-use ringtail_ipc::{Producer, HEARTBEAT};
+use ringtail_ipc::{Producer, Progress, HEARTBEAT};
 use runtime_kit::counters::{Counter, Drops, Registry};
 use runtime_kit::shutdown::Shutdown;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
+use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::discovery::Discovery;
 use crate::kernel::{ExecEvent, HttpEvent, KernelCounter, COUNTERS};
 use crate::probes::{Probes, Rings, Selected};
 use crate::procinfo::ProcCache;
+use crate::ring::WalRing;
 
 /// Why the loop stopped.
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +57,7 @@ pub fn mono_to_unix_ns() -> i64 {
 }
 
 /// Registers a ring buffer with the runtime's poller.
-fn watch(ring: RingBuf<MapData>) -> Result<AsyncFd<RingBuf<MapData>>, PumpError> {
+fn watch<R: std::os::fd::AsRawFd>(ring: R) -> Result<AsyncFd<R>, PumpError> {
     // SAFETY: the fd belongs to the RingBuf, which the AsyncFd owns from
     // here on, so it stays open and unchanged for the AsyncFd's whole life.
     unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }.map_err(|e| PumpError::Poll { source: e.into() })
@@ -60,12 +68,17 @@ struct Batch {
     procs: Vec<(u32, u64, String)>,
     seen: HashSet<(u32, u64)>,
     deadline: Option<Instant>,
+    /// The ring position just past the last event read.
+    mark: u64,
 }
 
 /// Everything the loop owns.
 pub struct Pump {
     probes: Probes,
     publisher: Producer<()>,
+    progress: watch::Receiver<Progress>,
+    /// The mark of the last batch published.
+    published_mark: u64,
     discovery: Discovery,
     procs: ProcCache,
     registry: Registry,
@@ -74,6 +87,9 @@ pub struct Pump {
     batch_timeout: Duration,
     flush_interval: Duration,
     read: Counter,
+    /// Times the write-ahead position moved past unreceived batches (see
+    /// [`commit`]).
+    valve: Counter,
     malformed: Drops,
     publish_failed: Drops,
     kernel_last: [u64; COUNTERS.len()],
@@ -100,14 +116,17 @@ impl Pump {
             .collect();
         Pump {
             probes,
+            progress: publisher.progress(),
+            published_mark: 0,
             publisher,
             discovery: Discovery::new(&settings.discovery),
             procs: ProcCache::new(std::path::Path::new("/proc"), settings.probe.read_process_env),
-            batch: Batch { events: Vec::new(), procs: Vec::new(), seen: HashSet::new(), deadline: None },
+            batch: Batch { events: Vec::new(), procs: Vec::new(), seen: HashSet::new(), deadline: None, mark: 0 },
             batch_length: settings.pipeline.batch_length,
             batch_timeout: settings.pipeline.batch_timeout,
             flush_interval: settings.probe.flush_interval,
             read: registry.counter("ringtail_events_read_total", &[]),
+            valve: registry.counter("ringtail_ring_released_unreceived_total", &[]),
             malformed: registry.drops("ringtail_dropped_events_total", "malformed_record"),
             publish_failed: registry.drops("ringtail_dropped_events_total", "publish_failed"),
             kernel_last: [0; COUNTERS.len()],
@@ -118,7 +137,9 @@ impl Pump {
     }
 
     /// Runs until shutdown; then drains the ring and sends the last batch.
-    pub async fn run(mut self, rings: Rings, mut shutdown: Shutdown) -> Result<(), PumpError> {
+    /// Returns the request ring, for a last [`Pump::commit`] once the
+    /// publisher has delivered what it could.
+    pub async fn run(mut self, rings: Rings, mut shutdown: Shutdown) -> Result<(WalRing, watch::Receiver<Progress>), PumpError> {
         let poll = |source| PumpError::Poll { source };
         let mut events = watch(rings.events)?;
         let mut execs = watch(rings.execs)?;
@@ -146,6 +167,11 @@ impl Pump {
                 _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                     self.send_batch().await;
                 }
+                changed = self.progress.changed() => {
+                    if changed.is_ok() {
+                        self.commit(events.get_mut());
+                    }
+                }
                 _ = heartbeat.tick() => self.heartbeat().await,
                 _ = shutdown.fired() => break,
             }
@@ -153,15 +179,24 @@ impl Pump {
         self.drain(events.get_mut()).await;
         self.send_batch().await;
         self.heartbeat().await;
-        Ok(())
+        Ok((events.into_inner(), self.progress))
+    }
+
+    /// Releases to the kernel the ring space of every event the span-actor
+    /// has received (and, when nothing is in flight, of what was read but
+    /// made no event: malformed records).
+    fn commit(&mut self, ring: &mut WalRing) {
+        if commit(ring, &self.progress, self.published_mark, self.batch.events.is_empty()) {
+            self.valve.inc();
+        }
     }
 
     /// Reads every event in the ring.
-    async fn drain(&mut self, ring: &mut RingBuf<MapData>) {
+    async fn drain(&mut self, ring: &mut WalRing) {
         loop {
             let raw = {
                 let Some(item) = ring.next() else { break };
-                let Some(ev) = HttpEvent::parse(&item) else {
+                let Some(ev) = HttpEvent::parse(item) else {
                     self.malformed.add(1);
                     continue;
                 };
@@ -181,9 +216,11 @@ impl Pump {
             }
             self.batch.events.push(raw);
             if self.batch.events.len() >= self.batch_length {
-                self.send_batch().await;
+                self.send_batch_at(ring.read_pos()).await;
             }
         }
+        self.batch.mark = ring.read_pos();
+        self.commit(ring);
     }
 
     /// Selects newly exec'd processes whose executable matches.
@@ -205,8 +242,13 @@ impl Pump {
         }
     }
 
-    /// Publishes the current batch, if any.
+    /// Publishes the current batch, if any, marked with the ring position
+    /// just past its last event.
     async fn send_batch(&mut self) {
+        self.send_batch_at(self.batch.mark).await;
+    }
+
+    async fn send_batch_at(&mut self, mark: u64) {
         self.batch.deadline = None;
         if self.batch.events.is_empty() {
             return;
@@ -215,9 +257,10 @@ impl Pump {
         let processes = self.batch.procs.drain(..).map(|(pid, start, comm)| self.procs.get(pid, start, &comm).clone()).collect();
         self.batch.seen.clear();
         let n = events.len() as u64;
-        let batch = RawBatch { mono_to_unix_ns: mono_to_unix_ns(), events, processes };
+        let batch = RawBatch { mono_to_unix_ns: mono_to_unix_ns(), events, processes, epoch: self.probes.epoch() };
+        self.published_mark = mark;
         // A full backlog is counted by the producer task.
-        if let Err(error) = self.publisher.publish(Body::Raw(batch), n, ()).await {
+        if let Err(error) = self.publisher.publish_marked(Body::Raw(batch), n, (), mark).await {
             tracing::warn!(%error, "publish failed");
             self.publish_failed.add(n);
         }
@@ -248,4 +291,28 @@ impl Pump {
             tracing::debug!(%error, "heartbeat not sent");
         }
     }
+}
+
+/// Moves the ring's consumer position to the highest mark received; past
+/// everything read when nothing is in flight (`idle`: no open batch, and
+/// the last batch published is received).
+///
+/// The pressure valve: when the kernel counts more than half the ring as
+/// used (the span-actor receives slower than requests come), the position
+/// moves past everything published, i.e. handed to the replay buffer, as
+/// aya's reader would: the ring keeps taking events rather than dropping
+/// them, at the price of what a `kill -9` of the loader would then lose
+/// (the replay buffer's unreceived batches). Returns true if it opened.
+pub fn commit(ring: &mut WalRing, progress: &watch::Receiver<Progress>, published_mark: u64, idle: bool) -> bool {
+    let received = progress.borrow().received_mark;
+    if idle && received >= published_mark {
+        ring.commit(ring.read_pos());
+        return false;
+    }
+    ring.commit(received);
+    if ring.used() > ring.size() / 2 && published_mark > received {
+        ring.commit(published_mark);
+        return true;
+    }
+    false
 }

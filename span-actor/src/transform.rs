@@ -165,6 +165,9 @@ impl Transformer {
     /// came now), and says what this batch made.
     pub fn transform(&mut self, inst: u64, seq: u64, batch: &RawBatch, now: Instant, out: &mut Vec<Produced>) -> Made {
         let origin = (inst, seq);
+        // Ids derive from the capture epoch, not the loader instance that
+        // happened to read the event (see `RawBatch::epoch`).
+        let inst = if batch.epoch != 0 { batch.epoch } else { inst };
         let mut made = Made::default();
         for p in &batch.processes {
             self.naming.learn(p);

@@ -49,6 +49,7 @@ fn batch() -> RawBatch {
             env_service_name: None,
             env_resource_attributes: None,
         }],
+        epoch: 0,
     }
 }
 

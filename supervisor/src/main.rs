@@ -43,6 +43,17 @@ enum Command {
     /// Validate the configuration (every component's part) and print the
     /// effective configuration.
     CheckConfig,
+    /// Remove what ringtail leaves in the kernel while it is not running:
+    /// the pinned probes, maps and ring buffer under `probe.pin_dir` (kept
+    /// after a crash, or on stop with `probe.keep_pins_on_stop`).
+    Cleanup {
+        /// As the loader unit's `ExecStopPost=`: remove them only after a
+        /// clean stop (systemd's `$SERVICE_RESULT` is `success`) and unless
+        /// `probe.keep_pins_on_stop`; after a crash the restarted loader
+        /// reopens them.
+        #[arg(long)]
+        after_stop: bool,
+    },
 }
 
 fn bin_dir() -> anyhow::Result<PathBuf> {
@@ -93,6 +104,16 @@ fn prepare_runtime_dir(settings: &Settings, actors: UserIds) -> anyhow::Result<P
     Ok(config)
 }
 
+/// Removes the pinned probes (detaching them) and their maps, if any.
+fn remove_pins(settings: &Settings) -> anyhow::Result<bool> {
+    let dir = &settings.probe.pin_dir;
+    if !settings.probe.pins() || !dir.exists() {
+        return Ok(false);
+    }
+    std::fs::remove_dir_all(dir).with_context(|| format!("cannot remove the pinned probes in {} (probe.pin_dir)", dir.display()))?;
+    Ok(true)
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let settings = Settings::load(args.config.as_deref()).context("invalid configuration")?;
@@ -102,6 +123,24 @@ fn main() -> anyhow::Result<()> {
             check_components(&bin, args.config.as_deref())?;
             print!("{}", settings.to_toml());
             eprintln!("configuration is valid");
+            Ok(())
+        }
+        Command::Cleanup { after_stop } => {
+            if after_stop {
+                let result = std::env::var("SERVICE_RESULT").unwrap_or_default();
+                if result != "success" || settings.probe.keep_pins_on_stop {
+                    eprintln!(
+                        "pinned probes kept (service result {result:?}, probe.keep_pins_on_stop = {})",
+                        settings.probe.keep_pins_on_stop
+                    );
+                    return Ok(());
+                }
+            }
+            if remove_pins(&settings)? {
+                eprintln!("removed the pinned probes in {}", settings.probe.pin_dir.display());
+            } else {
+                eprintln!("nothing pinned in {}", settings.probe.pin_dir.display());
+            }
             Ok(())
         }
         Command::Run => {
@@ -134,6 +173,11 @@ fn main() -> anyhow::Result<()> {
             let dir = &settings.pipeline.runtime_dir;
             for p in [endpoints::raw_events(dir), endpoints::spans(dir), endpoints::raw_acks(dir), endpoints::span_acks(dir), config] {
                 let _ = std::fs::remove_file(p);
+            }
+            if settings.probe.keep_pins_on_stop {
+                tracing::info!(dir = %settings.probe.pin_dir.display(), event = "pins_kept", "probes stay pinned: capture goes on into the ring until ringtail starts again (`ringtail cleanup` removes them)");
+            } else if remove_pins(&settings)? {
+                tracing::info!(dir = %settings.probe.pin_dir.display(), event = "pins_removed", "pinned probes removed");
             }
             tracing::info!(event = "stopped", "ringtail stopped");
             Ok(())

@@ -153,7 +153,7 @@ impl Proc {
     }
 
     /// Sends `sig` to the whole process group.
-    fn signal_group(&self, sig: i32) {
+    pub fn signal_group(&self, sig: i32) {
         // SAFETY: kill has no memory-safety preconditions; the group id is
         // the child's pid (process_group(0)).
         unsafe { libc::kill(-(self.child.id() as i32), sig) };
@@ -323,10 +323,34 @@ impl Rotel {
     }
 }
 
-/// A running `ringtail`.
+/// A running `ringtail`. Its pinned probes (`probe.pin_dir`, one directory
+/// per start unless the config names one) are removed on drop.
 pub struct Ringtail {
     pub proc: Proc,
     pub dir: TempDir,
+    pub pin_dir: PathBuf,
+}
+
+impl Drop for Ringtail {
+    fn drop(&mut self) {
+        self.proc.signal_group(libc::SIGKILL);
+        let _ = self.proc.child.kill();
+        let _ = self.proc.child.wait();
+        let _ = std::fs::remove_dir_all(&self.pin_dir);
+    }
+}
+
+/// The `probe.pin_dir` a config names, if any.
+fn configured_pin_dir(config: &str) -> Option<PathBuf> {
+    let line = config.lines().find(|l| l.trim_start().starts_with("pin_dir"))?;
+    Some(PathBuf::from(line.split_once('=')?.1.trim().trim_matches('"')))
+}
+
+/// A `probe.pin_dir` of its own for a test's ringtail, so that tests (and
+/// other checkouts' tests on the same machine) never share pinned probes.
+pub fn test_pin_dir() -> PathBuf {
+    static N: AtomicU32 = AtomicU32::new(0);
+    PathBuf::from(format!("/sys/fs/bpf/ringtail-test-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)))
 }
 
 impl Ringtail {
@@ -347,6 +371,19 @@ impl Ringtail {
         } else {
             format!("{config}\n[pipeline]\nruntime_dir = \"{}\"\n", dir.join("run").display())
         };
+        let (body, pin_dir) = match configured_pin_dir(&body) {
+            Some(p) => (body, p),
+            None => {
+                let p = test_pin_dir();
+                let line = format!("pin_dir = \"{}\"", p.display());
+                let body = if body.contains("[probe]") {
+                    body.replacen("[probe]", &format!("[probe]\n{line}"), 1)
+                } else {
+                    format!("{body}\n[probe]\n{line}\n")
+                };
+                (body, p)
+            }
+        };
         std::fs::write(&cfg, body).expect("write config");
         let out = std::fs::File::create(dir.join("stdout")).expect("stdout file");
         let err = std::fs::File::create(dir.join("stderr")).expect("stderr file");
@@ -356,7 +393,7 @@ impl Ringtail {
             cmd.env(k, v);
         }
         let proc = Proc::spawn("ringtail", &mut cmd);
-        let rt = Ringtail { proc, dir };
+        let rt = Ringtail { proc, dir, pin_dir };
         rt.wait_ready(Duration::from_secs(60));
         rt
     }

@@ -181,8 +181,9 @@ fn a_component_failing_at_start_is_throttled_not_looped() {
     std::fs::write(
         dir.join("c.toml"),
         format!(
-            "[export.prometheus]\nlisten = \"127.0.0.1:{busy}\"\n[discovery]\nopen_ports = [1]\n[pipeline]\nruntime_dir = \"{}\"\n",
-            dir.join("run").display()
+            "[export.prometheus]\nlisten = \"127.0.0.1:{busy}\"\n[discovery]\nopen_ports = [1]\n[pipeline]\nruntime_dir = \"{}\"\n[probe]\npin_dir = \"{}\"\n",
+            dir.join("run").display(),
+            test_pin_dir().display()
         ),
     )
     .unwrap();

@@ -426,7 +426,7 @@ struct LoaderRun {
 /// Starts the loader as root with only `caps` (setpriv, as systemd does with
 /// `CapabilityBoundingSet=`), the actors' group as its only supplementary
 /// group and no_new_privs, until it is ready or has exited.
-fn run_loader(caps: &[&str], config: &Path, actors_gid: u32, dir: &TempDir, tag: &str) -> LoaderRun {
+fn run_loader(caps: &[&str], config: &Path, pins: &Path, actors_gid: u32, dir: &TempDir, tag: &str) -> LoaderRun {
     let bounding: String = std::iter::once("-all".to_owned())
         .chain(caps.iter().map(|c| format!("+{}", c.trim_start_matches("CAP_").to_lowercase())))
         .collect::<Vec<_>>()
@@ -454,6 +454,9 @@ fn run_loader(caps: &[&str], config: &Path, actors_gid: u32, dir: &TempDir, tag:
     })
     .unwrap_or_else(|| panic!("the loader with {bounding} neither got ready nor exited in 60 s:\n{}", read()));
     loader.stop(Duration::from_secs(10));
+    // A loader leaves its pins (the supervisor or the unit's ExecStopPost
+    // removes them): each run loads afresh.
+    let _ = std::fs::remove_dir_all(pins);
     let log = read();
     let selected = log.lines().find_map(|l| l.split_once("selection seeded processes=")?.1.split_whitespace().next()?.parse().ok());
     LoaderRun { ready, selected, log }
@@ -499,14 +502,19 @@ fn loader_needs_each_capability_of_its_unit() {
     drop(listener);
 
     let dir = TempDir::new("sdcap");
+    let pins = test_pin_dir();
     let config = dir.join("ringtail.toml");
     std::fs::write(
         &config,
-        format!("[actors]\nuser = \"nobody\"\n[pipeline]\nruntime_dir = \"{}\"\n[discovery]\nopen_ports = [{port}]\n", dir.0.display()),
+        format!(
+            "[actors]\nuser = \"nobody\"\n[pipeline]\nruntime_dir = \"{}\"\n[discovery]\nopen_ports = [{port}]\n[probe]\npin_dir = \"{}\"\n",
+            dir.0.display(),
+            pins.display()
+        ),
     )
     .expect("write the loader's config");
 
-    let all = run_loader(&caps, &config, gid, &dir, "all");
+    let all = run_loader(&caps, &config, &pins, gid, &dir, "all");
     assert!(all.ready, "the loader with its unit's capabilities {caps:?} did not get ready:\n{}", all.log);
     assert_eq!(all.selected, Some(1), "the loader with its unit's capabilities should select nobody's listener on {port}:\n{}", all.log);
     assert!(
@@ -518,7 +526,7 @@ fn loader_needs_each_capability_of_its_unit() {
     // Without each one: what docs/systemd.md says happens.
     for missing in &caps {
         let fewer: Vec<&str> = caps.iter().copied().filter(|c| c != missing).collect();
-        let run = run_loader(&fewer, &config, gid, &dir, missing);
+        let run = run_loader(&fewer, &config, &pins, gid, &dir, missing);
         let expected = match *missing {
             "CAP_BPF" | "CAP_PERFMON" => "needs CAP_BPF and CAP_PERFMON",
             "CAP_SETGID" => "cannot join the actors' group",

@@ -47,6 +47,7 @@ fn batch(events: Vec<RawEvent>) -> RawBatch {
             env_service_name: None,
             env_resource_attributes: None,
         }],
+        epoch: 0,
     }
 }
 
