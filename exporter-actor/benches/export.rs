@@ -5,7 +5,8 @@
 //! from `.venv` (`./ringtail.sh test` installs it); its own CPU is not
 //! counted.
 //!
-//! `cargo bench -p exporter-actor --bench export` (figures go to BENCHMARKS.md).
+//! `cargo bench -p exporter-actor --bench export` (figures go to BENCHMARKS.md);
+//! `BENCH_PROTOCOL=http/protobuf` exports over HTTP instead of gRPC.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 use exporter_actor::meters::Meters;
 use exporter_actor::resource;
 use exporter_actor::sinks::otlp::{convert, span_exporter, OtlpConfig, Transport};
-use ipc_schema::config::OtlpSettings;
+use ipc_schema::config::{OtlpProtocol, OtlpSettings};
 use ipc_schema::{Body, Component, Envelope, HttpSpan, Producer, ServiceResource, SpanBatch, SpanKind};
 use opentelemetry_sdk::trace::SpanExporter as _;
 use runtime_kit::counters::Registry;
@@ -103,9 +104,13 @@ fn main() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let protocol = std::env::var("BENCH_PROTOCOL").unwrap_or_else(|_| "grpc".into());
     let secs: f64 = std::env::var("BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0);
     let result = rt.block_on(async {
-        let settings = OtlpSettings { endpoint: format!("http://127.0.0.1:{port}"), ..Default::default() };
+        let settings = match protocol.as_str() {
+            "http/protobuf" => OtlpSettings { endpoint: format!("http://127.0.0.1:{http}"), protocol: OtlpProtocol::HttpProtobuf, ..Default::default() },
+            _ => OtlpSettings { endpoint: format!("http://127.0.0.1:{port}"), ..Default::default() },
+        };
         let cfg = OtlpConfig::resolve(&settings, &HashMap::new()).expect("config");
         let transport = Transport::new(cfg.traces_endpoint.as_deref().expect("endpoint"), &cfg).expect("transport");
         let registry = Registry::new(Component::ExporterActor, 1);
@@ -141,13 +146,25 @@ fn main() {
             (spans, start.elapsed(), cpu_time() - cpu0)
         };
         go(Duration::from_secs_f64(secs / 5.0), &mut meters, &mut exporters).await; // warm up
-        go(Duration::from_secs_f64(secs), &mut meters, &mut exporters).await
+        let full = go(Duration::from_secs_f64(secs), &mut meters, &mut exporters).await;
+        // The msgpack decode alone, for scale (it is part of the figure above).
+        let cpu0 = cpu_time();
+        let mut decoded = 0u64;
+        for _ in 0..20 {
+            for input in &inputs {
+                let env = ipc_schema::decode(input).expect("decode");
+                let Body::Spans(b) = env.body else { unreachable!() };
+                decoded += b.spans.len() as u64;
+            }
+        }
+        (full, (cpu_time() - cpu0).as_secs_f64() * 1e6 / decoded as f64)
     });
     let _ = receiver.kill();
     let _ = receiver.wait();
-    let (spans, wall, cpu) = result;
-    println!("exporter-actor OTLP/gRPC export to a local receiver, batches of 512 spans:");
+    let ((spans, wall, cpu), decode_us) = result;
+    println!("exporter-actor OTLP ({protocol}) export to a local receiver, batches of 512 spans:");
     println!("  spans/s (wall):       {:>12.0}", spans as f64 / wall.as_secs_f64());
     println!("  CPU per span:         {:>12.3} µs  (this process: decode, histograms, conversion, gRPC client)", cpu.as_secs_f64() * 1e6 / spans as f64);
     println!("  spans/s per CPU-s:    {:>12.0}", spans as f64 / cpu.as_secs_f64());
+    println!("  of which decode:      {decode_us:>12.3} µs  (msgpack SpanBatch decode alone)");
 }
