@@ -1,7 +1,7 @@
 //! How many spans per second one exporter-actor sends over OTLP/gRPC to a
 //! local receiver, and its CPU per span: decode a span batch (msgpack),
-//! record the duration histograms, convert to OTLP, export (gRPC, one
-//! exporter per service, as the exporter-actor does). The receiver is rotel
+//! record the duration histograms, encode the OTLP request, send it (one
+//! request per batch, as the exporter-actor does) and wait for the answer. The receiver is rotel
 //! from `.venv` (`./ringtail.sh test` installs it); its own CPU is not
 //! counted.
 //!
@@ -13,12 +13,13 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use exporter_actor::meters::Meters;
-use exporter_actor::resource;
-use exporter_actor::sinks::otlp::{convert, span_exporter, OtlpConfig, Transport};
+use exporter_actor::sinks::otlp::client::{self, Signal};
+use exporter_actor::sinks::otlp::spans::TraceEncoder;
+use exporter_actor::sinks::otlp::{OtlpConfig, Transport};
 use ipc_schema::config::{OtlpProtocol, OtlpSettings};
 use ipc_schema::{Body, Component, Envelope, HttpSpan, Producer, ServiceResource, SpanBatch, SpanKind};
-use opentelemetry_sdk::trace::SpanExporter as _;
 use runtime_kit::counters::Registry;
 use runtime_kit::profiling::cpu_time;
 
@@ -72,13 +73,22 @@ fn batch(n: usize, k: u64) -> SpanBatch {
 }
 
 fn rotel(port: u16, http: u16) -> Option<Child> {
-    let venv = std::env::var_os("RINGTAIL_TEST_VENV").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv"));
+    let venv =
+        std::env::var_os("RINGTAIL_TEST_VENV").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv"));
     let out = Command::new(venv.join("bin/python")).args(["-c", "import rotel, os; print(os.path.dirname(rotel.__file__))"]).output().ok()?;
     let agent = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("rotel-agent");
     let dir = std::env::temp_dir().join(format!("bench-rotel-{}", std::process::id()));
     std::fs::create_dir_all(&dir).ok()?;
     Command::new(agent)
-        .args(["start", "--exporter", "blackhole", "--otlp-grpc-endpoint", &format!("127.0.0.1:{port}"), "--otlp-http-endpoint", &format!("127.0.0.1:{http}")])
+        .args([
+            "start",
+            "--exporter",
+            "blackhole",
+            "--otlp-grpc-endpoint",
+            &format!("127.0.0.1:{port}"),
+            "--otlp-http-endpoint",
+            &format!("127.0.0.1:{http}"),
+        ])
         .arg("--pid-file")
         .arg(dir.join("pid"))
         .arg("--log-file")
@@ -108,18 +118,21 @@ fn main() {
     let secs: f64 = std::env::var("BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0);
     let result = rt.block_on(async {
         let settings = match protocol.as_str() {
-            "http/protobuf" => OtlpSettings { endpoint: format!("http://127.0.0.1:{http}"), protocol: OtlpProtocol::HttpProtobuf, ..Default::default() },
+            "http/protobuf" => {
+                OtlpSettings { endpoint: format!("http://127.0.0.1:{http}"), protocol: OtlpProtocol::HttpProtobuf, ..Default::default() }
+            }
             _ => OtlpSettings { endpoint: format!("http://127.0.0.1:{port}"), ..Default::default() },
         };
         let cfg = OtlpConfig::resolve(&settings, &HashMap::new()).expect("config");
         let transport = Transport::new(cfg.traces_endpoint.as_deref().expect("endpoint"), &cfg).expect("transport");
         let registry = Registry::new(Component::ExporterActor, 1);
         let mut meters = Meters::new(Vec::new(), "host", &registry);
-        let scope = convert::scope();
         let me = Producer { component: Component::SpanActor, instance: 3 };
-        let inputs: Vec<Vec<u8>> = (0..16).map(|k| ipc_schema::encode(&Envelope::new(me, k + 1, Body::Spans(batch(512, k)))).expect("encode")).collect();
-        let mut exporters = HashMap::new();
-        let go = async |d: Duration, meters: &mut Meters, exporters: &mut HashMap<ServiceResource, opentelemetry_otlp::SpanExporter>| {
+        let inputs: Vec<Vec<u8>> =
+            (0..16).map(|k| ipc_schema::encode(&Envelope::new(me, k + 1, Body::Spans(batch(512, k)))).expect("encode")).collect();
+        let mut encoder = TraceEncoder::new(Vec::new());
+        let mut buf = Vec::new();
+        let go = async |d: Duration, meters: &mut Meters, encoder: &mut TraceEncoder, buf: &mut Vec<u8>| {
             let start = Instant::now();
             let cpu0 = cpu_time();
             let mut spans = 0u64;
@@ -127,26 +140,23 @@ fn main() {
                 for input in &inputs {
                     let env = ipc_schema::decode(input).expect("decode");
                     let Body::Spans(b) = env.body else { unreachable!() };
-                    let mut groups: Vec<Vec<opentelemetry_sdk::trace::SpanData>> = vec![Vec::new(); b.resources.len()];
-                    for s in &b.spans {
-                        meters.record(&b.resources[s.resource as usize], s);
-                        groups[s.resource as usize].push(convert::span_data(s, &scope));
-                    }
-                    for (i, g) in groups.into_iter().enumerate() {
-                        let res = &b.resources[i];
-                        if !exporters.contains_key(res) {
-                            let e = span_exporter(&transport, &cfg.retry, &resource::service(res, &[])).expect("exporter");
-                            exporters.insert(res.clone(), e);
-                        }
-                        exporters[res].export(g).await.expect("export");
+                    // As the receiver and the trace worker do.
+                    meters.record_batch(&b);
+                    let mut out = std::mem::take(buf);
+                    encoder.encode(&b, &mut out);
+                    let body = Bytes::from(out);
+                    let resp = transport.send(Signal::Traces, body.clone(), &cfg.retry).await.expect("export");
+                    assert!(client::partial_success(&resp).is_none());
+                    if let Ok(b) = body.try_into_mut() {
+                        *buf = b.into();
                     }
                     spans += b.spans.len() as u64;
                 }
             }
             (spans, start.elapsed(), cpu_time() - cpu0)
         };
-        go(Duration::from_secs_f64(secs / 5.0), &mut meters, &mut exporters).await; // warm up
-        let full = go(Duration::from_secs_f64(secs), &mut meters, &mut exporters).await;
+        go(Duration::from_secs_f64(secs / 5.0), &mut meters, &mut encoder, &mut buf).await; // warm up
+        let full = go(Duration::from_secs_f64(secs), &mut meters, &mut encoder, &mut buf).await;
         // The msgpack decode alone, for scale (it is part of the figure above).
         let cpu0 = cpu_time();
         let mut decoded = 0u64;
@@ -164,7 +174,10 @@ fn main() {
     let ((spans, wall, cpu), decode_us) = result;
     println!("exporter-actor OTLP ({protocol}) export to a local receiver, batches of 512 spans:");
     println!("  spans/s (wall):       {:>12.0}", spans as f64 / wall.as_secs_f64());
-    println!("  CPU per span:         {:>12.3} µs  (this process: decode, histograms, conversion, gRPC client)", cpu.as_secs_f64() * 1e6 / spans as f64);
+    println!(
+        "  CPU per span:         {:>12.3} µs  (this process: decode, histograms, encoding, OTLP client)",
+        cpu.as_secs_f64() * 1e6 / spans as f64
+    );
     println!("  spans/s per CPU-s:    {:>12.0}", spans as f64 / cpu.as_secs_f64());
     println!("  of which decode:      {decode_us:>12.3} µs  (msgpack SpanBatch decode alone)");
 }

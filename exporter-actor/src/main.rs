@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use actix::Actor;
 use anyhow::Context;
-use exporter_actor::meters::Meters;
+use exporter_actor::meters::{self, Meters};
 use exporter_actor::receiver::Receiver;
 use exporter_actor::sinks::otlp::{self, OtlpConfig, Transport};
 use exporter_actor::sinks::prometheus;
@@ -51,7 +51,7 @@ async fn run(settings: Settings, otlp: OtlpConfig) -> anyhow::Result<()> {
     let acks = AckSender::new(acks, acks_path.clone(), Producer { component: Component::ExporterActor, instance });
 
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_default();
-    let meters = Meters::new(otlp.resource_attributes.clone(), &host, &registry);
+    let meters = Meters::new(otlp.resource_attributes.clone(), &host, &registry).evict_idle_after(meters::idle_limit(otlp.metrics_interval));
     if !settings.export.prometheus.listen.is_empty() {
         // Validated by the config rules.
         let listen: SocketAddr = settings.export.prometheus.listen.parse().context("export.prometheus.listen")?;

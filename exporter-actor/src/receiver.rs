@@ -118,11 +118,7 @@ impl Receiver {
             }
             let _ = out.flush();
         }
-        for s in &batch.spans {
-            if let Some(res) = batch.resources.get(s.resource as usize) {
-                self.meters.record(res, s);
-            }
-        }
+        self.meters.record_batch(&batch);
         let to_trace = batch.spans.iter().filter(|s| s.export_trace).count();
         match &self.traces {
             Some(sink) if to_trace > 0 => {

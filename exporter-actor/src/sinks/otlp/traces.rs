@@ -1,30 +1,30 @@
-//! The traces pipeline: bounded queue → per-service exporters.
+//! The traces pipeline: bounded queue → one request per batch → send.
 //!
 //! `submit` never waits: a batch that does not fit in `export.queue_size`
 //! spans is dropped and counted (`ringtail_dropped_spans_total{reason=
-//! "queue_full"}`). One worker drains the queue in order; a batch the
-//! backend refuses for good (`rejected`) or that outlives
-//! `retry.max_elapsed` (`retries_exhausted`) is dropped and counted too.
+//! "queue_full"}`). One worker drains the queue in order, encodes each
+//! batch into one `ExportTraceServiceRequest` (every service's resource in
+//! it) and sends it; a batch the backend refuses for good (`rejected`) or
+//! that outlives `retry.max_elapsed` (`retries_exhausted`) is dropped and
+//! counted too, and so are the spans a partial success names
+//! (`partially_rejected`).
 //! Every finished batch (sent or dropped) is reported on `done`, so the
 //! receiver can acknowledge it upstream.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ipc_schema::{ServiceResource, SpanBatch};
-use opentelemetry_otlp::SpanExporter;
-use opentelemetry_sdk::trace::SpanExporter as _;
+use bytes::Bytes;
+use ipc_schema::SpanBatch;
 use runtime_kit::counters::{Counter, Drops, Gauge, Registry};
 use tokio::sync::{mpsc, Notify};
 
-use super::{convert, span_exporter, OtlpConfig, Transport};
-use crate::resource;
-
-/// Per-service exporters kept before the cache starts over.
-const MAX_EXPORTERS: usize = 256;
+use super::client::{self, SendError, Signal, Transport};
+use super::spans::TraceEncoder;
+use super::OtlpConfig;
 
 /// A batch waiting for export; `key` names it for the ack.
 pub struct TraceJob {
@@ -42,6 +42,7 @@ struct Stats {
     exported: Counter,
     queue_full: Drops,
     rejected: Drops,
+    partial: Drops,
     exhausted: Drops,
     queue_len: Gauge,
 }
@@ -63,16 +64,11 @@ impl TraceSink {
             exported: registry.counter("ringtail_spans_exported_total", &[]),
             queue_full: registry.drops("ringtail_dropped_spans_total", "queue_full"),
             rejected: registry.drops("ringtail_dropped_spans_total", "rejected"),
+            partial: registry.drops("ringtail_dropped_spans_total", "partially_rejected"),
             exhausted: registry.drops("ringtail_dropped_spans_total", "retries_exhausted"),
             queue_len: registry.gauge("ringtail_export_queue_spans", &[]),
         });
-        let worker = Worker {
-            transport,
-            retry: cfg.retry.clone(),
-            extra: cfg.resource_attributes.clone(),
-            exporters: HashMap::new(),
-            scope: convert::scope(),
-        };
+        let worker = Worker { transport, retry: cfg.retry.clone(), encoder: TraceEncoder::new(cfg.resource_attributes.clone()), buf: Vec::new() };
         tokio::task::spawn_local(worker.run(queue.clone(), notify.clone(), stats.clone(), done));
         TraceSink { queue, notify, capacity, stats }
     }
@@ -101,9 +97,9 @@ impl TraceSink {
 struct Worker {
     transport: Transport,
     retry: ipc_schema::config::RetrySettings,
-    extra: Vec<(String, String)>,
-    exporters: HashMap<ServiceResource, SpanExporter>,
-    scope: opentelemetry::InstrumentationScope,
+    encoder: TraceEncoder,
+    /// The last request's buffer, reused when the transport gave it back.
+    buf: Vec<u8>,
 }
 
 impl Worker {
@@ -127,57 +123,45 @@ impl Worker {
     }
 
     async fn export(&mut self, job: &TraceJob, stats: &Stats) {
-        let batch = &job.batch;
-        let mut groups: Vec<Vec<opentelemetry_sdk::trace::SpanData>> = vec![Vec::new(); batch.resources.len()];
-        for s in batch.spans.iter().filter(|s| s.export_trace) {
-            if let Some(g) = groups.get_mut(s.resource as usize) {
-                g.push(convert::span_data(s, &self.scope));
+        let mut buf = std::mem::take(&mut self.buf);
+        let n = self.encoder.encode(&job.batch, &mut buf) as u64;
+        // Spans that name no resource of their batch cannot be exported.
+        stats.rejected.add((job.spans as u64).saturating_sub(n));
+        if n == 0 {
+            self.buf = buf;
+            return;
+        }
+        let body = Bytes::from(buf);
+        // The transport's own deadline is max_elapsed; this outer limit only
+        // guards against a request that never returns.
+        let limit = self.retry.max_elapsed + self.retry.max_backoff + Duration::from_secs(5);
+        let started = Instant::now();
+        let result = tokio::time::timeout(limit, self.transport.send(Signal::Traces, body.clone(), &self.retry)).await;
+        match result {
+            Ok(Ok(response)) => match client::partial_success(&response) {
+                None => stats.exported.add(n),
+                Some((rejected, message)) => {
+                    let rejected = rejected.min(n);
+                    tracing::warn!(rejected, message, "the receiver kept only part of a trace export");
+                    stats.partial.add(rejected);
+                    stats.exported.add(n - rejected);
+                }
+            },
+            Ok(Err(error)) => {
+                tracing::warn!(%error, spans = n, elapsed = ?started.elapsed(), "trace export failed");
+                match error {
+                    SendError::Permanent { .. } => stats.rejected.add(n),
+                    SendError::GaveUp { .. } => stats.exhausted.add(n),
+                }
+            }
+            Err(_) => {
+                tracing::warn!(spans = n, "trace export did not finish in time");
+                stats.exhausted.add(n);
             }
         }
-        for (idx, spans) in groups.into_iter().enumerate() {
-            if spans.is_empty() {
-                continue;
-            }
-            let n = spans.len() as u64;
-            let res = &batch.resources[idx];
-            if !self.exporters.contains_key(res) {
-                if self.exporters.len() >= MAX_EXPORTERS {
-                    self.exporters.clear();
-                }
-                match span_exporter(&self.transport, &self.retry, &resource::service(res, &self.extra)) {
-                    Ok(e) => {
-                        self.exporters.insert(res.clone(), e);
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, "cannot build exporter");
-                        stats.rejected.add(n);
-                        continue;
-                    }
-                }
-            }
-            let Some(exporter) = self.exporters.get(res) else { continue };
-            let started = Instant::now();
-            // The exporter's own deadline is max_elapsed; this outer limit
-            // only guards against a request that never returns.
-            let limit = self.retry.max_elapsed + self.retry.max_backoff + Duration::from_secs(5);
-            match tokio::time::timeout(limit, exporter.export(spans)).await {
-                Ok(Ok(())) => stats.exported.add(n),
-                Ok(Err(error)) => {
-                    // Retryable errors are retried until the deadline, so an
-                    // early failure is one the backend refused for good.
-                    let gave_up = started.elapsed() + self.retry.max_backoff >= self.retry.max_elapsed;
-                    tracing::warn!(%error, spans = n, elapsed = ?started.elapsed(), "export failed");
-                    if gave_up {
-                        stats.exhausted.add(n);
-                    } else {
-                        stats.rejected.add(n);
-                    }
-                }
-                Err(_) => {
-                    tracing::warn!(spans = n, "export did not finish in time");
-                    stats.exhausted.add(n);
-                }
-            }
+        // Keep the buffer when nobody else holds it any more.
+        if let Ok(b) = body.try_into_mut() {
+            self.buf = b.into();
         }
     }
 }
