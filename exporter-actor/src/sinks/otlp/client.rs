@@ -190,6 +190,37 @@ impl Transport {
     }
 }
 
+/// The buffer requests are written into, reused from one request to the
+/// next: a request is a few hundred kB, and a fresh one each time costs
+/// page faults (huge pages zeroed) rather than a copy.
+#[derive(Debug, Default)]
+pub struct RequestBuffer {
+    /// The last request, until the transport has let go of it.
+    last: Option<Bytes>,
+    /// Its size: the next one is likely alike.
+    hint: usize,
+}
+
+impl RequestBuffer {
+    /// An empty buffer for the next request (the last one's memory when
+    /// nobody else holds it any more).
+    pub fn take(&mut self) -> Vec<u8> {
+        let mut v = self.last.take().and_then(|b| b.try_into_mut().ok()).map(Vec::from).unwrap_or_default();
+        v.clear();
+        v.reserve(self.hint + self.hint / 8);
+        v
+    }
+
+    /// Freezes a written request for sending; its memory comes back at the
+    /// next [`RequestBuffer::take`].
+    pub fn freeze(&mut self, v: Vec<u8>) -> Bytes {
+        self.hint = v.len();
+        let b = Bytes::from(v);
+        self.last = Some(b.clone());
+        b
+    }
+}
+
 /// Why a request was finally not delivered.
 #[derive(Debug, thiserror::Error)]
 pub enum SendError {

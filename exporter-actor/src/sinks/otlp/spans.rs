@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 
 use ipc_schema::{HttpSpan, SpanBatch, SpanKind};
 
-use super::wire::{self, decimal, kv, len_field, Len, Out, Value, LEN, VARINT};
+use super::wire::{self, decimal, key, kv, kv_known, len_field, Key, Out, Value, LEN, VARINT};
 use crate::resource;
 
 /// The instrumentation scope of every ringtail span and metric.
@@ -77,54 +77,55 @@ pub fn url_full(s: &HttpSpan, out: &mut String) {
 
 /// The span's attributes, in the order they are exported. `url` is the
 /// client span's `url.full` (see [`url_full`]).
-pub fn attributes(s: &HttpSpan, url: &str, mut f: impl FnMut(&'static str, Value<'_>)) {
+#[inline(always)]
+pub fn attributes(s: &HttpSpan, url: &str, mut f: impl FnMut(&Key, Value<'_>)) {
     let mut digits = [0u8; 20];
-    f("http.request.method", Value::Str(&s.method));
+    f(&key!("http.request.method"), Value::Str(&s.method));
     if let Some(m) = &s.method_original {
-        f("http.request.method_original", Value::Str(m));
+        f(&key!("http.request.method_original"), Value::Str(m));
     }
-    f("http.response.status_code", Value::Int(i64::from(s.status)));
-    f("url.scheme", Value::Str(&s.scheme));
-    f("network.protocol.version", Value::Str(&s.protocol_version));
+    f(&key!("http.response.status_code"), Value::Int(i64::from(s.status)));
+    f(&key!("url.scheme"), Value::Str(&s.scheme));
+    f(&key!("network.protocol.version"), Value::Str(&s.protocol_version));
     if let Some(ua) = &s.user_agent {
-        f("user_agent.original", Value::Str(ua));
+        f(&key!("user_agent.original"), Value::Str(ua));
     }
     if s.error {
-        f("error.type", Value::Str(decimal(u64::from(s.status), &mut digits)));
+        f(&key!("error.type"), Value::Str(decimal(u64::from(s.status), &mut digits)));
     }
     match s.kind {
         SpanKind::Server => {
-            f("url.path", Value::Str(&s.path));
+            f(&key!("url.path"), Value::Str(&s.path));
             if let Some(q) = &s.query {
-                f("url.query", Value::Str(q));
+                f(&key!("url.query"), Value::Str(q));
             }
             if let Some(r) = &s.route {
-                f("http.route", Value::Str(r));
+                f(&key!("http.route"), Value::Str(r));
             }
             if let Some(h) = &s.server_address {
-                f("server.address", Value::Str(h));
+                f(&key!("server.address"), Value::Str(h));
             }
-            f("server.port", Value::Int(i64::from(s.server_port)));
-            f("client.address", Value::Str(&s.client_address));
-            f("client.port", Value::Int(i64::from(s.client_port)));
-            f("network.peer.address", Value::Str(&s.peer_address));
-            f("network.peer.port", Value::Int(i64::from(s.peer_port)));
+            f(&key!("server.port"), Value::Int(i64::from(s.server_port)));
+            f(&key!("client.address"), Value::Str(&s.client_address));
+            f(&key!("client.port"), Value::Int(i64::from(s.client_port)));
+            f(&key!("network.peer.address"), Value::Str(&s.peer_address));
+            f(&key!("network.peer.port"), Value::Int(i64::from(s.peer_port)));
         }
         SpanKind::Client => {
-            f("url.full", Value::Str(url));
-            f("url.path", Value::Str(&s.path));
+            f(&key!("url.full"), Value::Str(url));
+            f(&key!("url.path"), Value::Str(&s.path));
             if let Some(h) = &s.server_address {
-                f("server.address", Value::Str(h));
+                f(&key!("server.address"), Value::Str(h));
             }
-            f("server.port", Value::Int(i64::from(s.server_port)));
-            f("network.peer.address", Value::Str(&s.peer_address));
-            f("network.peer.port", Value::Int(i64::from(s.peer_port)));
+            f(&key!("server.port"), Value::Int(i64::from(s.server_port)));
+            f(&key!("network.peer.address"), Value::Str(&s.peer_address));
+            f(&key!("network.peer.port"), Value::Int(i64::from(s.peer_port)));
         }
     }
 }
 
 /// One `Span` message body (without its key and length).
-fn span<O: Out>(o: &mut O, s: &HttpSpan, url: &str) {
+fn span(o: &mut Vec<u8>, s: &HttpSpan, url: &str) {
     wire::bytes(o, SPAN_TRACE_ID, &s.trace_id.to_be_bytes());
     wire::bytes(o, SPAN_SPAN_ID, &s.span_id.to_be_bytes());
     if s.parent_span_id != 0 {
@@ -134,7 +135,7 @@ fn span<O: Out>(o: &mut O, s: &HttpSpan, url: &str) {
     wire::uint(o, SPAN_KIND, if s.kind == SpanKind::Server { KIND_SERVER } else { KIND_CLIENT });
     wire::fixed64(o, SPAN_START, s.start_unix_ns);
     wire::fixed64(o, SPAN_END, s.end_unix_ns);
-    attributes(s, url, |k, v| kv(o, SPAN_ATTRIBUTES, k, v));
+    attributes(s, url, |k, v| kv_known(o, SPAN_ATTRIBUTES, k, v));
     // The status is always present: unset, or ERROR with no message.
     o.key(SPAN_STATUS, LEN);
     if s.error {
@@ -218,11 +219,8 @@ impl TraceEncoder {
                 } else {
                     self.url.clear();
                 }
-                let mut n = Len(0);
-                span(&mut n, s, &self.url);
                 self.spans.key(SCOPE_SPANS_SPANS, LEN);
-                self.spans.varint(n.0 as u64);
-                span(&mut self.spans, s, &self.url);
+                wire::length_prefixed(&mut self.spans, |o| span(o, s, &self.url));
             }
             self.resource.clear();
             for (k, v) in resource::service(res, &self.extra) {

@@ -17,12 +17,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use ipc_schema::SpanBatch;
 use runtime_kit::counters::{Counter, Drops, Gauge, Registry};
 use tokio::sync::{mpsc, Notify};
 
-use super::client::{self, SendError, Signal, Transport};
+use super::client::{self, RequestBuffer, SendError, Signal, Transport};
 use super::spans::TraceEncoder;
 use super::OtlpConfig;
 
@@ -68,7 +67,12 @@ impl TraceSink {
             exhausted: registry.drops("ringtail_dropped_spans_total", "retries_exhausted"),
             queue_len: registry.gauge("ringtail_export_queue_spans", &[]),
         });
-        let worker = Worker { transport, retry: cfg.retry.clone(), encoder: TraceEncoder::new(cfg.resource_attributes.clone()), buf: Vec::new() };
+        let worker = Worker {
+            transport,
+            retry: cfg.retry.clone(),
+            encoder: TraceEncoder::new(cfg.resource_attributes.clone()),
+            buf: RequestBuffer::default(),
+        };
         tokio::task::spawn_local(worker.run(queue.clone(), notify.clone(), stats.clone(), done));
         TraceSink { queue, notify, capacity, stats }
     }
@@ -98,8 +102,7 @@ struct Worker {
     transport: Transport,
     retry: ipc_schema::config::RetrySettings,
     encoder: TraceEncoder,
-    /// The last request's buffer, reused when the transport gave it back.
-    buf: Vec<u8>,
+    buf: RequestBuffer,
 }
 
 impl Worker {
@@ -123,20 +126,19 @@ impl Worker {
     }
 
     async fn export(&mut self, job: &TraceJob, stats: &Stats) {
-        let mut buf = std::mem::take(&mut self.buf);
+        let mut buf = self.buf.take();
         let n = self.encoder.encode(&job.batch, &mut buf) as u64;
         // Spans that name no resource of their batch cannot be exported.
         stats.rejected.add((job.spans as u64).saturating_sub(n));
         if n == 0 {
-            self.buf = buf;
             return;
         }
-        let body = Bytes::from(buf);
+        let body = self.buf.freeze(buf);
         // The transport's own deadline is max_elapsed; this outer limit only
         // guards against a request that never returns.
         let limit = self.retry.max_elapsed + self.retry.max_backoff + Duration::from_secs(5);
         let started = Instant::now();
-        let result = tokio::time::timeout(limit, self.transport.send(Signal::Traces, body.clone(), &self.retry)).await;
+        let result = tokio::time::timeout(limit, self.transport.send(Signal::Traces, body, &self.retry)).await;
         match result {
             Ok(Ok(response)) => match client::partial_success(&response) {
                 None => stats.exported.add(n),
@@ -158,10 +160,6 @@ impl Worker {
                 tracing::warn!(spans = n, "trace export did not finish in time");
                 stats.exhausted.add(n);
             }
-        }
-        // Keep the buffer when nobody else holds it any more.
-        if let Ok(b) = body.try_into_mut() {
-            self.buf = b.into();
         }
     }
 }

@@ -53,6 +53,19 @@ impl Out for Vec<u8> {
     fn byte(&mut self, b: u8) {
         self.push(b);
     }
+    #[inline]
+    fn varint(&mut self, mut v: u64) {
+        // Most varints here (lengths, small numbers) take one byte.
+        if v < 0x80 {
+            self.push(v as u8);
+            return;
+        }
+        while v >= 0x80 {
+            self.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.push(v as u8);
+    }
 }
 
 /// Counts the bytes a message takes, writing nothing.
@@ -76,9 +89,17 @@ impl Out for Len {
 }
 
 /// Bytes a varint takes (1 to 10).
+#[inline]
 pub const fn varint_len(v: u64) -> usize {
-    // 1 + floor(log128(v)), with 0 taking one byte.
-    ((64 - (v | 1).leading_zeros() as usize) * 9 + 64) / 64
+    // Most are lengths and small numbers: compare before counting bits.
+    if v < 1 << 7 {
+        1
+    } else if v < 1 << 14 {
+        2
+    } else {
+        // 1 + floor(log128(v)).
+        ((64 - v.leading_zeros() as usize) * 9 + 64) / 64
+    }
 }
 
 /// Bytes a key takes.
@@ -153,6 +174,38 @@ pub fn message<O: Out + ?Sized>(o: &mut O, field: u32, body: impl Fn(&mut dyn Ou
     if !o.counted(n.0) {
         body(&mut DynOut(o));
     }
+}
+
+/// Room left for a length before a body written in one pass: three bytes
+/// hold lengths up to 2 MiB.
+const LEN_ROOM: usize = 3;
+
+/// Writes a message body with `body`, preceded by its length, in one pass
+/// (no counting pass): the body goes after room for the length, which is
+/// then written and the body moved back over what it did not use (a short
+/// copy, cheaper than walking the body twice).
+pub fn length_prefixed(out: &mut Vec<u8>, body: impl FnOnce(&mut Vec<u8>)) {
+    let at = out.len();
+    out.extend_from_slice(&[0; LEN_ROOM]);
+    body(out);
+    let start = at + LEN_ROOM;
+    let n = out.len() - start;
+    let k = varint_len(n as u64);
+    if k > LEN_ROOM {
+        // Longer than expected: make room first.
+        let end = out.len();
+        out.resize(end + k - LEN_ROOM, 0);
+        out.copy_within(start..end, at + k);
+    } else if k < LEN_ROOM {
+        out.copy_within(start.., at + k);
+        out.truncate(at + k + n);
+    }
+    let mut v = n as u64;
+    for b in &mut out[at..at + k] {
+        *b = (v as u8 & 0x7f) | 0x80;
+        v >>= 7;
+    }
+    out[at + k - 1] &= 0x7f;
 }
 
 /// Lets a `&mut O` be passed as `&mut dyn Out` without boxing.
@@ -248,6 +301,77 @@ pub fn kv<O: Out + ?Sized>(o: &mut O, field: u32, key: &str, v: Value<'_>) {
     }
 }
 
+/// An attribute key known when compiling, with the bytes that surround it
+/// in every `KeyValue` (`key` field, then the `value` field's key): an
+/// attribute is then two copies and three varints. Made by [`key!`].
+#[derive(Debug)]
+pub struct Key {
+    /// The attribute name.
+    pub name: &'static str,
+    /// `0x0a, len, name…, 0x12`.
+    pub head: &'static [u8],
+}
+
+/// The bytes of [`Key::head`] for `name` (`M` = its length + 3); names are
+/// shorter than 128 bytes, so their length is one byte.
+pub const fn key_head<const M: usize>(name: &str) -> [u8; M] {
+    let b = name.as_bytes();
+    assert!(b.len() + 3 == M && b.len() < 128, "attribute names are shorter than 128 bytes");
+    let mut head = [0u8; M];
+    head[0] = (KV_KEY << 3 | LEN) as u8;
+    head[1] = b.len() as u8;
+    let mut i = 0;
+    while i < b.len() {
+        head[i + 2] = b[i];
+        i += 1;
+    }
+    head[M - 1] = (KV_VALUE << 3 | LEN) as u8;
+    head
+}
+
+/// A [`Key`] for a string literal, built when compiling.
+macro_rules! key {
+    ($name:literal) => {{
+        const N: usize = $name.len();
+        static HEAD: [u8; N + 3] = $crate::sinks::otlp::wire::key_head::<{ N + 3 }>($name);
+        $crate::sinks::otlp::wire::Key { name: $name, head: &HEAD }
+    }};
+}
+pub(crate) use key;
+
+/// A `KeyValue` with a known key as field `field` (a field number below
+/// 16, so its key is one byte) of the enclosing message: the hot path of
+/// span attributes, same bytes as [`kv`].
+#[inline(always)]
+pub fn kv_known(out: &mut Vec<u8>, field: u32, key: &Key, v: Value<'_>) {
+    let any = v.any_len();
+    let n = key.head.len() + varint_len(any as u64) + any;
+    out.reserve(2 + varint_len(n as u64) + n);
+    out.push((field << 3 | LEN) as u8);
+    out.varint(n as u64);
+    out.extend_from_slice(key.head);
+    out.varint(any as u64);
+    match v {
+        Value::Str(s) => {
+            out.push((ANY_STRING << 3 | LEN) as u8);
+            out.varint(s.len() as u64);
+            out.extend_from_slice(s.as_bytes());
+        }
+        Value::Bool(b) => {
+            out.push((ANY_BOOL << 3 | VARINT) as u8);
+            out.push(u8::from(b));
+        }
+        Value::Int(i) => {
+            out.push((ANY_INT << 3 | VARINT) as u8);
+            out.varint(i as u64);
+        }
+        Value::Double(d) => {
+            out.push((ANY_DOUBLE << 3 | FIXED64) as u8);
+            out.extend_from_slice(&d.to_le_bytes());
+        }
+    }
+}
+
 /// `InstrumentationScope { name, version }` as field `field`.
 pub fn scope<O: Out + ?Sized>(o: &mut O, field: u32, name: &str, version: &str) {
     message(o, field, |o| {
@@ -307,6 +431,32 @@ mod tests {
             kv(&mut n, 9, "k", v);
             assert_eq!(b.len(), n.0);
             assert_eq!(b.len(), len_field(9, kv_len("k", v)));
+        }
+    }
+
+    #[test]
+    fn known_keys_write_what_kv_writes() {
+        let k = key!("http.request.method");
+        assert_eq!(k.name, "http.request.method");
+        for v in
+            [Value::Str(""), Value::Str("GET"), Value::Str(&"x".repeat(200)), Value::Int(-7), Value::Int(443), Value::Bool(true), Value::Double(1.5)]
+        {
+            let (mut a, mut b) = (vec![1u8], vec![1u8]);
+            kv(&mut a, 9, k.name, v);
+            kv_known(&mut b, 9, &k, v);
+            assert_eq!(a, b, "{v:?}");
+        }
+    }
+
+    #[test]
+    fn one_pass_lengths_are_canonical() {
+        for n in [0usize, 1, 127, 128, 16_383, 16_384, 100_000, 2_097_151, 2_097_152, 3_000_000] {
+            let mut one = vec![7u8];
+            length_prefixed(&mut one, |o| o.extend(std::iter::repeat_n(0xab, n)));
+            let mut two = vec![7u8];
+            two.varint(n as u64);
+            two.extend(std::iter::repeat_n(0xab, n));
+            assert!(one == two, "{n}");
         }
     }
 
