@@ -1,7 +1,8 @@
 //! How many spans per second one exporter-actor sends over OTLP/gRPC to a
 //! local receiver, and its CPU per span: decode a span batch (msgpack),
-//! record the duration histograms, encode the OTLP request, send it (one
-//! request per batch, as the exporter-actor does) and wait for the answer. The receiver is rotel
+//! record the duration histograms, encode the OTLP request and send it
+//! through the exporter's own trace queue (one request per batch, a few at
+//! a time, as the exporter-actor does), until every span is acknowledged. The receiver is rotel
 //! from `.venv` (`./ringtail.sh test` installs it); its own CPU is not
 //! counted.
 //!
@@ -14,8 +15,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use exporter_actor::meters::Meters;
-use exporter_actor::sinks::otlp::client::{self, RequestBuffer, Signal};
 use exporter_actor::sinks::otlp::spans::TraceEncoder;
+use exporter_actor::sinks::otlp::traces::TraceSink;
 use exporter_actor::sinks::otlp::{OtlpConfig, Transport};
 use ipc_schema::config::{OtlpProtocol, OtlpSettings};
 use ipc_schema::{Body, Component, Envelope, HttpSpan, Producer, ServiceResource, SpanBatch, SpanKind};
@@ -115,7 +116,7 @@ fn main() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let protocol = std::env::var("BENCH_PROTOCOL").unwrap_or_else(|_| "grpc".into());
     let secs: f64 = std::env::var("BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0);
-    let result = rt.block_on(async {
+    let result = tokio::task::LocalSet::new().block_on(&rt, async {
         let settings = match protocol.as_str() {
             "http/protobuf" => {
                 OtlpSettings { endpoint: format!("http://127.0.0.1:{http}"), protocol: OtlpProtocol::HttpProtobuf, ..Default::default() }
@@ -129,9 +130,11 @@ fn main() {
         let me = Producer { component: Component::SpanActor, instance: 3 };
         let inputs: Vec<Vec<u8>> =
             (0..16).map(|k| ipc_schema::encode(&Envelope::new(me, k + 1, Body::Spans(batch(512, k)))).expect("encode")).collect();
-        let mut encoder = TraceEncoder::new(Vec::new());
-        let mut buf = RequestBuffer::default();
-        let go = async |d: Duration, meters: &mut Meters, encoder: &mut TraceEncoder, buf: &mut RequestBuffer| {
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+        let queue = 65_536;
+        let mut sink = TraceSink::start(transport, &cfg, queue, &registry, done_tx);
+        let mut seq = 0u64;
+        let mut go = async |d: Duration, meters: &mut Meters, sink: &mut TraceSink| {
             let start = Instant::now();
             let cpu0 = cpu_time();
             let mut spans = 0u64;
@@ -139,19 +142,26 @@ fn main() {
                 for input in &inputs {
                     let env = ipc_schema::decode(input).expect("decode");
                     let Body::Spans(b) = env.body else { unreachable!() };
-                    // As the receiver and the trace worker do.
+                    // As the receiver does, waiting (not dropping) when the
+                    // queue is full.
                     meters.record_batch(&b);
-                    let mut out = buf.take();
-                    encoder.encode(&b, &mut out);
-                    let resp = transport.send(Signal::Traces, buf.freeze(out), &cfg.retry).await.expect("export");
-                    assert!(client::partial_success(&resp).is_none());
+                    while sink.queued() + b.spans.len() > queue / 8 {
+                        done_rx.recv().await.expect("worker");
+                    }
+                    seq += 1;
+                    assert!(sink.submit((1, seq), &b, b.spans.len()));
                     spans += b.spans.len() as u64;
                 }
             }
+            while sink.queued() > 0 {
+                done_rx.recv().await.expect("worker");
+            }
             (spans, start.elapsed(), cpu_time() - cpu0)
         };
-        go(Duration::from_secs_f64(secs / 5.0), &mut meters, &mut encoder, &mut buf).await; // warm up
-        let full = go(Duration::from_secs_f64(secs), &mut meters, &mut encoder, &mut buf).await;
+        go(Duration::from_secs_f64(secs / 5.0), &mut meters, &mut sink).await; // warm up
+        let full = go(Duration::from_secs_f64(secs), &mut meters, &mut sink).await;
+        assert_eq!(registry.counter("ringtail_spans_exported_total", &[]).get(), seq * 512, "every span exported");
+        let mut encoder = TraceEncoder::new(Vec::new());
         // Each step alone, for scale (each is part of the figure above).
         let batches: Vec<SpanBatch> = inputs
             .iter()

@@ -8,7 +8,6 @@
 
 use rustc_hash::FxHashSet as HashSet;
 use std::io::Write;
-use std::sync::Arc;
 use std::time::Instant;
 
 use actix::prelude::*;
@@ -21,7 +20,7 @@ use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
 use tokio_stream::StreamExt as _;
 
 use crate::meters::Meters;
-use crate::sinks::otlp::traces::{TraceJob, TraceSink};
+use crate::sinks::otlp::traces::TraceSink;
 use crate::sinks::stdout;
 
 /// Span ids remembered to drop re-derived duplicates: more than a full
@@ -120,10 +119,9 @@ impl Receiver {
         }
         self.meters.record_batch(&batch);
         let to_trace = batch.spans.iter().filter(|s| s.export_trace).count();
-        match &self.traces {
+        match &mut self.traces {
             Some(sink) if to_trace > 0 => {
-                let job = TraceJob { key: (instance, seq), batch: Arc::new(batch), spans: to_trace };
-                if !sink.submit(job) {
+                if !sink.submit((instance, seq), &batch, to_trace) {
                     self.inbound.done(seq); // dropped and counted: finished
                 }
             }

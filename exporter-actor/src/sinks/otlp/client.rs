@@ -190,34 +190,53 @@ impl Transport {
     }
 }
 
-/// The buffer requests are written into, reused from one request to the
+/// Buffers requests are written into, reused from one request to the
 /// next: a request is a few hundred kB, and a fresh one each time costs
 /// page faults (huge pages zeroed) rather than a copy.
 #[derive(Debug, Default)]
-pub struct RequestBuffer {
-    /// The last request, until the transport has let go of it.
-    last: Option<Bytes>,
-    /// Its size: the next one is likely alike.
+pub struct BufferPool {
+    /// Sent requests, until the transport has let go of them.
+    returned: Vec<Bytes>,
+    /// The last request's size: the next one is likely alike.
     hint: usize,
 }
 
-impl RequestBuffer {
-    /// An empty buffer for the next request (the last one's memory when
-    /// nobody else holds it any more).
+/// Buffers kept for reuse.
+const POOL: usize = 8;
+
+impl BufferPool {
+    /// An empty buffer for the next request (memory of a sent one when
+    /// nobody holds it any more).
     pub fn take(&mut self) -> Vec<u8> {
-        let mut v = self.last.take().and_then(|b| b.try_into_mut().ok()).map(Vec::from).unwrap_or_default();
+        let mut v = Vec::new();
+        let mut i = 0;
+        while i < self.returned.len() {
+            if self.returned[i].is_unique() {
+                if let Ok(b) = self.returned.swap_remove(i).try_into_mut() {
+                    v = Vec::from(b);
+                    break;
+                }
+            } else {
+                i += 1;
+            }
+        }
         v.clear();
         v.reserve(self.hint + self.hint / 8);
         v
     }
 
-    /// Freezes a written request for sending; its memory comes back at the
-    /// next [`RequestBuffer::take`].
+    /// Freezes a written request for sending.
     pub fn freeze(&mut self, v: Vec<u8>) -> Bytes {
         self.hint = v.len();
-        let b = Bytes::from(v);
-        self.last = Some(b.clone());
-        b
+        Bytes::from(v)
+    }
+
+    /// Takes a sent request back; its memory is reused once the transport
+    /// lets go of it.
+    pub fn give(&mut self, b: Bytes) {
+        if self.returned.len() < POOL {
+            self.returned.push(b);
+        }
     }
 }
 
