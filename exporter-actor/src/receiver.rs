@@ -2,20 +2,18 @@
 //! sink; acks back once a batch is finished everywhere.
 //!
 //! Replays are dropped twice over: by sequence number (a replay from the
-//! same span-actor) and by span id (the same request re-derived by a
-//! restarted span-actor from the loader's replay), so a restart never
+//! same span-actor; the span consumer does that) and by span id (the same
+//! request re-derived by a restarted span-actor from the loader's replay), so a restart never
 //! double-counts a request in traces or histograms.
 
 use rustc_hash::FxHashSet as HashSet;
 use std::io::Write;
-use std::time::Instant;
 
 use actix::prelude::*;
-use ipc_schema::{Ack, Body, Component, Envelope, SpanBatch};
+use ipc_schema::{Body, Component, SpanBatch};
+use ringtail_ipc::{Consumer, Inbound, MessageId, HEARTBEAT};
 use runtime_kit::counters::{Counter, Drops, Registry};
-use runtime_kit::ipc::replay::{ack_due, next_ack_check, InboundSeq, Verdict, ACK_EVERY};
-use runtime_kit::ipc::{AckSender, HEARTBEAT};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
 use tokio_stream::StreamExt as _;
 
@@ -53,17 +51,22 @@ impl RecentIds {
 /// A finished trace export: (span-actor instance, seq).
 struct Done((u64, u64));
 
+/// Resolves once the traces queue is empty (shutdown: what was received is
+/// exported, or dropped and counted).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Drain;
+
 /// The receiver actor.
 pub struct Receiver {
-    inbound: InboundSeq,
     recent: RecentIds,
     stdout: bool,
     meters: Meters,
     traces: Option<TraceSink>,
-    acks_out: Option<AckSender>,
-    spans_in: Option<mpsc::Receiver<Envelope>>,
+    consumer: Consumer,
+    spans_in: Option<mpsc::Receiver<Inbound>>,
     done_in: Option<mpsc::UnboundedReceiver<(u64, u64)>>,
-    last_ack: Option<(Ack, Instant)>,
+    drained: Vec<oneshot::Sender<()>>,
     registry: Registry,
     received: Counter,
     duplicates: Counter,
@@ -72,26 +75,26 @@ pub struct Receiver {
 }
 
 impl Receiver {
-    /// A receiver wired to its sinks.
+    /// A receiver wired to its sinks; `consumer` delivers the span batches
+    /// (`spans_in`) and acknowledges what is marked done.
     pub fn new(
         registry: &Registry,
         stdout: bool,
         meters: Meters,
         traces: Option<TraceSink>,
-        acks_out: AckSender,
-        spans_in: mpsc::Receiver<Envelope>,
+        consumer: Consumer,
+        spans_in: mpsc::Receiver<Inbound>,
         done_in: mpsc::UnboundedReceiver<(u64, u64)>,
     ) -> Self {
         Receiver {
-            inbound: InboundSeq::default(),
             recent: RecentIds::default(),
             stdout,
             meters,
             traces,
-            acks_out: Some(acks_out),
+            consumer,
             spans_in: Some(spans_in),
             done_in: Some(done_in),
-            last_ack: None,
+            drained: Vec::new(),
             registry: registry.clone(),
             received: registry.counter("ringtail_spans_received_total", &[]),
             duplicates: registry.counter("ringtail_spans_duplicate_total", &[]),
@@ -100,11 +103,15 @@ impl Receiver {
         }
     }
 
-    fn handle_spans(&mut self, instance: u64, seq: u64, mut batch: SpanBatch) {
-        if self.inbound.receive(seq) == Verdict::Duplicate {
-            self.duplicates.add(batch.spans.len() as u64);
-            return;
+    /// The consumer's duplicate count, in spans (as the span-id dedup counts).
+    pub fn duplicate_spans(body: &Body) -> u64 {
+        match body {
+            Body::Spans(b) => b.spans.len() as u64,
+            _ => 0,
         }
+    }
+
+    fn handle_spans(&mut self, id: MessageId, mut batch: SpanBatch) {
         let before = batch.spans.len();
         let recent = &mut self.recent;
         batch.spans.retain(|s| recent.first_time(s.span_id));
@@ -121,41 +128,12 @@ impl Receiver {
         let to_trace = batch.spans.iter().filter(|s| s.export_trace).count();
         match &mut self.traces {
             Some(sink) if to_trace > 0 => {
-                if !sink.submit((instance, seq), &batch, to_trace) {
-                    self.inbound.done(seq); // dropped and counted: finished
+                if !sink.submit((id.instance, id.seq), &batch, to_trace) {
+                    self.consumer.done(id); // dropped and counted: finished
                 }
             }
-            _ => self.inbound.done(seq),
+            _ => self.consumer.done(id),
         }
-    }
-
-    /// Considers the ack, then looks again soon while it moves and rarely
-    /// when idle.
-    fn ack_tick(&mut self, ctx: &mut Context<Self>) {
-        self.send_ack(ctx);
-        let next = next_ack_check(self.last_ack, self.inbound.ack());
-        ctx.run_later(next, |act, ctx| act.ack_tick(ctx));
-    }
-
-    fn send_ack(&mut self, ctx: &mut Context<Self>) {
-        let Some(ack) = self.inbound.ack() else { return };
-        if !ack_due(self.last_ack, ack, ACK_EVERY) {
-            return;
-        }
-        let Some(mut acks_out) = self.acks_out.take() else { return };
-        ctx.wait(
-            async move {
-                let res = acks_out.send(ack).await;
-                (acks_out, res)
-            }
-            .into_actor(self)
-            .map(move |(acks_out, res), act, _| {
-                act.acks_out = Some(acks_out);
-                if res.is_ok() {
-                    act.last_ack = Some((ack, Instant::now()));
-                }
-            }),
-        );
     }
 }
 
@@ -169,7 +147,6 @@ impl Actor for Receiver {
         if let Some(rx) = self.done_in.take() {
             ctx.add_stream(UnboundedReceiverStream::new(rx).map(Done));
         }
-        self.ack_tick(ctx);
         ctx.run_interval(HEARTBEAT, |act, _| {
             let own = act.registry.report();
             act.meters.update_health(own);
@@ -177,21 +154,16 @@ impl Actor for Receiver {
     }
 }
 
-impl StreamHandler<Envelope> for Receiver {
-    fn handle(&mut self, env: Envelope, ctx: &mut Self::Context) {
-        // Any message of a span-actor (heartbeats, seq 0, too) tells us
-        // which one to ack and what it no longer keeps.
-        if env.producer.component == Component::SpanActor {
-            self.inbound.observe(env.producer, env.floor);
-        }
-        match env.body {
-            Body::Health(report) if report.component != Component::ExporterActor => self.meters.update_health(report),
-            Body::Spans(batch) if env.producer.component == Component::SpanActor => {
-                self.handle_spans(env.producer.instance, env.seq, batch);
-                // Acked at once when enough arrived (see `ack_due`).
-                self.send_ack(ctx);
+impl StreamHandler<Inbound> for Receiver {
+    fn handle(&mut self, msg: Inbound, _: &mut Self::Context) {
+        match msg {
+            Inbound::Data { id, body: Body::Spans(batch) } => self.handle_spans(id, batch),
+            Inbound::Data { id, .. } => {
+                self.unexpected.add(1);
+                self.consumer.done(id);
             }
-            _ => self.unexpected.add(1),
+            Inbound::Transient(Body::Health(report)) if report.component != Component::ExporterActor => self.meters.update_health(report),
+            Inbound::Transient(_) => self.unexpected.add(1),
         }
     }
 
@@ -199,14 +171,31 @@ impl StreamHandler<Envelope> for Receiver {
 }
 
 impl StreamHandler<Done> for Receiver {
-    fn handle(&mut self, Done((instance, seq)): Done, ctx: &mut Self::Context) {
-        if self.inbound.instance() == Some(instance) {
-            self.inbound.done(seq);
-            self.send_ack(ctx);
+    fn handle(&mut self, Done((instance, seq)): Done, _: &mut Self::Context) {
+        self.consumer.done(MessageId { instance, seq });
+        if self.traces.as_ref().is_none_or(|t| t.queued() == 0) {
+            for tx in self.drained.drain(..) {
+                let _ = tx.send(());
+            }
         }
     }
 
     fn finished(&mut self, _: &mut Self::Context) {}
+}
+
+impl Handler<Drain> for Receiver {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: Drain, _: &mut Self::Context) -> Self::Result {
+        if self.traces.as_ref().is_none_or(|t| t.queued() == 0) {
+            return Box::pin(async {});
+        }
+        let (tx, rx) = oneshot::channel();
+        self.drained.push(tx);
+        Box::pin(async move {
+            let _ = rx.await;
+        })
+    }
 }
 
 #[cfg(test)]

@@ -84,7 +84,8 @@ mod tests {
             executable_name: "python3.11".into(),
             extra: vec![("team".into(), "a".into())],
         };
-        let extra = [("deployment.environment".into(), "prod".into()), ("team".into(), "ignored".into()), ("service.name".into(), "no".into())];
+        let extra =
+            [("deployment.environment".into(), "prod".into()), ("team".into(), "ignored".into()), ("service.name".into(), "no".into())];
         let r = service(&res, &extra);
         let get = |k: &str| r.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
         assert_eq!(get("service.name"), Some(Value::Str("web")));

@@ -2,26 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{HealthReport, RawBatch, SpanBatch, MAX_MESSAGE_BYTES, SCHEMA_VERSION};
-
-/// Which ringtail process produced a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub enum Component {
-    ProbeLoader,
-    SpanActor,
-    ExporterActor,
-}
-
-impl Component {
-    /// The name used in logs, metrics labels and binary names.
-    pub fn name(self) -> &'static str {
-        match self {
-            Component::ProbeLoader => "probe-loader",
-            Component::SpanActor => "span-actor",
-            Component::ExporterActor => "exporter-actor",
-        }
-    }
-}
+use crate::{Component, HealthReport, RawBatch, SpanBatch, MAX_ACK_BYTES, MAX_MESSAGE_BYTES, SCHEMA_VERSION};
 
 /// Who sent a message: the component and which start of it. `instance` is
 /// random per process start, so a receiver can tell a restarted peer (whose
@@ -92,6 +73,8 @@ pub enum DecodeError {
     },
     #[error("message header is not a msgpack envelope")]
     Header,
+    #[error("message is a {found}, not an ack")]
+    NotAck { found: &'static str },
 }
 
 /// Why a message could not be encoded.
@@ -121,6 +104,33 @@ pub fn encode(env: &Envelope) -> Result<Vec<u8>, EncodeError> {
         return Err(EncodeError::TooLarge { len: bytes.len(), limit: MAX_MESSAGE_BYTES });
     }
     Ok(bytes)
+}
+
+/// Decodes an envelope that must be an [`Ack`]: what a producer accepts
+/// from its consumer. The size is checked against [`MAX_ACK_BYTES`] before
+/// any byte is parsed, so a hostile peer cannot make the privileged loader
+/// allocate or parse anything large; any other body is refused.
+pub fn decode_ack(bytes: &[u8]) -> Result<(Producer, Ack), DecodeError> {
+    if bytes.len() > MAX_ACK_BYTES {
+        return Err(DecodeError::TooLarge { len: bytes.len(), limit: MAX_ACK_BYTES });
+    }
+    let env = decode(bytes)?;
+    match env.body {
+        Body::Ack(ack) => Ok((env.producer, ack)),
+        other => Err(DecodeError::NotAck { found: other.kind() }),
+    }
+}
+
+impl Body {
+    /// The variant's name, for logs and errors.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Body::Raw(_) => "raw batch",
+            Body::Spans(_) => "span batch",
+            Body::Health(_) => "health report",
+            Body::Ack(_) => "ack",
+        }
+    }
 }
 
 /// Decodes an envelope, checking size and version before the body. Never
@@ -187,6 +197,23 @@ mod tests {
         let good = encode(&env).unwrap();
         for cut in 0..good.len() {
             assert!(decode(&good[..cut]).is_err());
+        }
+    }
+
+    #[test]
+    fn acks_only_and_small() {
+        let ack = Ack { for_instance: u64::MAX, received: u64::MAX, upto: u64::MAX };
+        let env = Envelope::new(producer(), 0, Body::Ack(ack));
+        let bytes = encode(&env).unwrap();
+        assert!(bytes.len() <= MAX_ACK_BYTES, "the largest ack fits: {}", bytes.len());
+        assert_eq!(decode_ack(&bytes).unwrap(), (producer(), ack));
+        let health = HealthReport { component: Component::SpanActor, instance: 1, points: Vec::new() };
+        let other = encode(&Envelope::new(producer(), 0, Body::Health(health))).unwrap();
+        assert!(matches!(decode_ack(&other), Err(DecodeError::NotAck { found: "health report" })));
+        let big = vec![0u8; MAX_ACK_BYTES + 1];
+        assert!(matches!(decode_ack(&big), Err(DecodeError::TooLarge { limit: MAX_ACK_BYTES, .. })));
+        for cut in 0..bytes.len() {
+            assert!(decode_ack(&bytes[..cut]).is_err());
         }
     }
 

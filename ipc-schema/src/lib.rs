@@ -1,31 +1,33 @@
-//! What ringtail's processes say to each other, and the one configuration
-//! file they all read.
+//! What ringtail's processes say to each other.
 //!
 //! Data flows downhill: `probe-loader` (privileged) publishes [`RawBatch`]es,
 //! `span-actor` turns them into [`SpanBatch`]es, `exporter-actor` sends those
 //! out. What flows back up is an [`Ack`]: a fixed, tiny shape that only lets
 //! the sender forget what it was keeping for replay.
 //!
-//! This crate holds data, not behaviour: types, version constants, encoding
-//! with size limits, and the configuration schema with its validation rules.
+//! This crate holds data, not behaviour: types, version constants, and
+//! encoding with size limits. (The configuration is `ringtail-config`; the
+//! protocol that moves these messages is `ringtail-ipc`.)
 //!
 //! # Layout
+//! - [`component`]: the component table (name, binary, privilege,
+//!   profiling port offset) every process and the supervisor use.
 //! - [`envelope`]: the versioned [`Envelope`] every message travels in, and
 //!   [`encode`]/[`decode`] (msgpack, bounded, never panicking).
 //! - [`raw`]: request events as the kernel saw them, plus process metadata.
 //! - [`span`]: finished HTTP spans, grouped by service resource.
 //! - [`health`]: each process's own counters, carried downhill to the exporter.
-//! - [`config`]: the TOML file + `RINGTAIL_…` environment schema and its rules.
 //! - [`endpoints`]: where each process binds its sockets under the runtime dir.
 
-pub mod config;
+pub mod component;
 pub mod endpoints;
 pub mod envelope;
 pub mod health;
 pub mod raw;
 pub mod span;
 
-pub use envelope::{decode, encode, Ack, Body, Component, DecodeError, Envelope, Producer};
+pub use component::{Component, ComponentInfo, COMPONENTS};
+pub use envelope::{decode, decode_ack, encode, Ack, Body, DecodeError, Envelope, Producer};
 pub use health::{HealthReport, MetricPoint};
 pub use raw::{ProcessInfo, RawBatch, RawEvent, Role, SockAddr};
 pub use span::{HttpSpan, ServiceResource, SpanBatch, SpanKind};
@@ -37,3 +39,7 @@ pub const SCHEMA_VERSION: u16 = 2;
 /// Largest message any receiver accepts, in bytes. A batch of the largest
 /// configurable length with every capture full stays well below it.
 pub const MAX_MESSAGE_BYTES: usize = 32 << 20;
+
+/// Largest ack a producer accepts, in bytes, checked before decoding (an
+/// ack of the largest values encodes to well under 100 bytes).
+pub const MAX_ACK_BYTES: usize = 256;

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR Apache-2.0) */
 /*
- * Shapes shared by the kernel programs (ringtail.bpf.c) and the loader
- * (probe-loader/src/kernel.rs mirrors every struct here with #[repr(C)];
- * a layout test in that file keeps the two in step).
+ * The kernel contract: every constant, flag and struct layout shared by the
+ * kernel programs (*.bpf.c) and the loader is written here, and only here.
+ * build.rs generates the Rust side: every `#define NAME <integer expression>`
+ * below becomes a typed `pub const` (evaluated by the C compiler), and the
+ * structs' sizes and offsets are checked against src/kernel.rs's mirrors.
+ * Kernel-internal constants live with the code that uses them.
  */
 #ifndef RINGTAIL_H
 #define RINGTAIL_H
@@ -13,6 +16,10 @@
 /* Bytes of the executable path carried by an exec event. */
 #define EXEC_PATH_LEN 128
 #define COMM_LEN 16
+
+/* http_event.family */
+#define FAMILY_INET 2
+#define FAMILY_INET6 10
 
 /* event.kind */
 #define EV_HTTP 1
@@ -27,6 +34,14 @@
 #define EVF_TRUNCATED 0x01 /* more request bytes arrived than were captured */
 #define EVF_ORPHAN 0x02    /* a response with no captured request: pipelining */
 #define EVF_PARENT 0x04    /* parent_conn/parent_seq name the enclosing server request */
+
+/* Why a process is selected (the `sel_pids` value). SEL_EXPLICIT (a
+ * configured pid, a listener on a configured port, or a child of one)
+ * survives exec; SEL_EXE (the executable name matched) is dropped at exec,
+ * and the loader selects the process again if the new executable matches
+ * too. Children inherit the value. */
+#define SEL_EXPLICIT 1
+#define SEL_EXE 2
 
 /* Per-CPU counters (index into the `counters` map). */
 #define CNT_EVENTS 0         /* http events submitted to the ring */
@@ -45,7 +60,7 @@ struct http_event {
 	__u8 kind;
 	__u8 role;
 	__u8 flags;
-	__u8 family; /* AF_INET or AF_INET6 */
+	__u8 family; /* FAMILY_INET or FAMILY_INET6 */
 	__u16 status;
 	__u16 cap_len;
 	__u32 tgid;

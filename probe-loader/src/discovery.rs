@@ -10,24 +10,24 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use ipc_schema::config::DiscoverySettings;
-use regex::Regex;
+use ringtail_config::DiscoverySettings;
+use ringtail_config::ExeRegex;
 
 use crate::probes::Selected;
 
 /// Compiled discovery settings.
 pub struct Discovery {
     ports: HashSet<u16>,
-    exe_names: Vec<Regex>,
+    exe_names: Vec<ExeRegex>,
     pids: Vec<u32>,
 }
 
 impl Discovery {
-    /// Compiles the settings (already validated, so regexes compile).
+    /// Discovery by the (already compiled) settings.
     pub fn new(settings: &DiscoverySettings) -> Discovery {
         Discovery {
-            ports: settings.open_ports.iter().copied().collect(),
-            exe_names: settings.exe_names.iter().filter_map(|r| Regex::new(r).ok()).collect(),
+            ports: settings.open_ports.iter().map(|p| p.get()).collect(),
+            exe_names: settings.exe_names.clone(),
             pids: settings.pids.clone(),
         }
     }
@@ -119,7 +119,9 @@ pub fn parse_stat(stat: &str) -> Option<(&str, Vec<&str>)> {
 fn listening_inodes(proc_root: &Path, ports: &HashSet<u16>) -> HashSet<u64> {
     let mut out = HashSet::new();
     for file in ["net/tcp", "net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(proc_root.join(file)) else { continue };
+        let Ok(text) = std::fs::read_to_string(proc_root.join(file)) else {
+            continue;
+        };
         out.extend(parse_listeners(&text, ports));
     }
     out
@@ -138,7 +140,9 @@ pub fn parse_listeners(text: &str, ports: &HashSet<u16>) -> Vec<u64> {
 }
 
 fn socket_inodes(proc_root: &Path, pid: u32) -> Vec<u64> {
-    let Ok(dir) = std::fs::read_dir(proc_root.join(pid.to_string()).join("fd")) else { return Vec::new() };
+    let Ok(dir) = std::fs::read_dir(proc_root.join(pid.to_string()).join("fd")) else {
+        return Vec::new();
+    };
     dir.filter_map(|e| {
         let link = std::fs::read_link(e.ok()?.path()).ok()?;
         let s = link.to_str()?;
@@ -170,7 +174,7 @@ mod tests {
 
     #[test]
     fn exe_regex_matches_basename() {
-        let d = Discovery::new(&DiscoverySettings { exe_names: vec!["^python3".into()], ..Default::default() });
+        let d = Discovery::new(&DiscoverySettings { exe_names: vec!["^python3".parse().unwrap()], ..Default::default() });
         assert!(d.exe_matches("/usr/bin/python3.11"));
         assert!(!d.exe_matches("/opt/python3/bin/node"));
     }
@@ -182,7 +186,10 @@ mod tests {
         assert!(d.scan(Path::new("/proc")).contains(&(me, Selected::Explicit)));
         let exe = std::env::current_exe().unwrap();
         let name = exe.file_name().unwrap().to_str().unwrap();
-        let d = Discovery::new(&DiscoverySettings { exe_names: vec![format!("^{}$", regex::escape(name))], ..Default::default() });
+        let d = Discovery::new(&DiscoverySettings {
+            exe_names: vec![format!("^{}$", regex::escape(name)).parse().unwrap()],
+            ..Default::default()
+        });
         assert!(d.scan(Path::new("/proc")).contains(&(me, Selected::ByExe)));
     }
 
@@ -190,7 +197,7 @@ mod tests {
     fn scan_finds_a_listener_by_port() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = l.local_addr().unwrap().port();
-        let d = Discovery::new(&DiscoverySettings { open_ports: vec![port], ..Default::default() });
+        let d = Discovery::new(&DiscoverySettings { open_ports: vec![port.try_into().unwrap()], ..Default::default() });
         assert!(d.scan(Path::new("/proc")).contains(&(std::process::id(), Selected::Explicit)));
     }
 }

@@ -59,8 +59,8 @@ fn names(set: &CapsHashSet) -> String {
 /// with `read_process_env`, read other users' /proc entries).
 pub fn check(read_process_env: bool) -> Result<(), PrivilegeError> {
     let have = caps::read(None, CapSet::Effective).map_err(|source| PrivilegeError::Read { source })?;
-    let bpf_ok = have.contains(&Capability::CAP_SYS_ADMIN)
-        || (have.contains(&Capability::CAP_BPF) && have.contains(&Capability::CAP_PERFMON));
+    let bpf_ok =
+        have.contains(&Capability::CAP_SYS_ADMIN) || (have.contains(&Capability::CAP_BPF) && have.contains(&Capability::CAP_PERFMON));
     if !bpf_ok {
         return Err(PrivilegeError::Missing { missing: "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)".into(), have: names(&have) });
     }

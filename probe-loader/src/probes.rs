@@ -9,9 +9,10 @@ use std::time::Duration;
 use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
 use aya::programs::BtfTracePoint;
 use aya::{Btf, Ebpf, EbpfLoader};
-use ipc_schema::config::{DiscoverySettings, ProbeSettings};
+use ringtail_config::{DiscoverySettings, ProbeSettings};
 
-use crate::kernel::{COUNTERS, BPF_OBJECT};
+use crate::kernel::contract::{SEL_EXE, SEL_EXPLICIT};
+use crate::kernel::{BPF_OBJECT, COUNTERS};
 
 /// (program, tracepoint) pairs, in attach order: process and connection
 /// bookkeeping first, so the data programs never see a half-set-up world.
@@ -67,15 +68,15 @@ pub struct Probes {
     counters: PerCpuArray<MapData, u64>,
 }
 
-/// Why a process is selected (the `sel_pids` value, SEL_* in the C code).
+/// Why a process is selected (the `sel_pids` value, SEL_* in bpf/ringtail.h).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Selected {
     /// A configured pid, a listener on a configured port, or a child of one:
     /// kept across exec.
-    Explicit = 1,
+    Explicit = SEL_EXPLICIT,
     /// The executable name matched: re-decided at every exec.
-    ByExe = 2,
+    ByExe = SEL_EXE,
 }
 
 /// The two ring buffers: request events, and exec events for discovery.
@@ -124,7 +125,7 @@ impl Probes {
             HashMap::try_from(take(&mut ebpf, "sel_ports")?).map_err(|source| ProbeError::Map { map: "sel_ports", source })?;
         let counters = PerCpuArray::try_from(take(&mut ebpf, "counters")?).map_err(|source| ProbeError::Map { map: "counters", source })?;
         for port in &discovery.open_ports {
-            sel_ports.insert(port, 1, 0).map_err(|source| ProbeError::Map { map: "sel_ports", source })?;
+            sel_ports.insert(port.get(), 1, 0).map_err(|source| ProbeError::Map { map: "sel_ports", source })?;
         }
 
         for (program, tracepoint) in PROGRAMS {

@@ -40,9 +40,7 @@ impl ProcCache {
             self.known.clear();
         }
         let (root, read_env, ticks) = (&self.root, self.read_env, self.ticks_per_sec);
-        self.known
-            .entry((pid, proc_start_ns))
-            .or_insert_with(|| read_process(root, pid, proc_start_ns, comm, read_env, ticks))
+        self.known.entry((pid, proc_start_ns)).or_insert_with(|| read_process(root, pid, proc_start_ns, comm, read_env, ticks))
     }
 }
 

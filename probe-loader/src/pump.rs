@@ -9,15 +9,13 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use aya::maps::{MapData, RingBuf};
-use ipc_schema::config::Settings;
 use ipc_schema::{Body, RawBatch, RawEvent};
+use ringtail_config::Settings;
+use ringtail_ipc::{Producer, HEARTBEAT};
 use runtime_kit::counters::{Counter, Drops, Registry};
-use runtime_kit::ipc::{ReplayPublisher, HEARTBEAT};
-
 use runtime_kit::shutdown::Shutdown;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
-use tokio::sync::mpsc;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::discovery::Discovery;
@@ -41,7 +39,7 @@ pub fn mono_to_unix_ns() -> i64 {
         let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
         // SAFETY: ts is a valid, writable timespec.
         unsafe { libc::clock_gettime(clock, &mut ts) };
-        ts.tv_sec as i64 * 1_000_000_000 + ts.tv_nsec as i64
+        ts.tv_sec * 1_000_000_000 + ts.tv_nsec
     };
     // Bracket the realtime read with two monotonic reads and use their mean.
     let m1 = read(libc::CLOCK_MONOTONIC);
@@ -67,7 +65,7 @@ struct Batch {
 /// Everything the loop owns.
 pub struct Pump {
     probes: Probes,
-    publisher: ReplayPublisher,
+    publisher: Producer<()>,
     discovery: Discovery,
     procs: ProcCache,
     registry: Registry,
@@ -85,7 +83,7 @@ pub struct Pump {
 
 impl Pump {
     /// Sets up the loop.
-    pub fn new(probes: Probes, publisher: ReplayPublisher, settings: &Settings, registry: Registry) -> Pump {
+    pub fn new(probes: Probes, publisher: Producer<()>, settings: &Settings, registry: Registry) -> Pump {
         let kernel_drops = COUNTERS
             .iter()
             .map(|c| match c {
@@ -120,12 +118,7 @@ impl Pump {
     }
 
     /// Runs until shutdown; then drains the ring and sends the last batch.
-    pub async fn run(
-        mut self,
-        rings: Rings,
-        mut acks: mpsc::Receiver<ipc_schema::Envelope>,
-        mut shutdown: Shutdown,
-    ) -> Result<(), PumpError> {
+    pub async fn run(mut self, rings: Rings, mut shutdown: Shutdown) -> Result<(), PumpError> {
         let poll = |source| PumpError::Poll { source };
         let mut events = watch(rings.events)?;
         let mut execs = watch(rings.execs)?;
@@ -149,22 +142,11 @@ impl Pump {
                 _ = flush.tick() => {
                     self.drain(events.get_mut()).await;
                     self.drain_execs(execs.get_mut());
-                    // Resends and waiting batches (flow control).
-                    if let Err(error) = self.publisher.pump().await {
-                        tracing::debug!(%error, "pump failed");
-                    }
                 }
                 _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                     self.send_batch().await;
                 }
                 _ = heartbeat.tick() => self.heartbeat().await,
-                Some(env) = acks.recv() => {
-                    if let Body::Ack(ack) = env.body {
-                        if let Err(error) = self.publisher.handle_ack(env.producer, ack).await {
-                            tracing::warn!(%error, "replay failed");
-                        }
-                    }
-                }
                 _ = shutdown.fired() => break,
             }
         }
@@ -187,7 +169,7 @@ impl Pump {
                 if self.batch.seen.insert(key) {
                     self.batch.procs.push((ev.tgid, ev.proc_start_ns, ev.comm()));
                 }
-                ev.to_raw()
+                ev.raw_event()
             };
             let Some(raw) = raw else {
                 self.malformed.add(1);
@@ -230,17 +212,12 @@ impl Pump {
             return;
         }
         let events = std::mem::take(&mut self.batch.events);
-        let processes = self
-            .batch
-            .procs
-            .drain(..)
-            .map(|(pid, start, comm)| self.procs.get(pid, start, &comm).clone())
-            .collect();
+        let processes = self.batch.procs.drain(..).map(|(pid, start, comm)| self.procs.get(pid, start, &comm).clone()).collect();
         self.batch.seen.clear();
         let n = events.len() as u64;
         let batch = RawBatch { mono_to_unix_ns: mono_to_unix_ns(), events, processes };
-        // Ok(None): the backlog was full; the publisher counted the drop.
-        if let Err(error) = self.publisher.publish(Body::Raw(batch), n).await {
+        // A full backlog is counted by the producer task.
+        if let Err(error) = self.publisher.publish(Body::Raw(batch), n, ()).await {
             tracing::warn!(%error, "publish failed");
             self.publish_failed.add(n);
         }
@@ -267,7 +244,7 @@ impl Pump {
             self.registry.counter("ringtail_probe_runs_total", &[("program", stat.name)]).set(stat.run_count);
         }
         let report = self.registry.report();
-        if let Err(error) = self.publisher.publish_transient(Body::Health(report)).await {
+        if let Err(error) = self.publisher.transient(Body::Health(report)).await {
             tracing::debug!(%error, "heartbeat not sent");
         }
     }

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{CommandFactory, FromArgMatches, Parser};
-use ipc_schema::config::{ConfigError, Settings};
+use ringtail_config::{ConfigError, Settings};
 
 /// A component's arguments.
 #[derive(Parser, Debug)]

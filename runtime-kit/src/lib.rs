@@ -2,9 +2,13 @@
 //!
 //! `ipc-schema` is the data contract between the processes; this crate is the
 //! shared plumbing around it, so that the loader and both actors start,
-//! report readiness, log, count drops, shut down and talk ZeroMQ the same way.
+//! report readiness, log, count drops and shut down the same way (the wire
+//! protocol itself lives in `ringtail-ipc`).
 //!
 //! # Layout
+//! - [`component`]: the one `main` of every component: start-up steps,
+//!   profiling at the component table's offset, readiness, socket files
+//!   removed however it ends.
 //! - [`cli`]: the `--config`/`--check` command line of every component.
 //! - [`otel`]: the `k=v` lists of the OpenTelemetry environment variables.
 //! - [`ready`]: tell the supervisor (status fd) or systemd (`NOTIFY_SOCKET`)
@@ -19,14 +23,11 @@
 //!   the process's CPU time.
 //! - [`users`]: user and group names to ids.
 //! - [`http`]: a minimal GET server for `/metrics` and pprof.
-//! - [`ipc`]: ipc:// PUB sockets with restricted permissions, self-healing
-//!   SUB subscriptions, and the replay/ack protocol that lets any process
-//!   restart without losing batches.
 
 pub mod cli;
+pub mod component;
 pub mod counters;
 pub mod http;
-pub mod ipc;
 pub mod logging;
 pub mod memory;
 pub mod otel;

@@ -84,7 +84,8 @@ pub async fn start(addr: SocketAddr, component: &'static str, shutdown: Shutdown
                 _ => {
                     return Response::ok(
                         "text/plain; charset=utf-8",
-                        format!("{component}: /debug/pprof/profile?seconds=N (pprof protobuf), /debug/pprof/flamegraph?seconds=N (SVG)\n").into_bytes(),
+                        format!("{component}: /debug/pprof/profile?seconds=N (pprof protobuf), /debug/pprof/flamegraph?seconds=N (SVG)\n")
+                            .into_bytes(),
                     )
                 }
             };
@@ -94,6 +95,17 @@ pub async fn start(addr: SocketAddr, component: &'static str, shutdown: Shutdown
     http::serve(listener, handler, shutdown);
     tracing::info!(component, %bound, event = "profiling", "pprof endpoint");
     Ok(bound)
+}
+
+/// CPU time (user + system) of this process, all threads.
+pub fn cpu_time() -> Duration {
+    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: ru points to writable memory of the right size.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
+    // SAFETY: getrusage filled it.
+    let ru = unsafe { ru.assume_init() };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 #[cfg(test)]
@@ -135,19 +147,12 @@ mod tests {
         assert!(pb.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&pb[..pb.len().min(200)]));
         let svg = get("/debug/pprof/flamegraph?seconds=1").await;
         let text = String::from_utf8_lossy(&svg);
-        assert!(text.starts_with("HTTP/1.1 200") && text.contains("image/svg+xml") && text.contains("<svg"), "{}", &text[..text.len().min(300)]);
+        assert!(
+            text.starts_with("HTTP/1.1 200") && text.contains("image/svg+xml") && text.contains("<svg"),
+            "{}",
+            &text[..text.len().min(300)]
+        );
         spin.join().unwrap();
         t.fire();
     }
-}
-
-/// CPU time (user + system) of this process, all threads.
-pub fn cpu_time() -> Duration {
-    let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: ru points to writable memory of the right size.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, ru.as_mut_ptr()) };
-    // SAFETY: getrusage filled it.
-    let ru = unsafe { ru.assume_init() };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
 }

@@ -37,7 +37,7 @@ pub fn group(name: &str) -> Option<u32> {
 }
 
 /// The ids the actors run as, from `actors.user` and `actors.group`.
-pub fn actor_ids(settings: &ipc_schema::config::ActorSettings) -> Option<UserIds> {
+pub fn actor_ids(settings: &ringtail_config::ActorSettings) -> Option<UserIds> {
     let mut ids = user(&settings.user)?;
     if !settings.group.is_empty() {
         ids.gid = group(&settings.group)?;

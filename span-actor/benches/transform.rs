@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use ipc_schema::config::Settings;
 use ipc_schema::{Body, Component, Envelope, ProcessInfo, Producer, RawBatch, RawEvent, Role, SockAddr};
+use ringtail_config::Settings;
+use ringtail_ipc::protocol::InboundSeq;
 use runtime_kit::counters::Registry;
 use runtime_kit::profiling::cpu_time;
 use span_actor::actors::publisher::assemble;
@@ -72,16 +73,16 @@ fn main() {
     let batch_len = settings.pipeline.batch_length;
     let registry = Registry::new(Component::SpanActor, 1);
     let mut t = Transformer::new(&settings, &registry);
-    let mut ledger = Ledger::default();
+    // The raw consumer's dedup and acks, and the publisher's ledger.
+    let mut ledger = (InboundSeq::default(), Ledger::default());
     let loader = Producer { component: Component::ProbeLoader, instance: 7 };
-    ledger.observe(loader, 1);
+    ledger.0.observe(loader, 1);
     // Pre-encoded input, as it arrives off the socket.
-    let inputs: Vec<Vec<u8>> = (0..64)
-        .map(|k| ipc_schema::encode(&Envelope::new(loader, k + 1, Body::Raw(raw_batch(batch_len, k * 10_000)))).unwrap())
-        .collect();
+    let inputs: Vec<Vec<u8>> =
+        (0..64).map(|k| ipc_schema::encode(&Envelope::new(loader, k + 1, Body::Raw(raw_batch(batch_len, k * 10_000)))).unwrap()).collect();
     let me = Producer { component: Component::SpanActor, instance: 8 };
 
-    let run = |secs: f64, t: &mut Transformer, ledger: &mut Ledger| {
+    let run = |secs: f64, t: &mut Transformer, (inbound, ledger): &mut (InboundSeq, Ledger)| {
         let start = Instant::now();
         let cpu0 = cpu_time();
         let mut events = 0u64;
@@ -92,13 +93,18 @@ fn main() {
                 seq += 1;
                 let env = ipc_schema::decode(input).expect("decode");
                 let Body::Raw(b) = env.body else { unreachable!() };
-                let _ = ledger.received(seq);
+                let _ = inbound.receive(seq);
                 let mut out = Vec::with_capacity(b.events.len());
-                t.transform(loader.instance, seq, &b, Instant::now(), &mut out, ledger);
+                let made = t.transform(loader.instance, seq, &b, Instant::now(), &mut out);
+                if ledger.made((loader.instance, seq), made.total()) {
+                    inbound.done(seq);
+                }
                 events += b.events.len() as u64;
                 let (spans, comp) = assemble(out);
                 for (origin, n) in comp {
-                    ledger.release(origin.0, origin.1, n);
+                    if ledger.release(origin, n) {
+                        inbound.done(origin.1);
+                    }
                 }
                 bytes_out += ipc_schema::encode(&Envelope::new(me, seq, Body::Spans(spans))).expect("encode").len();
             }

@@ -126,10 +126,8 @@ pub fn parse_request(buf: &[u8]) -> Option<RequestHead> {
     let Some(line_end) = line_end else { return Some(head) };
     let mut pos = line_end + 2;
     let mut content_length: Option<usize> = Some(0);
-    loop {
-        let Some(end) = crlf(&buf[pos..]) else {
-            break; // cut inside the headers
-        };
+    // Without a CRLF the capture was cut inside the headers.
+    while let Some(end) = crlf(&buf[pos..]) {
         let header = &buf[pos..pos + end];
         pos += end + 2;
         if header.is_empty() {
@@ -137,7 +135,9 @@ pub fn parse_request(buf: &[u8]) -> Option<RequestHead> {
             head.len = content_length.map(|n| pos + n);
             break;
         }
-        let Some(colon) = header.iter().position(|b| *b == b':') else { continue };
+        let Some(colon) = header.iter().position(|b| *b == b':') else {
+            continue;
+        };
         let name = &header[..colon];
         let value = header[colon + 1..].trim_ascii();
         if name.eq_ignore_ascii_case(b"host") {
@@ -270,7 +270,8 @@ mod tests {
 
     #[test]
     fn garbage_is_not_a_request() {
-        for b in [&b""[..], b" / HTTP/1.1", b"GET", b"G(T / HTTP/1.1\r\n", b"GET  HTTP/1.1", b"GET / SPDY/3\r\n", &[0xff, 0xfe, b' ', b'/']] {
+        for b in [&b""[..], b" / HTTP/1.1", b"GET", b"G(T / HTTP/1.1\r\n", b"GET  HTTP/1.1", b"GET / SPDY/3\r\n", &[0xff, 0xfe, b' ', b'/']]
+        {
             assert!(parse_request(b).is_none(), "{b:?}");
         }
     }

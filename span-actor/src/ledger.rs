@@ -4,75 +4,50 @@
 //! by the exporter, or forgotten from our own replay buffer (which is
 //! bounded). Until then the loader keeps the batch, so a span-actor that
 //! dies loses nothing: the loader replays to its successor.
+//!
+//! The publisher actor is the ledger's one owner: it learns what each raw
+//! batch made (from the builder) and what became safe (from its producer's
+//! settled reports), and marks safe batches done on the raw consumer.
 
 use rustc_hash::FxHashMap as HashMap;
 
-use ipc_schema::{Ack, Producer};
-use runtime_kit::ipc::replay::{InboundSeq, Verdict};
+use crate::transform::Origin;
 
-/// Raw batches in flight through this process.
+/// Raw batches whose spans are not all safe yet.
 #[derive(Default)]
 pub struct Ledger {
-    raw: InboundSeq,
-    /// (loader instance, raw seq) → spans not yet safe, and whether the
-    /// batch has been fully transformed.
-    open: HashMap<(u64, u64), (usize, bool)>,
+    /// The loader instance of the newest batch: older instances' batches
+    /// are forgotten (a restarted loader replays nothing of its previous life).
+    instance: Option<u64>,
+    /// (loader instance, raw seq) → spans (sent or held) not yet safe.
+    open: HashMap<Origin, usize>,
 }
 
 impl Ledger {
-    /// Notes any message from the loader (heartbeats included) and its floor.
-    pub fn observe(&mut self, loader: Producer, floor: u64) {
-        if self.raw.observe(loader, floor) {
-            self.open.clear();
+    /// A raw batch was transformed and `n` spans (published or held) came
+    /// from it. True if it is safe at once (it made none).
+    pub fn made(&mut self, origin: Origin, n: usize) -> bool {
+        if self.instance != Some(origin.0) {
+            self.instance = Some(origin.0);
+            self.open.retain(|o, _| o.0 == origin.0);
         }
+        if n == 0 {
+            return true;
+        }
+        *self.open.entry(origin).or_default() += n;
+        false
     }
 
-    /// A raw batch arrived: handle it or skip it as a duplicate.
-    pub fn received(&mut self, seq: u64) -> Verdict {
-        let v = self.raw.receive(seq);
-        if v == Verdict::New {
-            if let Some(inst) = self.raw.instance() {
-                self.open.insert((inst, seq), (0, false));
-            }
+    /// `n` spans of a raw batch became safe. True if that made the whole
+    /// batch safe.
+    pub fn release(&mut self, origin: Origin, n: usize) -> bool {
+        let Some(left) = self.open.get_mut(&origin) else { return false };
+        *left = left.saturating_sub(n);
+        if *left == 0 {
+            self.open.remove(&origin);
+            return true;
         }
-        v
-    }
-
-    /// `n` spans (or held events) came from a raw batch.
-    pub fn add(&mut self, inst: u64, seq: u64, n: usize) {
-        if let Some(e) = self.open.get_mut(&(inst, seq)) {
-            e.0 += n;
-        }
-    }
-
-    /// The raw batch is fully transformed.
-    pub fn finish(&mut self, inst: u64, seq: u64) {
-        if let Some(e) = self.open.get_mut(&(inst, seq)) {
-            e.1 = true;
-        }
-        self.settle(inst, seq);
-    }
-
-    /// `n` spans of a raw batch became safe.
-    pub fn release(&mut self, inst: u64, seq: u64, n: usize) {
-        if let Some(e) = self.open.get_mut(&(inst, seq)) {
-            e.0 = e.0.saturating_sub(n);
-        }
-        self.settle(inst, seq);
-    }
-
-    fn settle(&mut self, inst: u64, seq: u64) {
-        if self.open.get(&(inst, seq)).is_some_and(|(n, fin)| *n == 0 && *fin) {
-            self.open.remove(&(inst, seq));
-            if self.raw.instance() == Some(inst) {
-                self.raw.done(seq);
-            }
-        }
-    }
-
-    /// The ack for the loader, once it is known.
-    pub fn ack(&self) -> Option<Ack> {
-        self.raw.ack()
+        false
     }
 
     /// Raw batches not yet safe.
@@ -84,23 +59,25 @@ impl Ledger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ipc_schema::Component;
 
     #[test]
     fn batch_is_safe_when_all_its_spans_are() {
         let mut l = Ledger::default();
-        l.observe(Producer { component: Component::ProbeLoader, instance: 9 }, 1);
-        assert_eq!(l.received(1), Verdict::New);
-        assert_eq!(l.received(2), Verdict::New);
-        l.add(9, 1, 3);
-        l.finish(9, 1);
-        l.finish(9, 2); // produced no spans: safe at once, but 1 is not
-        assert_eq!(l.ack().unwrap().upto, 0);
-        l.release(9, 1, 2);
-        assert_eq!(l.ack().unwrap().upto, 0);
-        l.release(9, 1, 1);
-        assert_eq!(l.ack().unwrap().upto, 2);
+        assert!(!l.made((9, 1), 3));
+        assert!(l.made((9, 2), 0), "produced no spans: safe at once");
+        assert!(!l.release((9, 1), 2));
+        assert_eq!(l.open(), 1);
+        assert!(l.release((9, 1), 1));
         assert_eq!(l.open(), 0);
-        assert_eq!(l.received(1), Verdict::Duplicate);
+        assert!(!l.release((9, 1), 1), "once");
+    }
+
+    #[test]
+    fn a_new_loader_instance_forgets_the_old_ones() {
+        let mut l = Ledger::default();
+        l.made((1, 1), 2);
+        l.made((2, 1), 1);
+        assert_eq!(l.open(), 1);
+        assert!(!l.release((1, 1), 2));
     }
 }

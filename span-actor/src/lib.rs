@@ -14,11 +14,14 @@
 //! - [`ids`]: deterministic span and trace ids.
 //! - [`transform`]: the whole conversion, batch by batch, including
 //!   parent/child linking and pipelining.
-//! - [`ledger`]: which raw batches are safe to acknowledge.
+//! - [`ledger`]: which raw batches are safe to acknowledge (owned by the
+//!   publisher actor).
 //! - [`actors`]: the actix actors (ingest → builder → publisher) and their
-//!   bounded mailboxes.
+//!   bounded mailboxes, between the raw consumer and the spans producer
+//!   (`ringtail_ipc`).
 
 pub mod actors;
+pub mod h2;
 pub mod http;
 pub mod ids;
 pub mod ledger;

@@ -1,70 +1,78 @@
 //! `ringtail-span-actor`: raw request events in, HTTP spans out. Runs with
 //! no privileges; see the library docs (`span_actor`) for the layout.
 
-/// mimalloc: the actors allocate per event; glibc's malloc was a quarter of
-/// their CPU.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use std::time::Duration;
 
 use anyhow::Context;
-use ipc_schema::config::Settings;
-use ipc_schema::{endpoints, Component, Producer};
-use runtime_kit::counters::Registry;
-use runtime_kit::ipc::{self, AckSender, Access, ReplayPublisher};
-use runtime_kit::{ready, shutdown};
+use ipc_schema::{endpoints, Component};
+use ringtail_ipc::{Access, Consumer, ConsumerOptions, Producer, ProducerOptions};
+use runtime_kit::component::{Process, Runtime};
+use span_actor::actors::{self, publisher::Flush, Wiring};
 
-fn main() -> anyhow::Result<()> {
-    let args = runtime_kit::cli::parse("Turns ringtail's raw request events into OpenTelemetry spans.");
-    let settings = runtime_kit::cli::load(&args).context("invalid configuration")?;
-    if args.check {
-        return Ok(());
-    }
-    let system = actix_rt::System::new();
-    system.block_on(run(settings))
-}
+/// How long the last span batches may take to reach a connected exporter
+/// at shutdown; then the last raw ack goes out.
+const LINGER: Duration = Duration::from_millis(500);
 
-async fn run(settings: Settings) -> anyhow::Result<()> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        tracing::warn!("running as root: the span-actor needs no privileges (the supervisor runs it as actors.user)");
-    }
-    let instance = runtime_kit::instance_id();
-    let registry = Registry::new(Component::SpanActor, instance);
-    let (trigger, mut shutdown) = shutdown::channel();
-    shutdown::on_signals(trigger);
+runtime_kit::component_main!(Component::SpanActor, Runtime::Actix, "Turns ringtail's raw request events into OpenTelemetry spans.", run);
 
+async fn run(p: Process) -> anyhow::Result<()> {
+    let settings = &p.settings;
+    let registry = &p.registry;
     let dir = &settings.pipeline.runtime_dir;
     let own = endpoints::actors_dir(dir);
-    std::fs::create_dir_all(&own).with_context(|| format!("cannot create {} (the supervisor makes it, owned by actors.user)", own.display()))?;
+    std::fs::create_dir_all(&own)
+        .with_context(|| format!("cannot create {} (the supervisor makes it, owned by actors.user)", own.display()))?;
     let spans_path = endpoints::spans(dir);
     let acks_path = endpoints::raw_acks(dir);
-    // Spans: our user only (the exporter runs as the same user). Acks: our
-    // group too, which the loader joins to read them.
-    let spans = ipc::bind_pub(&spans_path, Access::private()).await?;
-    let raw_acks = ipc::bind_pub(&acks_path, Access { mode: 0o660, gid: None, uid: None }).await?;
-    let me = Producer { component: Component::SpanActor, instance };
-    let backlog = registry.drops("ringtail_dropped_spans_total", "backlog_full");
-    let spans = ReplayPublisher::new(spans, spans_path.clone(), me, settings.pipeline.replay_batches, &registry, backlog);
-    let raw_acks = AckSender::new(raw_acks, acks_path.clone(), me);
+    p.socket_file(&spans_path);
+    p.socket_file(&acks_path);
+    let replay = settings.pipeline.replay_batches;
+    let (spans, spans_task, settled) = Producer::start(
+        ProducerOptions {
+            path: spans_path,
+            // Our user only: the exporter runs as the same user.
+            access: Access::private(),
+            acks: endpoints::span_acks(dir),
+            me: p.me(),
+            consumer: Component::ExporterActor,
+            capacity: replay,
+            backlog_full: registry.drops("ringtail_dropped_spans_total", "backlog_full"),
+            publish_failed: registry.drops("ringtail_dropped_spans_total", "publish_failed"),
+        },
+        // Every kept batch may settle at once.
+        replay + 64,
+        registry,
+    )
+    .await?;
+    let (raw_consumer, raw_task, raw) = Consumer::start(
+        ConsumerOptions {
+            path: endpoints::raw_events(dir),
+            acks: acks_path,
+            // Our group too, which the loader joins to read them.
+            access: Access { mode: 0o660, gid: None, uid: None },
+            me: p.me(),
+            producer: Component::ProbeLoader,
+            capacity: 16,
+            max_outstanding: replay,
+            duplicates: registry.counter("ringtail_raw_batches_duplicate_total", &[]),
+            duplicate_items: |_| 1,
+        },
+        registry,
+        p.shutdown.clone(),
+    )
+    .await?;
 
-    if let Some(addr) = runtime_kit::profiling::address(settings.profile.port, 1) {
-        runtime_kit::profiling::start(addr, Component::SpanActor.name(), shutdown.clone()).await?;
-    }
-    let raw = ipc::subscribe(endpoints::raw_events(dir), 16, &registry, shutdown.clone());
-    let exporter_acks = ipc::subscribe(endpoints::span_acks(dir), 64, &registry, shutdown.clone());
-    let actors = span_actor::actors::start(&settings, &registry, raw, exporter_acks, spans, raw_acks);
-    ready::notify_ready(Component::SpanActor.name());
+    p.serve_profiles().await?;
+    let actors = actors::start(settings, registry, Wiring { raw, raw_consumer: raw_consumer.clone(), spans: spans.clone(), settled });
+    p.ready();
 
-    shutdown.fired().await;
-    let _ = actors.publisher.send(span_actor::actors::publisher::Flush).await;
-    // Let the last batch leave the socket before the runtime stops.
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    for p in [&spans_path, &acks_path] {
-        let _ = std::fs::remove_file(p);
-    }
-    tracing::info!(event = "stopped", "stopped");
-    actix_rt::System::current().stop();
+    p.shutdown.clone().fired().await;
+    // The raw subscription has stopped; publish what is pending, let it
+    // reach the exporter, then send the last raw ack.
+    let _ = actors.publisher.send(Flush).await;
+    let _ = spans.close(LINGER).await;
+    spans_task.join(2 * LINGER).await;
+    raw_consumer.close().await;
+    raw_task.join(LINGER).await;
     Ok(())
 }

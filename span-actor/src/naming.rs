@@ -9,9 +9,8 @@
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
-use ipc_schema::config::ServiceSettings;
 use ipc_schema::{ProcessInfo, ServiceResource};
-use regex::Regex;
+use ringtail_config::{ExeRegex, ServiceSettings};
 
 /// Processes remembered before the cache starts over.
 const CAPACITY: usize = 8192;
@@ -19,7 +18,7 @@ const CAPACITY: usize = 8192;
 struct Rule {
     name: String,
     ports: Vec<u16>,
-    exe: Option<Regex>,
+    exe: Option<ExeRegex>,
 }
 
 struct Entry {
@@ -54,13 +53,9 @@ pub fn parse_resource_attributes(s: &str) -> Vec<(String, String)> {
 }
 
 impl Naming {
-    /// Compiles the (already validated) rules.
+    /// Naming by the (already compiled) rules.
     pub fn new(settings: &ServiceSettings, host: String) -> Naming {
-        let rules = settings
-            .rules
-            .iter()
-            .map(|r| Rule { name: r.name.clone(), ports: r.ports.clone(), exe: r.exe_name.as_deref().and_then(|e| Regex::new(e).ok()) })
-            .collect();
+        let rules = settings.rules.iter().map(|r| Rule { name: r.name.clone(), ports: r.ports.clone(), exe: r.exe_name.clone() }).collect();
         Naming { rules, host, known: HashMap::default() }
     }
 
@@ -154,7 +149,7 @@ impl Naming {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ipc_schema::config::ServiceRule;
+    use ringtail_config::ServiceRule;
 
     fn info(pid: u32, exe: &str) -> ProcessInfo {
         ProcessInfo {
@@ -175,7 +170,7 @@ mod tests {
     #[test]
     fn order_of_precedence() {
         let mut n = naming(vec![
-            ServiceRule { name: "by-exe".into(), ports: vec![], exe_name: Some("^nginx$".into()) },
+            ServiceRule { name: "by-exe".into(), ports: vec![], exe_name: Some("^nginx$".parse().unwrap()) },
             ServiceRule { name: "by-port".into(), ports: vec![8080], exe_name: None },
         ]);
         n.learn(&info(1, "nginx"));

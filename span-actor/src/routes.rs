@@ -8,57 +8,10 @@
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
-use ipc_schema::config::{IgnoreMode, RouteSettings, UnmatchedRoutes};
+use ringtail_config::{IgnoreMode, RouteSettings, RouteTemplate, UnmatchedRoutes};
 
 /// The route every route past the cardinality cap becomes.
 pub const OVERFLOW_ROUTE: &str = "/{overflow}";
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Seg {
-    Lit(String),
-    Param,
-    Rest,
-}
-
-/// A compiled route template.
-#[derive(Debug, Clone)]
-struct Template {
-    text: String,
-    segs: Vec<Seg>,
-}
-
-impl Template {
-    fn new(text: &str) -> Template {
-        let segs = text
-            .trim_start_matches('/')
-            .split('/')
-            .map(|s| match s {
-                "*" => Seg::Rest,
-                s if s.starts_with('{') && s.ends_with('}') => Seg::Param,
-                s => Seg::Lit(s.to_owned()),
-            })
-            .collect();
-        Template { text: text.to_owned(), segs }
-    }
-
-    fn matches(&self, path: &str) -> bool {
-        let mut parts = path.trim_start_matches('/').split('/');
-        for seg in &self.segs {
-            match seg {
-                Seg::Rest => return true,
-                Seg::Param => match parts.next() {
-                    Some(p) if !p.is_empty() => {}
-                    _ => return false,
-                },
-                Seg::Lit(l) => match parts.next() {
-                    Some(p) if p == l => {}
-                    _ => return false,
-                },
-            }
-        }
-        parts.next().is_none()
-    }
-}
 
 /// What the router decided for one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,8 +26,8 @@ pub struct Routed {
 
 /// Routes for every service, with per-service cardinality accounting.
 pub struct Router {
-    patterns: Vec<Template>,
-    ignored: Vec<Template>,
+    patterns: Vec<RouteTemplate>,
+    ignored: Vec<RouteTemplate>,
     ignore_mode: IgnoreMode,
     unmatched: UnmatchedRoutes,
     max: usize,
@@ -82,11 +35,11 @@ pub struct Router {
 }
 
 impl Router {
-    /// Compiles the (already validated) settings.
+    /// A router for the (already compiled) templates.
     pub fn new(s: &RouteSettings) -> Router {
         Router {
-            patterns: s.patterns.iter().map(|p| Template::new(p)).collect(),
-            ignored: s.ignored.iter().map(|p| Template::new(p)).collect(),
+            patterns: s.patterns.clone(),
+            ignored: s.ignored.clone(),
             ignore_mode: s.ignore_mode,
             unmatched: s.unmatched,
             max: s.max_cardinality,
@@ -105,7 +58,7 @@ impl Router {
             }
         }
         let route = match self.patterns.iter().find(|t| t.matches(path)) {
-            Some(t) => Some(t.text.clone()),
+            Some(t) => Some(t.as_str().to_owned()),
             None => match self.unmatched {
                 UnmatchedRoutes::Path => None,
                 UnmatchedRoutes::Wildcard => Some("/*".to_owned()),
@@ -189,7 +142,7 @@ mod tests {
 
     #[test]
     fn templates_match_whole_segments() {
-        let mut r = router(|s| s.patterns = vec!["/users/{id}".into(), "/static/*".into(), "/".into()]);
+        let mut r = router(|s| s.patterns = vec!["/users/{id}".parse().unwrap(), "/static/*".parse().unwrap(), "/".parse().unwrap()]);
         let route = |r: &mut Router, p: &str| r.route("svc", p).unwrap().route;
         assert_eq!(route(&mut r, "/users/42").as_deref(), Some("/users/{id}"));
         assert_eq!(route(&mut r, "/static/css/a.css").as_deref(), Some("/static/*"));
@@ -209,17 +162,17 @@ mod tests {
 
     #[test]
     fn ignored_routes_by_mode() {
-        let mut r = router(|s| s.ignored = vec!["/health".into(), "/metrics".into()]);
+        let mut r = router(|s| s.ignored = vec!["/health".parse().unwrap(), "/metrics".parse().unwrap()]);
         assert_eq!(r.route("s", "/health"), None);
         assert!(r.route("s", "/healthz").is_some());
         let mut r = router(|s| {
-            s.ignored = vec!["/health".into()];
+            s.ignored = vec!["/health".parse().unwrap()];
             s.ignore_mode = IgnoreMode::Traces;
         });
         let d = r.route("s", "/health").unwrap();
         assert!(!d.export_trace && d.export_metrics);
         let mut r = router(|s| {
-            s.ignored = vec!["/health".into()];
+            s.ignored = vec!["/health".parse().unwrap()];
             s.ignore_mode = IgnoreMode::Metrics;
         });
         let d = r.route("s", "/health").unwrap();

@@ -7,13 +7,12 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ipc_schema::config::Settings;
 use ipc_schema::{HttpSpan, RawBatch, RawEvent, Role, ServiceResource, SpanKind};
+use ringtail_config::Settings;
 use runtime_kit::counters::{Counter, Drops, Registry};
 
 use crate::http::{self, parse_pipeline, split_host_port, RequestHead};
 use crate::ids;
-use crate::ledger::Ledger;
 use crate::naming::{host_name, Naming};
 use crate::routes::Router;
 use crate::semconv;
@@ -35,6 +34,24 @@ pub struct Produced {
     pub resource: Arc<ServiceResource>,
     pub span: HttpSpan,
     pub origin: Origin,
+}
+
+/// What one raw batch made: every span counted here must become safe
+/// (exported, or dropped and counted) before the batch may be acknowledged.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Made {
+    /// Spans of this batch pushed to the output now.
+    pub spans: usize,
+    /// Client spans of this batch held for their parent (they reach the
+    /// output later, from another batch's transform or [`Transformer::expire`]).
+    pub held: usize,
+}
+
+impl Made {
+    /// Everything this batch's acknowledgement waits for.
+    pub fn total(&self) -> usize {
+        self.spans + self.held
+    }
 }
 
 struct Held {
@@ -144,16 +161,18 @@ impl Transformer {
     }
 
     /// Transforms one raw batch from loader `inst` (its seq `seq`), pushing
-    /// spans to `out` and accounting for them in `ledger`.
-    pub fn transform(&mut self, inst: u64, seq: u64, batch: &RawBatch, now: Instant, out: &mut Vec<Produced>, ledger: &mut Ledger) {
+    /// spans to `out` (with any held spans of earlier batches whose parent
+    /// came now), and says what this batch made.
+    pub fn transform(&mut self, inst: u64, seq: u64, batch: &RawBatch, now: Instant, out: &mut Vec<Produced>) -> Made {
         let origin = (inst, seq);
+        let mut made = Made::default();
         for p in &batch.processes {
             self.naming.learn(p);
         }
         let offset = batch.mono_to_unix_ns;
         for ev in &batch.events {
             if ev.orphan {
-                self.pipelined_response(inst, origin, ev, offset, now, out, ledger);
+                self.pipelined_response(inst, origin, ev, offset, now, out, &mut made);
                 continue;
             }
             let mut heads = parse_pipeline(&ev.request);
@@ -173,13 +192,22 @@ impl Transformer {
                 }
                 self.pipes.insert(key, Pipe { heads: heads.into(), seq: ev.seq, next_sub: 1, last_end_mono: ev.end_mono_ns });
             }
-            self.emit(inst, origin, ev, &first, 0, ev.start_mono_ns, ev.end_mono_ns, offset, now, out, ledger);
+            self.emit(inst, origin, ev, &first, 0, ev.start_mono_ns, ev.end_mono_ns, offset, now, out, &mut made);
         }
-        ledger.finish(inst, seq);
+        made
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn pipelined_response(&mut self, inst: u64, origin: Origin, ev: &RawEvent, offset: i64, now: Instant, out: &mut Vec<Produced>, ledger: &mut Ledger) {
+    fn pipelined_response(
+        &mut self,
+        inst: u64,
+        origin: Origin,
+        ev: &RawEvent,
+        offset: i64,
+        now: Instant,
+        out: &mut Vec<Produced>,
+        made: &mut Made,
+    ) {
         let key = (inst, ev.conn_id);
         let Some(pipe) = self.pipes.get_mut(&key) else {
             self.stats.orphan_unmatched.add(1);
@@ -197,7 +225,7 @@ impl Transformer {
         if pipe.heads.is_empty() {
             self.pipes.remove(&key);
         }
-        self.emit(inst, origin, &ev, &head, sub, start, ev.end_mono_ns, offset, now, out, ledger);
+        self.emit(inst, origin, &ev, &head, sub, start, ev.end_mono_ns, offset, now, out, made);
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -213,7 +241,7 @@ impl Transformer {
         offset: i64,
         now: Instant,
         out: &mut Vec<Produced>,
-        ledger: &mut Ledger,
+        made: &mut Made,
     ) {
         let kind = match ev.role {
             Role::Server => SpanKind::Server,
@@ -286,7 +314,7 @@ impl Transformer {
                     self.server_ctx.insert(key, span.trace_id, span.trace_flags);
                 }
                 let (trace, flags) = (span.trace_id, span.trace_flags);
-                self.push(Produced { resource, span, origin }, out, ledger);
+                self.push(Produced { resource, span, origin }, out, made);
                 if sub == 0 && !self.held.is_empty() {
                     for h in self.held.remove(&key).unwrap_or_default() {
                         let mut s = h.span;
@@ -304,18 +332,18 @@ impl Transformer {
                     if let Some((trace, flags)) = self.server_ctx.get(key) {
                         span.trace_id = trace;
                         span.trace_flags = flags;
-                        self.push(Produced { resource, span, origin }, out, ledger);
+                        self.push(Produced { resource, span, origin }, out, made);
                     } else {
                         // The server span (which may carry the caller's
                         // trace id) comes later: wait for it, a while.
-                        ledger.add(origin.0, origin.1, 1);
+                        made.held += 1;
                         self.held.entry(key).or_default().push(Held { resource, span, origin });
                         self.held_order.push_back((now + self.parent_wait, key));
                     }
                 }
                 None => {
                     span.trace_id = ids::trace_id(inst, ev.conn_id, ev.seq, sub);
-                    self.push(Produced { resource, span, origin }, out, ledger);
+                    self.push(Produced { resource, span, origin }, out, made);
                 }
             },
         }
@@ -335,12 +363,11 @@ impl Transformer {
         s
     }
 
-    fn push(&mut self, p: Produced, out: &mut Vec<Produced>, ledger: &mut Ledger) {
-        ledger.add(p.origin.0, p.origin.1, 1);
+    fn push(&mut self, p: Produced, out: &mut Vec<Produced>, made: &mut Made) {
+        made.spans += 1;
         self.stats.spans.inc();
         out.push(p);
     }
-
 
     /// When the earliest held client span is due, if any.
     pub fn next_expiry(&self) -> Option<Instant> {

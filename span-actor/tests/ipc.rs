@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use ipc_schema::{endpoints, Body, Component, Envelope, ProcessInfo, Producer, RawBatch, RawEvent, Role, SockAddr};
+use ringtail_ipc::{self as ipc, Access};
 use runtime_kit::counters::Registry;
-use runtime_kit::ipc::{self, Access};
 
 fn addr(port: u16) -> SockAddr {
     let mut ip = [0u8; 16];
@@ -75,7 +75,9 @@ async fn garbage_is_counted_and_skipped_and_batches_still_flow() {
 
     let me = Producer { component: Component::ProbeLoader, instance: 99 };
     let good = Bytes::from(ipc_schema::encode(&Envelope::new(me, 1, Body::Raw(batch()))).unwrap());
-    let wrong_sender = Bytes::from(ipc_schema::encode(&Envelope::new(Producer { component: Component::ExporterActor, instance: 5 }, 1, Body::Raw(batch()))).unwrap());
+    let wrong_sender = Bytes::from(
+        ipc_schema::encode(&Envelope::new(Producer { component: Component::ExporterActor, instance: 5 }, 1, Body::Raw(batch()))).unwrap(),
+    );
     let mut got = None;
     let mut health = None;
     for _ in 0..200 {

@@ -5,7 +5,6 @@
 //! SIGINT/SIGTERM.
 //!
 //! # Layout
-//! - `components`: the component table (only the loader is privileged).
 //! - `spawn`: starting one component: readiness pipe, privilege drop,
 //!   parent-death signal.
 //! - `supervise`: restarts with back-off, throttling of components that die
@@ -13,7 +12,6 @@
 //! - `runtime_dir` (here): the directory and effective config the
 //!   components share.
 
-mod components;
 mod spawn;
 mod supervise;
 
@@ -22,8 +20,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
-use ipc_schema::config::Settings;
-use ipc_schema::endpoints;
+use ipc_schema::{endpoints, Component};
+use ringtail_config::Settings;
 use runtime_kit::users::{self, UserIds};
 
 /// ringtail: eBPF HTTP auto-instrumentation. Every HTTP/1.x request served
@@ -58,7 +56,7 @@ fn bin_dir() -> anyhow::Result<PathBuf> {
 /// Runs `binary --check` for each component: each validates its own part
 /// (e.g. the exporter its `OTEL_*` environment).
 fn check_components(bin: &Path, config: Option<&Path>) -> anyhow::Result<()> {
-    for c in &components::COMPONENTS {
+    for c in Component::supervised() {
         let mut cmd = std::process::Command::new(bin.join(c.binary));
         cmd.arg("--check");
         if let Some(p) = config {
@@ -81,7 +79,8 @@ fn prepare_runtime_dir(settings: &Settings, actors: UserIds) -> anyhow::Result<P
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
     let own = endpoints::actors_dir(dir);
     std::fs::create_dir_all(&own)?;
-    std::os::unix::fs::chown(&own, Some(actors.uid), Some(actors.gid)).with_context(|| format!("cannot give {} to the actors", own.display()))?;
+    std::os::unix::fs::chown(&own, Some(actors.uid), Some(actors.gid))
+        .with_context(|| format!("cannot give {} to the actors", own.display()))?;
     std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o750))?;
     // Stale sockets of a previous run would only confuse a connect.
     for p in [endpoints::raw_events(dir), endpoints::spans(dir), endpoints::raw_acks(dir), endpoints::span_acks(dir)] {
@@ -110,10 +109,14 @@ fn main() -> anyhow::Result<()> {
             check_components(&bin, args.config.as_deref()).context("invalid configuration")?;
             // SAFETY: geteuid has no preconditions.
             if unsafe { libc::geteuid() } != 0 {
-                bail!("ringtail must start as root: the probe-loader needs CAP_BPF and CAP_PERFMON, and the actors are started as {:?}", settings.actors.user);
+                bail!(
+                    "ringtail must start as root: the probe-loader needs CAP_BPF and CAP_PERFMON, and the actors are started as {:?}",
+                    settings.actors.user
+                );
             }
-            let actors = users::actor_ids(&settings.actors)
-                .with_context(|| format!("actors.user {:?} / actors.group {:?}: no such user or group", settings.actors.user, settings.actors.group))?;
+            let actors = users::actor_ids(&settings.actors).with_context(|| {
+                format!("actors.user {:?} / actors.group {:?}: no such user or group", settings.actors.user, settings.actors.group)
+            })?;
             if actors.uid == 0 {
                 bail!("actors.user {:?} is root: the actors must run unprivileged", settings.actors.user);
             }
@@ -122,8 +125,8 @@ fn main() -> anyhow::Result<()> {
             rt.block_on(async {
                 let (trigger, shutdown) = runtime_kit::shutdown::channel();
                 runtime_kit::shutdown::on_signals(trigger);
-                if let Some(addr) = runtime_kit::profiling::address(settings.profile.port, 3) {
-                    runtime_kit::profiling::start(addr, "supervisor", shutdown.clone()).await?;
+                if let Some(addr) = runtime_kit::profiling::address(settings.profile.port, Component::Supervisor.info().profiling_offset) {
+                    runtime_kit::profiling::start(addr, Component::Supervisor.name(), shutdown.clone()).await?;
                 }
                 tracing::info!(version = env!("CARGO_PKG_VERSION"), actors_uid = actors.uid, event = "starting", "ringtail starting");
                 supervise::run(bin, config.clone(), actors, shutdown).await

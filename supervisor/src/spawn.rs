@@ -12,7 +12,7 @@ use std::path::Path;
 use runtime_kit::ready::READY_FD_ENV;
 use runtime_kit::users::UserIds;
 
-use crate::components::Component;
+use ipc_schema::ComponentInfo;
 
 /// The fd number the child finds its readiness pipe on.
 const READY_FD: i32 = 3;
@@ -36,7 +36,7 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// Starts `c` from `bin_dir` with `--config config`.
-pub fn spawn(c: &Component, bin_dir: &Path, config: &Path, actors: UserIds) -> std::io::Result<Spawned> {
+pub fn spawn(c: &ComponentInfo, bin_dir: &Path, config: &Path, actors: UserIds) -> std::io::Result<Spawned> {
     let (read, write) = pipe()?;
     let write_fd = write.as_raw_fd();
     let parent = std::process::id() as i32;

@@ -14,8 +14,8 @@ use runtime_kit::shutdown::Shutdown;
 use runtime_kit::users::UserIds;
 use tokio::sync::mpsc;
 
-use crate::components::{Component, COMPONENTS};
 use crate::spawn::{spawn, wait_ready};
+use ipc_schema::{Component, ComponentInfo};
 
 /// How long a ready component must live for its back-off to reset.
 const STABLE: Duration = Duration::from_secs(30);
@@ -42,9 +42,12 @@ struct Slot {
 /// Runs the components until `shutdown` fires.
 pub async fn run(bin_dir: PathBuf, config: PathBuf, actors: UserIds, mut shutdown: Shutdown) -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
-    let mut slots: Vec<Slot> = COMPONENTS.iter().map(|_| Slot { pid: None, generation: 0, started: Instant::now(), ready: false, failures: 0 }).collect();
+    // The supervised rows of the component table, in start order.
+    let components: Vec<&'static ComponentInfo> = Component::supervised().collect();
+    let mut slots: Vec<Slot> =
+        components.iter().map(|_| Slot { pid: None, generation: 0, started: Instant::now(), ready: false, failures: 0 }).collect();
     let start = |idx: usize, slot: &mut Slot, tx: &mpsc::UnboundedSender<Event>| {
-        let c: &Component = &COMPONENTS[idx];
+        let c: &ComponentInfo = components[idx];
         slot.generation += 1;
         slot.started = Instant::now();
         slot.ready = false;
@@ -88,10 +91,10 @@ pub async fn run(bin_dir: PathBuf, config: PathBuf, actors: UserIds, mut shutdow
             Event::Ready { idx, generation } if slots[idx].generation == generation => {
                 let slot = &mut slots[idx];
                 slot.ready = true;
-                tracing::info!(component = COMPONENTS[idx].name, pid = slot.pid, after = ?slot.started.elapsed(), event = "ready", "ready");
+                tracing::info!(component = components[idx].name, pid = slot.pid, after = ?slot.started.elapsed(), event = "ready", "ready");
             }
             Event::Exited { idx, generation, status } if slots[idx].generation == generation => {
-                let c = &COMPONENTS[idx];
+                let c = components[idx];
                 let slot = &mut slots[idx];
                 slot.pid = None;
                 let lived = slot.started.elapsed();
@@ -117,12 +120,8 @@ pub async fn run(bin_dir: PathBuf, config: PathBuf, actors: UserIds, mut shutdow
                     let _ = tx.send(Event::Start { idx });
                 });
             }
-            Event::Start { idx } => {
-                if slots[idx].pid.is_none() {
-                    start(idx, &mut slots[idx], &tx);
-                }
-            }
-            _ => {} // an event of a previous generation
+            Event::Start { idx } if slots[idx].pid.is_none() => start(idx, &mut slots[idx], &tx),
+            _ => {} // an event of a previous generation, or a start already done
         }
     }
 
@@ -137,14 +136,14 @@ pub async fn run(bin_dir: PathBuf, config: PathBuf, actors: UserIds, mut shutdow
     while !alive.is_empty() && Instant::now() < deadline {
         match tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
             Ok(Some(Event::Exited { idx, generation, status })) if slots[idx].generation == generation => {
-                tracing::info!(component = COMPONENTS[idx].name, %status, event = "stopped", "stopped");
+                tracing::info!(component = components[idx].name, %status, event = "stopped", "stopped");
                 alive.retain(|(i, _)| *i != idx);
             }
             _ => {}
         }
     }
     for (idx, pid) in alive {
-        tracing::warn!(component = COMPONENTS[idx].name, "did not stop in time; killing");
+        tracing::warn!(component = components[idx].name, "did not stop in time; killing");
         // SAFETY: as above.
         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     }

@@ -10,7 +10,9 @@
 //!   test says.
 //!
 //! Tests that need root, BTF or a tool that is missing skip *loudly*: they
-//! print `SKIPPED: <reason>` and return, never pass silently.
+//! print `SKIPPED: <reason>` and return, never pass silently. With
+//! `RINGTAIL_REQUIRE_ALL=1` (what `./ringtail.sh test`, and so CI, sets) a
+//! skip is a failure instead: there every test must run.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -39,8 +41,20 @@ pub fn venv() -> PathBuf {
     std::env::var_os("RINGTAIL_TEST_VENV").map(PathBuf::from).unwrap_or_else(|| workspace().join(".venv"))
 }
 
-/// Prints why a test is skipped. Always use as `if !check { return }`.
+/// The variable that turns skips into failures.
+pub const REQUIRE_ALL: &str = "RINGTAIL_REQUIRE_ALL";
+
+/// True when every test must run ([`REQUIRE_ALL`] is `1`).
+pub fn require_all() -> bool {
+    std::env::var(REQUIRE_ALL).is_ok_and(|v| v == "1")
+}
+
+/// Prints why a test is skipped, or fails the test when [`require_all`].
+/// Always use as `if !check { return }`.
 pub fn skip(reason: &str) {
+    if require_all() {
+        panic!("{REQUIRE_ALL}=1 and this test would be skipped: {reason}");
+    }
     eprintln!("SKIPPED: {reason}");
     println!("SKIPPED: {reason}");
 }
@@ -295,11 +309,7 @@ impl Rotel {
     }
 
     fn read(&self, file: &str) -> Vec<Value> {
-        std::fs::read_to_string(self.dir.join(file))
-            .unwrap_or_default()
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect()
+        std::fs::read_to_string(self.dir.join(file)).unwrap_or_default().lines().filter_map(|l| serde_json::from_str(l).ok()).collect()
     }
 
     /// Every span received so far.
@@ -365,7 +375,9 @@ impl Ringtail {
     pub fn events(&self, component: &str, event: &str) -> Vec<String> {
         self.log()
             .lines()
-            .filter(|l| l.contains(&format!("component=\"{component}\"")) && l.contains(&format!("event=\"{event}\"")) && l.contains(" pid="))
+            .filter(|l| {
+                l.contains(&format!("component=\"{component}\"")) && l.contains(&format!("event=\"{event}\"")) && l.contains(" pid=")
+            })
             .map(str::to_owned)
             .collect()
     }
@@ -495,7 +507,15 @@ http {{
     .expect("write nginx.conf");
     let p = Proc::spawn(
         "nginx",
-        Command::new("nginx").arg("-c").arg(&conf).arg("-p").arg(&dir).arg("-g").arg("daemon off;").stdout(Stdio::null()).stderr(Stdio::null()),
+        Command::new("nginx")
+            .arg("-c")
+            .arg(&conf)
+            .arg("-p")
+            .arg(&dir)
+            .arg("-g")
+            .arg("daemon off;")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
     );
     assert!(wait_port(port, Duration::from_secs(10)), "nginx did not listen on {port}");
     p
@@ -583,7 +603,9 @@ pub fn kernel_map_entries(pid: u32, name: &str) -> Option<usize> {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fdinfo")).ok()?;
     for fd in fds.flatten() {
         let info = std::fs::read_to_string(fd.path()).unwrap_or_default();
-        let Some(id) = info.lines().find_map(|l| l.strip_prefix("map_id:")).map(|v| v.trim().to_owned()) else { continue };
+        let Some(id) = info.lines().find_map(|l| l.strip_prefix("map_id:")).map(|v| v.trim().to_owned()) else {
+            continue;
+        };
         let show = Command::new("bpftool").args(["-j", "map", "show", "id", &id]).output().ok()?;
         let meta: Value = serde_json::from_slice(&show.stdout).ok()?;
         if meta["name"] != name {

@@ -131,7 +131,10 @@ fn python_http_server_http10_http11_keepalive_head_and_statuses() {
     }
     // HTTP/1.1 keep-alive: 5 requests on one connection, HEAD, a redirect
     // (301 for a directory without /), then an error (which closes it).
-    let st = keepalive(port, &[&get("/index.html"), &get("/index.html"), "HEAD /index.html HTTP/1.1\r\nHost: t\r\n\r\n", &get("/dir"), &get("/missing")]);
+    let st = keepalive(
+        port,
+        &[&get("/index.html"), &get("/index.html"), "HEAD /index.html HTTP/1.1\r\nHost: t\r\n\r\n", &get("/dir"), &get("/missing")],
+    );
     assert_eq!(st, [200, 200, 200, 301, 404]);
     let spans = rt.spans_when(WAIT, SETTLE, |s| s.len() >= 7);
     assert_eq!(
@@ -153,7 +156,12 @@ fn every_syscall_pair_is_captured() {
     let (rt, _) = ringtail_for(&ports, "");
     let mut servers = Vec::new();
     for (mode, port) in modes.iter().zip(&ports) {
-        servers.push(server(mode, *port, Path::new("python3"), &[fixture("py_syscall_server.py").to_str().unwrap(), &port.to_string(), mode]));
+        servers.push(server(
+            mode,
+            *port,
+            Path::new("python3"),
+            &[fixture("py_syscall_server.py").to_str().unwrap(), &port.to_string(), mode],
+        ));
         let st = keepalive(*port, &[&get(&format!("/{mode}")), &get(&format!("/{mode}")), &get("/status/503")]);
         assert_eq!(st, [200, 200, 503], "{mode}");
     }
@@ -179,7 +187,16 @@ fn nginx_keepalive_sendfile_statuses_and_pipelining() {
     let _nginx = nginx(port, &www.0, "");
     let st = keepalive(
         port,
-        &[&get("/ok"), &get("/big.bin"), &get("/small.txt"), &get("/redirect"), &get("/unavailable"), &get("/teapot"), &get("/nope"), "HEAD /big.bin HTTP/1.1\r\nHost: t\r\n\r\n"],
+        &[
+            &get("/ok"),
+            &get("/big.bin"),
+            &get("/small.txt"),
+            &get("/redirect"),
+            &get("/unavailable"),
+            &get("/teapot"),
+            &get("/nope"),
+            "HEAD /big.bin HTTP/1.1\r\nHost: t\r\n\r\n",
+        ],
     );
     assert_eq!(st, [200, 200, 200, 302, 503, 418, 404, 200]);
     // Pipelined: three requests in one write.
@@ -204,13 +221,25 @@ fn nginx_keepalive_sendfile_statuses_and_pipelining() {
 }
 
 fn go_like_server_checks(name: &str, port: u16, rt: &Ringtail, expect_service: &str) {
-    let st = keepalive(port, &[&get("/"), &get("/chunked"), &get("/big"), &get("/status/404"), &get("/status/500"), &get("/status/302"), "HEAD / HTTP/1.1\r\nHost: t\r\n\r\n"]);
+    let st = keepalive(
+        port,
+        &[
+            &get("/"),
+            &get("/chunked"),
+            &get("/big"),
+            &get("/status/404"),
+            &get("/status/500"),
+            &get("/status/302"),
+            "HEAD / HTTP/1.1\r\nHost: t\r\n\r\n",
+        ],
+    );
     assert_eq!(st, [200, 200, 200, 404, 500, 302, 200], "{name}");
     // A large body, sent in pieces, with Expect: 100-continue.
     let body = vec![b'x'; 300_000];
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(format!("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n", body.len()).as_bytes()).unwrap();
+    s.write_all(format!("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n", body.len()).as_bytes())
+        .unwrap();
     let mut buf = Vec::new();
     let first = read_response(&mut s, &mut buf, false);
     assert_eq!(first, 100, "{name} sends 100 Continue");
@@ -298,7 +327,11 @@ fn split_heads_pipelines_and_aborted_requests() {
     assert_eq!(read_response(&mut s, &mut buf, false), 200);
     drop(s);
     // Four pipelined requests in one write; the server answers each separately.
-    let out = raw_request(port, format!("{}{}{}GET /p4 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", get("/p1"), get("/p2"), get("/status/404")).as_bytes()).unwrap();
+    let out = raw_request(
+        port,
+        format!("{}{}{}GET /p4 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", get("/p1"), get("/p2"), get("/status/404")).as_bytes(),
+    )
+    .unwrap();
     assert_eq!(String::from_utf8_lossy(&out).matches("HTTP/1.1 ").count(), 4);
     // Requests abandoned half-way: no span, counted.
     for partial in ["GET /aborted HTTP/1.1\r\n", "GET /aborted-too HTTP/1.1\r\nHost: t\r\n"] {
@@ -309,7 +342,13 @@ fn split_heads_pipelines_and_aborted_requests() {
     let spans = rt.spans_when(WAIT, SETTLE, |s| s.len() >= 5);
     assert_eq!(
         server_counts(&spans),
-        expect(&[("GET", "/split", 200, 1), ("GET", "/p1", 200, 1), ("GET", "/p2", 200, 1), ("GET", "/status/404", 404, 1), ("GET", "/p4", 200, 1)])
+        expect(&[
+            ("GET", "/split", 200, 1),
+            ("GET", "/p1", 200, 1),
+            ("GET", "/p2", 200, 1),
+            ("GET", "/status/404", 404, 1),
+            ("GET", "/p4", 200, 1)
+        ])
     );
     assert!(spans.iter().find(|s| s.path == "/split").is_some_and(|s| s.line.contains("GET /split 200")));
     assert_no_connection_state(&rt);
@@ -335,7 +374,8 @@ fn truncated_requests_keep_their_prefix_and_are_counted() {
     let spans = rt.spans_when(WAIT, SETTLE, |s| !s.is_empty());
     assert_eq!(spans.len(), 1);
     assert!(spans[0].path.starts_with("/long/aaaa") && spans[0].path.len() < long.len() && spans[0].path.len() > 400, "{}", spans[0].path);
-    let v = wait_until(Duration::from_secs(5), || Some(metric(&scrape(prom), "ringtail_truncated_requests_total", &[])).filter(|v| *v >= 1.0));
+    let v =
+        wait_until(Duration::from_secs(5), || Some(metric(&scrape(prom), "ringtail_truncated_requests_total", &[])).filter(|v| *v >= 1.0));
     assert!(v.is_some(), "{}", scrape(prom));
 }
 
@@ -349,11 +389,12 @@ fn client_spans_from_curl_python_and_go() {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_rust_http_server"));
     let _srv = server("rust server", port, &bin, &[&port.to_string()]);
     // Clients are selected by executable name.
-    let rt = Ringtail::start(&format!(
-        "[probe]\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nexe_names = [\"^curl$\", \"^python3\", \"^client$\"]\n"
-    ));
+    let rt = Ringtail::start(
+        "[probe]\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nexe_names = [\"^curl$\", \"^python3\", \"^client$\"]\n",
+    );
     let url = format!("http://127.0.0.1:{port}");
-    let st = Command::new("curl").args(["-s", "-o", "/dev/null", &format!("{url}/from-curl"), &format!("{url}/status/404")]).status().unwrap();
+    let st =
+        Command::new("curl").args(["-s", "-o", "/dev/null", &format!("{url}/from-curl"), &format!("{url}/status/404")]).status().unwrap();
     assert!(st.success());
     let st = Command::new("python3")
         .args(["-c", &format!("import urllib.request as u\nfor p in ('/from-python',):\n    u.urlopen('{url}' + p).read()\ntry:\n    u.urlopen('{url}/status/503')\nexcept Exception:\n    pass\n")])
@@ -393,7 +434,12 @@ fn traceparent_is_joined_and_outgoing_calls_are_children() {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_rust_http_server"));
     let _backend = server("rust server", back, &bin, &[&back.to_string()]);
     let (rt, _) = ringtail_for(&[front, back], "");
-    let _proxy = server("python proxy", front, Path::new("python3"), &[fixture("py_proxy_server.py").to_str().unwrap(), &front.to_string(), &back.to_string()]);
+    let _proxy = server(
+        "python proxy",
+        front,
+        Path::new("python3"),
+        &[fixture("py_proxy_server.py").to_str().unwrap(), &front.to_string(), &back.to_string()],
+    );
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let r = http_get(front, "/call?n=2", &[("traceparent", &format!("00-{trace}-00f067aa0ba902b7-01"))]).unwrap();
     assert_eq!(r.status, 200);

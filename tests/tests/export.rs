@@ -67,7 +67,11 @@ fn traces_and_metrics_reach_rotel(protocol: &str) {
         assert!(res_attr(s, "host.name").is_some() && res_attr(s, "service.instance.id").is_some());
     }
     let err = spans.iter().find(|s| attr(s, "url.path").as_deref() == Some("/status/503")).unwrap();
-    assert!(err["status"].as_str().unwrap_or_default().contains('2') || err["status"].as_str().unwrap_or_default().to_lowercase().contains("error"), "{err}");
+    assert!(
+        err["status"].as_str().unwrap_or_default().contains('2')
+            || err["status"].as_str().unwrap_or_default().to_lowercase().contains("error"),
+        "{err}"
+    );
     // Histograms, by route (the heuristic route collapses the ids).
     let counts = wait_until(Duration::from_secs(20), || {
         let c = duration_counts(&rotel, "rust_http_server");
@@ -77,9 +81,16 @@ fn traces_and_metrics_reach_rotel(protocol: &str) {
     assert_eq!(counts.get("/status/*"), Some(&1), "{counts:?}");
     // ringtail's own metrics travel too (as a monotonic sum, `_total` dropped).
     let own = wait_until(Duration::from_secs(10), || {
-        rotel.metrics().into_iter().find(|m| m["name"] == "ringtail_kernel_events" && res_attr(m, "service.name").as_deref() == Some("ringtail"))
+        rotel
+            .metrics()
+            .into_iter()
+            .find(|m| m["name"] == "ringtail_kernel_events" && res_attr(m, "service.name").as_deref() == Some("ringtail"))
     });
-    assert!(own.is_some(), "self metrics: {:?}", rotel.metrics().iter().map(|m| m["name"].to_string()).collect::<std::collections::BTreeSet<_>>());
+    assert!(
+        own.is_some(),
+        "self metrics: {:?}",
+        rotel.metrics().iter().map(|m| m["name"].to_string()).collect::<std::collections::BTreeSet<_>>()
+    );
 }
 
 #[test]
@@ -147,7 +158,10 @@ fn prometheus_scrapes_the_histograms_and_health() {
     );
     assert!(wait_port(web, Duration::from_secs(30)), "prometheus did not start");
     let query = |q: &str| -> Option<f64> {
-        let enc: String = q.bytes().map(|b| if b.is_ascii_alphanumeric() || b"_.-".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") }).collect();
+        let enc: String = q
+            .bytes()
+            .map(|b| if b.is_ascii_alphanumeric() || b"_.-".contains(&b) { (b as char).to_string() } else { format!("%{b:02X}") })
+            .collect();
         let r = http_get(web, &format!("/api/v1/query?query={enc}"), &[]).ok()?;
         let v: Value = serde_json::from_slice(&r.body).ok()?;
         v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
@@ -214,7 +228,8 @@ fn receiver_outage_keeps_what_fits_counts_the_rest_and_survives() {
     assert!(delivered >= queue / 2, "what fitted the queue arrived: {delivered}");
     assert!(dropped_n > 0, "the queue did overflow");
     assert_eq!(rt.pid("exporter-actor"), Some(exporter), "the exporter never died");
-    let hwm: u64 = rss_kb.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0);
+    let hwm: u64 =
+        rss_kb.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).unwrap_or(0);
     assert!(hwm < 200_000, "exporter memory stayed bounded: {hwm} kB");
     // After the outage, new spans flow normally.
     assert_eq!(http_get(port, "/after", &[]).unwrap().status, 200);

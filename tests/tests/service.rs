@@ -52,7 +52,7 @@ fn listening_addrs(pid: u32) -> Vec<String> {
 fn is_loopback(hex_addr: &str) -> bool {
     let ip = hex_addr.split(':').next().unwrap_or_default();
     match ip.len() {
-        8 => ip.ends_with("7F"),                                    // 127.x.x.x, little-endian
+        8 => ip.ends_with("7F"),                                                    // 127.x.x.x, little-endian
         32 => ip == "00000000000000000000000001000000" || ip.ends_with("0100007F"), // ::1, ::ffff:127.0.0.1
         _ => false,
     }
@@ -136,10 +136,15 @@ fn each_component_restarts_alone_and_spans_keep_arriving() {
             }
         })
     };
-    let seen = |from: u32| rt.spans().iter().any(|s| s.path.strip_prefix("/flow/").and_then(|i| i.parse::<u32>().ok()).is_some_and(|i| i >= from));
+    let seen =
+        |from: u32| rt.spans().iter().any(|s| s.path.strip_prefix("/flow/").and_then(|i| i.parse::<u32>().ok()).is_some_and(|i| i >= from));
     assert!(wait_until(Duration::from_secs(10), || seen(0).then_some(())).is_some(), "spans flow before any kill");
     for victim in ["probe-loader", "span-actor", "exporter-actor"] {
-        let others: Vec<(&str, u32)> = ["probe-loader", "span-actor", "exporter-actor"].into_iter().filter(|c| *c != victim).map(|c| (c, rt.pid(c).unwrap())).collect();
+        let others: Vec<(&str, u32)> = ["probe-loader", "span-actor", "exporter-actor"]
+            .into_iter()
+            .filter(|c| *c != victim)
+            .map(|c| (c, rt.pid(c).unwrap()))
+            .collect();
         let old = rt.pid(victim).unwrap();
         let readies = rt.events(victim, "ready").len();
         // SAFETY: kill has no memory-safety preconditions.
@@ -175,18 +180,29 @@ fn a_component_failing_at_start_is_throttled_not_looped() {
     let dir = TempDir::new("throttle");
     std::fs::write(
         dir.join("c.toml"),
-        format!("[export.prometheus]\nlisten = \"127.0.0.1:{busy}\"\n[discovery]\nopen_ports = [1]\n[pipeline]\nruntime_dir = \"{}\"\n", dir.join("run").display()),
+        format!(
+            "[export.prometheus]\nlisten = \"127.0.0.1:{busy}\"\n[discovery]\nopen_ports = [1]\n[pipeline]\nruntime_dir = \"{}\"\n",
+            dir.join("run").display()
+        ),
     )
     .unwrap();
     let err = std::fs::File::create(dir.join("stderr")).unwrap();
-    let mut p = Proc::spawn("ringtail", Command::new(bin_dir().join("ringtail")).arg("--config").arg(dir.join("c.toml")).env("RUST_LOG", "info").stderr(err));
+    let mut p = Proc::spawn(
+        "ringtail",
+        Command::new(bin_dir().join("ringtail")).arg("--config").arg(dir.join("c.toml")).env("RUST_LOG", "info").stderr(err),
+    );
     std::thread::sleep(Duration::from_secs(8));
     let log = std::fs::read_to_string(dir.join("stderr")).unwrap();
-    let throttled: Vec<&str> = log.lines().filter(|l| l.contains("component=\"exporter-actor\"") && l.contains("event=\"throttled\"")).collect();
+    let throttled: Vec<&str> =
+        log.lines().filter(|l| l.contains("component=\"exporter-actor\"") && l.contains("event=\"throttled\"")).collect();
     assert!((2..=5).contains(&throttled.len()), "throttled, not looping hot: {} restarts in 8 s\n{log}", throttled.len());
     assert!(throttled[0].contains("restart_in=1s") && throttled[1].contains("restart_in=2s"), "back-off grows: {throttled:?}");
     for c in ["probe-loader", "span-actor"] {
-        assert_eq!(log.lines().filter(|l| l.contains(&format!("component=\"{c}\"")) && l.contains("event=\"started\"")).count(), 1, "{c} left alone");
+        assert_eq!(
+            log.lines().filter(|l| l.contains(&format!("component=\"{c}\"")) && l.contains("event=\"started\"")).count(),
+            1,
+            "{c} left alone"
+        );
     }
     assert!(p.stop(Duration::from_secs(10)));
 }
@@ -199,7 +215,8 @@ fn children_exit_when_the_supervisor_dies() {
     let rt = Ringtail::start(&base_config(1));
     let pids: Vec<u32> = ["probe-loader", "span-actor", "exporter-actor"].iter().map(|c| rt.pid(c).unwrap()).collect();
     rt.proc.signal(libc::SIGKILL);
-    let gone = wait_until(Duration::from_secs(5), || pids.iter().all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists()).then_some(()));
+    let gone =
+        wait_until(Duration::from_secs(5), || pids.iter().all(|p| !std::path::Path::new(&format!("/proc/{p}")).exists()).then_some(()));
     assert!(gone.is_some(), "components outlived the supervisor");
 }
 

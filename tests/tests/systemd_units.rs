@@ -38,11 +38,8 @@ const LOADER_CAPS: &[&str] = &["CAP_BPF", "CAP_PERFMON", "CAP_SYS_PTRACE", "CAP_
 /// Highest acceptable overall exposure per unit. With systemd 252 the units
 /// score 2.0, 0.3 and 1.2; the headroom absorbs other versions' weights. A
 /// unit above its limit has lost some of its hardening.
-const EXPOSURE_LIMITS: &[(&str, f64)] = &[
-    ("ringtail-probe-loader.service", 2.5),
-    ("ringtail-span-actor.service", 0.5),
-    ("ringtail-exporter-actor.service", 1.5),
-];
+const EXPOSURE_LIMITS: &[(&str, f64)] =
+    &[("ringtail-probe-loader.service", 2.5), ("ringtail-span-actor.service", 0.5), ("ringtail-exporter-actor.service", 1.5)];
 
 /// Where the units, install.sh and the example configuration live.
 fn systemd_dir() -> PathBuf {
@@ -278,7 +275,10 @@ fn actors_run_unprivileged() {
         u.expect("Service", "Group", "ringtail");
         // Every assignment empty: a non-empty one would add to the set.
         let bounding = u.all("Service", "CapabilityBoundingSet");
-        assert!(!bounding.is_empty() && bounding.iter().all(|v| v.is_empty()), "{name}: CapabilityBoundingSet= must be empty, got {bounding:?}");
+        assert!(
+            !bounding.is_empty() && bounding.iter().all(|v| v.is_empty()),
+            "{name}: CapabilityBoundingSet= must be empty, got {bounding:?}"
+        );
         let ambient = u.all("Service", "AmbientCapabilities");
         assert!(ambient.iter().all(|v| v.is_empty()), "{name}: AmbientCapabilities= must be empty, got {ambient:?}");
         assert!(u.all("Service", "SupplementaryGroups").is_empty(), "{name}: the actors need no other group");
@@ -299,7 +299,11 @@ fn actors_run_unprivileged() {
     span.expect("Service", "RestrictAddressFamilies", "AF_UNIX");
     span.expect("Service", "IPAddressDeny", "any");
     let exporter = Unit::ours("ringtail-exporter-actor.service");
-    assert_eq!(exporter.words("Service", "RestrictAddressFamilies"), set(&["AF_UNIX", "AF_INET", "AF_INET6"]), "exporter: address families");
+    assert_eq!(
+        exporter.words("Service", "RestrictAddressFamilies"),
+        set(&["AF_UNIX", "AF_INET", "AF_INET6"]),
+        "exporter: address families"
+    );
     exporter.expect("Service", "EnvironmentFile", "-/etc/ringtail/otel.env");
 }
 
@@ -308,23 +312,22 @@ fn loader_bounding_set_is_exactly_the_documented_list() {
     let u = Unit::ours(LOADER);
     let expected = set(LOADER_CAPS);
     assert_eq!(u.words("Service", "CapabilityBoundingSet"), expected, "{LOADER}: CapabilityBoundingSet=");
-    assert_eq!(u.all("Service", "CapabilityBoundingSet").len(), 1, "{LOADER}: one CapabilityBoundingSet= line, so that it reads as the whole list");
+    assert_eq!(
+        u.all("Service", "CapabilityBoundingSet").len(),
+        1,
+        "{LOADER}: one CapabilityBoundingSet= line, so that it reads as the whole list"
+    );
 
     // The comment above it says why, one capability per line:
     // "#   CAP_X   why" (three spaces in; prose mentioning others has one).
-    let commented: BTreeSet<String> = u
-        .text
-        .lines()
-        .filter_map(|l| l.strip_prefix("#   CAP_")?.split_once("  ").map(|(rest, _)| format!("CAP_{rest}")))
-        .collect();
+    let commented: BTreeSet<String> =
+        u.text.lines().filter_map(|l| l.strip_prefix("#   CAP_")?.split_once("  ").map(|(rest, _)| format!("CAP_{rest}"))).collect();
     assert_eq!(commented, expected, "{LOADER}: the capabilities explained in its comments");
 
     // And the table of docs/systemd.md: "| CAP_X | why | without it |".
     let doc = std::fs::read_to_string(workspace().join("docs/systemd.md")).expect("read docs/systemd.md");
-    let table: BTreeSet<String> = doc
-        .lines()
-        .filter_map(|l| l.strip_prefix("| CAP_")?.split_once(' ').map(|(rest, _)| format!("CAP_{rest}")))
-        .collect();
+    let table: BTreeSet<String> =
+        doc.lines().filter_map(|l| l.strip_prefix("| CAP_")?.split_once(' ').map(|(rest, _)| format!("CAP_{rest}"))).collect();
     assert_eq!(table, expected, "docs/systemd.md: the loader's capability table");
 
     // Root, joining the actors' group, nothing to add, nothing to gain.
@@ -343,7 +346,10 @@ fn loader_bounding_set_is_exactly_the_documented_list() {
     u.expect("Service", "Type", "notify");
     u.expect("Service", "Restart", "on-failure");
     let filter = u.all("Service", "SystemCallFilter");
-    assert!(filter.first().is_some_and(|f| f.split_whitespace().any(|w| w == "bpf")), "{LOADER}: the system call allow list must have bpf, got {filter:?}");
+    assert!(
+        filter.first().is_some_and(|f| f.split_whitespace().any(|w| w == "bpf")),
+        "{LOADER}: the system call allow list must have bpf, got {filter:?}"
+    );
 }
 
 #[test]
@@ -379,7 +385,11 @@ fn example_config_matches_the_units() {
     let get = |key: &str| keys.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
     assert_eq!(get("actors.user"), Some("\"ringtail\""), "systemd/ringtail.toml: actors.user must be the units' User=");
     assert_eq!(get("actors.group"), Some("\"ringtail\""), "systemd/ringtail.toml: actors.group must be the loader's SupplementaryGroups=");
-    assert_eq!(get("pipeline.runtime_dir"), Some("\"/run/ringtail\""), "systemd/ringtail.toml: runtime_dir must be the units' RuntimeDirectory=");
+    assert_eq!(
+        get("pipeline.runtime_dir"),
+        Some("\"/run/ringtail\""),
+        "systemd/ringtail.toml: runtime_dir must be the units' RuntimeDirectory="
+    );
 
     let sysusers = std::fs::read_to_string(systemd_dir().join("sysusers.d/ringtail.conf")).expect("read sysusers.d/ringtail.conf");
     assert!(
@@ -390,7 +400,10 @@ fn example_config_matches_the_units() {
     // Every component accepts it (each checks its part).
     let ringtail = bin_dir().join("ringtail");
     if !ringtail.exists() {
-        skip(&format!("{} missing (run `cargo build --workspace`): systemd/ringtail.toml not checked by the components", ringtail.display()));
+        skip(&format!(
+            "{} missing (run `cargo build --workspace`): systemd/ringtail.toml not checked by the components",
+            ringtail.display()
+        ));
         return;
     }
     let out = Command::new(&ringtail)
@@ -442,9 +455,7 @@ fn run_loader(caps: &[&str], config: &Path, actors_gid: u32, dir: &TempDir, tag:
     .unwrap_or_else(|| panic!("the loader with {bounding} neither got ready nor exited in 60 s:\n{}", read()));
     loader.stop(Duration::from_secs(10));
     let log = read();
-    let selected = log
-        .lines()
-        .find_map(|l| l.split_once("selection seeded processes=")?.1.split_whitespace().next()?.parse().ok());
+    let selected = log.lines().find_map(|l| l.split_once("selection seeded processes=")?.1.split_whitespace().next()?.parse().ok());
     LoaderRun { ready, selected, log }
 }
 

@@ -1,42 +1,39 @@
-//! Builder: runs the transformation and passes spans on; it also lets go of
-//! client spans whose parent never came (a timer armed only while some wait).
+//! Builder: runs the transformation and passes spans on, with what each raw
+//! batch made; it also lets go of client spans whose parent never came (a
+//! timer armed only while some wait).
 
-use std::cell::RefCell;
-use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use ipc_schema::RawBatch;
+use ringtail_ipc::MessageId;
 
 use super::publisher::{Publisher, Spans};
 use super::BUILDER_MAILBOX;
-use crate::ledger::Ledger;
-use crate::transform::Transformer;
+use crate::transform::{Produced, Transformer};
 
 /// The shortest wait of the expiry timer.
 const EXPIRE_GRAIN: Duration = Duration::from_millis(100);
 
-/// Transform one raw batch from loader instance `inst`.
+/// Transform one raw batch.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Transform {
-    pub inst: u64,
-    pub seq: u64,
+    pub id: MessageId,
     pub batch: RawBatch,
 }
 
 /// The builder actor.
 pub struct Builder {
     t: Transformer,
-    ledger: Rc<RefCell<Ledger>>,
     publisher: Addr<Publisher>,
     expiry: Option<SpawnHandle>,
 }
 
 impl Builder {
     /// A builder feeding `publisher`.
-    pub fn new(t: Transformer, ledger: Rc<RefCell<Ledger>>, publisher: Addr<Publisher>) -> Self {
-        Builder { t, ledger, publisher, expiry: None }
+    pub fn new(t: Transformer, publisher: Addr<Publisher>) -> Self {
+        Builder { t, publisher, expiry: None }
     }
 
     /// Arms the expiry timer for the earliest held span (at most every
@@ -51,17 +48,16 @@ impl Builder {
             act.expiry = None;
             let mut out = Vec::new();
             act.t.expire(Instant::now(), &mut out);
-            act.hand_on(out, ctx);
+            if !out.is_empty() {
+                act.hand_on(Spans { spans: out, made: None }, ctx);
+            }
             act.arm_expiry(ctx);
         }));
     }
 
-    fn hand_on(&mut self, spans: Vec<crate::transform::Produced>, ctx: &mut Context<Self>) {
-        if spans.is_empty() {
-            return;
-        }
+    fn hand_on(&mut self, spans: Spans, ctx: &mut Context<Self>) {
         // Wait for room in the publisher's mailbox before the next batch.
-        ctx.wait(self.publisher.send(Spans(spans)).into_actor(self).map(|res, _, _| {
+        ctx.wait(self.publisher.send(spans).into_actor(self).map(|res, _, _| {
             if res.is_err() {
                 tracing::error!("publisher stopped; spans lost");
             }
@@ -81,9 +77,10 @@ impl Handler<Transform> for Builder {
     type Result = ();
 
     fn handle(&mut self, msg: Transform, ctx: &mut Self::Context) {
-        let mut out = Vec::with_capacity(msg.batch.events.len());
-        self.t.transform(msg.inst, msg.seq, &msg.batch, Instant::now(), &mut out, &mut self.ledger.borrow_mut());
-        self.hand_on(out, ctx);
+        let mut out: Vec<Produced> = Vec::with_capacity(msg.batch.events.len());
+        let made = self.t.transform(msg.id.instance, msg.id.seq, &msg.batch, Instant::now(), &mut out);
+        // Sent even without spans: the publisher learns the batch is safe.
+        self.hand_on(Spans { spans: out, made: Some((msg.id, made.total())) }, ctx);
         self.arm_expiry(ctx);
     }
 }

@@ -1,42 +1,43 @@
-//! Ingest: reads the loader's messages, drops duplicates (replays), and
-//! hands raw batches to the builder, waiting while its mailbox is full.
-
-use std::cell::RefCell;
-use std::rc::Rc;
+//! Ingest: takes the loader's messages from the raw consumer (which already
+//! dropped replays) and hands raw batches to the builder, waiting while its
+//! mailbox is full.
 
 use actix::prelude::*;
-use ipc_schema::{Body, Component, Envelope};
+use ipc_schema::Body;
+use ringtail_ipc::{Consumer, Inbound};
 use runtime_kit::counters::{Counter, Drops, Registry};
-use runtime_kit::ipc::replay::Verdict;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
 use super::builder::{Builder, Transform};
 use super::publisher::{ForwardHealth, Publisher};
-use crate::ledger::Ledger;
 
 /// The ingest actor.
 pub struct Ingest {
-    ledger: Rc<RefCell<Ledger>>,
     builder: Addr<Builder>,
     publisher: Addr<Publisher>,
-    raw: Option<mpsc::Receiver<Envelope>>,
+    consumer: Consumer,
+    raw: Option<mpsc::Receiver<Inbound>>,
     batches: Counter,
-    duplicates: Counter,
     unexpected: Drops,
     mailbox: Drops,
 }
 
 impl Ingest {
     /// An ingest actor reading `raw`.
-    pub fn new(registry: &Registry, ledger: Rc<RefCell<Ledger>>, builder: Addr<Builder>, publisher: Addr<Publisher>, raw: mpsc::Receiver<Envelope>) -> Self {
+    pub fn new(
+        registry: &Registry,
+        builder: Addr<Builder>,
+        publisher: Addr<Publisher>,
+        consumer: Consumer,
+        raw: mpsc::Receiver<Inbound>,
+    ) -> Self {
         Ingest {
-            ledger,
             builder,
             publisher,
+            consumer,
             raw: Some(raw),
             batches: registry.counter("ringtail_raw_batches_received_total", &[]),
-            duplicates: registry.counter("ringtail_raw_batches_duplicate_total", &[]),
             unexpected: registry.drops("ringtail_ipc_rejected_total", "unexpected_message"),
             mailbox: registry.drops("ringtail_dropped_events_total", "builder_stopped"),
         }
@@ -53,31 +54,26 @@ impl Actor for Ingest {
     }
 }
 
-impl StreamHandler<Envelope> for Ingest {
-    fn handle(&mut self, env: Envelope, ctx: &mut Self::Context) {
-        if env.producer.component != Component::ProbeLoader {
-            self.unexpected.add(1);
-            return;
-        }
-        self.ledger.borrow_mut().observe(env.producer, env.floor);
-        match env.body {
-            Body::Raw(batch) => {
-                if self.ledger.borrow_mut().received(env.seq) == Verdict::Duplicate {
-                    self.duplicates.inc();
-                    return;
-                }
+impl StreamHandler<Inbound> for Ingest {
+    fn handle(&mut self, msg: Inbound, ctx: &mut Self::Context) {
+        match msg {
+            Inbound::Data { id, body: Body::Raw(batch) } => {
                 self.batches.inc();
                 let events = batch.events.len() as u64;
-                let msg = Transform { inst: env.producer.instance, seq: env.seq, batch };
                 // Stop reading until the builder has room: back-pressure.
-                ctx.wait(self.builder.send(msg).into_actor(self).map(move |res, act, _| {
+                ctx.wait(self.builder.send(Transform { id, batch }).into_actor(self).map(move |res, act, _| {
                     if res.is_err() {
                         act.mailbox.add(events);
                     }
                 }));
             }
-            Body::Health(report) => self.publisher.do_send(ForwardHealth(report)),
-            Body::Spans(_) | Body::Ack(_) => self.unexpected.add(1),
+            Inbound::Data { id, .. } => {
+                // Nothing to make from it: safe at once.
+                self.unexpected.add(1);
+                self.consumer.done(id);
+            }
+            Inbound::Transient(Body::Health(report)) => self.publisher.do_send(ForwardHealth(report)),
+            Inbound::Transient(_) => self.unexpected.add(1),
         }
     }
 

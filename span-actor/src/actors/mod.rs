@@ -1,39 +1,38 @@
 //! The span-actor's actors, all on one arbiter (one thread):
 //!
 //! ```text
-//! SUB raw.sock ─▶ Ingest ─▶ Builder ─▶ Publisher ─▶ PUB spans.sock
-//!                (dedup)  (transform)  (batch, replay)   ▲
-//!                                       ◀── acks ── SUB span-ack.sock
-//!                                       ──▶ acks ──▶ PUB raw-ack.sock
+//! raw Consumer ─▶ Ingest ─▶ Builder ─▶ Publisher ─▶ spans Producer
+//! (task: SUB raw.sock,      (transform) (batch; the ledger)   (task: PUB spans.sock,
+//!  dedup, PUB raw-ack.sock)                  ▲                 SUB span-ack.sock)
+//!        ▲                                    └── settled ────────┘
+//!        └──────────── done (raw batch safe) ──┘
 //! ```
 //!
 //! Mailboxes are bounded. An actor that hands work on waits (`ctx.wait`)
 //! until the next one has room, so a slow stage slows the one before it and
-//! finally the socket; nothing is dropped between actors. What the
-//! producers' PUB sockets drop in the end is replayed (see
-//! `runtime_kit::ipc::replay`).
+//! finally the socket; nothing is dropped between actors. The sockets belong
+//! to `ringtail_ipc` tasks; the actors only send to them through bounded
+//! channels.
 
 pub mod builder;
 pub mod ingest;
 pub mod publisher;
 
-use std::cell::RefCell;
-use std::rc::Rc;
-
 use actix::{Actor, Addr};
-use ipc_schema::config::Settings;
-use ipc_schema::Envelope;
+use ringtail_config::Settings;
+use ringtail_ipc::{Consumer, Inbound, Producer, Settled};
 use runtime_kit::counters::Registry;
-use runtime_kit::ipc::{AckSender, ReplayPublisher};
 use tokio::sync::mpsc;
 
-use crate::ledger::Ledger;
-use crate::transform::Transformer;
+use crate::transform::{Origin, Transformer};
 
 /// Raw batches the builder may have queued.
 pub const BUILDER_MAILBOX: usize = 8;
 /// Span lists the publisher may have queued.
 pub const PUBLISHER_MAILBOX: usize = 64;
+
+/// What a span batch stands for: how many spans of each raw batch it holds.
+pub type Composition = Vec<(Origin, usize)>;
 
 /// The running actors.
 pub struct Actors {
@@ -42,18 +41,23 @@ pub struct Actors {
     pub publisher: Addr<publisher::Publisher>,
 }
 
+/// The sockets' tasks, as the actors use them.
+pub struct Wiring {
+    /// Raw batches and the loader's heartbeats, deduplicated.
+    pub raw: mpsc::Receiver<Inbound>,
+    /// Marks raw batches safe.
+    pub raw_consumer: Consumer,
+    /// Publishes span batches.
+    pub spans: Producer<Composition>,
+    /// What became of them.
+    pub settled: mpsc::Receiver<Settled<Composition>>,
+}
+
 /// Starts the three actors on the current arbiter.
-pub fn start(
-    settings: &Settings,
-    registry: &Registry,
-    raw: mpsc::Receiver<Envelope>,
-    exporter_acks: mpsc::Receiver<Envelope>,
-    spans: ReplayPublisher,
-    raw_acks: AckSender,
-) -> Actors {
-    let ledger = Rc::new(RefCell::new(Ledger::default()));
-    let publisher = publisher::Publisher::new(settings, registry, ledger.clone(), spans, raw_acks, exporter_acks).start();
-    let builder = builder::Builder::new(Transformer::new(settings, registry), ledger.clone(), publisher.clone()).start();
-    let ingest = ingest::Ingest::new(registry, ledger, builder.clone(), publisher.clone(), raw).start();
+pub fn start(settings: &Settings, registry: &Registry, wiring: Wiring) -> Actors {
+    let Wiring { raw, raw_consumer, spans, settled } = wiring;
+    let publisher = publisher::Publisher::new(settings, registry, spans, settled, raw_consumer.clone()).start();
+    let builder = builder::Builder::new(Transformer::new(settings, registry), publisher.clone()).start();
+    let ingest = ingest::Ingest::new(registry, builder.clone(), publisher.clone(), raw_consumer, raw).start();
     Actors { ingest, builder, publisher }
 }

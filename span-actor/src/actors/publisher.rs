@@ -1,96 +1,121 @@
-//! Publisher: cuts spans into batches, publishes them (kept for replay),
-//! applies the exporter's acks, and acknowledges raw batches to the loader
-//! once all their spans are safe. Also the heartbeat: this process's health
-//! and the loader's, forwarded downhill.
+//! Publisher: cuts spans into batches and publishes them through the spans
+//! producer (which keeps them for replay); owns the ledger, so it marks a
+//! raw batch done on the raw consumer once all its spans are safe. Also the
+//! heartbeat: this process's health and the loader's, forwarded downhill.
 
-use std::cell::RefCell;
-use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
 
 use rustc_hash::FxHashMap as HashMap;
-use std::rc::Rc;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use actix::prelude::*;
-use ipc_schema::config::Settings;
-use ipc_schema::{Ack, Body, Component, Envelope, HealthReport, ServiceResource, SpanBatch};
+use ipc_schema::{Body, HealthReport, ServiceResource, SpanBatch};
+use ringtail_config::Settings;
+use ringtail_ipc::{Consumer, MessageId, Producer, Settled, HEARTBEAT};
 use runtime_kit::counters::{Counter, Drops, Gauge, Registry};
-use runtime_kit::ipc::replay::{ack_due, next_ack_check, ACK_EVERY};
-use runtime_kit::ipc::{AckSender, ReplayPublisher, HEARTBEAT};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
-use super::PUBLISHER_MAILBOX;
+use super::{Composition, PUBLISHER_MAILBOX};
 use crate::ledger::Ledger;
 use crate::transform::{Origin, Produced};
 
-/// Spans for the next batch.
+/// Spans for the next batch, and (from a transform) the raw batch they
+/// came from with how many spans it made in all (published now or held).
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct Spans(pub Vec<Produced>);
+pub struct Spans {
+    pub spans: Vec<Produced>,
+    pub made: Option<(MessageId, usize)>,
+}
 
 /// A loader health report to pass on.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct ForwardHealth(pub HealthReport);
 
-/// Publish what is pending now (shutdown).
+/// Publish everything pending now (shutdown); resolves once it is queued
+/// on the producer.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct Flush;
 
-/// How often waiting and stale batches are (re)sent.
-const PUMP_EVERY: Duration = Duration::from_millis(250);
-
 /// The publisher actor.
 pub struct Publisher {
-    out: Option<ReplayPublisher>,
-    acks_out: Option<AckSender>,
-    exporter_acks: Option<mpsc::Receiver<Envelope>>,
-    ledger: Rc<RefCell<Ledger>>,
+    out: Producer<Composition>,
+    settled: Option<mpsc::Receiver<Settled<Composition>>>,
+    raw: Consumer,
+    ledger: Ledger,
     pending: Vec<Produced>,
     deadline: Option<SpawnHandle>,
     batch_length: usize,
     batch_timeout: Duration,
-    /// span batch seq → how many spans of each raw batch it holds
-    composition: BTreeMap<u64, Vec<(Origin, usize)>>,
-    last_ack: Option<(Ack, Instant)>,
     loader_health: Option<HealthReport>,
     registry: Registry,
     published: Counter,
     publish_failed: Drops,
-    unexpected: Drops,
-    pending_gauge: Gauge,
+    open_gauge: Gauge,
 }
 
 impl Publisher {
-    /// A publisher on `out`, acking the loader on `acks_out`.
+    /// A publisher on `out`, marking raw batches done on `raw`.
     pub fn new(
         settings: &Settings,
         registry: &Registry,
-        ledger: Rc<RefCell<Ledger>>,
-        out: ReplayPublisher,
-        acks_out: AckSender,
-        exporter_acks: mpsc::Receiver<Envelope>,
+        out: Producer<Composition>,
+        settled: mpsc::Receiver<Settled<Composition>>,
+        raw: Consumer,
     ) -> Self {
         Publisher {
-            out: Some(out),
-            acks_out: Some(acks_out),
-            exporter_acks: Some(exporter_acks),
-            ledger,
+            out,
+            settled: Some(settled),
+            raw,
+            ledger: Ledger::default(),
             pending: Vec::new(),
             deadline: None,
             batch_length: settings.pipeline.batch_length,
             batch_timeout: settings.pipeline.batch_timeout,
-            composition: BTreeMap::new(),
-            last_ack: None,
             loader_health: None,
             registry: registry.clone(),
             published: registry.counter("ringtail_spans_published_total", &[]),
             publish_failed: registry.drops("ringtail_dropped_spans_total", "publish_failed"),
-            unexpected: registry.drops("ringtail_ipc_rejected_total", "unexpected_message"),
-            pending_gauge: registry.gauge("ringtail_open_raw_batches", &[]),
+            open_gauge: registry.gauge("ringtail_open_raw_batches", &[]),
         }
+    }
+
+    /// Cuts one batch off the pending spans.
+    fn cut(&mut self) -> (SpanBatch, Composition) {
+        let take = self.pending.len().min(self.batch_length);
+        let spans: Vec<Produced> = self.pending.drain(..take).collect();
+        assemble(spans)
+    }
+
+    /// Publishes `batches` in order, to run under `ctx.wait` (it waits for
+    /// room in the producer's queue).
+    fn publish(&self, batches: Vec<(SpanBatch, Composition)>) -> impl ActorFuture<Self, Output = ()> + 'static {
+        let out = self.out.clone();
+        async move {
+            let mut published = 0u64;
+            let mut failed = 0u64;
+            for (batch, comp) in batches {
+                let n = batch.spans.len() as u64;
+                match out.publish(Body::Spans(batch), n, comp).await {
+                    Ok(()) => published += n,
+                    Err(error) => {
+                        // The producer task is gone (shutdown): its
+                        // compositions are moot, the raw batches are replayed.
+                        tracing::warn!(%error, "publish failed");
+                        failed += n;
+                    }
+                }
+            }
+            (published, failed)
+        }
+        .into_actor(self)
+        .map(|(published, failed), act, _| {
+            act.published.add(published);
+            act.publish_failed.add(failed);
+        })
     }
 
     /// Publishes up to one batch of pending spans.
@@ -101,43 +126,14 @@ impl Publisher {
         if self.pending.is_empty() {
             return;
         }
-        let Some(mut out) = self.out.take() else {
-            // A publish is in flight (cannot happen under ctx.wait); retry soon.
-            self.deadline = Some(ctx.run_later(Duration::from_millis(1), |a, ctx| a.flush(ctx)));
-            return;
-        };
-        let take = self.pending.len().min(self.batch_length);
-        let spans: Vec<Produced> = self.pending.drain(..take).collect();
-        let (batch, comp) = assemble(spans);
-        let n = batch.spans.len();
-        ctx.wait(
-            async move {
-                let res = out.publish(Body::Spans(batch), n as u64).await;
-                (out, res)
+        let batch = self.cut();
+        ctx.wait(self.publish(vec![batch]).map(|(), act, ctx| {
+            if act.pending.len() >= act.batch_length {
+                act.flush(ctx);
+            } else if !act.pending.is_empty() {
+                act.arm(ctx);
             }
-            .into_actor(self)
-            .map(move |(out, res), act, ctx| {
-                act.out = Some(out);
-                match res {
-                    Ok(Some(seq)) => {
-                        act.published.add(n as u64);
-                        act.composition.insert(seq, comp);
-                    }
-                    // Backlog full: dropped and counted by the publisher.
-                    Ok(None) => act.release(&comp),
-                    Err(error) => {
-                        tracing::warn!(%error, "publish failed");
-                        act.publish_failed.add(n as u64);
-                        act.release(&comp);
-                    }
-                }
-                if act.pending.len() >= act.batch_length {
-                    act.flush(ctx);
-                } else if !act.pending.is_empty() {
-                    act.arm(ctx);
-                }
-            }),
-        );
+        }));
     }
 
     fn arm(&mut self, ctx: &mut Context<Self>) {
@@ -149,75 +145,27 @@ impl Publisher {
         }
     }
 
-    fn release(&mut self, comp: &[(Origin, usize)]) {
-        let mut ledger = self.ledger.borrow_mut();
-        for ((inst, seq), n) in comp {
-            ledger.release(*inst, *seq, *n);
+    /// `n` spans of `origin` are safe; the raw batch may be too.
+    fn release(&mut self, origin: Origin, n: usize) {
+        if self.ledger.release(origin, n) {
+            self.raw.done(MessageId { instance: origin.0, seq: origin.1 });
         }
-    }
-
-    /// Sends the raw ack when it changed, and at least every second (it is
-    /// also the loader's sign that we are alive and subscribed).
-    /// Considers the ack, then looks again soon while it moves and rarely
-    /// when idle.
-    fn ack_tick(&mut self, ctx: &mut Context<Self>) {
-        self.send_raw_ack(ctx);
-        let next = next_ack_check(self.last_ack, self.ledger.borrow().ack());
-        ctx.run_later(next, |act, ctx| act.ack_tick(ctx));
-    }
-
-    fn send_raw_ack(&mut self, ctx: &mut Context<Self>) {
-        let Some(ack) = self.ledger.borrow().ack() else { return };
-        self.pending_gauge.set(self.ledger.borrow().open() as f64);
-        if !ack_due(self.last_ack, ack, ACK_EVERY) {
-            return;
-        }
-        let Some(mut acks_out) = self.acks_out.take() else { return };
-        ctx.wait(
-            async move {
-                let res = acks_out.send(ack).await;
-                (acks_out, res)
-            }
-            .into_actor(self)
-            .map(move |(acks_out, res), act, _| {
-                act.acks_out = Some(acks_out);
-                match res {
-                    Ok(()) => act.last_ack = Some((ack, Instant::now())),
-                    Err(error) => tracing::debug!(%error, "ack not sent"),
-                }
-            }),
-        );
-    }
-
-    fn pump(&mut self, ctx: &mut Context<Self>) {
-        let Some(mut out) = self.out.take() else { return };
-        ctx.wait(
-            async move {
-                if let Err(error) = out.pump().await {
-                    tracing::debug!(%error, "pump failed");
-                }
-                out
-            }
-            .into_actor(self)
-            .map(|out, act, _| act.out = Some(out)),
-        );
+        self.open_gauge.set(self.ledger.open() as f64);
     }
 
     fn heartbeat(&mut self, ctx: &mut Context<Self>) {
-        let Some(mut out) = self.out.take() else { return };
         let mut reports = vec![self.registry.report()];
         reports.extend(self.loader_health.take());
+        let out = self.out.clone();
         ctx.wait(
             async move {
                 for r in reports {
-                    if let Err(error) = out.publish_transient(Body::Health(r)).await {
+                    if let Err(error) = out.transient(Body::Health(r)).await {
                         tracing::debug!(%error, "heartbeat not sent");
                     }
                 }
-                out
             }
-            .into_actor(self)
-            .map(|out, act, _| act.out = Some(out)),
+            .into_actor(self),
         );
     }
 }
@@ -258,11 +206,9 @@ impl Actor for Publisher {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(PUBLISHER_MAILBOX);
-        if let Some(rx) = self.exporter_acks.take() {
+        if let Some(rx) = self.settled.take() {
             ctx.add_stream(ReceiverStream::new(rx));
         }
-        self.ack_tick(ctx);
-        ctx.run_interval(PUMP_EVERY, |act, ctx| act.pump(ctx));
         ctx.run_interval(HEARTBEAT, |act, ctx| act.heartbeat(ctx));
     }
 }
@@ -271,7 +217,17 @@ impl Handler<Spans> for Publisher {
     type Result = ();
 
     fn handle(&mut self, msg: Spans, ctx: &mut Self::Context) {
-        self.pending.extend(msg.0);
+        if let Some((id, n)) = msg.made {
+            // Before any of its spans can be published (and settled).
+            if self.ledger.made((id.instance, id.seq), n) {
+                self.raw.done(id);
+            }
+            self.open_gauge.set(self.ledger.open() as f64);
+        }
+        if msg.spans.is_empty() {
+            return;
+        }
+        self.pending.extend(msg.spans);
         if self.pending.len() >= self.batch_length {
             self.flush(ctx);
         } else {
@@ -289,52 +245,30 @@ impl Handler<ForwardHealth> for Publisher {
 }
 
 impl Handler<Flush> for Publisher {
-    type Result = ();
+    type Result = ResponseActFuture<Self, ()>;
 
-    fn handle(&mut self, _: Flush, ctx: &mut Self::Context) {
-        self.flush(ctx);
-        self.send_raw_ack(ctx);
+    fn handle(&mut self, _: Flush, ctx: &mut Self::Context) -> Self::Result {
+        if let Some(h) = self.deadline.take() {
+            ctx.cancel_future(h);
+        }
+        let mut batches = Vec::new();
+        while !self.pending.is_empty() {
+            batches.push(self.cut());
+        }
+        Box::pin(self.publish(batches))
     }
 }
 
-impl StreamHandler<Envelope> for Publisher {
-    fn handle(&mut self, env: Envelope, ctx: &mut Self::Context) {
-        if env.producer.component != Component::ExporterActor {
-            self.unexpected.add(1);
-            return;
+impl StreamHandler<Settled<Composition>> for Publisher {
+    fn handle(&mut self, s: Settled<Composition>, _: &mut Self::Context) {
+        // Acknowledged by the exporter, or dropped and counted by the
+        // producer: either way its spans are settled.
+        for (origin, n) in s.into_tag() {
+            self.release(origin, n);
         }
-        let Body::Ack(ack) = env.body else {
-            self.unexpected.add(1);
-            return;
-        };
-        let Some(mut out) = self.out.take() else { return };
-        let mine = ack.for_instance == out.producer().instance;
-        ctx.wait(
-            async move {
-                if let Err(error) = out.handle_ack(env.producer, ack).await {
-                    tracing::warn!(%error, "replay failed");
-                }
-                out
-            }
-            .into_actor(self)
-            .map(move |out, act, ctx| {
-                act.out = Some(out);
-                if mine {
-                    while act.composition.first_key_value().is_some_and(|(s, _)| *s <= ack.upto) {
-                        if let Some((_, c)) = act.composition.pop_first() {
-                            act.release(&c);
-                        }
-                    }
-                    // Pass it on now if enough became safe (small batches
-                    // at a high rate would otherwise fill the loader's
-                    // replay buffer between two ticks).
-                    act.send_raw_ack(ctx);
-                }
-            }),
-        );
     }
 
     fn finished(&mut self, _: &mut Self::Context) {
-        // The ack subscription only ends at shutdown.
+        // The reports only end with the producer, at shutdown.
     }
 }

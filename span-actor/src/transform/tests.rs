@@ -1,6 +1,7 @@
 use super::*;
+use crate::ledger::Ledger;
 use ipc_schema::{ProcessInfo, SockAddr};
-use runtime_kit::ipc::replay::Verdict;
+use ringtail_ipc::protocol::{InboundSeq, Verdict};
 
 const INST: u64 = 0xabcdef;
 const OFFSET: i64 = 1_700_000_000_000_000_000;
@@ -49,9 +50,28 @@ fn batch(events: Vec<RawEvent>) -> RawBatch {
     }
 }
 
+/// The raw consumer's sequence tracking and the publisher's ledger, as
+/// the actors combine them.
+struct Acks {
+    seq: InboundSeq,
+    ledger: Ledger,
+}
+
+impl Acks {
+    fn ack(&self) -> Option<ipc_schema::Ack> {
+        self.seq.ack()
+    }
+
+    fn release(&mut self, inst: u64, seq: u64, n: usize) {
+        if self.ledger.release((inst, seq), n) {
+            self.seq.done(seq);
+        }
+    }
+}
+
 struct Rig {
     t: Transformer,
-    ledger: Ledger,
+    ledger: Acks,
     seq: u64,
     registry: Registry,
 }
@@ -61,16 +81,19 @@ impl Rig {
         let mut s = Settings::default();
         f(&mut s);
         let registry = Registry::new(ipc_schema::Component::SpanActor, 1);
-        let mut ledger = Ledger::default();
-        ledger.observe(ipc_schema::Producer { component: ipc_schema::Component::ProbeLoader, instance: INST }, 1);
+        let mut ledger = Acks { seq: InboundSeq::default(), ledger: Ledger::default() };
+        ledger.seq.observe(ipc_schema::Producer { component: ipc_schema::Component::ProbeLoader, instance: INST }, 1);
         Rig { t: Transformer::new(&s, &registry), ledger, seq: 0, registry }
     }
 
     fn run(&mut self, events: Vec<RawEvent>) -> Vec<Produced> {
         self.seq += 1;
-        assert_eq!(self.ledger.received(self.seq), Verdict::New);
+        assert_eq!(self.ledger.seq.receive(self.seq), Verdict::New);
         let mut out = Vec::new();
-        self.t.transform(INST, self.seq, &batch(events), Instant::now(), &mut out, &mut self.ledger);
+        let made = self.t.transform(INST, self.seq, &batch(events), Instant::now(), &mut out);
+        if self.ledger.ledger.made((INST, self.seq), made.total()) {
+            self.ledger.seq.done(self.seq);
+        }
         out
     }
 
@@ -88,7 +111,8 @@ impl Rig {
 #[test]
 fn server_span_follows_semantic_conventions() {
     let mut rig = Rig::new(|_| {});
-    let out = rig.run(vec![event(Role::Server, 1, 1, b"GET /users/42?x=1 HTTP/1.1\r\nHost: shop:8000\r\nUser-Agent: curl/8.1\r\n\r\n", 200)]);
+    let out =
+        rig.run(vec![event(Role::Server, 1, 1, b"GET /users/42?x=1 HTTP/1.1\r\nHost: shop:8000\r\nUser-Agent: curl/8.1\r\n\r\n", 200)]);
     assert_eq!(out.len(), 1);
     let p = &out[0];
     let s = &p.span;
@@ -258,7 +282,7 @@ fn pipelined_requests_pair_with_their_responses() {
 
 #[test]
 fn ignored_routes_and_garbage_are_counted() {
-    let mut rig = Rig::new(|s| s.routes.ignored = vec!["/health".into()]);
+    let mut rig = Rig::new(|s| s.routes.ignored = vec!["/health".parse().unwrap()]);
     let out = rig.run(vec![
         event(Role::Server, 1, 1, b"GET /health HTTP/1.1\r\n\r\n", 200),
         event(Role::Server, 1, 2, b"\x00\x01garbage", 200),

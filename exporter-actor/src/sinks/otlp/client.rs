@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Buf, BufMut, Bytes};
 use http::uri::PathAndQuery;
-use ipc_schema::config::{OtlpProtocol, RetrySettings};
+use ringtail_config::{OtlpProtocol, RetrySettings};
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
@@ -121,9 +121,10 @@ impl Transport {
                 let path = PathAndQuery::from_static(signal.grpc_path());
                 match grpc.unary(req, path, RawCodec).await {
                     Ok(resp) => Ok(resp.into_inner()),
-                    Err(status) => {
-                        Err(Failure { retry: classify_grpc(&status), reason: format!("gRPC status {:?}: {}", status.code(), status.message()) })
-                    }
+                    Err(status) => Err(Failure {
+                        retry: classify_grpc(&status),
+                        reason: format!("gRPC status {:?}: {}", status.code(), status.message()),
+                    }),
                 }
             }
             Transport::Http { client, url, headers } => {
@@ -471,8 +472,10 @@ mod tests {
     fn status_with_retry_info(code: tonic::Code, delay: Option<Duration>) -> tonic::Status {
         let details = delay.map(|d| {
             let info = RetryInfo { retry_delay: Some(ProtoDuration { seconds: d.as_secs() as i64, nanos: d.subsec_nanos() as i32 }) };
-            RpcStatus { details: vec![ProtoAny { type_url: "type.googleapis.com/google.rpc.RetryInfo".into(), value: info.encode_to_vec() }] }
-                .encode_to_vec()
+            RpcStatus {
+                details: vec![ProtoAny { type_url: "type.googleapis.com/google.rpc.RetryInfo".into(), value: info.encode_to_vec() }],
+            }
+            .encode_to_vec()
         });
         tonic::Status::with_details(code, "x", details.unwrap_or_default().into())
     }
@@ -488,9 +491,15 @@ mod tests {
         for c in [Code::Cancelled, Code::DeadlineExceeded, Code::Aborted, Code::OutOfRange, Code::DataLoss] {
             assert_eq!(s(c, None), Retry::Backoff, "{c:?}");
         }
-        for c in
-            [Code::Unknown, Code::InvalidArgument, Code::NotFound, Code::PermissionDenied, Code::Unauthenticated, Code::Internal, Code::Unimplemented]
-        {
+        for c in [
+            Code::Unknown,
+            Code::InvalidArgument,
+            Code::NotFound,
+            Code::PermissionDenied,
+            Code::Unauthenticated,
+            Code::Internal,
+            Code::Unimplemented,
+        ] {
             assert_eq!(s(c, None), Retry::Never, "{c:?}");
         }
         // Garbage details are ignored, never a panic.

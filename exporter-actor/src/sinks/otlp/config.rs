@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use ipc_schema::config::{ConfigError, OtlpProtocol, OtlpSettings, RetrySettings};
+use ringtail_config::{ConfigError, HeaderName, OtlpEndpoint, OtlpProtocol, OtlpSettings, RetrySettings};
 
 /// OTLP export as it will run.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,13 +54,9 @@ fn millis(env: &HashMap<String, String>, var: &str) -> Result<Option<Duration>, 
 
 pub use runtime_kit::otel::parse_pairs;
 
-fn check_url(var: &str, url: &str) -> Result<(), ConfigError> {
-    let ok = (url.starts_with("http://") || url.starts_with("https://")) && url.parse::<http::Uri>().is_ok_and(|u| u.host().is_some());
-    if ok {
-        Ok(())
-    } else {
-        Err(bad(var, "must be an http:// or https:// URL with a host", "http://127.0.0.1:4317", url))
-    }
+/// An endpoint variable, by the OpenTelemetry rule (`OtlpEndpoint::from_env`).
+fn env_url(var: &str, url: &str) -> Result<OtlpEndpoint, ConfigError> {
+    OtlpEndpoint::from_env(url).map_err(|r| ConfigError::rejected(var, r))
 }
 
 impl OtlpConfig {
@@ -72,34 +68,40 @@ impl OtlpConfig {
             Some("http/protobuf") => OtlpProtocol::HttpProtobuf,
             Some(other) => return Err(bad("OTEL_EXPORTER_OTLP_PROTOCOL", "must be grpc or http/protobuf", "grpc", other)),
         };
-        let base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT").cloned().unwrap_or_else(|| s.endpoint.clone());
-        if !base.is_empty() {
-            check_url("OTEL_EXPORTER_OTLP_ENDPOINT", &base)?;
-        }
-        let signal = |var: &str, file: &str, path: &str| -> Result<Option<String>, ConfigError> {
-            let explicit = env.get(var).cloned().filter(|v| !v.is_empty()).or_else(|| Some(file.to_owned()).filter(|v| !v.is_empty()));
-            if let Some(url) = explicit {
-                check_url(var, &url)?;
-                return Ok(Some(url));
+        // An empty variable leaves the file's value, as an unset one does.
+        let var = |name: &str| env.get(name).filter(|v| !v.is_empty());
+        let base = match env.get("OTEL_EXPORTER_OTLP_ENDPOINT") {
+            Some(url) if url.is_empty() => None,
+            Some(url) => Some(env_url("OTEL_EXPORTER_OTLP_ENDPOINT", url)?),
+            None => s.endpoint.clone(),
+        };
+        let signal = |name: &str, file: &Option<OtlpEndpoint>, path: &str| -> Result<Option<String>, ConfigError> {
+            if let Some(url) = var(name) {
+                return Ok(Some(env_url(name, url)?.as_str().to_owned()));
             }
-            if base.is_empty() {
-                return Ok(None);
+            if let Some(url) = file {
+                return Ok(Some(url.as_str().to_owned()));
             }
-            Ok(Some(match protocol {
-                OtlpProtocol::Grpc => base.clone(),
-                OtlpProtocol::HttpProtobuf => format!("{}/{path}", base.trim_end_matches('/')),
+            Ok(base.as_ref().map(|base| match protocol {
+                OtlpProtocol::Grpc => base.as_str().to_owned(),
+                OtlpProtocol::HttpProtobuf => format!("{}/{path}", base.as_str().trim_end_matches('/')),
             }))
         };
         let traces_endpoint = if s.traces { signal("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &s.traces_endpoint, "v1/traces")? } else { None };
-        let metrics_endpoint = if s.metrics { signal("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", &s.metrics_endpoint, "v1/metrics")? } else { None };
-        let mut headers = s.headers.clone();
+        let metrics_endpoint =
+            if s.metrics { signal("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", &s.metrics_endpoint, "v1/metrics")? } else { None };
+        let mut headers: BTreeMap<String, String> = s.headers.iter().map(|(k, v)| (k.as_str().to_owned(), v.clone())).collect();
         if let Some(h) = env.get("OTEL_EXPORTER_OTLP_HEADERS") {
             for (k, v) in parse_pairs(h) {
-                headers.insert(k.to_ascii_lowercase(), v);
+                let bad_header =
+                    || bad("OTEL_EXPORTER_OTLP_HEADERS", "must be valid header names and values", "authorization=Bearer%20x", &k);
+                let name: HeaderName = k.parse().map_err(|_| bad_header())?;
+                headers.insert(name.as_str().to_owned(), v);
             }
         }
+        // Values travel as HTTP/2 and gRPC metadata: visible ASCII.
         for (k, v) in &headers {
-            if http::HeaderName::from_bytes(k.as_bytes()).is_err() || http::HeaderValue::from_str(v).is_err() {
+            if http::HeaderValue::from_str(v).is_err() {
                 return Err(bad("OTEL_EXPORTER_OTLP_HEADERS", "must be valid header names and values", "authorization=Bearer%20x", k));
             }
         }

@@ -209,8 +209,15 @@ pub fn encode(m: &Metrics, now: u64) -> Vec<Vec<u8>> {
     requests
 }
 
-/// Starts the push loop on the current thread's local task set.
-pub fn start(transport: Transport, cfg: &OtlpConfig, view: MetricsView, registry: &Registry, mut shutdown: Shutdown) {
+/// Starts the push loop on the current thread's local task set; the task
+/// ends after the push at shutdown.
+pub fn start(
+    transport: Transport,
+    cfg: &OtlpConfig,
+    view: MetricsView,
+    registry: &Registry,
+    mut shutdown: Shutdown,
+) -> tokio::task::JoinHandle<()> {
     let pushed = registry.counter("ringtail_metric_exports_total", &[]);
     let failed = registry.counter("ringtail_metric_export_failures_total", &[]);
     let rejected = registry.counter("ringtail_metric_points_rejected_total", &[]);
@@ -245,5 +252,5 @@ pub fn start(transport: Transport, cfg: &OtlpConfig, view: MetricsView, registry
                 return;
             }
         }
-    });
+    })
 }

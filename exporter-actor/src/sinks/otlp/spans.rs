@@ -227,7 +227,8 @@ impl TraceEncoder {
                 kv(&mut self.resource, RESOURCE_ATTRIBUTES, k, v);
             }
             let scope_spans = self.scope.len() + self.spans.len();
-            let resource_spans = len_field(RESOURCE_SPANS_RESOURCE, self.resource.len()) + len_field(RESOURCE_SPANS_SCOPE_SPANS, scope_spans);
+            let resource_spans =
+                len_field(RESOURCE_SPANS_RESOURCE, self.resource.len()) + len_field(RESOURCE_SPANS_SCOPE_SPANS, scope_spans);
             out.reserve(len_field(REQUEST_RESOURCE_SPANS, resource_spans));
             out.key(REQUEST_RESOURCE_SPANS, LEN);
             out.varint(resource_spans as u64);

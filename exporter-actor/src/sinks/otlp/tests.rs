@@ -1,7 +1,6 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use ipc_schema::config::{OtlpProtocol, OtlpSettings};
 use ipc_schema::{Component, HealthReport, HttpSpan, MetricPoint, ServiceResource, SpanBatch, SpanKind};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -9,6 +8,7 @@ use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{metric, HistogramDataPoint};
 use opentelemetry_proto::tonic::trace::v1::span;
 use prost::Message as _;
+use ringtail_config::{OtlpProtocol, OtlpSettings};
 use runtime_kit::counters::Registry;
 
 use super::config::{parse_pairs, OtlpConfig};
@@ -22,7 +22,7 @@ fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
 
 #[test]
 fn file_only() {
-    let s = OtlpSettings { endpoint: "http://collector:4317".into(), ..Default::default() };
+    let s = OtlpSettings { endpoint: Some("http://collector:4317".parse().unwrap()), ..Default::default() };
     let c = OtlpConfig::resolve(&s, &env(&[])).unwrap();
     assert_eq!(c.traces_endpoint.as_deref(), Some("http://collector:4317"));
     assert_eq!(c.metrics_endpoint.as_deref(), Some("http://collector:4317"));
@@ -34,7 +34,7 @@ fn file_only() {
 
 #[test]
 fn environment_overrides_the_file() {
-    let s = OtlpSettings { endpoint: "http://file:4317".into(), ..Default::default() };
+    let s = OtlpSettings { endpoint: Some("http://file:4317".parse().unwrap()), ..Default::default() };
     let c = OtlpConfig::resolve(
         &s,
         &env(&[
@@ -60,7 +60,7 @@ fn environment_overrides_the_file() {
 
 #[test]
 fn signals_can_be_turned_off() {
-    let s = OtlpSettings { endpoint: "http://c:4317".into(), metrics: false, ..Default::default() };
+    let s = OtlpSettings { endpoint: Some("http://c:4317".parse().unwrap()), metrics: false, ..Default::default() };
     let c = OtlpConfig::resolve(&s, &env(&[])).unwrap();
     assert!(c.traces_endpoint.is_some() && c.metrics_endpoint.is_none());
 }
@@ -81,7 +81,10 @@ fn bad_environment_is_named() {
 
 #[test]
 fn pairs() {
-    assert_eq!(parse_pairs("a=1,b=x%2Cy, c = 3 ,junk"), vec![("a".into(), "1".into()), ("b".into(), "x,y".into()), ("c".into(), "3".into())]);
+    assert_eq!(
+        parse_pairs("a=1,b=x%2Cy, c = 3 ,junk"),
+        vec![("a".into(), "1".into()), ("b".into(), "x,y".into()), ("c".into(), "3".into())]
+    );
 }
 
 fn span(kind: SpanKind) -> HttpSpan {

@@ -66,7 +66,13 @@ pub struct TraceSink {
 
 impl TraceSink {
     /// Starts the worker on the current thread's local task set.
-    pub fn start(transport: Transport, cfg: &OtlpConfig, capacity: usize, registry: &Registry, done: mpsc::UnboundedSender<(u64, u64)>) -> TraceSink {
+    pub fn start(
+        transport: Transport,
+        cfg: &OtlpConfig,
+        capacity: usize,
+        registry: &Registry,
+        done: mpsc::UnboundedSender<(u64, u64)>,
+    ) -> TraceSink {
         let queue = Rc::new(RefCell::new(Queue { jobs: VecDeque::new(), spans: 0 }));
         let notify = Rc::new(Notify::new());
         let stats = Rc::new(Stats {
@@ -119,7 +125,7 @@ impl TraceSink {
 
 struct Worker {
     transport: Transport,
-    retry: ipc_schema::config::RetrySettings,
+    retry: ringtail_config::RetrySettings,
     pool: Rc<RefCell<BufferPool>>,
 }
 

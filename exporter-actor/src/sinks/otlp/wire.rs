@@ -438,9 +438,15 @@ mod tests {
     fn known_keys_write_what_kv_writes() {
         let k = key!("http.request.method");
         assert_eq!(k.name, "http.request.method");
-        for v in
-            [Value::Str(""), Value::Str("GET"), Value::Str(&"x".repeat(200)), Value::Int(-7), Value::Int(443), Value::Bool(true), Value::Double(1.5)]
-        {
+        for v in [
+            Value::Str(""),
+            Value::Str("GET"),
+            Value::Str(&"x".repeat(200)),
+            Value::Int(-7),
+            Value::Int(443),
+            Value::Bool(true),
+            Value::Double(1.5),
+        ] {
             let (mut a, mut b) = (vec![1u8], vec![1u8]);
             kv(&mut a, 9, k.name, v);
             kv_known(&mut b, 9, &k, v);

@@ -63,12 +63,19 @@ fn histograms_follow_the_otel_prometheus_names() {
     let text = exposition(&m.view());
     assert!(text.contains("# TYPE http_server_request_duration_seconds histogram"), "{text}");
     let ok = "http_server_request_duration_seconds_bucket{service_name=\"shop\",service_instance_id=\"h:1\"";
-    let line = |needle: &str| text.lines().find(|l| l.starts_with(ok) && l.contains(needle)).unwrap_or_else(|| panic!("{needle} in\n{text}")).to_owned();
+    let line = |needle: &str| {
+        text.lines().find(|l| l.starts_with(ok) && l.contains(needle)).unwrap_or_else(|| panic!("{needle} in\n{text}")).to_owned()
+    };
     assert!(line("http_response_status_code=\"200\"").contains("http_route=\"/x\""));
     assert!(text.lines().any(|l| l.starts_with(ok) && l.contains("status_code=\"200\"") && l.contains("le=\"0.005\"} 1")), "{text}");
     assert!(text.lines().any(|l| l.starts_with(ok) && l.contains("status_code=\"200\"") && l.contains("le=\"+Inf\"} 2")), "{text}");
     assert!(text.lines().any(|l| l.contains("error_type=\"500\"") && l.contains("le=\"10\"} 0")), "{text}");
-    assert!(text.lines().any(|l| l.starts_with("http_server_request_duration_seconds_count{") && l.contains("status_code=\"200\"") && l.ends_with(" 2")), "{text}");
+    assert!(
+        text.lines().any(|l| l.starts_with("http_server_request_duration_seconds_count{")
+            && l.contains("status_code=\"200\"")
+            && l.ends_with(" 2")),
+        "{text}"
+    );
     assert!(!text.contains("url_path"), "url.path is unbounded and never a label");
 }
 
@@ -80,7 +87,11 @@ fn health_points_keep_their_names() {
         HealthReport {
             component: Component::ProbeLoader,
             instance: 1,
-            points: vec![MetricPoint::counter("ringtail_dropped_events_total", &[("component", "probe-loader"), ("reason", "ring_full")], 3)],
+            points: vec![MetricPoint::counter(
+                "ringtail_dropped_events_total",
+                &[("component", "probe-loader"), ("reason", "ring_full")],
+                3,
+            )],
         },
     );
     let mut out = String::new();

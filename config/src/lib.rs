@@ -1,0 +1,376 @@
+//! The configuration every ringtail process reads: one TOML file, overridden
+//! key by key by `RINGTAIL_<SECTION>__<KEY>` environment variables
+//! (e.g. `RINGTAIL_PROBE__WAKEUP_LEN=1`, lists comma-separated:
+//! `RINGTAIL_DISCOVERY__OPEN_PORTS=8000,8080`).
+//!
+//! Unknown keys are errors. Every rule that a value breaks is reported with
+//! the key, the rule, an example and the value, before anything starts.
+//! Values are parsed once, here, into types ([`ExeRegex`], [`RouteTemplate`],
+//! [`OtlpEndpoint`], [`Port`], [`HeaderName`], [`ListenAddr`]): the processes
+//! take the types and never check or compile them again. Each process reads
+//! the whole file and uses its part; the supervisor and `ringtail
+//! check-config` validate all of it.
+//!
+//! # Layout
+//! One module per section, each with its struct, defaults, a doc comment on
+//! every field, and its rules:
+//! [`probe`], [`pipeline`], [`discovery`], [`routes`], [`services`],
+//! [`export`], [`actors`], [`profile`], [`log`].
+//! - [`types`]: the parsed value types and their rules.
+//! - this file: [`Settings`] (the whole file), loading with the
+//!   environment, and [`ConfigError`].
+
+pub mod actors;
+pub mod discovery;
+pub mod export;
+pub mod log;
+pub mod pipeline;
+pub mod probe;
+pub mod profile;
+pub mod routes;
+pub mod services;
+pub mod types;
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+pub use actors::ActorSettings;
+pub use discovery::DiscoverySettings;
+pub use export::{ExportSettings, OtlpProtocol, OtlpSettings, PrometheusSettings, RetrySettings};
+pub use log::LogSettings;
+pub use pipeline::PipelineSettings;
+pub use probe::ProbeSettings;
+pub use profile::ProfileSettings;
+pub use routes::{IgnoreMode, RouteSettings, UnmatchedRoutes};
+pub use services::{ServiceRule, ServiceSettings};
+pub use types::{ExeRegex, HeaderName, ListenAddr, OtlpEndpoint, Port, Rejected, RouteTemplate};
+
+/// Prefix of environment overrides.
+pub const ENV_PREFIX: &str = "RINGTAIL";
+
+/// `RINGTAIL_…` variables that are not configuration keys.
+pub const NOT_CONFIG: &[&str] =
+    &["RINGTAIL_BIN_DIR", "RINGTAIL_READY_FD", "RINGTAIL_VMLINUX_BTF", "RINGTAIL_REQUIRE_ALL", "RINGTAIL_TEST_VENV", "RINGTAIL_TEST_GO"];
+
+/// Keys whose environment value is a comma-separated list.
+const LIST_KEYS: &[&str] = &["discovery.open_ports", "discovery.exe_names", "discovery.pids", "routes.patterns", "routes.ignored"];
+
+/// Keys whose values are one of a few words: (key, rule, example).
+const ENUM_RULES: &[(&str, &str, &str)] = &[
+    ("export.otlp.protocol", "must be grpc or http/protobuf", "\"grpc\""),
+    ("routes.unmatched", "must be path, wildcard or heuristic", "\"heuristic\""),
+    ("routes.ignore_mode", "must be all, traces or metrics", "\"all\""),
+];
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(deny_unknown_fields, default)]
+pub struct Settings {
+    /// How events leave the kernel.
+    pub probe: ProbeSettings,
+    /// How batches travel between the processes.
+    pub pipeline: PipelineSettings,
+    /// Which processes are traced.
+    pub discovery: DiscoverySettings,
+    /// `http.route` naming.
+    pub routes: RouteSettings,
+    /// `service.name` rules.
+    pub services: ServiceSettings,
+    /// Where spans and metrics go.
+    pub export: ExportSettings,
+    /// How the unprivileged actors run.
+    pub actors: ActorSettings,
+    /// CPU profiling endpoints.
+    pub profile: ProfileSettings,
+    /// Logging.
+    pub log: LogSettings,
+}
+
+/// Why a configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read configuration")]
+    Load {
+        #[source]
+        source: config::ConfigError,
+    },
+    #[error("{key}: {problem}")]
+    Schema { key: String, problem: String },
+    #[error("{key}: {rule}, e.g. {example} (got {value})")]
+    Invalid { key: String, rule: &'static str, example: &'static str, value: String },
+}
+
+impl ConfigError {
+    /// A value of `key` that a typed parse refused.
+    pub fn rejected(key: impl Into<String>, r: Rejected) -> ConfigError {
+        ConfigError::Invalid { key: key.into(), rule: r.rule, example: r.example, value: r.value }
+    }
+}
+
+pub(crate) fn invalid(key: impl Into<String>, rule: &'static str, example: &'static str, value: impl std::fmt::Display) -> ConfigError {
+    ConfigError::Invalid { key: key.into(), rule, example, value: value.to_string() }
+}
+
+/// A duration within `lo..=hi`, or the error naming `key` with the value.
+pub(crate) fn duration_between(
+    key: &str,
+    value: std::time::Duration,
+    (lo, hi): (std::time::Duration, std::time::Duration),
+    rule: &'static str,
+    example: &'static str,
+) -> Result<(), ConfigError> {
+    if value < lo || value > hi {
+        return Err(invalid(key, rule, example, humantime::format_duration(value)));
+    }
+    Ok(())
+}
+
+/// The key a typed value's error is reported under, and the example
+/// given there (as the rules were written before the types existed).
+fn rejected_at(path: &str, r: Rejected) -> ConfigError {
+    if path.starts_with("export.otlp.headers") {
+        return ConfigError::rejected("export.otlp.headers", r);
+    }
+    if path.ends_with(".exe_name") && path.starts_with("services.") {
+        return ConfigError::rejected(path, Rejected { example: "\"^nginx$\"", ..r });
+    }
+    ConfigError::rejected(path, r)
+}
+
+impl Settings {
+    /// `probe.wakeup_len` as the kernel uses it: capped so that what one
+    /// wake-up drains fits in half of the loader's replay buffer
+    /// (`pipeline.replay_batches` × `pipeline.batch_length` events); with
+    /// small batches a bigger burst would fill it before the first ack.
+    pub fn effective_wakeup_len(&self) -> u32 {
+        let cap = (self.pipeline.batch_length as u64 * self.pipeline.replay_batches as u64 / 2).max(1);
+        u64::from(self.probe.wakeup_len).min(cap) as u32
+    }
+
+    /// Reads `path` (when given) and the `RINGTAIL_…` environment, then
+    /// validates. `PROFILE_PORT` is accepted as an alias of `profile.port`.
+    pub fn load(path: Option<&Path>) -> Result<Settings, ConfigError> {
+        Self::load_with_env(path, std::env::vars())
+    }
+
+    /// [`Settings::load`] with an explicit environment (for tests).
+    pub fn load_with_env(path: Option<&Path>, env: impl IntoIterator<Item = (String, String)>) -> Result<Settings, ConfigError> {
+        let mut vars: std::collections::HashMap<String, String> = env
+            .into_iter()
+            .filter(|(k, _)| (k.starts_with("RINGTAIL_") && !NOT_CONFIG.contains(&k.as_str())) || k == "PROFILE_PORT")
+            .collect();
+        if let Some(port) = vars.remove("PROFILE_PORT") {
+            vars.entry("RINGTAIL_PROFILE__PORT".into()).or_insert(port);
+        }
+        let mut environment = config::Environment::with_prefix(ENV_PREFIX)
+            .prefix_separator("_")
+            .separator("__")
+            .list_separator(",")
+            .try_parsing(true)
+            .source(Some(vars));
+        for key in LIST_KEYS {
+            environment = environment.with_list_parse_key(key);
+        }
+        let mut builder = config::Config::builder();
+        if let Some(path) = path {
+            builder = builder.add_source(config::File::from(path).format(config::FileFormat::Toml).required(true));
+        }
+        let cfg = builder.add_source(environment).build().map_err(|source| ConfigError::Load { source })?;
+        let values = cfg.clone();
+        types::take_rejected();
+        let settings: Settings = serde_path_to_error::deserialize(cfg).map_err(|e| {
+            let key = e.path().to_string();
+            // A typed value refused: its rule, example and value.
+            if let Some(r) = types::take_rejected() {
+                return rejected_at(&key, r);
+            }
+            // Enum keys: say which values are allowed, not serde's wording.
+            match ENUM_RULES.iter().find(|(k, _, _)| *k == key) {
+                Some((k, rule, example)) => invalid(*k, rule, example, format!("{:?}", values.get_string(k).unwrap_or_default())),
+                None => ConfigError::Schema { key, problem: e.into_inner().to_string() },
+            }
+        })?;
+        settings.validate()?;
+        Ok(settings)
+    }
+
+    /// Checks every rule the types cannot express, section by section.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        self.probe.validate()?;
+        self.pipeline.validate()?;
+        self.discovery.validate()?;
+        self.routes.validate()?;
+        self.services.validate()?;
+        self.export.validate()?;
+        self.actors.validate()?;
+        self.profile.validate()?;
+        self.log.validate()
+    }
+
+    /// The configuration as TOML (what `ringtail check-config` prints).
+    pub fn to_toml(&self) -> String {
+        // Every field is a plain TOML value: this cannot fail.
+        toml::to_string(self).expect("settings serialize to TOML")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::time::Duration;
+
+    fn file(text: &str) -> tempfile_lite::TempFile {
+        tempfile_lite::TempFile::with(text)
+    }
+
+    /// A tiny temp-file helper (no extra dependency).
+    mod tempfile_lite {
+        use std::path::PathBuf;
+        pub struct TempFile(pub PathBuf);
+        impl TempFile {
+            pub fn with(text: &str) -> Self {
+                use std::sync::atomic::{AtomicU32, Ordering};
+                static N: AtomicU32 = AtomicU32::new(0);
+                let p =
+                    std::env::temp_dir().join(format!("ringtail-cfg-{}-{}.toml", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+                let mut f = std::fs::File::create(&p).unwrap();
+                super::Write::write_all(&mut f, text.as_bytes()).unwrap();
+                TempFile(p)
+            }
+        }
+        impl Drop for TempFile {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
+    }
+
+    fn load(text: &str, env: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        let f = file(text);
+        Settings::load_with_env(Some(&f.0), env.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+    }
+
+    #[test]
+    fn empty_file_gives_documented_defaults() {
+        let s = load("", &[]).unwrap();
+        assert_eq!(s, Settings::default());
+        assert_eq!(s.probe.wakeup_len, 512);
+        assert_eq!(s.effective_wakeup_len(), 512);
+        let mut small = s.clone();
+        small.pipeline.batch_length = 1;
+        assert_eq!(small.effective_wakeup_len(), 128, "half of 256 one-event batches");
+        small.probe.wakeup_len = 0;
+        assert_eq!(small.effective_wakeup_len(), 0, "the kernel's default stays");
+        assert_eq!(s.probe.ring_buffer_mb, 4);
+        assert_eq!(s.pipeline.batch_length, 512);
+        assert!(s.export.stdout);
+        assert!(s.discovery.selects_all());
+    }
+
+    #[test]
+    fn file_values_and_env_overrides() {
+        let s = load(
+            "[probe]\nwakeup_len = 4\nflush_interval = \"20ms\"\n[discovery]\nopen_ports = [8000]\n[export.otlp]\nendpoint = \"http://127.0.0.1:4317\"\nheaders = { authorization = \"x\" }\n",
+            &[
+                ("RINGTAIL_PROBE__WAKEUP_LEN", "1"),
+                ("RINGTAIL_DISCOVERY__OPEN_PORTS", "8080,9090"),
+                ("PROFILE_PORT", "6060"),
+                ("RINGTAIL_READY_FD", "3"),
+                ("RINGTAIL_BIN_DIR", "/x"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(s.probe.wakeup_len, 1);
+        assert_eq!(s.probe.flush_interval, Duration::from_millis(20));
+        assert_eq!(s.discovery.open_ports.iter().map(|p| p.get()).collect::<Vec<_>>(), vec![8080, 9090]);
+        assert_eq!(s.export.otlp.endpoint.as_ref().map(|e| e.as_str()), Some("http://127.0.0.1:4317"));
+        assert_eq!(s.export.otlp.headers.get(&"authorization".parse().unwrap()).map(String::as_str), Some("x"));
+        assert_eq!(s.profile.port, 6060);
+    }
+
+    #[test]
+    fn unknown_keys_are_named() {
+        let err = load("[probe]\nwakeup_lenn = 4\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("wakeup_lenn"), "{err}");
+        let err = load("[probez]\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("probez"), "{err}");
+        let err = load("", &[("RINGTAIL_EXPORT__NOPE", "1")]).unwrap_err().to_string();
+        assert!(err.contains("nope"), "{err}");
+    }
+
+    #[test]
+    fn bad_values_name_key_rule_and_value() {
+        let cases: &[(&str, &str, &str)] = &[
+            ("[export.otlp]\nprotocol = \"htp\"\n", "export.otlp.protocol", "htp"),
+            ("[export.otlp]\nendpoint = \"localhost:4317\"\n", "export.otlp.endpoint", "localhost:4317"),
+            ("[probe]\nring_buffer_mb = 3\n", "probe.ring_buffer_mb", "3"),
+            ("[probe]\nflush_interval = \"0s\"\n", "probe.flush_interval", "0s"),
+            ("[pipeline]\nbatch_length = 0\n", "pipeline.batch_length", "0"),
+            ("[discovery]\nexe_names = [\"(\"]\n", "discovery.exe_names[0]", "("),
+            ("[routes]\npatterns = [\"users/{id}\"]\n", "routes.patterns[0]", "users/{id}"),
+            ("[routes]\nunmatched = \"guess\"\n", "routes.unmatched", "guess"),
+            ("[export.prometheus]\nlisten = \"9400\"\n", "export.prometheus.listen", "9400"),
+            ("[actors]\nuser = \"root\"\n", "actors.user", "root"),
+            ("[probe]\nwakeup_len = \"many\"\n", "probe.wakeup_len", "many"),
+        ];
+        for (text, key, value) in cases {
+            let err = load(text, &[]).unwrap_err().to_string();
+            assert!(err.contains(key), "{text}: {err}");
+            assert!(err.contains(value), "{text}: {err}");
+        }
+    }
+
+    #[test]
+    fn typed_values_are_reported_as_the_rules_were() {
+        let cases: &[(&str, &str)] = &[
+            (
+                "[discovery]\nexe_names = [\"(\"]\n",
+                "discovery.exe_names[0]: must be a valid regular expression, e.g. \"^python3\" (got \"(\")",
+            ),
+            ("[discovery]\nopen_ports = [80, 0]\n", "discovery.open_ports[1]: must be a TCP port 1..=65535, e.g. 8080 (got 0)"),
+            (
+                "[routes]\nignored = [\"/a/*/b\"]\n",
+                "routes.ignored[0]: '*' may only be the last segment, e.g. \"/users/{id}\" or \"/static/*\" (got \"/a/*/b\")",
+            ),
+            (
+                "[services]\nrules = [{ name = \"x\", exe_name = \"[\" }]\n",
+                "services.rules[0].exe_name: must be a valid regular expression, e.g. \"^nginx$\" (got \"[\")",
+            ),
+            (
+                "[export.otlp]\nmetrics_endpoint = \"http://c\"\n",
+                "export.otlp.metrics_endpoint: must name a port (host:port), e.g. \"http://127.0.0.1:4317\" (got \"http://c\")",
+            ),
+            (
+                "[export.otlp]\nheaders = { \"a b\" = \"x\" }\n",
+                "export.otlp.headers: header names are letters, digits, '-' and '_', e.g. { authorization = \"Bearer x\" } (got \"a b\")",
+            ),
+            (
+                "[export.prometheus]\nlisten = \"9400\"\n",
+                "export.prometheus.listen: must be an IP address and port, e.g. \"127.0.0.1:9400\" (got \"9400\")",
+            ),
+        ];
+        for (text, want) in cases {
+            let err = load(text, &[]).unwrap_err();
+            assert!(matches!(err, ConfigError::Invalid { .. }), "{text}: {err:?}");
+            assert_eq!(err.to_string(), *want, "{text}");
+        }
+        let s = load("[export.otlp]\nendpoint = \"\"\n[export.prometheus]\nlisten = \"127.0.0.1:9400\"\n", &[]).unwrap();
+        assert_eq!(s.export.otlp.endpoint, None, "empty is off");
+        assert_eq!(s.export.prometheus.listen.map(|l| l.get().port()), Some(9400));
+    }
+
+    #[test]
+    fn missing_file_is_an_error() {
+        let err = Settings::load_with_env(Some(Path::new("/nonexistent/ringtail.toml")), Vec::new()).unwrap_err();
+        assert!(matches!(err, ConfigError::Load { .. }));
+    }
+
+    #[test]
+    fn effective_config_round_trips_through_toml() {
+        let s = load("[discovery]\nopen_ports = [1, 2]\n[services]\nrules = [{ name = \"web\", ports = [80] }]\n", &[]).unwrap();
+        let again = load(&s.to_toml(), &[]).unwrap();
+        assert_eq!(s, again);
+    }
+}

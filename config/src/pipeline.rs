@@ -1,0 +1,71 @@
+//! `[pipeline]`: how batches travel between the processes.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{duration_between, invalid, ConfigError};
+
+/// How batches travel between the processes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PipelineSettings {
+    /// Events (or spans) per IPC message. Per-message costs (syscalls,
+    /// wakeups, framing) are paid once per batch.
+    pub batch_length: usize,
+    /// A batch that is not full is sent after this long.
+    #[serde(with = "humantime_serde")]
+    pub batch_timeout: Duration,
+    /// Where the IPC sockets live.
+    pub runtime_dir: PathBuf,
+    /// Batches each producer keeps until the next stage acknowledges them,
+    /// to replay them to a restarted consumer. Older ones are forgotten
+    /// (and counted) when it is full.
+    pub replay_batches: usize,
+    /// How long a client span waits for the server span it belongs to (to
+    /// learn the trace id the server request carried).
+    #[serde(with = "humantime_serde")]
+    pub parent_wait: Duration,
+}
+
+impl Default for PipelineSettings {
+    fn default() -> Self {
+        PipelineSettings {
+            batch_length: 512,
+            batch_timeout: Duration::from_millis(200),
+            runtime_dir: PathBuf::from("/run/ringtail"),
+            replay_batches: 256,
+            parent_wait: Duration::from_secs(5),
+        }
+    }
+}
+
+impl PipelineSettings {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        let pl = self;
+        if !(1..=65536).contains(&pl.batch_length) {
+            return Err(invalid("pipeline.batch_length", "must be 1..=65536", "512", pl.batch_length));
+        }
+        let limits = (Duration::from_millis(1), Duration::from_secs(60));
+        duration_between("pipeline.batch_timeout", pl.batch_timeout, limits, "must be between 1ms and 60s", "\"200ms\"")?;
+        if !pl.runtime_dir.is_absolute() {
+            return Err(invalid("pipeline.runtime_dir", "must be an absolute path", "\"/run/ringtail\"", pl.runtime_dir.display()));
+        }
+        if pl.runtime_dir.as_os_str().len() > 80 {
+            return Err(invalid(
+                "pipeline.runtime_dir",
+                "must be at most 80 bytes (unix socket paths are short)",
+                "\"/run/ringtail\"",
+                pl.runtime_dir.display(),
+            ));
+        }
+        if !(1..=100_000).contains(&pl.replay_batches) {
+            return Err(invalid("pipeline.replay_batches", "must be 1..=100000", "256", pl.replay_batches));
+        }
+        if pl.parent_wait > Duration::from_secs(300) {
+            return Err(invalid("pipeline.parent_wait", "must be at most 5m", "\"5s\"", humantime::format_duration(pl.parent_wait)));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,65 @@
+//! `[probe]`: how events leave the kernel.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{duration_between, invalid, ConfigError};
+
+/// Kernel side: how events leave the kernel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ProbeSettings {
+    /// Events buffered in the ring before the kernel wakes the loader. A
+    /// wakeup costs more than handling an event, so batching them is the
+    /// main lever on the agent's CPU cost; 0 = the kernel's default (a
+    /// wakeup per event whenever the loader has caught up). Higher values
+    /// add latency only up to `flush_interval`.
+    pub wakeup_len: u32,
+    /// The loader drains the ring at least this often, so that an event
+    /// never waits longer than this for `wakeup_len` to fill up.
+    #[serde(with = "humantime_serde")]
+    pub flush_interval: Duration,
+    /// Ring buffer size in MiB (a power of two). Bigger rides out longer
+    /// loader stalls before events are lost (and counted); the loader maps
+    /// it twice, so it costs twice this in resident memory once used. 4 MiB
+    /// holds ~6,000 events: over half a second at 10,000 requests/s.
+    pub ring_buffer_mb: u32,
+    /// Connections tracked at once (kernel map size). Requests on connections
+    /// beyond it are not traced and are counted.
+    pub max_connections: u32,
+    /// Keep CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH after attaching, to read
+    /// the executable path and `OTEL_SERVICE_NAME` of processes owned by
+    /// other users. Without them those names fall back to argv[0].
+    pub read_process_env: bool,
+}
+
+impl Default for ProbeSettings {
+    fn default() -> Self {
+        ProbeSettings {
+            wakeup_len: 512,
+            flush_interval: Duration::from_millis(100),
+            ring_buffer_mb: 4,
+            max_connections: 16384,
+            read_process_env: true,
+        }
+    }
+}
+
+impl ProbeSettings {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        let p = self;
+        if p.wakeup_len > 1_000_000 {
+            return Err(invalid("probe.wakeup_len", "must be 0..=1000000", "512", p.wakeup_len));
+        }
+        let limits = (Duration::from_millis(1), Duration::from_secs(10));
+        duration_between("probe.flush_interval", p.flush_interval, limits, "must be between 1ms and 10s", "\"100ms\"")?;
+        if !p.ring_buffer_mb.is_power_of_two() || p.ring_buffer_mb > 1024 {
+            return Err(invalid("probe.ring_buffer_mb", "must be a power of two from 1 to 1024", "16", p.ring_buffer_mb));
+        }
+        if !(64..=1 << 20).contains(&p.max_connections) {
+            return Err(invalid("probe.max_connections", "must be 64..=1048576", "16384", p.max_connections));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,432 @@
+//! Values parsed once, at load, into the types the processes use: a
+//! regular expression is compiled, a route template split, an endpoint
+//! checked, here and nowhere else. Each type deserializes from and
+//! serializes to its text, so the effective configuration prints as it
+//! was written.
+
+use std::cell::RefCell;
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Why a value was refused: the rule it breaks, an example that keeps it,
+/// and the value as given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    /// The rule, e.g. "must be a valid regular expression".
+    pub rule: &'static str,
+    /// A value that keeps the rule, as written in the file.
+    pub example: &'static str,
+    /// The offending value, as written.
+    pub value: String,
+}
+
+impl fmt::Display for Rejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}, e.g. {} (got {})", self.rule, self.example, self.value)
+    }
+}
+
+thread_local! {
+    /// The last rejection during deserialization: serde only carries a
+    /// message up, and the loader wants the rule, example and value apart
+    /// to report them with the key (see `Settings::load_with_env`).
+    static LAST: RefCell<Option<Rejected>> = const { RefCell::new(None) };
+}
+
+fn remember(r: Rejected) -> String {
+    let msg = r.to_string();
+    LAST.with(|l| *l.borrow_mut() = Some(r));
+    msg
+}
+
+/// Takes the rejection a failed deserialization left behind, if any.
+pub(crate) fn take_rejected() -> Option<Rejected> {
+    LAST.with(|l| l.borrow_mut().take())
+}
+
+/// Implements serde through the text form: `TryFrom<String>` (remembering
+/// the rejection) and `Display`.
+macro_rules! text_serde {
+    ($t:ty) => {
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let s = String::deserialize(d)?;
+                <$t>::from_str(&s).map_err(|r| serde::de::Error::custom(remember(r)))
+            }
+        }
+        impl Serialize for $t {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_str(self)
+            }
+        }
+    };
+}
+
+/// A regular expression over executable names (`discovery.exe_names`,
+/// `services.rules[].exe_name`), compiled once.
+#[derive(Clone)]
+pub struct ExeRegex(regex::Regex);
+
+impl ExeRegex {
+    /// True if `name` matches.
+    pub fn is_match(&self, name: &str) -> bool {
+        self.0.is_match(name)
+    }
+
+    /// The expression as written.
+    pub fn as_str(&self) -> &str {
+        self.0.as_str()
+    }
+}
+
+impl FromStr for ExeRegex {
+    type Err = Rejected;
+    fn from_str(s: &str) -> Result<Self, Rejected> {
+        regex::Regex::new(s).map(ExeRegex).map_err(|_| Rejected {
+            rule: "must be a valid regular expression",
+            example: "\"^python3\"",
+            value: format!("{s:?}"),
+        })
+    }
+}
+
+impl fmt::Display for ExeRegex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for ExeRegex {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.as_str())
+    }
+}
+
+impl PartialEq for ExeRegex {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for ExeRegex {}
+
+text_serde!(ExeRegex);
+
+/// One segment of a [`RouteTemplate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Seg {
+    Lit(String),
+    Param,
+    Rest,
+}
+
+/// An `http.route` template, compiled: starts with `/`; segments are
+/// literals, `{name}` placeholders, or a final `*`.
+#[derive(Clone)]
+pub struct RouteTemplate {
+    text: String,
+    segs: Vec<Seg>,
+}
+
+impl RouteTemplate {
+    /// The template as written (the route it names).
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// True if `path` (without query) fits the template.
+    pub fn matches(&self, path: &str) -> bool {
+        let mut parts = path.trim_start_matches('/').split('/');
+        for seg in &self.segs {
+            match seg {
+                Seg::Rest => return true,
+                Seg::Param => match parts.next() {
+                    Some(p) if !p.is_empty() => {}
+                    _ => return false,
+                },
+                Seg::Lit(l) => match parts.next() {
+                    Some(p) if p == l => {}
+                    _ => return false,
+                },
+            }
+        }
+        parts.next().is_none()
+    }
+}
+
+impl FromStr for RouteTemplate {
+    type Err = Rejected;
+    fn from_str(t: &str) -> Result<Self, Rejected> {
+        let reject = |rule| Rejected { rule, example: "\"/users/{id}\" or \"/static/*\"", value: format!("{t:?}") };
+        let Some(rest) = t.strip_prefix('/') else {
+            return Err(reject("must start with '/'"));
+        };
+        let raw: Vec<&str> = rest.split('/').collect();
+        let mut segs = Vec::with_capacity(raw.len());
+        for (i, s) in raw.iter().enumerate() {
+            if *s == "*" && i + 1 != raw.len() {
+                return Err(reject("'*' may only be the last segment"));
+            }
+            if s.starts_with('{') != s.ends_with('}') {
+                return Err(reject("placeholders are whole segments like {id}"));
+            }
+            if s.starts_with('{') && (s.len() < 3 || s[1..s.len() - 1].contains(['{', '}', '/'])) {
+                return Err(reject("placeholders need a name, like {id}"));
+            }
+            segs.push(match *s {
+                "*" => Seg::Rest,
+                s if s.starts_with('{') => Seg::Param,
+                s => Seg::Lit(s.to_owned()),
+            });
+        }
+        Ok(RouteTemplate { text: t.to_owned(), segs })
+    }
+}
+
+impl fmt::Display for RouteTemplate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl fmt::Debug for RouteTemplate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.text)
+    }
+}
+
+impl PartialEq for RouteTemplate {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for RouteTemplate {}
+
+text_serde!(RouteTemplate);
+
+/// An OTLP endpoint URL: `http://` or `https://` (TLS), a host, and (in
+/// the file) a port.
+#[derive(Clone, PartialEq, Eq)]
+pub struct OtlpEndpoint(String);
+
+impl OtlpEndpoint {
+    /// The URL as written.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// True for `https://`.
+    pub fn tls(&self) -> bool {
+        self.0.starts_with("https://")
+    }
+
+    /// The rule of the `OTEL_EXPORTER_OTLP_*ENDPOINT` variables (the
+    /// OpenTelemetry convention: the port may be left to the scheme).
+    pub fn from_env(url: &str) -> Result<Self, Rejected> {
+        let ok = (url.starts_with("http://") || url.starts_with("https://")) && url.parse::<http::Uri>().is_ok_and(|u| u.host().is_some());
+        if !ok {
+            return Err(Rejected {
+                rule: "must be an http:// or https:// URL with a host",
+                example: "http://127.0.0.1:4317",
+                value: format!("{url:?}"),
+            });
+        }
+        Ok(OtlpEndpoint(url.to_owned()))
+    }
+}
+
+impl FromStr for OtlpEndpoint {
+    type Err = Rejected;
+    /// The file's rule: scheme, host and port.
+    fn from_str(url: &str) -> Result<Self, Rejected> {
+        let reject = |rule| Rejected { rule, example: "\"http://127.0.0.1:4317\"", value: format!("{url:?}") };
+        let rest =
+            url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")).ok_or(reject("must start with http:// or https://"))?;
+        let authority = rest.split('/').next().unwrap_or("");
+        let (host, port) = authority.rsplit_once(':').ok_or(reject("must name a port (host:port)"))?;
+        if host.is_empty() {
+            return Err(reject("must name a host"));
+        }
+        port.parse::<u16>().map_err(|_| reject("port must be a number 1..=65535"))?;
+        Ok(OtlpEndpoint(url.to_owned()))
+    }
+}
+
+impl fmt::Display for OtlpEndpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for OtlpEndpoint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", self.0)
+    }
+}
+
+text_serde!(OtlpEndpoint);
+
+/// An HTTP header name for OTLP requests: letters, digits, '-' and '_',
+/// kept lowercase (HTTP/2 and gRPC metadata want lowercase).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct HeaderName(String);
+
+impl HeaderName {
+    /// The name, lowercase.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for HeaderName {
+    type Err = Rejected;
+    fn from_str(name: &str) -> Result<Self, Rejected> {
+        if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b)) {
+            return Err(Rejected {
+                rule: "header names are letters, digits, '-' and '_'",
+                example: "{ authorization = \"Bearer x\" }",
+                value: format!("{name:?}"),
+            });
+        }
+        Ok(HeaderName(name.to_ascii_lowercase()))
+    }
+}
+
+impl fmt::Display for HeaderName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+text_serde!(HeaderName);
+
+/// A TCP port to trace on, 1..=65535.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(transparent)]
+pub struct Port(u16);
+
+impl Port {
+    /// The port number.
+    pub fn get(self) -> u16 {
+        self.0
+    }
+}
+
+impl TryFrom<u16> for Port {
+    type Error = Rejected;
+    fn try_from(p: u16) -> Result<Self, Rejected> {
+        if p == 0 {
+            return Err(Rejected { rule: "must be a TCP port 1..=65535", example: "8080", value: p.to_string() });
+        }
+        Ok(Port(p))
+    }
+}
+
+impl<'de> Deserialize<'de> for Port {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Port::try_from(u16::deserialize(d)?).map_err(|r| serde::de::Error::custom(remember(r)))
+    }
+}
+
+/// A listening address (`export.prometheus.listen`): an IP address and port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenAddr(SocketAddr);
+
+impl ListenAddr {
+    /// The socket address.
+    pub fn get(self) -> SocketAddr {
+        self.0
+    }
+}
+
+impl FromStr for ListenAddr {
+    type Err = Rejected;
+    fn from_str(s: &str) -> Result<Self, Rejected> {
+        s.parse().map(ListenAddr).map_err(|_| Rejected {
+            rule: "must be an IP address and port",
+            example: "\"127.0.0.1:9400\"",
+            value: format!("{s:?}"),
+        })
+    }
+}
+
+impl fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+text_serde!(ListenAddr);
+
+/// serde for an optional value written as text, where an empty string
+/// (the documented "off") is `None`.
+pub(crate) mod empty_is_none {
+    use std::str::FromStr;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use super::{remember, Rejected};
+
+    pub fn deserialize<'de, D: Deserializer<'de>, T: FromStr<Err = Rejected>>(d: D) -> Result<Option<T>, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.is_empty() {
+            return Ok(None);
+        }
+        T::from_str(&s).map(Some).map_err(|r| serde::de::Error::custom(remember(r)))
+    }
+
+    pub fn serialize<S: Serializer, T: std::fmt::Display>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => s.collect_str(v),
+            None => s.serialize_str(""),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn route_templates() {
+        for ok in ["/", "/users/{id}", "/static/*", "/a/{b}/c"] {
+            assert!(ok.parse::<RouteTemplate>().is_ok(), "{ok}");
+        }
+        for bad in ["users", "/a/*/b", "/a/{b", "/a/{}"] {
+            assert!(bad.parse::<RouteTemplate>().is_err(), "{bad}");
+        }
+        let t: RouteTemplate = "/users/{id}/orders/*".parse().unwrap();
+        assert!(t.matches("/users/7/orders/1/2"));
+        assert!(!t.matches("/users//orders/1"));
+        assert!(!t.matches("/users/7"));
+        let exact: RouteTemplate = "/health".parse().unwrap();
+        assert!(exact.matches("/health") && !exact.matches("/health/x"));
+    }
+
+    #[test]
+    fn endpoints_from_the_file_and_from_the_environment() {
+        assert!("http://127.0.0.1:4317".parse::<OtlpEndpoint>().is_ok());
+        assert!("https://collector:443/prefix".parse::<OtlpEndpoint>().unwrap().tls());
+        for bad in ["localhost:4317", "http://:4317", "http://collector", "http://c:port"] {
+            assert!(bad.parse::<OtlpEndpoint>().is_err(), "{bad}");
+        }
+        for ok in ["http://env:4318/", "https://collector", "http://[::1]:4317", "http://user@host:1/x"] {
+            assert!(OtlpEndpoint::from_env(ok).is_ok(), "{ok}");
+        }
+        for bad in ["collector:4317", "ftp://x", "http://", "http://a b"] {
+            assert!(OtlpEndpoint::from_env(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn header_names_ports_and_addresses() {
+        assert_eq!("X-Tenant".parse::<HeaderName>().unwrap().as_str(), "x-tenant");
+        assert!("a b".parse::<HeaderName>().is_err() && "".parse::<HeaderName>().is_err());
+        assert!(Port::try_from(0).is_err() && Port::try_from(8080).unwrap().get() == 8080);
+        assert!("9400".parse::<ListenAddr>().is_err() && "127.0.0.1:9400".parse::<ListenAddr>().is_ok());
+    }
+}

@@ -1,0 +1,264 @@
+//! The consuming side of a stream: a task that owns the subscription to a
+//! producer and the socket its acks go out on.
+//!
+//! It drops what it already delivered (a replay, a resend), delivers each
+//! data message once, and acks — contiguously, paced as
+//! [`crate::protocol::ack_due`] says — what the caller marks done with
+//! [`Consumer::done`]. Both actors consume through it: the span-actor from
+//! the loader, the exporter from the span-actor.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use ipc_schema::{encode, Ack, Body, Component, Envelope};
+use runtime_kit::counters::{Counter, Drops, Registry};
+use runtime_kit::shutdown::Shutdown;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use zeromq::PubSocket;
+
+use crate::protocol::{ack_due, next_ack_check, InboundSeq, Verdict, ACK_EVERY};
+use crate::socket::{bind_pub, send, subscribe, Access};
+use crate::IpcError;
+
+/// Messages queued between the subscription and the task.
+const SUBSCRIPTION: usize = 16;
+
+/// How a consumer is set up.
+pub struct ConsumerOptions {
+    /// The producer's socket, subscribed to.
+    pub path: PathBuf,
+    /// Where to bind the ack socket.
+    pub acks: PathBuf,
+    /// Who may connect to the ack socket (the producer).
+    pub access: Access,
+    /// This process, as named in its acks.
+    pub me: ipc_schema::Producer,
+    /// The only component whose messages count; others are counted and dropped.
+    pub producer: Component,
+    /// Messages queued for the caller; beyond, the socket is not read.
+    pub capacity: usize,
+    /// Data messages delivered and not yet done, at most; beyond, the
+    /// socket is not read (the producer keeps the rest). Set it to the
+    /// producer's kept buffer (`pipeline.replay_batches`): it never holds
+    /// back a producer that keeps to its own limit.
+    pub max_outstanding: usize,
+    /// Counts duplicates (replays, resends) that were not delivered…
+    pub duplicates: Counter,
+    /// …in the unit this returns for a message (batches, spans).
+    pub duplicate_items: fn(&Body) -> u64,
+}
+
+/// A data message's identity, handed back to [`Consumer::done`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MessageId {
+    /// The producer instance.
+    pub instance: u64,
+    /// Its seq (from 1).
+    pub seq: u64,
+}
+
+/// What the consumer delivers.
+#[derive(Debug)]
+pub enum Inbound {
+    /// A data message not delivered before: handle it, then call
+    /// [`Consumer::done`] with its id.
+    Data { id: MessageId, body: Body },
+    /// A heartbeat (health report): nothing to acknowledge.
+    Transient(Body),
+}
+
+enum Control {
+    Done(MessageId),
+    Close,
+}
+
+/// The handle callers mark messages done through (cheap to clone).
+#[derive(Clone)]
+pub struct Consumer {
+    control: mpsc::Sender<Control>,
+    lost: Drops,
+}
+
+/// The running task; [`ConsumerTask::join`] waits for it to finish.
+pub struct ConsumerTask {
+    handle: JoinHandle<()>,
+}
+
+impl ConsumerTask {
+    /// Waits for the task to end (after [`Consumer::close`]), at most
+    /// `deadline`; true if it ended.
+    pub async fn join(self, deadline: Duration) -> bool {
+        tokio::time::timeout(deadline, self.handle).await.is_ok()
+    }
+}
+
+impl Consumer {
+    /// Binds the ack socket, subscribes and starts the task. The
+    /// subscription stops reading at `shutdown`; the task goes on acking
+    /// until [`Consumer::close`].
+    pub async fn start(
+        options: ConsumerOptions,
+        registry: &Registry,
+        shutdown: Shutdown,
+    ) -> Result<(Consumer, ConsumerTask, mpsc::Receiver<Inbound>), IpcError> {
+        let ack_socket = bind_pub(&options.acks, options.access).await?;
+        let input = subscribe(options.path.clone(), SUBSCRIPTION, registry, shutdown);
+        let max = options.max_outstanding.max(1);
+        // Every message delivered is done at most once, and at most `max`
+        // of the current producer instance are outstanding (plus as many of
+        // a previous one): `done` never finds this channel full.
+        let (control, control_rx) = mpsc::channel(2 * max + 64);
+        let (tx, rx) = mpsc::channel(options.capacity.max(1));
+        let task = Task {
+            ack_socket,
+            ack_endpoint: ipc_schema::endpoints::ipc(&options.acks),
+            me: options.me,
+            producer: options.producer,
+            seq: InboundSeq::default(),
+            outstanding: 0,
+            max,
+            last_ack: None,
+            duplicates: options.duplicates,
+            duplicate_items: options.duplicate_items,
+            unexpected: registry.drops("ringtail_ipc_rejected_total", "unexpected_message"),
+        };
+        let handle = tokio::spawn(task.run(input, control_rx, tx));
+        let lost = registry.drops("ringtail_ipc_done_lost_total", "channel_full");
+        Ok((Consumer { control, lost }, ConsumerTask { handle }, rx))
+    }
+
+    /// Marks a delivered data message handled: it is acknowledged once
+    /// every message before it is too.
+    pub fn done(&self, id: MessageId) {
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.control.try_send(Control::Done(id)) {
+            // Cannot happen (see `start`); if it did, the producer would
+            // keep this message and replay it to the next consumer.
+            self.lost.add(1);
+        }
+    }
+
+    /// Sends a last ack and ends the task; await [`ConsumerTask::join`].
+    pub async fn close(&self) {
+        let _ = self.control.send(Control::Close).await;
+    }
+}
+
+struct Task {
+    ack_socket: PubSocket,
+    ack_endpoint: String,
+    me: ipc_schema::Producer,
+    producer: Component,
+    seq: InboundSeq,
+    /// Data messages of the current producer instance delivered, not done.
+    outstanding: usize,
+    max: usize,
+    last_ack: Option<(Ack, Instant)>,
+    duplicates: Counter,
+    duplicate_items: fn(&Body) -> u64,
+    unexpected: Drops,
+}
+
+impl Task {
+    async fn run(mut self, mut input: mpsc::Receiver<Envelope>, mut control: mpsc::Receiver<Control>, tx: mpsc::Sender<Inbound>) {
+        let mut pending: Option<Inbound> = None;
+        let mut reading = true;
+        let check = tokio::time::sleep(next_ack_check(None, None));
+        tokio::pin!(check);
+        loop {
+            tokio::select! {
+                permit = tx.reserve(), if pending.is_some() => match permit {
+                    Ok(p) => {
+                        if let Some(m) = pending.take() {
+                            p.send(m);
+                        }
+                    }
+                    // The caller is gone: nothing more to deliver.
+                    Err(_) => {
+                        pending = None;
+                        reading = false;
+                    }
+                },
+                env = input.recv(), if reading && pending.is_none() && self.outstanding < self.max => match env {
+                    Some(env) => {
+                        pending = self.accept(env);
+                        self.maybe_ack(false).await;
+                        self.sooner(check.as_mut());
+                    }
+                    None => reading = false, // shutdown
+                },
+                c = control.recv() => match c {
+                    Some(Control::Done(id)) => {
+                        if self.seq.instance() == Some(id.instance) {
+                            self.outstanding = self.outstanding.saturating_sub(1);
+                            self.seq.done(id.seq);
+                        }
+                        self.maybe_ack(false).await;
+                        self.sooner(check.as_mut());
+                    }
+                    Some(Control::Close) | None => break,
+                },
+                _ = &mut check => {
+                    self.maybe_ack(false).await;
+                    check.as_mut().reset(tokio::time::Instant::now() + next_ack_check(self.last_ack, self.seq.ack()));
+                }
+            }
+        }
+        self.maybe_ack(true).await;
+        tracing::debug!(endpoint = %self.ack_endpoint, "consumer stopped");
+    }
+
+    /// Tracks a message; what to deliver, if anything.
+    fn accept(&mut self, env: Envelope) -> Option<Inbound> {
+        if env.producer.component != self.producer {
+            self.unexpected.add(1);
+            return None;
+        }
+        // Any message (heartbeats, seq 0, too) tells us which instance to
+        // ack and what it no longer keeps.
+        if self.seq.observe(env.producer, env.floor) {
+            self.outstanding = 0;
+        }
+        if env.seq == 0 {
+            return Some(Inbound::Transient(env.body));
+        }
+        match self.seq.receive(env.seq) {
+            Verdict::New => {
+                self.outstanding += 1;
+                Some(Inbound::Data { id: MessageId { instance: env.producer.instance, seq: env.seq }, body: env.body })
+            }
+            Verdict::Duplicate => {
+                self.duplicates.add((self.duplicate_items)(&env.body));
+                None
+            }
+        }
+    }
+
+    /// Looks again at `ACK_EVERY` rather than `ACK_IDLE` once the ack moves.
+    fn sooner(&self, check: std::pin::Pin<&mut tokio::time::Sleep>) {
+        let at = tokio::time::Instant::now() + next_ack_check(self.last_ack, self.seq.ack());
+        if at < check.deadline() {
+            check.reset(at);
+        }
+    }
+
+    /// Sends the ack when it is due (or `force`d): see `ack_due`.
+    async fn maybe_ack(&mut self, force: bool) {
+        let Some(ack) = self.seq.ack() else { return };
+        if !force && !ack_due(self.last_ack, ack, ACK_EVERY) {
+            return;
+        }
+        let bytes = match encode(&Envelope::new(self.me, 0, Body::Ack(ack))) {
+            Ok(b) => Bytes::from(b),
+            Err(error) => {
+                tracing::debug!(%error, "ack not encoded");
+                return;
+            }
+        };
+        match send(&mut self.ack_socket, &self.ack_endpoint, bytes).await {
+            Ok(()) => self.last_ack = Some((ack, Instant::now())),
+            Err(error) => tracing::debug!(%error, "ack not sent"),
+        }
+    }
+}

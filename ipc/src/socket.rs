@@ -1,0 +1,267 @@
+//! ZeroMQ over ipc:// between ringtail's processes.
+//!
+//! In the pure-Rust `zeromq` crate only SUB reconnects by itself, and its
+//! back-off grows to 30 s, so a subscription also rebuilds its socket
+//! whenever its producer has been silent for a few heartbeats: a restarted
+//! peer is found again within seconds, whichever side restarted.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::Bytes;
+use ipc_schema::{decode, decode_ack, Ack, DecodeError, Envelope, Producer};
+use runtime_kit::counters::Registry;
+use runtime_kit::shutdown::Shutdown;
+use tokio::sync::mpsc;
+use zeromq::{PubSocket, Socket, SocketOptions, SocketRecv, SocketSend, SubSocket, ZmqMessage};
+
+use crate::{IpcError, SILENCE};
+
+/// Who may connect to a bound socket file (connecting needs write access).
+#[derive(Debug, Clone, Copy)]
+pub struct Access {
+    /// File mode, e.g. 0o660.
+    pub mode: u32,
+    /// Group to give the file, e.g. the actors' group.
+    pub gid: Option<u32>,
+    /// Owner to give the file.
+    pub uid: Option<u32>,
+}
+
+impl Access {
+    /// Owner (and group, if set) only.
+    pub fn private() -> Self {
+        Access { mode: 0o600, gid: None, uid: None }
+    }
+}
+
+fn options() -> SocketOptions {
+    let mut o = SocketOptions::default();
+    // Batches are tens to hundreds of KiB: read in chunks up to 256 KiB
+    // (each socket keeps its largest chunk: bigger costs resident memory).
+    o.read_buffer(16 * 1024, 256 * 1024, 2);
+    o.connect_timeout(Duration::from_secs(2));
+    o
+}
+
+/// Binds a PUB socket at `path`, replacing a stale socket file, and applies
+/// `access` to the file.
+pub async fn bind_pub(path: &Path, access: Access) -> Result<PubSocket, IpcError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => tracing::debug!(path = %path.display(), "removed stale socket file"),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(source) => return Err(IpcError::Unlink { path: path.to_owned(), source }),
+    }
+    let endpoint = ipc_schema::endpoints::ipc(path);
+    let mut socket = PubSocket::with_options(options());
+    socket.bind(&endpoint).await.map_err(|source| IpcError::Bind { endpoint: endpoint.clone(), source })?;
+    use std::os::unix::fs::PermissionsExt;
+    let perm = |source| IpcError::Permissions { path: path.to_owned(), source };
+    std::os::unix::fs::chown(path, access.uid, access.gid).map_err(perm)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(access.mode)).map_err(perm)?;
+    Ok(socket)
+}
+
+/// Sends one already-encoded message.
+pub async fn send(socket: &mut PubSocket, endpoint: &str, bytes: Bytes) -> Result<(), IpcError> {
+    socket.send(ZmqMessage::from(bytes)).await.map_err(|source| IpcError::Send { endpoint: endpoint.to_owned(), source })
+}
+
+/// Subscribes to everything published at `path`, delivering decoded
+/// envelopes into a channel of `capacity` messages (a full channel pushes
+/// back on the socket; the producer's replay covers what its PUB drops).
+///
+/// Bad messages are counted in `ringtail_ipc_rejected_total{reason}` and
+/// skipped; a codec error from a dying peer is counted and survived.
+pub fn subscribe(path: PathBuf, capacity: usize, registry: &Registry, shutdown: Shutdown) -> mpsc::Receiver<Envelope> {
+    spawn_subscription(path, capacity, registry, shutdown, decode)
+}
+
+/// Subscribes to a consumer's acks: only an [`Ack`] of at most
+/// [`ipc_schema::MAX_ACK_BYTES`] bytes gets through (the size is checked
+/// before decoding); anything else is counted in
+/// `ringtail_ipc_rejected_total{reason}` and dropped. This is all the
+/// privileged loader reads from the unprivileged actors.
+pub fn subscribe_acks(path: PathBuf, capacity: usize, registry: &Registry, shutdown: Shutdown) -> mpsc::Receiver<(Producer, Ack)> {
+    spawn_subscription(path, capacity, registry, shutdown, decode_ack)
+}
+
+fn spawn_subscription<T: Send + 'static>(
+    path: PathBuf,
+    capacity: usize,
+    registry: &Registry,
+    mut shutdown: Shutdown,
+    decode: fn(&[u8]) -> Result<T, DecodeError>,
+) -> mpsc::Receiver<T> {
+    let (tx, rx) = mpsc::channel(capacity);
+    let endpoint = ipc_schema::endpoints::ipc(&path);
+    let received = registry.counter("ringtail_ipc_messages_received_total", &[]);
+    let reconnects = registry.counter("ringtail_ipc_resubscribes_total", &[]);
+    let too_large = registry.drops("ringtail_ipc_rejected_total", "too_large");
+    let version = registry.drops("ringtail_ipc_rejected_total", "version");
+    let malformed = registry.drops("ringtail_ipc_rejected_total", "malformed");
+    let unexpected = registry.drops("ringtail_ipc_rejected_total", "unexpected_message");
+    let codec = registry.drops("ringtail_ipc_rejected_total", "codec");
+    tokio::spawn(async move {
+        let mut attempts = 0u64;
+        let mut ever_connected = false;
+        loop {
+            if shutdown.is_fired() {
+                return;
+            }
+            let mut socket = SubSocket::with_options(options());
+            let connected = tokio::select! {
+                r = socket.connect(&endpoint) => r,
+                _ = shutdown.fired() => return,
+            };
+            if let Err(error) = connected {
+                attempts += 1;
+                if attempts == 1 || attempts.is_multiple_of(150) {
+                    tracing::info!(%endpoint, %error, "waiting for publisher");
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => continue,
+                    _ = shutdown.fired() => return,
+                }
+            }
+            if socket.subscribe("").await.is_err() {
+                continue;
+            }
+            attempts = 0;
+            if ever_connected {
+                reconnects.inc();
+            }
+            ever_connected = true;
+            tracing::info!(%endpoint, event = "subscribed", "subscribed");
+            let mut codec_in_a_row = 0;
+            loop {
+                let next = tokio::select! {
+                    m = tokio::time::timeout(SILENCE, socket.recv()) => m,
+                    _ = shutdown.fired() => return,
+                };
+                let msg = match next {
+                    Err(_) => {
+                        tracing::info!(%endpoint, "publisher silent; resubscribing");
+                        break;
+                    }
+                    Ok(Err(error)) => {
+                        // A peer dying mid-frame shows up as one codec error.
+                        codec.add(1);
+                        codec_in_a_row += 1;
+                        tracing::debug!(%endpoint, %error, "receive error");
+                        if codec_in_a_row > 3 {
+                            break;
+                        }
+                        continue;
+                    }
+                    Ok(Ok(msg)) => msg,
+                };
+                codec_in_a_row = 0;
+                received.inc();
+                let Some(frame) = msg.get(0) else {
+                    malformed.add(1);
+                    continue;
+                };
+                match decode(frame) {
+                    Ok(value) => {
+                        if tx.send(value).await.is_err() {
+                            return; // the consumer is gone
+                        }
+                    }
+                    Err(DecodeError::TooLarge { .. }) => too_large.add(1),
+                    Err(DecodeError::Version { .. }) => version.add(1),
+                    Err(DecodeError::NotAck { .. }) => unexpected.add(1),
+                    Err(_) => malformed.add(1),
+                }
+            }
+        }
+    });
+    rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ipc_schema::{encode, Ack, Body, Component, HealthReport, Producer};
+
+    fn value(r: &Registry, name: &str, reason: &str) -> f64 {
+        r.report()
+            .points
+            .iter()
+            .filter(|p| p.name == name && p.labels.iter().any(|(k, v)| k == "reason" && v == reason))
+            .map(|p| p.value)
+            .sum()
+    }
+
+    fn dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("ringtail-ipc-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Sends `messages` (the one that should get through last) again and
+    /// again until something arrives: subscribing takes a moment, and
+    /// what comes before it is lost.
+    async fn send_until<T>(publisher: &mut PubSocket, messages: &[Vec<u8>], rx: &mut mpsc::Receiver<T>) -> T {
+        tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                for m in messages {
+                    send(publisher, "test", Bytes::from(m.clone())).await.unwrap();
+                }
+                if let Ok(Some(got)) = tokio::time::timeout(Duration::from_millis(100), rx.recv()).await {
+                    return got;
+                }
+            }
+        })
+        .await
+        .expect("a message got through")
+    }
+
+    #[tokio::test]
+    async fn malformed_messages_are_counted_and_skipped() {
+        let dir = dir("sub");
+        let path = dir.join("t.sock");
+        let mut publisher = bind_pub(&path, Access::private()).await.unwrap();
+        let registry = Registry::new(Component::SpanActor, 1);
+        let (trigger, shutdown) = runtime_kit::shutdown::channel();
+        let mut rx = subscribe(path.clone(), 8, &registry, shutdown);
+        let good = Envelope::new(
+            Producer { component: Component::ProbeLoader, instance: 7 },
+            1,
+            Body::Ack(Ack { for_instance: 1, received: 2, upto: 2 }),
+        );
+        let mut bad_version = encode(&good).unwrap();
+        // Schema version 99 (position 1: after the array header).
+        bad_version[1] = 0x63;
+        let got =
+            send_until(&mut publisher, &[b"not msgpack".to_vec(), vec![0x91, 0xc1], bad_version, encode(&good).unwrap()], &mut rx).await;
+        assert_eq!(got, good);
+        assert!(value(&registry, "ringtail_ipc_rejected_total", "malformed") >= 2.0);
+        assert!(value(&registry, "ringtail_ipc_rejected_total", "version") >= 1.0);
+        trigger.fire();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
+    async fn the_ack_subscription_takes_only_small_acks() {
+        let dir = dir("acks");
+        let path = dir.join("a.sock");
+        let mut publisher = bind_pub(&path, Access::private()).await.unwrap();
+        let registry = Registry::new(Component::ProbeLoader, 1);
+        let (trigger, shutdown) = runtime_kit::shutdown::channel();
+        let mut rx = subscribe_acks(path.clone(), 8, &registry, shutdown);
+        let me = Producer { component: Component::SpanActor, instance: 7 };
+        let ack = Ack { for_instance: 1, received: 2, upto: 2 };
+        let good = encode(&Envelope::new(me, 0, Body::Ack(ack))).unwrap();
+        let health = HealthReport { component: Component::SpanActor, instance: 7, points: Vec::new() };
+        let not_ack = encode(&Envelope::new(me, 0, Body::Health(health))).unwrap();
+        let huge = vec![0x90; ipc_schema::MAX_ACK_BYTES + 1];
+        let got = send_until(&mut publisher, &[not_ack, huge, good], &mut rx).await;
+        assert_eq!(got, (me, ack));
+        assert!(value(&registry, "ringtail_ipc_rejected_total", "unexpected_message") >= 1.0);
+        assert!(value(&registry, "ringtail_ipc_rejected_total", "too_large") >= 1.0);
+        trigger.fire();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

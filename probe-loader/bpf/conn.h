@@ -1,0 +1,355 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * The per-connection HTTP/1 state machine, fed by any hook family.
+ *
+ * State lives in `conns`, keyed by the connection (the socket's address).
+ * A server request starts when received bytes begin with a request line
+ * and ends when the process sends a status line; a client request is the
+ * mirror image. The event is submitted when the response begins (1xx
+ * interim responses are skipped), carrying the first CAPTURE_LEN request
+ * bytes. A hook finds the connection, decides whether the process is
+ * traced, finds the user segments of the bytes moved, and calls
+ * conn_on_recv() or conn_on_send(); on close it calls conn_close().
+ */
+#ifndef RINGTAIL_CONN_H
+#define RINGTAIL_CONN_H
+
+#include "globals.h"
+#include "http1.h"
+#include "maps.h"
+#include "segs.h"
+
+#define PHASE_IDLE 0
+#define PHASE_REQUEST 1
+#define RINGBUF_HDR 8
+/* conn_state.flags bit that never reaches an event */
+#define STF_CONNECT 0x80
+#define EVENT_RECORD ((sizeof(struct http_event) + RINGBUF_HDR + 7) & ~7ULL)
+
+/* One send or receive on a connection, as a hook saw it. */
+struct conn_io {
+	struct sock *sk; /* addresses and ports for the event */
+	__u64 key;       /* the connection's key in `conns` */
+	__u32 tgid;
+	__u32 tid;
+	__s32 fd; /* -1 when unknown */
+};
+
+/* Append request bytes to the capture buffer; remember what did not fit. */
+static __always_inline void capture_one(struct conn_state *st, const __u8 *src, __u64 avail)
+{
+	__u64 off = st->cap_len;
+	if (off >= CAPTURE_LEN) {
+		st->flags |= EVF_TRUNCATED;
+		return;
+	}
+	__u64 n = CAPTURE_LEN - off;
+	if (n > avail)
+		n = avail;
+	else if (n < avail)
+		st->flags |= EVF_TRUNCATED;
+	int err;
+	if (n == CAPTURE_LEN) {
+		/* only when off == 0: a constant size the verifier needs no proof for */
+		err = bpf_probe_read_user(st->buf, CAPTURE_LEN, src);
+	} else {
+		/* off < CAPTURE_LEN and n < CAPTURE_LEN: the masks make both
+		 * provable, and the barriers keep clang from dropping them */
+		barrier_var(n);
+		barrier_var(off);
+		err = bpf_probe_read_user(&st->buf[off & (CAPTURE_LEN - 1)],
+					  n & (CAPTURE_LEN - 1), src);
+	}
+	if (!err)
+		st->cap_len = off + n;
+}
+
+static __always_inline void capture(struct conn_state *st, const struct segs *sg)
+{
+	st->req_len += sg->total;
+#pragma unroll
+	for (int i = 0; i < MAX_SEGS; i++) {
+		if (i >= sg->n)
+			break;
+		capture_one(st, sg->base[i], sg->len[i]);
+	}
+}
+
+static __always_inline struct conn_state *new_conn(__u64 key, __u8 role, __u32 tgid, __u32 tid,
+						  __s32 fd)
+{
+	__u32 zero = 0;
+	struct conn_state *init = bpf_map_lookup_elem(&scratch, &zero);
+	if (!init)
+		return NULL;
+	init->conn_id = __sync_fetch_and_add(&next_conn_id, 1) + 1;
+	init->role = role;
+	init->tgid = tgid;
+	init->tid = tid;
+	init->fd = fd;
+	if (bpf_map_update_elem(&conns, &key, init, BPF_NOEXIST)) {
+		count(CNT_CONN_FULL);
+		return NULL;
+	}
+	return bpf_map_lookup_elem(&conns, &key);
+}
+
+/* Marks a request begun whose bytes are already in st->buf. */
+static __always_inline void request_started(struct conn_state *st, __u32 tid, __u64 now)
+{
+	st->seq += 1;
+	st->phase = PHASE_REQUEST;
+	st->start_ns = now;
+	st->tid = tid;
+	st->parent_conn = 0;
+	st->parent_seq = 0;
+	st->pend_len = 0;
+	const __u8 *p = st->buf;
+	if (p[0] == 'C' && p[1] == 'O' && p[2] == 'N' && p[3] == 'N')
+		st->flags |= STF_CONNECT;
+}
+
+static __always_inline void begin_request(struct conn_state *st, __u32 tid, __u64 now,
+					  const struct segs *sg, __u32 pend)
+{
+	st->cap_len = 0;
+	st->req_len = 0;
+	st->flags = 0;
+	if (pend) {
+		/* the bytes of the request line that came in an earlier read */
+		__builtin_memcpy(st->buf, st->pend, PREFIX_LEN);
+		st->cap_len = pend & (PREFIX_LEN - 1);
+		st->req_len = st->cap_len;
+	}
+	capture(st, sg);
+	request_started(st, tid, now);
+}
+
+static __always_inline __u64 wakeup_flags(void)
+{
+	if (wakeup_len == 0)
+		return 0;
+	__u64 thr = wakeup_len * EVENT_RECORD;
+	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	/* Wake only when the unread data crosses a multiple of the threshold:
+	 * "at least the threshold" would wake on every event while the reader
+	 * lags. The loader's flush timer drains what stays below it. */
+	if (avail >= EVENT_RECORD && avail / thr != (avail - EVENT_RECORD) / thr) {
+		count(CNT_WAKEUPS);
+		return BPF_RB_FORCE_WAKEUP;
+	}
+	return BPF_RB_NO_WAKEUP;
+}
+
+static __always_inline void emit(struct conn_state *st, struct sock *sk, __u16 status,
+				 __u8 extra_flags, __u64 now)
+{
+	struct http_event *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	if (!ev) {
+		count(CNT_RING_FULL);
+		return;
+	}
+	struct task_struct *t = bpf_get_current_task_btf();
+	ev->kind = EV_HTTP;
+	ev->role = st->role;
+	ev->flags = (st->flags & ~STF_CONNECT) | extra_flags;
+	ev->status = status;
+	ev->tgid = st->tgid;
+	ev->tid = st->tid;
+	ev->fd = st->fd;
+	ev->req_len = st->req_len;
+	ev->conn_id = st->conn_id;
+	ev->start_ns = st->start_ns;
+	ev->end_ns = now;
+	ev->proc_start_ns = t->group_leader->start_boottime;
+	ev->parent_conn = st->parent_conn;
+	ev->parent_seq = st->parent_seq;
+	ev->seq = st->seq;
+	ev->_pad = 0;
+	__u16 family = sk->__sk_common.skc_family;
+	ev->family = family;
+	ev->lport = sk->__sk_common.skc_num;
+	ev->rport = bpf_ntohs(sk->__sk_common.skc_dport);
+	__builtin_memset(ev->laddr, 0, sizeof(ev->laddr));
+	__builtin_memset(ev->raddr, 0, sizeof(ev->raddr));
+	/* direct BTF loads, no helper calls */
+	if (family == FAMILY_INET6) {
+		__u32 *l = (__u32 *)ev->laddr, *r = (__u32 *)ev->raddr;
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			l[i] = sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32[i];
+			r[i] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[i];
+		}
+	} else {
+		*(__u32 *)ev->laddr = sk->__sk_common.skc_rcv_saddr;
+		*(__u32 *)ev->raddr = sk->__sk_common.skc_daddr;
+	}
+	const char *comm = t->group_leader->comm;
+#pragma unroll
+	for (int i = 0; i < COMM_LEN; i++)
+		ev->comm[i] = comm[i];
+	__u32 n = extra_flags & EVF_ORPHAN ? 0 : st->cap_len;
+	if (n > CAPTURE_LEN)
+		n = CAPTURE_LEN;
+	ev->cap_len = n;
+	/* map value to ring record: a fixed-size copy is cheaper here than a
+	 * helper call of the exact size */
+	if (n)
+		__builtin_memcpy(ev->buf, st->buf, CAPTURE_LEN);
+	count(CNT_EVENTS);
+	if (ev->flags & EVF_TRUNCATED)
+		count(CNT_TRUNCATED);
+	bpf_ringbuf_submit(ev, wakeup_flags());
+}
+
+/* A response (or interim response) went by. */
+static __always_inline void on_response(struct conn_state *st, struct sock *sk, __u16 status,
+					__u64 now)
+{
+	if (status >= 100 && status < 200 && status != 101)
+		return; /* interim: the final response is still to come */
+	if (st->phase != PHASE_REQUEST) {
+		count(CNT_ORPHAN);
+		emit(st, sk, status, EVF_ORPHAN, now);
+		return;
+	}
+	emit(st, sk, status, 0, now);
+	st->phase = PHASE_IDLE;
+	if (status == 101 || ((st->flags & STF_CONNECT) && status < 300)) {
+		st->role = ROLE_OPAQUE;
+		count(CNT_UPGRADED);
+	}
+}
+
+/* The connection's state, or NULL when it is not tracked. */
+static __always_inline struct conn_state *conn_lookup(__u64 key)
+{
+	return bpf_map_lookup_elem(&conns, &key);
+}
+
+/* Bytes the process received on a connection (`st` from conn_lookup, NULL
+ * for an untracked one: it becomes a server connection if a request begins). */
+static __always_inline void conn_on_recv(struct conn_state *st, const struct conn_io *io,
+					 const struct segs *sg)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	if (st && (st->role == ROLE_CLIENT || st->phase == PHASE_REQUEST)) {
+		if (st->role == ROLE_SERVER) {
+			capture(st, sg); /* more of the request */
+			return;
+		}
+		if (st->phase != PHASE_REQUEST)
+			return;
+		__u8 p[PREFIX_LEN * 2] = {};
+		__u32 n = read_prefix(p, sg);
+		__u16 status = response_status(p, n);
+		if (status)
+			on_response(st, io->sk, status, now);
+		return;
+	}
+
+	if (st && st->role == ROLE_SERVER && !st->pend_len) {
+		/* Idle keep-alive connection: capture straight into its buffer and
+		 * look there (one copy from user memory instead of two). */
+		st->cap_len = 0;
+		st->req_len = 0;
+		st->flags = 0;
+		capture(st, sg);
+		__u32 n = st->cap_len < PREFIX_LEN ? st->cap_len : PREFIX_LEN;
+		if (!is_request(st->buf, n)) {
+			st->pend_len = request_prefix(st->buf, n) ? n : 0;
+			if (st->pend_len)
+				__builtin_memcpy(st->pend, st->buf, PREFIX_LEN);
+			st->cap_len = 0;
+			return;
+		}
+		request_started(st, io->tid, now);
+		goto active;
+	}
+
+	/* An unknown connection, or one holding the start of a request line:
+	 * does a request begin? */
+	__u8 p[PREFIX_LEN * 2] = {};
+	__u32 pend = 0;
+	if (st && st->pend_len) {
+		__builtin_memcpy(p, st->pend, PREFIX_LEN);
+		pend = st->pend_len & (PREFIX_LEN - 1);
+	}
+	__u32 n = read_prefix_at(p, pend, sg);
+	if (!is_request(p, n)) {
+		if (st) {
+			/* keep what may be the start of the next request line */
+			st->pend_len = request_prefix(p, n) ? n : 0;
+			if (st->pend_len)
+				__builtin_memcpy(st->pend, p, PREFIX_LEN);
+		}
+		return;
+	}
+	if (!st)
+		st = new_conn(io->key, ROLE_SERVER, io->tgid, io->tid, io->fd);
+	if (!st)
+		return;
+	begin_request(st, io->tid, now, sg, pend);
+active:;
+	struct active_req *a = bpf_task_storage_get(&active, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (a) {
+		a->conn_id = st->conn_id;
+		a->seq = st->seq;
+	}
+}
+
+/* Bytes the process sent on a connection (`st` from conn_lookup, NULL for
+ * an untracked one: it becomes a client connection if a request begins). */
+static __always_inline void conn_on_send(struct conn_state *st, const struct conn_io *io,
+					 const struct segs *sg)
+{
+	if (st && st->role == ROLE_SERVER) {
+		__u8 p[PREFIX_LEN * 2] = {};
+		__u32 n = read_prefix(p, sg);
+		__u16 status = response_status(p, n);
+		if (!status)
+			return;
+		on_response(st, io->sk, status, bpf_ktime_get_ns());
+		if (st->phase == PHASE_IDLE) {
+			struct active_req *a = bpf_task_storage_get(&active, bpf_get_current_task_btf(), 0, 0);
+			if (a && a->conn_id == st->conn_id)
+				a->conn_id = 0;
+		}
+		return;
+	}
+	if (st && st->phase == PHASE_REQUEST) {
+		capture(st, sg); /* request body or the rest of the head */
+		return;
+	}
+
+	/* Idle client connection or an unknown one: does a request begin? */
+	__u8 p[PREFIX_LEN * 2] = {};
+	__u32 n = read_prefix(p, sg);
+	if (!is_request(p, n))
+		return;
+	if (!st)
+		st = new_conn(io->key, ROLE_CLIENT, io->tgid, io->tid, io->fd);
+	if (!st)
+		return;
+	begin_request(st, io->tid, bpf_ktime_get_ns(), sg, 0);
+	struct active_req *a = bpf_task_storage_get(&active, bpf_get_current_task_btf(), 0, 0);
+	if (a && a->conn_id) {
+		st->parent_conn = a->conn_id;
+		st->parent_seq = a->seq;
+		st->flags |= EVF_PARENT;
+	}
+}
+
+/* The connection closed: its state goes (a request in flight is counted). */
+static __always_inline void conn_close(__u64 key)
+{
+	struct conn_state *st = bpf_map_lookup_elem(&conns, &key);
+	if (st) {
+		if (st->phase == PHASE_REQUEST)
+			count(CNT_ABORTED);
+		bpf_map_delete_elem(&conns, &key);
+	}
+}
+
+#endif

@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * Globals shared by every program object. Exactly one object (sock.bpf.c)
+ * defines them (RINGTAIL_DEFINE_GLOBALS); the others declare them extern
+ * and weak, and `bpftool gen object` resolves them to that one definition,
+ * which is what the loader sets by name before load (aya override_global).
+ */
+#ifndef RINGTAIL_GLOBALS_H
+#define RINGTAIL_GLOBALS_H
+
+#ifdef RINGTAIL_DEFINE_GLOBALS
+#define RINGTAIL_GLOBAL(type, name, init) type name = init
+char LICENSE[] SEC("license") = "GPL";
+#else
+#define RINGTAIL_GLOBAL(type, name, init) extern type name __weak
+#endif
+
+/* Set by the loader before load. */
+/* Force a wakeup each time the unread events cross a multiple of this; 0 = kernel default. */
+RINGTAIL_GLOBAL(const volatile __u64, wakeup_len, 0);
+/* 1 = trace every process except ringtail's own. */
+RINGTAIL_GLOBAL(const volatile __u8, select_all, 1);
+/* 1 = report exec events (exe-name discovery is configured). */
+RINGTAIL_GLOBAL(const volatile __u8, watch_exec, 0);
+
+/* Connection numbers: unique per loaded program, never kernel addresses. */
+RINGTAIL_GLOBAL(__u64, next_conn_id, 0);
+
+#endif

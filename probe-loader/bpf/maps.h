@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * Every map, and the shapes of the kernel-only values they hold. Each
+ * program object includes this file; the maps are weak, so `bpftool gen
+ * object` merges the identical definitions into one map each.
+ */
+#ifndef RINGTAIL_MAPS_H
+#define RINGTAIL_MAPS_H
+
+#include "ringtail.h"
+
+/* Bytes kept of the start of a request line that arrived alone. */
+#define PREFIX_LEN 16
+
+/* Per-connection HTTP/1 state (see conn.h). */
+struct conn_state {
+	__u64 conn_id;
+	__u64 start_ns;
+	__u64 parent_conn;
+	__u32 parent_seq;
+	__u32 seq;
+	__u32 tgid;
+	__u32 tid;
+	__s32 fd;
+	__u32 req_len;
+	__u16 cap_len;
+	__u8 role;
+	__u8 phase;
+	__u8 flags;
+	/* The start of a request line that arrived alone (Go's net/http reads
+	 * one byte ahead between keep-alive requests): joined to the next read. */
+	__u8 pend_len;
+	__u8 _pad[6];
+	__u8 pend[PREFIX_LEN];
+	/* Twice the capture length so that an append at any offset below
+	 * CAPTURE_LEN of up to CAPTURE_LEN bytes is provably in bounds. */
+	__u8 buf[CAPTURE_LEN * 2];
+};
+
+/* The server request a thread is serving. */
+struct active_req {
+	__u64 conn_id;
+	__u32 seq;
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 16 << 20); /* resized by the loader */
+} events SEC(".maps") __weak;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 << 10);
+} execs SEC(".maps") __weak;
+
+/* Connection state, keyed by struct sock *. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 16384); /* resized by the loader */
+	__type(key, __u64);
+	__type(value, struct conn_state);
+} conns SEC(".maps") __weak;
+
+/* The server request a thread is serving, so that its outgoing client
+ * requests become children. Task-local storage: O(1), no hashing, and freed
+ * with the thread. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct active_req);
+} active SEC(".maps") __weak;
+
+/* Selected processes, by tgid; the value is SEL_* (ringtail.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u8);
+} sel_pids SEC(".maps") __weak;
+
+/* Configured listening ports. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u16);
+	__type(value, __u8);
+} sel_ports SEC(".maps") __weak;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps") __weak;
+
+/* A zeroed conn_state: too big for the 512-byte BPF stack. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct conn_state);
+} scratch SEC(".maps") __weak;
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
+	if (v)
+		*v += 1;
+}
+
+#endif

@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: GPL-2.0-only
+/*
+ * Socket hooks: one event per HTTP/1.x request, without kprobes, fentry or
+ * syscall tracepoints (all BTF tracepoints: no tracefs needed).
+ *
+ *  - tp_btf/sock_recv_length and tp_btf/sock_send_length (Linux 6.3+). They
+ *    fire once per completed socket receive or send, whatever the syscall
+ *    (read, readv, recv, recvfrom, recvmsg, write, writev, send, sendto,
+ *    sendmsg, sendfile), with the socket and the byte count. The syscall's
+ *    own registers (io.h) give the fd and the user buffer. Only sockets
+ *    reach them, so file and pipe I/O cost nothing; non-TCP sockets leave
+ *    after two loads. The bytes go to the connection state machine (conn.h).
+ *  - tp_btf/inet_sock_set_state: listen (port-based discovery) and close
+ *    (connection state is freed, so the map cannot leak).
+ *
+ * This object defines the globals the loader sets (globals.h).
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
+
+#define RINGTAIL_DEFINE_GLOBALS
+#include "globals.h"
+#include "maps.h"
+#include "conn.h"
+#include "io.h"
+#include "process.h"
+
+#define MSG_PEEK 2
+#define IPPROTO_TCP 6
+#define SOCK_STREAM 1
+
+static __always_inline int is_tcp(struct sock *sk)
+{
+	return sk->sk_protocol == IPPROTO_TCP && sk->sk_type == SOCK_STREAM;
+}
+
+/* Both data hooks: find the connection, leave it when it is opaque or
+ * (untracked) its process is not traced, find the user segments, and feed
+ * the state machine. An untracked connection's bytes count when its
+ * process is selected, or (`recv`: a server's) when it arrived on a
+ * selected listening port. */
+static __always_inline void sock_data(struct sock *sk, int ret, int recv)
+{
+	__u64 key = (__u64)sk;
+	struct conn_state *st = conn_lookup(key);
+	if (st && st->role == ROLE_OPAQUE)
+		return;
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tgid = id >> 32, tid = (__u32)id;
+	if (!st && !(recv ? server_selected(tgid, sk->__sk_common.skc_num) : pid_selected(tgid)))
+		return;
+	struct segs sg;
+	__s32 fd = -1;
+	if (user_segs(ret, &fd, &sg))
+		return;
+	struct conn_io io = { .sk = sk, .key = key, .tgid = tgid, .tid = tid, .fd = fd };
+	if (recv)
+		conn_on_recv(st, &io, &sg);
+	else
+		conn_on_send(st, &io, &sg);
+}
+
+SEC("tp_btf/sock_recv_length")
+int BPF_PROG(sock_recv, struct sock *sk, int ret, int flags)
+{
+	if (ret > 0 && !(flags & MSG_PEEK) && is_tcp(sk))
+		sock_data(sk, ret, 1);
+	return 0;
+}
+
+SEC("tp_btf/sock_send_length")
+int BPF_PROG(sock_send, struct sock *sk, int ret, int flags)
+{
+	if (ret > 0 && is_tcp(sk))
+		sock_data(sk, ret, 0);
+	return 0;
+}
+
+SEC("tp_btf/inet_sock_set_state")
+int BPF_PROG(sock_state, const struct sock *sk, const int oldstate, const int newstate)
+{
+	if (newstate == TCP_CLOSE) {
+		conn_close((__u64)sk);
+		return 0;
+	}
+	if (newstate == TCP_LISTEN && !select_all) {
+		__u16 port = sk->__sk_common.skc_num;
+		if (bpf_map_lookup_elem(&sel_ports, &port)) {
+			__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+			__u8 why = SEL_EXPLICIT;
+			bpf_map_update_elem(&sel_pids, &tgid, &why, BPF_ANY);
+		}
+	}
+	return 0;
+}

@@ -1,0 +1,206 @@
+//! One `main` for every component, so that each starts, stops and cleans
+//! up the same way: parse the command line, load the configuration (and
+//! the component's own checks; `--check` stops there), start logging,
+//! signals and the runtime, then run the component's body with a
+//! [`Process`], which offers the rest: the profiling endpoint at the
+//! component table's offset, readiness, and socket files that are unlinked
+//! however the body ends (an early `?` included).
+//!
+//! Shutdown is the body's: it waits for `Process::shutdown`, then joins its
+//! tasks (each with a deadline) before returning; nothing sleeps and hopes.
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use ipc_schema::{Component, Producer};
+use ringtail_config::{ConfigError, Settings};
+
+use crate::counters::Registry;
+use crate::shutdown::{self, Shutdown};
+
+/// Which async runtime the body runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    /// A current-thread tokio runtime (the loader: one thread, no actors).
+    CurrentThread,
+    /// An actix system (the actors), stopped when the body returns.
+    Actix,
+}
+
+/// Why a component could not start before its own code ran.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("invalid configuration")]
+    Config {
+        #[source]
+        source: ConfigError,
+    },
+    #[error("cannot start the runtime")]
+    Runtime {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot serve CPU profiles")]
+    Profiling {
+        #[source]
+        source: crate::http::BindError,
+    },
+}
+
+/// Socket files to remove when the component ends.
+#[derive(Default)]
+struct Unlink(Mutex<Vec<PathBuf>>);
+
+impl Drop for Unlink {
+    fn drop(&mut self) {
+        let paths = std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()));
+        for p in paths {
+            match std::fs::remove_file(&p) {
+                Ok(()) => tracing::debug!(path = %p.display(), "socket file removed"),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => tracing::warn!(path = %p.display(), %error, "cannot remove socket file"),
+            }
+        }
+    }
+}
+
+/// What a running component gets from [`main`].
+pub struct Process {
+    /// Which component this is.
+    pub component: Component,
+    /// The whole configuration (already validated).
+    pub settings: Settings,
+    /// This start's random id (names it as a producer).
+    pub instance: u64,
+    /// Its counters and gauges.
+    pub registry: Registry,
+    /// Fires on SIGINT/SIGTERM.
+    pub shutdown: Shutdown,
+    sockets: Arc<Unlink>,
+}
+
+impl Process {
+    /// This process as the producer of its messages.
+    pub fn me(&self) -> Producer {
+        Producer { component: self.component, instance: self.instance }
+    }
+
+    /// Removes the socket file at `path` when the component ends, however
+    /// it ends. Call it before binding.
+    pub fn socket_file(&self, path: &Path) {
+        self.sockets.0.lock().unwrap_or_else(|p| p.into_inner()).push(path.to_owned());
+    }
+
+    /// Serves CPU profiles on loopback at `profile.port` plus this
+    /// component's offset in the component table (when profiling is on).
+    pub async fn serve_profiles(&self) -> Result<(), StartError> {
+        let offset = self.component.info().profiling_offset;
+        if let Some(addr) = crate::profiling::address(self.settings.profile.port, offset) {
+            crate::profiling::start(addr, self.component.name(), self.shutdown.clone())
+                .await
+                .map_err(|source| StartError::Profiling { source })?;
+        }
+        Ok(())
+    }
+
+    /// Tells the supervisor (or systemd) that start-up is done.
+    pub fn ready(&self) {
+        crate::ready::notify_ready(self.component.name());
+    }
+}
+
+/// Runs a component: `about` is its one-line description, `check` its own
+/// configuration checks beyond the file's rules (what it returns is handed
+/// to `run`), `run` its body.
+pub fn main<T, E, Fut>(
+    component: Component,
+    about: &'static str,
+    runtime: Runtime,
+    check: impl FnOnce(&Settings) -> Result<T, E>,
+    run: impl FnOnce(Process, T) -> Fut,
+) -> Result<(), E>
+where
+    E: From<StartError>,
+    Fut: Future<Output = Result<(), E>>,
+{
+    let args = crate::cli::parse(about);
+    let settings = crate::cli::load(&args).map_err(|source| StartError::Config { source })?;
+    let checked = check(&settings)?;
+    if args.check {
+        return Ok(());
+    }
+    let body = async move {
+        // SAFETY: geteuid has no preconditions.
+        if !component.info().privileged && unsafe { libc::geteuid() } == 0 {
+            tracing::warn!("running as root: the {} needs no privileges (the supervisor runs it as actors.user)", component.name());
+        }
+        let instance = crate::instance_id();
+        let registry = Registry::new(component, instance);
+        let (trigger, shutdown) = shutdown::channel();
+        shutdown::on_signals(trigger);
+        let sockets = Arc::new(Unlink::default());
+        let process = Process { component, settings, instance, registry, shutdown, sockets: sockets.clone() };
+        let result = run(process, checked).await;
+        drop(sockets);
+        if result.is_ok() {
+            tracing::info!(event = "stopped", "stopped");
+        }
+        result
+    };
+    match runtime {
+        Runtime::CurrentThread => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|source| StartError::Runtime { source })?
+            .block_on(body),
+        Runtime::Actix => actix_rt::System::new().block_on(async {
+            let result = body.await;
+            actix_rt::System::current().stop();
+            result
+        }),
+    }
+}
+
+/// A component binary's entry point: mimalloc as the global allocator (the
+/// processes allocate per event; glibc's malloc was a quarter of the actors'
+/// CPU) and `fn main` running [`main`]. The binary depends on `mimalloc`
+/// and `anyhow`.
+///
+/// `component_main!(Component::X, Runtime::Y, "about", run)` for a body
+/// `async fn run(Process) -> anyhow::Result<()>`, or with `check = f` first
+/// for a component with checks of its own (`f(&Settings)` returns what
+/// `run(Process, T)` gets).
+#[macro_export]
+macro_rules! component_main {
+    ($component:expr, $runtime:expr, $about:expr, check = $check:expr, $run:expr) => {
+        #[global_allocator]
+        static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+        fn main() -> anyhow::Result<()> {
+            $crate::component::main($component, $about, $runtime, $check, $run)
+        }
+    };
+    ($component:expr, $runtime:expr, $about:expr, $run:expr) => {
+        $crate::component_main!($component, $runtime, $about, check = |_| Ok(()), |p, ()| $run(p));
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Unlink;
+
+    #[test]
+    fn socket_files_go_when_the_guard_does() {
+        let dir = std::env::temp_dir().join(format!("rk-unlink-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, b) = (dir.join("a.sock"), dir.join("never-bound.sock"));
+        std::fs::write(&a, b"").unwrap();
+        let guard = Unlink::default();
+        guard.0.lock().unwrap().extend([a.clone(), b]);
+        // An early `?` return drops the guard like this.
+        drop(guard);
+        assert!(!a.exists());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

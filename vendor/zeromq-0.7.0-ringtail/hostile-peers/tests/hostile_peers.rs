@@ -1,0 +1,419 @@
+//! Hostile local peers against the vendored zeromq, on real Unix sockets.
+//!
+//! Each test attacks a socket owned by this process, then checks that the
+//! process is still here (the stock crate aborts it), that its resident
+//! memory stayed bounded (`/proc/self/statm`), that the attack was counted
+//! (`SocketOptions::limit_hook`), and that a legitimate subscriber is still
+//! served. Tests run one at a time: resident memory is per process.
+//!
+//! The uid tests start this test binary again as `nobody` (uid and gid 65534,
+//! set by `std::os::unix::process::CommandExt::uid` before exec) in the role
+//! of the hostile client or listener ([`child_process_role`]). They need root
+//! and skip loudly without it.
+
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use zeromq::{PeerCred, PubSocket, Socket, SocketOptions, SocketRecv, SocketSend, SubSocket, ZmqError, ZmqMessage};
+use zeromq_hostile_peers::{rss_bytes, wait_until, zmtp, Recorder};
+
+/// The message limit the sockets under attack are given.
+const LIMIT: usize = 1 << 20;
+/// Their per-peer send queue, in messages.
+const QUEUE: usize = 64;
+/// Their subscriptions per peer.
+const SUBSCRIPTIONS: usize = 16;
+/// Resident memory an attack may add: far below what any attack here would
+/// cost without the limits (2^60 bytes, or hundreds of MiB).
+const RSS_SLACK: u64 = 48 << 20;
+const NOBODY: u32 = 65534;
+const DEADLINE: Duration = Duration::from_secs(30);
+const ROLE: &str = "ZMQ_HOSTILE_CHILD_ROLE";
+const ROLE_PATH: &str = "ZMQ_HOSTILE_CHILD_PATH";
+
+/// Tests run one at a time: resident memory is per process.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// Options as ringtail sets them, accepting only this process's uid.
+fn options(recorder: &Recorder) -> SocketOptions {
+    let me = euid();
+    let mut o = SocketOptions::default();
+    o.max_message_size(LIMIT)
+        .send_queue_capacity(QUEUE)
+        .subscription_limit(SUBSCRIPTIONS, 1024)
+        .peer_filter(Arc::new(move |cred: &PeerCred| cred.uid == me))
+        .limit_hook(recorder.hook());
+    o
+}
+
+/// A private directory for the sockets of one test, open to everyone so that
+/// the uid filter, not a file mode, is what refuses `nobody`.
+struct Site(PathBuf);
+
+impl Site {
+    fn new(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("zmq-hostile-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("create the test directory");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod the test directory");
+        Site(dir)
+    }
+
+    fn path(&self, file: &str) -> PathBuf {
+        self.0.join(file)
+    }
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn endpoint(path: &Path) -> String {
+    format!("ipc://{}", path.display())
+}
+
+async fn bind_pub(site: &Site, recorder: &Recorder) -> (PubSocket, PathBuf) {
+    let path = site.path("pub.sock");
+    let mut socket = PubSocket::with_options(options(recorder));
+    socket.bind(&endpoint(&path)).await.expect("bind the PUB socket");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o777)).expect("chmod the socket");
+    (socket, path)
+}
+
+/// A legitimate subscriber (same uid, same limits) connects and receives.
+async fn assert_still_serves(publisher: &mut PubSocket, path: &Path) {
+    let recorder = Recorder::default();
+    let mut sub = SubSocket::with_options(options(&recorder));
+    sub.connect(&endpoint(path)).await.expect("a legitimate subscriber connects");
+    sub.subscribe("").await.expect("subscribe");
+    let start = Instant::now();
+    loop {
+        assert!(start.elapsed() < DEADLINE, "the publisher no longer serves a legitimate subscriber");
+        publisher.send(ZmqMessage::from("still here")).await.expect("send");
+        if let Ok(Ok(message)) = tokio::time::timeout(Duration::from_millis(50), sub.recv()).await {
+            assert_eq!(message.get(0).map(|b| b.as_ref()), Some(&b"still here"[..]));
+            break;
+        }
+    }
+    assert!(recorder.get().refused.is_empty(), "the legitimate publisher was refused: {:?}", recorder.get());
+}
+
+/// What a raw connection saw.
+#[derive(Debug)]
+struct Outcome {
+    written: usize,
+    read: usize,
+    closed_by_peer: bool,
+}
+
+/// Connects to `path` as a raw client, writes `chunks` until they end or a
+/// write fails, hangs up its sending side if `hang_up`, then reads until the
+/// peer closes (or `DEADLINE`).
+async fn raw_session(path: &Path, chunks: impl Iterator<Item = Vec<u8>> + Send + 'static, hang_up: bool) -> Outcome {
+    let path = path.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut stream = UnixStream::connect(&path).expect("connect the raw client");
+        stream.set_write_timeout(Some(DEADLINE)).expect("write timeout");
+        stream.set_read_timeout(Some(DEADLINE)).expect("read timeout");
+        let start = Instant::now();
+        let mut written = 0;
+        let mut write_failed = false;
+        for chunk in chunks {
+            if stream.write_all(&chunk).is_err() {
+                write_failed = true;
+                break;
+            }
+            written += chunk.len();
+            if start.elapsed() > DEADLINE {
+                break;
+            }
+        }
+        if hang_up && !write_failed {
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+        }
+        let mut read = 0;
+        let mut buf = [0u8; 4096];
+        let closed_by_peer = loop {
+            match stream.read(&mut buf) {
+                Ok(0) => break true,
+                Ok(n) => read += n,
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => break true,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => break false,
+            }
+        };
+        Outcome { written, read, closed_by_peer }
+    })
+    .await
+    .expect("the raw client thread")
+}
+
+fn handshake() -> Vec<u8> {
+    let mut bytes = zmtp::greeting().to_vec();
+    bytes.extend_from_slice(&zmtp::ready("SUB"));
+    bytes
+}
+
+fn assert_rss_bounded(before: u64, what: &str) {
+    let after = rss_bytes();
+    let grown = after.saturating_sub(before);
+    assert!(grown < RSS_SLACK, "{what}: resident memory grew by {} MiB", grown >> 20);
+    eprintln!("{what}: resident memory grew by {} KiB", grown >> 10);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_declared_lengths_disconnect_without_allocating() {
+    let _serial = SERIAL.lock().await;
+    let site = Site::new("huge");
+    let recorder = Recorder::default();
+    let (mut publisher, path) = bind_pub(&site, &recorder).await;
+    let cases: [(&str, Vec<u8>, [u8; 9]); 4] = [
+        // The 73 bytes of issue 12: a greeting, then a command declaring 2^60 bytes.
+        ("a handshake command declaring 2^60 bytes", zmtp::greeting().to_vec(), zmtp::long_header(true, 1 << 60)),
+        ("a message declaring 2^60 bytes after the handshake", handshake(), zmtp::long_header(false, 1 << 60)),
+        ("a message declaring u64::MAX bytes", handshake(), zmtp::long_header(false, u64::MAX)),
+        ("a message one byte over the limit", handshake(), zmtp::long_header(false, LIMIT as u64 + 1)),
+    ];
+    for (count, (what, prefix, header)) in (1u64..).zip(cases) {
+        let before = rss_bytes();
+        let mut attack = prefix;
+        attack.extend_from_slice(&header);
+        let outcome = raw_session(&path, std::iter::once(attack), false).await;
+        assert!(outcome.closed_by_peer, "{what}: the peer was not disconnected: {outcome:?}");
+        wait_until(what, DEADLINE, || recorder.get().too_large == count).await;
+        assert_rss_bounded(before, what);
+    }
+    assert_still_serves(&mut publisher, &path).await;
+}
+
+/// xorshift64: reproducible garbage.
+fn garbage(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_disconnects_before_or_after_a_valid_handshake() {
+    let _serial = SERIAL.lock().await;
+    let site = Site::new("garbage");
+    let recorder = Recorder::default();
+    let (mut publisher, path) = bind_pub(&site, &recorder).await;
+    let before = rss_bytes();
+    let outcome = raw_session(&path, std::iter::once(garbage(1, 4096)), false).await;
+    assert!(outcome.closed_by_peer, "garbage instead of a greeting: not disconnected: {outcome:?}");
+    assert_eq!(outcome.read, 64, "only the greeting was sent to a peer that sent garbage");
+    let mut prefix = handshake();
+    prefix.extend_from_slice(&zmtp::subscribe(b""));
+    let chunks = std::iter::once(prefix).chain((2..18).map(|seed| garbage(seed, 64 * 1024)));
+    let outcome = raw_session(&path, chunks, false).await;
+    assert!(outcome.closed_by_peer, "garbage after a valid handshake: not disconnected: {outcome:?}");
+    assert_rss_bounded(before, "garbage");
+    assert_still_serves(&mut publisher, &path).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_multipart_message_is_cut_at_the_limit() {
+    let _serial = SERIAL.lock().await;
+    let site = Site::new("multipart");
+    let recorder = Recorder::default();
+    let (mut publisher, path) = bind_pub(&site, &recorder).await;
+    let before = rss_bytes();
+    // 1-byte parts, each with MORE: 3 bytes on the wire, 33 counted.
+    let parts = zmtp::frame(b"A", true).repeat(4096);
+    let outcome = raw_session(&path, std::iter::once(handshake()).chain(std::iter::repeat(parts)), false).await;
+    assert!(outcome.closed_by_peer, "an endless message: not disconnected: {outcome:?}");
+    wait_until("the endless message counted", DEADLINE, || recorder.get().too_large == 1).await;
+    assert!(outcome.written < 64 * LIMIT, "the peer wrote {} bytes before being cut", outcome.written);
+    assert_rss_bounded(before, "endless multipart message");
+    assert_still_serves(&mut publisher, &path).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endless_subscriptions_and_small_messages_stay_bounded() {
+    const SENT: usize = 200_000;
+    let _serial = SERIAL.lock().await;
+    let site = Site::new("subscriptions");
+    let recorder = Recorder::default();
+    let (mut publisher, path) = bind_pub(&site, &recorder).await;
+    let before = rss_bytes();
+    let stream = std::iter::once(handshake()).chain((0..SENT / 1000).map(|batch| {
+        let mut chunk = Vec::new();
+        for i in 0..1000u64 {
+            chunk.extend_from_slice(&zmtp::subscribe(&(batch as u64 * 1000 + i).to_be_bytes()));
+            chunk.extend_from_slice(&zmtp::frame(b"junk that is not a subscription", false));
+        }
+        chunk
+    }));
+    let outcome = raw_session(&path, stream, true).await;
+    assert!(outcome.closed_by_peer, "the flood did not end: {outcome:?}");
+    wait_until("every subscription beyond the bound refused", DEADLINE, || {
+        recorder.get().subscriptions_refused == (SENT - SUBSCRIPTIONS) as u64
+    })
+    .await;
+    assert_rss_bounded(before, "subscription flood");
+    assert_still_serves(&mut publisher, &path).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_that_never_reads_leaves_the_publisher_bounded() {
+    const SENT: u64 = 4000;
+    const SIZE: usize = 64 * 1024;
+    let _serial = SERIAL.lock().await;
+    let site = Site::new("stalled");
+    let recorder = Recorder::default();
+    let (mut publisher, path) = bind_pub(&site, &recorder).await;
+    let before = rss_bytes();
+    let mut stalled = UnixStream::connect(&path).expect("connect the stalled subscriber");
+    let mut hello = handshake();
+    hello.extend_from_slice(&zmtp::subscribe(b""));
+    stalled.write_all(&hello).expect("handshake");
+    // It never reads. Publish until its queue is full: then it is subscribed.
+    let payload = |i: u64| ZmqMessage::from(Bytes::from(vec![i as u8 | 1; SIZE]));
+    let start = Instant::now();
+    let mut i = 0;
+    while recorder.get().send_queue_full == 0 {
+        assert!(start.elapsed() < DEADLINE, "the stalled subscriber's queue never filled");
+        publisher.send(payload(i)).await.expect("send");
+        i += 1;
+        tokio::task::yield_now().await;
+    }
+    let dropped_before = recorder.get().dropped();
+    for i in 0..SENT {
+        publisher.send(payload(i)).await.expect("send");
+        tokio::task::yield_now().await;
+    }
+    wait_until("every message beyond the queue dropped and counted", DEADLINE, || recorder.get().dropped() >= dropped_before + SENT - 16)
+        .await;
+    eprintln!("dropped {} of {} messages of 64 KiB: {:?}", recorder.get().dropped(), i + SENT, recorder.get());
+    assert_rss_bounded(before, "a subscriber that never reads");
+    // One stalled subscriber does not stall the others.
+    assert_still_serves(&mut publisher, &path).await;
+    drop(stalled);
+}
+
+fn spawn_as_nobody(role: &str, path: &Path) -> Child {
+    Command::new(std::env::current_exe().expect("this test binary"))
+        .args(["--exact", "child_process_role", "--nocapture", "--test-threads=1"])
+        .env(ROLE, role)
+        .env(ROLE_PATH, path)
+        .uid(NOBODY)
+        .gid(NOBODY)
+        .spawn()
+        .expect("start this test binary as nobody")
+}
+
+async fn wait_success(mut child: Child, what: &str) {
+    wait_until(what, DEADLINE, || child.try_wait().expect("wait for the child").is_some()).await;
+    let status = child.wait().expect("child status");
+    assert!(status.success(), "{what}: the child (as nobody) failed: {status}");
+}
+
+fn nobody(child: &Child) -> Option<PeerCred> {
+    Some(PeerCred { pid: i32::try_from(child.id()).ok(), uid: NOBODY, gid: NOBODY })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_uid_is_closed_before_any_byte_is_read() {
+    if euid() != 0 {
+        ringtail_tests::skip("needs root to start a peer as nobody (uid 65534)");
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    let site = Site::new("refused");
+    let recorder = Recorder::default();
+    let (mut publisher, path) = bind_pub(&site, &recorder).await;
+    let child = spawn_as_nobody("client", &path);
+    let expected = nobody(&child);
+    wait_success(child, "a client as nobody was closed before any byte").await;
+    wait_until("the refusal counted", DEADLINE, || !recorder.get().refused.is_empty()).await;
+    assert_eq!(recorder.get().refused, vec![expected]);
+    assert_still_serves(&mut publisher, &path).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connecting_refuses_a_listener_of_another_uid() {
+    if euid() != 0 {
+        ringtail_tests::skip("needs root to start a listener as nobody (uid 65534)");
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    let site = Site::new("impostor");
+    let path = site.path("impostor.sock");
+    let child = spawn_as_nobody("listener", &path);
+    let expected = nobody(&child);
+    wait_until("the impostor's socket", DEADLINE, || path.exists()).await;
+    let recorder = Recorder::default();
+    let mut sub = SubSocket::with_options(options(&recorder));
+    match sub.connect(&endpoint(&path)).await {
+        Err(ZmqError::Network(e)) if e.kind() == ErrorKind::PermissionDenied => {}
+        other => panic!("connecting to a listener owned by nobody: {other:?}"),
+    }
+    drop(sub);
+    assert_eq!(recorder.get().refused, vec![expected]);
+    wait_success(child, "the impostor read nothing").await;
+}
+
+/// Not a test by itself: what this binary does when started as `nobody` by
+/// the uid tests (a no-op otherwise).
+#[test]
+fn child_process_role() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let path = PathBuf::from(std::env::var(ROLE_PATH).expect("the socket path"));
+    assert_eq!(euid(), NOBODY, "the child runs as nobody");
+    let mut stream = match role.as_str() {
+        "client" => {
+            let mut stream = UnixStream::connect(&path).expect("nobody may reach the socket file");
+            // The server may already have closed: a failed write is fine.
+            let _ = stream.write_all(&handshake());
+            stream
+        }
+        "listener" => {
+            let listener = UnixListener::bind(&path).expect("bind as nobody");
+            listener.set_nonblocking(true).expect("nonblocking accept");
+            let start = Instant::now();
+            loop {
+                match listener.accept() {
+                    Ok((stream, _)) => break stream,
+                    Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                        assert!(start.elapsed() < DEADLINE, "nobody connected");
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(e) => panic!("accept: {e}"),
+                }
+            }
+        }
+        other => panic!("unknown role {other}"),
+    };
+    stream.set_nonblocking(false).expect("blocking reads");
+    stream.set_read_timeout(Some(DEADLINE)).expect("read timeout");
+    let mut got = Vec::new();
+    match stream.read_to_end(&mut got) {
+        Ok(_) => {}
+        Err(e) if e.kind() == ErrorKind::ConnectionReset => {}
+        Err(e) => panic!("{role}: no close within {DEADLINE:?}: {e}"),
+    }
+    assert!(got.is_empty(), "{role}: the refusing side sent {} bytes", got.len());
+}
