@@ -176,9 +176,11 @@ pub fn message<O: Out + ?Sized>(o: &mut O, field: u32, body: impl Fn(&mut dyn Ou
     }
 }
 
-/// Room left for a length before a body written in one pass: three bytes
-/// hold lengths up to 2 MiB.
-const LEN_ROOM: usize = 3;
+/// Room left for a length before a body written in one pass: two bytes
+/// hold lengths from 128 B to 16 KiB, where every span falls (a span's ids
+/// and times alone are over 50 bytes, its attributes several times that),
+/// so a span's body is never moved.
+const LEN_ROOM: usize = 2;
 
 /// Writes a message body with `body`, preceded by its length, in one pass
 /// (no counting pass): the body goes after room for the length, which is
