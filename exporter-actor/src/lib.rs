@@ -10,11 +10,15 @@
 //! - [`receiver`]: the actix actor that takes span batches from the span
 //!   consumer (`ringtail_ipc`, which drops replays by sequence), drops
 //!   re-derived spans by id, feeds the sinks and marks batches done.
-//! - [`meters`]: request-duration histograms and ringtail's own metrics in
-//!   the OpenTelemetry SDK, read by both OTLP and Prometheus.
+//! - [`meters`]: ringtail's own request-duration histograms (fixed
+//!   buckets, one lookup per span, bounded, idle series evicted) and the
+//!   health of every component, read by both OTLP and Prometheus.
 //! - [`resource`]: the OpenTelemetry resource of each traced service.
-//! - [`sinks::otlp`]: configuration (file + `OTEL_*` environment),
-//!   conversion to OTLP, the traces queue and the metrics push.
+//! - [`sinks::otlp`]: configuration (file + `OTEL_*` environment), OTLP
+//!   protobuf written straight from span batches and metrics
+//!   ([`sinks::otlp::wire`], [`sinks::otlp::spans`],
+//!   [`sinks::otlp::metrics`]), the transport with its retries
+//!   ([`sinks::otlp::client`]), the traces queue and the metrics push.
 //! - [`sinks::prometheus`]: `GET /metrics` in the Prometheus text format.
 //! - [`sinks::stdout`]: one line per span.
 

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use actix::Actor;
 use anyhow::Context;
-use exporter_actor::meters::Meters;
+use exporter_actor::meters::{self, Meters};
 use exporter_actor::receiver::{Drain, Receiver};
 use exporter_actor::sinks::otlp::{self, OtlpConfig, Transport};
 use exporter_actor::sinks::prometheus;
@@ -36,7 +36,7 @@ async fn run(p: Process, otlp: OtlpConfig) -> anyhow::Result<()> {
     p.socket_file(&acks_path);
 
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_default();
-    let meters = Meters::new(otlp.resource_attributes.clone(), &host, registry);
+    let meters = Meters::new(otlp.resource_attributes.clone(), &host, registry).evict_idle_after(meters::idle_limit(otlp.metrics_interval));
     if let Some(listen) = settings.export.prometheus.listen {
         prometheus::start(listen.get(), meters.view(), p.shutdown.clone()).await?;
     }

@@ -1,306 +1,705 @@
-//! Metrics derived from spans, and ringtail's own, kept in the OpenTelemetry
-//! SDK so that the OTLP push and the Prometheus scrape read the same numbers.
+//! Metrics derived from spans, and ringtail's own, kept here so that the
+//! OTLP push and the Prometheus scrape read the same numbers.
 //!
-//! Each traced service gets its own meter provider (a resource is per
-//! provider) with `http.server.request.duration` and
+//! Each traced service has `http.server.request.duration` and
 //! `http.client.request.duration` histograms in seconds, with the spec's
 //! default buckets and the attributes the spec lists: never `url.path`,
-//! which is unbounded. Readers are cumulative manual readers: collecting
-//! twice (push and scrape) is harmless.
+//! which is unbounded. A series is keyed by a small tuple (method, status,
+//! route or server address, port, scheme, protocol version, error) and
+//! found with one hash lookup per span; its counts are cumulative from the
+//! series' start. Reading (push or scrape) changes nothing.
+//!
+//! Bounded, and degrading gracefully rather than filling up for good:
+//! - at most [`MAX_SERVICES`] services; spans of more are counted
+//!   (`ringtail_metric_services_overflow_total`) and not measured;
+//! - at most [`MAX_SERIES_PER_INSTRUMENT`] series per histogram of a service and
+//!   [`MAX_SERIES`] in all; beyond, a span is measured in its histogram's
+//!   overflow series (attribute `otel.metric.overflow = true`, as the
+//!   OpenTelemetry SDKs do) and counted
+//!   (`ringtail_metric_series_overflow_total`);
+//! - a series not updated for the eviction time (10 export intervals, at
+//!   least 10 minutes: see [`idle_limit`]) is forgotten, and so is a
+//!   service left with none; if it comes back it starts again from zero
+//!   with a new start time (a cumulative reset, which backends expect).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
 
-use ipc_schema::health::PointKind;
-use ipc_schema::{Component, HealthReport, HttpSpan, ServiceResource, SpanKind};
-use opentelemetry::metrics::{Histogram, Meter, MeterProvider as _};
-use opentelemetry::KeyValue;
-use opentelemetry_sdk::error::OTelSdkResult;
-use opentelemetry_sdk::metrics::data::ResourceMetrics;
-use opentelemetry_sdk::metrics::reader::MetricReader;
-use opentelemetry_sdk::metrics::{InstrumentKind, ManualReader, Pipeline, SdkMeterProvider, Temporality};
+use hashbrown::HashTable;
+use ipc_schema::{Component, HealthReport, HttpSpan, ServiceResource, SpanBatch, SpanKind};
 use runtime_kit::counters::{Counter, Registry};
+use rustc_hash::{FxHashMap, FxHasher};
 
 use crate::resource;
+use crate::sinks::otlp::wire::{decimal, Value};
 
 /// The spec's default buckets for HTTP request durations, in seconds.
 pub const DURATION_BUCKETS: [f64; 14] = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0];
-/// Services with their own meters; more are counted, not measured.
-const MAX_SERVICES: usize = 1024;
+/// Buckets, the last one open-ended.
+pub const BUCKETS: usize = DURATION_BUCKETS.len() + 1;
+/// Services with their own histograms; spans of more are counted, not measured.
+pub const MAX_SERVICES: usize = 1024;
+/// Series of one histogram of one service (the OpenTelemetry SDKs' default
+/// cardinality limit); more go to its overflow series.
+pub const MAX_SERIES_PER_INSTRUMENT: usize = 2000;
+/// Series in all (about 200 bytes each); more go to overflow series.
+pub const MAX_SERIES: usize = 20_000;
+/// Export intervals a series may stay idle before it is forgotten.
+pub const IDLE_INTERVALS: u32 = 10;
+/// The shortest idle time before a series is forgotten.
+pub const MIN_IDLE: Duration = Duration::from_secs(600);
 
-/// A manual reader shared by the OTLP push and the Prometheus scrape.
-#[derive(Debug, Clone)]
-pub struct SharedReader(Arc<ManualReader>);
+/// How long a series may go without an update before it is forgotten:
+/// [`IDLE_INTERVALS`] export intervals (so its last value was pushed
+/// several times), and never less than [`MIN_IDLE`] (so a scraper that
+/// polls every few minutes sees it too).
+pub fn idle_limit(export_interval: Duration) -> Duration {
+    (export_interval * IDLE_INTERVALS).max(MIN_IDLE)
+}
 
-impl MetricReader for SharedReader {
-    fn register_pipeline(&self, pipeline: Weak<Pipeline>) {
-        self.0.register_pipeline(pipeline)
+/// Nanoseconds since the Unix epoch.
+pub fn unix_ns() -> u64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// One of the two request-duration histograms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Instrument {
+    /// The OpenTelemetry name.
+    pub name: &'static str,
+    /// Its description.
+    pub description: &'static str,
+    /// Its unit (UCUM).
+    pub unit: &'static str,
+}
+
+/// `http.server.request.duration`.
+pub const SERVER_DURATION: Instrument =
+    Instrument { name: "http.server.request.duration", description: "Duration of HTTP server requests.", unit: "s" };
+/// `http.client.request.duration`.
+pub const CLIENT_DURATION: Instrument =
+    Instrument { name: "http.client.request.duration", description: "Duration of HTTP client requests.", unit: "s" };
+
+/// A cumulative histogram's numbers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    /// When counting began (Unix ns).
+    pub start_ns: u64,
+    /// The last update (Unix ns, the batch's arrival).
+    pub last_ns: u64,
+    /// Measurements.
+    pub count: u64,
+    /// Their sum, in seconds.
+    pub sum: f64,
+    /// The smallest and largest.
+    pub min: f64,
+    pub max: f64,
+    /// Per bucket (not cumulative): `buckets[i]` counts values in
+    /// `(DURATION_BUCKETS[i-1], DURATION_BUCKETS[i]]`.
+    pub buckets: [u64; BUCKETS],
+}
+
+impl Point {
+    fn new(now: u64) -> Point {
+        Point { start_ns: now, last_ns: now, count: 0, sum: 0.0, min: f64::INFINITY, max: f64::NEG_INFINITY, buckets: [0; BUCKETS] }
     }
-    fn collect(&self, rm: &mut ResourceMetrics) -> OTelSdkResult {
-        self.0.collect(rm)
-    }
-    fn force_flush(&self) -> OTelSdkResult {
-        self.0.force_flush()
-    }
-    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
-        self.0.shutdown_with_timeout(timeout)
-    }
-    fn temporality(&self, kind: InstrumentKind) -> Temporality {
-        self.0.temporality(kind)
+
+    fn record(&mut self, v: f64, now: u64) {
+        // Upper bounds are inclusive, as in the OpenTelemetry SDKs.
+        let i = DURATION_BUCKETS.partition_point(|&b| b < v);
+        self.buckets[i] += 1;
+        self.count += 1;
+        self.sum += v;
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+        self.last_ns = now;
     }
 }
 
-fn provider(res: opentelemetry_sdk::Resource) -> (SdkMeterProvider, SharedReader) {
-    let reader = SharedReader(Arc::new(ManualReader::builder().with_temporality(Temporality::Cumulative).build()));
-    let provider = SdkMeterProvider::builder().with_resource(res).with_reader(reader.clone()).build();
-    (provider, reader)
-}
-
-struct Service {
-    _provider: SdkMeterProvider,
-    server: Histogram<f64>,
-    client: Histogram<f64>,
-}
-
-/// Distinct histogram attribute sets remembered.
-const ATTR_SETS: usize = 4096;
-
-/// What of a span makes up its histogram attributes (the spec's list:
-/// never `url.path`), and the attributes themselves.
-struct CachedAttrs {
-    kind: SpanKind,
-    method: String,
+/// What of a span makes up its histogram attributes: the spec's list,
+/// never `url.path`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeriesKey {
+    method: Box<str>,
     status: u16,
-    version: String,
-    scheme: String,
+    version: Box<str>,
+    scheme: Box<str>,
     error: bool,
     /// `http.route` (server) or `server.address` (client).
-    label: Option<String>,
+    label: Option<Box<str>>,
+    /// `server.port` (client spans only; 0 for server spans).
     port: u16,
-    attrs: Vec<KeyValue>,
+    kind: SpanKind,
 }
 
-fn label(s: &HttpSpan) -> Option<&String> {
+fn label(s: &HttpSpan) -> Option<&str> {
     match s.kind {
-        SpanKind::Server => s.route.as_ref(),
-        SpanKind::Client => s.server_address.as_ref(),
+        SpanKind::Server => s.route.as_deref(),
+        SpanKind::Client => s.server_address.as_deref(),
     }
 }
 
-fn attr_hash(s: &HttpSpan) -> u64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = rustc_hash::FxHasher::default();
-    (s.kind == SpanKind::Server, &s.method, s.status, &s.protocol_version, &s.scheme, s.error, label(s)).hash(&mut h);
+fn port(s: &HttpSpan) -> u16 {
     if s.kind == SpanKind::Client {
-        s.server_port.hash(&mut h);
+        s.server_port
+    } else {
+        0
     }
+}
+
+fn span_hash(s: &HttpSpan) -> u64 {
+    let mut h = FxHasher::default();
+    (&s.method, s.status, &s.protocol_version, &s.scheme, s.error, label(s), port(s)).hash(&mut h);
     h.finish()
 }
 
-impl CachedAttrs {
-    fn new(s: &HttpSpan) -> Self {
-        let mut attrs = Vec::with_capacity(7);
-        attrs.push(KeyValue::new("http.request.method", s.method.clone()));
-        attrs.push(KeyValue::new("http.response.status_code", i64::from(s.status)));
-        attrs.push(KeyValue::new("network.protocol.version", s.protocol_version.clone()));
-        attrs.push(KeyValue::new("url.scheme", s.scheme.clone()));
-        if s.error {
-            attrs.push(KeyValue::new("error.type", s.status.to_string()));
-        }
-        match s.kind {
-            SpanKind::Server => {
-                if let Some(r) = &s.route {
-                    attrs.push(KeyValue::new("http.route", r.clone()));
-                }
-            }
-            SpanKind::Client => {
-                if let Some(a) = &s.server_address {
-                    attrs.push(KeyValue::new("server.address", a.clone()));
-                }
-                attrs.push(KeyValue::new("server.port", i64::from(s.server_port)));
-            }
-        }
-        CachedAttrs {
-            kind: s.kind,
-            method: s.method.clone(),
+impl SeriesKey {
+    fn new(s: &HttpSpan) -> SeriesKey {
+        SeriesKey {
+            method: s.method.as_str().into(),
             status: s.status,
-            version: s.protocol_version.clone(),
-            scheme: s.scheme.clone(),
+            version: s.protocol_version.as_str().into(),
+            scheme: s.scheme.as_str().into(),
             error: s.error,
-            label: label(s).cloned(),
-            port: if s.kind == SpanKind::Client { s.server_port } else { 0 },
-            attrs,
+            label: label(s).map(Into::into),
+            port: port(s),
+            kind: s.kind,
         }
     }
 
     fn matches(&self, s: &HttpSpan) -> bool {
-        self.kind == s.kind
-            && self.status == s.status
+        self.status == s.status
             && self.error == s.error
-            && self.method == s.method
-            && self.version == s.protocol_version
-            && self.scheme == s.scheme
-            && self.label.as_ref() == label(s)
-            && self.port == if s.kind == SpanKind::Client { s.server_port } else { 0 }
+            && self.port == port(s)
+            && *self.method == *s.method
+            && *self.version == *s.protocol_version
+            && *self.scheme == *s.scheme
+            && self.label.as_deref() == label(s)
+    }
+
+    /// The series' attributes, sorted by key (as the OpenTelemetry SDKs
+    /// export them).
+    pub fn attributes(&self, mut f: impl FnMut(&'static str, Value<'_>)) {
+        let mut digits = [0u8; 20];
+        if self.error {
+            f("error.type", Value::Str(decimal(u64::from(self.status), &mut digits)));
+        }
+        f("http.request.method", Value::Str(&self.method));
+        f("http.response.status_code", Value::Int(i64::from(self.status)));
+        match self.kind {
+            SpanKind::Server => {
+                if let Some(r) = &self.label {
+                    f("http.route", Value::Str(r));
+                }
+                f("network.protocol.version", Value::Str(&self.version));
+            }
+            SpanKind::Client => {
+                f("network.protocol.version", Value::Str(&self.version));
+                if let Some(a) = &self.label {
+                    f("server.address", Value::Str(a));
+                }
+                f("server.port", Value::Int(i64::from(self.port)));
+            }
+        }
+        f("url.scheme", Value::Str(&self.scheme));
     }
 }
 
-/// The latest health report of each component.
-pub type HealthState = Arc<Mutex<BTreeMap<Component, HealthReport>>>;
+/// The attribute of an overflow series.
+pub const OVERFLOW_ATTRIBUTE: (&str, Value<'static>) = ("otel.metric.overflow", Value::Bool(true));
 
-/// A cheap, shareable handle to read every meter (OTLP push, scrape).
-#[derive(Clone)]
-pub struct MetricsView {
-    readers: Arc<Mutex<Vec<SharedReader>>>,
-    health: HealthState,
+#[derive(Debug)]
+struct Series {
+    hash: u64,
+    key: SeriesKey,
+    point: Point,
 }
 
-impl MetricsView {
-    /// Collects every provider: what is pushed or scraped.
-    pub fn collect(&self) -> Vec<ResourceMetrics> {
-        let readers = self.readers.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        readers
-            .iter()
-            .filter_map(|r| {
-                let mut rm = ResourceMetrics::default();
-                r.collect(&mut rm).ok().map(|_| rm)
-            })
-            .collect()
+/// One histogram of one service.
+#[derive(Debug, Default)]
+pub struct Histogram {
+    table: HashTable<Series>,
+    overflow: Option<Point>,
+}
+
+impl Histogram {
+    /// Every series: its attributes (`None` for the overflow series) and numbers.
+    pub fn series(&self) -> impl Iterator<Item = (Option<&SeriesKey>, &Point)> {
+        self.table.iter().map(|s| (Some(&s.key), &s.point)).chain(self.overflow.iter().map(|p| (None, p)))
+    }
+
+    /// True when it has no series.
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty() && self.overflow.is_none()
+    }
+
+    fn len(&self) -> usize {
+        self.table.len() + usize::from(self.overflow.is_some())
+    }
+
+    /// Records `v` for `s`; false if it went to the overflow series.
+    fn record(&mut self, s: &HttpSpan, v: f64, now: u64, total: &mut usize) -> bool {
+        let hash = span_hash(s);
+        if let Some(series) = self.table.find_mut(hash, |x| x.key.matches(s)) {
+            series.point.record(v, now);
+            return true;
+        }
+        if self.table.len() < MAX_SERIES_PER_INSTRUMENT && *total < MAX_SERIES {
+            let mut point = Point::new(now);
+            point.record(v, now);
+            self.table.insert_unique(hash, Series { hash, key: SeriesKey::new(s), point }, |x| x.hash);
+            *total += 1;
+            return true;
+        }
+        if self.overflow.is_none() {
+            *total += 1;
+        }
+        self.overflow.get_or_insert_with(|| Point::new(now)).record(v, now);
+        false
+    }
+
+    /// Forgets series last updated before `cutoff`; how many were forgotten.
+    fn evict(&mut self, cutoff: u64) -> usize {
+        let before = self.len();
+        self.table.retain(|s| s.point.last_ns >= cutoff);
+        if self.overflow.as_ref().is_some_and(|p| p.last_ns < cutoff) {
+            self.overflow = None;
+        }
+        before - self.len()
+    }
+}
+
+/// The histograms of one traced service.
+#[derive(Debug)]
+pub struct ServiceHistograms {
+    /// The service, as the span-actor described it.
+    pub resource: ServiceResource,
+    /// `http.server.request.duration`.
+    pub server: Histogram,
+    /// `http.client.request.duration`.
+    pub client: Histogram,
+}
+
+/// Health reports, with the time each component's counting began.
+#[derive(Debug, Default)]
+struct Health {
+    reports: BTreeMap<Component, HealthReport>,
+    /// Per component: (instance, start time in Unix ns). A new instance
+    /// (a restart) counts from zero again.
+    starts: BTreeMap<Component, (u64, u64)>,
+}
+
+/// Every metric the exporter holds: what readers see.
+#[derive(Debug)]
+pub struct Metrics {
+    services: Vec<Option<ServiceHistograms>>,
+    index: FxHashMap<ServiceResource, usize>,
+    free: Vec<usize>,
+    series: usize,
+    health: Health,
+    /// ringtail itself, as a resource of its own metrics.
+    me: ServiceResource,
+    /// Attributes added to every resource (ringtail's `OTEL_RESOURCE_ATTRIBUTES`).
+    extra: Vec<(String, String)>,
+}
+
+impl Metrics {
+    /// Every service that has histograms.
+    pub fn services(&self) -> impl Iterator<Item = &ServiceHistograms> {
+        self.services.iter().flatten()
+    }
+
+    /// Series held, overflow series included.
+    pub fn series_count(&self) -> usize {
+        self.series
     }
 
     /// The latest health report of each component.
-    pub fn health(&self) -> BTreeMap<Component, HealthReport> {
-        self.health.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    pub fn health(&self) -> &BTreeMap<Component, HealthReport> {
+        &self.health.reports
+    }
+
+    /// When a component's counters started (Unix ns; 0 if unknown).
+    pub fn health_start(&self, c: Component) -> u64 {
+        self.health.starts.get(&c).map_or(0, |(_, t)| *t)
+    }
+
+    /// The resource of a service's metrics.
+    pub fn resource<'a>(&'a self, s: &'a ServiceHistograms) -> resource::Attributes<'a> {
+        resource::service(&s.resource, &self.extra)
+    }
+
+    /// The resource of ringtail's own metrics.
+    pub fn own_resource(&self) -> resource::Attributes<'_> {
+        resource::ringtail(&self.me, &self.extra)
+    }
+
+    fn slot(&mut self, res: &ServiceResource) -> Option<usize> {
+        if let Some(&i) = self.index.get(res) {
+            return Some(i);
+        }
+        if self.index.len() >= MAX_SERVICES {
+            return None;
+        }
+        let svc = ServiceHistograms { resource: res.clone(), server: Histogram::default(), client: Histogram::default() };
+        let i = match self.free.pop() {
+            Some(i) => {
+                self.services[i] = Some(svc);
+                i
+            }
+            None => {
+                self.services.push(Some(svc));
+                self.services.len() - 1
+            }
+        };
+        self.index.insert(res.clone(), i);
+        Some(i)
+    }
+
+    fn evict(&mut self, cutoff: u64) -> usize {
+        let mut gone = 0;
+        for i in 0..self.services.len() {
+            let Some(svc) = &mut self.services[i] else {
+                continue;
+            };
+            gone += svc.server.evict(cutoff) + svc.client.evict(cutoff);
+            if svc.server.is_empty() && svc.client.is_empty() {
+                self.index.remove(&svc.resource);
+                self.services[i] = None;
+                self.free.push(i);
+            }
+        }
+        self.series -= gone;
+        gone
     }
 }
 
-/// All metric state of the exporter.
+/// A cheap, shareable handle to read every metric (OTLP push, scrape).
+#[derive(Clone, Debug)]
+pub struct MetricsView {
+    state: Arc<Mutex<Metrics>>,
+}
+
+impl MetricsView {
+    /// Runs `f` on the metrics as they are now (recording waits meanwhile).
+    pub fn read<R>(&self, f: impl FnOnce(&Metrics) -> R) -> R {
+        f(&lock(&self.state))
+    }
+}
+
+fn lock(state: &Mutex<Metrics>) -> MutexGuard<'_, Metrics> {
+    // A poisoned lock only means a reader panicked mid-read; recording
+    // never leaves the numbers half-updated across a panic point.
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// All metric state of the exporter, held by the receiver.
 pub struct Meters {
-    services: HashMap<ServiceResource, Service>,
-    readers: Arc<Mutex<Vec<SharedReader>>>,
-    self_meter: Meter,
-    _self_provider: SdkMeterProvider,
-    health: HealthState,
-    registered: HashSet<String>,
-    extra: Vec<(String, String)>,
-    attr_sets: rustc_hash::FxHashMap<u64, CachedAttrs>,
+    state: Arc<Mutex<Metrics>>,
+    /// Per resource of the batch being recorded: its service slot, once looked up.
+    slots: Vec<Option<Option<usize>>>,
+    idle: Duration,
+    next_sweep: u64,
     recorded: Counter,
-    overflow: Counter,
+    services_overflow: Counter,
+    series_overflow: Counter,
+    evicted: Counter,
 }
 
 impl Meters {
-    /// Meters whose resources get `extra` attributes.
+    /// Meters whose resources get `extra` attributes; series idle for
+    /// [`MIN_IDLE`] are forgotten (see [`Meters::evict_idle_after`]).
     pub fn new(extra: Vec<(String, String)>, host: &str, registry: &Registry) -> Meters {
-        let (self_provider, self_reader) = provider(resource::ringtail(host, &extra));
-        let self_meter = self_provider.meter("ringtail");
-        Meters {
-            services: HashMap::new(),
-            readers: Arc::new(Mutex::new(vec![self_reader])),
-            self_meter,
-            _self_provider: self_provider,
-            health: Arc::default(),
-            registered: HashSet::new(),
+        let state = Metrics {
+            services: Vec::new(),
+            index: FxHashMap::default(),
+            free: Vec::new(),
+            series: 0,
+            health: Health::default(),
+            me: resource::ringtail_process(host),
             extra,
-            attr_sets: rustc_hash::FxHashMap::default(),
+        };
+        Meters {
+            state: Arc::new(Mutex::new(state)),
+            slots: Vec::new(),
+            idle: MIN_IDLE,
+            next_sweep: 0,
             recorded: registry.counter("ringtail_metric_samples_total", &[]),
-            overflow: registry.counter("ringtail_metric_services_overflow_total", &[]),
+            services_overflow: registry.counter("ringtail_metric_services_overflow_total", &[]),
+            series_overflow: registry.counter("ringtail_metric_series_overflow_total", &[]),
+            evicted: registry.counter("ringtail_metric_series_evicted_total", &[]),
         }
+    }
+
+    /// Forgets series idle for `idle` (e.g. [`idle_limit`] of the export interval).
+    pub fn evict_idle_after(mut self, idle: Duration) -> Meters {
+        self.idle = idle;
+        self
     }
 
     /// A handle for readers of the metrics.
     pub fn view(&self) -> MetricsView {
-        MetricsView { readers: self.readers.clone(), health: self.health.clone() }
+        MetricsView { state: self.state.clone() }
     }
 
-    fn service(&mut self, res: &ServiceResource) -> Option<&Service> {
-        if !self.services.contains_key(res) {
-            if self.services.len() >= MAX_SERVICES {
-                self.overflow.inc();
-                return None;
-            }
-            let (p, reader) = provider(resource::service(res, &self.extra));
-            let meter = p.meter("ringtail");
-            let hist = |name: &'static str, what: &'static str| {
-                meter.f64_histogram(name).with_unit("s").with_description(what).with_boundaries(DURATION_BUCKETS.to_vec()).build()
+    /// Records the duration of every span of `batch` that counts in the
+    /// metrics.
+    pub fn record_batch(&mut self, batch: &SpanBatch) {
+        self.record_batch_at(batch, unix_ns());
+    }
+
+    /// [`Meters::record_batch`] at time `now` (Unix ns).
+    pub fn record_batch_at(&mut self, batch: &SpanBatch, now: u64) {
+        let state = Arc::clone(&self.state);
+        let mut st = lock(&state);
+        self.sweep(&mut st, now);
+        self.slots.clear();
+        self.slots.resize(batch.resources.len(), None);
+        let (mut recorded, mut no_service, mut overflow) = (0u64, 0u64, 0u64);
+        for s in batch.spans.iter().filter(|s| s.export_metrics) {
+            let r = s.resource as usize;
+            let Some(cached) = self.slots.get_mut(r) else {
+                continue;
             };
-            let server = hist("http.server.request.duration", "Duration of HTTP server requests.");
-            let client = hist("http.client.request.duration", "Duration of HTTP client requests.");
-            self.readers.lock().unwrap_or_else(|p| p.into_inner()).push(reader);
-            self.services.insert(res.clone(), Service { _provider: p, server, client });
+            let slot = *cached.get_or_insert_with(|| st.slot(&batch.resources[r]));
+            let Some(slot) = slot else {
+                no_service += 1;
+                continue;
+            };
+            let seconds = s.end_unix_ns.saturating_sub(s.start_unix_ns) as f64 / 1e9;
+            let Metrics { services, series, .. } = &mut *st;
+            // Slots handed out by `slot` hold a service until `evict`, which
+            // does not run while a batch is recorded.
+            let Some(svc) = services[slot].as_mut() else {
+                continue;
+            };
+            let hist = match s.kind {
+                SpanKind::Server => &mut svc.server,
+                SpanKind::Client => &mut svc.client,
+            };
+            if !hist.record(s, seconds, now, series) {
+                overflow += 1;
+            }
+            recorded += 1;
         }
-        self.services.get(res)
+        drop(st);
+        self.recorded.add(recorded);
+        self.services_overflow.add(no_service);
+        self.series_overflow.add(overflow);
     }
 
-    /// Records one span's duration.
+    /// Records one span's duration (a batch of one).
     pub fn record(&mut self, res: &ServiceResource, s: &HttpSpan) {
-        if !s.export_metrics {
+        let mut s = s.clone();
+        s.resource = 0;
+        self.record_batch(&SpanBatch { resources: vec![res.clone()], spans: vec![s] });
+    }
+
+    /// Forgets idle series, at most every tenth of the idle time.
+    fn sweep(&mut self, st: &mut Metrics, now: u64) {
+        if now < self.next_sweep {
             return;
         }
-        let seconds = s.end_unix_ns.saturating_sub(s.start_unix_ns) as f64 / 1e9;
-        // The attribute set, built once per distinct combination: building
-        // it per span (seven allocations) cost more than the recording.
-        let key = attr_hash(s);
-        let hit = self.attr_sets.get(&key).is_some_and(|c| c.matches(s));
-        if !hit {
-            if self.attr_sets.len() >= ATTR_SETS {
-                self.attr_sets.clear();
-            }
-            self.attr_sets.insert(key, CachedAttrs::new(s));
+        let idle = self.idle.as_nanos() as u64;
+        self.next_sweep = now + (idle / 10).max(1_000_000_000);
+        let gone = st.evict(now.saturating_sub(idle));
+        self.evicted.add(gone as u64);
+        if gone > 0 {
+            tracing::debug!(series = gone, "idle metric series forgotten");
         }
-        let Some(svc) = self.service(res) else { return };
-        let hist = match s.kind {
-            SpanKind::Server => svc.server.clone(),
-            SpanKind::Client => svc.client.clone(),
-        };
-        // Inserted above when missing.
-        let Some(attrs) = self.attr_sets.get(&key) else { return };
-        hist.record(seconds, &attrs.attrs);
-        self.recorded.inc();
     }
 
-    /// Stores a component's health and makes sure each of its metrics is
-    /// exported over OTLP too.
+    /// Stores a component's health (exported with every push and scrape),
+    /// and forgets idle series when due.
     pub fn update_health(&mut self, report: HealthReport) {
-        let names: Vec<(String, PointKind)> = report.points.iter().map(|p| (p.name.clone(), p.kind)).collect();
-        // A poisoned lock only means a reader panicked mid-read; the map is intact.
-        self.health.lock().unwrap_or_else(|p| p.into_inner()).insert(report.component, report);
-        for (name, kind) in names {
-            if self.registered.insert(name.clone()) {
-                self.register(name, kind);
-            }
+        self.update_health_at(report, unix_ns());
+    }
+
+    /// [`Meters::update_health`] at time `now` (Unix ns).
+    pub fn update_health_at(&mut self, report: HealthReport, now: u64) {
+        let state = Arc::clone(&self.state);
+        let mut st = lock(&state);
+        let start = st.health.starts.entry(report.component).or_insert((report.instance, now));
+        if start.0 != report.instance {
+            *start = (report.instance, now);
+        }
+        st.health.reports.insert(report.component, report);
+        self.sweep(&mut st, now);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn res(name: &str) -> ServiceResource {
+        ServiceResource {
+            service_name: name.into(),
+            service_instance_id: "h:1".into(),
+            host_name: "h".into(),
+            pid: 1,
+            executable_name: name.into(),
+            extra: vec![],
         }
     }
 
-    fn register(&mut self, name: String, kind: PointKind) {
-        let state = self.health.clone();
-        let key = name.clone();
-        let points = move || -> Vec<(f64, Vec<KeyValue>)> {
-            let state = state.lock().unwrap_or_else(|p| p.into_inner());
-            state
-                .values()
-                .flat_map(|r| r.points.iter())
-                .filter(|p| p.name == key)
-                .map(|p| (p.value, p.labels.iter().map(|(k, v)| KeyValue::new(k.clone(), v.clone())).collect()))
-                .collect()
-        };
-        // The SDK keeps the callback for the provider's life.
-        match kind {
-            PointKind::Counter => {
-                let otel_name = name.strip_suffix("_total").unwrap_or(&name).to_owned();
-                let _ = self
-                    .self_meter
-                    .f64_observable_counter(otel_name)
-                    .with_callback(move |o| points().into_iter().for_each(|(v, a)| o.observe(v, &a)))
-                    .build();
-            }
-            PointKind::Gauge => {
-                let _ = self
-                    .self_meter
-                    .f64_observable_gauge(name)
-                    .with_callback(move |o| points().into_iter().for_each(|(v, a)| o.observe(v, &a)))
-                    .build();
-            }
+    pub(crate) fn span(route: &str, ms: u64, status: u16) -> HttpSpan {
+        HttpSpan {
+            resource: 0,
+            kind: SpanKind::Server,
+            trace_id: 1,
+            span_id: 1,
+            parent_span_id: 0,
+            trace_flags: 1,
+            name: format!("GET {route}"),
+            start_unix_ns: 1_000,
+            end_unix_ns: 1_000 + ms * 1_000_000,
+            method: "GET".into(),
+            method_original: None,
+            route: Some(route.into()),
+            path: "/x/1".into(),
+            query: None,
+            scheme: "http".into(),
+            status,
+            error: status >= 500,
+            server_address: None,
+            server_port: 80,
+            client_address: "a".into(),
+            client_port: 1,
+            peer_address: "a".into(),
+            peer_port: 1,
+            protocol_version: "1.1".into(),
+            user_agent: None,
+            export_trace: true,
+            export_metrics: true,
         }
+    }
+
+    fn points(m: &Meters) -> Vec<(String, Option<String>, Point)> {
+        m.view().read(|m| {
+            let mut v = Vec::new();
+            for svc in m.services() {
+                for (k, p) in svc.server.series() {
+                    let route = k.map(|k| {
+                        let mut r = None;
+                        k.attributes(|name, v| {
+                            if name == "http.route" {
+                                r = Some(format!("{v:?}"));
+                            }
+                        });
+                        r.unwrap_or_default()
+                    });
+                    v.push((svc.resource.service_name.clone(), route, p.clone()));
+                }
+            }
+            v.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+            v
+        })
+    }
+
+    #[test]
+    fn buckets_sum_min_max() {
+        let registry = Registry::new(Component::ExporterActor, 1);
+        let mut m = Meters::new(vec![], "h", &registry);
+        let spans = vec![span("/a", 5, 200), span("/a", 3, 200), span("/a", 20_000, 200)];
+        m.record_batch_at(&SpanBatch { resources: vec![res("s")], spans }, 7);
+        let p = points(&m);
+        assert_eq!(p.len(), 1);
+        let p = &p[0].2;
+        assert_eq!(p.count, 3);
+        assert_eq!(p.buckets[0], 2, "5 ms is in the first bucket (upper bound inclusive)");
+        assert_eq!(p.buckets[BUCKETS - 1], 1);
+        assert!((p.sum - 20.008).abs() < 1e-9 && p.min == 0.003 && p.max == 20.0, "{p:?}");
+        assert_eq!((p.start_ns, p.last_ns), (7, 7));
+        assert_eq!(registry.counter("ringtail_metric_samples_total", &[]).get(), 3);
+    }
+
+    #[test]
+    fn caps_overflow_and_are_counted() {
+        let registry = Registry::new(Component::ExporterActor, 1);
+        let mut m = Meters::new(vec![], "h", &registry);
+        let spans: Vec<HttpSpan> = (0..MAX_SERIES_PER_INSTRUMENT + 5).map(|i| span(&format!("/r{i}"), 1, 200)).collect();
+        m.record_batch_at(&SpanBatch { resources: vec![res("s")], spans }, 1);
+        let p = points(&m);
+        assert_eq!(p.len(), MAX_SERIES_PER_INSTRUMENT + 1);
+        let overflow: Vec<_> = p.iter().filter(|x| x.1.is_none()).collect();
+        assert_eq!(overflow.len(), 1);
+        assert_eq!(overflow[0].2.count, 5);
+        assert_eq!(registry.counter("ringtail_metric_series_overflow_total", &[]).get(), 5);
+        // Services beyond the cap are counted, not measured.
+        let resources: Vec<_> = (0..MAX_SERVICES + 2).map(|i| res(&format!("svc{i}"))).collect();
+        let spans = (0..resources.len())
+            .map(|i| {
+                let mut s = span("/", 1, 200);
+                s.resource = i as u32;
+                s
+            })
+            .collect();
+        m.record_batch_at(&SpanBatch { resources, spans }, 2);
+        assert_eq!(m.view().read(|m| m.services().count()), MAX_SERVICES);
+        assert_eq!(registry.counter("ringtail_metric_services_overflow_total", &[]).get(), 3);
+    }
+
+    #[test]
+    fn idle_series_and_services_are_forgotten_and_come_back_from_zero() {
+        let registry = Registry::new(Component::ExporterActor, 1);
+        let mut m = Meters::new(vec![], "h", &registry).evict_idle_after(Duration::from_secs(100));
+        let s = 1_000_000_000u64;
+        let batch = |spans| SpanBatch { resources: vec![res("old"), res("new")], spans };
+        let mut newer = span("/b", 1, 200);
+        newer.resource = 1;
+        m.record_batch_at(&batch(vec![span("/a", 1, 200), span("/a", 1, 200)]), s);
+        m.record_batch_at(&batch(vec![newer.clone()]), 60 * s);
+        // At 150 s, "old" (last seen at 1 s) has been idle for more than 100 s.
+        m.record_batch_at(&batch(vec![newer.clone()]), 150 * s);
+        let p = points(&m);
+        assert_eq!(p.iter().map(|x| x.0.as_str()).collect::<Vec<_>>(), ["new"], "{p:?}");
+        assert_eq!(registry.counter("ringtail_metric_series_evicted_total", &[]).get(), 1);
+        assert_eq!(m.view().read(|m| m.series_count()), 1);
+        m.record_batch_at(&batch(vec![span("/a", 1, 200)]), 151 * s);
+        let p = points(&m);
+        let old = p.iter().find(|x| x.0 == "old").map(|x| &x.2).cloned();
+        assert_eq!(old.map(|p| (p.count, p.start_ns)), Some((1, 151 * s)), "a new start, counted from zero");
+    }
+
+    #[test]
+    fn attributes_are_the_specs_sorted_by_key() {
+        let mut c = span("/", 1, 503);
+        c.kind = SpanKind::Client;
+        c.server_address = Some("api".into());
+        c.server_port = 8443;
+        c.scheme = "https".into();
+        let mut keys = Vec::new();
+        SeriesKey::new(&c).attributes(|k, _| keys.push(k));
+        assert_eq!(
+            keys,
+            [
+                "error.type",
+                "http.request.method",
+                "http.response.status_code",
+                "network.protocol.version",
+                "server.address",
+                "server.port",
+                "url.scheme"
+            ]
+        );
+        let mut keys = Vec::new();
+        SeriesKey::new(&span("/", 1, 200)).attributes(|k, _| keys.push(k));
+        assert_eq!(keys, ["http.request.method", "http.response.status_code", "http.route", "network.protocol.version", "url.scheme"]);
+    }
+
+    #[test]
+    fn a_restarted_component_counts_from_a_new_start() {
+        let registry = Registry::new(Component::ExporterActor, 1);
+        let mut m = Meters::new(vec![], "h", &registry);
+        let report = |instance| HealthReport { component: Component::SpanActor, instance, points: vec![] };
+        let start = |m: &Meters| m.view().read(|m| m.health_start(Component::SpanActor));
+        m.update_health_at(report(1), 10);
+        m.update_health_at(report(1), 20);
+        assert_eq!(start(&m), 10);
+        m.update_health_at(report(2), 30);
+        assert_eq!(start(&m), 30);
     }
 }

@@ -2,13 +2,12 @@
 //! sink; acks back once a batch is finished everywhere.
 //!
 //! Replays are dropped twice over: by sequence number (a replay from the
-//! same span-actor; the span consumer does that) and by span id (the same request re-derived by a
-//! restarted span-actor from the loader's replay), so a restart never
+//! same span-actor; the span consumer does that) and by span id (the same
+//! request re-derived by a restarted span-actor from the loader's replay), so a restart never
 //! double-counts a request in traces or histograms.
 
 use rustc_hash::FxHashSet as HashSet;
 use std::io::Write;
-use std::sync::Arc;
 
 use actix::prelude::*;
 use ipc_schema::{Body, Component, SpanBatch};
@@ -19,7 +18,7 @@ use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
 use tokio_stream::StreamExt as _;
 
 use crate::meters::Meters;
-use crate::sinks::otlp::traces::{TraceJob, TraceSink};
+use crate::sinks::otlp::traces::TraceSink;
 use crate::sinks::stdout;
 
 /// Span ids remembered to drop re-derived duplicates: more than a full
@@ -125,16 +124,11 @@ impl Receiver {
             }
             let _ = out.flush();
         }
-        for s in &batch.spans {
-            if let Some(res) = batch.resources.get(s.resource as usize) {
-                self.meters.record(res, s);
-            }
-        }
+        self.meters.record_batch(&batch);
         let to_trace = batch.spans.iter().filter(|s| s.export_trace).count();
-        match &self.traces {
+        match &mut self.traces {
             Some(sink) if to_trace > 0 => {
-                let job = TraceJob { key: (id.instance, id.seq), batch: Arc::new(batch), spans: to_trace };
-                if !sink.submit(job) {
+                if !sink.submit((id.instance, id.seq), &batch, to_trace) {
                     self.consumer.done(id); // dropped and counted: finished
                 }
             }

@@ -1,8 +1,12 @@
-//! OpenTelemetry resources for traced services (and for ringtail itself).
+//! OpenTelemetry resources for traced services (and for ringtail itself):
+//! the attribute list every exported span and metric of a service carries.
 
 use ipc_schema::ServiceResource;
-use opentelemetry::KeyValue;
-use opentelemetry_sdk::Resource;
+
+use crate::sinks::otlp::wire::Value;
+
+/// The resource attribute list, in the order it is exported.
+pub type Attributes<'a> = Vec<(&'a str, Value<'a>)>;
 
 /// `telemetry.sdk.language` guessed from the executable name, as the spec
 /// requires one; `unknown` when the name says nothing.
@@ -21,49 +25,54 @@ pub fn language(exe: &str) -> &'static str {
 }
 
 /// The resource of a traced service. `extra` (from ringtail's own
-/// `OTEL_RESOURCE_ATTRIBUTES`) never overrides what the process said.
-pub fn service(res: &ServiceResource, extra: &[(String, String)]) -> Resource {
-    let mut attrs = vec![
-        KeyValue::new("service.name", res.service_name.clone()),
-        KeyValue::new("service.instance.id", res.service_instance_id.clone()),
-        KeyValue::new("host.name", res.host_name.clone()),
-        KeyValue::new("process.pid", i64::from(res.pid)),
-        KeyValue::new("process.executable.name", res.executable_name.clone()),
-        KeyValue::new("telemetry.sdk.name", "ringtail"),
-        KeyValue::new("telemetry.sdk.version", env!("CARGO_PKG_VERSION")),
-        KeyValue::new("telemetry.sdk.language", language(&res.executable_name)),
-    ];
-    let fixed: Vec<String> = attrs.iter().map(|kv| kv.key.as_str().to_owned()).collect();
-    for (k, v) in res.extra.iter().chain(extra) {
-        if !fixed.contains(k) && !attrs.iter().any(|kv| kv.key.as_str() == k) {
-            attrs.push(KeyValue::new(k.clone(), v.clone()));
-        }
-    }
-    Resource::builder_empty().with_attributes(attrs).build()
+/// `OTEL_RESOURCE_ATTRIBUTES`) never overrides what the process said, and
+/// neither overrides the fixed attributes.
+pub fn service<'a>(res: &'a ServiceResource, extra: &'a [(String, String)]) -> Attributes<'a> {
+    with_language(res, extra, language(&res.executable_name))
 }
 
-/// The resource ringtail's own metrics are reported under.
-pub fn ringtail(host: &str, extra: &[(String, String)]) -> Resource {
-    let res = ServiceResource {
+fn with_language<'a>(res: &'a ServiceResource, extra: &'a [(String, String)], lang: &'static str) -> Attributes<'a> {
+    let mut attrs: Attributes<'a> = Vec::with_capacity(8 + res.extra.len() + extra.len());
+    attrs.extend([
+        ("service.name", Value::Str(&res.service_name)),
+        ("service.instance.id", Value::Str(&res.service_instance_id)),
+        ("host.name", Value::Str(&res.host_name)),
+        ("process.pid", Value::Int(i64::from(res.pid))),
+        ("process.executable.name", Value::Str(&res.executable_name)),
+        ("telemetry.sdk.name", Value::Str("ringtail")),
+        ("telemetry.sdk.version", Value::Str(env!("CARGO_PKG_VERSION"))),
+        ("telemetry.sdk.language", Value::Str(lang)),
+    ]);
+    for (k, v) in res.extra.iter().chain(extra) {
+        if !attrs.iter().any(|(key, _)| key == k) {
+            attrs.push((k.as_str(), Value::Str(v)));
+        }
+    }
+    attrs
+}
+
+/// The description of ringtail itself, whose own metrics are reported under
+/// [`ringtail`].
+pub fn ringtail_process(host: &str) -> ServiceResource {
+    ServiceResource {
         service_name: "ringtail".into(),
         service_instance_id: host.to_owned(),
         host_name: host.to_owned(),
         pid: std::process::id(),
         executable_name: "ringtail-exporter-actor".into(),
         extra: Vec::new(),
-    };
-    let mut r = service(&res, extra);
-    r = Resource::builder_empty()
-        .with_attributes(r.iter().filter(|(k, _)| k.as_str() != "telemetry.sdk.language").map(|(k, v)| KeyValue::new(k.clone(), v.clone())))
-        .with_attribute(KeyValue::new("telemetry.sdk.language", "rust"))
-        .build();
-    r
+    }
+}
+
+/// The resource ringtail's own metrics are reported under (`res` from
+/// [`ringtail_process`]).
+pub fn ringtail<'a>(res: &'a ServiceResource, extra: &'a [(String, String)]) -> Attributes<'a> {
+    with_language(res, extra, "rust")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use opentelemetry::Key;
 
     #[test]
     fn service_resource_attributes() {
@@ -75,12 +84,17 @@ mod tests {
             executable_name: "python3.11".into(),
             extra: vec![("team".into(), "a".into())],
         };
-        let r = service(&res, &[("deployment.environment".into(), "prod".into()), ("team".into(), "ignored".into())]);
-        let get = |k: &'static str| r.get(&Key::from_static_str(k)).map(|v| v.to_string());
-        assert_eq!(get("service.name").as_deref(), Some("web"));
-        assert_eq!(get("process.pid").as_deref(), Some("1"));
-        assert_eq!(get("telemetry.sdk.language").as_deref(), Some("python"));
-        assert_eq!(get("team").as_deref(), Some("a"));
-        assert_eq!(get("deployment.environment").as_deref(), Some("prod"));
+        let extra =
+            [("deployment.environment".into(), "prod".into()), ("team".into(), "ignored".into()), ("service.name".into(), "no".into())];
+        let r = service(&res, &extra);
+        let get = |k: &str| r.iter().find(|(key, _)| *key == k).map(|(_, v)| *v);
+        assert_eq!(get("service.name"), Some(Value::Str("web")));
+        assert_eq!(get("process.pid"), Some(Value::Int(1)));
+        assert_eq!(get("telemetry.sdk.language"), Some(Value::Str("python")));
+        assert_eq!(get("team"), Some(Value::Str("a")));
+        assert_eq!(get("deployment.environment"), Some(Value::Str("prod")));
+        assert_eq!(r.len(), 10, "no duplicate keys: {r:?}");
+        let me = ringtail_process("h");
+        assert_eq!(ringtail(&me, &[]).iter().find(|(k, _)| *k == "telemetry.sdk.language").map(|(_, v)| *v), Some(Value::Str("rust")));
     }
 }

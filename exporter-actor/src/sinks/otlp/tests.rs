@@ -1,12 +1,20 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use ipc_schema::{HttpSpan, SpanKind};
-use opentelemetry::trace::SpanKind as OtelKind;
+use ipc_schema::{Component, HealthReport, HttpSpan, MetricPoint, ServiceResource, SpanBatch, SpanKind};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
+use opentelemetry_proto::tonic::metrics::v1::{metric, HistogramDataPoint};
+use opentelemetry_proto::tonic::trace::v1::span;
+use prost::Message as _;
 use ringtail_config::{OtlpProtocol, OtlpSettings};
+use runtime_kit::counters::Registry;
 
 use super::config::{parse_pairs, OtlpConfig};
-use super::convert::{attributes, span_data, url_full};
+use super::spans::{url_full, TraceEncoder};
+use super::{metrics, reference};
+use crate::meters::Meters;
 
 fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
     pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
@@ -111,13 +119,146 @@ fn span(kind: SpanKind) -> HttpSpan {
     }
 }
 
-fn attr(s: &HttpSpan, key: &str) -> Option<String> {
-    attributes(s).into_iter().find(|kv| kv.key.as_str() == key).map(|kv| kv.value.to_string())
+fn resource(name: &str, pid: u32, extra: &[(&str, &str)]) -> ServiceResource {
+    ServiceResource {
+        service_name: name.into(),
+        service_instance_id: format!("host:{pid}"),
+        host_name: "host".into(),
+        pid,
+        executable_name: if pid.is_multiple_of(2) { "python3.11".into() } else { name.into() },
+        extra: extra.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+    }
+}
+
+/// Every shape of span: both kinds, root and child (remote or local
+/// parent), errors, unknown methods, no route, no Host, IPv6, default
+/// ports, odd characters, spans that are not traced or not measured, and
+/// a span naming a resource the batch does not have.
+fn varied_batch() -> SpanBatch {
+    let resources = vec![
+        resource("shop", 10, &[("team", "a"), ("service.name", "ignored")]),
+        resource("idle", 11, &[]),
+        resource("api", 12, &[("deployment.environment", "dev")]),
+    ];
+    let mut spans = Vec::new();
+    for i in 0..40u32 {
+        let kind = if i % 3 == 0 { SpanKind::Client } else { SpanKind::Server };
+        let mut s = span(kind);
+        s.resource = if i % 2 == 0 { 0 } else { 2 };
+        s.trace_id = (u128::from(i) << 64) | 0xabc;
+        s.span_id = u64::from(i) + 1;
+        s.parent_span_id = if i % 4 == 0 { 0 } else { u64::from(i) * 1000 };
+        s.trace_flags = (i % 2) as u8;
+        s.start_unix_ns = 1_700_000_000_000_000_000 + u64::from(i) * 1_000_000;
+        // Some durations fall exactly on bucket bounds (upper bounds are inclusive).
+        s.end_unix_ns =
+            s.start_unix_ns + if i % 4 == 1 { [5, 10, 25, 1000][(i / 4 % 4) as usize] * 1_000_000 } else { u64::from(i) * 3_000_000 + 17 };
+        s.status = [200, 404, 503, 201, 500][i as usize % 5];
+        s.error = s.status >= 500 || (kind == SpanKind::Client && s.status >= 400);
+        s.route = (i % 5 != 1).then(|| format!("/r/{}", i % 3));
+        s.query = (i % 2 == 0).then(|| format!("q={i}&x=é"));
+        s.user_agent = (i % 3 != 2).then(|| "curl/8.5.0 \"quoted\"".into());
+        if i % 7 == 0 {
+            s.method = "_OTHER".into();
+            s.method_original = Some("PURGE".into());
+        }
+        s.server_address = match i % 4 {
+            0 => None,
+            1 => Some("::1".into()),
+            _ => Some(format!("host{i}.example")),
+        };
+        s.server_port = [80, 443, 8080, 0][i as usize % 4];
+        s.scheme = if i % 5 == 0 { "https".into() } else { "http".into() };
+        s.peer_address = if i % 6 == 0 { "fe80::1".into() } else { "10.1.2.3".into() };
+        s.protocol_version = if i % 8 == 0 { "1.0".into() } else { "1.1".into() };
+        s.name = format!("{} {}", s.method, s.route.as_deref().unwrap_or(""));
+        s.export_trace = i % 9 != 4;
+        s.export_metrics = i % 10 != 3;
+        spans.push(s);
+    }
+    let mut orphan = span(SpanKind::Server);
+    orphan.resource = 7;
+    spans.push(orphan);
+    SpanBatch { resources, spans }
+}
+
+fn sorted(mut attrs: Vec<KeyValue>) -> Vec<KeyValue> {
+    attrs.sort_by(|a, b| a.key.cmp(&b.key));
+    attrs
 }
 
 #[test]
-fn server_attributes() {
-    let s = span(SpanKind::Server);
+fn trace_request_decodes_to_what_the_sdk_path_sent() {
+    let batch = varied_batch();
+    let extra = vec![("deployment.environment".to_owned(), "prod".to_owned()), ("host.name".to_owned(), "ignored".to_owned())];
+    let mut enc = TraceEncoder::new(extra.clone());
+    let mut out = Vec::new();
+    let n = enc.encode(&batch, &mut out);
+    let want: Vec<_> = reference::trace_requests(&batch, &extra).into_iter().flat_map(|r| r.resource_spans).collect();
+    assert_eq!(n, want.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len()).sum::<usize>());
+    assert_eq!(n, batch.spans.iter().filter(|s| s.export_trace && s.resource < 3).count());
+    let got = ExportTraceServiceRequest::decode(out.as_slice()).expect("valid protobuf");
+    assert_eq!(got.resource_spans.len(), want.len());
+    for (g, w) in got.resource_spans.iter().zip(&want) {
+        let (gr, wr) = (g.resource.clone().expect("resource"), w.resource.clone().expect("resource"));
+        // The SDK kept resource attributes in a hash map: order is not meaningful.
+        assert_eq!(sorted(gr.attributes.clone()), sorted(wr.attributes.clone()));
+        assert_eq!((gr.dropped_attributes_count, &gr.entity_refs), (wr.dropped_attributes_count, &wr.entity_refs));
+        assert_eq!(g.schema_url, w.schema_url);
+        assert_eq!(g.scope_spans.len(), 1);
+        assert_eq!(g.scope_spans.len(), w.scope_spans.len());
+        let (gs, ws) = (&g.scope_spans[0], &w.scope_spans[0]);
+        assert_eq!(gs.scope, ws.scope);
+        assert_eq!(gs.schema_url, ws.schema_url);
+        assert_eq!(gs.spans.len(), ws.spans.len());
+        for (a, b) in gs.spans.iter().zip(&ws.spans) {
+            // Field by field, for a readable failure...
+            assert_eq!(a.trace_id, b.trace_id);
+            assert_eq!(a.span_id, b.span_id);
+            assert_eq!(a.parent_span_id, b.parent_span_id);
+            assert_eq!(a.trace_state, b.trace_state);
+            assert_eq!(a.flags, b.flags, "{}", b.name);
+            assert_eq!(a.name, b.name);
+            assert_eq!(a.kind, b.kind);
+            assert_eq!((a.start_time_unix_nano, a.end_time_unix_nano), (b.start_time_unix_nano, b.end_time_unix_nano));
+            assert_eq!(a.attributes, b.attributes, "attributes of {}", b.name);
+            assert_eq!(a.status, b.status);
+            // ...then all of it.
+            assert_eq!(a, b);
+            assert_eq!(a.encode_to_vec(), b.encode_to_vec());
+        }
+    }
+    // Byte for byte what prost writes, once the resource attributes are in
+    // our order.
+    let mut want = want;
+    for (g, w) in got.resource_spans.iter().zip(want.iter_mut()) {
+        let order: Vec<&str> = g.resource.as_ref().map(|r| r.attributes.iter().map(|kv| kv.key.as_str()).collect()).unwrap_or_default();
+        if let Some(r) = w.resource.as_mut() {
+            r.attributes.sort_by_key(|kv| order.iter().position(|k| *k == kv.key));
+        }
+    }
+    assert_eq!(ExportTraceServiceRequest { resource_spans: want }.encode_to_vec(), out);
+}
+
+#[test]
+fn span_fields() {
+    let mut b = SpanBatch { resources: vec![resource("s", 1, &[])], spans: vec![span(SpanKind::Server)] };
+    let mut c = span(SpanKind::Client);
+    c.parent_span_id = 0;
+    c.error = false;
+    c.trace_flags = 0;
+    b.spans.push(c);
+    let mut out = Vec::new();
+    TraceEncoder::new(vec![]).encode(&b, &mut out);
+    let req = ExportTraceServiceRequest::decode(out.as_slice()).unwrap();
+    let spans = &req.resource_spans[0].scope_spans[0].spans;
+    let attr = |i: usize, k: &str| {
+        spans[i].attributes.iter().find(|kv| kv.key == k).and_then(|kv| kv.value.clone()?.value).map(|v| match v {
+            any_value::Value::StringValue(s) => s,
+            any_value::Value::IntValue(i) => i.to_string(),
+            other => format!("{other:?}"),
+        })
+    };
     for (k, v) in [
         ("http.request.method", "GET"),
         ("http.response.status_code", "503"),
@@ -133,28 +274,174 @@ fn server_attributes() {
         ("user_agent.original", "curl/8"),
         ("error.type", "503"),
     ] {
-        assert_eq!(attr(&s, k).as_deref(), Some(v), "{k}");
+        assert_eq!(attr(0, k).as_deref(), Some(v), "{k}");
     }
-    assert_eq!(attr(&s, "url.full"), None);
-    let d = span_data(&s, &super::convert::scope());
-    assert_eq!(d.span_kind, OtelKind::Server);
-    assert_eq!(d.span_context.trace_id().to_string(), "0102030405060708090a0b0c0d0e0f10");
-    assert_eq!(d.span_context.span_id().to_string(), "1112131415161718");
-    assert_eq!(d.parent_span_id.to_string(), "2122232425262728");
-    assert!(d.parent_span_is_remote);
-    assert!(matches!(d.status, opentelemetry::trace::Status::Error { .. }));
-    assert_eq!(d.end_time.duration_since(d.start_time).unwrap(), Duration::from_millis(250));
+    assert_eq!(attr(0, "url.full"), None);
+    let s = &spans[0];
+    assert_eq!(s.kind, span::SpanKind::Server as i32);
+    assert_eq!(hex(&s.trace_id), "0102030405060708090a0b0c0d0e0f10");
+    assert_eq!(hex(&s.span_id), "1112131415161718");
+    assert_eq!(hex(&s.parent_span_id), "2122232425262728");
+    assert_eq!(s.flags, 0x301, "sampled, remote parent");
+    assert_eq!(s.status.as_ref().map(|st| st.code), Some(2));
+    assert_eq!(s.end_time_unix_nano - s.start_time_unix_nano, 250_000_000);
+    let c = &spans[1];
+    assert_eq!(c.kind, span::SpanKind::Client as i32);
+    assert!(c.parent_span_id.is_empty());
+    assert_eq!(c.flags, 0x100);
+    assert_eq!(c.status.as_ref().map(|st| st.code), Some(0));
+    assert_eq!(attr(1, "url.full").as_deref(), Some("http://api:8080/users/7?a=b"));
+    assert_eq!(attr(1, "http.route"), None);
+    assert_eq!(attr(1, "client.address"), None);
+    assert_eq!(attr(1, "network.peer.address").as_deref(), Some("10.0.0.2"));
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 #[test]
-fn client_attributes() {
+fn client_urls() {
     let mut s = span(SpanKind::Client);
-    s.route = None;
-    assert_eq!(attr(&s, "url.full").as_deref(), Some("http://api:8080/users/7?a=b"));
-    assert_eq!(attr(&s, "http.route"), None);
-    assert_eq!(attr(&s, "client.address"), None);
-    assert_eq!(attr(&s, "network.peer.address").as_deref(), Some("10.0.0.2"));
+    let mut url = String::new();
+    url_full(&s, &mut url);
+    assert_eq!(url, "http://api:8080/users/7?a=b");
     s.server_port = 80;
     s.server_address = Some("::1".into());
-    assert_eq!(url_full(&s), "http://[::1]/users/7?a=b");
+    url_full(&s, &mut url);
+    assert_eq!(url, "http://[::1]/users/7?a=b");
+    s.server_address = None;
+    s.scheme = "https".into();
+    s.server_port = 443;
+    s.query = None;
+    url_full(&s, &mut url);
+    assert_eq!(url, "https://10.0.0.2/users/7");
+}
+
+#[test]
+fn encoder_buffers_are_reused_without_leftovers() {
+    let batch = varied_batch();
+    let mut enc = TraceEncoder::new(vec![]);
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    enc.encode(&batch, &mut a);
+    let small = SpanBatch { resources: vec![resource("s", 1, &[])], spans: vec![span(SpanKind::Server)] };
+    enc.encode(&small, &mut b);
+    enc.encode(&batch, &mut b);
+    assert_eq!(a, b);
+    let empty = SpanBatch { resources: vec![resource("s", 1, &[])], spans: vec![] };
+    assert_eq!(enc.encode(&empty, &mut b), 0);
+    assert!(b.is_empty());
+}
+
+fn points_by_attributes(points: &[HistogramDataPoint]) -> Vec<(Vec<KeyValue>, &HistogramDataPoint)> {
+    let mut v: Vec<_> = points.iter().map(|p| (sorted(p.attributes.clone()), p)).collect();
+    v.sort_by(|a, b| format!("{:?}", a.0).cmp(&format!("{:?}", b.0)));
+    v
+}
+
+#[test]
+fn metrics_request_decodes_to_what_the_sdk_path_sent() {
+    let batch = varied_batch();
+    let extra = vec![("deployment.environment".to_owned(), "prod".to_owned())];
+    let registry = Registry::new(Component::ExporterActor, 1);
+    let mut m = Meters::new(extra.clone(), "host", &registry);
+    m.record_batch_at(&batch, 1_700_000_001_000_000_000);
+    let requests = m.view().read(|m| metrics::encode(m, 1_700_000_002_000_000_000));
+    let got: Vec<_> =
+        requests.iter().flat_map(|r| ExportMetricsServiceRequest::decode(r.as_slice()).expect("valid protobuf").resource_metrics).collect();
+    let want: Vec<_> = reference::metric_requests(&batch, &extra).into_iter().flat_map(|r| r.resource_metrics).collect();
+    assert_eq!(got.len(), want.len());
+    assert_eq!(got.len(), 2, "shop and api (idle has no spans)");
+    for (g, w) in got.iter().zip(&want) {
+        assert_eq!(sorted(g.resource.clone().unwrap().attributes), sorted(w.resource.clone().unwrap().attributes));
+        assert_eq!(g.schema_url, w.schema_url);
+        assert_eq!(g.scope_metrics.len(), 1);
+        let (gs, ws) = (&g.scope_metrics[0], &w.scope_metrics[0]);
+        assert_eq!(gs.scope, ws.scope);
+        assert_eq!(gs.metrics.len(), ws.metrics.len());
+        for (gm, wm) in gs.metrics.iter().zip(&ws.metrics) {
+            assert_eq!((&gm.name, &gm.description, &gm.unit, &gm.metadata), (&wm.name, &wm.description, &wm.unit, &wm.metadata));
+            let (Some(metric::Data::Histogram(gh)), Some(metric::Data::Histogram(wh))) = (&gm.data, &wm.data) else {
+                panic!("histograms: {gm:?} {wm:?}")
+            };
+            assert_eq!(gh.aggregation_temporality, wh.aggregation_temporality);
+            let (gp, wp) = (points_by_attributes(&gh.data_points), points_by_attributes(&wh.data_points));
+            assert_eq!(gp.len(), wp.len(), "{}", gm.name);
+            for ((ga, g), (wa, w)) in gp.iter().zip(&wp) {
+                assert_eq!(ga, wa);
+                assert_eq!((g.count, g.sum, g.min, g.max), (w.count, w.sum, w.min, w.max), "{ga:?}");
+                assert_eq!(g.bucket_counts, w.bucket_counts, "{ga:?}");
+                assert_eq!(g.explicit_bounds, w.explicit_bounds);
+                assert_eq!((&g.exemplars, g.flags), (&w.exemplars, w.flags));
+                assert_eq!(g.start_time_unix_nano, 1_700_000_001_000_000_000);
+                assert_eq!(g.time_unix_nano, 1_700_000_002_000_000_000);
+            }
+        }
+    }
+}
+
+#[test]
+fn own_metrics_are_sums_and_gauges() {
+    let registry = Registry::new(Component::ExporterActor, 1);
+    let mut m = Meters::new(vec![], "host", &registry);
+    m.update_health_at(
+        HealthReport {
+            component: Component::ProbeLoader,
+            instance: 4,
+            points: vec![
+                MetricPoint::counter("ringtail_kernel_events_total", &[("component", "probe-loader")], 12),
+                MetricPoint::gauge("ringtail_ring_fill", &[("component", "probe-loader"), ("a", "b")], 0.5),
+            ],
+        },
+        5,
+    );
+    let requests = m.view().read(|m| metrics::encode(m, 9));
+    assert_eq!(requests.len(), 1);
+    let req = ExportMetricsServiceRequest::decode(requests[0].as_slice()).unwrap();
+    let rm = &req.resource_metrics[0];
+    let res = rm.resource.clone().unwrap().attributes;
+    let get = |k: &str| res.iter().find(|kv| kv.key == k).and_then(|kv| kv.value.clone()?.value);
+    assert_eq!(get("service.name"), Some(any_value::Value::StringValue("ringtail".into())));
+    assert_eq!(get("telemetry.sdk.language"), Some(any_value::Value::StringValue("rust".into())));
+    let ms = &rm.scope_metrics[0].metrics;
+    assert_eq!(rm.scope_metrics[0].scope.as_ref().map(|s| s.name.as_str()), Some("ringtail"));
+    assert_eq!(ms.iter().map(|m| m.name.as_str()).collect::<Vec<_>>(), ["ringtail_kernel_events", "ringtail_ring_fill"]);
+    let Some(metric::Data::Sum(sum)) = &ms[0].data else { panic!("{:?}", ms[0]) };
+    assert!(sum.is_monotonic);
+    assert_eq!(sum.aggregation_temporality, 2);
+    assert_eq!((sum.data_points[0].start_time_unix_nano, sum.data_points[0].time_unix_nano), (5, 9));
+    assert_eq!(sum.data_points[0].value, Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsDouble(12.0)));
+    let Some(metric::Data::Gauge(g)) = &ms[1].data else { panic!("{:?}", ms[1]) };
+    assert_eq!(g.data_points[0].attributes.iter().map(|kv| kv.key.as_str()).collect::<Vec<_>>(), ["a", "component"]);
+}
+
+#[test]
+fn metric_requests_are_split_when_large() {
+    let registry = Registry::new(Component::ExporterActor, 1);
+    let mut m = Meters::new(vec![], "host", &registry);
+    let resources: Vec<_> = (0..200).map(|i| resource(&format!("svc{i}"), i, &[])).collect();
+    let spans = (0..200 * 40)
+        .map(|i| {
+            let mut s = span(SpanKind::Server);
+            s.resource = (i % 200) as u32;
+            s.route = Some(format!("/route/{}", i / 200));
+            s
+        })
+        .collect();
+    m.record_batch_at(&SpanBatch { resources, spans }, 1);
+    let requests = m.view().read(|m| metrics::encode(m, 2));
+    assert!(requests.len() > 1, "{}", requests.len());
+    let mut points = 0;
+    for r in &requests {
+        assert!(r.len() < 2 * metrics::MAX_REQUEST);
+        let req = ExportMetricsServiceRequest::decode(r.as_slice()).unwrap();
+        for rm in req.resource_metrics {
+            for m in &rm.scope_metrics[0].metrics {
+                if let Some(metric::Data::Histogram(h)) = &m.data {
+                    points += h.data_points.len();
+                }
+            }
+        }
+    }
+    assert_eq!(points, 200 * 40);
 }

@@ -1,40 +1,47 @@
-//! The traces pipeline: bounded queue → per-service exporters.
+//! The traces pipeline: one request per batch → bounded queue → send.
 //!
-//! `submit` never waits: a batch that does not fit in `export.queue_size`
-//! spans is dropped and counted (`ringtail_dropped_spans_total{reason=
-//! "queue_full"}`). One worker drains the queue in order; a batch the
-//! backend refuses for good (`rejected`) or that outlives
-//! `retry.max_elapsed` (`retries_exhausted`) is dropped and counted too.
+//! `submit` never waits: it encodes the batch into one
+//! `ExportTraceServiceRequest` (every service's resource in it) and queues
+//! the bytes; a batch that does not fit in `export.queue_size` spans is
+//! dropped and counted (`ringtail_dropped_spans_total{reason=
+//! "queue_full"}`). One worker sends the queue in order, [`IN_FLIGHT`]
+//! requests at a time; a request the backend refuses for good
+//! (`rejected`) or that outlives `retry.max_elapsed` (`retries_exhausted`)
+//! is dropped and counted too, and so are the spans a partial success
+//! names (`partially_rejected`).
 //! Every finished batch (sent or dropped) is reported on `done`, so the
 //! receiver can acknowledge it upstream.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ipc_schema::{ServiceResource, SpanBatch};
-use opentelemetry_otlp::SpanExporter;
-use opentelemetry_sdk::trace::SpanExporter as _;
+use bytes::Bytes;
+use futures_util::stream::{FuturesUnordered, StreamExt as _};
+use ipc_schema::SpanBatch;
 use runtime_kit::counters::{Counter, Drops, Gauge, Registry};
 use tokio::sync::{mpsc, Notify};
 
-use super::{convert, span_exporter, OtlpConfig, Transport};
-use crate::resource;
+use super::client::{self, BufferPool, SendError, Signal, Transport};
+use super::spans::TraceEncoder;
+use super::OtlpConfig;
 
-/// Per-service exporters kept before the cache starts over.
-const MAX_EXPORTERS: usize = 256;
+/// Requests sent at once: keeps the link busy while a receiver answers
+/// (one at a time, a local collector's latency capped the rate below what
+/// a traced nginx serves).
+pub const IN_FLIGHT: usize = 4;
 
-/// A batch waiting for export; `key` names it for the ack.
-pub struct TraceJob {
-    pub key: (u64, u64),
-    pub batch: Arc<SpanBatch>,
-    pub spans: usize,
+/// A request waiting to be sent; `key` names its batch for the ack.
+struct Job {
+    key: (u64, u64),
+    body: Bytes,
+    spans: usize,
 }
 
 struct Queue {
-    jobs: VecDeque<TraceJob>,
+    jobs: VecDeque<Job>,
+    /// Spans queued or being sent.
     spans: usize,
 }
 
@@ -42,6 +49,7 @@ struct Stats {
     exported: Counter,
     queue_full: Drops,
     rejected: Drops,
+    partial: Drops,
     exhausted: Drops,
     queue_len: Gauge,
 }
@@ -52,6 +60,8 @@ pub struct TraceSink {
     notify: Rc<Notify>,
     capacity: usize,
     stats: Rc<Stats>,
+    encoder: TraceEncoder,
+    pool: Rc<RefCell<BufferPool>>,
 }
 
 impl TraceSink {
@@ -69,36 +79,45 @@ impl TraceSink {
             exported: registry.counter("ringtail_spans_exported_total", &[]),
             queue_full: registry.drops("ringtail_dropped_spans_total", "queue_full"),
             rejected: registry.drops("ringtail_dropped_spans_total", "rejected"),
+            partial: registry.drops("ringtail_dropped_spans_total", "partially_rejected"),
             exhausted: registry.drops("ringtail_dropped_spans_total", "retries_exhausted"),
             queue_len: registry.gauge("ringtail_export_queue_spans", &[]),
         });
-        let worker = Worker {
-            transport,
-            retry: cfg.retry.clone(),
-            extra: cfg.resource_attributes.clone(),
-            exporters: HashMap::new(),
-            scope: convert::scope(),
-        };
+        let pool = Rc::new(RefCell::new(BufferPool::default()));
+        let worker = Worker { transport, retry: cfg.retry.clone(), pool: pool.clone() };
         tokio::task::spawn_local(worker.run(queue.clone(), notify.clone(), stats.clone(), done));
-        TraceSink { queue, notify, capacity, stats }
+        TraceSink { queue, notify, capacity, stats, encoder: TraceEncoder::new(cfg.resource_attributes.clone()), pool }
     }
 
-    /// Queues a batch; false if it was dropped because the queue is full.
-    pub fn submit(&self, job: TraceJob) -> bool {
-        let mut q = self.queue.borrow_mut();
-        if q.spans + job.spans > self.capacity {
-            self.stats.queue_full.add(job.spans as u64);
+    /// Queues the request for the spans of `batch` marked for tracing
+    /// (`spans` of them); `key` comes back on `done` once it is finished.
+    /// False if nothing was queued: the queue was full (counted), or no span
+    /// names a resource of its batch.
+    pub fn submit(&mut self, key: (u64, u64), batch: &SpanBatch, spans: usize) -> bool {
+        if self.queue.borrow().spans + spans > self.capacity {
+            self.stats.queue_full.add(spans as u64);
             return false;
         }
-        q.spans += job.spans;
-        q.jobs.push_back(job);
+        // Encoded now: the queue holds request bytes, about half the memory
+        // of the decoded batch.
+        let mut buf = self.pool.borrow_mut().take();
+        let n = self.encoder.encode(batch, &mut buf);
+        // Spans that name no resource of their batch cannot be exported.
+        self.stats.rejected.add(spans.saturating_sub(n) as u64);
+        if n == 0 {
+            return false;
+        }
+        let body = self.pool.borrow_mut().freeze(buf);
+        let mut q = self.queue.borrow_mut();
+        q.spans += n;
+        q.jobs.push_back(Job { key, body, spans: n });
         self.stats.queue_len.set(q.spans as f64);
         drop(q);
         self.notify.notify_one();
         true
     }
 
-    /// Spans waiting.
+    /// Spans waiting or being sent.
     pub fn queued(&self) -> usize {
         self.queue.borrow().spans
     }
@@ -107,83 +126,65 @@ impl TraceSink {
 struct Worker {
     transport: Transport,
     retry: ringtail_config::RetrySettings,
-    extra: Vec<(String, String)>,
-    exporters: HashMap<ServiceResource, SpanExporter>,
-    scope: opentelemetry::InstrumentationScope,
+    pool: Rc<RefCell<BufferPool>>,
 }
 
 impl Worker {
-    async fn run(mut self, queue: Rc<RefCell<Queue>>, notify: Rc<Notify>, stats: Rc<Stats>, done: mpsc::UnboundedSender<(u64, u64)>) {
+    async fn run(self, queue: Rc<RefCell<Queue>>, notify: Rc<Notify>, stats: Rc<Stats>, done: mpsc::UnboundedSender<(u64, u64)>) {
+        let mut sending = FuturesUnordered::new();
         loop {
-            let job = queue.borrow_mut().jobs.pop_front();
-            let Some(job) = job else {
-                notify.notified().await;
-                continue;
+            while sending.len() < IN_FLIGHT {
+                let Some(job) = queue.borrow_mut().jobs.pop_front() else { break };
+                sending.push(self.export(job, &stats));
+            }
+            let finished = tokio::select! {
+                Some(finished) = sending.next() => finished,
+                _ = notify.notified() => continue,
             };
-            self.export(&job, &stats).await;
+            let (key, spans) = finished;
             {
                 let mut q = queue.borrow_mut();
-                q.spans = q.spans.saturating_sub(job.spans);
+                q.spans = q.spans.saturating_sub(spans);
                 stats.queue_len.set(q.spans as f64);
             }
-            if done.send(job.key).is_err() {
+            if done.send(key).is_err() {
                 return; // the receiver is gone: shutting down
             }
         }
     }
 
-    async fn export(&mut self, job: &TraceJob, stats: &Stats) {
-        let batch = &job.batch;
-        let mut groups: Vec<Vec<opentelemetry_sdk::trace::SpanData>> = vec![Vec::new(); batch.resources.len()];
-        for s in batch.spans.iter().filter(|s| s.export_trace) {
-            if let Some(g) = groups.get_mut(s.resource as usize) {
-                g.push(convert::span_data(s, &self.scope));
+    /// Sends one request; its key and span count once finished (sent or
+    /// dropped and counted).
+    async fn export(&self, job: Job, stats: &Stats) -> ((u64, u64), usize) {
+        let n = job.spans as u64;
+        // The transport's own deadline is max_elapsed; this outer limit only
+        // guards against a request that never returns.
+        let limit = self.retry.max_elapsed + self.retry.max_backoff + Duration::from_secs(5);
+        let started = Instant::now();
+        let result = tokio::time::timeout(limit, self.transport.send(Signal::Traces, job.body.clone(), &self.retry)).await;
+        match result {
+            Ok(Ok(response)) => match client::partial_success(&response) {
+                None => stats.exported.add(n),
+                Some((rejected, message)) => {
+                    let rejected = rejected.min(n);
+                    tracing::warn!(rejected, message, "the receiver kept only part of a trace export");
+                    stats.partial.add(rejected);
+                    stats.exported.add(n - rejected);
+                }
+            },
+            Ok(Err(error)) => {
+                tracing::warn!(%error, spans = n, elapsed = ?started.elapsed(), "trace export failed");
+                match error {
+                    SendError::Permanent { .. } => stats.rejected.add(n),
+                    SendError::GaveUp { .. } => stats.exhausted.add(n),
+                }
+            }
+            Err(_) => {
+                tracing::warn!(spans = n, "trace export did not finish in time");
+                stats.exhausted.add(n);
             }
         }
-        for (idx, spans) in groups.into_iter().enumerate() {
-            if spans.is_empty() {
-                continue;
-            }
-            let n = spans.len() as u64;
-            let res = &batch.resources[idx];
-            if !self.exporters.contains_key(res) {
-                if self.exporters.len() >= MAX_EXPORTERS {
-                    self.exporters.clear();
-                }
-                match span_exporter(&self.transport, &self.retry, &resource::service(res, &self.extra)) {
-                    Ok(e) => {
-                        self.exporters.insert(res.clone(), e);
-                    }
-                    Err(error) => {
-                        tracing::warn!(%error, "cannot build exporter");
-                        stats.rejected.add(n);
-                        continue;
-                    }
-                }
-            }
-            let Some(exporter) = self.exporters.get(res) else { continue };
-            let started = Instant::now();
-            // The exporter's own deadline is max_elapsed; this outer limit
-            // only guards against a request that never returns.
-            let limit = self.retry.max_elapsed + self.retry.max_backoff + Duration::from_secs(5);
-            match tokio::time::timeout(limit, exporter.export(spans)).await {
-                Ok(Ok(())) => stats.exported.add(n),
-                Ok(Err(error)) => {
-                    // Retryable errors are retried until the deadline, so an
-                    // early failure is one the backend refused for good.
-                    let gave_up = started.elapsed() + self.retry.max_backoff >= self.retry.max_elapsed;
-                    tracing::warn!(%error, spans = n, elapsed = ?started.elapsed(), "export failed");
-                    if gave_up {
-                        stats.exhausted.add(n);
-                    } else {
-                        stats.rejected.add(n);
-                    }
-                }
-                Err(_) => {
-                    tracing::warn!(spans = n, "export did not finish in time");
-                    stats.exhausted.add(n);
-                }
-            }
-        }
+        self.pool.borrow_mut().give(job.body);
+        (job.key, job.spans)
     }
 }

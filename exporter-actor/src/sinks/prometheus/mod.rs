@@ -16,8 +16,10 @@ use crate::meters::MetricsView;
 /// The whole exposition text.
 pub fn exposition(view: &MetricsView) -> String {
     let mut out = String::with_capacity(16 * 1024);
-    render::render_metrics(&view.collect(), &mut out);
-    render::render_health(&view.health(), &mut out);
+    view.read(|m| {
+        render::render_metrics(m, &mut out);
+        render::render_health(m.health(), &mut out);
+    });
     out
 }
 

@@ -4,15 +4,17 @@
 //! `http_server_request_duration_seconds`), histograms become `_bucket`,
 //! `_sum` and `_count`. The resource's `service.name` and
 //! `service.instance.id` become `service_name` and `service_instance_id`
-//! labels (Prometheus keeps `job` and `instance` for the scrape target).
+//! labels (Prometheus keeps `job` and `instance` for the scrape target),
+//! then the series' attributes sorted by name.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use ipc_schema::health::PointKind;
 use ipc_schema::{Component, HealthReport};
-use opentelemetry::{Key, KeyValue};
-use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData, ResourceMetrics};
+
+use crate::meters::{Metrics, CLIENT_DURATION, DURATION_BUCKETS, OVERFLOW_ATTRIBUTE, SERVER_DURATION};
+use crate::sinks::otlp::wire::Value;
 
 /// A metric or label name made Prometheus-safe.
 pub fn sanitize(name: &str) -> String {
@@ -59,50 +61,46 @@ fn fmt_f64(v: f64) -> String {
     }
 }
 
-/// Renders SDK metrics (the request-duration histograms).
-pub fn render_metrics(all: &[ResourceMetrics], out: &mut String) {
-    // Group samples by metric name so each gets one HELP/TYPE header.
-    let mut families: BTreeMap<String, (String, String, Vec<String>)> = BTreeMap::new();
-    for rm in all {
-        let res = rm.resource();
-        let res_labels: Vec<(String, String)> = ["service.name", "service.instance.id"]
-            .iter()
-            .filter_map(|k| res.get(&Key::from_static_str(k)).map(|v| ((*k).to_owned(), v.to_string())))
-            .collect();
-        for sm in rm.scope_metrics() {
-            for m in sm.metrics() {
-                let AggregatedMetrics::F64(MetricData::Histogram(h)) = m.data() else {
-                    continue;
-                };
-                let name = format!("{}{}", sanitize(m.name()), unit_suffix(m.unit()));
-                let fam = families.entry(name.clone()).or_insert_with(|| (m.description().to_owned(), "histogram".into(), Vec::new()));
-                for dp in h.data_points() {
-                    let attrs: Vec<(String, String)> = res_labels
-                        .iter()
-                        .cloned()
-                        .chain(dp.attributes().map(|KeyValue { key, value, .. }| (key.to_string(), value.to_string())))
-                        .collect();
-                    let base = labels(attrs.into_iter());
-                    let sep = if base.is_empty() { "" } else { "," };
-                    let mut cumulative = 0u64;
-                    let bounds: Vec<f64> = dp.bounds().collect();
-                    for (i, c) in dp.bucket_counts().enumerate() {
-                        cumulative += c;
-                        let le = bounds.get(i).copied().map(fmt_f64).unwrap_or_else(|| "+Inf".into());
-                        fam.2.push(format!("{name}_bucket{{{base}{sep}le=\"{le}\"}} {cumulative}"));
-                    }
-                    fam.2.push(format!("{name}_sum{{{base}}} {}", fmt_f64(dp.sum())));
-                    fam.2.push(format!("{name}_count{{{base}}} {}", dp.count()));
-                }
-            }
-        }
+fn value_text(v: Value<'_>) -> String {
+    match v {
+        Value::Str(s) => s.to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Int(i) => i.to_string(),
+        Value::Double(d) => d.to_string(),
     }
-    for (name, (help, kind, lines)) in families {
-        let _ = writeln!(out, "# HELP {name} {}", escape(&help));
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        for l in lines {
-            out.push_str(&l);
-            out.push('\n');
+}
+
+/// Renders the request-duration histograms.
+pub fn render_metrics(m: &Metrics, out: &mut String) {
+    for inst in [CLIENT_DURATION, SERVER_DURATION] {
+        let name = format!("{}{}", sanitize(inst.name), unit_suffix(inst.unit));
+        let mut header = false;
+        for svc in m.services() {
+            let hist = if inst == SERVER_DURATION { &svc.server } else { &svc.client };
+            for (key, p) in hist.series() {
+                if !header {
+                    let _ = writeln!(out, "# HELP {name} {}", escape(inst.description));
+                    let _ = writeln!(out, "# TYPE {name} histogram");
+                    header = true;
+                }
+                let mut pairs = vec![
+                    ("service.name".to_owned(), svc.resource.service_name.clone()),
+                    ("service.instance.id".to_owned(), svc.resource.service_instance_id.clone()),
+                ];
+                match key {
+                    Some(k) => k.attributes(|k, v| pairs.push((k.to_owned(), value_text(v)))),
+                    None => pairs.push((OVERFLOW_ATTRIBUTE.0.to_owned(), value_text(OVERFLOW_ATTRIBUTE.1))),
+                }
+                let base = labels(pairs.into_iter());
+                let mut cumulative = 0u64;
+                for (i, c) in p.buckets.iter().enumerate() {
+                    cumulative += c;
+                    let le = DURATION_BUCKETS.get(i).copied().map(fmt_f64).unwrap_or_else(|| "+Inf".into());
+                    let _ = writeln!(out, "{name}_bucket{{{base},le=\"{le}\"}} {cumulative}");
+                }
+                let _ = writeln!(out, "{name}_sum{{{base}}} {}", fmt_f64(p.sum));
+                let _ = writeln!(out, "{name}_count{{{base}}} {}", p.count);
+            }
         }
     }
 }

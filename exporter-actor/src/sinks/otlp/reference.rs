@@ -1,0 +1,242 @@
+//! The exporter's previous path, kept as the oracle of the tests: spans
+//! converted to the OpenTelemetry SDK's `SpanData` and histograms recorded
+//! in the SDK, both turned into OTLP messages by `opentelemetry-proto` (what
+//! `opentelemetry-otlp` sent). The tests check that the bytes ringtail
+//! writes itself decode to the same messages.
+
+use std::borrow::Cow;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, UNIX_EPOCH};
+
+use ipc_schema::{HttpSpan, ServiceResource, SpanBatch, SpanKind};
+use opentelemetry::metrics::MeterProvider as _;
+use opentelemetry::trace::{self, SpanContext, SpanId, Status, TraceFlags, TraceId, TraceState};
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::transform::common::tonic::ResourceAttributesWithSchema;
+use opentelemetry_proto::transform::trace::tonic::group_spans_by_resource_and_scope;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::metrics::data::ResourceMetrics;
+use opentelemetry_sdk::metrics::reader::MetricReader;
+use opentelemetry_sdk::metrics::{InstrumentKind, ManualReader, Pipeline, SdkMeterProvider, Temporality};
+use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
+use opentelemetry_sdk::Resource;
+
+use crate::meters::DURATION_BUCKETS;
+use crate::resource::language;
+
+/// The instrumentation scope of every ringtail span.
+pub fn scope() -> InstrumentationScope {
+    InstrumentationScope::builder("ringtail").with_version(env!("CARGO_PKG_VERSION")).build()
+}
+
+/// `url.full` of a client request.
+pub fn url_full(s: &HttpSpan) -> String {
+    let host = s.server_address.as_deref().unwrap_or(&s.peer_address);
+    let host = if host.contains(':') { format!("[{host}]") } else { host.to_owned() };
+    let default_port = (s.scheme == "http" && s.server_port == 80) || (s.scheme == "https" && s.server_port == 443);
+    let port = if default_port { String::new() } else { format!(":{}", s.server_port) };
+    let query = s.query.as_deref().map(|q| format!("?{q}")).unwrap_or_default();
+    format!("{}://{host}{port}{}{query}", s.scheme, s.path)
+}
+
+/// The span's attributes.
+pub fn attributes(s: &HttpSpan) -> Vec<KeyValue> {
+    let mut a = Vec::with_capacity(16);
+    a.push(KeyValue::new("http.request.method", s.method.clone()));
+    if let Some(m) = &s.method_original {
+        a.push(KeyValue::new("http.request.method_original", m.clone()));
+    }
+    a.push(KeyValue::new("http.response.status_code", i64::from(s.status)));
+    a.push(KeyValue::new("url.scheme", s.scheme.clone()));
+    a.push(KeyValue::new("network.protocol.version", s.protocol_version.clone()));
+    if let Some(ua) = &s.user_agent {
+        a.push(KeyValue::new("user_agent.original", ua.clone()));
+    }
+    if s.error {
+        a.push(KeyValue::new("error.type", s.status.to_string()));
+    }
+    match s.kind {
+        SpanKind::Server => {
+            a.push(KeyValue::new("url.path", s.path.clone()));
+            if let Some(q) = &s.query {
+                a.push(KeyValue::new("url.query", q.clone()));
+            }
+            if let Some(r) = &s.route {
+                a.push(KeyValue::new("http.route", r.clone()));
+            }
+            if let Some(h) = &s.server_address {
+                a.push(KeyValue::new("server.address", h.clone()));
+            }
+            a.push(KeyValue::new("server.port", i64::from(s.server_port)));
+            a.push(KeyValue::new("client.address", s.client_address.clone()));
+            a.push(KeyValue::new("client.port", i64::from(s.client_port)));
+            a.push(KeyValue::new("network.peer.address", s.peer_address.clone()));
+            a.push(KeyValue::new("network.peer.port", i64::from(s.peer_port)));
+        }
+        SpanKind::Client => {
+            a.push(KeyValue::new("url.full", url_full(s)));
+            a.push(KeyValue::new("url.path", s.path.clone()));
+            if let Some(h) = &s.server_address {
+                a.push(KeyValue::new("server.address", h.clone()));
+            }
+            a.push(KeyValue::new("server.port", i64::from(s.server_port)));
+            a.push(KeyValue::new("network.peer.address", s.peer_address.clone()));
+            a.push(KeyValue::new("network.peer.port", i64::from(s.peer_port)));
+        }
+    }
+    a
+}
+
+/// The SDK's form of the span.
+pub fn span_data(s: &HttpSpan, scope: &InstrumentationScope) -> SpanData {
+    let ctx = SpanContext::new(
+        TraceId::from_bytes(s.trace_id.to_be_bytes()),
+        SpanId::from_bytes(s.span_id.to_be_bytes()),
+        TraceFlags::new(s.trace_flags),
+        false,
+        TraceState::NONE,
+    );
+    SpanData {
+        span_context: ctx,
+        parent_span_id: SpanId::from_bytes(s.parent_span_id.to_be_bytes()),
+        parent_span_is_remote: s.kind == SpanKind::Server && s.parent_span_id != 0,
+        span_kind: match s.kind {
+            SpanKind::Server => trace::SpanKind::Server,
+            SpanKind::Client => trace::SpanKind::Client,
+        },
+        name: Cow::Owned(s.name.clone()),
+        start_time: UNIX_EPOCH + Duration::from_nanos(s.start_unix_ns),
+        end_time: UNIX_EPOCH + Duration::from_nanos(s.end_unix_ns),
+        attributes: attributes(s),
+        dropped_attributes_count: 0,
+        events: SpanEvents::default(),
+        links: SpanLinks::default(),
+        status: if s.error { Status::error("") } else { Status::Unset },
+        instrumentation_scope: scope.clone(),
+    }
+}
+
+/// The resource of a traced service, as the SDK held it.
+pub fn service(res: &ServiceResource, extra: &[(String, String)]) -> Resource {
+    let mut attrs = vec![
+        KeyValue::new("service.name", res.service_name.clone()),
+        KeyValue::new("service.instance.id", res.service_instance_id.clone()),
+        KeyValue::new("host.name", res.host_name.clone()),
+        KeyValue::new("process.pid", i64::from(res.pid)),
+        KeyValue::new("process.executable.name", res.executable_name.clone()),
+        KeyValue::new("telemetry.sdk.name", "ringtail"),
+        KeyValue::new("telemetry.sdk.version", env!("CARGO_PKG_VERSION")),
+        KeyValue::new("telemetry.sdk.language", language(&res.executable_name)),
+    ];
+    let fixed: Vec<String> = attrs.iter().map(|kv| kv.key.as_str().to_owned()).collect();
+    for (k, v) in res.extra.iter().chain(extra) {
+        if !fixed.contains(k) && !attrs.iter().any(|kv| kv.key.as_str() == k) {
+            attrs.push(KeyValue::new(k.clone(), v.clone()));
+        }
+    }
+    Resource::builder_empty().with_attributes(attrs).build()
+}
+
+/// What opentelemetry-otlp sent for `batch`: one request per service
+/// resource (in the order of the batch's resources), its spans in batch order.
+pub fn trace_requests(batch: &SpanBatch, extra: &[(String, String)]) -> Vec<ExportTraceServiceRequest> {
+    let scope = scope();
+    let mut groups: Vec<Vec<SpanData>> = vec![Vec::new(); batch.resources.len()];
+    for s in batch.spans.iter().filter(|s| s.export_trace) {
+        if let Some(g) = groups.get_mut(s.resource as usize) {
+            g.push(span_data(s, &scope));
+        }
+    }
+    groups
+        .into_iter()
+        .enumerate()
+        .filter(|(_, g)| !g.is_empty())
+        .map(|(i, g)| {
+            let res = ResourceAttributesWithSchema::from(&service(&batch.resources[i], extra));
+            ExportTraceServiceRequest { resource_spans: group_spans_by_resource_and_scope(g, &res) }
+        })
+        .collect()
+}
+
+/// A manual reader shared by the provider and the test.
+#[derive(Debug, Clone)]
+struct SharedReader(Arc<ManualReader>);
+
+impl MetricReader for SharedReader {
+    fn register_pipeline(&self, pipeline: Weak<Pipeline>) {
+        self.0.register_pipeline(pipeline)
+    }
+    fn collect(&self, rm: &mut ResourceMetrics) -> OTelSdkResult {
+        self.0.collect(rm)
+    }
+    fn force_flush(&self) -> OTelSdkResult {
+        self.0.force_flush()
+    }
+    fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
+        self.0.shutdown_with_timeout(timeout)
+    }
+    fn temporality(&self, kind: InstrumentKind) -> Temporality {
+        self.0.temporality(kind)
+    }
+}
+
+/// The histogram attributes the SDK path recorded for a span.
+fn histogram_attributes(s: &HttpSpan) -> Vec<KeyValue> {
+    let mut attrs = Vec::with_capacity(7);
+    attrs.push(KeyValue::new("http.request.method", s.method.clone()));
+    attrs.push(KeyValue::new("http.response.status_code", i64::from(s.status)));
+    attrs.push(KeyValue::new("network.protocol.version", s.protocol_version.clone()));
+    attrs.push(KeyValue::new("url.scheme", s.scheme.clone()));
+    if s.error {
+        attrs.push(KeyValue::new("error.type", s.status.to_string()));
+    }
+    match s.kind {
+        SpanKind::Server => {
+            if let Some(r) = &s.route {
+                attrs.push(KeyValue::new("http.route", r.clone()));
+            }
+        }
+        SpanKind::Client => {
+            if let Some(a) = &s.server_address {
+                attrs.push(KeyValue::new("server.address", a.clone()));
+            }
+            attrs.push(KeyValue::new("server.port", i64::from(s.server_port)));
+        }
+    }
+    attrs
+}
+
+/// What opentelemetry-otlp sent as metrics for the spans of `batch` that
+/// count in the metrics: one request per service (batch order).
+pub fn metric_requests(batch: &SpanBatch, extra: &[(String, String)]) -> Vec<ExportMetricsServiceRequest> {
+    let mut out = Vec::new();
+    for (i, res) in batch.resources.iter().enumerate() {
+        let reader = SharedReader(Arc::new(ManualReader::builder().with_temporality(Temporality::Cumulative).build()));
+        let provider = SdkMeterProvider::builder().with_resource(service(res, extra)).with_reader(reader.clone()).build();
+        let meter = provider.meter("ringtail");
+        let hist = |name: &'static str, what: &'static str| {
+            meter.f64_histogram(name).with_unit("s").with_description(what).with_boundaries(DURATION_BUCKETS.to_vec()).build()
+        };
+        let server = hist("http.server.request.duration", "Duration of HTTP server requests.");
+        let client = hist("http.client.request.duration", "Duration of HTTP client requests.");
+        let mut any = false;
+        for s in batch.spans.iter().filter(|s| s.export_metrics && s.resource as usize == i) {
+            let seconds = s.end_unix_ns.saturating_sub(s.start_unix_ns) as f64 / 1e9;
+            match s.kind {
+                SpanKind::Server => server.record(seconds, &histogram_attributes(s)),
+                SpanKind::Client => client.record(seconds, &histogram_attributes(s)),
+            }
+            any = true;
+        }
+        if !any {
+            continue;
+        }
+        let mut rm = ResourceMetrics::default();
+        if reader.collect(&mut rm).is_ok() {
+            out.push(ExportMetricsServiceRequest::from(&rm));
+        }
+    }
+    out
+}

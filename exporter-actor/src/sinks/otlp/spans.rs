@@ -1,0 +1,243 @@
+//! `SpanBatch` → the bytes of an OTLP `ExportTraceServiceRequest`, with the
+//! attribute names of the stable HTTP semantic conventions.
+//!
+//! Written straight from ringtail's spans into reused buffers: the batch's
+//! spans are grouped by resource once (a counting sort of their indices),
+//! each group becomes one `ResourceSpans` with one `ScopeSpans`
+//! (`ringtail`, the crate version), and every attribute is written from the
+//! span's own strings, with no per-span allocation.
+
+use std::fmt::Write as _;
+
+use ipc_schema::{HttpSpan, SpanBatch, SpanKind};
+
+use super::wire::{self, decimal, key, kv, kv_known, len_field, Key, Out, Value, LEN, VARINT};
+use crate::resource;
+
+/// The instrumentation scope of every ringtail span and metric.
+pub const SCOPE_NAME: &str = "ringtail";
+/// The scope's version.
+pub const SCOPE_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+// Field numbers (opentelemetry/proto/trace/v1/trace.proto and the
+// collector's trace_service.proto).
+const REQUEST_RESOURCE_SPANS: u32 = 1;
+const RESOURCE_SPANS_RESOURCE: u32 = 1;
+const RESOURCE_SPANS_SCOPE_SPANS: u32 = 2;
+const SCOPE_SPANS_SCOPE: u32 = 1;
+const SCOPE_SPANS_SPANS: u32 = 2;
+const RESOURCE_ATTRIBUTES: u32 = 1;
+const SPAN_TRACE_ID: u32 = 1;
+const SPAN_SPAN_ID: u32 = 2;
+const SPAN_PARENT_SPAN_ID: u32 = 4;
+const SPAN_NAME: u32 = 5;
+const SPAN_KIND: u32 = 6;
+const SPAN_START: u32 = 7;
+const SPAN_END: u32 = 8;
+const SPAN_ATTRIBUTES: u32 = 9;
+const SPAN_STATUS: u32 = 15;
+const SPAN_FLAGS: u32 = 16;
+const STATUS_CODE: u32 = 3;
+
+/// `SPAN_KIND_SERVER`, `SPAN_KIND_CLIENT`.
+const KIND_SERVER: u64 = 2;
+const KIND_CLIENT: u64 = 3;
+/// `STATUS_CODE_ERROR`.
+const STATUS_ERROR: u64 = 2;
+/// `SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK`: whether the parent is remote is
+/// known (it always is here).
+const FLAG_HAS_IS_REMOTE: u32 = 0x100;
+/// `SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK`.
+const FLAG_IS_REMOTE: u32 = 0x200;
+
+/// `url.full` of a client request, written into `out` (cleared first).
+pub fn url_full(s: &HttpSpan, out: &mut String) {
+    out.clear();
+    let host = s.server_address.as_deref().unwrap_or(&s.peer_address);
+    let default_port = (s.scheme == "http" && s.server_port == 80) || (s.scheme == "https" && s.server_port == 443);
+    out.push_str(&s.scheme);
+    out.push_str("://");
+    if host.contains(':') {
+        out.push('[');
+        out.push_str(host);
+        out.push(']');
+    } else {
+        out.push_str(host);
+    }
+    if !default_port {
+        // Writing to a String cannot fail.
+        let _ = write!(out, ":{}", s.server_port);
+    }
+    out.push_str(&s.path);
+    if let Some(q) = &s.query {
+        out.push('?');
+        out.push_str(q);
+    }
+}
+
+/// The span's attributes, in the order they are exported. `url` is the
+/// client span's `url.full` (see [`url_full`]).
+#[inline(always)]
+pub fn attributes(s: &HttpSpan, url: &str, mut f: impl FnMut(&Key, Value<'_>)) {
+    let mut digits = [0u8; 20];
+    f(&key!("http.request.method"), Value::Str(&s.method));
+    if let Some(m) = &s.method_original {
+        f(&key!("http.request.method_original"), Value::Str(m));
+    }
+    f(&key!("http.response.status_code"), Value::Int(i64::from(s.status)));
+    f(&key!("url.scheme"), Value::Str(&s.scheme));
+    f(&key!("network.protocol.version"), Value::Str(&s.protocol_version));
+    if let Some(ua) = &s.user_agent {
+        f(&key!("user_agent.original"), Value::Str(ua));
+    }
+    if s.error {
+        f(&key!("error.type"), Value::Str(decimal(u64::from(s.status), &mut digits)));
+    }
+    match s.kind {
+        SpanKind::Server => {
+            f(&key!("url.path"), Value::Str(&s.path));
+            if let Some(q) = &s.query {
+                f(&key!("url.query"), Value::Str(q));
+            }
+            if let Some(r) = &s.route {
+                f(&key!("http.route"), Value::Str(r));
+            }
+            if let Some(h) = &s.server_address {
+                f(&key!("server.address"), Value::Str(h));
+            }
+            f(&key!("server.port"), Value::Int(i64::from(s.server_port)));
+            f(&key!("client.address"), Value::Str(&s.client_address));
+            f(&key!("client.port"), Value::Int(i64::from(s.client_port)));
+            f(&key!("network.peer.address"), Value::Str(&s.peer_address));
+            f(&key!("network.peer.port"), Value::Int(i64::from(s.peer_port)));
+        }
+        SpanKind::Client => {
+            f(&key!("url.full"), Value::Str(url));
+            f(&key!("url.path"), Value::Str(&s.path));
+            if let Some(h) = &s.server_address {
+                f(&key!("server.address"), Value::Str(h));
+            }
+            f(&key!("server.port"), Value::Int(i64::from(s.server_port)));
+            f(&key!("network.peer.address"), Value::Str(&s.peer_address));
+            f(&key!("network.peer.port"), Value::Int(i64::from(s.peer_port)));
+        }
+    }
+}
+
+/// One `Span` message body (without its key and length).
+fn span(o: &mut Vec<u8>, s: &HttpSpan, url: &str) {
+    wire::bytes(o, SPAN_TRACE_ID, &s.trace_id.to_be_bytes());
+    wire::bytes(o, SPAN_SPAN_ID, &s.span_id.to_be_bytes());
+    if s.parent_span_id != 0 {
+        wire::bytes(o, SPAN_PARENT_SPAN_ID, &s.parent_span_id.to_be_bytes());
+    }
+    wire::opt_bytes(o, SPAN_NAME, s.name.as_bytes());
+    wire::uint(o, SPAN_KIND, if s.kind == SpanKind::Server { KIND_SERVER } else { KIND_CLIENT });
+    wire::fixed64(o, SPAN_START, s.start_unix_ns);
+    wire::fixed64(o, SPAN_END, s.end_unix_ns);
+    attributes(s, url, |k, v| kv_known(o, SPAN_ATTRIBUTES, k, v));
+    // The status is always present: unset, or ERROR with no message.
+    o.key(SPAN_STATUS, LEN);
+    if s.error {
+        o.varint(2);
+        o.key(STATUS_CODE, VARINT);
+        o.varint(STATUS_ERROR);
+    } else {
+        o.varint(0);
+    }
+    // A server span's parent came over the wire (traceparent).
+    let remote = s.kind == SpanKind::Server && s.parent_span_id != 0;
+    let flags = u32::from(s.trace_flags) | FLAG_HAS_IS_REMOTE | if remote { FLAG_IS_REMOTE } else { 0 };
+    wire::fixed32(o, SPAN_FLAGS, flags);
+}
+
+/// Builds trace requests, keeping its buffers from one batch to the next.
+#[derive(Debug, Default)]
+pub struct TraceEncoder {
+    /// Attributes added to every resource (ringtail's `OTEL_RESOURCE_ATTRIBUTES`).
+    extra: Vec<(String, String)>,
+    /// Span indices grouped by resource.
+    order: Vec<u32>,
+    /// Where each resource's group starts in `order` (one more entry than
+    /// resources), then the fill cursor.
+    starts: Vec<u32>,
+    cursor: Vec<u32>,
+    /// One group's encoded spans.
+    spans: Vec<u8>,
+    /// One group's encoded resource.
+    resource: Vec<u8>,
+    /// The encoded `scope` field of every `ScopeSpans`.
+    scope: Vec<u8>,
+    /// `url.full` of the span being written.
+    url: String,
+}
+
+impl TraceEncoder {
+    /// An encoder whose resources get `extra` attributes.
+    pub fn new(extra: Vec<(String, String)>) -> TraceEncoder {
+        let mut scope = Vec::new();
+        wire::scope(&mut scope, SCOPE_SPANS_SCOPE, SCOPE_NAME, SCOPE_VERSION);
+        TraceEncoder { extra, scope, ..TraceEncoder::default() }
+    }
+
+    /// Writes the request for the spans of `batch` marked for tracing into
+    /// `out` (cleared first); returns how many spans it holds (spans that
+    /// name no resource of the batch are left out).
+    pub fn encode(&mut self, batch: &SpanBatch, out: &mut Vec<u8>) -> usize {
+        out.clear();
+        let n_res = batch.resources.len();
+        let wanted = |s: &HttpSpan| s.export_trace && (s.resource as usize) < n_res;
+        // Counting sort of span indices by resource: O(spans + resources).
+        self.starts.clear();
+        self.starts.resize(n_res + 1, 0);
+        for s in batch.spans.iter().filter(|s| wanted(s)) {
+            self.starts[s.resource as usize + 1] += 1;
+        }
+        for i in 0..n_res {
+            self.starts[i + 1] += self.starts[i];
+        }
+        let total = self.starts[n_res] as usize;
+        self.order.clear();
+        self.order.resize(total, 0);
+        self.cursor.clear();
+        self.cursor.extend_from_slice(&self.starts[..n_res]);
+        for (i, s) in batch.spans.iter().enumerate().filter(|(_, s)| wanted(s)) {
+            let c = &mut self.cursor[s.resource as usize];
+            self.order[*c as usize] = i as u32;
+            *c += 1;
+        }
+        for (r, res) in batch.resources.iter().enumerate() {
+            let (from, to) = (self.starts[r] as usize, self.starts[r + 1] as usize);
+            if from == to {
+                continue;
+            }
+            self.spans.clear();
+            for &i in &self.order[from..to] {
+                let s = &batch.spans[i as usize];
+                if s.kind == SpanKind::Client {
+                    url_full(s, &mut self.url);
+                } else {
+                    self.url.clear();
+                }
+                self.spans.key(SCOPE_SPANS_SPANS, LEN);
+                wire::length_prefixed(&mut self.spans, |o| span(o, s, &self.url));
+            }
+            self.resource.clear();
+            for (k, v) in resource::service(res, &self.extra) {
+                kv(&mut self.resource, RESOURCE_ATTRIBUTES, k, v);
+            }
+            let scope_spans = self.scope.len() + self.spans.len();
+            let resource_spans =
+                len_field(RESOURCE_SPANS_RESOURCE, self.resource.len()) + len_field(RESOURCE_SPANS_SCOPE_SPANS, scope_spans);
+            out.reserve(len_field(REQUEST_RESOURCE_SPANS, resource_spans));
+            out.key(REQUEST_RESOURCE_SPANS, LEN);
+            out.varint(resource_spans as u64);
+            wire::bytes(out, RESOURCE_SPANS_RESOURCE, &self.resource);
+            out.key(RESOURCE_SPANS_SCOPE_SPANS, LEN);
+            out.varint(scope_spans as u64);
+            out.extend_from_slice(&self.scope);
+            out.extend_from_slice(&self.spans);
+        }
+        total
+    }
+}
