@@ -7,6 +7,13 @@
 //! default buckets and the attributes the spec lists: never `url.path`,
 //! which is unbounded. Readers are cumulative manual readers: collecting
 //! twice (push and scrape) is harmless.
+//!
+//! Services (a resource is per process: `process.pid`) are bounded: past
+//! [`MAX_SERVICES`] the least recently recorded one is evicted (counted in
+//! `ringtail_metric_services_evicted_total`), so a host with many
+//! short-lived processes never stops measuring new ones. An evicted
+//! service's samples since the last push or scrape are lost, and if it
+//! comes back its cumulative series start again.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
@@ -26,8 +33,8 @@ use crate::resource;
 
 /// The spec's default buckets for HTTP request durations, in seconds.
 pub const DURATION_BUCKETS: [f64; 14] = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0];
-/// Services with their own meters; more are counted, not measured.
-const MAX_SERVICES: usize = 1024;
+/// Services with their own meters; past it the least recently used goes.
+pub const MAX_SERVICES: usize = 1024;
 
 /// A manual reader shared by the OTLP push and the Prometheus scrape.
 #[derive(Debug, Clone)]
@@ -59,6 +66,9 @@ fn provider(res: opentelemetry_sdk::Resource) -> (SdkMeterProvider, SharedReader
 
 struct Service {
     _provider: SdkMeterProvider,
+    reader: SharedReader,
+    /// When it last recorded, in [`Meters::tick`]s.
+    last_used: u64,
     server: Histogram<f64>,
     client: Histogram<f64>,
 }
@@ -186,7 +196,9 @@ pub struct Meters {
     extra: Vec<(String, String)>,
     attr_sets: rustc_hash::FxHashMap<u64, CachedAttrs>,
     recorded: Counter,
-    overflow: Counter,
+    evicted: Counter,
+    /// Counts recordings: the services' clock for least-recently-used.
+    tick: u64,
 }
 
 impl Meters {
@@ -204,7 +216,8 @@ impl Meters {
             extra,
             attr_sets: rustc_hash::FxHashMap::default(),
             recorded: registry.counter("ringtail_metric_samples_total", &[]),
-            overflow: registry.counter("ringtail_metric_services_overflow_total", &[]),
+            evicted: registry.counter("ringtail_metric_services_evicted_total", &[]),
+            tick: 0,
         }
     }
 
@@ -214,10 +227,10 @@ impl Meters {
     }
 
     fn service(&mut self, res: &ServiceResource) -> Option<&Service> {
+        self.tick += 1;
         if !self.services.contains_key(res) {
             if self.services.len() >= MAX_SERVICES {
-                self.overflow.inc();
-                return None;
+                self.evict_least_recent();
             }
             let (p, reader) = provider(resource::service(res, &self.extra));
             let meter = p.meter("ringtail");
@@ -226,10 +239,26 @@ impl Meters {
             };
             let server = hist("http.server.request.duration", "Duration of HTTP server requests.");
             let client = hist("http.client.request.duration", "Duration of HTTP client requests.");
-            self.readers.lock().unwrap_or_else(|p| p.into_inner()).push(reader);
-            self.services.insert(res.clone(), Service { _provider: p, server, client });
+            self.readers.lock().unwrap_or_else(|p| p.into_inner()).push(reader.clone());
+            self.services.insert(res.clone(), Service { _provider: p, reader, last_used: 0, server, client });
         }
-        self.services.get(res)
+        let svc = self.services.get_mut(res)?;
+        svc.last_used = self.tick;
+        Some(svc)
+    }
+
+    /// Drops the service that recorded longest ago, and its reader.
+    fn evict_least_recent(&mut self) {
+        let Some(oldest) = self.services.iter().min_by_key(|(_, s)| s.last_used).map(|(k, _)| k.clone()) else { return };
+        if let Some(gone) = self.services.remove(&oldest) {
+            self.readers.lock().unwrap_or_else(|p| p.into_inner()).retain(|r| !Arc::ptr_eq(&r.0, &gone.reader.0));
+            self.evicted.inc();
+        }
+    }
+
+    /// Services with meters now.
+    pub fn services(&self) -> usize {
+        self.services.len()
     }
 
     /// Records one span's duration.

@@ -105,3 +105,25 @@ fn names_are_sanitized() {
     assert_eq!(sanitize("http.server.request.duration"), "http_server_request_duration");
     assert_eq!(sanitize("9lives"), "_9lives");
 }
+
+#[test]
+fn process_past_the_cap_gets_metrics_the_least_recent_goes() {
+    use crate::meters::MAX_SERVICES;
+    let registry = Registry::new(Component::ExporterActor, 1);
+    let mut m = Meters::new(vec![], "h", &registry);
+    let proc = |pid: u32| ServiceResource { pid, service_instance_id: format!("h:{pid}"), ..res() };
+    for pid in 1..=MAX_SERVICES as u32 {
+        m.record(&proc(pid), &span(3, 200));
+    }
+    m.record(&proc(1), &span(3, 200)); // pid 1 is used again: pid 2 is now the oldest
+    m.record(&proc(MAX_SERVICES as u32 + 1), &span(3, 200));
+    assert_eq!(m.services(), MAX_SERVICES);
+    let text = exposition(&m.view());
+    let has = |pid: u32| text.contains(&format!("service_instance_id=\"h:{pid}\""));
+    assert!(has(MAX_SERVICES as u32 + 1), "process 1,025 gets metrics");
+    assert!(has(1) && has(3));
+    assert!(!has(2), "the least recently used was evicted");
+    let evicted: f64 =
+        registry.report().points.iter().filter(|p| p.name == "ringtail_metric_services_evicted_total").map(|p| p.value).sum();
+    assert_eq!(evicted, 1.0);
+}
