@@ -75,7 +75,7 @@ impl Redactor {
             return false;
         }
         let key = percent_decode_lower(raw_key);
-        self.keys.iter().any(|k| *k == key)
+        self.keys.contains(&key)
     }
 }
 
