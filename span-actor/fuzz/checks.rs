@@ -9,6 +9,9 @@
 //! against an independent oracle), [`ipc_decode`] (every message the
 //! actors and the loader decode), [`config`] (the configuration file).
 
+// Each target uses one of them.
+#![allow(dead_code)]
+
 use std::time::Instant;
 
 use ipc_schema::{ProcessInfo, RawBatch, RawEvent, Role, SockAddr};

@@ -15,12 +15,15 @@ use std::time::Duration;
 
 use ringtail_tests::*;
 
-const WAIT: Duration = Duration::from_secs(30);
+const WAIT: Duration = Duration::from_secs(120);
 const SETTLE: Duration = Duration::from_millis(1500);
 /// Idle keep-alive connections: more than the lowered `probe.max_connections`.
 const IDLE: usize = 300;
 /// Connections left inside a request head (slowloris).
 const SLOW: usize = 100;
+/// Unique 404 paths of the scan, and the real routes that come after it.
+const SCAN: usize = 20_000;
+const REAL: [&str; 5] = ["/real/alpha", "/real/beta", "/real/gamma", "/real/delta", "/users/7"];
 const SECRETS: [&str; 5] = ["SECRETSIG1", "SECRETTOKEN2", "SECRETAWS3", "SECRETPASS4", "SECRETHOST5"];
 
 fn connect(port: u16) -> TcpStream {
@@ -41,12 +44,13 @@ fn once(port: u16, bytes: &[u8]) -> u16 {
 }
 
 /// One request on a keep-alive connection, reading the whole response
-/// (the server's fixed "ok\n" body), leaving the connection open.
+/// (the server's fixed 3-byte bodies, "ok\n" or "no\n"), leaving the
+/// connection open.
 fn keepalive_request(s: &mut TcpStream, path: &str) -> u16 {
     s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes()).expect("write");
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
-    while !(buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.ends_with(b"ok\n")) {
+    while !buf.windows(4).position(|w| w == b"\r\n\r\n").is_some_and(|at| buf.len() == at + 4 + 3) {
         let n = s.read(&mut chunk).expect("read");
         assert!(n > 0, "closed mid-response");
         buf.extend_from_slice(&chunk[..n]);
@@ -62,6 +66,10 @@ fn curl(port: u16, path_and_query: &str) -> u16 {
         .output()
         .expect("curl runs");
     String::from_utf8_lossy(&out.stdout).trim().parse().expect("curl printed a status")
+}
+
+fn stdout_has_overflow(spans: &[SpanLine]) -> bool {
+    spans.iter().any(|s| s.name.contains("{overflow}"))
 }
 
 fn counter(prom: u16, name: &str, labels: &[(&str, &str)]) -> f64 {
@@ -89,11 +97,11 @@ fn hostile_traffic_is_traced_or_counted_never_crashes_never_leaks() {
     let port = free_port();
     let prom = free_port();
     let www = TempDir::new("hostile-www");
-    let _srv = nginx(port, &www.0, "location / { return 200 \"ok\\n\"; }");
+    let _srv = nginx(port, &www.0, "location / { return 200 \"ok\\n\"; }\n        location /scan/ { return 404 \"no\\n\"; }\n        location /users/ { return 404 \"no\\n\"; }");
     let rt = Ringtail::start(&format!(
         "[probe]\nflush_interval = \"20ms\"\nmax_connections = 64\n[pipeline]\nbatch_timeout = \"20ms\"\n\
          [discovery]\nopen_ports = [{port}]\n[export]\nstdout = true\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n\
-         [redaction]\nquery_keys = [\"token\"]\n"
+         [routes]\npatterns = [\"/users/{{id}}\"]\nmax_cardinality = 50\n[redaction]\nquery_keys = [\"token\"]\n"
     ));
     let components = ["probe-loader", "span-actor", "exporter-actor"];
     let pids: Vec<Option<u32>> = components.iter().map(|c| rt.pid(c)).collect();
@@ -149,6 +157,19 @@ fn hostile_traffic_is_traced_or_counted_never_crashes_never_leaks() {
     for g in garbage {
         assert_eq!(once(port, g), 400, "nginx answers garbage with 400");
     }
+    // A scan: 20,000 unique 404 paths (words, which the route heuristic
+    // would keep as routes of their own), then real routes: each gets its
+    // own route, the configured template keeps its name even on a 404.
+    let mut s = connect(port);
+    for i in 0..SCAN {
+        let word: String = format!("{i:05}").bytes().map(|b| char::from(b'a' + (b - b'0'))).collect();
+        assert_eq!(keepalive_request(&mut s, &format!("/scan/{word}.php")), 404);
+        expect("GET", &format!("/scan/{word}.php"), 404);
+    }
+    for r in REAL {
+        expect("GET", r, keepalive_request(&mut s, r));
+    }
+    drop(s);
     // And a normal request after all of it.
     expect("GET", "/final", curl(port, "/final"));
 
@@ -163,6 +184,17 @@ fn hostile_traffic_is_traced_or_counted_never_crashes_never_leaks() {
         *got.entry((s.method.clone(), s.path.clone(), s.status)).or_default() += 1;
     }
     assert_eq!(got, want, "exactly one span per answered request\n{}", rt.stdout());
+
+    // Routes: the scan has none and spent nothing; real routes have theirs.
+    for r in REAL {
+        let span = spans.iter().find(|s| s.path == r).expect("a real route's span");
+        let want_route = if r.starts_with("/users/") { "/users/{id}" } else { r };
+        assert_eq!(span.name, format!("GET {want_route}"), "{}", span.line);
+    }
+    assert!(!stdout_has_overflow(&spans), "a route overflowed");
+    let scan_names: std::collections::BTreeSet<&str> =
+        spans.iter().filter(|s| s.path.starts_with("/scan/")).map(|s| s.name.as_str()).collect();
+    assert_eq!(scan_names.into_iter().collect::<Vec<_>>(), ["GET"], "an unmatched 404 has no route");
 
     // Secrets: redacted, keys kept; never a secret value on the output.
     let after = spans.iter().find(|s| s.path == "/after").expect("the /after span");
