@@ -103,8 +103,20 @@ static __always_inline int is_request(const __u8 *p, __u32 skip, __u32 n)
 	if (len == 3 && m[0] == 'P' && m[1] == 'R' && m[2] == 'I')
 		return 0;
 	__u8 t = p[(skip + len + 1) & VIEW_MASK];
-	if (t == '/' || t == '*' || t == 'h' || t == 'H')
+	if (t == '/' || t == '*')
 		return 1;
+	if (t == 'h' || t == 'H') {
+		/* absolute form: "http:" or "https", any case. Not any word
+		 * starting with h: the tail of a request the server answered
+		 * early and drains ("aaaa HTTP/1.1") is no request. A target cut
+		 * off by the read gets the benefit of the doubt. */
+		__u32 q = skip + len + 2;
+		if (q + 4 > n)
+			return 1;
+		__u8 a = p[q & VIEW_MASK] | 0x20, b = p[(q + 1) & VIEW_MASK] | 0x20;
+		__u8 c = p[(q + 2) & VIEW_MASK] | 0x20, d = p[(q + 3) & VIEW_MASK];
+		return a == 't' && b == 't' && c == 'p' && (d == ':' || (d | 0x20) == 's');
+	}
 	/* CONNECT host:port */
 	return len == 7 && m[0] == 'C' && m[1] == 'O' && m[2] == 'N' && m[3] == 'N';
 }
