@@ -94,6 +94,10 @@ fn hostile_traffic_is_traced_or_counted_never_crashes_never_leaks() {
         skip("nginx and curl are needed");
         return;
     }
+    if !Rotel::available() {
+        return;
+    }
+    let rotel = Rotel::start();
     let port = free_port();
     let prom = free_port();
     let www = TempDir::new("hostile-www");
@@ -101,7 +105,9 @@ fn hostile_traffic_is_traced_or_counted_never_crashes_never_leaks() {
     let rt = Ringtail::start(&format!(
         "[probe]\nflush_interval = \"20ms\"\nmax_connections = 64\n[pipeline]\nbatch_timeout = \"20ms\"\n\
          [discovery]\nopen_ports = [{port}]\n[export]\nstdout = true\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n\
-         [routes]\npatterns = [\"/users/{{id}}\"]\nmax_cardinality = 50\n[redaction]\nquery_keys = [\"token\"]\n"
+         [export.otlp]\nendpoint = \"http://127.0.0.1:{grpc}\"\nprotocol = \"grpc\"\n\
+         [routes]\npatterns = [\"/users/{{id}}\"]\nmax_cardinality = 50\n[redaction]\nquery_keys = [\"token\"]\n",
+        grpc = rotel.grpc
     ));
     let components = ["probe-loader", "span-actor", "exporter-actor"];
     let pids: Vec<Option<u32>> = components.iter().map(|c| rt.pid(c)).collect();
@@ -218,6 +224,24 @@ fn hostile_traffic_is_traced_or_counted_never_crashes_never_leaks() {
     for secret in SECRETS {
         assert!(!stdout.contains(secret), "{secret} exported:\n{stdout}");
         assert!(!rt.log().contains(secret), "{secret} logged");
+    }
+
+    // At a real OTLP receiver too: the query redacted, user information
+    // out of server.address, no secret anywhere in what arrived.
+    let ours = |s: &serde_json::Value| s["kind"] == 2 && attr(s, "server.port") == Some(port.to_string());
+    let at_receiver = wait_until(WAIT, || {
+        let got: Vec<serde_json::Value> = rotel.spans().into_iter().filter(ours).collect();
+        (got.len() >= n_want).then_some(got)
+    })
+    .unwrap_or_else(|| panic!("the receiver got {} spans of {n_want}", rotel.spans().into_iter().filter(ours).count()));
+    let by_path =
+        |p: &str| at_receiver.iter().find(|s| attr(s, "url.path").as_deref() == Some(p)).cloned().expect("a span at the receiver");
+    assert_eq!(attr(&by_path("/after"), "url.query").as_deref(), Some("sig=REDACTED&token=REDACTED&AWSAccessKeyId=REDACTED&x=1"));
+    assert_eq!(attr(&by_path("/abs"), "server.address").as_deref(), Some("t"));
+    assert_eq!(attr(&by_path("/hosthdr"), "server.address").as_deref(), Some("t"));
+    let all = serde_json::to_string(&at_receiver).expect("json");
+    for secret in SECRETS {
+        assert!(!all.contains(secret), "{secret} at the receiver");
     }
 
     // Garbage counted exactly; the slowloris requests, once their
