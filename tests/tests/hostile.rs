@@ -50,7 +50,7 @@ fn keepalive_request(s: &mut TcpStream, path: &str) -> u16 {
     s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes()).expect("write");
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
-    while !buf.windows(4).position(|w| w == b"\r\n\r\n").is_some_and(|at| buf.len() == at + 4 + 3) {
+    while buf.windows(4).position(|w| w == b"\r\n\r\n").is_none_or(|at| buf.len() != at + 4 + 3) {
         let n = s.read(&mut chunk).expect("read");
         assert!(n > 0, "closed mid-response");
         buf.extend_from_slice(&chunk[..n]);
