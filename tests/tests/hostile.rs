@@ -21,6 +21,8 @@ const SETTLE: Duration = Duration::from_millis(1500);
 const IDLE: usize = 300;
 /// Connections left inside a request head (slowloris).
 const SLOW: usize = 100;
+/// Resident memory no ringtail process may reach during the test.
+const MAX_RSS_KB: u64 = 256 * 1024;
 /// Unique 404 paths of the scan, and the real routes that come after it.
 const SCAN: usize = 20_000;
 const REAL: [&str; 5] = ["/real/alpha", "/real/beta", "/real/gamma", "/real/delta", "/users/7"];
@@ -260,5 +262,14 @@ fn hostile_traffic_is_traced_or_counted_never_crashes_never_leaks() {
     assert_eq!(now, pids, "a component restarted:\n{}", rt.log());
     for c in components {
         assert_eq!(rt.events(c, "started").len(), 1, "{c} started more than once");
+    }
+    // Memory bounded: after 20,000 distinct paths, 400 connections and
+    // the rest, each process is far below what unbounded state would take.
+    for (c, pid) in components.iter().zip(&now) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", pid.expect("a pid"))).expect("proc status");
+        let rss_kb: u64 =
+            status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).expect("VmRSS");
+        eprintln!("{c}: VmRSS {rss_kb} kB");
+        assert!(rss_kb < MAX_RSS_KB, "{c} resident {rss_kb} kB");
     }
 }
