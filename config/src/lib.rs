@@ -15,7 +15,7 @@
 //! One module per section, each with its struct, defaults, a doc comment on
 //! every field, and its rules:
 //! [`probe`], [`pipeline`], [`discovery`], [`routes`], [`services`],
-//! [`export`], [`actors`], [`profile`], [`log`].
+//! [`redaction`], [`export`], [`actors`], [`profile`], [`log`].
 //! - [`types`]: the parsed value types and their rules.
 //! - this file: [`Settings`] (the whole file), loading with the
 //!   environment, and [`ConfigError`].
@@ -27,6 +27,7 @@ pub mod log;
 pub mod pipeline;
 pub mod probe;
 pub mod profile;
+pub mod redaction;
 pub mod routes;
 pub mod services;
 pub mod types;
@@ -42,9 +43,10 @@ pub use log::LogSettings;
 pub use pipeline::PipelineSettings;
 pub use probe::ProbeSettings;
 pub use profile::ProfileSettings;
+pub use redaction::RedactionSettings;
 pub use routes::{IgnoreMode, RouteSettings, UnmatchedRoutes};
 pub use services::{ServiceRule, ServiceSettings};
-pub use types::{ExeRegex, HeaderName, ListenAddr, OtlpEndpoint, Port, Rejected, RouteTemplate};
+pub use types::{ExeRegex, HeaderName, ListenAddr, OtlpEndpoint, Port, QueryKey, Rejected, RouteTemplate};
 
 /// Prefix of environment overrides.
 pub const ENV_PREFIX: &str = "RINGTAIL";
@@ -54,7 +56,8 @@ pub const NOT_CONFIG: &[&str] =
     &["RINGTAIL_BIN_DIR", "RINGTAIL_READY_FD", "RINGTAIL_VMLINUX_BTF", "RINGTAIL_REQUIRE_ALL", "RINGTAIL_TEST_VENV", "RINGTAIL_TEST_GO"];
 
 /// Keys whose environment value is a comma-separated list.
-const LIST_KEYS: &[&str] = &["discovery.open_ports", "discovery.exe_names", "discovery.pids", "routes.patterns", "routes.ignored"];
+const LIST_KEYS: &[&str] =
+    &["discovery.open_ports", "discovery.exe_names", "discovery.pids", "routes.patterns", "routes.ignored", "redaction.query_keys"];
 
 /// Keys whose values are one of a few words: (key, rule, example).
 const ENUM_RULES: &[(&str, &str, &str)] = &[
@@ -77,6 +80,8 @@ pub struct Settings {
     pub routes: RouteSettings,
     /// `service.name` rules.
     pub services: ServiceSettings,
+    /// What of a request's URL is never exported.
+    pub redaction: RedactionSettings,
     /// Where spans and metrics go.
     pub export: ExportSettings,
     /// How the unprivileged actors run.
@@ -177,6 +182,11 @@ impl Settings {
             builder = builder.add_source(config::File::from(path).format(config::FileFormat::Toml).required(true));
         }
         let cfg = builder.add_source(environment).build().map_err(|source| ConfigError::Load { source })?;
+        Self::from_config(cfg)
+    }
+
+    /// Typed settings out of merged sources, then validated.
+    fn from_config(cfg: config::Config) -> Result<Settings, ConfigError> {
         let values = cfg.clone();
         types::take_rejected();
         let settings: Settings = serde_path_to_error::deserialize(cfg).map_err(|e| {
@@ -195,6 +205,16 @@ impl Settings {
         Ok(settings)
     }
 
+    /// Parses configuration text (TOML) alone, without the environment,
+    /// with every rule [`Settings::load`] applies.
+    pub fn from_toml(text: &str) -> Result<Settings, ConfigError> {
+        let cfg = config::Config::builder()
+            .add_source(config::File::from_str(text, config::FileFormat::Toml))
+            .build()
+            .map_err(|source| ConfigError::Load { source })?;
+        Self::from_config(cfg)
+    }
+
     /// Checks every rule the types cannot express, section by section.
     pub fn validate(&self) -> Result<(), ConfigError> {
         self.probe.validate()?;
@@ -202,6 +222,7 @@ impl Settings {
         self.discovery.validate()?;
         self.routes.validate()?;
         self.services.validate()?;
+        self.redaction.validate()?;
         self.export.validate()?;
         self.actors.validate()?;
         self.profile.validate()?;
@@ -315,6 +336,8 @@ mod tests {
             ("[export.prometheus]\nlisten = \"9400\"\n", "export.prometheus.listen", "9400"),
             ("[actors]\nuser = \"root\"\n", "actors.user", "root"),
             ("[probe]\nwakeup_len = \"many\"\n", "probe.wakeup_len", "many"),
+            ("[redaction]\nquery_keys = [\"a=b\"]\n", "redaction.query_keys[0]", "a=b"),
+            ("[redaction]\nquery_keys = [\"\"]\n", "redaction.query_keys[0]", "\"\""),
         ];
         for (text, key, value) in cases {
             let err = load(text, &[]).unwrap_err().to_string();
@@ -360,6 +383,28 @@ mod tests {
         let s = load("[export.otlp]\nendpoint = \"\"\n[export.prometheus]\nlisten = \"127.0.0.1:9400\"\n", &[]).unwrap();
         assert_eq!(s.export.otlp.endpoint, None, "empty is off");
         assert_eq!(s.export.prometheus.listen.map(|l| l.get().port()), Some(9400));
+    }
+
+    #[test]
+    fn redaction_keys_from_file_and_env() {
+        let s = load("[redaction]\nquery_keys = [\"Token\"]\ndrop_query = true\n", &[]).unwrap();
+        assert_eq!(s.redaction.query_keys.iter().map(|k| k.as_str()).collect::<Vec<_>>(), ["token"], "kept lowercase");
+        assert!(s.redaction.drop_query);
+        let s = load("", &[("RINGTAIL_REDACTION__QUERY_KEYS", "api_key,Password")]).unwrap();
+        assert_eq!(s.redaction.query_keys.iter().map(|k| k.as_str()).collect::<Vec<_>>(), ["api_key", "password"]);
+        assert!(!s.redaction.drop_query, "off by default");
+        let many = format!("[redaction]\nquery_keys = [{}]\n", (0..257).map(|i| format!("\"k{i}\"")).collect::<Vec<_>>().join(","));
+        let err = load(&many, &[]).unwrap_err().to_string();
+        assert!(err.contains("redaction.query_keys") && err.contains("257"), "{err}");
+    }
+
+    #[test]
+    fn text_parses_like_a_file() {
+        let text = "[routes]\npatterns = [\"/users/{id}\"]\n[redaction]\nquery_keys = [\"t\"]\n";
+        assert_eq!(Settings::from_toml(text).unwrap(), load(text, &[]).unwrap());
+        let err = Settings::from_toml("[probe]\nring_buffer_mb = 3\n").unwrap_err().to_string();
+        assert!(err.contains("probe.ring_buffer_mb"), "{err}");
+        assert!(Settings::from_toml("[[[").is_err());
     }
 
     #[test]

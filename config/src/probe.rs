@@ -29,8 +29,12 @@ pub struct ProbeSettings {
     /// it twice, so it costs twice this in resident memory once used. 4 MiB
     /// holds ~6,000 events: over half a second at 10,000 requests/s.
     pub ring_buffer_mb: u32,
-    /// Connections tracked at once (kernel map size). Requests on connections
-    /// beyond it are not traced and are counted.
+    /// Connections tracked at once by a connection-state backend with a
+    /// bounded table (an LRU hash: what a hook family without socket-local
+    /// storage would use). The socket backend, the only one today, keeps
+    /// each connection's state in the socket itself (freed with it), so no
+    /// number of idle or half-open connections can crowd others out, and
+    /// this bound does not apply to it.
     pub max_connections: u32,
     /// Keep CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH after attaching, to read
     /// the executable path and `OTEL_SERVICE_NAME` of processes owned by

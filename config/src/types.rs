@@ -430,3 +430,40 @@ mod tests {
         assert!("9400".parse::<ListenAddr>().is_err() && "127.0.0.1:9400".parse::<ListenAddr>().is_ok());
     }
 }
+
+/// A query-string key whose values are redacted (`redaction.query_keys`):
+/// 1..=128 bytes of visible ASCII other than the query's own delimiters
+/// (`&`, `;`, `=`, `#`). It matches keys ASCII case-insensitively after
+/// their percent-encoding is decoded, so it is kept lowercase.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct QueryKey(String);
+
+impl QueryKey {
+    /// The key, lowercase.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for QueryKey {
+    type Err = Rejected;
+    fn from_str(key: &str) -> Result<Self, Rejected> {
+        let ok = (1..=128).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_graphic() && !b"&;=#".contains(&b));
+        if !ok {
+            return Err(Rejected {
+                rule: "must be 1 to 128 visible ASCII characters other than & ; = #",
+                example: "[\"token\", \"api_key\"]",
+                value: format!("{key:?}"),
+            });
+        }
+        Ok(QueryKey(key.to_ascii_lowercase()))
+    }
+}
+
+impl fmt::Display for QueryKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+text_serde!(QueryKey);

@@ -74,7 +74,9 @@ async fn run(p: Process, otlp: OtlpConfig) -> anyhow::Result<()> {
         p.shutdown.clone(),
     )
     .await?;
-    let receiver = Receiver::new(registry, settings.export.stdout, meters, traces, consumer.clone(), spans, done_rx).start();
+    let receiver = Receiver::new(registry, settings.export.stdout, meters, traces, consumer.clone(), spans, done_rx)
+        .vital(runtime_kit::component::Vital::new("receiver", p.shutdown.clone()))
+        .start();
     p.ready();
 
     p.shutdown.clone().fired().await;

@@ -10,8 +10,12 @@
 //! series' start. Reading (push or scrape) changes nothing.
 //!
 //! Bounded, and degrading gracefully rather than filling up for good:
-//! - at most [`MAX_SERVICES`] services; spans of more are counted
-//!   (`ringtail_metric_services_overflow_total`) and not measured;
+//! - at most [`MAX_SERVICES`] services; a new one evicts the least
+//!   recently updated (`ringtail_metric_services_evicted_total`), so a host
+//!   with many short-lived processes never stops measuring new ones; only
+//!   when every service was updated by the batch being recorded are the
+//!   spans of more counted (`ringtail_metric_services_overflow_total`) and
+//!   not measured;
 //! - at most [`MAX_SERIES_PER_INSTRUMENT`] series per histogram of a service and
 //!   [`MAX_SERIES`] in all; beyond, a span is measured in its histogram's
 //!   overflow series (attribute `otel.metric.overflow = true`, as the
@@ -280,6 +284,8 @@ pub struct ServiceHistograms {
     pub server: Histogram,
     /// `http.client.request.duration`.
     pub client: Histogram,
+    /// The last update (Unix ns): the least recent goes first when full.
+    last_ns: u64,
 }
 
 /// Health reports, with the time each component's counting began.
@@ -336,14 +342,37 @@ impl Metrics {
         resource::ringtail(&self.me, &self.extra)
     }
 
-    fn slot(&mut self, res: &ServiceResource) -> Option<usize> {
+    /// Evicts the service updated least recently, unless every service was
+    /// updated at `now` (by the batch being recorded, whose cached slots
+    /// must stay valid); whether one went.
+    fn evict_least_recent(&mut self, now: u64) -> bool {
+        let oldest = self.services.iter().enumerate().filter_map(|(i, s)| Some((s.as_ref()?.last_ns, i))).min();
+        let Some((last, i)) = oldest.filter(|(last, _)| *last < now) else {
+            return false;
+        };
+        let Some(svc) = self.services[i].take() else {
+            return false;
+        };
+        tracing::debug!(pid = svc.resource.pid, last_ns = last, "least recently updated service's metrics evicted");
+        self.series -= svc.server.len() + svc.client.len();
+        self.index.remove(&svc.resource);
+        self.free.push(i);
+        true
+    }
+
+    /// The slot of `res`'s histograms, made if new (`evicted` counts a
+    /// service evicted to make room); `None` if full.
+    fn slot(&mut self, res: &ServiceResource, now: u64, evicted: &mut u64) -> Option<usize> {
         if let Some(&i) = self.index.get(res) {
             return Some(i);
         }
         if self.index.len() >= MAX_SERVICES {
-            return None;
+            if !self.evict_least_recent(now) {
+                return None;
+            }
+            *evicted += 1;
         }
-        let svc = ServiceHistograms { resource: res.clone(), server: Histogram::default(), client: Histogram::default() };
+        let svc = ServiceHistograms { resource: res.clone(), server: Histogram::default(), client: Histogram::default(), last_ns: now };
         let i = match self.free.pop() {
             Some(i) => {
                 self.services[i] = Some(svc);
@@ -404,6 +433,7 @@ pub struct Meters {
     next_sweep: u64,
     recorded: Counter,
     services_overflow: Counter,
+    services_evicted: Counter,
     series_overflow: Counter,
     evicted: Counter,
 }
@@ -428,6 +458,7 @@ impl Meters {
             next_sweep: 0,
             recorded: registry.counter("ringtail_metric_samples_total", &[]),
             services_overflow: registry.counter("ringtail_metric_services_overflow_total", &[]),
+            services_evicted: registry.counter("ringtail_metric_services_evicted_total", &[]),
             series_overflow: registry.counter("ringtail_metric_series_overflow_total", &[]),
             evicted: registry.counter("ringtail_metric_series_evicted_total", &[]),
         }
@@ -457,13 +488,13 @@ impl Meters {
         self.sweep(&mut st, now);
         self.slots.clear();
         self.slots.resize(batch.resources.len(), None);
-        let (mut recorded, mut no_service, mut overflow) = (0u64, 0u64, 0u64);
+        let (mut recorded, mut no_service, mut overflow, mut evicted_services) = (0u64, 0u64, 0u64, 0u64);
         for s in batch.spans.iter().filter(|s| s.export_metrics) {
             let r = s.resource as usize;
             let Some(cached) = self.slots.get_mut(r) else {
                 continue;
             };
-            let slot = *cached.get_or_insert_with(|| st.slot(&batch.resources[r]));
+            let slot = *cached.get_or_insert_with(|| st.slot(&batch.resources[r], now, &mut evicted_services));
             let Some(slot) = slot else {
                 no_service += 1;
                 continue;
@@ -475,6 +506,7 @@ impl Meters {
             let Some(svc) = services[slot].as_mut() else {
                 continue;
             };
+            svc.last_ns = now;
             let hist = match s.kind {
                 SpanKind::Server => &mut svc.server,
                 SpanKind::Client => &mut svc.client,
@@ -487,6 +519,7 @@ impl Meters {
         drop(st);
         self.recorded.add(recorded);
         self.services_overflow.add(no_service);
+        self.services_evicted.add(evicted_services);
         self.series_overflow.add(overflow);
     }
 
@@ -628,7 +661,9 @@ mod tests {
         assert_eq!(overflow.len(), 1);
         assert_eq!(overflow[0].2.count, 5);
         assert_eq!(registry.counter("ringtail_metric_series_overflow_total", &[]).get(), 5);
-        // Services beyond the cap are counted, not measured.
+        // A new service past the cap evicts the least recently updated
+        // one ("s"); past that, services of the batch itself stay: the
+        // rest are counted, not measured.
         let resources: Vec<_> = (0..MAX_SERVICES + 2).map(|i| res(&format!("svc{i}"))).collect();
         let spans = (0..resources.len())
             .map(|i| {
@@ -639,7 +674,9 @@ mod tests {
             .collect();
         m.record_batch_at(&SpanBatch { resources, spans }, 2);
         assert_eq!(m.view().read(|m| m.services().count()), MAX_SERVICES);
-        assert_eq!(registry.counter("ringtail_metric_services_overflow_total", &[]).get(), 3);
+        assert_eq!(registry.counter("ringtail_metric_services_evicted_total", &[]).get(), 1);
+        assert_eq!(registry.counter("ringtail_metric_services_overflow_total", &[]).get(), 2);
+        assert!(!m.view().read(|m| m.services().any(|s| s.resource.service_name == "s")));
     }
 
     #[test]

@@ -12,6 +12,7 @@ use std::io::Write;
 use actix::prelude::*;
 use ipc_schema::{Body, Component, SpanBatch};
 use ringtail_ipc::{Consumer, Inbound, MessageId, HEARTBEAT};
+use runtime_kit::component::Vital;
 use runtime_kit::counters::{Counter, Drops, Registry};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
@@ -72,6 +73,7 @@ pub struct Receiver {
     duplicates: Counter,
     unexpected: Drops,
     stdout_failed: Drops,
+    vital: Option<Vital>,
 }
 
 impl Receiver {
@@ -100,7 +102,13 @@ impl Receiver {
             duplicates: registry.counter("ringtail_spans_duplicate_total", &[]),
             unexpected: registry.drops("ringtail_ipc_rejected_total", "unexpected_message"),
             stdout_failed: registry.drops("ringtail_dropped_spans_total", "stdout_failed"),
+            vital: None,
         }
+    }
+
+    /// Stopping before shutdown ends the process (so that it is restarted).
+    pub fn vital(self, vital: Vital) -> Self {
+        Receiver { vital: Some(vital), ..self }
     }
 
     /// The consumer's duplicate count, in spans (as the span-id dedup counts).
@@ -151,6 +159,12 @@ impl Actor for Receiver {
             let own = act.registry.report();
             act.meters.update_health(own);
         });
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        if let Some(v) = &self.vital {
+            v.stopped();
+        }
     }
 }
 

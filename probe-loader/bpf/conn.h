@@ -2,8 +2,9 @@
 /*
  * The per-connection HTTP/1 state machine, fed by any hook family.
  *
- * State lives in `conns`, keyed by the connection (the socket's address).
- * A server request starts when received bytes begin with a request line
+ * State lives in `conns` (maps.h), reached only through conn_get(),
+ * conn_new() and conn_del() below, so that another hook family can keep it
+ * elsewhere. A server request starts when received bytes begin with a request line
  * and ends when the process sends a status line; a client request is the
  * mirror image. The event is submitted when the response begins (1xx
  * interim responses are skipped), carrying the first CAPTURE_LEN request
@@ -28,8 +29,7 @@
 
 /* One send or receive on a connection, as a hook saw it. */
 struct conn_io {
-	struct sock *sk; /* addresses and ports for the event */
-	__u64 key;       /* the connection's key in `conns` */
+	struct sock *sk; /* the connection; addresses and ports for the event */
 	__u32 tgid;
 	__u32 tid;
 	__s32 fd; /* -1 when unknown */
@@ -66,7 +66,9 @@ static __always_inline void capture_one(struct conn_state *st, const __u8 *src, 
 
 static __always_inline void capture(struct conn_state *st, const struct segs *sg)
 {
-	st->req_len += sg->total;
+	/* saturating: a body of 4 GiB or more must not wrap to a small size */
+	__u32 sum = st->req_len + sg->total;
+	st->req_len = sum < st->req_len ? 0xffffffff : sum;
 #pragma unroll
 	for (int i = 0; i < MAX_SEGS; i++) {
 		if (i >= sg->n)
@@ -75,23 +77,62 @@ static __always_inline void capture(struct conn_state *st, const struct segs *sg
 	}
 }
 
-static __always_inline struct conn_state *new_conn(__u64 key, __u8 role, __u32 tgid, __u32 tid,
+/*
+ * The connection-state backend. These three are the only code that knows
+ * where state lives: here, socket-local storage (BPF_MAP_TYPE_SK_STORAGE,
+ * which tp_btf programs may use), with no global capacity.
+ *
+ * A hook family without socket storage (syscall tracepoints, where
+ * bpf_sk_storage_get is not allowed) must back them with an LRU hash
+ * keyed by (tgid, fd) or by the socket's address, sized by
+ * probe.max_connections, and must: keep the record it evicts first small
+ * and idle (hold the capture buffer in a per-request map, so that only
+ * requests in progress cost CAPTURE_LEN); count every eviction of a
+ * request in progress as a drop; and still keep CNT_CONNS right (+1 at
+ * conn_new, -1 when a record goes, evicted or deleted).
+ */
+
+/* The connection's state, or NULL when it is not tracked. */
+static __always_inline struct conn_state *conn_get(struct sock *sk)
+{
+	return bpf_sk_storage_get(&conns, sk, NULL, 0);
+}
+
+/* New state for a connection of `role` (zeroed but for these fields), or
+ * NULL when none can be had (counted). */
+static __always_inline struct conn_state *conn_new(struct sock *sk, __u8 role, __u32 tgid, __u32 tid,
 						  __s32 fd)
 {
-	__u32 zero = 0;
-	struct conn_state *init = bpf_map_lookup_elem(&scratch, &zero);
-	if (!init)
+	/* A closed socket gets none: TCP_CLOSE, which deletes state, has passed
+	 * (bytes can still be read after a reset), and nothing can be answered. */
+	if (sk->__sk_common.skc_state == TCP_CLOSE)
 		return NULL;
-	init->conn_id = __sync_fetch_and_add(&next_conn_id, 1) + 1;
-	init->role = role;
-	init->tgid = tgid;
-	init->tid = tid;
-	init->fd = fd;
-	if (bpf_map_update_elem(&conns, &key, init, BPF_NOEXIST)) {
-		count(CNT_CONN_FULL);
+	struct conn_state *st = bpf_sk_storage_get(&conns, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st) /* another CPU created it between our lookup and ours (or no memory) */
+		st = bpf_sk_storage_get(&conns, sk, NULL, 0);
+	if (!st) {
+		/* the socket's option memory (net.core.optmem_max) is used up, or
+		 * the kernel is out of memory */
+		count(CNT_STATE_FAILED);
 		return NULL;
 	}
-	return bpf_map_lookup_elem(&conns, &key);
+	__u64 id = __sync_fetch_and_add(&next_conn_id, 1) + 1;
+	/* Whoever sets the id first initialises and counts the record. */
+	if (__sync_val_compare_and_swap(&st->conn_id, 0, id) != 0)
+		return st;
+	st->role = role;
+	st->tgid = tgid;
+	st->tid = tid;
+	st->fd = fd;
+	count(CNT_CONNS);
+	return st;
+}
+
+/* Forgets a connection's state. */
+static __always_inline void conn_del(struct sock *sk)
+{
+	if (bpf_sk_storage_delete(&conns, sk) == 0)
+		count_add(CNT_CONNS, -1);
 }
 
 /* Marks a request begun whose bytes are already in st->buf. */
@@ -221,14 +262,19 @@ static __always_inline void on_response(struct conn_state *st, struct sock *sk, 
 	}
 }
 
-/* The connection's state, or NULL when it is not tracked. */
-static __always_inline struct conn_state *conn_lookup(__u64 key)
+/* Remembers the first bytes of a read that may begin a request line
+ * (p, PREFIX_LEN of them, n valid), or forgets what was remembered. */
+static __always_inline void keep_prefix(struct conn_state *st, const __u8 *p, __u32 n)
 {
-	return bpf_map_lookup_elem(&conns, &key);
+	__u32 skip = leading_newlines(p, n);
+	st->pend_len = request_prefix(p, skip, n) ? n : 0;
+	if (st->pend_len)
+		__builtin_memcpy(st->pend, p, PREFIX_LEN);
 }
 
-/* Bytes the process received on a connection (`st` from conn_lookup, NULL
- * for an untracked one: it becomes a server connection if a request begins). */
+/* Bytes the process received on a connection (`st` from conn_get, NULL for
+ * an untracked one: it becomes a server connection if a request, or what
+ * may be the start of one, begins). */
 static __always_inline void conn_on_recv(struct conn_state *st, const struct conn_io *io,
 					 const struct segs *sg)
 {
@@ -257,10 +303,8 @@ static __always_inline void conn_on_recv(struct conn_state *st, const struct con
 		st->flags = 0;
 		capture(st, sg);
 		__u32 n = st->cap_len < PREFIX_LEN ? st->cap_len : PREFIX_LEN;
-		if (!is_request(st->buf, n)) {
-			st->pend_len = request_prefix(st->buf, n) ? n : 0;
-			if (st->pend_len)
-				__builtin_memcpy(st->pend, st->buf, PREFIX_LEN);
+		if (!is_request(st->buf, leading_newlines(st->buf, n), n)) {
+			keep_prefix(st, st->buf, n);
 			st->cap_len = 0;
 			return;
 		}
@@ -277,17 +321,19 @@ static __always_inline void conn_on_recv(struct conn_state *st, const struct con
 		pend = st->pend_len & (PREFIX_LEN - 1);
 	}
 	__u32 n = read_prefix_at(p, pend, sg);
-	if (!is_request(p, n)) {
-		if (st) {
-			/* keep what may be the start of the next request line */
-			st->pend_len = request_prefix(p, n) ? n : 0;
-			if (st->pend_len)
-				__builtin_memcpy(st->pend, p, PREFIX_LEN);
-		}
+	__u32 skip = leading_newlines(p, n);
+	if (!is_request(p, skip, n)) {
+		/* A new connection whose first read may be the start of a request
+		 * line ("G", then the rest later) gets state now, or that request
+		 * would go unseen. */
+		if (!st && request_prefix(p, skip, n))
+			st = conn_new(io->sk, ROLE_SERVER, io->tgid, io->tid, io->fd);
+		if (st)
+			keep_prefix(st, p, n);
 		return;
 	}
 	if (!st)
-		st = new_conn(io->key, ROLE_SERVER, io->tgid, io->tid, io->fd);
+		st = conn_new(io->sk, ROLE_SERVER, io->tgid, io->tid, io->fd);
 	if (!st)
 		return;
 	begin_request(st, io->tid, now, sg, pend);
@@ -299,12 +345,13 @@ active:;
 	}
 }
 
-/* Bytes the process sent on a connection (`st` from conn_lookup, NULL for
- * an untracked one: it becomes a client connection if a request begins). */
+/* Bytes the process sent on a connection (`st` from conn_get, NULL for an
+ * untracked one: it becomes a client connection if a request begins). */
 static __always_inline void conn_on_send(struct conn_state *st, const struct conn_io *io,
 					 const struct segs *sg)
 {
-	if (st && st->role == ROLE_SERVER) {
+	/* A server connection that has seen a request: is this its response? */
+	if (st && st->role == ROLE_SERVER && st->seq) {
 		__u8 p[PREFIX_LEN * 2] = {};
 		__u32 n = read_prefix(p, sg);
 		__u16 status = response_status(p, n);
@@ -323,15 +370,30 @@ static __always_inline void conn_on_send(struct conn_state *st, const struct con
 		return;
 	}
 
-	/* Idle client connection or an unknown one: does a request begin? */
+	/* An idle client connection, an unknown one, or one that only ever
+	 * received the start of a request line: does a request begin? */
 	__u8 p[PREFIX_LEN * 2] = {};
 	__u32 n = read_prefix(p, sg);
-	if (!is_request(p, n))
+	if (!is_request(p, leading_newlines(p, n), n)) {
+		/* A response where no request was recognised (a shape not
+		 * followed, a request read before ringtail started, bytes read
+		 * where no buffer could be found): counted, never silent. */
+		if (!st || st->role == ROLE_SERVER) {
+			if (is_final(response_status(p, n)))
+				count(CNT_UNRECOGNIZED);
+			if (st)
+				st->pend_len = 0;
+		}
 		return;
+	}
 	if (!st)
-		st = new_conn(io->key, ROLE_CLIENT, io->tgid, io->tid, io->fd);
+		st = conn_new(io->sk, ROLE_CLIENT, io->tgid, io->tid, io->fd);
 	if (!st)
 		return;
+	/* (a record made by a request-line prefix received on what turns out
+	 * to be a client connection becomes the client's) */
+	st->role = ROLE_CLIENT;
+	st->pend_len = 0;
 	begin_request(st, io->tid, bpf_ktime_get_ns(), sg, 0);
 	struct active_req *a = bpf_task_storage_get(&active, bpf_get_current_task_btf(), 0, 0);
 	if (a && a->conn_id) {
@@ -342,14 +404,14 @@ static __always_inline void conn_on_send(struct conn_state *st, const struct con
 }
 
 /* The connection closed: its state goes (a request in flight is counted). */
-static __always_inline void conn_close(__u64 key)
+static __always_inline void conn_close(struct sock *sk)
 {
-	struct conn_state *st = bpf_map_lookup_elem(&conns, &key);
-	if (st) {
-		if (st->phase == PHASE_REQUEST)
-			count(CNT_ABORTED);
-		bpf_map_delete_elem(&conns, &key);
-	}
+	struct conn_state *st = conn_get(sk);
+	if (!st)
+		return;
+	if (st->phase == PHASE_REQUEST)
+		count(CNT_ABORTED);
+	conn_del(sk);
 }
 
 #endif

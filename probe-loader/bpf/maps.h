@@ -54,12 +54,17 @@ struct {
 	__uint(max_entries, 256 << 10);
 } execs SEC(".maps") __weak;
 
-/* Connection state, keyed by struct sock *. */
+/* Connection state (conn.h): socket-local storage. A record is created
+ * when a request, or what may be the start of one, is seen on a socket of
+ * a traced process, deleted at TCP_CLOSE, and freed with the socket in any
+ * case. There is no global table to fill: an idle or half-open connection
+ * costs its own socket's memory (charged to the socket's option-memory
+ * budget, net.core.optmem_max) and nobody else's tracing. Reach it only
+ * through conn_get/conn_new/conn_del (conn.h). */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
 	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 16384); /* resized by the loader */
-	__type(key, __u64);
+	__type(key, int);
 	__type(value, struct conn_state);
 } conns SEC(".maps") __weak;
 
@@ -115,11 +120,18 @@ struct {
 	__type(value, struct conn_state);
 } scratch SEC(".maps") __weak;
 
-static __always_inline void count(__u32 idx)
+/* Adds `delta` to a per-CPU counter (a negative delta wraps: user space
+ * sums the CPUs with wrapping arithmetic, so gauges come out right). */
+static __always_inline void count_add(__u32 idx, __s64 delta)
 {
 	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
 	if (v)
-		*v += 1;
+		*v += (__u64)delta;
+}
+
+static __always_inline void count(__u32 idx)
+{
+	count_add(idx, 1);
 }
 
 #endif

@@ -48,13 +48,15 @@
 #define CNT_RING_FULL 1      /* ring buffer reserve failures: events lost */
 #define CNT_TRUNCATED 2      /* requests larger than CAPTURE_LEN */
 #define CNT_ABORTED 3        /* connections closed mid-request: no span */
-#define CNT_CONN_FULL 4      /* connection-state map full: request not tracked */
+#define CNT_STATE_FAILED 4   /* connection state could not be allocated: request not tracked */
 #define CNT_ORPHAN 5         /* responses without a tracked request (pipelining) */
 #define CNT_EXEC 6           /* exec events submitted */
 #define CNT_EXEC_LOST 7      /* exec ring full */
 #define CNT_UPGRADED 8       /* connections that left HTTP/1 (101, CONNECT) */
 #define CNT_WAKEUPS 9        /* forced ring-buffer wakeups */
-#define CNT_MAX 10
+#define CNT_UNRECOGNIZED 10  /* status lines sent on a connection where no request was recognised */
+#define CNT_CONNS 11         /* connection records alive: +1 created, -1 deleted (a gauge) */
+#define CNT_MAX 12
 
 struct http_event {
 	__u8 kind;

@@ -11,7 +11,7 @@
  *    reach them, so file and pipe I/O cost nothing; non-TCP sockets leave
  *    after two loads. The bytes go to the connection state machine (conn.h).
  *  - tp_btf/inet_sock_set_state: listen (port-based discovery) and close
- *    (connection state is freed, so the map cannot leak).
+ *    (connection state is deleted; it would go with the socket anyway).
  *
  * This object defines the globals the loader sets (globals.h).
  */
@@ -44,8 +44,7 @@ static __always_inline int is_tcp(struct sock *sk)
  * selected listening port. */
 static __always_inline void sock_data(struct sock *sk, int ret, int recv)
 {
-	__u64 key = (__u64)sk;
-	struct conn_state *st = conn_lookup(key);
+	struct conn_state *st = conn_get(sk);
 	if (st && st->role == ROLE_OPAQUE)
 		return;
 	__u64 id = bpf_get_current_pid_tgid();
@@ -56,7 +55,7 @@ static __always_inline void sock_data(struct sock *sk, int ret, int recv)
 	__s32 fd = -1;
 	if (user_segs(ret, &fd, &sg))
 		return;
-	struct conn_io io = { .sk = sk, .key = key, .tgid = tgid, .tid = tid, .fd = fd };
+	struct conn_io io = { .sk = sk, .tgid = tgid, .tid = tid, .fd = fd };
 	if (recv)
 		conn_on_recv(st, &io, &sg);
 	else
@@ -83,7 +82,7 @@ SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(sock_state, const struct sock *sk, const int oldstate, const int newstate)
 {
 	if (newstate == TCP_CLOSE) {
-		conn_close((__u64)sk);
+		conn_close((struct sock *)sk);
 		return 0;
 	}
 	if (newstate == TCP_LISTEN && !select_all) {

@@ -31,12 +31,14 @@ pub const COUNTERS: [KernelCounter; CNT_MAX] = {
     t[CNT_RING_FULL] = KernelCounter::Drop("ring_full");
     t[CNT_TRUNCATED] = KernelCounter::Count("ringtail_truncated_requests_total");
     t[CNT_ABORTED] = KernelCounter::Count("ringtail_aborted_requests_total");
-    t[CNT_CONN_FULL] = KernelCounter::Drop("connection_table_full");
+    t[CNT_STATE_FAILED] = KernelCounter::Drop("connection_state_failed");
     t[CNT_ORPHAN] = KernelCounter::Count("ringtail_orphan_responses_total");
     t[CNT_EXEC] = KernelCounter::Count("ringtail_exec_events_total");
     t[CNT_EXEC_LOST] = KernelCounter::Drop("exec_ring_full");
     t[CNT_UPGRADED] = KernelCounter::Count("ringtail_upgraded_connections_total");
     t[CNT_WAKEUPS] = KernelCounter::Count("ringtail_ring_wakeups_total");
+    t[CNT_UNRECOGNIZED] = KernelCounter::Drop("unrecognized_request");
+    t[CNT_CONNS] = KernelCounter::Gauge("ringtail_kernel_connections");
     t
 };
 
@@ -45,7 +47,7 @@ const _: () = {
     let mut i = 0;
     while i < CNT_MAX {
         let name = match COUNTERS[i] {
-            KernelCounter::Count(n) | KernelCounter::Drop(n) => n,
+            KernelCounter::Count(n) | KernelCounter::Drop(n) | KernelCounter::Gauge(n) => n,
         };
         assert!(!name.is_empty(), "a kernel counter (CNT_* in bpf/ringtail.h) has no name in COUNTERS");
         i += 1;
@@ -59,6 +61,9 @@ pub enum KernelCounter {
     Count(&'static str),
     /// Lost events, exported as `ringtail_dropped_events_total{reason}`.
     Drop(&'static str),
+    /// A level (increments and decrements, summed over CPUs with wrapping
+    /// arithmetic), exported as a gauge under this name.
+    Gauge(&'static str),
 }
 
 /// `struct http_event`.

@@ -210,14 +210,13 @@ impl Probes {
         let ring_bytes = probe.ring_buffer_mb << 20;
         let mut ebpf = EbpfLoader::new()
             .btf(Some(&btf))
-            // The task-local storage map (`active`) has no aya wrapper; only
-            // the kernel programs use it.
+            // The task- and socket-local storage maps (`active`, `conns`)
+            // have no aya wrapper; only the kernel programs use them.
             .allow_unsupported_maps()
             .override_global("wakeup_len", &wakeup_len, true)
             .override_global("select_all", &select_all, true)
             .override_global("watch_exec", &watch_exec, true)
             .map_max_entries("events", ring_bytes)
-            .map_max_entries("conns", probe.max_connections)
             .load(BPF_OBJECT)
             .map_err(|source| ProbeError::Load { source })?;
 

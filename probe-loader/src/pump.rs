@@ -18,7 +18,7 @@ use aya::maps::{MapData, RingBuf};
 use ipc_schema::{Body, RawBatch, RawEvent};
 use ringtail_config::Settings;
 use ringtail_ipc::{Producer, Progress, HEARTBEAT};
-use runtime_kit::counters::{Counter, Drops, Registry};
+use runtime_kit::counters::{Counter, Drops, Gauge, Registry};
 use runtime_kit::shutdown::Shutdown;
 use tokio::io::unix::AsyncFd;
 use tokio::io::Interest;
@@ -95,6 +95,7 @@ pub struct Pump {
     kernel_last: [u64; COUNTERS.len()],
     kernel_drops: Vec<Option<Drops>>,
     kernel_counts: Vec<Option<Counter>>,
+    kernel_gauges: Vec<Option<Gauge>>,
 }
 
 impl Pump {
@@ -104,14 +105,21 @@ impl Pump {
             .iter()
             .map(|c| match c {
                 KernelCounter::Drop(reason) => Some(registry.drops("ringtail_dropped_events_total", reason)),
-                KernelCounter::Count(_) => None,
+                _ => None,
             })
             .collect();
         let kernel_counts = COUNTERS
             .iter()
             .map(|c| match c {
                 KernelCounter::Count(name) => Some(registry.counter(name, &[])),
-                KernelCounter::Drop(_) => None,
+                _ => None,
+            })
+            .collect();
+        let kernel_gauges = COUNTERS
+            .iter()
+            .map(|c| match c {
+                KernelCounter::Gauge(name) => Some(registry.gauge(name, &[])),
+                _ => None,
             })
             .collect();
         Pump {
@@ -132,6 +140,7 @@ impl Pump {
             kernel_last: [0; COUNTERS.len()],
             kernel_drops,
             kernel_counts,
+            kernel_gauges,
             registry,
         }
     }
@@ -279,6 +288,11 @@ impl Pump {
             }
             if let Some(Some(c)) = self.kernel_counts.get(i) {
                 c.set(*v);
+            }
+            if let Some(Some(g)) = self.kernel_gauges.get(i) {
+                // Increments and decrements on different CPUs: the wrapped
+                // sum is the signed level.
+                g.set(*v as i64 as f64);
             }
         }
         self.kernel_last = now;

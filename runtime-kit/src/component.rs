@@ -48,6 +48,57 @@ pub enum StartError {
     },
 }
 
+/// Exit status of a process that panicked (Rust's own for a panic in
+/// `main`): a panic anywhere ends the process, whatever the profile's
+/// `panic` setting, so that it is restarted rather than left running with a
+/// dead actor or task.
+pub const EXIT_PANIC: i32 = 101;
+
+/// Exit status of a process whose vital actor stopped before shutdown.
+pub const EXIT_ACTOR_STOPPED: i32 = 70;
+
+/// Makes every panic end the process with [`EXIT_PANIC`] once it is
+/// reported: tokio and actix catch a panic in a task or an actor and keep
+/// the process up, which would leave it alive but unable to work (every
+/// later event dropped). [`main`] installs it.
+pub fn exit_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        tracing::error!(event = "panic", %info, "panicked; exiting so that the process is restarted");
+        std::process::exit(EXIT_PANIC);
+    }));
+}
+
+/// An actor the process cannot work without. Its `Actor::stopped` calls
+/// [`Vital::stopped`]: stopping before shutdown has started ends the process
+/// with [`EXIT_ACTOR_STOPPED`], so that the supervisor (or systemd) restarts
+/// it.
+#[derive(Clone)]
+pub struct Vital {
+    name: &'static str,
+    shutdown: Shutdown,
+}
+
+impl Vital {
+    /// The actor `name` of a process stopping on `shutdown`.
+    pub fn new(name: &'static str, shutdown: Shutdown) -> Vital {
+        Vital { name, shutdown }
+    }
+
+    /// The actor has stopped: fine during shutdown, fatal before.
+    pub fn stopped(&self) {
+        if !self.shutdown.is_fired() {
+            tracing::error!(
+                event = "actor_stopped",
+                actor = self.name,
+                "actor stopped before shutdown; exiting so that the process is restarted"
+            );
+            std::process::exit(EXIT_ACTOR_STOPPED);
+        }
+    }
+}
+
 /// Socket files to remove when the component ends.
 #[derive(Default)]
 struct Unlink(Mutex<Vec<PathBuf>>);
@@ -130,6 +181,7 @@ where
     if args.check {
         return Ok(());
     }
+    exit_on_panic();
     let body = async move {
         // SAFETY: geteuid has no preconditions.
         if !component.info().privileged && unsafe { libc::geteuid() } == 0 {
@@ -189,6 +241,48 @@ macro_rules! component_main {
 #[cfg(test)]
 mod tests {
     use super::Unlink;
+
+    /// Runs this test binary's test `name` alone in a child with `env` set.
+    fn child(name: &str, env: &str) -> std::process::ExitStatus {
+        std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--test-threads=1"])
+            .env(env, "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_panic_in_an_actor_task_ends_the_process() {
+        const ENV: &str = "RK_TEST_PANIC_CHILD";
+        if std::env::var_os(ENV).is_some() {
+            super::exit_on_panic();
+            actix_rt::System::new().block_on(async {
+                // actix_rt (tokio) would catch it and carry on
+                let _ = actix_rt::spawn(async { panic!("from the wire") }).await;
+            });
+            std::process::exit(0); // the process outlived the panic: the parent fails
+        }
+        let status = child("component::tests::a_panic_in_an_actor_task_ends_the_process", ENV);
+        assert_eq!(status.code(), Some(super::EXIT_PANIC), "{status:?}");
+    }
+
+    #[test]
+    fn a_vital_actor_stopping_before_shutdown_ends_the_process() {
+        const ENV: &str = "RK_TEST_VITAL_CHILD";
+        if std::env::var_os(ENV).is_some() {
+            let (trigger, shutdown) = crate::shutdown::channel();
+            let vital = super::Vital::new("test", shutdown);
+            trigger.fire();
+            vital.stopped(); // during shutdown: nothing
+            let (_trigger, shutdown) = crate::shutdown::channel();
+            super::Vital::new("test", shutdown).stopped();
+            std::process::exit(0);
+        }
+        let status = child("component::tests::a_vital_actor_stopping_before_shutdown_ends_the_process", ENV);
+        assert_eq!(status.code(), Some(super::EXIT_ACTOR_STOPPED), "{status:?}");
+    }
 
     #[test]
     fn socket_files_go_when_the_guard_does() {

@@ -2,8 +2,18 @@
 //!
 //! The bytes come from any process on the host, possibly hostile, and are
 //! cut at the capture length: the parser accepts a head that ends early
-//! (a truncated path or header list is still a request), never panics, and
-//! keeps only the few headers spans need.
+//! (a truncated path or header list is still a request), never panics
+//! (every length and offset from the bytes is checked), and keeps only the
+//! few headers spans need: Host, User-Agent, traceparent, and the framing
+//! (Content-Length, Transfer-Encoding). Every other header, and the body,
+//! is never copied out of the capture.
+//!
+//! It accepts what servers accept and the kernel recognises
+//! (`probe-loader/bpf/http1.h`): empty lines before the request line, SP or
+//! HTAB between its words, bare LF line ends, absolute-form targets with
+//! any scheme in any case. User information in a target or Host
+//! (`user:password@`) is never kept: the OpenTelemetry conventions say
+//! credentials must not be recorded.
 
 /// `network.protocol.version`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,9 +41,13 @@ pub struct RequestHead {
     pub path: String,
     /// `url.query`, without the `?`.
     pub query: Option<String>,
-    /// Host from an absolute-form target or CONNECT authority.
+    /// Host from an absolute-form target or CONNECT authority, without
+    /// user information.
     pub target_host: Option<String>,
+    /// The target carried user information (`user:password@`), removed.
+    pub target_userinfo: bool,
     pub version: Version,
+    /// The Host header, without user information.
     pub host: Option<String>,
     pub user_agent: Option<String>,
     pub traceparent: Option<String>,
@@ -74,30 +88,40 @@ pub fn split_host_port(host: &str) -> (&str, Option<u16>) {
     }
 }
 
-/// Where the next CRLF starts.
-fn crlf(buf: &[u8]) -> Option<usize> {
-    let mut from = 0;
-    while let Some(i) = memchr::memchr(b'\n', &buf[from..]) {
-        let at = from + i;
-        if at > 0 && buf[at - 1] == b'\r' {
-            return Some(at - 1);
-        }
-        from = at + 1;
+/// The end of the next line: where its line break starts (the CR of a CRLF,
+/// or a bare LF), and where the next line starts.
+fn line_end(buf: &[u8]) -> Option<(usize, usize)> {
+    let at = memchr::memchr(b'\n', buf)?;
+    let start = if at > 0 && buf[at - 1] == b'\r' { at - 1 } else { at };
+    Some((start, at + 1))
+}
+
+fn is_sep(b: u8) -> bool {
+    b == b' ' || b == b'\t'
+}
+
+/// Removes `user:password@` from an authority.
+pub(crate) fn without_userinfo(authority: &str) -> (&str, bool) {
+    match authority.rfind('@') {
+        Some(at) => (&authority[at + 1..], true),
+        None => (authority, false),
     }
-    None
 }
 
 /// Parses the request head at the start of `buf`.
 pub fn parse_request(buf: &[u8]) -> Option<RequestHead> {
-    let line_end = crlf(buf);
-    let line = &buf[..line_end.unwrap_or(buf.len())];
-    let sp1 = line.iter().position(|b| *b == b' ')?;
+    // Empty lines before the request line are allowed (RFC 9112 2.2).
+    let skip = buf.iter().position(|b| *b != b'\r' && *b != b'\n')?;
+    let buf = &buf[skip..];
+    let end = line_end(buf);
+    let line = &buf[..end.map_or(buf.len(), |(e, _)| e)];
+    let sp1 = line.iter().position(|b| is_sep(*b))?;
     let method = &line[..sp1];
     if method.is_empty() || method.len() > 32 || !method.iter().all(|b| is_token(*b)) {
         return None;
     }
     let rest = &line[sp1 + 1..];
-    let sp2 = rest.iter().position(|b| *b == b' ');
+    let sp2 = rest.iter().position(|b| is_sep(*b));
     let target = &rest[..sp2.unwrap_or(rest.len())];
     if target.is_empty() {
         return None;
@@ -109,13 +133,14 @@ pub fn parse_request(buf: &[u8]) -> Option<RequestHead> {
         Some(_) => return None,
     };
     let target = text(target);
-    let (path, query, target_host) = split_target(&target, method == b"CONNECT");
+    let t = split_target(&target, method == b"CONNECT");
 
     let mut head = RequestHead {
         method: text(method),
-        path,
-        query,
-        target_host,
+        path: t.path,
+        query: t.query,
+        target_host: t.host,
+        target_userinfo: t.userinfo,
         version,
         host: None,
         user_agent: None,
@@ -123,16 +148,17 @@ pub fn parse_request(buf: &[u8]) -> Option<RequestHead> {
         complete: false,
         len: None,
     };
-    let Some(line_end) = line_end else { return Some(head) };
-    let mut pos = line_end + 2;
+    let Some((_, mut pos)) = end else { return Some(head) };
     let mut content_length: Option<usize> = Some(0);
-    // Without a CRLF the capture was cut inside the headers.
-    while let Some(end) = crlf(&buf[pos..]) {
+    // Without a line break the capture was cut inside the headers.
+    while let Some((end, next)) = line_end(&buf[pos..]) {
         let header = &buf[pos..pos + end];
-        pos += end + 2;
+        pos += next;
         if header.is_empty() {
             head.complete = true;
-            head.len = content_length.map(|n| pos + n);
+            // What this request took of the capture, empty lines before it
+            // included; unknown when the body length is unknown or absurd.
+            head.len = content_length.and_then(|n| pos.checked_add(n)).and_then(|n| n.checked_add(skip));
             break;
         }
         let Some(colon) = header.iter().position(|b| *b == b':') else {
@@ -141,13 +167,16 @@ pub fn parse_request(buf: &[u8]) -> Option<RequestHead> {
         let name = &header[..colon];
         let value = header[colon + 1..].trim_ascii();
         if name.eq_ignore_ascii_case(b"host") {
-            head.host = Some(text(value));
+            let v = text(value);
+            head.host = Some(without_userinfo(&v).0.to_owned());
         } else if name.eq_ignore_ascii_case(b"user-agent") {
             head.user_agent = Some(text(value));
         } else if name.eq_ignore_ascii_case(b"traceparent") {
             head.traceparent = Some(text(value));
         } else if name.eq_ignore_ascii_case(b"content-length") {
-            content_length = std::str::from_utf8(value).ok().and_then(|v| v.parse().ok());
+            // Digits only, and it must fit: anything else leaves the body
+            // length (and so where a pipelined request starts) unknown.
+            content_length = std::str::from_utf8(value).ok().filter(|v| v.bytes().all(|b| b.is_ascii_digit())).and_then(|v| v.parse().ok());
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
             content_length = None; // chunked: where the body ends is unknown here
         }
@@ -155,24 +184,44 @@ pub fn parse_request(buf: &[u8]) -> Option<RequestHead> {
     Some(head)
 }
 
-fn split_target(target: &str, connect: bool) -> (String, Option<String>, Option<String>) {
+/// A request target, in parts.
+struct Target {
+    path: String,
+    query: Option<String>,
+    host: Option<String>,
+    userinfo: bool,
+}
+
+fn split_target(target: &str, connect: bool) -> Target {
     if connect {
-        return (String::new(), None, Some(target.to_owned()));
+        let (host, userinfo) = without_userinfo(target);
+        return Target { path: String::new(), query: None, host: Some(host.to_owned()), userinfo };
     }
     let mut host = None;
+    let mut userinfo = false;
     let mut rest = target;
-    for scheme in ["http://", "https://"] {
-        if let Some(after) = target.strip_prefix(scheme) {
-            let slash = after.find('/').unwrap_or(after.len());
-            host = Some(after[..slash].to_owned());
+    // absolute form: scheme "://" authority [path]; the scheme in any case
+    if let Some(sep) = target.find("://") {
+        let scheme = &target[..sep];
+        let valid = scheme.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
+            && scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
+        if valid {
+            let after = &target[sep + 3..];
+            let slash = after.find(['/', '?', '#']).unwrap_or(after.len());
+            let (h, u) = without_userinfo(&after[..slash]);
+            host = Some(h.to_owned());
+            userinfo = u;
             rest = if slash < after.len() { &after[slash..] } else { "/" };
         }
     }
     let rest = rest.split('#').next().unwrap_or(rest);
-    match rest.split_once('?') {
-        Some((p, q)) => (p.to_owned(), Some(q.to_owned()), host),
-        None => (rest.to_owned(), None, host),
-    }
+    let (path, query) = match rest.split_once('?') {
+        Some((p, q)) => (p, Some(q.to_owned())),
+        None => (rest, None),
+    };
+    // "http://h?q" has an empty path: the root
+    let path = if path.is_empty() && host.is_some() { "/".to_owned() } else { path.to_owned() };
+    Target { path, query, host, userinfo }
 }
 
 /// Every request in `buf`, in order: the first, then any pipelined after it
@@ -184,8 +233,8 @@ pub fn parse_pipeline(buf: &[u8]) -> Vec<RequestHead> {
         let Some(head) = parse_request(&buf[pos..]) else { break };
         let next = head.len;
         out.push(head);
-        match next {
-            Some(n) if n > 0 && pos + n < buf.len() => pos += n,
+        match next.and_then(|n| pos.checked_add(n)) {
+            Some(p) if p > pos && p < buf.len() => pos = p,
             _ => break,
         }
     }
@@ -318,6 +367,47 @@ mod tests {
         assert!(parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x").is_none());
         // future versions may append fields
         assert!(parse_traceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-x").is_some());
+    }
+
+    #[test]
+    fn shapes_servers_accept() {
+        // empty lines first, HTAB, bare LF line ends
+        let r = parse_request(b"\r\n\nGET\t/a?x=1\tHTTP/1.1\nHost: h\nUser-Agent: u\n\nGET /b HTTP/1.1\n\n").unwrap();
+        assert_eq!((r.method.as_str(), r.path.as_str(), r.query.as_deref()), ("GET", "/a", Some("x=1")));
+        assert_eq!((r.host.as_deref(), r.user_agent.as_deref(), r.complete), (Some("h"), Some("u"), true));
+        let heads = parse_pipeline(b"\r\nGET /1 HTTP/1.1\r\n\r\nget /2 HTTP/1.1\n\n");
+        assert_eq!(heads.iter().map(|h| (h.method.as_str(), h.path.as_str())).collect::<Vec<_>>(), [("GET", "/1"), ("get", "/2")]);
+        // absolute form, any scheme, any case
+        let r = parse_request(b"GET HTTP://H:8/p HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!((r.path.as_str(), r.target_host.as_deref()), ("/p", Some("H:8")));
+        let r = parse_request(b"GET ws://h?q=1 HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!((r.path.as_str(), r.query.as_deref(), r.target_host.as_deref()), ("/", Some("q=1"), Some("h")));
+        // only empty lines: nothing
+        assert!(parse_request(b"\r\n\r\n").is_none());
+    }
+
+    #[test]
+    fn credentials_are_never_kept() {
+        let r = parse_request(b"GET http://user:secret@h:81/p HTTP/1.1\r\nHost: u2:secret2@h2\r\n\r\n").unwrap();
+        assert_eq!(r.target_host.as_deref(), Some("h:81"));
+        assert!(r.target_userinfo);
+        assert_eq!(r.host.as_deref(), Some("h2"));
+        let r = parse_request(b"CONNECT a:b@h:443 HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!(r.target_host.as_deref(), Some("h:443"));
+        assert!(format!("{r:?}").find("secret").is_none());
+    }
+
+    #[test]
+    fn absurd_lengths_are_unknown_not_overflows() {
+        // issue 13: pos + usize::MAX overflowed and panicked the builder actor
+        let r = parse_request(b"POST / HTTP/1.1\r\nContent-Length: 18446744073709551615\r\n\r\nGET / HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!(r.len, None);
+        for v in ["18446744073709551616", "-1", "+5", "1 2", "0x10", ""] {
+            let req = format!("POST / HTTP/1.1\r\nContent-Length: {v}\r\n\r\n");
+            assert_eq!(parse_request(req.as_bytes()).unwrap().len, None, "{v}");
+        }
+        let big = format!("POST / HTTP/1.1\r\nContent-Length: {}\r\n\r\nGET /2 HTTP/1.1\r\n\r\n", usize::MAX - 10);
+        assert_eq!(parse_pipeline(big.as_bytes()).len(), 1);
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //! - [`http`]: request heads (and pipelined ones) out of captured bytes;
 //!   `traceparent`.
 //! - [`semconv`]: method, status and naming rules of the conventions.
+//! - [`redact`]: query values under secret keys become `REDACTED` (or the
+//!   query is dropped); what is exported of a request and what never is.
 //! - [`routes`]: `http.route` from templates or the path heuristic, ignored
 //!   routes, and the per-service cardinality cap.
 //! - [`naming`]: `service.name` and the resource, cached per process.
@@ -26,6 +28,7 @@ pub mod http;
 pub mod ids;
 pub mod ledger;
 pub mod naming;
+pub mod redact;
 pub mod routes;
 pub mod semconv;
 pub mod transform;

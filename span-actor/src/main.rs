@@ -63,7 +63,11 @@ async fn run(p: Process) -> anyhow::Result<()> {
     .await?;
 
     p.serve_profiles().await?;
-    let actors = actors::start(settings, registry, Wiring { raw, raw_consumer: raw_consumer.clone(), spans: spans.clone(), settled });
+    let actors = actors::start(
+        settings,
+        registry,
+        Wiring { raw, raw_consumer: raw_consumer.clone(), spans: spans.clone(), settled, shutdown: p.shutdown.clone() },
+    );
     p.ready();
 
     p.shutdown.clone().fired().await;

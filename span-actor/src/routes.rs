@@ -2,9 +2,17 @@
 //! a hard cap on distinct routes per service.
 //!
 //! Routes become span names and metric labels, so their number must stay
-//! bounded whatever the traffic: past `max_cardinality` distinct routes a
-//! service's new routes all become [`OVERFLOW_ROUTE`], and a counter says how
-//! often that happened.
+//! bounded whatever the traffic: past `max_cardinality` distinct derived
+//! routes a service's new ones all become [`OVERFLOW_ROUTE`], and a counter
+//! says how often that happened.
+//!
+//! The budget is spent only on routes that exist: a configured template
+//! always keeps its name and costs nothing (the configuration bounds them);
+//! a path that matches no template and was answered 4xx (a scanner's
+//! 20,000 `/wp-admin.php`-style 404s) gets no `http.route` at all, unless
+//! its derived route was already earned by a request that was not 4xx
+//! (`/users/*` answered 404 for a missing user stays `/users/*`). So a scan
+//! never pushes the real routes that come after it into the overflow.
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
@@ -47,8 +55,9 @@ impl Router {
         }
     }
 
-    /// Routes `path` for `service`; `None` = ignored for both traces and metrics.
-    pub fn route(&mut self, service: &str, path: &str) -> Option<Routed> {
+    /// Routes `path` of a request answered `status` for `service`; `None` =
+    /// ignored for both traces and metrics.
+    pub fn route(&mut self, service: &str, path: &str, status: u16) -> Option<Routed> {
         let (mut export_trace, mut export_metrics) = (true, true);
         if self.ignored.iter().any(|t| t.matches(path)) {
             match self.ignore_mode {
@@ -57,31 +66,31 @@ impl Router {
                 IgnoreMode::Metrics => export_metrics = false,
             }
         }
-        let route = match self.patterns.iter().find(|t| t.matches(path)) {
-            Some(t) => Some(t.as_str().to_owned()),
-            None => match self.unmatched {
-                UnmatchedRoutes::Path => None,
-                UnmatchedRoutes::Wildcard => Some("/*".to_owned()),
-                UnmatchedRoutes::Heuristic => Some(heuristic_route(path)),
-            },
+        if let Some(t) = self.patterns.iter().find(|t| t.matches(path)) {
+            return Some(Routed { route: Some(t.as_str().to_owned()), export_trace, export_metrics, overflowed: false });
+        }
+        let fixed = |route: Option<&str>| Some(Routed { route: route.map(str::to_owned), export_trace, export_metrics, overflowed: false });
+        match self.unmatched {
+            UnmatchedRoutes::Path => return fixed(None),
+            UnmatchedRoutes::Wildcard => return fixed(Some("/*")),
+            UnmatchedRoutes::Heuristic => {}
+        }
+        let r = heuristic_route(path);
+        if !self.seen.contains_key(service) {
+            self.seen.insert(service.to_owned(), HashSet::default());
+        }
+        // Inserted just above when missing.
+        let Some(seen) = self.seen.get_mut(service) else { return fixed(Some(&r)) };
+        let (route, overflowed) = if seen.contains(&r) {
+            (Some(r), false)
+        } else if (400..500).contains(&status) {
+            (None, false) // not a route this service has shown it has: no budget spent
+        } else if seen.len() < self.max {
+            seen.insert(r.clone());
+            (Some(r), false)
+        } else {
+            (Some(OVERFLOW_ROUTE.to_owned()), true)
         };
-        let mut overflowed = false;
-        let route = route.map(|r| {
-            if !self.seen.contains_key(service) {
-                self.seen.insert(service.to_owned(), HashSet::default());
-            }
-            // Inserted just above when missing.
-            let Some(seen) = self.seen.get_mut(service) else { return r };
-            if seen.contains(&r) {
-                r
-            } else if seen.len() < self.max {
-                seen.insert(r.clone());
-                r
-            } else {
-                overflowed = true;
-                OVERFLOW_ROUTE.to_owned()
-            }
-        });
         Some(Routed { route, export_trace, export_metrics, overflowed })
     }
 
@@ -143,7 +152,7 @@ mod tests {
     #[test]
     fn templates_match_whole_segments() {
         let mut r = router(|s| s.patterns = vec!["/users/{id}".parse().unwrap(), "/static/*".parse().unwrap(), "/".parse().unwrap()]);
-        let route = |r: &mut Router, p: &str| r.route("svc", p).unwrap().route;
+        let route = |r: &mut Router, p: &str| r.route("svc", p, 200).unwrap().route;
         assert_eq!(route(&mut r, "/users/42").as_deref(), Some("/users/{id}"));
         assert_eq!(route(&mut r, "/static/css/a.css").as_deref(), Some("/static/*"));
         assert_eq!(route(&mut r, "/").as_deref(), Some("/"));
@@ -155,28 +164,64 @@ mod tests {
     #[test]
     fn unmatched_modes() {
         let mut r = router(|s| s.unmatched = UnmatchedRoutes::Path);
-        assert_eq!(r.route("s", "/a/1").unwrap().route, None);
+        assert_eq!(r.route("s", "/a/1", 200).unwrap().route, None);
         let mut r = router(|s| s.unmatched = UnmatchedRoutes::Wildcard);
-        assert_eq!(r.route("s", "/a/1").unwrap().route.as_deref(), Some("/*"));
+        assert_eq!(r.route("s", "/a/1", 200).unwrap().route.as_deref(), Some("/*"));
     }
 
     #[test]
     fn ignored_routes_by_mode() {
         let mut r = router(|s| s.ignored = vec!["/health".parse().unwrap(), "/metrics".parse().unwrap()]);
-        assert_eq!(r.route("s", "/health"), None);
-        assert!(r.route("s", "/healthz").is_some());
+        assert_eq!(r.route("s", "/health", 200), None);
+        assert!(r.route("s", "/healthz", 200).is_some());
         let mut r = router(|s| {
             s.ignored = vec!["/health".parse().unwrap()];
             s.ignore_mode = IgnoreMode::Traces;
         });
-        let d = r.route("s", "/health").unwrap();
+        let d = r.route("s", "/health", 200).unwrap();
         assert!(!d.export_trace && d.export_metrics);
         let mut r = router(|s| {
             s.ignored = vec!["/health".parse().unwrap()];
             s.ignore_mode = IgnoreMode::Metrics;
         });
-        let d = r.route("s", "/health").unwrap();
+        let d = r.route("s", "/health", 200).unwrap();
         assert!(d.export_trace && !d.export_metrics);
+    }
+
+    #[test]
+    fn a_404_scan_spends_no_budget_and_real_routes_keep_theirs() {
+        let mut r = router(|s| {
+            s.max_cardinality = 10;
+            s.patterns = vec!["/api/users/{id}".parse().unwrap()];
+        });
+        assert_eq!(r.route("svc", "/users/1", 200).unwrap().route.as_deref(), Some("/users/*"));
+        for i in 0..20_000 {
+            // words, not ids: each would be a route of its own
+            let seg: String = format!("{i:05}").bytes().map(|b| (b'a' + (b - b'0')) as char).collect();
+            let d = r.route("svc", &format!("/scan/{seg}.php"), 404).unwrap();
+            assert_eq!(d.route, None, "an unmatched 4xx has no route");
+            assert!(!d.overflowed);
+        }
+        assert_eq!(r.cardinality("svc"), 1, "only the route earned before the scan");
+        // an earned route keeps its name when it answers 404
+        assert_eq!(r.route("svc", "/users/999", 404).unwrap().route.as_deref(), Some("/users/*"));
+        // configured templates keep their names, 4xx or not, and cost nothing
+        assert_eq!(r.route("svc", "/api/users/7", 404).unwrap().route.as_deref(), Some("/api/users/{id}"));
+        assert_eq!(r.route("svc", "/api/users/8", 200).unwrap().route.as_deref(), Some("/api/users/{id}"));
+        // real routes after the scan get their own route
+        for i in 0..9 {
+            let p = format!("/real/{}", ["a", "b", "c", "d", "e", "f", "g", "h", "i"][i]);
+            assert_eq!(r.route("svc", &p, 200).unwrap().route, Some(p));
+        }
+        assert_eq!(r.cardinality("svc"), 10);
+        // the budget itself still holds
+        let d = r.route("svc", "/real/j", 200).unwrap();
+        assert!(d.overflowed);
+        assert_eq!(d.route.as_deref(), Some(OVERFLOW_ROUTE));
+        // 5xx spends budget like 2xx: a failing route is still a route
+        let mut r = router(|s| s.max_cardinality = 1);
+        assert_eq!(r.route("svc", "/boom", 503).unwrap().route.as_deref(), Some("/boom"));
+        assert!(r.route("svc", "/other", 200).unwrap().overflowed);
     }
 
     #[test]
@@ -205,7 +250,7 @@ mod tests {
         for _ in 0..100_000 {
             // random words, not ids, so the heuristic cannot collapse them
             let seg: String = (0..rng.random_range(3..10)).map(|_| rng.random_range(b'a'..=b'z') as char).collect();
-            let d = r.route("svc", &format!("/{seg}")).unwrap();
+            let d = r.route("svc", &format!("/{seg}"), 200).unwrap();
             overflowed += u32::from(d.overflowed);
             routes.insert(d.route.unwrap());
         }
@@ -214,6 +259,6 @@ mod tests {
         assert!(routes.contains(OVERFLOW_ROUTE));
         assert!(overflowed > 99_000);
         // another service has its own budget
-        assert!(!r.route("other", "/x").unwrap().overflowed);
+        assert!(!r.route("other", "/x", 200).unwrap().overflowed);
     }
 }

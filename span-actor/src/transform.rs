@@ -14,6 +14,7 @@ use runtime_kit::counters::{Counter, Drops, Registry};
 use crate::http::{self, parse_pipeline, split_host_port, RequestHead};
 use crate::ids;
 use crate::naming::{host_name, Naming};
+use crate::redact::Redactor;
 use crate::routes::Router;
 use crate::semconv;
 
@@ -81,6 +82,7 @@ struct Stats {
 pub struct Transformer {
     naming: Naming,
     router: Router,
+    redactor: Redactor,
     parent_wait: Duration,
     server_ctx: ServerContexts,
     held: HashMap<(u64, u64, u32), Vec<Held>>,
@@ -137,6 +139,7 @@ impl Transformer {
         Transformer {
             naming: Naming::new(&settings.services, host_name()),
             router: Router::new(&settings.routes),
+            redactor: Redactor::new(&settings.redaction),
             parent_wait: settings.pipeline.parent_wait,
             server_ctx: ServerContexts::new(),
             held: HashMap::default(),
@@ -191,6 +194,10 @@ impl Transformer {
             }
             if !heads.is_empty() && ev.role == Role::Server {
                 if self.pipes.len() >= PIPELINES {
+                    // Bounded: what the forgotten connections still waited
+                    // for is counted, not silently lost.
+                    let left: usize = self.pipes.values().map(|p| p.heads.len()).sum();
+                    self.stats.pipelined_unanswered.add(left as u64);
                     self.pipes.clear();
                 }
                 self.pipes.insert(key, Pipe { heads: heads.into(), seq: ev.seq, next_sub: 1, last_end_mono: ev.end_mono_ns });
@@ -252,7 +259,7 @@ impl Transformer {
         };
         let resource = self.naming.resource(ev.pid, ev.proc_start_ns, (kind == SpanKind::Server).then_some(ev.local.port));
         let (route, export_trace, export_metrics) = if kind == SpanKind::Server {
-            let Some(routed) = self.router.route(&resource.service_name, &head.path) else {
+            let Some(routed) = self.router.route(&resource.service_name, &head.path, ev.status) else {
                 self.stats.ignored.inc();
                 return;
             };
@@ -287,7 +294,7 @@ impl Transformer {
             method_original,
             route,
             path: head.path.clone(),
-            query: head.query.clone(),
+            query: self.redactor.query(head.query.as_deref()),
             scheme: "http".to_owned(),
             status: ev.status,
             error: semconv::is_error(kind, ev.status),

@@ -634,6 +634,26 @@ pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
+/// The sum of the samples of `name{labels}` at a Prometheus endpoint, or
+/// `None` when the endpoint does not answer or has no such sample (so an
+/// unreachable endpoint never reads as 0).
+pub fn metric_value(port: u16, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let text = scrape(port);
+    let present = text.lines().any(|l| {
+        !l.starts_with('#')
+            && (l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+            && labels.iter().all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+    });
+    present.then(|| metric(&text, name, labels))
+}
+
+/// Connection records alive in the kernel (socket-local storage), as the
+/// loader last reported them: the `ringtail_kernel_connections` gauge, +1
+/// when a record is created and -1 when one is deleted.
+pub fn kernel_connections(prom: u16) -> Option<f64> {
+    metric_value(prom, "ringtail_kernel_connections", &[("component", "probe-loader")])
+}
+
 /// Entries in the kernel map `name` held open by process `pid` (found
 /// through its fds' `map_id`, then dumped with bpftool).
 pub fn kernel_map_entries(pid: u32, name: &str) -> Option<usize> {

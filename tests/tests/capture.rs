@@ -101,11 +101,11 @@ fn get(path: &str) -> String {
 }
 
 /// Checks, after all connections closed, that no connection state is left
-/// in the kernel.
-fn assert_no_connection_state(rt: &Ringtail) {
-    let pid = rt.pid("probe-loader").unwrap();
-    let n = wait_until(Duration::from_secs(5), || kernel_map_entries(pid, "conns").filter(|n| *n == 0));
-    assert_eq!(n, Some(0), "connection map not empty: {:?}", kernel_map_entries(pid, "conns"));
+/// in the kernel: every record created was deleted again (the loader's
+/// gauge of live records, refreshed every second).
+fn assert_no_connection_state(prom: u16) {
+    let n = wait_until(Duration::from_secs(5), || kernel_connections(prom).filter(|n| *n == 0.0));
+    assert_eq!(n, Some(0.0), "connection records left in the kernel: {:?}", kernel_connections(prom));
 }
 
 #[test]
@@ -114,7 +114,7 @@ fn python_http_server_http10_http11_keepalive_head_and_statuses() {
         return;
     }
     let port = free_port();
-    let (rt, _) = ringtail_for(&[port], "");
+    let (rt, prom) = ringtail_for(&[port], "");
     let www = TempDir::new("www");
     std::fs::write(www.join("index.html"), "hi\n").unwrap();
     std::fs::create_dir(www.join("dir")).unwrap();
@@ -143,7 +143,7 @@ fn python_http_server_http10_http11_keepalive_head_and_statuses() {
     );
     let versions: Vec<&str> = spans.iter().map(|s| s.line.as_str()).collect();
     assert_eq!(versions.len(), 7);
-    assert_no_connection_state(&rt);
+    assert_no_connection_state(prom);
 }
 
 #[test]
@@ -180,7 +180,7 @@ fn nginx_keepalive_sendfile_statuses_and_pipelining() {
         return;
     }
     let port = free_port();
-    let (rt, _) = ringtail_for(&[port], "");
+    let (rt, prom) = ringtail_for(&[port], "");
     let www = TempDir::new("nginx");
     std::fs::write(www.join("big.bin"), vec![7u8; 2 << 20]).unwrap();
     std::fs::write(www.join("small.txt"), "small\n").unwrap();
@@ -217,10 +217,10 @@ fn nginx_keepalive_sendfile_statuses_and_pipelining() {
         ])
     );
     assert!(spans.iter().all(|s| s.service == "nginx"), "{spans:?}");
-    assert_no_connection_state(&rt);
+    assert_no_connection_state(prom);
 }
 
-fn go_like_server_checks(name: &str, port: u16, rt: &Ringtail, expect_service: &str) {
+fn go_like_server_checks(name: &str, port: u16, rt: &Ringtail, prom: u16, expect_service: &str) {
     let st = keepalive(
         port,
         &[
@@ -264,7 +264,7 @@ fn go_like_server_checks(name: &str, port: u16, rt: &Ringtail, expect_service: &
         "{name}"
     );
     assert!(spans.iter().all(|s| s.service == expect_service), "{name}: {spans:?}");
-    assert_no_connection_state(rt);
+    assert_no_connection_state(prom);
 }
 
 #[test]
@@ -274,9 +274,9 @@ fn go_net_http_server() {
     }
     let Some(bin) = go_binary("server") else { return };
     let port = free_port();
-    let (rt, _) = ringtail_for(&[port], "");
+    let (rt, prom) = ringtail_for(&[port], "");
     let _srv = server("go server", port, &bin, &[&port.to_string()]);
-    go_like_server_checks("go", port, &rt, "server");
+    go_like_server_checks("go", port, &rt, prom, "server");
 }
 
 #[test]
@@ -285,9 +285,9 @@ fn node_http_server() {
         return;
     }
     let port = free_port();
-    let (rt, _) = ringtail_for(&[port], "");
+    let (rt, prom) = ringtail_for(&[port], "");
     let _srv = server("node server", port, Path::new("node"), &[fixture("node/server.js").to_str().unwrap(), &port.to_string()]);
-    go_like_server_checks("node", port, &rt, "node");
+    go_like_server_checks("node", port, &rt, prom, "node");
 }
 
 #[test]
@@ -351,7 +351,7 @@ fn split_heads_pipelines_and_aborted_requests() {
         ])
     );
     assert!(spans.iter().find(|s| s.path == "/split").is_some_and(|s| s.line.contains("GET /split 200")));
-    assert_no_connection_state(&rt);
+    assert_no_connection_state(prom);
     let aborted = wait_until(Duration::from_secs(5), || {
         let v = metric(&scrape(prom), "ringtail_aborted_requests_total", &[]);
         (v >= 2.0).then_some(v)

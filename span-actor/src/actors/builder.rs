@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use actix::prelude::*;
 use ipc_schema::RawBatch;
 use ringtail_ipc::MessageId;
+use runtime_kit::component::Vital;
 
 use super::publisher::{Publisher, Spans};
 use super::BUILDER_MAILBOX;
@@ -28,12 +29,13 @@ pub struct Builder {
     t: Transformer,
     publisher: Addr<Publisher>,
     expiry: Option<SpawnHandle>,
+    vital: Vital,
 }
 
 impl Builder {
     /// A builder feeding `publisher`.
-    pub fn new(t: Transformer, publisher: Addr<Publisher>) -> Self {
-        Builder { t, publisher, expiry: None }
+    pub fn new(t: Transformer, publisher: Addr<Publisher>, vital: Vital) -> Self {
+        Builder { t, publisher, expiry: None, vital }
     }
 
     /// Arms the expiry timer for the earliest held span (at most every
@@ -70,6 +72,10 @@ impl Actor for Builder {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         ctx.set_mailbox_capacity(BUILDER_MAILBOX);
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        self.vital.stopped();
     }
 }
 

@@ -5,6 +5,7 @@
 use actix::prelude::*;
 use ipc_schema::Body;
 use ringtail_ipc::{Consumer, Inbound};
+use runtime_kit::component::Vital;
 use runtime_kit::counters::{Counter, Drops, Registry};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -21,6 +22,7 @@ pub struct Ingest {
     batches: Counter,
     unexpected: Drops,
     mailbox: Drops,
+    vital: Vital,
 }
 
 impl Ingest {
@@ -31,6 +33,7 @@ impl Ingest {
         publisher: Addr<Publisher>,
         consumer: Consumer,
         raw: mpsc::Receiver<Inbound>,
+        vital: Vital,
     ) -> Self {
         Ingest {
             builder,
@@ -40,6 +43,7 @@ impl Ingest {
             batches: registry.counter("ringtail_raw_batches_received_total", &[]),
             unexpected: registry.drops("ringtail_ipc_rejected_total", "unexpected_message"),
             mailbox: registry.drops("ringtail_dropped_events_total", "builder_stopped"),
+            vital,
         }
     }
 }
@@ -51,6 +55,10 @@ impl Actor for Ingest {
         if let Some(rx) = self.raw.take() {
             ctx.add_stream(ReceiverStream::new(rx));
         }
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        self.vital.stopped();
     }
 }
 

@@ -21,7 +21,9 @@ pub mod publisher;
 use actix::{Actor, Addr};
 use ringtail_config::Settings;
 use ringtail_ipc::{Consumer, Inbound, Producer, Settled};
+use runtime_kit::component::Vital;
 use runtime_kit::counters::Registry;
+use runtime_kit::shutdown::Shutdown;
 use tokio::sync::mpsc;
 
 use crate::transform::{Origin, Transformer};
@@ -51,13 +53,17 @@ pub struct Wiring {
     pub spans: Producer<Composition>,
     /// What became of them.
     pub settled: mpsc::Receiver<Settled<Composition>>,
+    /// The process's shutdown: an actor stopping before it ends the
+    /// process (restarted), never leaves it up and idle.
+    pub shutdown: Shutdown,
 }
 
 /// Starts the three actors on the current arbiter.
 pub fn start(settings: &Settings, registry: &Registry, wiring: Wiring) -> Actors {
-    let Wiring { raw, raw_consumer, spans, settled } = wiring;
-    let publisher = publisher::Publisher::new(settings, registry, spans, settled, raw_consumer.clone()).start();
-    let builder = builder::Builder::new(Transformer::new(settings, registry), publisher.clone()).start();
-    let ingest = ingest::Ingest::new(registry, builder.clone(), publisher.clone(), raw_consumer, raw).start();
+    let Wiring { raw, raw_consumer, spans, settled, shutdown } = wiring;
+    let vital = |name| Vital::new(name, shutdown.clone());
+    let publisher = publisher::Publisher::new(settings, registry, spans, settled, raw_consumer.clone(), vital("publisher")).start();
+    let builder = builder::Builder::new(Transformer::new(settings, registry), publisher.clone(), vital("builder")).start();
+    let ingest = ingest::Ingest::new(registry, builder.clone(), publisher.clone(), raw_consumer, raw, vital("ingest")).start();
     Actors { ingest, builder, publisher }
 }

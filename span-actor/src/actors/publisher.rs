@@ -12,6 +12,7 @@ use actix::prelude::*;
 use ipc_schema::{Body, HealthReport, ServiceResource, SpanBatch};
 use ringtail_config::Settings;
 use ringtail_ipc::{Consumer, MessageId, Producer, Settled, HEARTBEAT};
+use runtime_kit::component::Vital;
 use runtime_kit::counters::{Counter, Drops, Gauge, Registry};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -55,6 +56,7 @@ pub struct Publisher {
     published: Counter,
     publish_failed: Drops,
     open_gauge: Gauge,
+    vital: Vital,
 }
 
 impl Publisher {
@@ -65,6 +67,7 @@ impl Publisher {
         out: Producer<Composition>,
         settled: mpsc::Receiver<Settled<Composition>>,
         raw: Consumer,
+        vital: Vital,
     ) -> Self {
         Publisher {
             out,
@@ -80,6 +83,7 @@ impl Publisher {
             published: registry.counter("ringtail_spans_published_total", &[]),
             publish_failed: registry.drops("ringtail_dropped_spans_total", "publish_failed"),
             open_gauge: registry.gauge("ringtail_open_raw_batches", &[]),
+            vital,
         }
     }
 
@@ -210,6 +214,10 @@ impl Actor for Publisher {
             ctx.add_stream(ReceiverStream::new(rx));
         }
         ctx.run_interval(HEARTBEAT, |act, ctx| act.heartbeat(ctx));
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        self.vital.stopped();
     }
 }
 

@@ -746,6 +746,8 @@ fn done(id: u32, role: Role, s: Stream, end: End, end_ns: u64) -> Result<StreamD
         }
     });
     let authority = std::mem::take(&mut req.authority).into_option().or(std::mem::take(&mut req.host).into_option());
+    // credentials are never recorded (`user:password@` in an authority)
+    let authority = authority.map(|a| crate::http::without_userinfo(&a).0.to_owned());
     Ok(StreamDone {
         stream_id: id,
         role,

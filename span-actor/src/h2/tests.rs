@@ -542,3 +542,14 @@ fn push_promise_keeps_the_table_in_step_and_control_frames_pass() {
     assert!(!out[0].headers_incomplete);
     assert_eq!(c.take_stats(), H2Stats::default());
 }
+
+#[test]
+fn credentials_in_authority_are_never_kept() {
+    let (mut c, mut client, mut srv) = server();
+    let mut out = Vec::new();
+    let req = [(":method", "GET"), (":scheme", "http"), (":authority", "user:secret@example.com"), (":path", "/")];
+    c.feed(Dir::Recv, 100, &client.headers(1, &req, true), &mut out);
+    c.feed(Dir::Send, 150, &srv.headers(1, &[(":status", "200")], true), &mut out);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].authority.as_deref(), Some("example.com"));
+}

@@ -300,3 +300,24 @@ fn same_request_same_ids_across_transformers() {
     let b = Rig::new(|_| {}).run(vec![event(Role::Server, 5, 2, b"GET / HTTP/1.1\r\n\r\n", 200)]);
     assert_eq!((a[0].span.trace_id, a[0].span.span_id), (b[0].span.trace_id, b[0].span.span_id));
 }
+
+#[test]
+fn secrets_never_reach_a_span() {
+    let mut rig = Rig::new(|s| s.redaction.query_keys = vec!["token".parse().unwrap()]);
+    let out = rig.run(vec![
+        event(Role::Server, 1, 1, b"GET /a?sig=S1&Token=T1&x=1 HTTP/1.1\r\nHost: u:P1@shop:8000\r\n\r\n", 200),
+        event(Role::Client, 2, 1, b"GET http://u:P2@api:81/b?AWSAccessKeyId=A1 HTTP/1.1\r\n\r\n", 200),
+    ]);
+    assert_eq!(out.len(), 2);
+    assert_eq!(out[0].span.query.as_deref(), Some("sig=REDACTED&Token=REDACTED&x=1"));
+    assert_eq!(out[0].span.server_address.as_deref(), Some("shop"));
+    assert_eq!(out[1].span.query.as_deref(), Some("AWSAccessKeyId=REDACTED"));
+    assert_eq!(out[1].span.server_address.as_deref(), Some("api"));
+    let all = format!("{out:?}");
+    for secret in ["S1", "T1", "P1", "P2", "A1"] {
+        assert!(!all.contains(secret), "{secret} in {all}");
+    }
+    let mut rig = Rig::new(|s| s.redaction.drop_query = true);
+    let out = rig.run(vec![event(Role::Server, 1, 1, b"GET /a?q=personal HTTP/1.1\r\n\r\n", 200)]);
+    assert_eq!(out[0].span.query, None);
+}

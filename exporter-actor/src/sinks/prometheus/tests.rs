@@ -1,6 +1,6 @@
 use std::collections::BTreeMap;
 
-use ipc_schema::{Component, HealthReport, HttpSpan, MetricPoint, ServiceResource, SpanKind};
+use ipc_schema::{Component, HealthReport, HttpSpan, MetricPoint, ServiceResource, SpanBatch, SpanKind};
 use runtime_kit::counters::Registry;
 
 use super::exposition;
@@ -104,4 +104,30 @@ fn health_points_keep_their_names() {
 fn names_are_sanitized() {
     assert_eq!(sanitize("http.server.request.duration"), "http_server_request_duration");
     assert_eq!(sanitize("9lives"), "_9lives");
+}
+
+#[test]
+fn process_past_the_cap_gets_metrics_the_least_recent_goes() {
+    use crate::meters::MAX_SERVICES;
+    let registry = Registry::new(Component::ExporterActor, 1);
+    let mut m = Meters::new(vec![], "h", &registry);
+    let proc = |pid: u32| ServiceResource { pid, service_instance_id: format!("h:{pid}"), ..res() };
+    let at = |m: &mut Meters, pid: u32, t: u64| {
+        m.record_batch_at(&SpanBatch { resources: vec![proc(pid)], spans: vec![span(3, 200)] }, t);
+    };
+    for pid in 1..=MAX_SERVICES as u32 {
+        at(&mut m, pid, u64::from(pid));
+    }
+    let t = MAX_SERVICES as u64;
+    at(&mut m, 1, t + 1); // pid 1 is used again: pid 2 is now the oldest
+    at(&mut m, MAX_SERVICES as u32 + 1, t + 2);
+    assert_eq!(m.view().read(|m| m.services().count()), MAX_SERVICES);
+    let text = exposition(&m.view());
+    let has = |pid: u32| text.contains(&format!("service_instance_id=\"h:{pid}\""));
+    assert!(has(MAX_SERVICES as u32 + 1), "process 1,025 gets metrics");
+    assert!(has(1) && has(3));
+    assert!(!has(2), "the least recently used was evicted");
+    let evicted: f64 =
+        registry.report().points.iter().filter(|p| p.name == "ringtail_metric_services_evicted_total").map(|p| p.value).sum();
+    assert_eq!(evicted, 1.0);
 }

@@ -1,0 +1,196 @@
+//! What each fuzz target checks, one function per target, shared by the
+//! cargo-fuzz targets (`fuzz_targets/*.rs`, nightly) and the deterministic
+//! replay of the checked-in corpus in the normal suite
+//! (`span-actor/tests/fuzz_corpus.rs`, stable): a crash found by fuzzing
+//! becomes a corpus file, so a regression test, by being saved there.
+//!
+//! Layout: [`http1`] (captured request bytes through the whole
+//! transformation), [`route_redact`] (route grouping and query redaction
+//! against an independent oracle), [`ipc_decode`] (every message the
+//! actors and the loader decode), [`config`] (the configuration file).
+
+// Each target uses one of them.
+#![allow(dead_code)]
+
+use std::time::Instant;
+
+use ipc_schema::{ProcessInfo, RawBatch, RawEvent, Role, SockAddr};
+use ringtail_config::{RouteSettings, Settings};
+use runtime_kit::counters::Registry;
+use span_actor::http::{parse_pipeline, parse_request};
+use span_actor::redact::{Redactor, REDACTED};
+use span_actor::routes::{Router, OVERFLOW_ROUTE};
+use span_actor::transform::Transformer;
+
+/// The conventions' secret query keys, lowercase: the oracle's own list.
+const SECRET_KEYS: [&str; 5] = ["awsaccesskeyid", "signature", "sig", "x-goog-signature", "token"];
+
+/// A query key as the oracle reads it: `%XX` decoded, `+` a space, lowercase.
+fn oracle_key(raw: &str) -> Vec<u8> {
+    let b = raw.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |x: Option<&u8>| x.and_then(|c| (*c as char).to_digit(16));
+        if b[i] == b'%' {
+            if let (Some(h), Some(l)) = (hex(b.get(i + 1)), hex(b.get(i + 2))) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(if b[i] == b'+' { b' ' } else { b[i] });
+        i += 1;
+    }
+    out.to_ascii_lowercase()
+}
+
+/// Every parameter of an exported query whose key is secret has the value
+/// `REDACTED`.
+fn assert_redacted(query: &str) {
+    for part in query.split(['&', ';']) {
+        if let Some((k, v)) = part.split_once('=') {
+            let key = oracle_key(k);
+            if SECRET_KEYS.iter().any(|s| s.as_bytes() == key.as_slice()) {
+                assert_eq!(v, REDACTED, "secret {k:?} exported in {query:?}");
+            }
+        }
+    }
+}
+
+fn settings() -> Settings {
+    let mut s = Settings::default();
+    s.redaction.query_keys = vec!["token".parse().expect("a valid key")];
+    s.routes.max_cardinality = 8;
+    s
+}
+
+/// Captured request bytes (the first two bytes choose the status and the
+/// role) through the parser and the whole transformation: never a panic,
+/// no user information in an address, no secret in a query.
+pub fn http1(data: &[u8]) {
+    for head in parse_pipeline(data) {
+        assert!(!head.method.is_empty() && head.method.len() <= 32);
+        for h in [&head.host, &head.target_host].into_iter().flatten() {
+            assert!(!h.contains('@'), "user information kept: {h:?}");
+        }
+    }
+    let _ = parse_request(data);
+    let (ctl, request) = match data {
+        [a, b, rest @ ..] => (u16::from_le_bytes([*a, *b]), rest),
+        _ => (200, data),
+    };
+    let status = 100 + ctl % 500;
+    let role = if ctl & 0x8000 != 0 { Role::Client } else { Role::Server };
+    let registry = Registry::new(ipc_schema::Component::SpanActor, 1);
+    let mut t = Transformer::new(&settings(), &registry);
+    let ev = RawEvent {
+        role,
+        pid: 10,
+        tid: 10,
+        fd: 3,
+        proc_start_ns: 1,
+        conn_id: 1,
+        seq: 1,
+        parent: None,
+        start_mono_ns: 1_000,
+        end_mono_ns: 2_000,
+        status,
+        local: SockAddr::from_bytes(false, [127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 8080),
+        peer: SockAddr::from_bytes(false, [10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 40_000),
+        request_len: u32::try_from(request.len()).unwrap_or(u32::MAX),
+        truncated: false,
+        orphan: false,
+        request: request.to_vec(),
+    };
+    // The same bytes again as a response pipelined behind it (an orphan).
+    let orphan = RawEvent { orphan: true, seq: 2, request: Vec::new(), request_len: 0, ..ev.clone() };
+    let batch = RawBatch {
+        mono_to_unix_ns: i64::MAX,
+        epoch: 7,
+        events: vec![ev, orphan],
+        processes: vec![ProcessInfo {
+            pid: 10,
+            proc_start_ns: 1,
+            comm: "fuzz".into(),
+            exe_name: Some("fuzz".into()),
+            exe_path: None,
+            env_service_name: None,
+            env_resource_attributes: None,
+        }],
+    };
+    let mut out = Vec::new();
+    let now = Instant::now();
+    t.transform(1, 1, &batch, now, &mut out);
+    t.expire(now + std::time::Duration::from_secs(3600), &mut out);
+    for p in &out {
+        let s = &p.span;
+        if let Some(q) = &s.query {
+            assert_redacted(q);
+        }
+        if let Some(a) = &s.server_address {
+            assert!(!a.contains('@'), "user information in server.address: {a:?}");
+        }
+        assert!(s.end_unix_ns >= s.start_unix_ns);
+    }
+}
+
+/// Paths (lines; a line's first byte picks the status class) through a
+/// router with a budget of 8, and each line as a query through the
+/// redactor: the budget holds, an unmatched 4xx never spends it, a
+/// configured template keeps its name, and redaction is complete,
+/// idempotent and keeps every parameter.
+pub fn route_redact(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let mut rs = RouteSettings { max_cardinality: 8, ..RouteSettings::default() };
+    rs.patterns = vec!["/api/{id}".parse().expect("a valid template")];
+    let mut router = Router::new(&rs);
+    let redactor = Redactor::new(&settings().redaction);
+    for line in text.lines() {
+        let (class, path) = match line.as_bytes().first() {
+            Some(c) => (c % 5 + 1, line.get(1..).unwrap_or("")),
+            None => (2, ""),
+        };
+        let status = u16::from(class) * 100;
+        let before = router.cardinality("svc");
+        if let Some(r) = router.route("svc", path, status) {
+            let after = router.cardinality("svc");
+            assert!(after <= 8, "budget exceeded: {after}");
+            if status / 100 == 4 {
+                assert_eq!(before, after, "a 4xx spent budget on {path:?}");
+            }
+            if r.overflowed {
+                assert_eq!(r.route.as_deref(), Some(OVERFLOW_ROUTE));
+            }
+            let api = path.strip_prefix("/api/").is_some_and(|rest| !rest.is_empty() && !rest.contains('/'));
+            if api {
+                assert_eq!(r.route.as_deref(), Some("/api/{id}"), "{path:?}");
+            }
+        }
+        let q = line;
+        let Some(once) = redactor.query(Some(q)) else { panic!("a query dropped without drop_query") };
+        assert_redacted(&once);
+        assert_eq!(once.split(['&', ';']).count(), q.split(['&', ';']).count(), "parameters lost: {q:?} → {once:?}");
+        assert_eq!(redactor.query(Some(&once)).as_deref(), Some(once.as_str()), "not idempotent");
+    }
+}
+
+/// Bytes off a socket as every message kind the processes decode: never a
+/// panic, and what decodes encodes and decodes again.
+pub fn ipc_decode(data: &[u8]) {
+    if let Ok(env) = ipc_schema::decode(data) {
+        if let Ok(bytes) = ipc_schema::encode(&env) {
+            let again = ipc_schema::decode(&bytes);
+            assert!(again.is_ok(), "re-encoded message does not decode: {again:?}");
+        }
+    }
+    let _ = ipc_schema::decode_ack(data);
+}
+
+/// Configuration text: never a panic, and what loads passes its own rules.
+pub fn config(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Ok(s) = Settings::from_toml(&text) {
+        assert!(s.validate().is_ok(), "loaded settings fail validation");
+    }
+}

@@ -1,0 +1,7 @@
+//! Configuration file text: see `../checks.rs`.
+#![no_main]
+
+#[path = "../checks.rs"]
+mod checks;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::config(data));
