@@ -312,6 +312,54 @@ async fn a_subscriber_that_never_reads_leaves_the_publisher_bounded() {
     drop(stalled);
 }
 
+/// The file stays at `path` for `window` (checked every 10 ms), then a
+/// subscriber is served through it.
+async fn assert_file_stays(publisher: &mut PubSocket, path: &Path, window: Duration, what: &str) {
+    let start = Instant::now();
+    while start.elapsed() < window {
+        assert!(path.exists(), "{what}: the new socket's file was removed after {:?}", start.elapsed());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_still_serves(publisher, path).await;
+}
+
+/// A socket bound again at the path of a socket that goes away (a restarted
+/// ringtail consumer binding its ack socket) keeps its file. Stock 0.7.0
+/// removed the path by name from the old socket's accept task whenever that
+/// task next ran, which was usually after the new bind: the new socket could
+/// no longer be reached (`ringtail-ipc`'s stream test then timed out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_bound_again_at_the_same_path_keeps_its_file() {
+    let _serial = SERIAL.lock().await;
+    let site = Site::new("rebind");
+    let unlink_stale = |path: &Path| match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => panic!("unlink the stale socket file: {e}"),
+    };
+    for round in 0..5 {
+        // The old socket is dropped, then the new one binds: the old file is
+        // gone at once (no stale file left for anyone to connect to).
+        let recorder = Recorder::default();
+        let (old, path) = bind_pub(&site, &recorder).await;
+        drop(old);
+        assert!(!path.exists(), "round {round}: a dropped socket's file is removed when it is dropped");
+        unlink_stale(&path);
+        let (mut new, _) = bind_pub(&site, &recorder).await;
+        assert_file_stays(&mut new, &path, Duration::from_millis(300), "dropped, then bound again").await;
+        drop(new);
+
+        // The new socket binds (over the stale file) while the old one is
+        // still there; the old one goes after: it leaves the new file alone.
+        let (old, path) = bind_pub(&site, &recorder).await;
+        unlink_stale(&path);
+        let (mut new, _) = bind_pub(&site, &recorder).await;
+        drop(old);
+        assert_file_stays(&mut new, &path, Duration::from_millis(300), "bound again, then the old one dropped").await;
+        drop(new);
+    }
+}
+
 fn spawn_as_nobody(role: &str, path: &Path) -> Child {
     Command::new(std::env::current_exe().expect("this test binary"))
         .args(["--exact", "child_process_role", "--nocapture", "--test-threads=1"])

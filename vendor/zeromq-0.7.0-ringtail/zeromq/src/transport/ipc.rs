@@ -174,6 +174,7 @@ where
     T: std::future::Future<Output = ()> + Send + 'static,
 {
     let listener_addr = resolved_addr.clone();
+    let bound = resolved_addr.clone().and_then(super::BoundPath::new);
     let (stop_channel, stop_callback) = oneshot::channel::<()>();
     let task_handle = async_rt::task::spawn(async move {
         let mut stop_callback = stop_callback.fuse();
@@ -201,38 +202,13 @@ where
                 }
             }
         }
+        // ringtail: the file is removed by the `BoundPath` in the stop
+        // handle, when the socket is dropped or unbinds, not here.
         drop(listener);
-        if let Some(listener_addr) = listener_addr {
-            #[cfg(any(
-                all(
-                    any(feature = "async-std-runtime", feature = "async-dispatcher-runtime"),
-                    target_family = "unix"
-                ),
-                all(
-                    any(feature = "async-std-runtime", feature = "async-dispatcher-runtime"),
-                    windows
-                )
-            ))]
-            use async_std::fs::remove_file;
-            #[cfg(all(
-                feature = "tokio-runtime",
-                any(target_family = "unix", windows),
-                not(any(feature = "async-std-runtime", feature = "async-dispatcher-runtime"))
-            ))]
-            use tokio::fs::remove_file;
-
-            if let Err(err) = remove_file(&listener_addr).await {
-                log::warn!(
-                    "Could not delete unix socket at {}: {}",
-                    listener_addr.display(),
-                    err
-                );
-            }
-        }
         Ok(())
     });
     Ok((
         Endpoint::Ipc(resolved_addr),
-        AcceptStopHandle(TaskHandle::new(stop_channel, task_handle)),
+        AcceptStopHandle(TaskHandle::new(stop_channel, task_handle), bound),
     ))
 }

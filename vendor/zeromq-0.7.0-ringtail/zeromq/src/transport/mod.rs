@@ -77,7 +77,67 @@ pub(crate) async fn connect(
     }
 }
 
-pub struct AcceptStopHandle(pub(crate) TaskHandle<()>);
+pub struct AcceptStopHandle(
+    pub(crate) TaskHandle<()>,
+    // Held for its `Drop`.
+    #[allow(dead_code)] pub(crate) Option<BoundPath>,
+);
+
+/// ringtail: the file an ipc bind created. Dropping it (the socket is dropped
+/// or unbinds) removes the file at once, and only if the path still names
+/// that file.
+///
+/// Stock 0.7.0 removed the path by name from the accept task, whenever that
+/// task next ran after the stop signal. A socket bound again at the same path
+/// in the meantime (a restarted consumer, after unlinking the stale file) lost
+/// its new file to the old task: nobody could connect to it any more, and
+/// subscribers that lost the old peer timed out connecting.
+pub(crate) struct BoundPath {
+    path: std::path::PathBuf,
+    #[cfg(target_family = "unix")]
+    file: (u64, u64),
+}
+
+impl BoundPath {
+    /// Records the file now at `path` (just bound); `None` if it is not there.
+    #[cfg_attr(not(feature = "ipc-transport"), allow(dead_code))]
+    pub(crate) fn new(path: std::path::PathBuf) -> Option<Self> {
+        #[cfg(target_family = "unix")]
+        {
+            use std::os::unix::fs::MetadataExt;
+            let meta = std::fs::symlink_metadata(&path).ok()?;
+            Some(Self {
+                path,
+                file: (meta.dev(), meta.ino()),
+            })
+        }
+        #[cfg(not(target_family = "unix"))]
+        Some(Self { path })
+    }
+}
+
+impl Drop for BoundPath {
+    fn drop(&mut self) {
+        #[cfg(target_family = "unix")]
+        {
+            use std::os::unix::fs::MetadataExt;
+            match std::fs::symlink_metadata(&self.path) {
+                Ok(meta) if (meta.dev(), meta.ino()) == self.file => {}
+                // Gone, or another socket's file now: not ours to remove.
+                _ => return,
+            }
+        }
+        if let Err(err) = std::fs::remove_file(&self.path) {
+            if err.kind() != std::io::ErrorKind::NotFound {
+                log::warn!(
+                    "Could not delete unix socket at {}: {}",
+                    self.path.display(),
+                    err
+                );
+            }
+        }
+    }
+}
 
 /// Spawns an async task that listens for connections at the provided endpoint.
 ///

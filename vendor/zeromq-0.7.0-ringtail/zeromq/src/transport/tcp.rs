@@ -136,7 +136,7 @@ where
     });
     Ok((
         endpoint,
-        AcceptStopHandle(TaskHandle::new(stop_channel, task_handle)),
+        AcceptStopHandle(TaskHandle::new(stop_channel, task_handle), None),
     ))
 }
 
