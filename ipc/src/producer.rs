@@ -36,7 +36,8 @@ const PUMP_EVERY: Duration = Duration::from_millis(100);
 pub struct ProducerOptions {
     /// Where to bind the PUB socket.
     pub path: PathBuf,
-    /// Who may connect to it.
+    /// Who may connect to it; `access.peer` (the consumer's uid) is also
+    /// the only other uid allowed behind the ack socket.
     pub access: Access,
     /// The consumer's ack socket, subscribed to.
     pub acks: PathBuf,
@@ -112,10 +113,10 @@ impl<T: Send + 'static> Producer<T> {
         report: usize,
         registry: &Registry,
     ) -> Result<(Producer<T>, ProducerTask, mpsc::Receiver<Settled<T>>), IpcError> {
-        let socket = bind_pub(&options.path, options.access).await?;
+        let socket = bind_pub(&options.path, options.access, registry).await?;
         // The ack subscription lives exactly as long as the task.
         let (stop_acks, acks_shutdown) = runtime_kit::shutdown::channel();
-        let acks = subscribe_acks(options.acks.clone(), ACKS, registry, acks_shutdown);
+        let acks = subscribe_acks(options.acks.clone(), options.access, ACKS, registry, acks_shutdown);
         let (commands, commands_rx) = mpsc::channel(COMMANDS);
         let (reports_tx, reports_rx) = mpsc::channel(report.max(1));
         let me = options.me;

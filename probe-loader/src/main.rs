@@ -78,7 +78,7 @@ async fn run(p: Process) -> anyhow::Result<()> {
     let options = ProducerOptions {
         path: raw_path,
         // Only the actors' group may connect; only we can bind here.
-        access: Access { mode: 0o660, gid: Some(actors.gid), uid: None },
+        access: Access { mode: 0o660, gid: Some(actors.gid), uid: None, peer: Some(actors.uid) },
         acks: endpoints::raw_acks(dir),
         me: p.me(),
         consumer: Component::SpanActor,
