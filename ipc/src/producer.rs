@@ -131,6 +131,7 @@ impl<T: Send + 'static> Producer<T> {
             resent: registry.counter("ringtail_ipc_batches_resent_total", &[]),
             kept: registry.gauge("ringtail_ipc_kept_batches", &[]),
             unexpected: registry.drops("ringtail_ipc_rejected_total", "unexpected_message"),
+            forged_ack: registry.drops("ringtail_ipc_rejected_total", "ack_beyond_sent"),
             backlog_full: options.backlog_full,
             publish_failed: options.publish_failed,
         };
@@ -181,6 +182,8 @@ struct Task<T> {
     resent: Counter,
     kept: Gauge,
     unexpected: Drops,
+    /// Acks claiming more than was sent (clamped).
+    forged_ack: Drops,
     backlog_full: Drops,
     publish_failed: Drops,
 }
@@ -272,6 +275,9 @@ impl<T: Send + 'static> Task<T> {
             return;
         }
         let acked = self.outbox.ack(from, ack);
+        if acked.clamped {
+            self.forged_ack.add(1);
+        }
         if acked.new_consumer && self.outbox.kept() > 0 {
             tracing::info!(endpoint = %self.endpoint, messages = self.outbox.kept(), event = "replay", "new consumer: sending kept messages again");
         }
