@@ -31,7 +31,6 @@ mod probes;
 mod procinfo;
 mod pump;
 
-use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -69,8 +68,8 @@ async fn run(p: Process) -> anyhow::Result<()> {
         tracing::info!(processes = pids.len(), ports = ?settings.discovery.open_ports, "selection seeded");
     }
     let dir = &settings.pipeline.runtime_dir;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).with_context(|| format!("chmod {}", dir.display()))?;
+    // Never through a symlink, never someone else's directory.
+    runtime_kit::dirs::ensure(dir, 0, 0, 0o755)?;
     let actors = users::actor_ids(&settings.actors)
         .with_context(|| format!("actors.user {:?} / actors.group {:?} do not exist", settings.actors.user, settings.actors.group))?;
     let raw_path = endpoints::raw_events(dir);

@@ -135,6 +135,10 @@ where
     if args.check {
         return Ok(());
     }
+    // Files and sockets are created private (a socket file is never, even
+    // briefly, reachable by others before its mode is set on purpose).
+    // SAFETY: umask cannot fail and touches no memory.
+    unsafe { libc::umask(0o077) };
     if !component.info().privileged {
         // The actors hold spans and the exporter's headers: no core dumps,
         // and no ptrace or /proc/PID/mem by other processes of their user.
