@@ -31,7 +31,8 @@ pub struct ConsumerOptions {
     pub path: PathBuf,
     /// Where to bind the ack socket.
     pub acks: PathBuf,
-    /// Who may connect to the ack socket (the producer).
+    /// Who may connect to the ack socket (the producer); `access.peer` (the
+    /// producer's uid) is also the only other uid allowed behind its socket.
     pub access: Access,
     /// This process, as named in its acks.
     pub me: ipc_schema::Producer,
@@ -103,8 +104,8 @@ impl Consumer {
         registry: &Registry,
         shutdown: Shutdown,
     ) -> Result<(Consumer, ConsumerTask, mpsc::Receiver<Inbound>), IpcError> {
-        let ack_socket = bind_pub(&options.acks, options.access).await?;
-        let input = subscribe(options.path.clone(), SUBSCRIPTION, registry, shutdown);
+        let ack_socket = bind_pub(&options.acks, options.access, registry).await?;
+        let input = subscribe(options.path.clone(), options.access, SUBSCRIPTION, registry, shutdown);
         let max = options.max_outstanding.max(1);
         // Every message delivered is done at most once, and at most `max`
         // of the current producer instance are outstanding (plus as many of

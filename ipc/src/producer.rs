@@ -39,7 +39,8 @@ const PUMP_EVERY: Duration = Duration::from_millis(100);
 pub struct ProducerOptions {
     /// Where to bind the PUB socket.
     pub path: PathBuf,
-    /// Who may connect to it.
+    /// Who may connect to it; `access.peer` (the consumer's uid) is also
+    /// the only other uid allowed behind the ack socket.
     pub access: Access,
     /// The consumer's ack socket, subscribed to.
     pub acks: PathBuf,
@@ -128,10 +129,10 @@ impl<T: Send + 'static> Producer<T> {
         report: usize,
         registry: &Registry,
     ) -> Result<(Producer<T>, ProducerTask, mpsc::Receiver<Settled<T>>), IpcError> {
-        let socket = bind_pub(&options.path, options.access).await?;
+        let socket = bind_pub(&options.path, options.access, registry).await?;
         // The ack subscription lives exactly as long as the task.
         let (stop_acks, acks_shutdown) = runtime_kit::shutdown::channel();
-        let acks = subscribe_acks(options.acks.clone(), ACKS, registry, acks_shutdown);
+        let acks = subscribe_acks(options.acks.clone(), options.access, ACKS, registry, acks_shutdown);
         let (commands, commands_rx) = mpsc::channel(COMMANDS);
         let (reports_tx, reports_rx) = mpsc::channel(report.max(1));
         let (progress_tx, progress) = watch::channel(Progress::default());
@@ -148,6 +149,7 @@ impl<T: Send + 'static> Producer<T> {
             resent: registry.counter("ringtail_ipc_batches_resent_total", &[]),
             kept: registry.gauge("ringtail_ipc_kept_batches", &[]),
             unexpected: registry.drops("ringtail_ipc_rejected_total", "unexpected_message"),
+            forged_ack: registry.drops("ringtail_ipc_rejected_total", "ack_beyond_sent"),
             backlog_full: options.backlog_full,
             publish_failed: options.publish_failed,
         };
@@ -213,6 +215,8 @@ struct Task<T> {
     resent: Counter,
     kept: Gauge,
     unexpected: Drops,
+    /// Acks claiming more than was sent (clamped).
+    forged_ack: Drops,
     backlog_full: Drops,
     publish_failed: Drops,
 }
@@ -305,6 +309,9 @@ impl<T: Send + 'static> Task<T> {
             return;
         }
         let acked = self.outbox.ack(from, ack);
+        if acked.clamped {
+            self.forged_ack.add(1);
+        }
         if acked.new_consumer && self.outbox.kept() > 0 {
             tracing::info!(endpoint = %self.endpoint, messages = self.outbox.kept(), event = "replay", "new consumer: sending kept messages again");
         }

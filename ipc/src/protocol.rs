@@ -78,6 +78,9 @@ pub struct Acked<T> {
     pub new_consumer: bool,
     /// Tags of the messages the consumer has finished with, in seq order.
     pub settled: Vec<T>,
+    /// The ack claimed more than was ever sent (a forged or corrupt ack): it
+    /// was cut to what was sent.
+    pub clamped: bool,
 }
 
 /// A producer's kept buffer: what to send, resend and forget.
@@ -89,12 +92,23 @@ pub struct Outbox<T> {
     consumer: Option<u64>,
     received: u64,
     received_mark: u64,
+    /// The highest seq ever sent: no ack can honestly claim more.
+    highest_sent: u64,
 }
 
 impl<T> Outbox<T> {
     /// An empty outbox keeping at most `capacity` messages.
     pub fn new(me: Producer, capacity: usize) -> Self {
-        Outbox { me, next_seq: 1, kept: VecDeque::new(), capacity: capacity.max(1), consumer: None, received: 0, received_mark: 0 }
+        Outbox {
+            me,
+            next_seq: 1,
+            kept: VecDeque::new(),
+            capacity: capacity.max(1),
+            consumer: None,
+            received: 0,
+            received_mark: 0,
+            highest_sent: 0,
+        }
     }
 
     /// The highest mark of a message some consumer has received (0 before
@@ -161,7 +175,7 @@ impl<T> Outbox<T> {
     /// What to send now: waiting messages the window allows, and ones sent
     /// `RESEND_AFTER` ago without being received (counted in `resent`).
     pub fn due(&mut self, now: Instant, resent: &mut u64) -> Vec<Bytes> {
-        let limit = self.received + WINDOW;
+        let limit = self.received.saturating_add(WINDOW);
         let mut out = Vec::new();
         for k in self.kept.iter_mut() {
             if k.seq > limit {
@@ -176,6 +190,7 @@ impl<T> Outbox<T> {
                 Some(_) => continue,
             }
             k.sent = Some(now);
+            self.highest_sent = self.highest_sent.max(k.seq);
             out.push(k.bytes.clone());
         }
         out
@@ -184,10 +199,18 @@ impl<T> Outbox<T> {
     /// Applies an ack from `from`: a consumer instance not heard from before
     /// gets everything kept again; what is handled is forgotten; the window
     /// moves on.
-    pub fn ack(&mut self, from: Producer, ack: Ack) -> Acked<T> {
-        let mut out = Acked { new_consumer: false, settled: Vec::new() };
+    /// An ack claiming more than was ever sent is cut to what was sent
+    /// (`clamped`): a forged ack cannot settle, or skip the window past,
+    /// messages the consumer never had.
+    pub fn ack(&mut self, from: Producer, mut ack: Ack) -> Acked<T> {
+        let mut out = Acked { new_consumer: false, settled: Vec::new(), clamped: false };
         if ack.for_instance != self.me.instance {
             return out; // addressed to a previous life of this producer
+        }
+        if ack.received > self.highest_sent || ack.upto > self.highest_sent {
+            out.clamped = true;
+            ack.received = ack.received.min(self.highest_sent);
+            ack.upto = ack.upto.min(self.highest_sent);
         }
         out.new_consumer = self.consumer != Some(from.instance);
         if out.new_consumer {
@@ -421,6 +444,7 @@ mod tests {
             o.push_marked(body(), (), mark).unwrap();
         }
         assert_eq!(o.received_mark(), 0, "nothing received yet");
+        assert_eq!(o.due(Instant::now(), &mut 0).len(), 4, "sent: acks for them are honest");
         let c1 = Producer { component: Component::SpanActor, instance: 7 };
         o.ack(c1, Ack { for_instance: 42, received: 2, upto: 0 });
         assert_eq!(o.received_mark(), 250, "received, though not handled: its consumer has it");
@@ -436,6 +460,30 @@ mod tests {
         o.ack(c2, Ack { for_instance: 42, received: 4, upto: 4 });
         assert_eq!(o.received_mark(), 400);
         assert_eq!(o.kept(), 0);
+    }
+
+    #[test]
+    fn forged_acks_beyond_what_was_sent_are_clamped() {
+        let me = Producer { component: ipc_schema::Component::ProbeLoader, instance: 1 };
+        let consumer = Producer { component: ipc_schema::Component::SpanActor, instance: 9 };
+        let mut o = Outbox::new(me, 10);
+        for tag in 1..=3u64 {
+            o.push(body(), tag).unwrap();
+        }
+        let t0 = Instant::now();
+        let mut resent = 0;
+        // Nothing sent yet: a claim of everything settles nothing.
+        let a = o.ack(consumer, Ack { for_instance: 1, received: u64::MAX, upto: u64::MAX });
+        assert!(a.clamped && a.settled.is_empty());
+        assert_eq!(o.kept(), 3);
+        // The window did not overflow: all three go out.
+        assert_eq!(o.due(t0, &mut resent).len(), 3);
+        let a = o.ack(consumer, Ack { for_instance: 1, received: u64::MAX, upto: 2 });
+        assert!(a.clamped);
+        assert_eq!(a.settled, vec![1, 2]);
+        let a = o.ack(consumer, Ack { for_instance: 1, received: 3, upto: 3 });
+        assert!(!a.clamped);
+        assert_eq!(a.settled, vec![3]);
     }
 
     #[test]

@@ -4,6 +4,16 @@
 //! back-off grows to 30 s, so a subscription also rebuilds its socket
 //! whenever its producer has been silent for a few heartbeats: a restarted
 //! peer is found again within seconds, whichever side restarted.
+//!
+//! Every socket is bounded against its peer (issue 12): the largest message
+//! it accepts (a PUB receives only handshakes and subscriptions; an ack
+//! subscription only acks), its send queue (the replay window), the
+//! subscriptions it keeps, and who may be on the other end: `SO_PEERCRED`
+//! must show this process's uid, root, or [`Access::peer`]. A refused peer is
+//! closed before any byte is read and counted in
+//! `ringtail_ipc_refused_peers_total{socket,reason}`; messages a PUB drops
+//! for a subscriber whose queue is full in
+//! `ringtail_ipc_send_queue_full_total{socket}` (the replay resends them).
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -14,11 +24,13 @@ use ipc_schema::{decode, decode_ack, Ack, DecodeError, Envelope, Producer};
 use runtime_kit::counters::Registry;
 use runtime_kit::shutdown::Shutdown;
 use tokio::sync::mpsc;
-use zeromq::{PubSocket, Socket, SocketOptions, SocketRecv, SocketSend, SubSocket, ZmqMessage};
+use zeromq::{LimitEvent, PeerCred, PubSocket, Socket, SocketOptions, SocketRecv, SocketSend, SubSocket, ZmqMessage};
 
+use crate::protocol::WINDOW;
 use crate::{IpcError, SILENCE};
 
-/// Who may connect to a bound socket file (connecting needs write access).
+/// Who may connect to a bound socket file (connecting needs write access),
+/// and who may be on the other end of a socket, bound or connected.
 #[derive(Debug, Clone, Copy)]
 pub struct Access {
     /// File mode, e.g. 0o660.
@@ -27,34 +39,99 @@ pub struct Access {
     pub gid: Option<u32>,
     /// Owner to give the file.
     pub uid: Option<u32>,
+    /// The peer's uid when it is not this process's, e.g. the actors' uid
+    /// for the loader. Root is always allowed (it can reach any process
+    /// anyway); anyone else is refused.
+    pub peer: Option<u32>,
 }
 
 impl Access {
-    /// Owner (and group, if set) only.
+    /// Owner (and group, if set) only; peers of this process's uid (or root).
     pub fn private() -> Self {
-        Access { mode: 0o600, gid: None, uid: None }
+        Access { mode: 0o600, gid: None, uid: None, peer: None }
+    }
+
+    /// Whether a peer with these credentials may talk to the socket.
+    pub fn allows(&self, cred: &PeerCred) -> bool {
+        cred.uid == 0 || cred.uid == euid() || Some(cred.uid) == self.peer
     }
 }
 
-fn options() -> SocketOptions {
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// What a PUB receives: the handshake and subscriptions, nothing else.
+const PUB_INBOUND_BYTES: usize = 256;
+/// Messages queued per subscriber: the replay window, plus heartbeats.
+const SEND_QUEUE: usize = WINDOW as usize + 64;
+/// ringtail subscribes to everything, once: room for a few.
+const SUBSCRIPTIONS: (usize, usize) = (4, 64);
+
+/// Which end of which stream a socket is: sets its message limit.
+#[derive(Debug, Clone, Copy)]
+enum Role {
+    Publisher,
+    Data,
+    Acks,
+}
+
+impl Role {
+    fn max_message(self) -> usize {
+        match self {
+            Role::Publisher => PUB_INBOUND_BYTES,
+            Role::Data => ipc_schema::MAX_MESSAGE_BYTES,
+            Role::Acks => ipc_schema::MAX_ACK_BYTES,
+        }
+    }
+}
+
+/// The label a socket's counters carry: its file name (made once per socket).
+fn socket_label(path: &Path) -> &'static str {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "unnamed".to_owned());
+    Box::leak(name.into_boxed_str())
+}
+
+fn options(role: Role, access: Access, socket: &'static str, registry: &Registry) -> SocketOptions {
+    let refused = |reason| registry.counter("ringtail_ipc_refused_peers_total", &[("socket", socket), ("reason", reason)]);
+    let (uid, too_large, subscriptions) = (refused("uid"), refused("message_too_large"), refused("subscriptions"));
+    let queue_full = registry.counter("ringtail_ipc_send_queue_full_total", &[("socket", socket)]);
     let mut o = SocketOptions::default();
     // Batches are tens to hundreds of KiB: read in chunks up to 256 KiB
     // (each socket keeps its largest chunk: bigger costs resident memory).
-    o.read_buffer(16 * 1024, 256 * 1024, 2);
-    o.connect_timeout(Duration::from_secs(2));
+    o.read_buffer(16 * 1024, 256 * 1024, 2)
+        .connect_timeout(Duration::from_secs(2))
+        .max_message_size(role.max_message())
+        .send_queue_capacity(SEND_QUEUE)
+        .subscription_limit(SUBSCRIPTIONS.0, SUBSCRIPTIONS.1)
+        .peer_filter(std::sync::Arc::new(move |cred: &PeerCred| access.allows(cred)))
+        .limit_hook(std::sync::Arc::new(move |event: &LimitEvent| match event {
+            LimitEvent::PeerRefused { cred } => {
+                uid.inc();
+                tracing::debug!(socket, ?cred, "peer refused");
+            }
+            LimitEvent::MessageTooLarge { declared, limit } => {
+                too_large.inc();
+                tracing::debug!(socket, declared, limit, "peer disconnected: message too large");
+            }
+            LimitEvent::SubscriptionRefused => subscriptions.inc(),
+            LimitEvent::SendQueueFull | LimitEvent::FanoutQueueFull => queue_full.inc(),
+            _ => {}
+        }));
     o
 }
 
 /// Binds a PUB socket at `path`, replacing a stale socket file, and applies
-/// `access` to the file.
-pub async fn bind_pub(path: &Path, access: Access) -> Result<PubSocket, IpcError> {
+/// `access` to the file and to its peers.
+pub async fn bind_pub(path: &Path, access: Access, registry: &Registry) -> Result<PubSocket, IpcError> {
     match std::fs::remove_file(path) {
         Ok(()) => tracing::debug!(path = %path.display(), "removed stale socket file"),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(source) => return Err(IpcError::Unlink { path: path.to_owned(), source }),
     }
     let endpoint = ipc_schema::endpoints::ipc(path);
-    let mut socket = PubSocket::with_options(options());
+    let mut socket = PubSocket::with_options(options(Role::Publisher, access, socket_label(path), registry));
     socket.bind(&endpoint).await.map_err(|source| IpcError::Bind { endpoint: endpoint.clone(), source })?;
     use std::os::unix::fs::PermissionsExt;
     let perm = |source| IpcError::Permissions { path: path.to_owned(), source };
@@ -68,27 +145,37 @@ pub async fn send(socket: &mut PubSocket, endpoint: &str, bytes: Bytes) -> Resul
     socket.send(ZmqMessage::from(bytes)).await.map_err(|source| IpcError::Send { endpoint: endpoint.to_owned(), source })
 }
 
-/// Subscribes to everything published at `path`, delivering decoded
-/// envelopes into a channel of `capacity` messages (a full channel pushes
-/// back on the socket; the producer's replay covers what its PUB drops).
+/// Subscribes to everything published at `path` (by a peer `access`
+/// allows), delivering decoded envelopes into a channel of `capacity`
+/// messages (a full channel pushes back on the socket; the producer's replay
+/// covers what its PUB drops).
 ///
 /// Bad messages are counted in `ringtail_ipc_rejected_total{reason}` and
 /// skipped; a codec error from a dying peer is counted and survived.
-pub fn subscribe(path: PathBuf, capacity: usize, registry: &Registry, shutdown: Shutdown) -> mpsc::Receiver<Envelope> {
-    spawn_subscription(path, capacity, registry, shutdown, decode)
+pub fn subscribe(path: PathBuf, access: Access, capacity: usize, registry: &Registry, shutdown: Shutdown) -> mpsc::Receiver<Envelope> {
+    spawn_subscription(path, Role::Data, access, capacity, registry, shutdown, decode)
 }
 
 /// Subscribes to a consumer's acks: only an [`Ack`] of at most
 /// [`ipc_schema::MAX_ACK_BYTES`] bytes gets through (the size is checked
-/// before decoding); anything else is counted in
+/// before decoding, and a larger frame disconnects the peer before anything
+/// is allocated for it); anything else is counted in
 /// `ringtail_ipc_rejected_total{reason}` and dropped. This is all the
 /// privileged loader reads from the unprivileged actors.
-pub fn subscribe_acks(path: PathBuf, capacity: usize, registry: &Registry, shutdown: Shutdown) -> mpsc::Receiver<(Producer, Ack)> {
-    spawn_subscription(path, capacity, registry, shutdown, decode_ack)
+pub fn subscribe_acks(
+    path: PathBuf,
+    access: Access,
+    capacity: usize,
+    registry: &Registry,
+    shutdown: Shutdown,
+) -> mpsc::Receiver<(Producer, Ack)> {
+    spawn_subscription(path, Role::Acks, access, capacity, registry, shutdown, decode_ack)
 }
 
 fn spawn_subscription<T: Send + 'static>(
     path: PathBuf,
+    role: Role,
+    access: Access,
     capacity: usize,
     registry: &Registry,
     mut shutdown: Shutdown,
@@ -103,6 +190,8 @@ fn spawn_subscription<T: Send + 'static>(
     let malformed = registry.drops("ringtail_ipc_rejected_total", "malformed");
     let unexpected = registry.drops("ringtail_ipc_rejected_total", "unexpected_message");
     let codec = registry.drops("ringtail_ipc_rejected_total", "codec");
+    let label = socket_label(&path);
+    let registry = registry.clone();
     tokio::spawn(async move {
         let mut attempts = 0u64;
         let mut ever_connected = false;
@@ -110,7 +199,7 @@ fn spawn_subscription<T: Send + 'static>(
             if shutdown.is_fired() {
                 return;
             }
-            let mut socket = SubSocket::with_options(options());
+            let mut socket = SubSocket::with_options(options(role, access, label, &registry));
             let connected = tokio::select! {
                 r = socket.connect(&endpoint) => r,
                 _ = shutdown.fired() => return,
@@ -218,14 +307,26 @@ mod tests {
         .expect("a message got through")
     }
 
+    #[test]
+    fn peers_are_this_uid_root_or_the_named_peer() {
+        let cred = |uid| PeerCred { pid: None, uid, gid: uid };
+        let me = euid();
+        let stranger = (1..).find(|u| *u != me && *u != 4242).unwrap();
+        let private = Access::private();
+        assert!(private.allows(&cred(me)) && private.allows(&cred(0)));
+        assert!(!private.allows(&cred(stranger)));
+        let loader = Access { peer: Some(4242), ..Access::private() };
+        assert!(loader.allows(&cred(4242)) && !loader.allows(&cred(stranger)));
+    }
+
     #[tokio::test]
     async fn malformed_messages_are_counted_and_skipped() {
         let dir = dir("sub");
         let path = dir.join("t.sock");
-        let mut publisher = bind_pub(&path, Access::private()).await.unwrap();
         let registry = Registry::new(Component::SpanActor, 1);
+        let mut publisher = bind_pub(&path, Access::private(), &registry).await.unwrap();
         let (trigger, shutdown) = runtime_kit::shutdown::channel();
-        let mut rx = subscribe(path.clone(), 8, &registry, shutdown);
+        let mut rx = subscribe(path.clone(), Access::private(), 8, &registry, shutdown);
         let good = Envelope::new(
             Producer { component: Component::ProbeLoader, instance: 7 },
             1,
@@ -247,20 +348,33 @@ mod tests {
     async fn the_ack_subscription_takes_only_small_acks() {
         let dir = dir("acks");
         let path = dir.join("a.sock");
-        let mut publisher = bind_pub(&path, Access::private()).await.unwrap();
         let registry = Registry::new(Component::ProbeLoader, 1);
+        let mut publisher = bind_pub(&path, Access::private(), &registry).await.unwrap();
         let (trigger, shutdown) = runtime_kit::shutdown::channel();
-        let mut rx = subscribe_acks(path.clone(), 8, &registry, shutdown);
+        let mut rx = subscribe_acks(path.clone(), Access::private(), 8, &registry, shutdown);
         let me = Producer { component: Component::SpanActor, instance: 7 };
         let ack = Ack { for_instance: 1, received: 2, upto: 2 };
         let good = encode(&Envelope::new(me, 0, Body::Ack(ack))).unwrap();
         let health = HealthReport { component: Component::SpanActor, instance: 7, points: Vec::new() };
         let not_ack = encode(&Envelope::new(me, 0, Body::Health(health))).unwrap();
-        let huge = vec![0x90; ipc_schema::MAX_ACK_BYTES + 1];
-        let got = send_until(&mut publisher, &[not_ack, huge, good], &mut rx).await;
+        let got = send_until(&mut publisher, &[not_ack.clone(), good.clone()], &mut rx).await;
         assert_eq!(got, (me, ack));
         assert!(value(&registry, "ringtail_ipc_rejected_total", "unexpected_message") >= 1.0);
-        assert!(value(&registry, "ringtail_ipc_rejected_total", "too_large") >= 1.0);
+        // A larger message is cut at the wire: the publisher is disconnected
+        // before anything is allocated for it, and found again.
+        let huge = vec![0x90; ipc_schema::MAX_ACK_BYTES + 1];
+        let refused = |r: &Registry| value(r, "ringtail_ipc_refused_peers_total", "message_too_large");
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while refused(&registry) < 1.0 {
+                send(&mut publisher, "test", Bytes::from(huge.clone())).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .expect("the huge ack was refused at the wire");
+        while rx.try_recv().is_ok() {}
+        let got = send_until(&mut publisher, &[good], &mut rx).await;
+        assert_eq!(got, (me, ack));
         trigger.fire();
         let _ = std::fs::remove_dir_all(&dir);
     }

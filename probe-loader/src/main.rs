@@ -37,7 +37,6 @@ mod procinfo;
 mod pump;
 mod ring;
 
-use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -83,8 +82,8 @@ async fn run(p: Process) -> anyhow::Result<()> {
         tracing::info!(processes = pids.len(), ports = ?settings.discovery.open_ports, "selection seeded");
     }
     let dir = &settings.pipeline.runtime_dir;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).with_context(|| format!("chmod {}", dir.display()))?;
+    // Never through a symlink, never someone else's directory.
+    runtime_kit::dirs::ensure(dir, 0, 0, 0o755)?;
     let actors = users::actor_ids(&settings.actors)
         .with_context(|| format!("actors.user {:?} / actors.group {:?} do not exist", settings.actors.user, settings.actors.group))?;
     let raw_path = endpoints::raw_events(dir);
@@ -92,7 +91,7 @@ async fn run(p: Process) -> anyhow::Result<()> {
     let options = ProducerOptions {
         path: raw_path,
         // Only the actors' group may connect; only we can bind here.
-        access: Access { mode: 0o660, gid: Some(actors.gid), uid: None },
+        access: Access { mode: 0o660, gid: Some(actors.gid), uid: None, peer: Some(actors.uid) },
         acks: endpoints::raw_acks(dir),
         me: p.me(),
         consumer: Component::SpanActor,

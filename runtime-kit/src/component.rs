@@ -41,6 +41,11 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot make the process non-dumpable (prctl PR_SET_DUMPABLE)")]
+    NotDumpable {
+        #[source]
+        source: std::io::Error,
+    },
     #[error("cannot serve CPU profiles")]
     Profiling {
         #[source]
@@ -182,6 +187,15 @@ where
         return Ok(());
     }
     exit_on_panic();
+    // Files and sockets are created private (a socket file is never, even
+    // briefly, reachable by others before its mode is set on purpose).
+    // SAFETY: umask cannot fail and touches no memory.
+    unsafe { libc::umask(0o077) };
+    if !component.info().privileged {
+        // The actors hold spans and the exporter's headers: no core dumps,
+        // and no ptrace or /proc/PID/mem by other processes of their user.
+        non_dumpable().map_err(|source| StartError::NotDumpable { source })?;
+    }
     let body = async move {
         // SAFETY: geteuid has no preconditions.
         if !component.info().privileged && unsafe { libc::geteuid() } == 0 {
@@ -212,6 +226,16 @@ where
             result
         }),
     }
+}
+
+/// prctl(PR_SET_DUMPABLE, 0): /proc/PID files become root's, ptrace needs
+/// CAP_SYS_PTRACE, no core dump.
+pub fn non_dumpable() -> std::io::Result<()> {
+    // SAFETY: prctl(PR_SET_DUMPABLE) takes integer arguments only.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// A component binary's entry point: mimalloc as the global allocator (the

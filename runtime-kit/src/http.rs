@@ -1,6 +1,9 @@
 //! A minimal HTTP/1.1 GET server for ringtail's own endpoints (Prometheus
 //! `/metrics`, pprof). One request per connection, bounded request size and
-//! time, so a misbehaving client costs a socket for 5 s at most.
+//! time, so a misbehaving client costs a socket for 5 s at most, and at
+//! most [`MAX_CONNECTIONS`] at a time (the next ones wait in the kernel's
+//! backlog). An accept error (e.g. out of file descriptors) pauses accepting
+//! for [`ACCEPT_BACKOFF`] rather than spinning.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -51,19 +54,41 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, BindError> {
 
 const MAX_REQUEST: usize = 8192;
 const REQUEST_TIME: Duration = Duration::from_secs(5);
+/// Connections served at once.
+pub const MAX_CONNECTIONS: usize = 16;
+/// Pause after a failed accept.
+pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 /// Serves `handler` on `listener` until shutdown.
 pub fn serve(listener: TcpListener, handler: Handler, mut shutdown: Shutdown) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     tokio::spawn(async move {
         loop {
+            let permit = tokio::select! {
+                p = slots.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => return, // never closed
+                },
+                _ = shutdown.fired() => return,
+            };
             let accepted = tokio::select! {
                 a = listener.accept() => a,
                 _ = shutdown.fired() => return,
             };
-            let Ok((stream, _)) = accepted else { continue };
+            let stream = match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    tracing::warn!(%error, "accept failed; pausing");
+                    tokio::select! {
+                        _ = tokio::time::sleep(ACCEPT_BACKOFF) => continue,
+                        _ = shutdown.fired() => return,
+                    }
+                }
+            };
             let handler = handler.clone();
             tokio::spawn(async move {
                 let _ = tokio::time::timeout(REQUEST_TIME * 12, one(stream, handler)).await;
+                drop(permit);
             });
         }
     });
@@ -144,5 +169,35 @@ mod tests {
         t.fire();
         assert_eq!(query_param("/p?seconds=5&x=1", "seconds"), Some("5"));
         assert_eq!(query_param("/p", "seconds"), None);
+    }
+
+    #[tokio::test]
+    async fn idle_connections_beyond_the_cap_wait_and_service_resumes() {
+        let l = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (t, s) = crate::shutdown::channel();
+        let h: Handler = Arc::new(|_| Box::pin(async { Response::ok("text/plain", b"x".to_vec()) }));
+        serve(l, h, s);
+        // MAX_CONNECTIONS idle clients hold every slot.
+        let mut idle = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            idle.push(TcpStream::connect(addr).await.unwrap());
+        }
+        let ask = || async move {
+            let mut c = TcpStream::connect(addr).await.unwrap();
+            c.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+            let mut out = String::new();
+            c.read_to_string(&mut out).await.unwrap();
+            out
+        };
+        let waiting = tokio::spawn(ask());
+        // The next client is not served while every slot is held…
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished(), "served beyond the connection cap");
+        // …and is as soon as the idle ones go.
+        drop(idle);
+        let r = tokio::time::timeout(Duration::from_secs(10), waiting).await.expect("served once slots are free").unwrap();
+        assert!(r.starts_with("HTTP/1.1 200 OK"), "{r}");
+        t.fire();
     }
 }

@@ -27,6 +27,7 @@
 pub mod cli;
 pub mod component;
 pub mod counters;
+pub mod dirs;
 pub mod http;
 pub mod logging;
 pub mod memory;

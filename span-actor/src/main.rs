@@ -49,7 +49,7 @@ async fn run(p: Process) -> anyhow::Result<()> {
             path: endpoints::raw_events(dir),
             acks: acks_path,
             // Our group too, which the loader joins to read them.
-            access: Access { mode: 0o660, gid: None, uid: None },
+            access: Access { mode: 0o660, gid: None, uid: None, peer: None },
             me: p.me(),
             producer: Component::ProbeLoader,
             capacity: 16,

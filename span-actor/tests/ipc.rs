@@ -62,7 +62,8 @@ async fn garbage_is_counted_and_skipped_and_batches_still_flow() {
     std::fs::write(&cfg, format!("[pipeline]\nruntime_dir = \"{}\"\nbatch_timeout = \"10ms\"\n", dir.display())).unwrap();
 
     let raw_path = endpoints::raw_events(&dir);
-    let mut loader = ipc::bind_pub(&raw_path, Access::private()).await.unwrap();
+    let registry = Registry::new(Component::ExporterActor, 1);
+    let mut loader = ipc::bind_pub(&raw_path, Access::private(), &registry).await.unwrap();
     let mut actor = Command::new(env!("CARGO_BIN_EXE_ringtail-span-actor"))
         .arg("--config")
         .arg(&cfg)
@@ -70,9 +71,8 @@ async fn garbage_is_counted_and_skipped_and_batches_still_flow() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let registry = Registry::new(Component::ExporterActor, 1);
     let (trigger, shutdown) = runtime_kit::shutdown::channel();
-    let mut spans = ipc::subscribe(endpoints::spans(&dir), 64, &registry, shutdown);
+    let mut spans = ipc::subscribe(endpoints::spans(&dir), Access::private(), 64, &registry, shutdown);
 
     let me = Producer { component: Component::ProbeLoader, instance: 99 };
     let good = Bytes::from(ipc_schema::encode(&Envelope::new(me, 1, Body::Raw(batch()))).unwrap());

@@ -86,13 +86,11 @@ fn check_components(bin: &Path, config: Option<&Path>) -> anyhow::Result<()> {
 /// config's path.
 fn prepare_runtime_dir(settings: &Settings, actors: UserIds) -> anyhow::Result<PathBuf> {
     let dir = &settings.pipeline.runtime_dir;
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+    // Never through a symlink, never someone else's directory.
+    runtime_kit::dirs::ensure(dir, 0, 0, 0o755)?;
     let own = endpoints::actors_dir(dir);
-    std::fs::create_dir_all(&own)?;
-    std::os::unix::fs::chown(&own, Some(actors.uid), Some(actors.gid))
+    runtime_kit::dirs::ensure(&own, actors.uid, actors.gid, 0o750)
         .with_context(|| format!("cannot give {} to the actors", own.display()))?;
-    std::fs::set_permissions(&own, std::fs::Permissions::from_mode(0o750))?;
     // Stale sockets of a previous run would only confuse a connect.
     for p in [endpoints::raw_events(dir), endpoints::spans(dir), endpoints::raw_acks(dir), endpoints::span_acks(dir)] {
         let _ = std::fs::remove_file(p);
