@@ -40,7 +40,7 @@ pub use discovery::DiscoverySettings;
 pub use export::{ExportSettings, OtlpProtocol, OtlpSettings, PrometheusSettings, RetrySettings};
 pub use log::LogSettings;
 pub use pipeline::PipelineSettings;
-pub use probe::ProbeSettings;
+pub use probe::{Backend, ProbeSettings};
 pub use profile::ProfileSettings;
 pub use routes::{IgnoreMode, RouteSettings, UnmatchedRoutes};
 pub use services::{ServiceRule, ServiceSettings};
@@ -314,6 +314,7 @@ mod tests {
             ("[export.prometheus]\nlisten = \"9400\"\n", "export.prometheus.listen", "9400"),
             ("[actors]\nuser = \"root\"\n", "actors.user", "root"),
             ("[probe]\nwakeup_len = \"many\"\n", "probe.wakeup_len", "many"),
+            ("[probe]\nbackend = \"kprobes\"\n", "probe.backend", "kprobes"),
         ];
         for (text, key, value) in cases {
             let err = load(text, &[]).unwrap_err().to_string();

@@ -18,8 +18,10 @@ mod layout {
 pub use contract::CAPTURE_LEN;
 use contract::*;
 
-/// The compiled eBPF object.
-pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringtail.bpf.o"));
+/// The compiled eBPF object of the socket backend (`bpf/sock.bpf.c`).
+pub static SOCKET_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringtail-sock.bpf.o"));
+/// The compiled eBPF object of the syscall backend (`bpf/syscalls.bpf.c`).
+pub static SYSCALLS_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringtail-syscalls.bpf.o"));
 
 /// Names of the kernel's per-CPU counters, by index (CNT_* in ringtail.h).
 pub const COUNTERS: [KernelCounter; CNT_MAX] = {

@@ -1,29 +1,20 @@
-//! Loading and attaching the eBPF programs, and the maps the loader uses.
+//! Loading and attaching the eBPF programs of the chosen capture backend
+//! (`backend`), and the maps the loader uses.
 //!
-//! Every program is a BTF tracepoint (`tp_btf`): no kprobes, no fentry, no
-//! tracefs. The kernel needs BTF, the ring buffer (5.8) and the
-//! `sock_send_length`/`sock_recv_length` tracepoints (6.3).
+//! Every program is a BTF tracepoint (`tp_btf`) or, for the syscall backend,
+//! a tracefs tracepoint: no kprobes, no fentry. The kernel needs BTF and the
+//! ring buffer (5.8).
 
 use std::time::Duration;
 
 use aya::maps::{HashMap, MapData, PerCpuArray, RingBuf};
-use aya::programs::BtfTracePoint;
+use aya::programs::{BtfTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use ringtail_config::{DiscoverySettings, ProbeSettings};
 
 use crate::kernel::contract::{SEL_EXE, SEL_EXPLICIT};
-use crate::kernel::{BPF_OBJECT, COUNTERS};
-
-/// (program, tracepoint) pairs, in attach order: process and connection
-/// bookkeeping first, so the data programs never see a half-set-up world.
-const PROGRAMS: &[(&str, &str)] = &[
-    ("process_fork", "sched_process_fork"),
-    ("process_exit", "sched_process_exit"),
-    ("process_exec", "sched_process_exec"),
-    ("sock_state", "inet_sock_set_state"),
-    ("sock_recv", "sock_recv_length"),
-    ("sock_send", "sock_send_length"),
-];
+use crate::backend::{Chosen, Hook};
+use crate::kernel::COUNTERS;
 
 /// Why the probes could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -44,7 +35,7 @@ pub enum ProbeError {
     MissingMap { map: &'static str },
     #[error("the kernel refused program {program} (tracepoint {tracepoint}); verifier log:\n{log}")]
     Verifier { program: &'static str, tracepoint: &'static str, log: String },
-    #[error("cannot load program {program} (tracepoint {tracepoint}; Linux 6.3+ with BTF needed)")]
+    #[error("cannot load program {program} (tracepoint {tracepoint})")]
     Program {
         program: &'static str,
         tracepoint: &'static str,
@@ -62,6 +53,7 @@ pub enum ProbeError {
 /// The loaded, attached programs and the maps user space updates.
 pub struct Probes {
     ebpf: Ebpf,
+    backend: Chosen,
     sel_pids: HashMap<MapData, u32, u8>,
     /// Kept so the map lives as long as the programs that read it.
     _sel_ports: HashMap<MapData, u16, u8>,
@@ -97,14 +89,19 @@ pub struct ProgramStats {
 impl Probes {
     /// Loads the object with this configuration baked in and attaches every
     /// program; the kernel wakes the loader every `wakeup_len` events.
-    pub fn load(probe: &ProbeSettings, discovery: &DiscoverySettings, wakeup_len: u32) -> Result<(Probes, Rings), ProbeError> {
-        let btf = Btf::from_sys_fs().map_err(|source| ProbeError::Btf { source })?;
+    pub fn load(
+        btf: &Btf,
+        backend: Chosen,
+        probe: &ProbeSettings,
+        discovery: &DiscoverySettings,
+        wakeup_len: u32,
+    ) -> Result<(Probes, Rings), ProbeError> {
         let wakeup_len = u64::from(wakeup_len);
         let select_all = u8::from(discovery.selects_all());
         let watch_exec = u8::from(!discovery.exe_names.is_empty());
         let ring_bytes = probe.ring_buffer_mb << 20;
         let mut ebpf = EbpfLoader::new()
-            .btf(Some(&btf))
+            .btf(Some(btf))
             // The task- and socket-local storage maps (`active`, `conns`)
             // have no aya wrapper; only the kernel programs use them.
             .allow_unsupported_maps()
@@ -112,7 +109,9 @@ impl Probes {
             .override_global("select_all", &select_all, true)
             .override_global("watch_exec", &watch_exec, true)
             .map_max_entries("events", ring_bytes)
-            .load(BPF_OBJECT)
+            // the syscall backend's connection table (bpf/conn.h)
+            .map_max_entries("conn_table", probe.max_connections)
+            .load(backend.object())
             .map_err(|source| ProbeError::Load { source })?;
 
         // Maps first: selection must be in place before data programs run.
@@ -127,22 +126,10 @@ impl Probes {
             sel_ports.insert(port.get(), 1, 0).map_err(|source| ProbeError::Map { map: "sel_ports", source })?;
         }
 
-        for (program, tracepoint) in PROGRAMS {
-            let prog: &mut BtfTracePoint = ebpf
-                .program_mut(program)
-                .ok_or(ProbeError::MissingProgram { program })?
-                .try_into()
-                .map_err(|source| ProbeError::Program { program, tracepoint, source })?;
-            prog.load(tracepoint, &btf).map_err(|source| match source {
-                aya::programs::ProgramError::LoadError { verifier_log, .. } => {
-                    ProbeError::Verifier { program, tracepoint, log: verifier_log.to_string() }
-                }
-                source => ProbeError::Program { program, tracepoint, source },
-            })?;
-            prog.attach().map_err(|source| ProbeError::Program { program, tracepoint, source })?;
-            tracing::debug!(program, tracepoint, "attached");
+        for (program, hook) in backend.programs() {
+            attach(&mut ebpf, btf, program, *hook)?;
         }
-        Ok((Probes { ebpf, sel_pids, _sel_ports: sel_ports, counters }, Rings { events, execs }))
+        Ok((Probes { ebpf, backend, sel_pids, _sel_ports: sel_ports, counters }, Rings { events, execs }))
     }
 
     /// Adds a process to the selection, for `why`.
@@ -176,12 +163,45 @@ impl Probes {
 
     /// bpf_stats of every program.
     pub fn program_stats(&self) -> Vec<ProgramStats> {
-        PROGRAMS
+        self.backend
+            .programs()
             .iter()
-            .filter_map(|(name, _)| {
+            .filter_map(|&(name, _)| {
                 let info = self.ebpf.program(name)?.info().ok()?;
                 Some(ProgramStats { name, run_time: info.run_time(), run_count: info.run_count() })
             })
             .collect()
     }
+}
+
+/// Loads `program` and attaches it to `hook`.
+fn attach(ebpf: &mut Ebpf, btf: &Btf, program: &'static str, hook: Hook) -> Result<(), ProbeError> {
+    let prog = ebpf.program_mut(program).ok_or(ProbeError::MissingProgram { program })?;
+    let tracepoint = match hook {
+        Hook::Btf(tp) => tp,
+        Hook::Syscalls(tps) => tps.first().copied().unwrap_or_default(),
+    };
+    let load_error = |source| match source {
+        aya::programs::ProgramError::LoadError { verifier_log, .. } => {
+            ProbeError::Verifier { program, tracepoint, log: verifier_log.to_string() }
+        }
+        source => ProbeError::Program { program, tracepoint, source },
+    };
+    match hook {
+        Hook::Btf(tracepoint) => {
+            let prog: &mut BtfTracePoint = prog.try_into().map_err(|source| ProbeError::Program { program, tracepoint, source })?;
+            prog.load(tracepoint, btf).map_err(load_error)?;
+            prog.attach().map_err(|source| ProbeError::Program { program, tracepoint, source })?;
+            tracing::debug!(program, tracepoint, "attached");
+        }
+        Hook::Syscalls(tracepoints) => {
+            let prog: &mut TracePoint = prog.try_into().map_err(|source| ProbeError::Program { program, tracepoint, source })?;
+            prog.load().map_err(load_error)?;
+            for &tracepoint in tracepoints {
+                prog.attach("syscalls", tracepoint).map_err(|source| ProbeError::Program { program, tracepoint, source })?;
+                tracing::debug!(program, tracepoint, "attached");
+            }
+        }
+    }
+    Ok(())
 }
