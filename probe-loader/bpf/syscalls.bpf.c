@@ -6,11 +6,12 @@
  * or the socket one (sock.bpf.c), never both.
  *
  *  - tracepoint syscalls/sys_enter_{read,readv,recvfrom,recvmsg,write,
- *    writev,sendto,sendmsg} (one program, attached to each): the fd is
+ *    writev,sendto,sendmsg} (two programs, by argument count): the fd is
  *    resolved to its socket (task->files->fdt->fd[fd], CO-RE); a non-socket
  *    fd (a file, a pipe) leaves there, after a few probe reads and no map
  *    operation; a TCP socket's call is remembered by thread (`sys_pending`).
- *  - tracepoint syscalls/sys_exit_* of the same calls (one program): with
+ *  - tracepoint syscalls/sys_exit_* of the same calls (one program per
+ *    direction, like the socket backend's): with
  *    the byte count, the remembered call goes to the same connection state
  *    machine as the socket backend's (conn.h, struct conn_io), user
  *    segments from the saved arguments (io.h).
@@ -99,52 +100,83 @@ static __always_inline struct sock *fd_tcp_sock(__s32 fd)
 	return sk;
 }
 
-SEC("tracepoint")
-int sys_enter_io(struct sys_enter_rec *ctx)
+/* A socket call begins: remember it when `fd` is a TCP socket. */
+static __always_inline void sys_enter(__s32 nr, __u64 fd_arg, __u64 buf, __u64 count, __u64 flags)
 {
-	__s32 nr = ctx->nr;
-	__u64 flags = 0;
-	if (nr == NR_RECVFROM)
-		flags = ctx->args[3];
-	else if (nr == NR_RECVMSG)
-		flags = ctx->args[2];
 	if (flags & MSG_PEEK)
-		return 0;
-	__s32 fd = (__s32)ctx->args[0];
+		return;
+	__s32 fd = (__s32)fd_arg;
 	struct sock *sk = fd_tcp_sock(fd);
 	if (!sk)
-		return 0;
+		return;
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct pending_io p = { .sk = sk, .buf = ctx->args[1], .count = ctx->args[2], .fd = fd, .nr = nr };
+	struct pending_io p = { .sk = sk, .buf = buf, .count = count, .fd = fd, .nr = nr };
 	bpf_map_update_elem(&sys_pending, &tid, &p, BPF_ANY);
+}
+
+/* Enters of the three-argument calls: read, readv, write, writev, recvmsg,
+ * sendmsg. A program may read no further into the record than the
+ * shortest tracepoint it is attached to has (the kernel refuses the
+ * attachment otherwise), hence two enter programs. */
+SEC("tracepoint")
+int sys_enter_3(struct sys_enter_rec *ctx)
+{
+	__s32 nr = ctx->nr;
+	__u64 a2 = ctx->args[2];
+	sys_enter(nr, ctx->args[0], ctx->args[1], a2, nr == NR_RECVMSG ? a2 : 0);
 	return 0;
 }
 
+/* Enters of recvfrom and sendto (six arguments; the flags are the fourth). */
 SEC("tracepoint")
-int sys_exit_io(struct sys_exit_rec *ctx)
+int sys_enter_6(struct sys_enter_rec *ctx)
+{
+	__s32 nr = ctx->nr;
+	__u64 a3 = ctx->args[3];
+	sys_enter(nr, ctx->args[0], ctx->args[1], ctx->args[2], nr == NR_RECVFROM ? a3 : 0);
+	return 0;
+}
+
+/* The exit of a remembered socket call: its bytes to the state machine. */
+static __always_inline void sys_exit_data(struct sys_exit_rec *ctx, int recv)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
 	struct pending_io *pp = bpf_map_lookup_elem(&sys_pending, &tid);
 	if (!pp || !pp->sk)
-		return 0;
+		return;
 	struct pending_io p = *pp;
 	pp->sk = NULL;
 	long ret = ctx->ret;
 	if (ret <= 0 || p.nr != ctx->nr)
-		return 0;
-	int recv = p.nr == NR_READ || p.nr == NR_READV || p.nr == NR_RECVFROM || p.nr == NR_RECVMSG;
+		return;
 	struct conn_state *st = conn_get(p.sk);
 	if (!conn_wanted(st, p.sk, tgid, recv))
-		return 0;
+		return;
 	struct segs sg;
 	if (syscall_segs(p.nr, p.buf, p.count, ret, &sg))
-		return 0;
+		return;
 	struct conn_io io = { .sk = p.sk, .tgid = tgid, .tid = tid, .fd = p.fd };
 	if (recv)
 		conn_on_recv(st, &io, &sg);
 	else
 		conn_on_send(st, &io, &sg);
+}
+
+/* Exits of read, readv, recvfrom, recvmsg (one program per direction, as
+ * in sock.bpf.c: each is verified with one half of the state machine). */
+SEC("tracepoint")
+int sys_exit_recv(struct sys_exit_rec *ctx)
+{
+	sys_exit_data(ctx, 1);
+	return 0;
+}
+
+/* Exits of write, writev, sendto, sendmsg. */
+SEC("tracepoint")
+int sys_exit_send(struct sys_exit_rec *ctx)
+{
+	sys_exit_data(ctx, 0);
 	return 0;
 }
 

@@ -37,26 +37,12 @@ pub enum Hook {
 
 /// The socket-capable calls whose user buffers `bpf/io.h` can find
 /// (sendfile moves no user memory, so it has nothing to read).
-const SYS_ENTER: &[&str] = &[
-    "sys_enter_read",
-    "sys_enter_readv",
-    "sys_enter_recvfrom",
-    "sys_enter_recvmsg",
-    "sys_enter_write",
-    "sys_enter_writev",
-    "sys_enter_sendto",
-    "sys_enter_sendmsg",
-];
-const SYS_EXIT: &[&str] = &[
-    "sys_exit_read",
-    "sys_exit_readv",
-    "sys_exit_recvfrom",
-    "sys_exit_recvmsg",
-    "sys_exit_write",
-    "sys_exit_writev",
-    "sys_exit_sendto",
-    "sys_exit_sendmsg",
-];
+/// Three-argument calls, and the six-argument ones (bpf/syscalls.bpf.c).
+const SYS_ENTER_3: &[&str] =
+    &["sys_enter_read", "sys_enter_readv", "sys_enter_write", "sys_enter_writev", "sys_enter_recvmsg", "sys_enter_sendmsg"];
+const SYS_ENTER_6: &[&str] = &["sys_enter_recvfrom", "sys_enter_sendto"];
+const SYS_EXIT_RECV: &[&str] = &["sys_exit_read", "sys_exit_readv", "sys_exit_recvfrom", "sys_exit_recvmsg"];
+const SYS_EXIT_SEND: &[&str] = &["sys_exit_write", "sys_exit_writev", "sys_exit_sendto", "sys_exit_sendmsg"];
 
 /// Process hooks, shared by both objects: attached first, so the data
 /// programs never see a half-set-up world.
@@ -81,8 +67,10 @@ const SYSCALLS_PROGRAMS: &[(&str, Hook)] = &[
     PROCESS[2],
     ("sock_state", Hook::Btf("inet_sock_set_state")),
     // exits before enters: an exit never waits for an enter that was missed
-    ("sys_exit_io", Hook::Syscalls(SYS_EXIT)),
-    ("sys_enter_io", Hook::Syscalls(SYS_ENTER)),
+    ("sys_exit_recv", Hook::Syscalls(SYS_EXIT_RECV)),
+    ("sys_exit_send", Hook::Syscalls(SYS_EXIT_SEND)),
+    ("sys_enter_3", Hook::Syscalls(SYS_ENTER_3)),
+    ("sys_enter_6", Hook::Syscalls(SYS_ENTER_6)),
 ];
 
 /// The tracefs mount point the loader uses, and the older debugfs one.
@@ -163,7 +151,7 @@ pub fn has_socket_tracepoints(btf: &Btf) -> bool {
 
 /// Whether every syscall tracepoint the backend attaches to exists.
 pub fn has_syscall_tracepoints(tracefs: &Path) -> bool {
-    SYS_ENTER.iter().chain(SYS_EXIT).all(|tp| tracefs.join("events/syscalls").join(tp).join("id").exists())
+    SYS_ENTER_3.iter().chain(SYS_ENTER_6).chain(SYS_EXIT_RECV).chain(SYS_EXIT_SEND).all(|tp| tracefs.join("events/syscalls").join(tp).join("id").exists())
 }
 
 /// A mounted tracefs, if any (the places aya looks, in its order).

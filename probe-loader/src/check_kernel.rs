@@ -81,7 +81,12 @@ fn try_backend(btf: &Btf, backend: Chosen, settings: &Settings) -> Result<(), St
             s.push_str(&inner.to_string());
             src = inner.source();
         }
-        s.lines().take(3).collect::<Vec<_>>().join(" | ")
+        // the whole verifier log to stderr; its end (the reason) in the report
+        eprintln!("{}: {s}", backend.name());
+        let lines: Vec<&str> = s.lines().collect();
+        let first = lines.first().copied().unwrap_or_default();
+        let last = lines.iter().rev().take(2).rev().copied().collect::<Vec<_>>().join(" | ");
+        if lines.len() > 1 { format!("{first} ... {last}") } else { first.to_owned() }
     })
 }
 
@@ -118,7 +123,7 @@ pub fn main() -> i32 {
         "capabilities",
         caps.is_ok(),
         match &caps {
-            Ok(()) => format!("enough to load the probes (effective: {})", privileges::effective()),
+            Ok(()) => "enough to load the probes".to_owned(),
             Err(e) => format!("{e} (effective: {})", privileges::effective()),
         },
     ));
