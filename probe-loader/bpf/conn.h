@@ -2,11 +2,12 @@
 /*
  * The per-connection HTTP/1 state machine, fed by any hook family.
  *
- * State lives in `conns` (maps.h), reached only through conn_get(),
- * conn_new() and conn_del() below, so that another hook family can keep it
- * elsewhere. A server request starts when received bytes begin with a request line
- * and ends when the process sends a status line; a client request is the
- * mirror image. The event is submitted when the response begins (1xx
+ * State is reached only through conn_get(), conn_new() and conn_del()
+ * below, which keep it where the hook family's program type allows (socket-
+ * local storage, or an LRU table: see "Where state lives"). A server
+ * request starts when received bytes begin with a request line and ends
+ * when the process sends a status line; a client request is the mirror
+ * image. The event is submitted when the response begins (1xx
  * interim responses are skipped), carrying the first CAPTURE_LEN request
  * bytes. A hook finds the connection, decides whether the process is
  * traced, finds the user segments of the bytes moved, and calls

@@ -144,14 +144,17 @@ impl Chosen {
 /// Whether the kernel's BTF declares both socket tracepoints (what a
 /// `tp_btf` program attaches by).
 pub fn has_socket_tracepoints(btf: &Btf) -> bool {
-    ["btf_trace_sock_recv_length", "btf_trace_sock_send_length"]
-        .iter()
-        .all(|name| btf.id_by_type_name_kind(name, BtfKind::Typedef).is_ok())
+    ["btf_trace_sock_recv_length", "btf_trace_sock_send_length"].iter().all(|name| btf.id_by_type_name_kind(name, BtfKind::Typedef).is_ok())
 }
 
 /// Whether every syscall tracepoint the backend attaches to exists.
 pub fn has_syscall_tracepoints(tracefs: &Path) -> bool {
-    SYS_ENTER_3.iter().chain(SYS_ENTER_6).chain(SYS_EXIT_RECV).chain(SYS_EXIT_SEND).all(|tp| tracefs.join("events/syscalls").join(tp).join("id").exists())
+    SYS_ENTER_3
+        .iter()
+        .chain(SYS_ENTER_6)
+        .chain(SYS_EXIT_RECV)
+        .chain(SYS_EXIT_SEND)
+        .all(|tp| tracefs.join("events/syscalls").join(tp).join("id").exists())
 }
 
 /// A mounted tracefs, if any (the places aya looks, in its order).

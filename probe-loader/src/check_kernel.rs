@@ -58,7 +58,9 @@ fn ring_buffer_works() -> Result<(), std::io::Error> {
     attr[0] = 27; // BPF_MAP_TYPE_RINGBUF
     attr[3] = 4096;
     // SAFETY: attr is a zero-padded bpf_attr of the size passed.
-    let fd = unsafe { libc::syscall(libc::SYS_bpf, 0 /* BPF_MAP_CREATE */, attr.as_ptr(), std::mem::size_of_val(&attr)) };
+    let fd = unsafe {
+        libc::syscall(libc::SYS_bpf, 0 /* BPF_MAP_CREATE */, attr.as_ptr(), std::mem::size_of_val(&attr))
+    };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
@@ -86,7 +88,11 @@ fn try_backend(btf: &Btf, backend: Chosen, settings: &Settings) -> Result<(), St
         let lines: Vec<&str> = s.lines().collect();
         let first = lines.first().copied().unwrap_or_default();
         let last = lines.iter().rev().take(2).rev().copied().collect::<Vec<_>>().join(" | ");
-        if lines.len() > 1 { format!("{first} ... {last}") } else { first.to_owned() }
+        if lines.len() > 1 {
+            format!("{first} ... {last}")
+        } else {
+            first.to_owned()
+        }
     })
 }
 
@@ -142,7 +148,9 @@ pub fn main() -> i32 {
 
     let tracefs = match backend::tracefs() {
         Some(p) => Ok(format!("{}", p.display())),
-        None if root => backend::ensure_tracefs().map(|p| format!("{} (mounted now, as the loader would)", p.display())).map_err(|e| e.to_string()),
+        None if root => {
+            backend::ensure_tracefs().map(|p| format!("{} (mounted now, as the loader would)", p.display())).map_err(|e| e.to_string())
+        }
         None => Err("not mounted (the loader mounts it when it needs it; run as root to check)".to_owned()),
     };
     lines.push(line("tracefs", tracefs.is_ok(), tracefs.clone().unwrap_or_else(|e| e)));
@@ -160,7 +168,8 @@ pub fn main() -> i32 {
     let mut usable = Vec::new();
     if let Ok(btf) = &btf {
         let socket_tp = backend::has_socket_tracepoints(btf);
-        let socket = if socket_tp { try_backend(btf, Chosen::Socket, &settings) } else { Err("not in the kernel's BTF (Linux 6.3+)".into()) };
+        let socket =
+            if socket_tp { try_backend(btf, Chosen::Socket, &settings) } else { Err("not in the kernel's BTF (Linux 6.3+)".into()) };
         lines.push(line(
             "socket tracepoints",
             socket.is_ok(),
@@ -175,8 +184,11 @@ pub fn main() -> i32 {
             if socket.is_ok() { "created (socket backend)".to_owned() } else { "not probed (only the socket backend uses it)".to_owned() },
         ));
         let sys_tp = tracefs.is_ok() && backend::tracefs().is_some_and(|p| backend::has_syscall_tracepoints(&p));
-        let syscalls =
-            if sys_tp { try_backend(btf, Chosen::Syscalls, &settings) } else { Err("syscalls/sys_enter_* not found in tracefs (CONFIG_FTRACE_SYSCALLS=y)".into()) };
+        let syscalls = if sys_tp {
+            try_backend(btf, Chosen::Syscalls, &settings)
+        } else {
+            Err("syscalls/sys_enter_* not found in tracefs (CONFIG_FTRACE_SYSCALLS=y)".into())
+        };
         lines.push(line(
             "syscall tracepoints",
             syscalls.is_ok(),
@@ -210,11 +222,14 @@ pub fn main() -> i32 {
                 "the syscall backend tracks at most probe.max_connections = {} connections at once (LRU: the least recently used is forgotten)",
                 settings.probe.max_connections
             ));
-            cannot.push("the syscall backend's programs run on every read/write of traced processes (files and pipes leave early)".to_owned());
+            cannot.push(
+                "the syscall backend's programs run on every read/write of traced processes (files and pipes leave early)".to_owned(),
+            );
         }
         Some(Chosen::Socket) | None => {}
     }
-    cannot.push("sendfile/splice/io_uring move no user memory: those bytes are not read (status lines sent that way are missed)".to_owned());
+    cannot
+        .push("sendfile/splice/io_uring move no user memory: those bytes are not read (status lines sent that way are missed)".to_owned());
 
     for l in &lines {
         println!("{:<20} {:<4} {}", l.what, if l.ok { "ok" } else { "no" }, l.detail);

@@ -12,8 +12,8 @@ use aya::programs::{BtfTracePoint, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use ringtail_config::{DiscoverySettings, ProbeSettings};
 
-use crate::kernel::contract::{SEL_EXE, SEL_EXPLICIT};
 use crate::backend::{Chosen, Hook};
+use crate::kernel::contract::{SEL_EXE, SEL_EXPLICIT};
 use crate::kernel::COUNTERS;
 
 /// Why the probes could not be set up.
