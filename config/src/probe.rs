@@ -19,8 +19,8 @@ pub enum Backend {
     Socket,
     /// The per-syscall tracepoints (`syscalls/sys_enter_*`, Linux 5.8+ with
     /// BTF; tracefs, mounted by the loader if missing): every read/write
-    /// of every traced process enters, non-sockets leave early; state in an
-    /// LRU table of `max_connections`.
+    /// of every traced process enters, non-sockets leave early; state in a
+    /// table of `max_connections`.
     Syscalls,
 }
 
@@ -56,9 +56,12 @@ pub struct ProbeSettings {
     /// it twice, so it costs twice this in resident memory once used. 4 MiB
     /// holds ~6,000 events: over half a second at 10,000 requests/s.
     pub ring_buffer_mb: u32,
-    /// Connections tracked at once by the `syscalls` backend (an LRU hash:
-    /// tracepoint programs may not use socket-local storage); when full the
-    /// least recently used connection is forgotten. The `socket` backend
+    /// Connections tracked at once by the `syscalls` backend (a hash table:
+    /// tracepoint programs may not use socket-local storage); beyond it new
+    /// connections are not traced, and counted
+    /// (`ringtail_dropped_events_total{reason="connection_state_failed"}`);
+    /// the table's memory (~1.1 KB a connection) is allocated at start. The
+    /// `socket` backend
     /// keeps each connection's state in the socket itself (freed with it),
     /// so no number of idle or half-open connections can crowd others out,
     /// and this bound does not apply to it.

@@ -4,7 +4,7 @@
  *
  * State is reached only through conn_get(), conn_new() and conn_del()
  * below, which keep it where the hook family's program type allows (socket-
- * local storage, or an LRU table: see "Where state lives"). A server
+ * local storage, or a table: see "Where state lives"). A server
  * request starts when received bytes begin with a request line and ends
  * when the process sends a status line; a client request is the mirror
  * image. The event is submitted when the response begins (1xx
@@ -89,21 +89,21 @@ static __always_inline void capture(struct conn_state *st, const struct segs *sg
  *    socket and task read by direct BTF loads;
  *  - RINGTAIL_PORTABLE (syscall tracepoints, Linux 5.8+: plain tracepoint
  *    programs may not use socket or task storage, and 5.8-5.10 have neither
- *    for tracing): an LRU hash keyed by the socket's address, sized by
+ *    for tracing): a hash keyed by the socket's address, sized by
  *    probe.max_connections (the loader sets it), the thread's server request
  *    in an LRU hash by thread id, and the socket and task read with CO-RE
  *    probe reads (their pointers come from memory, not from BTF arguments).
- *    An LRU table evicts its least recently used record when full: that
- *    connection's request in progress, if any, is lost without a count, and
- *    the CNT_CONNS gauge (-1 only on delete) then over-counts by the
- *    evictions.
+ *    Not an LRU: an eviction would lose a request in progress without a
+ *    trace. When the table is full a new connection gets no state and is
+ *    counted (CNT_STATE_FAILED); records go at TCP_CLOSE, which every TCP
+ *    socket that had state passes, so none is left behind.
  */
 #ifdef RINGTAIL_PORTABLE
 
 #define SK(sk, field) BPF_CORE_READ(sk, field)
 
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_HASH); /* preallocated: updates never allocate */
 	__uint(max_entries, 16384); /* probe.max_connections, set by the loader */
 	__type(key, __u64);
 	__type(value, struct conn_state);
@@ -137,7 +137,8 @@ static __always_inline struct conn_state *conn_create(struct sock *sk)
 	struct conn_state *tmpl = bpf_map_lookup_elem(&conn_zero, &zero);
 	if (!tmpl)
 		return NULL;
-	/* NOEXIST: another CPU may have created it meanwhile; then it is used */
+	/* NOEXIST: another CPU may have created it meanwhile; then it is used.
+	 * A full table fails the update: NULL, counted by conn_new. */
 	bpf_map_update_elem(&conn_table, &key, tmpl, BPF_NOEXIST);
 	return bpf_map_lookup_elem(&conn_table, &key);
 }
@@ -279,7 +280,8 @@ static __always_inline struct conn_state *conn_new(struct sock *sk, __u8 role, _
 	struct conn_state *st = conn_create(sk);
 	if (!st) {
 		/* socket storage: the socket's option memory (net.core.optmem_max)
-		 * is used up; either: the kernel is out of memory */
+		 * is used up; the table: probe.max_connections are tracked; either:
+		 * the kernel is out of memory */
 		count(CNT_STATE_FAILED);
 		return NULL;
 	}

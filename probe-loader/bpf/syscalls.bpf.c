@@ -19,8 +19,8 @@
  *
  * sendfile moves no user memory: as with the socket backend, nothing to read
  * (its response head goes by write/writev first). Connection state lives in
- * an LRU table here (conn.h, RINGTAIL_PORTABLE): tracepoint programs may not
- * use socket-local storage.
+ * a table of probe.max_connections here (conn.h, RINGTAIL_PORTABLE):
+ * tracepoint programs may not use socket-local storage.
  *
  * This object defines the globals the loader sets (globals.h).
  */

@@ -180,3 +180,41 @@ pub fn ensure_tracefs() -> Result<PathBuf, BackendError> {
     tracing::info!(event = "mounted_tracefs", path = TRACEFS, "mounted tracefs for the syscall tracepoints");
     Ok(PathBuf::from(TRACEFS))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// Each backend's list names exactly the programs of its object: none
+    /// missing at attach time, none compiled and silently never attached.
+    #[test]
+    fn each_backend_attaches_every_program_of_its_object() {
+        for backend in [Chosen::Socket, Chosen::Syscalls] {
+            let object = aya_obj::Object::parse(backend.object()).expect("parse the eBPF object");
+            let in_object: BTreeSet<&str> = object.programs.keys().map(String::as_str).collect();
+            let listed: BTreeSet<&str> = backend.programs().iter().map(|(name, _)| *name).collect();
+            assert_eq!(in_object, listed, "{}", backend.name());
+        }
+    }
+
+    #[test]
+    fn the_syscall_backend_hooks_each_socket_call_on_enter_and_exit() {
+        let mut enters = BTreeSet::new();
+        let mut exits = BTreeSet::new();
+        for (_, hook) in Chosen::Syscalls.programs() {
+            if let Hook::Syscalls(tps) = hook {
+                for tp in *tps {
+                    let (set, call) = match tp.strip_prefix("sys_enter_") {
+                        Some(call) => (&mut enters, call),
+                        None => (&mut exits, tp.strip_prefix("sys_exit_").expect("sys_enter_ or sys_exit_")),
+                    };
+                    assert!(set.insert(call), "{tp} attached twice");
+                }
+            }
+        }
+        let calls: BTreeSet<&str> = ["read", "readv", "recvfrom", "recvmsg", "write", "writev", "sendto", "sendmsg"].into();
+        assert_eq!(enters, calls);
+        assert_eq!(exits, calls);
+    }
+}

@@ -219,7 +219,7 @@ pub fn main() -> i32 {
     match chosen {
         Some(Chosen::Syscalls) => {
             cannot.push(format!(
-                "the syscall backend tracks at most probe.max_connections = {} connections at once (LRU: the least recently used is forgotten)",
+                "the syscall backend tracks at most probe.max_connections = {} connections at once (beyond it, new ones are counted, not traced)",
                 settings.probe.max_connections
             ));
             cannot.push(

@@ -152,6 +152,10 @@ fn python_http_server_http10_http11_keepalive_head_and_statuses(b: &str) {
     let versions: Vec<&str> = spans.iter().map(|s| s.line.as_str()).collect();
     assert_eq!(versions.len(), 7);
     assert_no_connection_state(prom);
+    // The backend in use is exported (and only that one).
+    let used = metric_value(prom, "ringtail_capture_backend", &[("component", "probe-loader"), ("backend", b)]);
+    assert_eq!(used, Some(1.0), "ringtail_capture_backend{{backend={b:?}}}");
+    assert_eq!(scrape(prom).matches("ringtail_capture_backend{").count(), 1);
 }
 
 fn every_syscall_pair_is_captured(b: &str) {
@@ -541,6 +545,50 @@ fn service_names_from_rules_and_the_process_environment(b: &str) {
     assert_eq!(service(by_env).as_deref(), Some("checkout"), "OTEL_SERVICE_NAME of another user's process");
     assert_eq!(service(by_rule).as_deref(), Some("storefront"), "services.rules by port");
     assert_eq!(service(by_exe).as_deref(), Some("rust_http_server"), "executable name");
+}
+
+/// The syscall backend keeps connection state in a table of
+/// `probe.max_connections`: connections beyond it are not traced, and each
+/// request on one is counted (never a silent loss), and the table empties
+/// again when they close.
+#[test]
+fn syscall_backend_counts_connections_beyond_its_table() {
+    if !can_trace() {
+        return;
+    }
+    let (port, prom) = (free_port(), free_port());
+    let rt = start(
+        "syscalls",
+        &format!(
+            "[probe]\nmax_connections = 64\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{port}]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n"
+        ),
+    );
+    let www = TempDir::new("www");
+    std::fs::write(www.join("index.html"), "hi\n").unwrap();
+    // A thread per connection: all of them stay open at once.
+    let _srv = server(
+        "python http.server",
+        port,
+        Path::new("python3"),
+        &["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1", "--directory", www.0.to_str().unwrap(), "--protocol", "HTTP/1.1"],
+    );
+    let mut conns: Vec<TcpStream> = (0..80).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
+    for s in &mut conns {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = Vec::new();
+        s.write_all(get("/index.html").as_bytes()).unwrap();
+        assert_eq!(read_response(s, &mut buf, false), 200);
+    }
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.len() >= 64);
+    assert_eq!(server_counts(&spans), expect(&[("GET", "/index.html", 200, 64)]));
+    let failed = wait_until(Duration::from_secs(5), || {
+        metric_value(prom, "ringtail_dropped_events_total", &[("reason", "connection_state_failed")]).filter(|v| *v >= 16.0)
+    });
+    assert_eq!(failed, Some(16.0), "{}", scrape(prom));
+    let live = wait_until(Duration::from_secs(5), || kernel_connections(prom).filter(|n| *n == 64.0));
+    assert_eq!(live, Some(64.0), "{:?}", kernel_connections(prom));
+    drop(conns);
+    assert_no_connection_state(prom);
 }
 
 /// Each test, once per capture backend.
