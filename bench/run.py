@@ -1057,6 +1057,8 @@ def mode_saturation(ctx):
         variants = [("off", None), ("default", ringtail_settings(ctx, server.port))]
         if server.kind == "nginx":
             variants.append(("wakeup_len=1", ringtail_settings(ctx, server.port, {"probe.wakeup_len": 1})))
+        # --variant KEY=VALUE (e.g. probe.backend=syscalls): more rows in the points table
+        variants += [(v, ringtail_settings(ctx, server.port, dict([parse_setting(v)]))) for v in a.variant]
         try:
             for rep in range(a.sat_repeat):
                 for name, settings in alternate(variants, rep):

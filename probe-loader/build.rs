@@ -1,8 +1,9 @@
 //! Builds the eBPF object and the Rust side of the kernel contract.
 //!
 //! - Each `bpf/*.bpf.c` (one per hook family) is compiled separately
-//!   (clang, CO-RE against this machine's BTF) and the objects are linked
-//!   into one with `bpftool gen object` (weak maps merge, see bpf/maps.h).
+//!   (clang, CO-RE against this machine's BTF) and linked with `bpftool gen
+//!   object` (weak maps merge, see bpf/maps.h) into one object per capture
+//!   backend (`BACKENDS`: its hook family plus the shared ones).
 //! - `bpf/ringtail.h` is the one place the contract is written: every
 //!   `#define NAME <integer expression>` there becomes a typed `pub const`
 //!   in `contract.rs` (the C compiler evaluates the expressions), and the
@@ -45,6 +46,10 @@ fn defines(header: &str) -> Vec<(String, String)> {
     }
     out
 }
+
+/// The capture backends: `bpf/<name>.bpf.c` each, linked with every other
+/// (shared) source into `ringtail-<name>.bpf.o`.
+const BACKENDS: [&str; 2] = ["sock", "syscalls"];
 
 fn run_c(out: &Path, bpf: &Path, name: &str, program: &str) -> Vec<u8> {
     let src = out.join(format!("{name}.c"));
@@ -89,7 +94,8 @@ fn main() {
     assert!(dump.status.success(), "bpftool btf dump failed: {}", String::from_utf8_lossy(&dump.stderr));
     std::fs::write(out.join("vmlinux.h"), &dump.stdout).expect("write vmlinux.h");
 
-    // One object per hook family, then one linked object.
+    // One object per source, then one linked object per capture backend:
+    // the backend's hook family plus every shared one (the process hooks).
     let mut objects = Vec::new();
     for src in &sources {
         let stem = src.file_name().and_then(|n| n.to_str()).unwrap_or_default().trim_end_matches(".c");
@@ -107,16 +113,20 @@ fn main() {
             .status()
             .unwrap_or_else(|e| panic!("clang not found ({e}): apt-get install clang libbpf-dev"));
         assert!(status.success(), "clang failed to build {}", src.display());
-        objects.push(obj);
+        objects.push((stem.trim_end_matches(".bpf").to_owned(), obj));
     }
-    let linked = out.join("ringtail.bpf.o");
-    let link = Command::new(bpftool)
-        .args(["gen", "object"])
-        .arg(&linked)
-        .args(&objects)
-        .output()
-        .unwrap_or_else(|e| panic!("running bpftool gen object: {e}"));
-    assert!(link.status.success(), "bpftool gen object failed: {}", String::from_utf8_lossy(&link.stderr));
+    for backend in BACKENDS {
+        assert!(objects.iter().any(|(s, _)| s == backend), "bpf/{backend}.bpf.c is missing");
+        let parts = objects.iter().filter(|(s, _)| s == backend || !BACKENDS.contains(&s.as_str())).map(|(_, o)| o);
+        let linked = out.join(format!("ringtail-{backend}.bpf.o"));
+        let link = Command::new(bpftool)
+            .args(["gen", "object"])
+            .arg(&linked)
+            .args(parts)
+            .output()
+            .unwrap_or_else(|e| panic!("running bpftool gen object: {e}"));
+        assert!(link.status.success(), "bpftool gen object failed: {}", String::from_utf8_lossy(&link.stderr));
+    }
 
     // The contract's constants, evaluated by the C compiler.
     let header = std::fs::read_to_string(bpf.join("ringtail.h")).expect("read bpf/ringtail.h");

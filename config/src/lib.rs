@@ -41,7 +41,7 @@ pub use discovery::DiscoverySettings;
 pub use export::{ExportSettings, OtlpProtocol, OtlpSettings, PrometheusSettings, RetrySettings};
 pub use log::LogSettings;
 pub use pipeline::PipelineSettings;
-pub use probe::ProbeSettings;
+pub use probe::{Backend, ProbeSettings};
 pub use profile::ProfileSettings;
 pub use redaction::RedactionSettings;
 pub use routes::{IgnoreMode, RouteSettings, UnmatchedRoutes};
@@ -338,6 +338,7 @@ mod tests {
             ("[probe]\nwakeup_len = \"many\"\n", "probe.wakeup_len", "many"),
             ("[redaction]\nquery_keys = [\"a=b\"]\n", "redaction.query_keys[0]", "a=b"),
             ("[redaction]\nquery_keys = [\"\"]\n", "redaction.query_keys[0]", "\"\""),
+            ("[probe]\nbackend = \"kprobes\"\n", "probe.backend", "kprobes"),
         ];
         for (text, key, value) in cases {
             let err = load(text, &[]).unwrap_err().to_string();

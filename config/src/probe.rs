@@ -10,10 +10,41 @@ use crate::{duration_between, invalid, ConfigError};
 /// The default `probe.pin_dir`.
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/ringtail";
 
+/// Which hooks capture socket I/O (the probe-loader decides `Auto` at start
+/// by probing the running kernel; `ringtail check-kernel` shows the choice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// `Socket` where the kernel has it, else `Syscalls`.
+    Auto,
+    /// The `sock_recv_length`/`sock_send_length` BTF tracepoints (Linux
+    /// 6.3+): only socket I/O reaches the programs; state in socket-local
+    /// storage.
+    Socket,
+    /// The per-syscall tracepoints (`syscalls/sys_enter_*`, Linux 5.8+ with
+    /// BTF; tracefs, mounted by the loader if missing): every read/write
+    /// of every traced process enters, non-sockets leave early; state in a
+    /// table of `max_connections`.
+    Syscalls,
+}
+
+impl Backend {
+    /// The configuration spelling (also the exported label value).
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Auto => "auto",
+            Backend::Socket => "socket",
+            Backend::Syscalls => "syscalls",
+        }
+    }
+}
+
 /// Kernel side: how events leave the kernel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProbeSettings {
+    /// The capture backend: `"auto"`, `"socket"` or `"syscalls"`.
+    pub backend: Backend,
     /// Events buffered in the ring before the kernel wakes the loader. A
     /// wakeup costs more than handling an event, so batching them is the
     /// main lever on the agent's CPU cost; 0 = the kernel's default (a
@@ -29,12 +60,15 @@ pub struct ProbeSettings {
     /// it twice, so it costs twice this in resident memory once used. 4 MiB
     /// holds ~6,000 events: over half a second at 10,000 requests/s.
     pub ring_buffer_mb: u32,
-    /// Connections tracked at once by a connection-state backend with a
-    /// bounded table (an LRU hash: what a hook family without socket-local
-    /// storage would use). The socket backend, the only one today, keeps
-    /// each connection's state in the socket itself (freed with it), so no
-    /// number of idle or half-open connections can crowd others out, and
-    /// this bound does not apply to it.
+    /// Connections tracked at once by the `syscalls` backend (a hash table:
+    /// tracepoint programs may not use socket-local storage); beyond it new
+    /// connections are not traced, and counted
+    /// (`ringtail_dropped_events_total{reason="connection_state_failed"}`);
+    /// the table's memory (~1.1 KB a connection) is allocated at start. The
+    /// `socket` backend
+    /// keeps each connection's state in the socket itself (freed with it),
+    /// so no number of idle or half-open connections can crowd others out,
+    /// and this bound does not apply to it.
     pub max_connections: u32,
     /// Keep CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH after attaching, to read
     /// the executable path and `OTEL_SERVICE_NAME` of processes owned by
@@ -54,6 +88,7 @@ pub struct ProbeSettings {
 impl Default for ProbeSettings {
     fn default() -> Self {
         ProbeSettings {
+            backend: Backend::Auto,
             wakeup_len: 512,
             flush_interval: Duration::from_millis(100),
             ring_buffer_mb: 4,

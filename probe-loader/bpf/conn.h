@@ -2,11 +2,12 @@
 /*
  * The per-connection HTTP/1 state machine, fed by any hook family.
  *
- * State lives in `conns` (maps.h), reached only through conn_get(),
- * conn_new() and conn_del() below, so that another hook family can keep it
- * elsewhere. A server request starts when received bytes begin with a request line
- * and ends when the process sends a status line; a client request is the
- * mirror image. The event is submitted when the response begins (1xx
+ * State is reached only through conn_get(), conn_new() and conn_del()
+ * below, which keep it where the hook family's program type allows (socket-
+ * local storage, or a table: see "Where state lives"). A server
+ * request starts when received bytes begin with a request line and ends
+ * when the process sends a status line; a client request is the mirror
+ * image. The event is submitted when the response begins (1xx
  * interim responses are skipped), carrying the first CAPTURE_LEN request
  * bytes. A hook finds the connection, decides whether the process is
  * traced, finds the user segments of the bytes moved, and calls
@@ -19,6 +20,7 @@
 #include "http1.h"
 #include "maps.h"
 #include "segs.h"
+#include "process.h"
 
 #define PHASE_IDLE 0
 #define PHASE_REQUEST 1
@@ -78,24 +80,192 @@ static __always_inline void capture(struct conn_state *st, const struct segs *sg
 }
 
 /*
- * The connection-state backend. These three are the only code that knows
- * where state lives: here, socket-local storage (BPF_MAP_TYPE_SK_STORAGE,
- * which tp_btf programs may use), with no global capacity.
+ * Where state lives: the only code that knows. Two variants, chosen by the
+ * hook family's object before it includes this file:
  *
- * A hook family without socket storage (syscall tracepoints, where
- * bpf_sk_storage_get is not allowed) must back them with an LRU hash
- * keyed by (tgid, fd) or by the socket's address, sized by
- * probe.max_connections, and must: keep the record it evicts first small
- * and idle (hold the capture buffer in a per-request map, so that only
- * requests in progress cost CAPTURE_LEN); count every eviction of a
- * request in progress as a drop; and still keep CNT_CONNS right (+1 at
- * conn_new, -1 when a record goes, evicted or deleted).
+ *  - default (tp_btf hooks, Linux 6.3+): socket-local storage
+ *    (BPF_MAP_TYPE_SK_STORAGE, which tp_btf programs may use) with no global
+ *    capacity, the thread's server request in task-local storage, and the
+ *    socket and task read by direct BTF loads;
+ *  - RINGTAIL_PORTABLE (syscall tracepoints, Linux 5.8+: plain tracepoint
+ *    programs may not use socket or task storage, and 5.8-5.10 have neither
+ *    for tracing): a hash keyed by the socket's address, sized by
+ *    probe.max_connections (the loader sets it), the thread's server request
+ *    in an LRU hash by thread id, and the socket and task read with CO-RE
+ *    probe reads (their pointers come from memory, not from BTF arguments).
+ *    Not an LRU: an eviction would lose a request in progress without a
+ *    trace. When the table is full a new connection gets no state and is
+ *    counted (CNT_STATE_FAILED); records go at TCP_CLOSE, which every TCP
+ *    socket that had state passes, so none is left behind.
  */
+#ifdef RINGTAIL_PORTABLE
+
+#define SK(sk, field) BPF_CORE_READ(sk, field)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH); /* preallocated: updates never allocate */
+	__uint(max_entries, 16384); /* probe.max_connections, set by the loader */
+	__type(key, __u64);
+	__type(value, struct conn_state);
+} conn_table SEC(".maps");
+
+/* One zeroed record: the template of a new one (too big for the stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct conn_state);
+} conn_zero SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct active_req);
+} active_table SEC(".maps");
+
+static __always_inline struct conn_state *conn_lookup(struct sock *sk)
+{
+	__u64 key = (__u64)sk;
+	return bpf_map_lookup_elem(&conn_table, &key);
+}
+
+static __always_inline struct conn_state *conn_create(struct sock *sk)
+{
+	__u64 key = (__u64)sk;
+	__u32 zero = 0;
+	struct conn_state *tmpl = bpf_map_lookup_elem(&conn_zero, &zero);
+	if (!tmpl)
+		return NULL;
+	/* NOEXIST: another CPU may have created it meanwhile; then it is used.
+	 * A full table fails the update: NULL, counted by conn_new. */
+	bpf_map_update_elem(&conn_table, &key, tmpl, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&conn_table, &key);
+}
+
+static __always_inline int conn_remove(struct sock *sk)
+{
+	__u64 key = (__u64)sk;
+	return bpf_map_delete_elem(&conn_table, &key);
+}
+
+/* The server request the current thread is serving. */
+static __always_inline struct active_req *active_get(int create)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct active_req *a = bpf_map_lookup_elem(&active_table, &tid);
+	if (a || !create)
+		return a;
+	struct active_req none = {};
+	bpf_map_update_elem(&active_table, &tid, &none, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&active_table, &tid);
+}
+
+/* The current process's start time and name, for the event. */
+static __always_inline void task_ids(__u64 *start, char *comm)
+{
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	struct task_struct *leader = BPF_CORE_READ(t, group_leader);
+	*start = BPF_CORE_READ(leader, start_boottime);
+	bpf_core_read(comm, COMM_LEN, &leader->comm);
+}
+
+/* The socket's addresses into 16-byte buffers (IPv4: the first 4 bytes). */
+static __always_inline void sk_addrs(struct sock *sk, __u16 family, __u8 *laddr, __u8 *raddr)
+{
+	if (family == FAMILY_INET6) {
+		bpf_core_read(laddr, 16, &sk->__sk_common.skc_v6_rcv_saddr);
+		bpf_core_read(raddr, 16, &sk->__sk_common.skc_v6_daddr);
+	} else {
+		*(__u32 *)laddr = BPF_CORE_READ(sk, __sk_common.skc_rcv_saddr);
+		*(__u32 *)raddr = BPF_CORE_READ(sk, __sk_common.skc_daddr);
+	}
+}
+
+#else /* socket-local storage */
+
+#define SK(sk, field) ((sk)->field)
+
+/* Connection state: a record is created when a request, or what may be the
+ * start of one, is seen on a socket of a traced process, deleted at
+ * TCP_CLOSE, and freed with the socket in any case. There is no global table
+ * to fill: an idle or half-open connection costs its own socket's memory
+ * (charged to the socket's option-memory budget, net.core.optmem_max) and
+ * nobody else's tracing. */
+struct {
+	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct conn_state);
+} conns SEC(".maps");
+
+/* The server request a thread is serving, so that its outgoing client
+ * requests become children. Task-local storage: O(1), no hashing, and freed
+ * with the thread. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct active_req);
+} active SEC(".maps");
+
+static __always_inline struct conn_state *conn_lookup(struct sock *sk)
+{
+	return bpf_sk_storage_get(&conns, sk, NULL, 0);
+}
+
+static __always_inline struct conn_state *conn_create(struct sock *sk)
+{
+	struct conn_state *st = bpf_sk_storage_get(&conns, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!st) /* another CPU created it between our lookup and ours (or no memory) */
+		st = bpf_sk_storage_get(&conns, sk, NULL, 0);
+	return st;
+}
+
+static __always_inline int conn_remove(struct sock *sk)
+{
+	return bpf_sk_storage_delete(&conns, sk);
+}
+
+static __always_inline struct active_req *active_get(int create)
+{
+	return bpf_task_storage_get(&active, bpf_get_current_task_btf(), 0,
+				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+}
+
+static __always_inline void task_ids(__u64 *start, char *comm)
+{
+	/* direct BTF loads, no helper calls */
+	struct task_struct *t = bpf_get_current_task_btf();
+	*start = t->group_leader->start_boottime;
+	const char *c = t->group_leader->comm;
+#pragma unroll
+	for (int i = 0; i < COMM_LEN; i++)
+		comm[i] = c[i];
+}
+
+static __always_inline void sk_addrs(struct sock *sk, __u16 family, __u8 *laddr, __u8 *raddr)
+{
+	/* direct BTF loads, no helper calls */
+	if (family == FAMILY_INET6) {
+		__u32 *l = (__u32 *)laddr, *r = (__u32 *)raddr;
+#pragma unroll
+		for (int i = 0; i < 4; i++) {
+			l[i] = sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32[i];
+			r[i] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[i];
+		}
+	} else {
+		*(__u32 *)laddr = sk->__sk_common.skc_rcv_saddr;
+		*(__u32 *)raddr = sk->__sk_common.skc_daddr;
+	}
+}
+
+#endif
 
 /* The connection's state, or NULL when it is not tracked. */
 static __always_inline struct conn_state *conn_get(struct sock *sk)
 {
-	return bpf_sk_storage_get(&conns, sk, NULL, 0);
+	return conn_lookup(sk);
 }
 
 /* New state for a connection of `role` (zeroed but for these fields), or
@@ -105,13 +275,12 @@ static __always_inline struct conn_state *conn_new(struct sock *sk, __u8 role, _
 {
 	/* A closed socket gets none: TCP_CLOSE, which deletes state, has passed
 	 * (bytes can still be read after a reset), and nothing can be answered. */
-	if (sk->__sk_common.skc_state == TCP_CLOSE)
+	if (SK(sk, __sk_common.skc_state) == TCP_CLOSE)
 		return NULL;
-	struct conn_state *st = bpf_sk_storage_get(&conns, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
-	if (!st) /* another CPU created it between our lookup and ours (or no memory) */
-		st = bpf_sk_storage_get(&conns, sk, NULL, 0);
+	struct conn_state *st = conn_create(sk);
 	if (!st) {
-		/* the socket's option memory (net.core.optmem_max) is used up, or
+		/* socket storage: the socket's option memory (net.core.optmem_max)
+		 * is used up; the table: probe.max_connections are tracked; either:
 		 * the kernel is out of memory */
 		count(CNT_STATE_FAILED);
 		return NULL;
@@ -131,8 +300,19 @@ static __always_inline struct conn_state *conn_new(struct sock *sk, __u8 role, _
 /* Forgets a connection's state. */
 static __always_inline void conn_del(struct sock *sk)
 {
-	if (bpf_sk_storage_delete(&conns, sk) == 0)
+	if (conn_remove(sk) == 0)
 		count_add(CNT_CONNS, -1);
+}
+
+/* Whether bytes a hook saw on `sk` go to the state machine (`st` from
+ * conn_get): a tracked connection's do unless it left HTTP/1; an untracked
+ * one's when its process is selected, or (`recv`: a server's) when it
+ * arrived on a selected listening port. */
+static __always_inline int conn_wanted(struct conn_state *st, struct sock *sk, __u32 tgid, int recv)
+{
+	if (st)
+		return st->role != ROLE_OPAQUE;
+	return recv ? server_selected(tgid, SK(sk, __sk_common.skc_num)) : pid_selected(tgid);
 }
 
 /* Marks a request begun whose bytes are already in st->buf. */
@@ -190,7 +370,6 @@ static __always_inline void emit(struct conn_state *st, struct sock *sk, __u16 s
 		count(CNT_RING_FULL);
 		return;
 	}
-	struct task_struct *t = bpf_get_current_task_btf();
 	ev->kind = EV_HTTP;
 	ev->role = st->role;
 	ev->flags = (st->flags & ~STF_CONNECT) | extra_flags;
@@ -202,33 +381,18 @@ static __always_inline void emit(struct conn_state *st, struct sock *sk, __u16 s
 	ev->conn_id = st->conn_id;
 	ev->start_ns = st->start_ns;
 	ev->end_ns = now;
-	ev->proc_start_ns = t->group_leader->start_boottime;
 	ev->parent_conn = st->parent_conn;
 	ev->parent_seq = st->parent_seq;
 	ev->seq = st->seq;
 	ev->_pad = 0;
-	__u16 family = sk->__sk_common.skc_family;
+	task_ids(&ev->proc_start_ns, (char *)ev->comm);
+	__u16 family = SK(sk, __sk_common.skc_family);
 	ev->family = family;
-	ev->lport = sk->__sk_common.skc_num;
-	ev->rport = bpf_ntohs(sk->__sk_common.skc_dport);
+	ev->lport = SK(sk, __sk_common.skc_num);
+	ev->rport = bpf_ntohs(SK(sk, __sk_common.skc_dport));
 	__builtin_memset(ev->laddr, 0, sizeof(ev->laddr));
 	__builtin_memset(ev->raddr, 0, sizeof(ev->raddr));
-	/* direct BTF loads, no helper calls */
-	if (family == FAMILY_INET6) {
-		__u32 *l = (__u32 *)ev->laddr, *r = (__u32 *)ev->raddr;
-#pragma unroll
-		for (int i = 0; i < 4; i++) {
-			l[i] = sk->__sk_common.skc_v6_rcv_saddr.in6_u.u6_addr32[i];
-			r[i] = sk->__sk_common.skc_v6_daddr.in6_u.u6_addr32[i];
-		}
-	} else {
-		*(__u32 *)ev->laddr = sk->__sk_common.skc_rcv_saddr;
-		*(__u32 *)ev->raddr = sk->__sk_common.skc_daddr;
-	}
-	const char *comm = t->group_leader->comm;
-#pragma unroll
-	for (int i = 0; i < COMM_LEN; i++)
-		ev->comm[i] = comm[i];
+	sk_addrs(sk, family, ev->laddr, ev->raddr);
 	__u32 n = extra_flags & EVF_ORPHAN ? 0 : st->cap_len;
 	if (n > CAPTURE_LEN)
 		n = CAPTURE_LEN;
@@ -338,7 +502,7 @@ static __always_inline void conn_on_recv(struct conn_state *st, const struct con
 		return;
 	begin_request(st, io->tid, now, sg, pend);
 active:;
-	struct active_req *a = bpf_task_storage_get(&active, bpf_get_current_task_btf(), 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	struct active_req *a = active_get(1);
 	if (a) {
 		a->conn_id = st->conn_id;
 		a->seq = st->seq;
@@ -359,7 +523,7 @@ static __always_inline void conn_on_send(struct conn_state *st, const struct con
 			return;
 		on_response(st, io->sk, status, bpf_ktime_get_ns());
 		if (st->phase == PHASE_IDLE) {
-			struct active_req *a = bpf_task_storage_get(&active, bpf_get_current_task_btf(), 0, 0);
+			struct active_req *a = active_get(0);
 			if (a && a->conn_id == st->conn_id)
 				a->conn_id = 0;
 		}
@@ -395,7 +559,7 @@ static __always_inline void conn_on_send(struct conn_state *st, const struct con
 	st->role = ROLE_CLIENT;
 	st->pend_len = 0;
 	begin_request(st, io->tid, bpf_ktime_get_ns(), sg, 0);
-	struct active_req *a = bpf_task_storage_get(&active, bpf_get_current_task_btf(), 0, 0);
+	struct active_req *a = active_get(0);
 	if (a && a->conn_id) {
 		st->parent_conn = a->conn_id;
 		st->parent_seq = a->seq;
@@ -412,6 +576,24 @@ static __always_inline void conn_close(struct sock *sk)
 	if (st->phase == PHASE_REQUEST)
 		count(CNT_ABORTED);
 	conn_del(sk);
+}
+
+/* A TCP socket changed state (inet_sock_set_state): at close its state goes;
+ * a listener on a configured port selects its process (port discovery). */
+static __always_inline void conn_sock_state(struct sock *sk, int newstate)
+{
+	if (newstate == TCP_CLOSE) {
+		conn_close(sk);
+		return;
+	}
+	if (newstate == TCP_LISTEN && !select_all) {
+		__u16 port = SK(sk, __sk_common.skc_num);
+		if (bpf_map_lookup_elem(&sel_ports, &port)) {
+			__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+			__u8 why = SEL_EXPLICIT;
+			bpf_map_update_elem(&sel_pids, &tgid, &why, BPF_ANY);
+		}
+	}
 }
 
 #endif

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
- * The user buffers of the syscall that is running, from its registers
- * (x86_64): the socket hooks fire inside read/write/sendmsg/..., and
- * bpf_task_pt_regs gives that syscall's arguments.
+ * The user buffers of a socket syscall (x86_64), from its arguments: the
+ * syscall tracepoints give them directly; the socket hooks fire inside
+ * read/write/sendmsg/..., and bpf_task_pt_regs gives that syscall's.
  */
 #ifndef RINGTAIL_IO_H
 #define RINGTAIL_IO_H
@@ -18,19 +18,16 @@
 #define NR_RECVFROM 45
 #define NR_SENDMSG 46
 #define NR_RECVMSG 47
+#define NR_SENDFILE 40
 
-/* The user buffers a socket send/receive of `len` bytes used, from the
- * syscall's registers. */
-static __always_inline int user_segs(long len, __s32 *fd, struct segs *sg)
+/* The user buffers a send/receive of `len` bytes used: syscall `nr` with
+ * its second and third arguments (the buffer, iovec array or msghdr; the
+ * count). */
+static __always_inline int syscall_segs(long nr, __u64 arg, __u64 arg3, long len, struct segs *sg)
 {
-	/* bpf_task_pt_regs gives a BTF pointer: plain loads, no helper calls */
-	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	long nr = regs->orig_ax;
-	__u64 arg = regs->si;
 	__u64 left = len;
 	sg->n = 0;
 	sg->total = len > 0xffffffff ? 0xffffffff : len;
-	*fd = regs->di;
 	if (nr == NR_READ || nr == NR_RECVFROM || nr == NR_WRITE || nr == NR_SENDTO) {
 		sg->base[0] = (const __u8 *)arg;
 		sg->len[0] = left;
@@ -41,7 +38,7 @@ static __always_inline int user_segs(long len, __s32 *fd, struct segs *sg)
 	__u64 iovcnt;
 	if (nr == NR_READV || nr == NR_WRITEV) {
 		iovp = (const struct iovec *)arg;
-		iovcnt = regs->dx;
+		iovcnt = arg3;
 	} else if (nr == NR_RECVMSG || nr == NR_SENDMSG) {
 		struct user_msghdr m;
 		if (bpf_probe_read_user(&m, sizeof(m), (const void *)arg))
@@ -66,5 +63,17 @@ static __always_inline int user_segs(long len, __s32 *fd, struct segs *sg)
 	}
 	return sg->n ? 0 : -1;
 }
+
+#ifndef RINGTAIL_PORTABLE
+/* The same, from the registers of the syscall that is running (the socket
+ * hooks fire inside it). */
+static __always_inline int user_segs(long len, __s32 *fd, struct segs *sg)
+{
+	/* bpf_task_pt_regs gives a BTF pointer: plain loads, no helper calls */
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	*fd = regs->di;
+	return syscall_segs(regs->orig_ax, regs->si, regs->dx, len, sg);
+}
+#endif
 
 #endif

@@ -54,29 +54,9 @@ struct {
 	__uint(max_entries, 256 << 10);
 } execs SEC(".maps") __weak;
 
-/* Connection state (conn.h): socket-local storage. A record is created
- * when a request, or what may be the start of one, is seen on a socket of
- * a traced process, deleted at TCP_CLOSE, and freed with the socket in any
- * case. There is no global table to fill: an idle or half-open connection
- * costs its own socket's memory (charged to the socket's option-memory
- * budget, net.core.optmem_max) and nobody else's tracing. Reach it only
- * through conn_get/conn_new/conn_del (conn.h). */
-struct {
-	__uint(type, BPF_MAP_TYPE_SK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct conn_state);
-} conns SEC(".maps") __weak;
-
-/* The server request a thread is serving, so that its outgoing client
- * requests become children. Task-local storage: O(1), no hashing, and freed
- * with the thread. */
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct active_req);
-} active SEC(".maps") __weak;
+/* Connection state (`conns`) and the server request of each thread
+ * (`active`) are defined by conn.h: where they live depends on the hook
+ * family. */
 
 /* Selected processes, by tgid; the value is SEL_* (ringtail.h). */
 struct {

@@ -12,9 +12,17 @@
 /* ringtail never traces itself: every ringtail binary's name starts so. */
 static __always_inline int is_self(void)
 {
+#ifdef RINGTAIL_PORTABLE
+	/* (conn.h) no BTF task pointer: one probe read of the name */
+	char c[8];
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	struct task_struct *leader = BPF_CORE_READ(t, group_leader);
+	bpf_core_read(c, sizeof(c), &leader->comm);
+#else
 	struct task_struct *t = bpf_get_current_task_btf();
 	/* direct BTF loads: cheaper than a helper call */
 	const char *c = t->group_leader->comm;
+#endif
 	return c[0] == 'r' && c[1] == 'i' && c[2] == 'n' && c[3] == 'g' && c[4] == 't' &&
 	       c[5] == 'a' && c[6] == 'i' && c[7] == 'l';
 }

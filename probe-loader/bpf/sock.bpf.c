@@ -26,7 +26,6 @@
 #include "maps.h"
 #include "conn.h"
 #include "io.h"
-#include "process.h"
 
 #define MSG_PEEK 2
 #define IPPROTO_TCP 6
@@ -37,19 +36,14 @@ static __always_inline int is_tcp(struct sock *sk)
 	return sk->sk_protocol == IPPROTO_TCP && sk->sk_type == SOCK_STREAM;
 }
 
-/* Both data hooks: find the connection, leave it when it is opaque or
- * (untracked) its process is not traced, find the user segments, and feed
- * the state machine. An untracked connection's bytes count when its
- * process is selected, or (`recv`: a server's) when it arrived on a
- * selected listening port. */
+/* Both data hooks: find the connection and, when its bytes are wanted
+ * (conn.h), the user segments, and feed the state machine. */
 static __always_inline void sock_data(struct sock *sk, int ret, int recv)
 {
 	struct conn_state *st = conn_get(sk);
-	if (st && st->role == ROLE_OPAQUE)
-		return;
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
-	if (!st && !(recv ? server_selected(tgid, sk->__sk_common.skc_num) : pid_selected(tgid)))
+	if (!conn_wanted(st, sk, tgid, recv))
 		return;
 	struct segs sg;
 	__s32 fd = -1;
@@ -81,17 +75,6 @@ int BPF_PROG(sock_send, struct sock *sk, int ret, int flags)
 SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(sock_state, const struct sock *sk, const int oldstate, const int newstate)
 {
-	if (newstate == TCP_CLOSE) {
-		conn_close((struct sock *)sk);
-		return 0;
-	}
-	if (newstate == TCP_LISTEN && !select_all) {
-		__u16 port = sk->__sk_common.skc_num;
-		if (bpf_map_lookup_elem(&sel_ports, &port)) {
-			__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-			__u8 why = SEL_EXPLICIT;
-			bpf_map_update_elem(&sel_pids, &tgid, &why, BPF_ANY);
-		}
-	}
+	conn_sock_state((struct sock *)sk, newstate);
 	return 0;
 }

@@ -21,8 +21,10 @@ use contract::*;
 /// The kernel contract's text (part of the pins' stamp).
 pub static CONTRACT_HEADER: &str = include_str!("../bpf/ringtail.h");
 
-/// The compiled eBPF object.
-pub static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringtail.bpf.o"));
+/// The compiled eBPF object of the socket backend (`bpf/sock.bpf.c`).
+pub static SOCKET_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringtail-sock.bpf.o"));
+/// The compiled eBPF object of the syscall backend (`bpf/syscalls.bpf.c`).
+pub static SYSCALLS_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringtail-syscalls.bpf.o"));
 
 /// Names of the kernel's per-CPU counters, by index (CNT_* in ringtail.h).
 pub const COUNTERS: [KernelCounter; CNT_MAX] = {

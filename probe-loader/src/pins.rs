@@ -1,7 +1,7 @@
 //! Pins: the probes, their maps and the ring buffer outlive the loader.
 //!
 //! A loader that loads the programs pins them under `probe.pin_dir` in a
-//! directory named by a stamp: a hash of the eBPF object, the kernel
+//! directory named by a stamp: a hash of the eBPF objects, the kernel
 //! contract (`bpf/ringtail.h`) and every setting baked into the programs.
 //! A restarted loader with the same stamp opens those pins instead of
 //! loading and attaching (no BTF parse, no capture gap: the kernel kept
@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use ringtail_config::{DiscoverySettings, ProbeSettings};
 
-use crate::kernel::{BPF_OBJECT, CONTRACT_HEADER};
+use crate::kernel::{CONTRACT_HEADER, SOCKET_OBJECT, SYSCALLS_OBJECT};
 
 /// Why pins could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -57,11 +57,17 @@ fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
 /// The stamp of a set loaded from this object with these settings.
 pub fn stamp(probe: &ProbeSettings, discovery: &DiscoverySettings, wakeup_len: u32) -> String {
     let mut h = 0xcbf2_9ce4_8422_2325;
-    h = fnv1a(h, BPF_OBJECT);
+    h = fnv1a(h, SOCKET_OBJECT);
+    h = fnv1a(h, SYSCALLS_OBJECT);
     h = fnv1a(h, CONTRACT_HEADER.as_bytes());
     // The whole selection, not only what is baked in: a reopened set keeps
     // the processes its maps selected, which other settings must not inherit.
-    let baked = format!("wakeup_len={wakeup_len} ring_mb={} conns={} discovery={discovery:?}", probe.ring_buffer_mb, probe.max_connections);
+    let baked = format!(
+        "backend={} wakeup_len={wakeup_len} ring_mb={} conns={} discovery={discovery:?}",
+        probe.backend.name(),
+        probe.ring_buffer_mb,
+        probe.max_connections
+    );
     h = fnv1a(h, baked.as_bytes());
     format!("{h:016x}")
 }

@@ -1,23 +1,25 @@
-//! Loading and attaching the eBPF programs, and the maps the loader uses.
+//! Loading and attaching the eBPF programs of the chosen capture backend
+//! (`backend`), and the maps the loader uses.
 //!
 //! With `probe.pin_dir` set they are pinned, and the next loader reopens
-//! them instead (see `pins`).
+//! them instead (see `pins`): no BTF parse, no backend decision, no attach.
 //!
-//! Every program is a BTF tracepoint (`tp_btf`): no kprobes, no fentry, no
-//! tracefs. The kernel needs BTF, the ring buffer (5.8) and the
-//! `sock_send_length`/`sock_recv_length` tracepoints (6.3).
+//! Every program is a BTF tracepoint (`tp_btf`) or, for the syscall backend,
+//! a tracefs tracepoint: no kprobes, no fentry. The kernel needs BTF and the
+//! ring buffer (5.8).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray, RingBuf};
 use aya::programs::links::FdLink;
-use aya::programs::{BtfTracePoint, ProgramInfo};
+use aya::programs::{BtfTracePoint, ProgramInfo, TracePoint};
 use aya::{Btf, Ebpf, EbpfLoader};
 use ringtail_config::{DiscoverySettings, ProbeSettings};
 
+use crate::backend::{BackendError, Chosen, Hook};
 use crate::kernel::contract::{SEL_EXE, SEL_EXPLICIT};
-use crate::kernel::{BPF_OBJECT, COUNTERS};
+use crate::kernel::COUNTERS;
 use crate::pins;
 use crate::ring::WalRing;
 
@@ -25,17 +27,6 @@ use crate::ring::WalRing;
 fn random_epoch() -> u64 {
     runtime_kit::instance_id().max(1)
 }
-
-/// (program, tracepoint) pairs, in attach order: process and connection
-/// bookkeeping first, so the data programs never see a half-set-up world.
-const PROGRAMS: &[(&str, &str)] = &[
-    ("process_fork", "sched_process_fork"),
-    ("process_exit", "sched_process_exit"),
-    ("process_exec", "sched_process_exec"),
-    ("sock_state", "inet_sock_set_state"),
-    ("sock_recv", "sock_recv_length"),
-    ("sock_send", "sock_send_length"),
-];
 
 /// Why the probes could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -56,12 +47,19 @@ pub enum ProbeError {
     MissingMap { map: &'static str },
     #[error("the kernel refused program {program} (tracepoint {tracepoint}); verifier log:\n{log}")]
     Verifier { program: &'static str, tracepoint: &'static str, log: String },
-    #[error("cannot load program {program} (tracepoint {tracepoint}; Linux 6.3+ with BTF needed)")]
+    #[error("cannot load program {program} (tracepoint {tracepoint})")]
     Program {
         program: &'static str,
         tracepoint: &'static str,
         #[source]
         source: aya::programs::ProgramError,
+    },
+    #[error("program {program}'s link to {tracepoint} cannot be pinned")]
+    Link {
+        program: &'static str,
+        tracepoint: &'static str,
+        #[source]
+        source: aya::programs::links::LinkError,
     },
     #[error("cannot pin the {what} (probe.pin_dir)")]
     Pin {
@@ -71,6 +69,8 @@ pub enum ProbeError {
     },
     #[error(transparent)]
     Pins(#[from] pins::PinError),
+    #[error(transparent)]
+    Backend(#[from] BackendError),
     #[error("cannot read the event ring buffer")]
     Ring {
         #[source]
@@ -91,6 +91,7 @@ pub struct Probes {
     ebpf: Option<Ebpf>,
     /// The pin set in use, if any.
     set: Option<PathBuf>,
+    backend: Chosen,
     sel_pids: HashMap<MapData, u32, u8>,
     /// Kept so the map lives as long as the programs that read it.
     _sel_ports: HashMap<MapData, u16, u8>,
@@ -150,20 +151,20 @@ fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
 
 impl Probes {
     /// Opens the pinned set for this configuration if there is a complete
-    /// one, or loads and attaches the programs (pinning them when
-    /// `probe.pin_dir` is set); the kernel wakes the loader every
-    /// `wakeup_len` events.
+    /// one, or decides the backend (`probe.backend`), loads and attaches its
+    /// programs (pinning them when `probe.pin_dir` is set); the kernel wakes
+    /// the loader every `wakeup_len` events.
     pub fn load(probe: &ProbeSettings, discovery: &DiscoverySettings, wakeup_len: u32) -> Result<(Probes, Rings, Origin), ProbeError> {
-        let set = if probe.pins() {
+        let mut set = if probe.pins() {
             pins::prepare(&probe.pin_dir)?;
             let stamp = pins::stamp(probe, discovery, wakeup_len);
             let set = probe.pin_dir.join(&stamp);
             pins::remove_others(&probe.pin_dir, Some(&stamp))?;
             if set.join(pins::COMPLETE).exists() {
                 match Self::reopen(&set) {
-                    Ok(maps) => {
+                    Ok((backend, maps)) => {
                         tracing::info!(set = %set.display(), event = "pins_reopened", "probes found pinned: reading on where the last loader stopped");
-                        let (probes, rings) = Self::finish(None, Some(set), maps, discovery)?;
+                        let (probes, rings) = Self::finish(None, Some(set), backend, maps)?;
                         return Ok((probes, rings, Origin::Reopened));
                     }
                     Err(error) => {
@@ -175,41 +176,76 @@ impl Probes {
                 tracing::warn!(set = %set.display(), "incomplete pin set: loading afresh");
                 pins::remove_set(&set)?;
             }
-            pins::create_set(&set)?;
             Some(set)
         } else {
             None
         };
-        let (ebpf, maps) = Self::load_fresh(probe, discovery, wakeup_len, set.as_deref())?;
-        let (probes, rings) = Self::finish(Some(ebpf), set, maps, discovery)?;
+        let btf = Btf::from_sys_fs().map_err(|source| ProbeError::Btf { source })?;
+        let backend = Chosen::decide(probe.backend, &btf)?;
+        if backend == Chosen::Syscalls && set.is_some() && !aya::features().bpf_perf_link() {
+            // Before Linux 5.15 a tracefs tracepoint is attached by a perf
+            // event ioctl, which makes no link to pin.
+            tracing::warn!(
+                event = "pins_unsupported",
+                "this kernel cannot pin tracepoint links (Linux 5.15+ needed): probes not pinned, capture stops while the loader restarts"
+            );
+            set = None;
+        }
+        if let Some(set) = &set {
+            pins::create_set(set)?;
+        }
+        let (probes, rings) = Self::attach_fresh(&btf, backend, probe, discovery, wakeup_len, set)?;
         Ok((probes, rings, Origin::Loaded))
     }
 
-    fn reopen(set: &Path) -> Result<Maps, aya::maps::MapError> {
-        let open = |name: &str| MapData::from_pin(set.join(format!("map_{name}")));
-        Ok(Maps {
-            events: open("events")?,
-            execs: open("execs")?,
-            sel_pids: open("sel_pids")?,
-            sel_ports: open("sel_ports")?,
-            counters: open("counters")?,
-            epoch: open("epoch")?,
-        })
+    /// Loads `backend`'s object with this configuration baked in and
+    /// attaches every program, pinned in `set` if given.
+    pub fn attach_fresh(
+        btf: &Btf,
+        backend: Chosen,
+        probe: &ProbeSettings,
+        discovery: &DiscoverySettings,
+        wakeup_len: u32,
+        set: Option<PathBuf>,
+    ) -> Result<(Probes, Rings), ProbeError> {
+        let (ebpf, maps) = Self::load_fresh(btf, backend, probe, discovery, wakeup_len, set.as_deref())?;
+        Self::finish(Some(ebpf), set, backend, maps)
+    }
+
+    /// The maps of a pinned set, and the backend its programs are of.
+    fn reopen(set: &Path) -> Result<(Chosen, Maps), String> {
+        let backend = [Chosen::Socket, Chosen::Syscalls]
+            .into_iter()
+            .find(|b| b.programs().iter().all(|(name, _)| set.join(format!("prog_{name}")).exists()))
+            .ok_or("no backend's programs are all pinned")?;
+        let open = |name: &str| MapData::from_pin(set.join(format!("map_{name}"))).map_err(|e| format!("map {name}: {e}"));
+        Ok((
+            backend,
+            Maps {
+                events: open("events")?,
+                execs: open("execs")?,
+                sel_pids: open("sel_pids")?,
+                sel_ports: open("sel_ports")?,
+                counters: open("counters")?,
+                epoch: open("epoch")?,
+            },
+        ))
     }
 
     fn load_fresh(
+        btf: &Btf,
+        backend: Chosen,
         probe: &ProbeSettings,
         discovery: &DiscoverySettings,
         wakeup_len: u32,
         set: Option<&Path>,
     ) -> Result<(Ebpf, Maps), ProbeError> {
-        let btf = Btf::from_sys_fs().map_err(|source| ProbeError::Btf { source })?;
         let wakeup_len = u64::from(wakeup_len);
         let select_all = u8::from(discovery.selects_all());
         let watch_exec = u8::from(!discovery.exe_names.is_empty());
         let ring_bytes = probe.ring_buffer_mb << 20;
         let mut ebpf = EbpfLoader::new()
-            .btf(Some(&btf))
+            .btf(Some(btf))
             // The task- and socket-local storage maps (`active`, `conns`)
             // have no aya wrapper; only the kernel programs use them.
             .allow_unsupported_maps()
@@ -217,7 +253,9 @@ impl Probes {
             .override_global("select_all", &select_all, true)
             .override_global("watch_exec", &watch_exec, true)
             .map_max_entries("events", ring_bytes)
-            .load(BPF_OBJECT)
+            // the syscall backend's connection table (bpf/conn.h)
+            .map_max_entries("conn_table", probe.max_connections)
+            .load(backend.object())
             .map_err(|source| ProbeError::Load { source })?;
 
         // Maps first: selection must be in place before data programs run.
@@ -247,27 +285,8 @@ impl Probes {
             epoch: take("epoch")?,
         };
 
-        let pin_err = |what: String| move |source: aya::pin::PinError| ProbeError::Pin { what: what.clone(), source };
-        for (program, tracepoint) in PROGRAMS {
-            let prog: &mut BtfTracePoint = ebpf
-                .program_mut(program)
-                .ok_or(ProbeError::MissingProgram { program })?
-                .try_into()
-                .map_err(|source| ProbeError::Program { program, tracepoint, source })?;
-            prog.load(tracepoint, &btf).map_err(|source| match source {
-                aya::programs::ProgramError::LoadError { verifier_log, .. } => {
-                    ProbeError::Verifier { program, tracepoint, log: verifier_log.to_string() }
-                }
-                source => ProbeError::Program { program, tracepoint, source },
-            })?;
-            let link = prog.attach().map_err(|source| ProbeError::Program { program, tracepoint, source })?;
-            if let Some(set) = set {
-                prog.pin(set.join(format!("prog_{program}"))).map_err(pin_err(format!("program {program}")))?;
-                let link = prog.take_link(link).map_err(|source| ProbeError::Program { program, tracepoint, source })?;
-                let link = FdLink::from(link);
-                link.pin(set.join(format!("link_{program}"))).map_err(pin_err(format!("link {program}")))?;
-            }
-            tracing::debug!(program, tracepoint, "attached");
+        for (program, hook) in backend.programs() {
+            attach(&mut ebpf, btf, program, *hook, set)?;
         }
         if let Some(set) = set {
             let named = [
@@ -287,7 +306,7 @@ impl Probes {
         Ok((ebpf, maps))
     }
 
-    fn finish(ebpf: Option<Ebpf>, set: Option<PathBuf>, maps: Maps, _discovery: &DiscoverySettings) -> Result<(Probes, Rings), ProbeError> {
+    fn finish(ebpf: Option<Ebpf>, set: Option<PathBuf>, backend: Chosen, maps: Maps) -> Result<(Probes, Rings), ProbeError> {
         let events = WalRing::new(maps.events).map_err(|source| ProbeError::Ring { source })?;
         let execs = RingBuf::try_from(Map::RingBuf(maps.execs)).map_err(map_err("execs"))?;
         let sel_pids = HashMap::try_from(Map::HashMap(maps.sel_pids)).map_err(map_err("sel_pids"))?;
@@ -295,7 +314,12 @@ impl Probes {
         let counters = PerCpuArray::try_from(Map::PerCpuArray(maps.counters)).map_err(map_err("counters"))?;
         let slot: Array<MapData, u64> = Array::try_from(Map::Array(maps.epoch)).map_err(map_err("epoch"))?;
         let epoch = slot.get(&0, 0).map_err(map_err("epoch"))?;
-        Ok((Probes { ebpf, set, sel_pids, _sel_ports: sel_ports, counters, epoch }, Rings { events, execs }))
+        Ok((Probes { ebpf, set, backend, sel_pids, _sel_ports: sel_ports, counters, epoch }, Rings { events, execs }))
+    }
+
+    /// The capture backend in use.
+    pub fn backend(&self) -> Chosen {
+        self.backend
     }
 
     /// The capture epoch (see `ipc_schema::RawBatch::epoch`).
@@ -334,9 +358,10 @@ impl Probes {
 
     /// bpf_stats of every program.
     pub fn program_stats(&self) -> Vec<ProgramStats> {
-        PROGRAMS
+        self.backend
+            .programs()
             .iter()
-            .filter_map(|(name, _)| {
+            .filter_map(|&(name, _)| {
                 let info = match (&self.ebpf, &self.set) {
                     (Some(ebpf), _) => ebpf.program(name)?.info().ok()?,
                     (None, Some(set)) => ProgramInfo::from_pin(set.join(format!("prog_{name}"))).ok()?,
@@ -346,4 +371,57 @@ impl Probes {
             })
             .collect()
     }
+}
+
+fn pin_err(what: String) -> impl Fn(aya::pin::PinError) -> ProbeError {
+    move |source| ProbeError::Pin { what: what.clone(), source }
+}
+
+/// Loads `program` and attaches it to `hook`; with a pin `set`, pins the
+/// program and its links (one per tracepoint) there.
+fn attach(ebpf: &mut Ebpf, btf: &Btf, program: &'static str, hook: Hook, set: Option<&Path>) -> Result<(), ProbeError> {
+    let prog = ebpf.program_mut(program).ok_or(ProbeError::MissingProgram { program })?;
+    let tracepoint = match hook {
+        Hook::Btf(tp) => tp,
+        Hook::Syscalls(tps) => tps.first().copied().unwrap_or_default(),
+    };
+    let load_error = |source| match source {
+        aya::programs::ProgramError::LoadError { verifier_log, .. } => {
+            ProbeError::Verifier { program, tracepoint, log: verifier_log.to_string() }
+        }
+        source => ProbeError::Program { program, tracepoint, source },
+    };
+    let link_err = |tracepoint| move |source| ProbeError::Program { program, tracepoint, source };
+    match hook {
+        Hook::Btf(tracepoint) => {
+            let prog: &mut BtfTracePoint = prog.try_into().map_err(link_err(tracepoint))?;
+            prog.load(tracepoint, btf).map_err(load_error)?;
+            let link = prog.attach().map_err(link_err(tracepoint))?;
+            if let Some(set) = set {
+                prog.pin(set.join(format!("prog_{program}"))).map_err(pin_err(format!("program {program}")))?;
+                let link = FdLink::from(prog.take_link(link).map_err(link_err(tracepoint))?);
+                link.pin(set.join(format!("link_{program}"))).map_err(pin_err(format!("link {program}")))?;
+            }
+            tracing::debug!(program, tracepoint, "attached");
+        }
+        Hook::Syscalls(tracepoints) => {
+            let prog: &mut TracePoint = prog.try_into().map_err(link_err(tracepoint))?;
+            prog.load().map_err(load_error)?;
+            for &tracepoint in tracepoints {
+                let link = prog.attach("syscalls", tracepoint).map_err(link_err(tracepoint))?;
+                if let Some(set) = set {
+                    let link = prog.take_link(link).map_err(link_err(tracepoint))?;
+                    // `load` checked that this kernel makes BPF links for
+                    // perf events (5.15+) before asking for pins.
+                    let link = FdLink::try_from(link).map_err(|source| ProbeError::Link { program, tracepoint, source })?;
+                    link.pin(set.join(format!("link_{program}_{tracepoint}"))).map_err(pin_err(format!("link {program} {tracepoint}")))?;
+                }
+                tracing::debug!(program, tracepoint, "attached");
+            }
+            if let Some(set) = set {
+                prog.pin(set.join(format!("prog_{program}"))).map_err(pin_err(format!("program {program}")))?;
+            }
+        }
+    }
+    Ok(())
 }

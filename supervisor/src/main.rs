@@ -54,6 +54,11 @@ enum Command {
         #[arg(long)]
         after_stop: bool,
     },
+    /// Report what this kernel offers (BTF, bpffs, tracefs, each hook family
+    /// actually probed, capabilities), which capture backend ringtail will
+    /// use and what it cannot do here; exit non-zero when it cannot run.
+    /// Run as root: it loads and attaches the probes for a moment.
+    CheckKernel,
 }
 
 fn bin_dir() -> anyhow::Result<PathBuf> {
@@ -117,6 +122,17 @@ fn main() -> anyhow::Result<()> {
     let settings = Settings::load(args.config.as_deref()).context("invalid configuration")?;
     let bin = bin_dir()?;
     match args.command.unwrap_or(Command::Run) {
+        Command::CheckKernel => {
+            // The probe-loader knows the probes: it runs the checks.
+            let loader = bin.join(Component::ProbeLoader.info().binary);
+            let mut cmd = std::process::Command::new(&loader);
+            cmd.arg("check-kernel");
+            if let Some(p) = &args.config {
+                cmd.arg("--config").arg(p);
+            }
+            let status = cmd.status().with_context(|| format!("cannot run {}", loader.display()))?;
+            std::process::exit(status.code().unwrap_or(1));
+        }
         Command::CheckConfig => {
             check_components(&bin, args.config.as_deref())?;
             print!("{}", settings.to_toml());

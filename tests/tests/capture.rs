@@ -2,7 +2,9 @@
 //! path, the awkward parts of HTTP/1.x, counted exactly.
 //!
 //! Each test starts ringtail (selecting the server's port), drives a real
-//! server, and counts the SERVER spans the stdout exporter prints.
+//! server, and counts the SERVER spans the stdout exporter prints. Every
+//! test runs once per capture backend (`socket::…` and `syscalls::…`,
+//! `probe.backend`), with the same expected counts.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -16,11 +18,18 @@ use ringtail_tests::*;
 const SETTLE: Duration = Duration::from_millis(1500);
 const WAIT: Duration = Duration::from_secs(20);
 
+/// A ringtail on capture backend `b` (`probe.backend`); `config` begins with
+/// its `[probe]` section.
+fn start(b: &str, config: &str) -> Ringtail {
+    let rest = config.strip_prefix("[probe]\n").expect("the config starts with [probe]");
+    Ringtail::start(&format!("[probe]\nbackend = \"{b}\"\n{rest}"))
+}
+
 /// A ringtail that selects `ports`, prints spans, and serves Prometheus.
-fn ringtail_for(ports: &[u16], extra: &str) -> (Ringtail, u16) {
+fn ringtail_for(b: &str, ports: &[u16], extra: &str) -> (Ringtail, u16) {
     let prom = free_port();
     let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
-    let rt = Ringtail::start(&format!(
+    let rt = start(b, &format!(
         "[probe]\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{}]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n{extra}",
         ports.join(",")
     ));
@@ -108,13 +117,12 @@ fn assert_no_connection_state(prom: u16) {
     assert_eq!(n, Some(0.0), "connection records left in the kernel: {:?}", kernel_connections(prom));
 }
 
-#[test]
-fn python_http_server_http10_http11_keepalive_head_and_statuses() {
+fn python_http_server_http10_http11_keepalive_head_and_statuses(b: &str) {
     if !can_trace() {
         return;
     }
     let port = free_port();
-    let (rt, prom) = ringtail_for(&[port], "");
+    let (rt, prom) = ringtail_for(b, &[port], "");
     let www = TempDir::new("www");
     std::fs::write(www.join("index.html"), "hi\n").unwrap();
     std::fs::create_dir(www.join("dir")).unwrap();
@@ -144,16 +152,19 @@ fn python_http_server_http10_http11_keepalive_head_and_statuses() {
     let versions: Vec<&str> = spans.iter().map(|s| s.line.as_str()).collect();
     assert_eq!(versions.len(), 7);
     assert_no_connection_state(prom);
+    // The backend in use is exported (and only that one).
+    let used = metric_value(prom, "ringtail_capture_backend", &[("component", "probe-loader"), ("backend", b)]);
+    assert_eq!(used, Some(1.0), "ringtail_capture_backend{{backend={b:?}}}");
+    assert_eq!(scrape(prom).matches("ringtail_capture_backend{").count(), 1);
 }
 
-#[test]
-fn every_syscall_pair_is_captured() {
+fn every_syscall_pair_is_captured(b: &str) {
     if !can_trace() {
         return;
     }
     let modes = ["recvfrom_sendto", "read_write", "readv_writev", "recvmsg_sendmsg"];
     let ports: Vec<u16> = modes.iter().map(|_| free_port()).collect();
-    let (rt, _) = ringtail_for(&ports, "");
+    let (rt, _) = ringtail_for(b, &ports, "");
     let mut servers = Vec::new();
     for (mode, port) in modes.iter().zip(&ports) {
         servers.push(server(
@@ -174,13 +185,12 @@ fn every_syscall_pair_is_captured() {
     assert_eq!(total(&got), 12, "{got:?}");
 }
 
-#[test]
-fn nginx_keepalive_sendfile_statuses_and_pipelining() {
+fn nginx_keepalive_sendfile_statuses_and_pipelining(b: &str) {
     if !can_trace() || !have("nginx") {
         return;
     }
     let port = free_port();
-    let (rt, prom) = ringtail_for(&[port], "");
+    let (rt, prom) = ringtail_for(b, &[port], "");
     let www = TempDir::new("nginx");
     std::fs::write(www.join("big.bin"), vec![7u8; 2 << 20]).unwrap();
     std::fs::write(www.join("small.txt"), "small\n").unwrap();
@@ -267,36 +277,33 @@ fn go_like_server_checks(name: &str, port: u16, rt: &Ringtail, prom: u16, expect
     assert_no_connection_state(prom);
 }
 
-#[test]
-fn go_net_http_server() {
+fn go_net_http_server(b: &str) {
     if !can_trace() {
         return;
     }
     let Some(bin) = go_binary("server") else { return };
     let port = free_port();
-    let (rt, prom) = ringtail_for(&[port], "");
+    let (rt, prom) = ringtail_for(b, &[port], "");
     let _srv = server("go server", port, &bin, &[&port.to_string()]);
     go_like_server_checks("go", port, &rt, prom, "server");
 }
 
-#[test]
-fn node_http_server() {
+fn node_http_server(b: &str) {
     if !can_trace() || !have("node") {
         return;
     }
     let port = free_port();
-    let (rt, prom) = ringtail_for(&[port], "");
+    let (rt, prom) = ringtail_for(b, &[port], "");
     let _srv = server("node server", port, Path::new("node"), &[fixture("node/server.js").to_str().unwrap(), &port.to_string()]);
     go_like_server_checks("node", port, &rt, prom, "node");
 }
 
-#[test]
-fn rust_std_server() {
+fn rust_std_server(b: &str) {
     if !can_trace() {
         return;
     }
     let port = free_port();
-    let (rt, _) = ringtail_for(&[port], "");
+    let (rt, _) = ringtail_for(b, &[port], "");
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_rust_http_server"));
     let _srv = server("rust server", port, &bin, &[&port.to_string()]);
     let st = keepalive(port, &[&get("/a"), &get("/a"), &get("/status/404"), &get("/status/503")]);
@@ -306,13 +313,12 @@ fn rust_std_server() {
     assert!(spans.iter().all(|s| s.service == "rust_http_server"), "{spans:?}");
 }
 
-#[test]
-fn split_heads_pipelines_and_aborted_requests() {
+fn split_heads_pipelines_and_aborted_requests(b: &str) {
     if !can_trace() {
         return;
     }
     let port = free_port();
-    let (rt, prom) = ringtail_for(&[port], "");
+    let (rt, prom) = ringtail_for(b, &[port], "");
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_rust_http_server"));
     let _srv = server("rust server", port, &bin, &[&port.to_string()]);
 
@@ -359,13 +365,12 @@ fn split_heads_pipelines_and_aborted_requests() {
     assert!(aborted.is_some(), "aborted requests counted: {}", scrape(prom));
 }
 
-#[test]
-fn truncated_requests_keep_their_prefix_and_are_counted() {
+fn truncated_requests_keep_their_prefix_and_are_counted(b: &str) {
     if !can_trace() {
         return;
     }
     let port = free_port();
-    let (rt, prom) = ringtail_for(&[port], "");
+    let (rt, prom) = ringtail_for(b, &[port], "");
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_rust_http_server"));
     let _srv = server("rust server", port, &bin, &[&port.to_string()]);
     let long = format!("/long/{}", "a".repeat(2000));
@@ -379,8 +384,7 @@ fn truncated_requests_keep_their_prefix_and_are_counted() {
     assert!(v.is_some(), "{}", scrape(prom));
 }
 
-#[test]
-fn client_spans_from_curl_python_and_go() {
+fn client_spans_from_curl_python_and_go(b: &str) {
     if !can_trace() || !have("curl") {
         return;
     }
@@ -389,7 +393,8 @@ fn client_spans_from_curl_python_and_go() {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_rust_http_server"));
     let _srv = server("rust server", port, &bin, &[&port.to_string()]);
     // Clients are selected by executable name.
-    let rt = Ringtail::start(
+    let rt = start(
+        b,
         "[probe]\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nexe_names = [\"^curl$\", \"^python3\", \"^client$\"]\n",
     );
     let url = format!("http://127.0.0.1:{port}");
@@ -425,15 +430,14 @@ fn client_spans_from_curl_python_and_go() {
     assert_eq!(got, want);
 }
 
-#[test]
-fn traceparent_is_joined_and_outgoing_calls_are_children() {
+fn traceparent_is_joined_and_outgoing_calls_are_children(b: &str) {
     if !can_trace() {
         return;
     }
     let (front, back) = (free_port(), free_port());
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_rust_http_server"));
     let _backend = server("rust server", back, &bin, &[&back.to_string()]);
-    let (rt, _) = ringtail_for(&[front, back], "");
+    let (rt, _) = ringtail_for(b, &[front, back], "");
     let _proxy = server(
         "python proxy",
         front,
@@ -457,17 +461,16 @@ fn traceparent_is_joined_and_outgoing_calls_are_children() {
     assert_eq!(inner.len(), 2);
 }
 
-#[test]
-fn selection_by_pid_and_exe_and_never_itself() {
+fn selection_by_pid_and_exe_and_never_itself(b: &str) {
     if !can_trace() || !have("node") {
         return;
     }
-    let (a, b, c) = (free_port(), free_port(), free_port());
+    let (a, unselected, c) = (free_port(), free_port(), free_port());
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_rust_http_server"));
     let by_pid = server("rust server a", a, &bin, &[&a.to_string()]);
-    let _unselected = server("rust server b", b, &bin, &[&b.to_string()]);
+    let _unselected = server("rust server b", unselected, &bin, &[&unselected.to_string()]);
     let prom = free_port();
-    let rt = Ringtail::start(&format!(
+    let rt = start(b, &format!(
         "[probe]\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\npids = [{}]\nexe_names = [\"^node$\", \"^python3\"]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
         by_pid.pid()
     ));
@@ -481,7 +484,7 @@ fn selection_by_pid_and_exe_and_never_itself() {
         Path::new("python3"),
         &["-c", &format!("import os; os.execv({:?}, ['rust_http_server', '{d}'])", bin.to_str().unwrap())],
     );
-    for port in [a, b, c, d] {
+    for port in [a, unselected, c, d] {
         assert_eq!(http_get(port, &format!("/to-{port}"), &[]).unwrap().status, 200);
     }
     // ringtail's own endpoint, scraped: never a span.
@@ -494,13 +497,12 @@ fn selection_by_pid_and_exe_and_never_itself() {
     assert!(!spans.iter().any(|s| s.path == "/metrics" || s.service.starts_with("ringtail")), "{spans:?}");
 }
 
-#[test]
-fn events_below_wakeup_len_still_arrive_within_flush_interval() {
+fn events_below_wakeup_len_still_arrive_within_flush_interval(b: &str) {
     if !can_trace() {
         return;
     }
     let port = free_port();
-    let rt = Ringtail::start(&format!(
+    let rt = start(b, &format!(
         "[probe]\nwakeup_len = 100000\nflush_interval = \"100ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{port}]\n"
     ));
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_rust_http_server"));
@@ -512,13 +514,12 @@ fn events_below_wakeup_len_still_arrive_within_flush_interval() {
     eprintln!("one event under a 100000-event wakeup threshold arrived after {:?}", sent.elapsed());
 }
 
-#[test]
-fn service_names_from_rules_and_the_process_environment() {
+fn service_names_from_rules_and_the_process_environment(b: &str) {
     if !can_trace() {
         return;
     }
     let (by_env, by_rule, by_exe) = (free_port(), free_port(), free_port());
-    let rt = Ringtail::start(&format!(
+    let rt = start(b, &format!(
         "[probe]\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{by_env}, {by_rule}, {by_exe}]\n[services]\nrules = [{{ name = \"storefront\", ports = [{by_rule}] }}]\n"
     ));
     let bin = bin_dir().join("rust_http_server");
@@ -545,3 +546,75 @@ fn service_names_from_rules_and_the_process_environment() {
     assert_eq!(service(by_rule).as_deref(), Some("storefront"), "services.rules by port");
     assert_eq!(service(by_exe).as_deref(), Some("rust_http_server"), "executable name");
 }
+
+/// The syscall backend keeps connection state in a table of
+/// `probe.max_connections`: connections beyond it are not traced, and each
+/// request on one is counted (never a silent loss), and the table empties
+/// again when they close.
+#[test]
+fn syscall_backend_counts_connections_beyond_its_table() {
+    if !can_trace() {
+        return;
+    }
+    let (port, prom) = (free_port(), free_port());
+    let rt = start(
+        "syscalls",
+        &format!(
+            "[probe]\nmax_connections = 64\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{port}]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n"
+        ),
+    );
+    let www = TempDir::new("www");
+    std::fs::write(www.join("index.html"), "hi\n").unwrap();
+    // A thread per connection: all of them stay open at once.
+    let _srv = server(
+        "python http.server",
+        port,
+        Path::new("python3"),
+        &["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1", "--directory", www.0.to_str().unwrap(), "--protocol", "HTTP/1.1"],
+    );
+    let mut conns: Vec<TcpStream> = (0..80).map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap()).collect();
+    for s in &mut conns {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = Vec::new();
+        s.write_all(get("/index.html").as_bytes()).unwrap();
+        assert_eq!(read_response(s, &mut buf, false), 200);
+    }
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.len() >= 64);
+    assert_eq!(server_counts(&spans), expect(&[("GET", "/index.html", 200, 64)]));
+    let failed = wait_until(Duration::from_secs(5), || {
+        metric_value(prom, "ringtail_dropped_events_total", &[("reason", "connection_state_failed")]).filter(|v| *v >= 16.0)
+    });
+    assert_eq!(failed, Some(16.0), "{}", scrape(prom));
+    let live = wait_until(Duration::from_secs(5), || kernel_connections(prom).filter(|n| *n == 64.0));
+    assert_eq!(live, Some(64.0), "{:?}", kernel_connections(prom));
+    drop(conns);
+    assert_no_connection_state(prom);
+}
+
+/// Each test, once per capture backend.
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod socket {
+            $( #[test] fn $name() { super::$name("socket") } )*
+        }
+        mod syscalls {
+            $( #[test] fn $name() { super::$name("syscalls") } )*
+        }
+    };
+}
+
+on_both_backends!(
+    python_http_server_http10_http11_keepalive_head_and_statuses,
+    every_syscall_pair_is_captured,
+    nginx_keepalive_sendfile_statuses_and_pipelining,
+    go_net_http_server,
+    node_http_server,
+    rust_std_server,
+    split_heads_pipelines_and_aborted_requests,
+    truncated_requests_keep_their_prefix_and_are_counted,
+    client_spans_from_curl_python_and_go,
+    traceparent_is_joined_and_outgoing_calls_are_children,
+    selection_by_pid_and_exe_and_never_itself,
+    events_below_wakeup_len_still_arrive_within_flush_interval,
+    service_names_from_rules_and_the_process_environment,
+);

@@ -255,6 +255,54 @@ fn check_config_names_key_rule_and_value() {
 }
 
 #[test]
+fn check_kernel_reports_both_backends_and_fails_without_privileges() {
+    if !can_trace() {
+        return;
+    }
+    let bin = bin_dir().join("ringtail");
+    let dir = TempDir::new("ck");
+    let run = |body: &str, prefix: &[&str]| {
+        std::fs::write(dir.join("c.toml"), body).unwrap();
+        // readable by the unprivileged run too
+        std::fs::set_permissions(&dir.0, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(dir.join("c.toml"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut c = if prefix.is_empty() {
+            Command::new(&bin)
+        } else {
+            let mut c = Command::new(prefix[0]);
+            c.args(&prefix[1..]).arg(&bin);
+            c
+        };
+        let out = c.arg("check-kernel").arg("--config").arg(dir.join("c.toml")).env("RINGTAIL_BIN_DIR", bin_dir()).output().unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    // This kernel (6.3+) has both: each is loaded and attached for real.
+    let (code, out) = run("", &[]);
+    assert_eq!(code, Some(0), "{out}");
+    for needle in [
+        "kernel ",
+        "BTF                  ok",
+        "tracefs              ok",
+        "ring buffer          ok",
+        "socket tracepoints   ok",
+        "syscall tracepoints  ok",
+        "task storage         ok",
+        "capabilities         ok",
+        "ringtail will use: probe.backend = \"auto\" -> socket",
+    ] {
+        assert!(out.contains(needle), "{needle:?} not in:\n{out}");
+    }
+    let (code, out) = run("[probe]\nbackend = \"syscalls\"\n", &[]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("ringtail will use: probe.backend = \"syscalls\" -> syscalls"), "{out}");
+    assert!(out.contains("probe.max_connections = 16384"), "what the syscall backend cannot do is said:\n{out}");
+    // Unprivileged: nothing loads, the capabilities are missing, exit 1.
+    let (code, out) = run("", &["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(out.contains("capabilities         no") && out.contains("ringtail cannot run here"), "{out}");
+}
+
+#[test]
 fn every_process_serves_cpu_profiles() {
     if !can_trace() {
         return;

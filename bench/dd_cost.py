@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""What ringtail costs a process doing file I/O it does not trace (issue 16).
+
+    sudo python3 bench/dd_cost.py [--bin-dir target/release] [--runs 5]
+
+Runs `dd if=/dev/zero of=<tmp> bs=512 count=200000` (200,000 reads of
+/dev/zero and 200,000 writes to a file: 400,000 syscalls the syscall backend's
+programs see) without ringtail, then under ringtail with `probe.backend =
+"socket"` and `"syscalls"`, alternating, `--runs` times each. ringtail traces
+every process (no discovery keys), so dd is a traced process whose fds are not
+sockets: the worst case for the syscall backend. Prints dd's wall time and,
+with kernel.bpf_stats_enabled=1, the in-kernel time of ringtail's programs
+per dd syscall (their run_time_ns delta over the dd run / 400,000).
+"""
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+COUNT = 200_000
+
+
+def bpf_ns(pid):
+    """Sum of run_time_ns and run_cnt over the eBPF programs `pid` holds."""
+    ns = cnt = 0
+    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
+        try:
+            text = open(f"/proc/{pid}/fdinfo/{fd}").read()
+        except OSError:
+            continue
+        kv = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        if "run_time_ns" in kv:
+            ns += int(kv["run_time_ns"])
+            cnt += int(kv["run_cnt"])
+    return ns, cnt
+
+
+def dd(target):
+    t = time.perf_counter()
+    subprocess.run(["dd", "if=/dev/zero", f"of={target}", "bs=512", f"count={COUNT}"], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - t
+
+
+def loader_pid(work):
+    for _ in range(200):
+        for p in os.listdir("/proc"):
+            if p.isdigit():
+                try:
+                    if open(f"/proc/{p}/comm").read().strip() == "ringtail-probe-":
+                        cfg = open(f"/proc/{p}/cmdline").read()
+                        if work in cfg:
+                            return int(p)
+                except OSError:
+                    pass
+        time.sleep(0.1)
+    raise SystemExit("no probe-loader")
+
+
+def ready(log):
+    for _ in range(300):
+        if os.path.exists(log) and 'event="attached"' in open(log).read():
+            return
+        time.sleep(0.1)
+    raise SystemExit(f"ringtail did not attach: {open(log).read()[-2000:]}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bin-dir", default="target/release")
+    ap.add_argument("--runs", type=int, default=5)
+    a = ap.parse_args()
+    subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=1"], check=True)
+    work = tempfile.mkdtemp(prefix="ringtail-ddcost-")
+    os.chmod(work, 0o755)
+    target = os.path.join(work, "x")
+    results = {"off": [], "socket": [], "syscalls": []}
+    kernel = {"socket": [], "syscalls": []}
+    try:
+        for run in range(a.runs):
+            for variant in ("off", "socket", "syscalls"):
+                proc = None
+                if variant != "off":
+                    cfg = os.path.join(work, f"{variant}.toml")
+                    with open(cfg, "w") as f:
+                        f.write(f'[probe]\nbackend = "{variant}"\n[pipeline]\nruntime_dir = "{work}/run-{variant}"\n'
+                                '[log]\nlevel = "info"\n')
+                    log = os.path.join(work, f"{variant}-{run}.log")
+                    proc = subprocess.Popen([os.path.join(a.bin_dir, "ringtail"), "--config", cfg],
+                                            stdout=subprocess.DEVNULL, stderr=open(log, "w"))
+                    ready(log)
+                    pid = loader_pid(work)
+                    time.sleep(0.5)
+                    before = bpf_ns(pid)
+                wall = dd(target)
+                if proc:
+                    after = bpf_ns(pid)
+                    kernel[variant].append((after[0] - before[0]) / (2 * COUNT))
+                    proc.terminate()
+                    proc.wait(timeout=20)
+                results[variant].append(wall)
+                print(f"run {run + 1} {variant:9} dd {wall:.3f} s"
+                      + (f", ringtail in-kernel {kernel[variant][-1]:.1f} ns per dd syscall" if proc else ""), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    mean = lambda xs: sum(xs) / len(xs)
+    off = mean(results["off"])
+    print()
+    print("| ringtail | dd wall s (mean of %d) | vs off | in-kernel ns per dd syscall |" % a.runs)
+    print("|---|---|---|---|")
+    for v in ("off", "socket", "syscalls"):
+        k = f"{mean(kernel[v]):.1f}" if v in kernel else "–"
+        print(f"| {v} | {mean(results[v]):.3f} (min {min(results[v]):.3f}) | {mean(results[v]) / off:.3f}x | {k} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+//! The capture backend: which hooks see socket I/O on this kernel.
+//!
+//! - `socket`: `tp_btf/sock_recv_length` and `sock_send_length` (Linux 6.3+),
+//!   `bpf/sock.bpf.c`.
+//! - `syscalls`: the `syscalls/sys_{enter,exit}_*` tracepoints of the
+//!   socket-capable calls (Linux 5.8+ with BTF, tracefs), `bpf/syscalls.bpf.c`.
+//!
+//! Both feed the same connection state machine (`bpf/conn.h`); each is its
+//! own eBPF object (build.rs), with the process hooks. `auto` takes `socket`
+//! when the kernel's BTF has both socket tracepoints, decided by probing, not
+//! by the version number.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+
+use aya::Btf;
+use aya_obj::btf::BtfKind;
+use ringtail_config::Backend;
+
+use crate::kernel::{SOCKET_OBJECT, SYSCALLS_OBJECT};
+
+/// A backend in use (what `auto` became).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Chosen {
+    Socket,
+    Syscalls,
+}
+
+/// Where a program attaches.
+#[derive(Debug, Clone, Copy)]
+pub enum Hook {
+    /// A BTF tracepoint (`tp_btf`), by name.
+    Btf(&'static str),
+    /// Tracefs tracepoints `syscalls/<name>`, one attachment each.
+    Syscalls(&'static [&'static str]),
+}
+
+/// The socket-capable calls whose user buffers `bpf/io.h` can find
+/// (sendfile moves no user memory, so it has nothing to read).
+/// Three-argument calls, and the six-argument ones (bpf/syscalls.bpf.c).
+const SYS_ENTER_3: &[&str] =
+    &["sys_enter_read", "sys_enter_readv", "sys_enter_write", "sys_enter_writev", "sys_enter_recvmsg", "sys_enter_sendmsg"];
+const SYS_ENTER_6: &[&str] = &["sys_enter_recvfrom", "sys_enter_sendto"];
+const SYS_EXIT_RECV: &[&str] = &["sys_exit_read", "sys_exit_readv", "sys_exit_recvfrom", "sys_exit_recvmsg"];
+const SYS_EXIT_SEND: &[&str] = &["sys_exit_write", "sys_exit_writev", "sys_exit_sendto", "sys_exit_sendmsg"];
+
+/// Process hooks, shared by both objects: attached first, so the data
+/// programs never see a half-set-up world.
+const PROCESS: [(&str, Hook); 3] = [
+    ("process_fork", Hook::Btf("sched_process_fork")),
+    ("process_exit", Hook::Btf("sched_process_exit")),
+    ("process_exec", Hook::Btf("sched_process_exec")),
+];
+
+const SOCKET_PROGRAMS: &[(&str, Hook)] = &[
+    PROCESS[0],
+    PROCESS[1],
+    PROCESS[2],
+    ("sock_state", Hook::Btf("inet_sock_set_state")),
+    ("sock_recv", Hook::Btf("sock_recv_length")),
+    ("sock_send", Hook::Btf("sock_send_length")),
+];
+
+const SYSCALLS_PROGRAMS: &[(&str, Hook)] = &[
+    PROCESS[0],
+    PROCESS[1],
+    PROCESS[2],
+    ("sock_state", Hook::Btf("inet_sock_set_state")),
+    // exits before enters: an exit never waits for an enter that was missed
+    ("sys_exit_recv", Hook::Syscalls(SYS_EXIT_RECV)),
+    ("sys_exit_send", Hook::Syscalls(SYS_EXIT_SEND)),
+    ("sys_enter_3", Hook::Syscalls(SYS_ENTER_3)),
+    ("sys_enter_6", Hook::Syscalls(SYS_ENTER_6)),
+];
+
+/// The tracefs mount point the loader uses, and the older debugfs one.
+const TRACEFS: &str = "/sys/kernel/tracing";
+const TRACEFS_IN_DEBUGFS: &str = "/sys/kernel/debug/tracing";
+
+/// Why no backend can be used.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error(
+        "probe.backend = \"socket\": this kernel has no sock_recv_length/sock_send_length tracepoints (Linux 6.3+); use \"auto\" or \"syscalls\""
+    )]
+    NoSocketTracepoints,
+    #[error("probe.backend = {backend:?}: no syscall tracepoints in {tracefs} (CONFIG_FTRACE_SYSCALLS=y needed){}", if *.auto { " and no socket tracepoints (Linux 6.3+) either" } else { "" })]
+    NoSyscallTracepoints { backend: &'static str, tracefs: String, auto: bool },
+    #[error("cannot mount tracefs on {TRACEFS} (needed by the syscall tracepoints; CAP_SYS_ADMIN)")]
+    MountTracefs {
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Chosen {
+    /// The name logged and exported (`probe.backend`'s spelling).
+    pub fn name(self) -> &'static str {
+        match self {
+            Chosen::Socket => Backend::Socket.name(),
+            Chosen::Syscalls => Backend::Syscalls.name(),
+        }
+    }
+
+    /// The eBPF object.
+    pub fn object(self) -> &'static [u8] {
+        match self {
+            Chosen::Socket => SOCKET_OBJECT,
+            Chosen::Syscalls => SYSCALLS_OBJECT,
+        }
+    }
+
+    /// (program, hook) in attach order.
+    pub fn programs(self) -> &'static [(&'static str, Hook)] {
+        match self {
+            Chosen::Socket => SOCKET_PROGRAMS,
+            Chosen::Syscalls => SYSCALLS_PROGRAMS,
+        }
+    }
+
+    /// Decides `configured` for this kernel. Choosing `syscalls` makes sure
+    /// tracefs is mounted (so call this while still privileged).
+    pub fn decide(configured: Backend, btf: &Btf) -> Result<Chosen, BackendError> {
+        let socket = has_socket_tracepoints(btf);
+        match configured {
+            Backend::Socket if socket => Ok(Chosen::Socket),
+            Backend::Socket => Err(BackendError::NoSocketTracepoints),
+            Backend::Auto if socket => Ok(Chosen::Socket),
+            Backend::Auto | Backend::Syscalls => {
+                let tracefs = ensure_tracefs()?;
+                if !has_syscall_tracepoints(&tracefs) {
+                    return Err(BackendError::NoSyscallTracepoints {
+                        backend: configured.name(),
+                        tracefs: tracefs.display().to_string(),
+                        auto: configured == Backend::Auto,
+                    });
+                }
+                Ok(Chosen::Syscalls)
+            }
+        }
+    }
+}
+
+/// Whether the kernel's BTF declares both socket tracepoints (what a
+/// `tp_btf` program attaches by).
+pub fn has_socket_tracepoints(btf: &Btf) -> bool {
+    ["btf_trace_sock_recv_length", "btf_trace_sock_send_length"].iter().all(|name| btf.id_by_type_name_kind(name, BtfKind::Typedef).is_ok())
+}
+
+/// Whether every syscall tracepoint the backend attaches to exists.
+pub fn has_syscall_tracepoints(tracefs: &Path) -> bool {
+    SYS_ENTER_3
+        .iter()
+        .chain(SYS_ENTER_6)
+        .chain(SYS_EXIT_RECV)
+        .chain(SYS_EXIT_SEND)
+        .all(|tp| tracefs.join("events/syscalls").join(tp).join("id").exists())
+}
+
+/// A mounted tracefs, if any (the places aya looks, in its order).
+pub fn tracefs() -> Option<PathBuf> {
+    [TRACEFS, TRACEFS_IN_DEBUGFS].into_iter().map(PathBuf::from).find(|p| p.join("events").is_dir())
+}
+
+/// A mounted tracefs: the one there is, or a new mount on
+/// /sys/kernel/tracing (systems that do not mount it at boot).
+pub fn ensure_tracefs() -> Result<PathBuf, BackendError> {
+    if let Some(p) = tracefs() {
+        return Ok(p);
+    }
+    let c = |s: &str| CString::new(s).expect("no NUL in a constant");
+    let (source, target, fstype) = (c("tracefs"), c(TRACEFS), c("tracefs"));
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    // SAFETY: every pointer is a valid NUL-terminated string that outlives
+    // the call; data may be NULL.
+    let rc = unsafe { libc::mount(source.as_ptr(), target.as_ptr(), fstype.as_ptr(), flags, std::ptr::null()) };
+    if rc != 0 {
+        return Err(BackendError::MountTracefs { source: std::io::Error::last_os_error() });
+    }
+    tracing::info!(event = "mounted_tracefs", path = TRACEFS, "mounted tracefs for the syscall tracepoints");
+    Ok(PathBuf::from(TRACEFS))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// Each backend's list names exactly the programs of its object: none
+    /// missing at attach time, none compiled and silently never attached.
+    #[test]
+    fn each_backend_attaches_every_program_of_its_object() {
+        for backend in [Chosen::Socket, Chosen::Syscalls] {
+            let object = aya_obj::Object::parse(backend.object()).expect("parse the eBPF object");
+            let in_object: BTreeSet<&str> = object.programs.keys().map(String::as_str).collect();
+            let listed: BTreeSet<&str> = backend.programs().iter().map(|(name, _)| *name).collect();
+            assert_eq!(in_object, listed, "{}", backend.name());
+        }
+    }
+
+    #[test]
+    fn the_syscall_backend_hooks_each_socket_call_on_enter_and_exit() {
+        let mut enters = BTreeSet::new();
+        let mut exits = BTreeSet::new();
+        for (_, hook) in Chosen::Syscalls.programs() {
+            if let Hook::Syscalls(tps) = hook {
+                for tp in *tps {
+                    let (set, call) = match tp.strip_prefix("sys_enter_") {
+                        Some(call) => (&mut enters, call),
+                        None => (&mut exits, tp.strip_prefix("sys_exit_").expect("sys_enter_ or sys_exit_")),
+                    };
+                    assert!(set.insert(call), "{tp} attached twice");
+                }
+            }
+        }
+        let calls: BTreeSet<&str> = ["read", "readv", "recvfrom", "recvmsg", "write", "writev", "sendto", "sendmsg"].into();
+        assert_eq!(enters, calls);
+        assert_eq!(exits, calls);
+    }
+}

@@ -1,0 +1,254 @@
+//! `ringtail check-kernel` (run as `ringtail-probe-loader check-kernel
+//! [--config FILE]`): what this kernel offers ringtail, each part actually
+//! probed (the real eBPF objects loaded and attached for a moment, maps
+//! created), the capabilities this process has, and what ringtail will use
+//! and cannot do here. Exit status 0 when ringtail can run, 1 when it cannot,
+//! 2 for a bad command line or configuration.
+
+use std::ffi::CStr;
+use std::path::Path;
+
+use aya::Btf;
+use ringtail_config::{Backend, DiscoverySettings, Settings};
+
+use crate::backend::{self, Chosen};
+use crate::{privileges, probes};
+
+/// One line of the report.
+struct Line {
+    what: &'static str,
+    ok: bool,
+    detail: String,
+}
+
+fn line(what: &'static str, ok: bool, detail: impl Into<String>) -> Line {
+    Line { what, ok, detail: detail.into() }
+}
+
+/// The running kernel's release (`uname -r`).
+fn kernel_release() -> String {
+    // SAFETY: uname fills the zeroed struct it is given; its fields are then
+    // NUL-terminated strings.
+    unsafe {
+        let mut u: libc::utsname = std::mem::zeroed();
+        if libc::uname(&mut u) != 0 {
+            return "unknown".into();
+        }
+        CStr::from_ptr(u.release.as_ptr()).to_string_lossy().into_owned()
+    }
+}
+
+/// Whether `path` is the root of a filesystem of type `magic`.
+fn is_fs(path: &str, magic: i64) -> bool {
+    let Ok(c) = std::ffi::CString::new(path) else { return false };
+    // SAFETY: c is a valid NUL-terminated path; st is written by statfs.
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == magic
+    }
+}
+
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// Creates (and closes) a BPF ring buffer map: whether the kernel has them.
+fn ring_buffer_works() -> Result<(), std::io::Error> {
+    // union bpf_attr for BPF_MAP_CREATE: map_type, key_size, value_size,
+    // max_entries (then zeros).
+    let mut attr = [0u32; 32];
+    attr[0] = 27; // BPF_MAP_TYPE_RINGBUF
+    attr[3] = 4096;
+    // SAFETY: attr is a zero-padded bpf_attr of the size passed.
+    let fd = unsafe {
+        libc::syscall(libc::SYS_bpf, 0 /* BPF_MAP_CREATE */, attr.as_ptr(), std::mem::size_of_val(&attr))
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: fd is ours and open.
+    unsafe { libc::close(fd as i32) };
+    Ok(())
+}
+
+/// Loads and attaches `backend`'s programs (selecting only this process,
+/// which the programs never trace), then detaches them.
+fn try_backend(btf: &Btf, backend: Chosen, settings: &Settings) -> Result<(), String> {
+    let discovery = DiscoverySettings { pids: vec![std::process::id()], ..DiscoverySettings::default() };
+    let mut probe = settings.probe.clone();
+    probe.ring_buffer_mb = 1;
+    probes::Probes::attach_fresh(btf, backend, &probe, &discovery, 1, None).map(drop).map_err(|e| {
+        let mut s = e.to_string();
+        let mut src = std::error::Error::source(&e);
+        while let Some(inner) = src {
+            s.push_str(": ");
+            s.push_str(&inner.to_string());
+            src = inner.source();
+        }
+        // the whole verifier log to stderr; its end (the reason) in the report
+        eprintln!("{}: {s}", backend.name());
+        let lines: Vec<&str> = s.lines().collect();
+        let first = lines.first().copied().unwrap_or_default();
+        let last = lines.iter().rev().take(2).rev().copied().collect::<Vec<_>>().join(" | ");
+        if lines.len() > 1 {
+            format!("{first} ... {last}")
+        } else {
+            first.to_owned()
+        }
+    })
+}
+
+fn config_path() -> Result<Option<std::path::PathBuf>, String> {
+    let mut args = std::env::args_os().skip(2);
+    let mut config = None;
+    while let Some(a) = args.next() {
+        if a == "--config" {
+            config = Some(args.next().ok_or("--config needs a file")?.into());
+        } else {
+            return Err(format!("unknown argument {a:?} (usage: check-kernel [--config FILE])"));
+        }
+    }
+    Ok(config)
+}
+
+/// Runs the checks and prints the report; returns the exit status.
+pub fn main() -> i32 {
+    let settings = match config_path().and_then(|c| Settings::load(c.as_deref()).map_err(|e| e.to_string())) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("check-kernel: {e}");
+            return 2;
+        }
+    };
+    let mut lines = Vec::new();
+    let mut cannot = Vec::new();
+    lines.push(line("kernel", true, kernel_release()));
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+
+    let caps = privileges::check(settings.probe.read_process_env);
+    lines.push(line(
+        "capabilities",
+        caps.is_ok(),
+        match &caps {
+            Ok(()) => "enough to load the probes".to_owned(),
+            Err(e) => format!("{e} (effective: {})", privileges::effective()),
+        },
+    ));
+
+    let btf = Btf::from_sys_fs();
+    lines.push(line(
+        "BTF",
+        btf.is_ok(),
+        match &btf {
+            Ok(_) => "/sys/kernel/btf/vmlinux".to_owned(),
+            Err(e) => format!("/sys/kernel/btf/vmlinux: {e} (CONFIG_DEBUG_INFO_BTF=y needed)"),
+        },
+    ));
+    let bpffs = is_fs("/sys/fs/bpf", BPF_FS_MAGIC);
+    lines.push(line("bpffs", bpffs, if bpffs { "/sys/fs/bpf" } else { "not mounted on /sys/fs/bpf (not needed today)" }));
+
+    let tracefs = match backend::tracefs() {
+        Some(p) => Ok(format!("{}", p.display())),
+        None if root => {
+            backend::ensure_tracefs().map(|p| format!("{} (mounted now, as the loader would)", p.display())).map_err(|e| e.to_string())
+        }
+        None => Err("not mounted (the loader mounts it when it needs it; run as root to check)".to_owned()),
+    };
+    lines.push(line("tracefs", tracefs.is_ok(), tracefs.clone().unwrap_or_else(|e| e)));
+
+    let ring = ring_buffer_works();
+    lines.push(line(
+        "ring buffer",
+        ring.is_ok(),
+        match &ring {
+            Ok(()) => "BPF_MAP_TYPE_RINGBUF created".to_owned(),
+            Err(e) => format!("cannot create one: {e} (Linux 5.8+)"),
+        },
+    ));
+
+    let mut usable = Vec::new();
+    if let Ok(btf) = &btf {
+        let socket_tp = backend::has_socket_tracepoints(btf);
+        let socket =
+            if socket_tp { try_backend(btf, Chosen::Socket, &settings) } else { Err("not in the kernel's BTF (Linux 6.3+)".into()) };
+        lines.push(line(
+            "socket tracepoints",
+            socket.is_ok(),
+            match &socket {
+                Ok(()) => "sock_recv_length/sock_send_length: socket backend loaded and attached".to_owned(),
+                Err(e) => e.clone(),
+            },
+        ));
+        lines.push(line(
+            "task storage",
+            socket.is_ok(),
+            if socket.is_ok() { "created (socket backend)".to_owned() } else { "not probed (only the socket backend uses it)".to_owned() },
+        ));
+        let sys_tp = tracefs.is_ok() && backend::tracefs().is_some_and(|p| backend::has_syscall_tracepoints(&p));
+        let syscalls = if sys_tp {
+            try_backend(btf, Chosen::Syscalls, &settings)
+        } else {
+            Err("syscalls/sys_enter_* not found in tracefs (CONFIG_FTRACE_SYSCALLS=y)".into())
+        };
+        lines.push(line(
+            "syscall tracepoints",
+            syscalls.is_ok(),
+            match &syscalls {
+                Ok(()) => "syscalls/sys_{enter,exit}_{read,write,...}: syscall backend loaded and attached".to_owned(),
+                Err(e) => e.clone(),
+            },
+        ));
+        if socket.is_ok() {
+            usable.push(Chosen::Socket);
+        }
+        if syscalls.is_ok() {
+            usable.push(Chosen::Syscalls);
+        }
+    }
+    let uprobe = Path::new("/sys/bus/event_source/devices/uprobe/type").exists();
+    lines.push(line("uprobes", uprobe, if uprobe { "uprobe PMU present (not attached)" } else { "no uprobe PMU (CONFIG_UPROBE_EVENTS)" }));
+    if !uprobe {
+        cannot.push("uprobe hooks (library-level capture such as TLS) cannot attach".to_owned());
+    }
+
+    let configured = settings.probe.backend;
+    let chosen = match configured {
+        Backend::Socket => usable.iter().copied().find(|b| *b == Chosen::Socket),
+        Backend::Syscalls => usable.iter().copied().find(|b| *b == Chosen::Syscalls),
+        Backend::Auto => usable.first().copied(),
+    };
+    match chosen {
+        Some(Chosen::Syscalls) => {
+            cannot.push(format!(
+                "the syscall backend tracks at most probe.max_connections = {} connections at once (beyond it, new ones are counted, not traced)",
+                settings.probe.max_connections
+            ));
+            cannot.push(
+                "the syscall backend's programs run on every read/write of traced processes (files and pipes leave early)".to_owned(),
+            );
+        }
+        Some(Chosen::Socket) | None => {}
+    }
+    cannot
+        .push("sendfile/splice/io_uring move no user memory: those bytes are not read (status lines sent that way are missed)".to_owned());
+
+    for l in &lines {
+        println!("{:<20} {:<4} {}", l.what, if l.ok { "ok" } else { "no" }, l.detail);
+    }
+    println!();
+    match chosen {
+        Some(b) => println!("ringtail will use: probe.backend = {:?} -> {}", configured.name(), b.name()),
+        None => println!(
+            "ringtail cannot run here: probe.backend = {:?} has no usable backend{}",
+            configured.name(),
+            if usable.is_empty() { "" } else { " (another backend would work)" }
+        ),
+    }
+    for c in &cannot {
+        println!("cannot: {c}");
+    }
+    if chosen.is_some() && caps.is_ok() {
+        0
+    } else {
+        1
+    }
+}
