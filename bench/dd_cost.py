@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """What ringtail costs a process doing file I/O it does not trace (issue 16).
 
-    sudo python3 bench/dd_cost.py [--bin-dir target/release] [--runs 5]
+    sudo python3 bench/dd_cost.py [--bin-dir target/release] [--runs 5] [--untraced]
 
 Runs `dd if=/dev/zero of=<tmp> bs=512 count=200000` (200,000 reads of
 /dev/zero and 200,000 writes to a file: 400,000 syscalls the syscall backend's
 programs see) without ringtail, then under ringtail with `probe.backend =
 "socket"` and `"syscalls"`, alternating, `--runs` times each. ringtail traces
 every process (no discovery keys), so dd is a traced process whose fds are not
-sockets: the worst case for the syscall backend. Prints dd's wall time and,
+sockets: the worst case for the syscall backend. With `--untraced`, ringtail
+traces only executables named `nginx` (`discovery.exe_names`): dd is a process
+it does not trace. Prints dd's wall time and,
 with kernel.bpf_stats_enabled=1, the in-kernel time of ringtail's programs
 per dd syscall (their run_time_ns delta over the dd run / 400,000).
 """
@@ -73,6 +75,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin-dir", default="target/release")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--untraced", action="store_true", help="trace only nginx: dd is not traced")
     a = ap.parse_args()
     subprocess.run(["sysctl", "-q", "kernel.bpf_stats_enabled=1"], check=True)
     work = tempfile.mkdtemp(prefix="ringtail-ddcost-")
@@ -88,7 +91,8 @@ def main():
                     cfg = os.path.join(work, f"{variant}.toml")
                     with open(cfg, "w") as f:
                         f.write(f'[probe]\nbackend = "{variant}"\n[pipeline]\nruntime_dir = "{work}/run-{variant}"\n'
-                                '[log]\nlevel = "info"\n')
+                                '[log]\nlevel = "info"\n'
+                                + ('[discovery]\nexe_names = ["nginx"]\n' if a.untraced else ""))
                     log = os.path.join(work, f"{variant}-{run}.log")
                     proc = subprocess.Popen([os.path.join(a.bin_dir, "ringtail"), "--config", cfg],
                                             stdout=subprocess.DEVNULL, stderr=open(log, "w"))

@@ -6,8 +6,9 @@
  * or the socket one (sock.bpf.c), never both.
  *
  *  - tracepoint syscalls/sys_enter_{read,readv,recvfrom,recvmsg,write,
- *    writev,sendto,sendmsg} (two programs, by argument count): the fd is
- *    resolved to its socket (task->files->fdt->fd[fd], CO-RE); a non-socket
+ *    writev,sendto,sendmsg} (two programs, by argument count): a process
+ *    not selected leaves at once when selection is by pid or executable
+ *    name; otherwise the fd is resolved to its socket (task->files->fdt->fd[fd], CO-RE); a non-socket
  *    fd (a file, a pipe) leaves there, after a few probe reads and no map
  *    operation; a TCP socket's call is remembered by thread (`sys_pending`).
  *  - tracepoint syscalls/sys_exit_* of the same calls (one program per
@@ -105,6 +106,14 @@ static __always_inline void sys_enter(__s32 nr, __u64 fd_arg, __u64 buf, __u64 c
 {
 	if (flags & MSG_PEEK)
 		return;
+	/* A process that cannot be traced leaves before the fd walk: when
+	 * selection is by pid or executable only, one lookup decides. (A port
+	 * selection needs the socket's port, so the walk comes first then.) */
+	if (!select_all && !select_ports) {
+		__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+		if (!bpf_map_lookup_elem(&sel_pids, &tgid))
+			return;
+	}
 	__s32 fd = (__s32)fd_arg;
 	struct sock *sk = fd_tcp_sock(fd);
 	if (!sk)
