@@ -418,7 +418,8 @@ mod tests {
 
     #[test]
     fn without_secrets_drops_the_headers_only() {
-        let s = load("[export.otlp]\nendpoint = \"http://127.0.0.1:4318\"\nheaders = { authorization = \"Bearer s3cr3t\" }\n", &[]).unwrap();
+        let s =
+            load("[export.otlp]\nendpoint = \"http://127.0.0.1:4318\"\nheaders = { authorization = \"Bearer s3cr3t\" }\n", &[]).unwrap();
         assert!(s.to_toml().contains("s3cr3t"));
         let lean = s.without_secrets();
         assert!(!lean.to_toml().contains("s3cr3t"), "{}", lean.to_toml());

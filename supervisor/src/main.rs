@@ -101,7 +101,9 @@ fn prepare_runtime_dir(settings: &Settings, actors: UserIds) -> anyhow::Result<(
         .with_context(|| format!("cannot give {} to the actors", own.display()))?;
     // Stale sockets of a previous run would only confuse a connect; the
     // effective configuration earlier versions wrote here held secrets.
-    for p in [endpoints::raw_events(dir), endpoints::spans(dir), endpoints::raw_acks(dir), endpoints::span_acks(dir), dir.join(STALE_CONFIG)] {
+    for p in
+        [endpoints::raw_events(dir), endpoints::spans(dir), endpoints::raw_acks(dir), endpoints::span_acks(dir), dir.join(STALE_CONFIG)]
+    {
         let _ = std::fs::remove_file(p);
     }
     Ok(())

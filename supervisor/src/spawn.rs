@@ -38,6 +38,14 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// An environment variable that carries OTLP headers: the standard ones
+/// (`OTEL_EXPORTER_OTLP_HEADERS`, `…_TRACES_HEADERS`, `…_METRICS_HEADERS`)
+/// and the overrides of `export.otlp.headers`.
+fn is_secret_variable(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    (upper.starts_with("OTEL_EXPORTER_OTLP_") && upper.ends_with("HEADERS")) || upper.starts_with("RINGTAIL_EXPORT__OTLP__HEADERS")
+}
+
 /// Starts `c` from `bin_dir` with its configuration from `config` on
 /// [`CONFIG_FD`].
 pub fn spawn(c: &ComponentInfo, bin_dir: &Path, config: &Handover, actors: UserIds) -> std::io::Result<Spawned> {
@@ -51,7 +59,7 @@ pub fn spawn(c: &ComponentInfo, bin_dir: &Path, config: &Handover, actors: UserI
     if !c.secrets {
         // The OTLP headers are the exporter's alone, in the environment too.
         for (name, _) in std::env::vars_os() {
-            if name.to_str().is_some_and(|n| n.starts_with("OTEL_EXPORTER_OTLP_") && n.ends_with("HEADERS")) {
+            if name.to_str().is_some_and(is_secret_variable) {
                 cmd.env_remove(name);
             }
         }
@@ -110,4 +118,17 @@ pub async fn wait_ready(fd: OwnedFd) -> bool {
     })
     .await
     .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn header_variables_are_secret() {
+        for name in ["OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "RINGTAIL_EXPORT__OTLP__HEADERS__AUTHORIZATION"] {
+            assert!(super::is_secret_variable(name), "{name}");
+        }
+        for name in ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "RINGTAIL_EXPORT__OTLP__TIMEOUT", "RINGTAIL_READY_FD"] {
+            assert!(!super::is_secret_variable(name), "{name}");
+        }
+    }
 }

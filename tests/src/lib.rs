@@ -333,9 +333,17 @@ pub struct Ringtail {
 
 impl Drop for Ringtail {
     fn drop(&mut self) {
+        let pids: Vec<u32> = ["probe-loader", "span-actor", "exporter-actor"]
+            .iter()
+            .flat_map(|c| self.events(c, "started"))
+            .filter_map(|l| l.split(" pid=").nth(1)?.split(' ').next()?.parse().ok())
+            .collect();
         self.proc.signal_group(libc::SIGKILL);
         let _ = self.proc.child.kill();
         let _ = self.proc.child.wait();
+        // Gone for real (reaped) before the next test starts one: its
+        // actors' user must have no process left then.
+        let _ = wait_until(Duration::from_secs(10), || pids.iter().all(|p| !Path::new(&format!("/proc/{p}")).exists()).then_some(()));
         let _ = std::fs::remove_dir_all(&self.pin_dir);
     }
 }

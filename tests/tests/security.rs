@@ -206,11 +206,8 @@ fn header_receiver() -> (u16, std::sync::mpsc::Receiver<String>) {
                     continue;
                 };
                 let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
-                let len: usize = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .and_then(|v| v.trim().parse().ok())
-                    .unwrap_or(0);
+                let len: usize =
+                    head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
                 while buf.len() < end + 4 + len {
                     match conn.read(&mut chunk) {
                         Ok(0) | Err(_) => return,
@@ -236,7 +233,11 @@ fn otlp_headers_reach_the_receiver_and_no_file_in_the_runtime_dir() {
     if !can_trace() {
         return;
     }
-    let secret = format!("s3cr3t-{}-{}", std::process::id(), std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(7));
+    let secret = format!(
+        "s3cr3t-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(7)
+    );
     let (port, heads) = header_receiver();
     let env_secret = format!("env-{secret}");
     let ringtail = Ringtail::start_with_env(
@@ -309,5 +310,8 @@ fn otlp_headers_reach_the_receiver_and_no_file_in_the_runtime_dir() {
         .gid(actor_uid)
         .output()
         .expect("run cat as the actors' user");
-    assert!(!out.status.success() && !String::from_utf8_lossy(&out.stdout).contains(&secret), "the actors' user read the exporter's configuration");
+    assert!(
+        !out.status.success() && !String::from_utf8_lossy(&out.stdout).contains(&secret),
+        "the actors' user read the exporter's configuration"
+    );
 }
