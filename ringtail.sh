@@ -30,6 +30,17 @@ apt_install() {
     fi
 }
 
+# The actors' own user (`actors.user`'s default): a system user with no home
+# and no shell that nothing else runs as; its primary group is the actors'
+# group. What sysusers.d/ringtail.conf makes for the systemd units.
+need_actors_user() {
+    if ! getent passwd ringtail >/dev/null; then
+        say "useradd --system ringtail (the actors' user)"
+        useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+            --comment "ringtail eBPF agent (unprivileged actors)" --user-group ringtail
+    fi
+}
+
 need_rust() {
     if ! command -v cargo >/dev/null 2>&1; then
         [ -x "$HOME/.cargo/bin/cargo" ] || {
@@ -46,6 +57,7 @@ need_rust() {
 run_deps() {
     apt_install clang llvm libbpf-dev bpftool linux-libc-dev gcc make pkg-config
     need_rust
+    need_actors_user
 }
 
 # What the tests need on top: rustfmt and clippy, a real OTLP receiver

@@ -229,6 +229,14 @@ impl Settings {
         self.log.validate()
     }
 
+    /// The configuration without its secrets (`export.otlp.headers`): what
+    /// the components that do not export get from the supervisor.
+    pub fn without_secrets(&self) -> Settings {
+        let mut s = self.clone();
+        s.export.otlp.headers.clear();
+        s
+    }
+
     /// The configuration as TOML (what `ringtail check-config` prints).
     pub fn to_toml(&self) -> String {
         // Every field is a plain TOML value: this cannot fail.
@@ -406,6 +414,19 @@ mod tests {
         let err = Settings::from_toml("[probe]\nring_buffer_mb = 3\n").unwrap_err().to_string();
         assert!(err.contains("probe.ring_buffer_mb"), "{err}");
         assert!(Settings::from_toml("[[[").is_err());
+    }
+
+    #[test]
+    fn without_secrets_drops_the_headers_only() {
+        let s =
+            load("[export.otlp]\nendpoint = \"http://127.0.0.1:4318\"\nheaders = { authorization = \"Bearer s3cr3t\" }\n", &[]).unwrap();
+        assert!(s.to_toml().contains("s3cr3t"));
+        let lean = s.without_secrets();
+        assert!(!lean.to_toml().contains("s3cr3t"), "{}", lean.to_toml());
+        assert!(lean.export.otlp.headers.is_empty());
+        let mut back = lean.clone();
+        back.export.otlp.headers = s.export.otlp.headers.clone();
+        assert_eq!(back, s, "nothing else changes");
     }
 
     #[test]

@@ -33,6 +33,9 @@ pub struct ComponentInfo {
     pub privileged: bool,
     /// Its CPU-profiling port is `profile.port` + this.
     pub profiling_offset: u16,
+    /// Gets the configuration's secrets (`export.otlp.headers`) from the
+    /// supervisor; the others get the configuration without them.
+    pub secrets: bool,
 }
 
 /// Every component, in start order: the loader first (it owns the runtime
@@ -45,6 +48,7 @@ pub const COMPONENTS: [ComponentInfo; 4] = [
         binary: "ringtail-probe-loader",
         privileged: true,
         profiling_offset: 0,
+        secrets: false,
     },
     ComponentInfo {
         component: Component::SpanActor,
@@ -52,6 +56,7 @@ pub const COMPONENTS: [ComponentInfo; 4] = [
         binary: "ringtail-span-actor",
         privileged: false,
         profiling_offset: 1,
+        secrets: false,
     },
     ComponentInfo {
         component: Component::ExporterActor,
@@ -59,8 +64,16 @@ pub const COMPONENTS: [ComponentInfo; 4] = [
         binary: "ringtail-exporter-actor",
         privileged: false,
         profiling_offset: 2,
+        secrets: true,
     },
-    ComponentInfo { component: Component::Supervisor, name: "supervisor", binary: "ringtail", privileged: true, profiling_offset: 3 },
+    ComponentInfo {
+        component: Component::Supervisor,
+        name: "supervisor",
+        binary: "ringtail",
+        privileged: true,
+        profiling_offset: 3,
+        secrets: true,
+    },
 ];
 
 impl Component {
@@ -98,5 +111,11 @@ mod tests {
     fn only_the_loader_is_privileged() {
         let privileged: Vec<&str> = Component::supervised().filter(|c| c.privileged).map(|c| c.name).collect();
         assert_eq!(privileged, ["probe-loader"]);
+    }
+
+    #[test]
+    fn only_the_exporter_gets_the_secrets() {
+        let secrets: Vec<&str> = Component::supervised().filter(|c| c.secrets).map(|c| c.name).collect();
+        assert_eq!(secrets, ["exporter-actor"]);
     }
 }

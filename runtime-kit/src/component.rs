@@ -181,6 +181,13 @@ where
     Fut: Future<Output = Result<(), E>>,
 {
     let args = crate::cli::parse(about);
+    if !component.info().privileged {
+        // The actors hold spans and the exporter's headers: no core dumps,
+        // and no ptrace, /proc/PID/mem or /proc/PID/fd (the configuration's
+        // memfd) by other processes of their user. First, before the
+        // configuration is read.
+        non_dumpable().map_err(|source| StartError::NotDumpable { source })?;
+    }
     let settings = crate::cli::load(&args).map_err(|source| StartError::Config { source })?;
     let checked = check(&settings)?;
     if args.check {
@@ -191,11 +198,6 @@ where
     // briefly, reachable by others before its mode is set on purpose).
     // SAFETY: umask cannot fail and touches no memory.
     unsafe { libc::umask(0o077) };
-    if !component.info().privileged {
-        // The actors hold spans and the exporter's headers: no core dumps,
-        // and no ptrace or /proc/PID/mem by other processes of their user.
-        non_dumpable().map_err(|source| StartError::NotDumpable { source })?;
-    }
     let body = async move {
         // SAFETY: geteuid has no preconditions.
         if !component.info().privileged && unsafe { libc::geteuid() } == 0 {

@@ -9,13 +9,16 @@
 //!   parent-death signal.
 //! - `supervise`: restarts with back-off, throttling of components that die
 //!   before they are ready, orderly stop.
-//! - `runtime_dir` (here): the directory and effective config the
-//!   components share.
+//! - `handover`: the effective configuration each component gets, a
+//!   sealed memfd (never a file: it holds the exporter's credentials).
+//! - `shared_user`: the processes that already run as `actors.user`.
+//! - `prepare_runtime_dir` (here): the directories the components share.
 
+mod handover;
+mod shared_user;
 mod spawn;
 mod supervise;
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -86,26 +89,28 @@ fn check_components(bin: &Path, config: Option<&Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Creates the runtime directory (root, 0755), the actors' directory (theirs,
-/// 0750: the loader reads their acks through the group) and the effective config (root:actors group, 0640) and returns the
-/// config's path.
-fn prepare_runtime_dir(settings: &Settings, actors: UserIds) -> anyhow::Result<PathBuf> {
+/// Creates the runtime directory (root, 0755) and the actors' directory
+/// (theirs, 0750: the loader reads their acks through the group). The
+/// configuration is not written there (see `handover`).
+fn prepare_runtime_dir(settings: &Settings, actors: UserIds) -> anyhow::Result<()> {
     let dir = &settings.pipeline.runtime_dir;
     // Never through a symlink, never someone else's directory.
     runtime_kit::dirs::ensure(dir, 0, 0, 0o755)?;
     let own = endpoints::actors_dir(dir);
     runtime_kit::dirs::ensure(&own, actors.uid, actors.gid, 0o750)
         .with_context(|| format!("cannot give {} to the actors", own.display()))?;
-    // Stale sockets of a previous run would only confuse a connect.
-    for p in [endpoints::raw_events(dir), endpoints::spans(dir), endpoints::raw_acks(dir), endpoints::span_acks(dir)] {
+    // Stale sockets of a previous run would only confuse a connect; the
+    // effective configuration earlier versions wrote here held secrets.
+    for p in
+        [endpoints::raw_events(dir), endpoints::spans(dir), endpoints::raw_acks(dir), endpoints::span_acks(dir), dir.join(STALE_CONFIG)]
+    {
         let _ = std::fs::remove_file(p);
     }
-    let config = dir.join("ringtail.toml");
-    std::fs::write(&config, settings.to_toml()).with_context(|| format!("cannot write {}", config.display()))?;
-    std::os::unix::fs::chown(&config, Some(0), Some(actors.gid))?;
-    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o640))?;
-    Ok(config)
+    Ok(())
 }
+
+/// The effective configuration earlier versions left in the runtime directory.
+const STALE_CONFIG: &str = "ringtail.toml";
 
 /// Removes the pinned probes (detaching them) and their maps, if any.
 fn remove_pins(settings: &Settings) -> anyhow::Result<bool> {
@@ -173,7 +178,15 @@ fn main() -> anyhow::Result<()> {
             if actors.uid == 0 {
                 bail!("actors.user {:?} is root: the actors must run unprivileged", settings.actors.user);
             }
-            let config = prepare_runtime_dir(&settings, actors)?;
+            // Before any actor runs: every other process of that uid could
+            // read what they hold.
+            let others = shared_user::processes_of(actors.uid).context("cannot list the processes in /proc")?;
+            settings.actors.check_unshared(actors.uid, &others).context("invalid configuration")?;
+            if !others.is_empty() {
+                tracing::warn!(user = %settings.actors.user, uid = actors.uid, processes = ?others, event = "shared_user", "actors.allow_shared_user: other processes run as the actors' user and can read what they hold");
+            }
+            prepare_runtime_dir(&settings, actors)?;
+            let config = handover::Handover::new(&settings).context("cannot hand the configuration over")?;
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             rt.block_on(async {
                 let (trigger, shutdown) = runtime_kit::shutdown::channel();
@@ -182,10 +195,10 @@ fn main() -> anyhow::Result<()> {
                     runtime_kit::profiling::start(addr, Component::Supervisor.name(), shutdown.clone()).await?;
                 }
                 tracing::info!(version = env!("CARGO_PKG_VERSION"), actors_uid = actors.uid, event = "starting", "ringtail starting");
-                supervise::run(bin, config.clone(), actors, shutdown).await
+                supervise::run(bin, config, actors, shutdown).await
             })?;
             let dir = &settings.pipeline.runtime_dir;
-            for p in [endpoints::raw_events(dir), endpoints::spans(dir), endpoints::raw_acks(dir), endpoints::span_acks(dir), config] {
+            for p in [endpoints::raw_events(dir), endpoints::spans(dir), endpoints::raw_acks(dir), endpoints::span_acks(dir)] {
                 let _ = std::fs::remove_file(p);
             }
             if settings.probe.keep_pins_on_stop {

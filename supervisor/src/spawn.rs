@@ -1,5 +1,6 @@
-//! Starting one component: its readiness pipe, and for unprivileged ones
-//! the drop to `actors.user` with no capabilities and `no_new_privs`.
+//! Starting one component: its readiness pipe, its configuration (a sealed
+//! memfd, see `handover`), and for unprivileged ones the drop to
+//! `actors.user` with no capabilities and `no_new_privs`.
 //!
 //! Everything the child does between fork and exec is a raw syscall on
 //! values prepared beforehand (no allocation, no locks): that is all that
@@ -8,6 +9,8 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
+
+use crate::handover::{Handover, CONFIG_FD};
 
 use runtime_kit::ready::READY_FD_ENV;
 use runtime_kit::users::UserIds;
@@ -35,14 +38,32 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
-/// Starts `c` from `bin_dir` with `--config config`.
-pub fn spawn(c: &ComponentInfo, bin_dir: &Path, config: &Path, actors: UserIds) -> std::io::Result<Spawned> {
+/// An environment variable that carries OTLP headers: the standard ones
+/// (`OTEL_EXPORTER_OTLP_HEADERS`, `…_TRACES_HEADERS`, `…_METRICS_HEADERS`)
+/// and the overrides of `export.otlp.headers`.
+fn is_secret_variable(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    (upper.starts_with("OTEL_EXPORTER_OTLP_") && upper.ends_with("HEADERS")) || upper.starts_with("RINGTAIL_EXPORT__OTLP__HEADERS")
+}
+
+/// Starts `c` from `bin_dir` with its configuration from `config` on
+/// [`CONFIG_FD`].
+pub fn spawn(c: &ComponentInfo, bin_dir: &Path, config: &Handover, actors: UserIds) -> std::io::Result<Spawned> {
     let (read, write) = pipe()?;
     let write_fd = write.as_raw_fd();
+    let config_fd = config.for_component(c).raw();
     let parent = std::process::id() as i32;
     let drop_to = (!c.privileged).then_some(actors);
     let mut cmd = std::process::Command::new(bin_dir.join(c.binary));
-    cmd.arg("--config").arg(config).env(READY_FD_ENV, READY_FD.to_string()).stdin(std::process::Stdio::null());
+    cmd.arg("--config").arg(Handover::path()).env(READY_FD_ENV, READY_FD.to_string()).stdin(std::process::Stdio::null());
+    if !c.secrets {
+        // The OTLP headers are the exporter's alone, in the environment too.
+        for (name, _) in std::env::vars_os() {
+            if name.to_str().is_some_and(is_secret_variable) {
+                cmd.env_remove(name);
+            }
+        }
+    }
     if std::env::var_os(runtime_kit::memory::ENV.0).is_none() {
         cmd.env(runtime_kit::memory::ENV.0, runtime_kit::memory::ENV.1);
     }
@@ -51,7 +72,14 @@ pub fn spawn(c: &ComponentInfo, bin_dir: &Path, config: &Path, actors: UserIds) 
     unsafe {
         cmd.pre_exec(move || {
             let check = |r: libc::c_int| if r == -1 { Err(std::io::Error::last_os_error()) } else { Ok(()) };
-            check(libc::dup2(write_fd, READY_FD))?;
+            // dup2 onto itself would keep close-on-exec: clear it then.
+            for (from, to) in [(write_fd, READY_FD), (config_fd, CONFIG_FD)] {
+                if from == to {
+                    check(libc::fcntl(to, libc::F_SETFD, 0))?;
+                } else {
+                    check(libc::dup2(from, to))?;
+                }
+            }
             if let Some(ids) = drop_to {
                 // Bounding set first: dropping it needs CAP_SETPCAP, which
                 // the uid change below takes away.
@@ -90,4 +118,17 @@ pub async fn wait_ready(fd: OwnedFd) -> bool {
     })
     .await
     .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn header_variables_are_secret() {
+        for name in ["OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS", "RINGTAIL_EXPORT__OTLP__HEADERS__AUTHORIZATION"] {
+            assert!(super::is_secret_variable(name), "{name}");
+        }
+        for name in ["OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_SERVICE_NAME", "RINGTAIL_EXPORT__OTLP__TIMEOUT", "RINGTAIL_READY_FD"] {
+            assert!(!super::is_secret_variable(name), "{name}");
+        }
+    }
 }

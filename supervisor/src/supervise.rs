@@ -14,6 +14,7 @@ use runtime_kit::shutdown::Shutdown;
 use runtime_kit::users::UserIds;
 use tokio::sync::mpsc;
 
+use crate::handover::Handover;
 use crate::spawn::{spawn, wait_ready};
 use ipc_schema::{Component, ComponentInfo};
 
@@ -40,7 +41,7 @@ struct Slot {
 }
 
 /// Runs the components until `shutdown` fires.
-pub async fn run(bin_dir: PathBuf, config: PathBuf, actors: UserIds, mut shutdown: Shutdown) -> anyhow::Result<()> {
+pub async fn run(bin_dir: PathBuf, config: Handover, actors: UserIds, mut shutdown: Shutdown) -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
     // The supervised rows of the component table, in start order.
     let components: Vec<&'static ComponentInfo> = Component::supervised().collect();

@@ -333,9 +333,17 @@ pub struct Ringtail {
 
 impl Drop for Ringtail {
     fn drop(&mut self) {
+        let pids: Vec<u32> = ["probe-loader", "span-actor", "exporter-actor"]
+            .iter()
+            .flat_map(|c| self.events(c, "started"))
+            .filter_map(|l| l.split(" pid=").nth(1)?.split(' ').next()?.parse().ok())
+            .collect();
         self.proc.signal_group(libc::SIGKILL);
         let _ = self.proc.child.kill();
         let _ = self.proc.child.wait();
+        // Gone for real (reaped) before the next test starts one: its
+        // actors' user must have no process left then.
+        let _ = wait_until(Duration::from_secs(10), || pids.iter().all(|p| !Path::new(&format!("/proc/{p}")).exists()).then_some(()));
         let _ = std::fs::remove_dir_all(&self.pin_dir);
     }
 }
@@ -353,6 +361,24 @@ pub fn test_pin_dir() -> PathBuf {
     PathBuf::from(format!("/sys/fs/bpf/ringtail-test-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)))
 }
 
+/// Makes the actors' default user, `ringtail`, as `./ringtail.sh` does, if
+/// it is missing (as root; a no-op otherwise).
+pub fn ensure_actors_user() {
+    // SAFETY: getpwnam returns static storage or null; only nullness is read.
+    let exists = unsafe { !libc::getpwnam(c"ringtail".as_ptr()).is_null() };
+    // SAFETY: geteuid has no preconditions.
+    if exists || unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let status = Command::new("useradd")
+        .args(["--system", "--no-create-home", "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", "--user-group", "ringtail"])
+        .status()
+        .expect("run useradd");
+    // Another test binary may have made it meanwhile (exit status 9).
+    // SAFETY: as above.
+    assert!(status.success() || unsafe { !libc::getpwnam(c"ringtail".as_ptr()).is_null() }, "useradd ringtail: {status}");
+}
+
 impl Ringtail {
     /// Starts ringtail with `config` (TOML; `pipeline.runtime_dir` is set by
     /// the harness) and waits until all three components are ready.
@@ -362,6 +388,15 @@ impl Ringtail {
 
     /// [`Ringtail::start`] with extra environment variables.
     pub fn start_with_env(config: &str, env: &[(&str, &str)]) -> Ringtail {
+        let rt = Self::spawn_with_env(config, env);
+        rt.wait_ready(Duration::from_secs(60));
+        rt
+    }
+
+    /// Starts ringtail like [`Ringtail::start_with_env`] without waiting
+    /// for it (for tests of a start that fails).
+    pub fn spawn_with_env(config: &str, env: &[(&str, &str)]) -> Ringtail {
+        ensure_actors_user();
         let dir = TempDir::new("ringtail");
         let cfg = dir.join("ringtail.toml");
         let body = if config.contains("runtime_dir") {
@@ -393,9 +428,7 @@ impl Ringtail {
             cmd.env(k, v);
         }
         let proc = Proc::spawn("ringtail", &mut cmd);
-        let rt = Ringtail { proc, dir, pin_dir };
-        rt.wait_ready(Duration::from_secs(60));
-        rt
+        Ringtail { proc, dir, pin_dir }
     }
 
     /// The supervisor's log so far.

@@ -7,9 +7,16 @@
 //!
 //! The stranger is this test binary started again with `Command::uid`
 //! ([`stranger_role`]); the tests need root and skip loudly without it.
+//!
+//! Also: ringtail refuses to run the actors as a user another process runs
+//! as (a real `sleep` of a throwaway uid) unless `actors.allow_shared_user`,
+//! and the exporter's OTLP headers reach a real receiver without ever being
+//! written under the runtime directory (they travel in a sealed memfd that
+//! only the exporter gets).
 
 use std::io::{ErrorKind, Read, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::net::TcpListener;
+use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -20,6 +27,9 @@ use ringtail_tests::*;
 
 /// A uid that is neither root, nor ringtail's, nor nobody.
 const STRANGER: u32 = 54321;
+/// A throwaway uid that a `sleep` runs as and that the actors are then
+/// configured to share.
+const SHARED: u32 = 54322;
 const ROLE_PATH: &str = "RINGTAIL_SECURITY_STRANGER_PATH";
 
 fn euid() -> u32 {
@@ -124,4 +134,184 @@ fn stranger_role() {
         Err(e) => panic!("{path}: not closed within 20 s: {e}"),
     }
     assert!(got.is_empty(), "{path} sent {} bytes to a stranger", got.len());
+}
+
+#[test]
+fn a_user_other_processes_run_as_is_refused_unless_allowed() {
+    if euid() != 0 || !can_trace() {
+        skip("needs root: a process of another uid, and ringtail's loader");
+        return;
+    }
+    let mut sleep = Command::new("sleep");
+    sleep.arg("300").uid(SHARED).gid(SHARED).current_dir("/");
+    let other = Proc::spawn("sleep as the would-be actors' user", &mut sleep);
+    let config = format!("[export]\nstdout = false\n[discovery]\nopen_ports = [1]\n[actors]\nuser = \"{SHARED}\"\n");
+
+    let mut refused = Ringtail::spawn_with_env(&config, &[]);
+    let status = wait_until(Duration::from_secs(60), || refused.proc.child.try_wait().ok().flatten())
+        .unwrap_or_else(|| panic!("ringtail started the actors as a shared user:\n{}", refused.log()));
+    let log = refused.log();
+    assert!(!status.success(), "{status}\n{log}");
+    for needle in [
+        "actors.user: must be a user no other process runs as",
+        "actors.allow_shared_user = true",
+        &format!("(got \"{SHARED}\", uid {SHARED}, which also runs pid {} (sleep))", other.pid()),
+    ] {
+        assert!(log.contains(needle), "{needle:?} not in:\n{log}");
+    }
+    assert!(refused.events("span-actor", "started").is_empty(), "an actor started:\n{log}");
+    drop(refused);
+
+    let allowed = Ringtail::start(&format!("{config}allow_shared_user = true\n"));
+    for c in ["span-actor", "exporter-actor"] {
+        let pid = allowed.pid(c).unwrap_or_else(|| panic!("{c} pid"));
+        assert_eq!(uids(pid), [SHARED; 4], "{c} runs as actors.user");
+    }
+    let warned = allowed.log().lines().any(|l| l.contains("event=\"shared_user\"") && l.contains(&other.pid().to_string()));
+    assert!(warned, "no shared_user warning naming pid {}:\n{}", other.pid(), allowed.log());
+}
+
+/// Every path under `dir` (not following symlinks), `dir` included.
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+    out.push(dir.to_owned());
+    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+        let path = entry.expect("entry").path();
+        if std::fs::symlink_metadata(&path).expect("lstat").is_dir() {
+            walk(&path, out);
+        } else {
+            out.push(path);
+        }
+    }
+}
+
+/// A one-thread OTLP/HTTP receiver that answers every request with an empty
+/// 200 and sends each request head (lowercased) to the channel.
+fn header_receiver() -> (u16, std::sync::mpsc::Receiver<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind the receiver");
+    let port = listener.local_addr().expect("its address").port();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(5)));
+            // Requests on one keep-alive connection, one after another.
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 65536];
+            loop {
+                let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") else {
+                    match conn.read(&mut chunk) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                    continue;
+                };
+                let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                let len: usize =
+                    head.lines().find_map(|l| l.strip_prefix("content-length:")).and_then(|v| v.trim().parse().ok()).unwrap_or(0);
+                while buf.len() < end + 4 + len {
+                    match conn.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                buf.drain(..end + 4 + len);
+                if tx.send(head).is_err() {
+                    return;
+                }
+                let ok = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+                if conn.write_all(ok).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    (port, rx)
+}
+
+#[test]
+fn otlp_headers_reach_the_receiver_and_no_file_in_the_runtime_dir() {
+    if !can_trace() {
+        return;
+    }
+    let secret = format!(
+        "s3cr3t-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(7)
+    );
+    let (port, heads) = header_receiver();
+    let env_secret = format!("env-{secret}");
+    let ringtail = Ringtail::start_with_env(
+        &format!(
+            "[export]\nstdout = false\n[export.otlp]\nendpoint = \"http://127.0.0.1:{port}\"\nprotocol = \"http/protobuf\"\n\
+             metrics_interval = \"200ms\"\nheaders = {{ authorization = \"Bearer {secret}\" }}\n[discovery]\nopen_ports = [1]\n"
+        ),
+        &[("OTEL_EXPORTER_OTLP_HEADERS", &format!("x-tenant={env_secret}"))],
+    );
+
+    // The exporter sends it (its own metrics, pushed every 200 ms).
+    let want = format!("authorization: bearer {}", secret.to_lowercase());
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    let sent = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match heads.recv_timeout(left) {
+            Ok(head) if head.lines().any(|l| l.trim() == want) => {
+                let tenant = format!("x-tenant: {}", env_secret.to_lowercase());
+                assert!(head.lines().any(|l| l.trim() == tenant), "OTEL_EXPORTER_OTLP_HEADERS not sent: {head}");
+                break true;
+            }
+            Ok(head) => seen.push(head),
+            Err(_) => break false,
+        }
+    };
+    assert!(sent, "no request with the configured header; heads: {seen:?}\n{}", ringtail.log());
+
+    // Nothing under the runtime directory holds it, nothing there is open
+    // to others, and the old effective-config file is gone.
+    let run = ringtail.dir.join("run");
+    let mut paths = Vec::new();
+    walk(&run, &mut paths);
+    assert!(!run.join("ringtail.toml").exists(), "the effective configuration is still written to {}", run.display());
+    for path in &paths {
+        let meta = std::fs::symlink_metadata(path).expect("lstat");
+        let mode = meta.permissions().mode() & 0o777;
+        if meta.is_dir() {
+            assert_eq!(mode & 0o002, 0, "{} is writable by others: {mode:o}", path.display());
+            continue;
+        }
+        assert_eq!(mode & 0o007, 0, "{} is open to others: {mode:o}", path.display());
+        if meta.file_type().is_file() {
+            let bytes = std::fs::read(path).expect("read");
+            assert!(!String::from_utf8_lossy(&bytes).contains(&secret), "{} holds the secret", path.display());
+        } else {
+            assert!(meta.file_type().is_socket(), "{}: only sockets and directories belong there", path.display());
+        }
+    }
+
+    // What each component was handed on fd 4: only the exporter's has it.
+    for c in ["probe-loader", "span-actor", "exporter-actor"] {
+        let pid = ringtail.pid(c).unwrap_or_else(|| panic!("{c} pid"));
+        let fd = format!("/proc/{pid}/fd/4");
+        let target = std::fs::read_link(&fd).unwrap_or_else(|e| panic!("{fd}: {e}"));
+        assert!(target.to_string_lossy().starts_with("/memfd:ringtail"), "{c}'s configuration is {}", target.display());
+        let text = std::fs::read_to_string(&fd).expect("read the memfd as root");
+        assert_eq!(text.contains(&secret), c == "exporter-actor", "{c}: secret in its configuration:\n{text}");
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("cmdline");
+        assert!(!String::from_utf8_lossy(&cmdline).contains(&secret), "{c}'s command line");
+        let environ = String::from_utf8_lossy(&std::fs::read(format!("/proc/{pid}/environ")).expect("environ")).into_owned();
+        assert_eq!(environ.contains(&env_secret), c == "exporter-actor", "{c}: OTEL_EXPORTER_OTLP_HEADERS in its environment");
+    }
+    // Not even the actors' own user reads the exporter's (non-dumpable).
+    let exporter = ringtail.pid("exporter-actor").expect("exporter pid");
+    let actor_uid = uids(exporter)[0];
+    let out = Command::new("cat")
+        .arg(format!("/proc/{exporter}/fd/4"))
+        .uid(actor_uid)
+        .gid(actor_uid)
+        .output()
+        .expect("run cat as the actors' user");
+    assert!(
+        !out.status.success() && !String::from_utf8_lossy(&out.stdout).contains(&secret),
+        "the actors' user read the exporter's configuration"
+    );
 }

@@ -177,6 +177,7 @@ fn a_component_failing_at_start_is_throttled_not_looped() {
     // The exporter cannot bind its Prometheus port: it dies before ready.
     let taken = TcpListener::bind("127.0.0.1:0").unwrap();
     let busy = taken.local_addr().unwrap().port();
+    ensure_actors_user();
     let dir = TempDir::new("throttle");
     std::fs::write(
         dir.join("c.toml"),

@@ -414,6 +414,19 @@ fn example_config_matches_the_units() {
         .output()
         .expect("run ringtail check-config");
     assert!(out.status.success(), "ringtail check-config refuses systemd/ringtail.toml\n{}", text(&out));
+
+    // One user everywhere: `actors.user`'s default (what `ringtail run`
+    // uses), the units' and sysusers.d's, and the one ./ringtail.sh makes.
+    let out = Command::new(&ringtail).arg("check-config").env("RINGTAIL_BIN_DIR", bin_dir()).output().expect("run ringtail check-config");
+    assert!(out.status.success(), "ringtail check-config refuses the defaults\n{}", text(&out));
+    let defaults = String::from_utf8_lossy(&out.stdout).into_owned();
+    let actors = defaults.split("[actors]").nth(1).unwrap_or_default();
+    assert!(actors.lines().any(|l| l.trim() == "user = \"ringtail\""), "actors.user's default is not the units' user:\n{defaults}");
+    let script = std::fs::read_to_string(workspace().join("ringtail.sh")).expect("read ringtail.sh");
+    assert!(
+        script.lines().any(|l| l.contains("--user-group ringtail") && l.trim_start().starts_with("--comment")),
+        "ringtail.sh must make the user ringtail"
+    );
 }
 
 /// How a loader run ended.
@@ -507,7 +520,7 @@ fn loader_needs_each_capability_of_its_unit() {
     std::fs::write(
         &config,
         format!(
-            "[actors]\nuser = \"nobody\"\n[pipeline]\nruntime_dir = \"{}\"\n[discovery]\nopen_ports = [{port}]\n[probe]\npin_dir = \"{}\"\n",
+            "[actors]\nuser = \"nobody\"\nallow_shared_user = true\n[pipeline]\nruntime_dir = \"{}\"\n[discovery]\nopen_ports = [{port}]\n[probe]\npin_dir = \"{}\"\n",
             dir.0.display(),
             pins.display()
         ),
