@@ -91,7 +91,7 @@ fuzz_short() {
     (
         # set -e does not reach into a subshell tested by ||: every step checks.
         cd span-actor || exit 1
-        cargo +nightly fuzz build >/dev/null || exit 1
+        cargo +nightly fuzz build >"$corpus/build.log" 2>&1 || { tail -n 40 "$corpus/build.log" >&2; exit 1; }
         targets="$(cargo +nightly fuzz list)" || exit 1
         [ -n "$targets" ] || { echo "ringtail.sh: cargo fuzz list found no targets" >&2; exit 1; }
         for t in $targets; do

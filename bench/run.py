@@ -445,7 +445,7 @@ class Ringtail:
 
     def __init__(self, tools, work, label, settings, ready_timeout=60):
         self.dir = Path(tempfile.mkdtemp(prefix="rt-", dir=work))
-        self.dir.chmod(0o755)  # the actors (nobody) must reach runtime_dir
+        self.dir.chmod(0o755)  # the actors (user ringtail) must reach runtime_dir
         self.prom_port = free_port()
         base = {
             "pipeline.runtime_dir": str(self.dir / "run"),
