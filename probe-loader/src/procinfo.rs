@@ -333,6 +333,55 @@ mod tests {
         assert_eq!(info.env_service_name, None);
     }
 
+    /// An exec record as the kernel writes it: `env` copied, of `total` bytes.
+    fn exec_record(pid: u32, start: u64, path: &str, exe: &str, env: &[u8], total: u64) -> Box<ExecEvent> {
+        use crate::kernel::contract::{ENV_LEN, EXECF_ENV, EXECF_ENV_TRUNCATED, PROC_EXEC};
+        let bytes = vec![0u8; std::mem::size_of::<ExecEvent>()];
+        let crate::kernel::ProcRecord::Exec(mut ev) = crate::kernel::ProcRecord::parse(&{
+            let mut b = bytes;
+            b[4] = PROC_EXEC;
+            b
+        })
+        .unwrap() else {
+            panic!("not an exec record")
+        };
+        ev.h.tgid = pid;
+        ev.h.proc_start_ns = start;
+        ev.h.flags = EXECF_ENV | if total > ENV_LEN as u64 { EXECF_ENV_TRUNCATED } else { 0 };
+        ev.path[..path.len()].copy_from_slice(path.as_bytes());
+        ev.exe[..exe.len()].copy_from_slice(exe.as_bytes());
+        ev.env[..env.len()].copy_from_slice(env);
+        ev.env_len = env.len() as u32;
+        ev.env_total = total;
+        ev
+    }
+
+    #[test]
+    fn an_exec_record_names_the_process_and_a_cut_environment_is_counted() {
+        use ipc_schema::Component;
+        let registry = Registry::new(Component::ProbeLoader, 1);
+        let mut table = ProcTable::new(Path::new("/nonexistent"), true, Some(&registry));
+        let env = b"PATH=/bin\0OTEL_SERVICE_NAME=late-svc\0OTEL_RESOURCE_ATTRIBUTES=a=b\0";
+        table.exec(&exec_record(7, 70, "/usr/bin/python3", "python3.11", env, env.len() as u64));
+        let info = table.get(7, 70, "python3");
+        assert_eq!(info.exe_name.as_deref(), Some("python3.11"));
+        assert_eq!(info.exe_path, None, "the path given to exec names a symlink, not the file");
+        assert_eq!(info.env_service_name.as_deref(), Some("late-svc"));
+        assert_eq!(info.env_resource_attributes.as_deref(), Some("a=b"));
+        assert_eq!(registry.counter("ringtail_process_env_truncated_total", &[]).get(), 0);
+        // A later exec of the same process replaces it; a cut one is counted.
+        let cut = b"OTEL_SERVICE_NAME=next\0OTEL_RESOURCE_ATTRIB";
+        table.exec(&exec_record(7, 70, "/usr/bin/nginx", "nginx", cut, 20_000));
+        let info = table.get(7, 70, "nginx");
+        assert_eq!((info.exe_name.as_deref(), info.exe_path.as_deref()), (Some("nginx"), Some("/usr/bin/nginx")));
+        assert_eq!(info.env_service_name.as_deref(), Some("next"));
+        assert_eq!(info.env_resource_attributes, None);
+        assert_eq!(registry.counter("ringtail_process_env_truncated_total", &[]).get(), 1);
+        // Another process with that pid (another start time) is not given its name.
+        assert_eq!(table.get(7, 71, "x").exe_name, None);
+        assert_eq!(registry.counter("ringtail_process_info_unknown_total", &[]).get(), 1);
+    }
+
     #[test]
     fn a_forked_child_inherits_what_is_known_of_its_parent() {
         use crate::kernel::ProcHead;
