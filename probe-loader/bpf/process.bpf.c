@@ -123,7 +123,12 @@ int BPF_PROG(process_exec, struct task_struct *p, pid_t old_pid, struct linux_bi
 	if (read_env)
 		read_environment(ev, p);
 	count(CNT_EXEC);
-	/* Rare and urgent: the process may listen any moment now. */
-	bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
+	/* With exe-name discovery, urgent: the process may listen any moment
+	 * now, and is traced only once the loader has selected it. Otherwise
+	 * the loader reads the ring before it names a batch's processes: the
+	 * kernel's own policy (a wakeup when the loader has caught up, not one
+	 * per record) keeps it from overflowing. A wakeup costs the exec'ing
+	 * process ~20 µs here (BENCHMARKS.md). */
+	bpf_ringbuf_submit(ev, watch_exec ? BPF_RB_FORCE_WAKEUP : 0);
 	return 0;
 }
