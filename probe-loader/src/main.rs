@@ -2,8 +2,8 @@
 //!
 //! It loads the eBPF programs, attaches them to BTF tracepoints, seeds the
 //! in-kernel process selection, reads the running processes' names, binds
-//! its socket, drops every capability, and then only reads the ring buffer and publishes raw
-//! request events in batches. It never acts on a message from the
+//! its socket, drops every capability, and then only reads the ring buffers
+//! and publishes raw request events in batches. It never acts on a message from the
 //! unprivileged actors beyond forgetting acknowledged batches.
 //!
 //! # Layout
