@@ -120,6 +120,12 @@ impl ProcTable {
 
     /// A new process: its parent's image until it execs.
     pub fn fork(&mut self, ev: &ForkEvent) {
+        // Known already: the start scan read the child itself (the records
+        // of the moments between attach and scan are read after it), which
+        // beats a copy of what its parent has become since.
+        if self.find(ev.h.tgid, ev.h.proc_start_ns).is_some() {
+            return;
+        }
         if let Some(parent) = self.find(ev.parent_tgid, ev.parent_start_ns) {
             let info = ProcessInfo { pid: ev.h.tgid, proc_start_ns: ev.h.proc_start_ns, comm: String::new(), ..parent.info.clone() };
             self.insert(info, true);
@@ -396,6 +402,12 @@ mod tests {
         assert_eq!(child.env_service_name.as_deref(), Some("svc"));
         assert_eq!(child.exe_name.as_deref(), Some("srv"));
         assert_eq!(child.comm, "worker");
+        // A child the start scan read is not overwritten by its parent's names.
+        let mut scanned = empty(13, 300, "");
+        scanned.exe_name = Some("own".into());
+        table.insert(scanned, false);
+        table.fork(&ForkEvent { h: ProcHead { tgid: 13, proc_start_ns: 300, ..h }, parent_tgid: 10, _pad: 0, parent_start_ns: 100 });
+        assert_eq!(table.get(13, 300, "x").exe_name.as_deref(), Some("own"));
         // A fork of an unknown parent teaches nothing.
         table.fork(&ForkEvent { h: ProcHead { tgid: 12, ..h }, parent_tgid: 10, _pad: 0, parent_start_ns: 999 });
         assert_eq!(table.get(12, 200, "x").env_service_name, None);
