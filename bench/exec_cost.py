@@ -11,12 +11,16 @@ environment) and every fork. This starts ringtail with bpf_stats on, runs
 with the environment as it is and padded to 16 KiB (the kernel copies 8 KiB
 and flags the rest), with `read_process_env` on and off, and prints the
 in-kernel time per run of `process_exec` and `process_fork` (run_time_ns
-delta / run_cnt delta, from the loader's program fds).
+delta / run_cnt delta, from the loader's program fds), and what was lost:
+exec or fork records the kernel could not write (the ring full) and
+processes named without a record (Prometheus, `export.prometheus`).
 """
 
 import argparse
 import json
 import os
+import socket
+import urllib.request
 import shutil
 import subprocess
 import sys
@@ -62,6 +66,24 @@ def ready(log):
     raise SystemExit(f"ringtail did not start: {open(log).read()[-2000:]}")
 
 
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def lost(port):
+    """Records the kernel could not write, and processes named without one."""
+    time.sleep(2.5)  # the loader refreshes kernel counters every second
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    out = {}
+    for line in text.splitlines():
+        for key in ('reason="exec_ring_full"', 'reason="fork_ring_full"', "ringtail_process_info_unknown_total"):
+            if key in line and not line.startswith("#"):
+                out[key] = out.get(key, 0) + float(line.rsplit(" ", 1)[1])
+    return out
+
+
 def execs(n, env):
     t = time.perf_counter()
     subprocess.run(["sh", "-c", f"i=0; while [ $i -lt {n} ]; do /bin/true; i=$((i+1)); done"], env=env, check=True)
@@ -83,9 +105,11 @@ def main():
     try:
         for read_env in ("true", "false"):
             cfg = os.path.join(work, f"{read_env}.toml")
+            prom = free_port()
             with open(cfg, "w") as f:
                 f.write(f'[probe]\nbackend = "{a.backend}"\nread_process_env = {read_env}\npin_dir = ""\n'
-                        f'[pipeline]\nruntime_dir = "{work}/run-{read_env}"\n[log]\nlevel = "info"\n')
+                        f'[pipeline]\nruntime_dir = "{work}/run-{read_env}"\n[log]\nlevel = "info"\n'
+                        f'[export.prometheus]\nlisten = "127.0.0.1:{prom}"\n')
             log = os.path.join(work, f"{read_env}.log")
             proc = subprocess.Popen([os.path.join(a.bin_dir, "ringtail"), "--config", cfg],
                                     stdout=subprocess.DEVNULL, stderr=open(log, "w"))
@@ -106,6 +130,7 @@ def main():
                     print(f"read_process_env={read_env} env {name} ({size} B): {a.execs} execs in {wall:.2f} s; "
                           f"process_exec {per['process_exec'][0]:.0f} ns x {per['process_exec'][1]}, "
                           f"process_fork {per['process_fork'][0]:.0f} ns x {per['process_fork'][1]}", flush=True)
+                print(f"read_process_env={read_env}: lost or unnamed so far {lost(prom)}", flush=True)
             finally:
                 proc.terminate()
                 proc.wait(timeout=30)
