@@ -16,8 +16,16 @@ use std::process::Command;
 
 /// The Rust type of a contract constant, by its name.
 fn rust_type(name: &str) -> &'static str {
-    const BY_PREFIX: &[(&str, &str)] =
-        &[("CNT_", "usize"), ("SEL_", "u8"), ("ROLE_", "u8"), ("EVF_", "u8"), ("EV_", "u8"), ("FAMILY_", "u8")];
+    const BY_PREFIX: &[(&str, &str)] = &[
+        ("CNT_", "usize"),
+        ("SEL_", "u8"),
+        ("ROLE_", "u8"),
+        ("EVF_", "u8"),
+        ("EV_", "u8"),
+        ("FAMILY_", "u8"),
+        ("PROC_", "u8"),
+        ("EXECF_", "u8"),
+    ];
     if let Some((_, t)) = BY_PREFIX.iter().find(|(p, _)| name.starts_with(p)) {
         return t;
     }
@@ -155,10 +163,15 @@ fn main() {
 int main(void) {
     printf("pub const HTTP_EVENT_SIZE: usize = %zu;\n", sizeof(struct http_event));
     printf("pub const EXEC_EVENT_SIZE: usize = %zu;\n", sizeof(struct exec_event));
+    printf("pub const FORK_EVENT_SIZE: usize = %zu;\n", sizeof(struct fork_event));
+    printf("pub const PROC_HEAD_SIZE: usize = %zu;\n", sizeof(struct proc_head));
     OFF(http_event, status); OFF(http_event, tgid); OFF(http_event, conn_id);
     OFF(http_event, start_ns); OFF(http_event, parent_conn); OFF(http_event, lport);
     OFF(http_event, laddr); OFF(http_event, raddr); OFF(http_event, comm); OFF(http_event, buf);
-    OFF(exec_event, proc_start_ns); OFF(exec_event, path);
+    OFF(proc_head, kind); OFF(proc_head, proc_start_ns);
+    OFF(exec_event, env_len); OFF(exec_event, env_total); OFF(exec_event, path);
+    OFF(exec_event, exe); OFF(exec_event, env);
+    OFF(fork_event, parent_tgid); OFF(fork_event, parent_start_ns);
     return 0;
 }
 "#,

@@ -70,9 +70,13 @@ pub struct ProbeSettings {
     /// so no number of idle or half-open connections can crowd others out,
     /// and this bound does not apply to it.
     pub max_connections: u32,
-    /// Keep CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH after attaching, to read
-    /// the executable path and `OTEL_SERVICE_NAME` of processes owned by
-    /// other users. Without them those names fall back to argv[0].
+    /// Read `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES` of the
+    /// traced processes: at start from `/proc/PID/environ` (which needs
+    /// CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH at start, dropped after), and
+    /// for processes started later from the first 8 KiB of the environment
+    /// the kernel copies at exec. Off: no environment is read (and those two
+    /// capabilities are not needed); other users' processes that were
+    /// running at start are then named by argv[0].
     pub read_process_env: bool,
     /// Where the probes' maps, programs and links are pinned (a directory
     /// on a bpffs, which the loader mounts at /sys/fs/bpf if missing), so

@@ -22,6 +22,8 @@ RINGTAIL_GLOBAL(const volatile __u64, wakeup_len, 0);
 RINGTAIL_GLOBAL(const volatile __u8, select_all, 1);
 /* 1 = report exec events (exe-name discovery is configured). */
 RINGTAIL_GLOBAL(const volatile __u8, watch_exec, 0);
+/* 1 = exec events carry the start of the environment (probe.read_process_env). */
+RINGTAIL_GLOBAL(const volatile __u8, read_env, 0);
 /* 1 = listeners on configured ports are selected (sel_ports is in use). */
 RINGTAIL_GLOBAL(const volatile __u8, select_ports, 0);
 

@@ -51,7 +51,7 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 256 << 10);
+	__uint(max_entries, 1 << 20); /* about 120 exec records (8.6 KiB each) */
 } execs SEC(".maps") __weak;
 
 /* Connection state (`conns`) and the server request of each thread

@@ -1,8 +1,19 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * Process hooks (tp_btf/sched_process_{fork,exit,exec}): selected processes
- * pass their selection to children, leave the map when they exit, and new
- * executables are offered to the loader for exe-name matching.
+ * pass their selection to children, leave the map when they exit, and the
+ * loader hears of every new process (`execs` ring, struct proc_head):
+ *
+ *  - exec: the path given to exec (exe-name discovery), the executable's
+ *    file name, and with probe.read_process_env the first ENV_LEN bytes of
+ *    the new environment (mm->env_start..env_end, just written by exec, so
+ *    present in memory), flagged when cut or unreadable. This is how the
+ *    loader names processes that start after it dropped CAP_SYS_PTRACE:
+ *    it never opens /proc/PID/{exe,environ} of another process then.
+ *  - fork (processes, not threads): the child runs its parent's executable
+ *    with its parent's environment until it execs; the loader copies what
+ *    it knows of the parent. Not worth a wakeup: the loader reads the ring
+ *    before it names the processes of a batch, and on its flush timer.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -15,15 +26,32 @@
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(process_fork, struct task_struct *parent, struct task_struct *child)
 {
-	if (select_all || child->pid != child->tgid)
-		return 0;
+	if (child->pid != child->tgid)
+		return 0; /* a thread */
 	__u32 ptgid = parent->tgid;
-	__u8 *why = bpf_map_lookup_elem(&sel_pids, &ptgid);
-	if (!why)
-		return 0;
 	__u32 ctgid = child->tgid;
-	__u8 inherited = *why;
-	bpf_map_update_elem(&sel_pids, &ctgid, &inherited, BPF_ANY);
+	if (!select_all) {
+		__u8 *why = bpf_map_lookup_elem(&sel_pids, &ptgid);
+		if (why) {
+			__u8 inherited = *why;
+			bpf_map_update_elem(&sel_pids, &ctgid, &inherited, BPF_ANY);
+		}
+	}
+	struct fork_event *ev = bpf_ringbuf_reserve(&execs, sizeof(*ev), 0);
+	if (!ev) {
+		count(CNT_FORK_LOST);
+		return 0;
+	}
+	ev->h.tgid = ctgid;
+	ev->h.kind = PROC_FORK;
+	ev->h.flags = 0;
+	ev->h._pad = 0;
+	ev->h.proc_start_ns = child->start_boottime;
+	ev->parent_tgid = ptgid;
+	ev->_pad = 0;
+	ev->parent_start_ns = parent->group_leader->start_boottime;
+	count(CNT_FORK);
+	bpf_ringbuf_submit(ev, BPF_RB_NO_WAKEUP);
 	return 0;
 }
 
@@ -37,26 +65,70 @@ int BPF_PROG(process_exit, struct task_struct *p, bool group_dead)
 	return 0;
 }
 
+/* Copies the start of the current process's environment into ev. */
+static __always_inline void read_environment(struct exec_event *ev, struct task_struct *p)
+{
+	struct mm_struct *mm = p->mm;
+	if (!mm) {
+		ev->h.flags |= EXECF_ENV_FAULT;
+		return;
+	}
+	unsigned long start = mm->env_start, end = mm->env_end;
+	__u64 total = end > start ? end - start : 0;
+	ev->env_total = total;
+	long err;
+	if (total >= ENV_LEN) {
+		err = bpf_probe_read_user(ev->env, ENV_LEN, (const void *)start);
+		ev->env_len = ENV_LEN;
+	} else {
+		__u32 n = total & (ENV_LEN - 1);
+		err = bpf_probe_read_user(ev->env, n, (const void *)start);
+		ev->env_len = n;
+	}
+	if (err) {
+		ev->env_len = 0;
+		ev->h.flags |= EXECF_ENV_FAULT;
+		return;
+	}
+	ev->h.flags |= EXECF_ENV;
+	if (total > ENV_LEN)
+		ev->h.flags |= EXECF_ENV_TRUNCATED;
+}
+
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(process_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
-	if (!watch_exec)
-		return 0;
 	__u32 tgid = p->tgid;
-	__u8 *why = bpf_map_lookup_elem(&sel_pids, &tgid);
-	if (why && *why == SEL_EXE)
-		bpf_map_delete_elem(&sel_pids, &tgid); /* the loader decides again */
+	if (watch_exec) {
+		__u8 *why = bpf_map_lookup_elem(&sel_pids, &tgid);
+		if (why && *why == SEL_EXE)
+			bpf_map_delete_elem(&sel_pids, &tgid); /* the loader decides again */
+	}
 	struct exec_event *ev = bpf_ringbuf_reserve(&execs, sizeof(*ev), 0);
 	if (!ev) {
 		count(CNT_EXEC_LOST);
 		return 0;
 	}
-	ev->tgid = p->tgid;
+	ev->h.tgid = tgid;
+	ev->h.kind = PROC_EXEC;
+	ev->h.flags = 0;
+	ev->h._pad = 0;
+	ev->h.proc_start_ns = p->group_leader->start_boottime;
+	ev->env_len = 0;
 	ev->_pad = 0;
-	ev->proc_start_ns = p->group_leader->start_boottime;
+	ev->env_total = 0;
 	bpf_probe_read_kernel_str(ev->path, sizeof(ev->path), bprm->filename);
+	/* the file exec runs (an interpreter for a script), as /proc/PID/exe names it */
+	bpf_probe_read_kernel_str(ev->exe, sizeof(ev->exe), bprm->file->f_path.dentry->d_name.name);
+	if (read_env)
+		read_environment(ev, p);
 	count(CNT_EXEC);
-	/* Rare and urgent: the process may listen any moment now. */
-	bpf_ringbuf_submit(ev, BPF_RB_FORCE_WAKEUP);
+	/* With exe-name discovery, urgent: the process may listen any moment
+	 * now, and is traced only once the loader has selected it. Otherwise
+	 * the loader reads the ring before it names a batch's processes: the
+	 * kernel's own policy (a wakeup when the loader has caught up, not one
+	 * per record) keeps it from overflowing. A wakeup costs the exec'ing
+	 * process ~20 µs here (BENCHMARKS.md). */
+	bpf_ringbuf_submit(ev, watch_exec ? BPF_RB_FORCE_WAKEUP : 0);
 	return 0;
 }

@@ -15,6 +15,12 @@
 #define CAPTURE_LEN 512
 /* Bytes of the executable path carried by an exec event. */
 #define EXEC_PATH_LEN 128
+/* Bytes of the executable's file name (NAME_MAX + 1: never truncated). */
+#define EXE_NAME_LEN 256
+/* Bytes of the new environment carried by an exec event (with
+ * probe.read_process_env): larger environments are cut, flagged and counted.
+ * A power of two: the kernel masks the copy length with ENV_LEN - 1. */
+#define ENV_LEN 8192
 #define COMM_LEN 16
 
 /* http_event.family */
@@ -56,7 +62,18 @@
 #define CNT_WAKEUPS 9        /* forced ring-buffer wakeups */
 #define CNT_UNRECOGNIZED 10  /* status lines sent on a connection where no request was recognised */
 #define CNT_CONNS 11         /* connection records alive: +1 created, -1 deleted (a gauge) */
-#define CNT_MAX 12
+#define CNT_FORK 12          /* fork records submitted (new processes, for their names) */
+#define CNT_FORK_LOST 13     /* fork records lost: exec ring full */
+#define CNT_MAX 14
+
+/* proc_head.kind: records of the `execs` ring. */
+#define PROC_EXEC 1
+#define PROC_FORK 2
+
+/* exec_event.flags */
+#define EXECF_ENV 0x01           /* env holds the start of the new environment */
+#define EXECF_ENV_TRUNCATED 0x02 /* the environment was longer than ENV_LEN */
+#define EXECF_ENV_FAULT 0x04     /* the environment could not be read */
 
 struct http_event {
 	__u8 kind;
@@ -85,11 +102,34 @@ struct http_event {
 	__u8 buf[CAPTURE_LEN];
 };
 
-struct exec_event {
+/* What every record of the `execs` ring starts with. */
+struct proc_head {
 	__u32 tgid;
+	__u8 kind; /* PROC_* */
+	__u8 flags;
+	__u16 _pad;
+	__u64 proc_start_ns; /* start_boottime of the process: pid-reuse guard */
+};
+
+/* A new process image (sched_process_exec): what the loader cannot read
+ * from /proc once it has dropped CAP_SYS_PTRACE. */
+struct exec_event {
+	struct proc_head h; /* kind PROC_EXEC, flags EXECF_* */
+	__u32 env_len;	     /* bytes of env filled (<= ENV_LEN) */
 	__u32 _pad;
-	__u64 proc_start_ns;
-	char path[EXEC_PATH_LEN];
+	__u64 env_total; /* the whole environment's length */
+	char path[EXEC_PATH_LEN]; /* as given to exec */
+	char exe[EXE_NAME_LEN];	  /* the file's name (symlinks resolved) */
+	__u8 env[ENV_LEN];	  /* NUL-separated NAME=value strings */
+};
+
+/* A new process (sched_process_fork, not a thread): it runs its parent's
+ * executable with its parent's environment until it execs. */
+struct fork_event {
+	struct proc_head h; /* kind PROC_FORK */
+	__u32 parent_tgid;
+	__u32 _pad;
+	__u64 parent_start_ns;
 };
 
 #endif

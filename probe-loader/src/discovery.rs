@@ -32,6 +32,11 @@ impl Discovery {
         }
     }
 
+    /// True if processes are selected by their executable's name.
+    pub fn by_exe(&self) -> bool {
+        !self.exe_names.is_empty()
+    }
+
     /// True if an executable (path or bare name) matches `exe_names`.
     pub fn exe_matches(&self, exe: &str) -> bool {
         let name = exe.rsplit('/').next().unwrap_or(exe);

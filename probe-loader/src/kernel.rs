@@ -41,6 +41,8 @@ pub const COUNTERS: [KernelCounter; CNT_MAX] = {
     t[CNT_WAKEUPS] = KernelCounter::Count("ringtail_ring_wakeups_total");
     t[CNT_UNRECOGNIZED] = KernelCounter::Drop("unrecognized_request");
     t[CNT_CONNS] = KernelCounter::Gauge("ringtail_kernel_connections");
+    t[CNT_FORK] = KernelCounter::Count("ringtail_fork_events_total");
+    t[CNT_FORK_LOST] = KernelCounter::Drop("fork_ring_full");
     t
 };
 
@@ -98,14 +100,56 @@ pub struct HttpEvent {
     pub buf: [u8; CAPTURE_LEN],
 }
 
+/// `struct proc_head`: the start of every record of the `execs` ring.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ProcHead {
+    pub tgid: u32,
+    pub kind: u8,
+    pub flags: u8,
+    pub _pad: u16,
+    pub proc_start_ns: u64,
+}
+
 /// `struct exec_event`.
 #[repr(C)]
 #[derive(Clone, Copy)]
 pub struct ExecEvent {
-    pub tgid: u32,
+    pub h: ProcHead,
+    pub env_len: u32,
     pub _pad: u32,
-    pub proc_start_ns: u64,
+    pub env_total: u64,
     pub path: [u8; EXEC_PATH_LEN],
+    pub exe: [u8; EXE_NAME_LEN],
+    pub env: [u8; ENV_LEN],
+}
+
+/// `struct fork_event`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ForkEvent {
+    pub h: ProcHead,
+    pub parent_tgid: u32,
+    pub _pad: u32,
+    pub parent_start_ns: u64,
+}
+
+/// A record of the `execs` ring.
+pub enum ProcRecord {
+    Exec(Box<ExecEvent>),
+    Fork(ForkEvent),
+}
+
+impl ProcRecord {
+    /// Parses a ring-buffer record; `None` if short or of an unknown kind.
+    pub fn parse(bytes: &[u8]) -> Option<ProcRecord> {
+        let h: ProcHead = read(bytes)?;
+        match h.kind {
+            PROC_EXEC => Some(ProcRecord::Exec(Box::new(read(bytes)?))),
+            PROC_FORK => Some(ProcRecord::Fork(read(bytes)?)),
+            _ => None,
+        }
+    }
 }
 
 /// Reads a `T` from the start of a ring-buffer record, if it is long enough.
@@ -171,14 +215,29 @@ impl HttpEvent {
 }
 
 impl ExecEvent {
-    /// Parses a ring-buffer record.
-    pub fn parse(bytes: &[u8]) -> Option<ExecEvent> {
-        read(bytes)
-    }
-
     /// The path given to exec.
     pub fn path(&self) -> String {
         c_string(&self.path)
+    }
+
+    /// The executable's file name (symlinks resolved), if the kernel had one.
+    pub fn exe_name(&self) -> Option<String> {
+        Some(c_string(&self.exe)).filter(|n| !n.is_empty())
+    }
+
+    /// The environment bytes the kernel copied, if it was asked to and could
+    /// (`EXECF_ENV`), and whether the environment went on past them.
+    pub fn environment(&self) -> Option<(&[u8], bool)> {
+        if self.h.flags & EXECF_ENV == 0 {
+            return None;
+        }
+        let len = (self.env_len as usize).min(ENV_LEN);
+        Some((&self.env[..len], self.h.flags & EXECF_ENV_TRUNCATED != 0))
+    }
+
+    /// True if the kernel was asked for the environment and could not read it.
+    pub fn environment_fault(&self) -> bool {
+        self.h.flags & EXECF_ENV_FAULT != 0
     }
 }
 
@@ -191,6 +250,16 @@ mod tests {
     fn layouts_match_the_c_compiler() {
         assert_eq!(size_of::<HttpEvent>(), layout::HTTP_EVENT_SIZE);
         assert_eq!(size_of::<ExecEvent>(), layout::EXEC_EVENT_SIZE);
+        assert_eq!(size_of::<ForkEvent>(), layout::FORK_EVENT_SIZE);
+        assert_eq!(size_of::<ProcHead>(), layout::PROC_HEAD_SIZE);
+        assert_eq!(offset_of!(ProcHead, kind), layout::proc_head_kind);
+        assert_eq!(offset_of!(ProcHead, proc_start_ns), layout::proc_head_proc_start_ns);
+        assert_eq!(offset_of!(ExecEvent, env_len), layout::exec_event_env_len);
+        assert_eq!(offset_of!(ExecEvent, env_total), layout::exec_event_env_total);
+        assert_eq!(offset_of!(ExecEvent, exe), layout::exec_event_exe);
+        assert_eq!(offset_of!(ExecEvent, env), layout::exec_event_env);
+        assert_eq!(offset_of!(ForkEvent, parent_tgid), layout::fork_event_parent_tgid);
+        assert_eq!(offset_of!(ForkEvent, parent_start_ns), layout::fork_event_parent_start_ns);
         assert_eq!(offset_of!(HttpEvent, status), layout::http_event_status);
         assert_eq!(offset_of!(HttpEvent, tgid), layout::http_event_tgid);
         assert_eq!(offset_of!(HttpEvent, conn_id), layout::http_event_conn_id);
@@ -201,7 +270,6 @@ mod tests {
         assert_eq!(offset_of!(HttpEvent, raddr), layout::http_event_raddr);
         assert_eq!(offset_of!(HttpEvent, comm), layout::http_event_comm);
         assert_eq!(offset_of!(HttpEvent, buf), layout::http_event_buf);
-        assert_eq!(offset_of!(ExecEvent, proc_start_ns), layout::exec_event_proc_start_ns);
         assert_eq!(offset_of!(ExecEvent, path), layout::exec_event_path);
     }
 

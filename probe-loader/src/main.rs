@@ -1,9 +1,9 @@
 //! `ringtail-probe-loader`: ringtail's only privileged process.
 //!
 //! It loads the eBPF programs, attaches them to BTF tracepoints, seeds the
-//! in-kernel process selection, binds its socket, drops every capability it
-//! no longer needs, and then only reads the ring buffer and publishes raw
-//! request events in batches. It never acts on a message from the
+//! in-kernel process selection, reads the running processes' names, binds
+//! its socket, drops every capability, and then only reads the ring buffers
+//! and publishes raw request events in batches. It never acts on a message from the
 //! unprivileged actors beyond forgetting acknowledged batches.
 //!
 //! # Layout
@@ -20,7 +20,8 @@
 //! - `ring`: the request ring buffer read as a write-ahead log: the kernel's
 //!   consumer position moves only past events the span-actor received.
 //! - `discovery`: seeding the selection from /proc; exe-name matching.
-//! - `procinfo`: process names and `OTEL_*` variables, read once per process.
+//! - `procinfo`: process names and `OTEL_*` variables: from /proc at start,
+//!   then from the kernel's exec and fork records.
 //! - `privileges`: the capability check before, and the drop after.
 //! - `pump`: the loop: ring buffer → batches → the raw producer
 //!   (`ringtail_ipc::Producer`), plus heartbeats.
@@ -100,6 +101,12 @@ async fn run(p: Process) -> anyhow::Result<()> {
         }
         tracing::info!(processes = pids.len(), ports = ?settings.discovery.open_ports, "selection seeded");
     }
+    // Names of the processes already running, while /proc/PID/{exe,environ}
+    // of every user are still readable; later ones come from the kernel's
+    // exec and fork records (the hooks are attached: none falls in between).
+    let mut procs = procinfo::ProcTable::new(std::path::Path::new("/proc"), settings.probe.read_process_env, Some(&p.registry));
+    let named = procs.scan();
+    tracing::info!(processes = named, read_env = settings.probe.read_process_env, "process names read");
     let dir = &settings.pipeline.runtime_dir;
     // Never through a symlink, never someone else's directory.
     runtime_kit::dirs::ensure(dir, 0, 0, 0o755)?;
@@ -124,14 +131,15 @@ async fn run(p: Process) -> anyhow::Result<()> {
     // 2. Drop what is no longer needed. The actors' group stays, as the only
     //    way into their directory for the acks they publish.
     privileges::join_group(actors.gid)?;
-    privileges::drop_all(settings.probe.read_process_env)?;
+    privileges::drop_all()?;
     tracing::info!(event = "dropped_privileges", kept = %privileges::effective(), "privileges dropped");
 
     // 3. Work.
     p.serve_profiles().await?;
     p.ready();
-    let (mut ring, progress) =
-        pump::Pump::new(probes, publisher.clone(), settings, p.registry.clone()).run(rings, p.shutdown.clone()).await?;
+    let (mut ring, progress) = pump::Pump::new(probes, rings.execs, procs, publisher.clone(), settings, p.registry.clone())
+        .run(rings.events, p.shutdown.clone())
+        .await?;
     let _ = publisher.close(LINGER).await;
     publisher_task.join(2 * LINGER).await;
     // What the span-actor received is released; the rest stays in the

@@ -63,10 +63,11 @@ pub fn stamp(probe: &ProbeSettings, discovery: &DiscoverySettings, wakeup_len: u
     // The whole selection, not only what is baked in: a reopened set keeps
     // the processes its maps selected, which other settings must not inherit.
     let baked = format!(
-        "backend={} wakeup_len={wakeup_len} ring_mb={} conns={} discovery={discovery:?}",
+        "backend={} wakeup_len={wakeup_len} ring_mb={} conns={} read_env={} discovery={discovery:?}",
         probe.backend.name(),
         probe.ring_buffer_mb,
-        probe.max_connections
+        probe.max_connections,
+        probe.read_process_env
     );
     h = fnv1a(h, baked.as_bytes());
     format!("{h:016x}")
@@ -167,6 +168,8 @@ mod tests {
         assert_ne!(a, stamp(&probe, &discovery, 256), "wakeup_len is baked in");
         let bigger = ProbeSettings { ring_buffer_mb: 8, ..ProbeSettings::default() };
         assert_ne!(a, stamp(&bigger, &discovery, 512), "the ring's size is baked in");
+        let no_env = ProbeSettings { read_process_env: false, ..ProbeSettings::default() };
+        assert_ne!(a, stamp(&no_env, &discovery, 512), "reading environments at exec is baked in");
         let kept =
             ProbeSettings { keep_pins_on_stop: true, flush_interval: std::time::Duration::from_millis(7), ..ProbeSettings::default() };
         assert_eq!(a, stamp(&kept, &discovery, 512), "user-space settings are not");

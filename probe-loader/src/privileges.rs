@@ -1,20 +1,30 @@
-//! Capabilities: checked before the privileged work, dropped after it.
+//! Capabilities: checked before the privileged work, all dropped after it.
 //!
-//! | capability          | needed for                                        | kept after attach |
-//! |---------------------|---------------------------------------------------|-------------------|
-//! | CAP_BPF             | creating maps, loading programs                   | no                |
-//! | CAP_PERFMON         | tracing programs, reading kernel memory           | no                |
-//! | CAP_SYS_ADMIN       | older kernels' BPF checks (alternative to the two)| no                |
-//! | CAP_SYS_PTRACE      | `/proc/PID/{exe,environ,fd}` of other users' processes (ptrace access check) | with `probe.read_process_env` |
-//! | CAP_DAC_READ_SEARCH | the same files' modes (0400/0500, owned by that user) | with `probe.read_process_env` |
-//! | CAP_SETGID          | joining the actors' group                         | no                |
-//! | CAP_SETPCAP         | dropping the bounding set                         | no                |
+//! | capability          | needed for                                        | kept after start |
+//! |---------------------|---------------------------------------------------|------------------|
+//! | CAP_BPF             | creating maps, loading programs                   | no               |
+//! | CAP_PERFMON         | tracing programs, reading kernel memory           | no               |
+//! | CAP_SYS_ADMIN       | older kernels' BPF checks (alternative to the two)| no               |
+//! | CAP_SYS_PTRACE      | `/proc/PID/{exe,environ,fd}` of other users' processes (ptrace access check): the start scan | no |
+//! | CAP_DAC_READ_SEARCH | the same files' modes (0400/0500, owned by that user) | no           |
+//! | CAP_SETGID          | joining the actors' group                         | no               |
+//! | CAP_SETPCAP         | dropping the bounding set                         | no               |
 //!
-//! The loader keeps running as uid 0 (it owns its socket files and the
-//! runtime dir), with the actors' group as its only supplementary group (to
-//! reach the ack socket in their 0750 directory), but with no other
-//! capability; `no_new_privs` is set so
-//! nothing it could exec regains any.
+//! After start the loader holds no capability at all (effective, permitted,
+//! inheritable, ambient and bounding sets empty, `no_new_privs`): what it
+//! still does works on file descriptors it already has (the maps, the ring
+//! buffers, its sockets). Processes that start later are named from the
+//! kernel's exec and fork records (`procinfo`), not from `/proc`, so nothing
+//! it does needs CAP_SYS_PTRACE, which would let it open another process's
+//! `/proc/PID/mem` for writing.
+//!
+//! It stays uid 0: it owns its socket files and the runtime directory
+//! (root's, 0755: the actors must not replace what is in it), and reads the
+//! pinned programs' statistics from bpffs files that are root's and 0600.
+//! Without capabilities uid 0 is still the owner of root's files, which is
+//! why the unit confines it (`ProtectSystem=strict`, only `/run/ringtail`
+//! writable). Its supplementary group is the actors' group (to reach the
+//! ack socket in their 0750 directory).
 
 use caps::{CapSet, Capability, CapsHashSet};
 
@@ -56,7 +66,7 @@ fn names(set: &CapsHashSet) -> String {
 }
 
 /// Fails with a precise message unless we may load tracing programs (and,
-/// with `read_process_env`, read other users' /proc entries).
+/// with `read_process_env`, read other users' /proc entries at start).
 pub fn check(read_process_env: bool) -> Result<(), PrivilegeError> {
     let have = caps::read(None, CapSet::Effective).map_err(|source| PrivilegeError::Read { source })?;
     let bpf_ok =
@@ -64,10 +74,7 @@ pub fn check(read_process_env: bool) -> Result<(), PrivilegeError> {
     if !bpf_ok {
         return Err(PrivilegeError::Missing { missing: "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)".into(), have: names(&have) });
     }
-    // Kept caps must be in the bounding set too, or keeping them fails later.
-    let bounding = caps::read(None, CapSet::Bounding).map_err(|source| PrivilegeError::Read { source })?;
-    let keepable = |c: Capability| have.contains(&c) && bounding.contains(&c);
-    let proc_ok = keepable(Capability::CAP_SYS_PTRACE) && keepable(Capability::CAP_DAC_READ_SEARCH);
+    let proc_ok = have.contains(&Capability::CAP_SYS_PTRACE) && have.contains(&Capability::CAP_DAC_READ_SEARCH);
     if read_process_env && !proc_ok {
         return Err(PrivilegeError::Missing {
             missing: "CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH for probe.read_process_env = true (set it to false to run without)".into(),
@@ -87,31 +94,25 @@ pub fn join_group(gid: u32) -> Result<(), PrivilegeError> {
     Ok(())
 }
 
-/// Drops every capability except, when `read_process_env`, the two that
-/// reading other users' `/proc/PID/{exe,environ}` needs, from all sets
-/// including the bounding set, and sets `no_new_privs`. Returns what is kept.
-pub fn drop_all(read_process_env: bool) -> Result<CapsHashSet, PrivilegeError> {
-    let mut keep = CapsHashSet::new();
-    if read_process_env {
-        keep.insert(Capability::CAP_SYS_PTRACE);
-        keep.insert(Capability::CAP_DAC_READ_SEARCH);
-    }
+/// Drops every capability from all sets, the bounding set included, and
+/// sets `no_new_privs`.
+pub fn drop_all() -> Result<(), PrivilegeError> {
     let err = |source| PrivilegeError::Drop { source };
     // The bounding set first: dropping from it needs CAP_SETPCAP, which
     // goes away with the effective set below.
     let bounding = caps::read(None, CapSet::Bounding).map_err(err)?;
-    for cap in bounding.difference(&keep) {
-        caps::drop(None, CapSet::Bounding, *cap).map_err(err)?;
+    for cap in bounding {
+        caps::drop(None, CapSet::Bounding, cap).map_err(err)?;
     }
     caps::clear(None, CapSet::Ambient).map_err(err)?;
     caps::clear(None, CapSet::Inheritable).map_err(err)?;
-    caps::set(None, CapSet::Effective, &keep).map_err(err)?;
-    caps::set(None, CapSet::Permitted, &keep).map_err(err)?;
+    caps::clear(None, CapSet::Effective).map_err(err)?;
+    caps::clear(None, CapSet::Permitted).map_err(err)?;
     // SAFETY: prctl(PR_SET_NO_NEW_PRIVS) takes integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(PrivilegeError::NoNewPrivs { source: std::io::Error::last_os_error() });
     }
-    Ok(keep)
+    Ok(())
 }
 
 /// The effective capabilities, for logs.

@@ -244,6 +244,7 @@ impl Probes {
         let select_all = u8::from(discovery.selects_all());
         let watch_exec = u8::from(!discovery.exe_names.is_empty());
         let select_ports = u8::from(!discovery.open_ports.is_empty());
+        let read_env = u8::from(probe.read_process_env);
         let ring_bytes = probe.ring_buffer_mb << 20;
         let mut ebpf = EbpfLoader::new()
             .btf(Some(btf))
@@ -254,6 +255,7 @@ impl Probes {
             .override_global("select_all", &select_all, true)
             .override_global("watch_exec", &watch_exec, true)
             .override_global("select_ports", &select_ports, true)
+            .override_global("read_env", &read_env, true)
             .map_max_entries("events", ring_bytes)
             // the syscall backend's connection table (bpf/conn.h)
             .map_max_entries("conn_table", probe.max_connections)

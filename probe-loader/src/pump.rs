@@ -12,6 +12,7 @@
 //! restarted loader finds them.
 
 use std::collections::HashSet;
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use aya::maps::{MapData, RingBuf};
@@ -26,9 +27,9 @@ use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::discovery::Discovery;
-use crate::kernel::{ExecEvent, HttpEvent, KernelCounter, COUNTERS};
-use crate::probes::{Probes, Rings, Selected};
-use crate::procinfo::ProcCache;
+use crate::kernel::{HttpEvent, KernelCounter, ProcRecord, COUNTERS};
+use crate::probes::{Probes, Selected};
+use crate::procinfo::ProcTable;
 use crate::ring::WalRing;
 
 /// Why the loop stopped.
@@ -58,8 +59,9 @@ pub fn mono_to_unix_ns() -> i64 {
 
 /// Registers a ring buffer with the runtime's poller.
 fn watch<R: std::os::fd::AsRawFd>(ring: R) -> Result<AsyncFd<R>, PumpError> {
-    // SAFETY: the fd belongs to the RingBuf, which the AsyncFd owns from
-    // here on, so it stays open and unchanged for the AsyncFd's whole life.
+    // SAFETY: the fd belongs to a ring buffer that outlives the AsyncFd:
+    // the AsyncFd owns it (events), or the Pump does (execs, watched by its
+    // number from `Pump::run`, which drops the AsyncFd before the Pump).
     unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }.map_err(|e| PumpError::Poll { source: e.into() })
 }
 
@@ -80,7 +82,11 @@ pub struct Pump {
     /// The mark of the last batch published.
     published_mark: u64,
     discovery: Discovery,
-    procs: ProcCache,
+    /// Process names: the start scan's, then the kernel's exec and fork records.
+    procs: ProcTable,
+    /// The `execs` ring (exec and fork records), read before every batch is
+    /// named so that a process's records come before its requests.
+    execs: RingBuf<MapData>,
     registry: Registry,
     batch: Batch,
     batch_length: usize,
@@ -100,7 +106,14 @@ pub struct Pump {
 
 impl Pump {
     /// Sets up the loop.
-    pub fn new(probes: Probes, publisher: Producer<()>, settings: &Settings, registry: Registry) -> Pump {
+    pub fn new(
+        probes: Probes,
+        execs: RingBuf<MapData>,
+        procs: ProcTable,
+        publisher: Producer<()>,
+        settings: &Settings,
+        registry: Registry,
+    ) -> Pump {
         let kernel_drops = COUNTERS
             .iter()
             .map(|c| match c {
@@ -128,7 +141,8 @@ impl Pump {
             published_mark: 0,
             publisher,
             discovery: Discovery::new(&settings.discovery),
-            procs: ProcCache::new(std::path::Path::new("/proc"), settings.probe.read_process_env),
+            procs,
+            execs,
             batch: Batch { events: Vec::new(), procs: Vec::new(), seen: HashSet::new(), deadline: None, mark: 0 },
             batch_length: settings.pipeline.batch_length,
             batch_timeout: settings.pipeline.batch_timeout,
@@ -148,10 +162,10 @@ impl Pump {
     /// Runs until shutdown; then drains the ring and sends the last batch.
     /// Returns the request ring, for a last [`Pump::commit`] once the
     /// publisher has delivered what it could.
-    pub async fn run(mut self, rings: Rings, mut shutdown: Shutdown) -> Result<(WalRing, watch::Receiver<Progress>), PumpError> {
+    pub async fn run(mut self, events: WalRing, mut shutdown: Shutdown) -> Result<(WalRing, watch::Receiver<Progress>), PumpError> {
         let poll = |source| PumpError::Poll { source };
-        let mut events = watch(rings.events)?;
-        let mut execs = watch(rings.execs)?;
+        let mut events = watch(events)?;
+        let mut execs = watch(self.execs.as_raw_fd())?;
         let mut flush = tokio::time::interval(self.flush_interval);
         flush.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut heartbeat = tokio::time::interval(HEARTBEAT);
@@ -166,12 +180,12 @@ impl Pump {
                 }
                 guard = execs.readable_mut() => {
                     let mut guard = guard.map_err(poll)?;
-                    self.drain_execs(guard.get_inner_mut());
+                    self.drain_execs();
                     guard.clear_ready();
                 }
                 _ = flush.tick() => {
+                    self.drain_execs();
                     self.drain(events.get_mut()).await;
-                    self.drain_execs(execs.get_mut());
                 }
                 _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                     self.send_batch().await;
@@ -232,21 +246,34 @@ impl Pump {
         self.commit(ring);
     }
 
-    /// Selects newly exec'd processes whose executable matches.
-    fn drain_execs(&mut self, ring: &mut RingBuf<MapData>) {
-        while let Some(item) = ring.next() {
-            let Some(ev) = ExecEvent::parse(&item) else {
+    /// Learns new processes' names from exec and fork records, and selects
+    /// newly exec'd processes whose executable matches.
+    fn drain_execs(&mut self) {
+        while let Some(item) = self.execs.next() {
+            let Some(record) = ProcRecord::parse(&item) else {
                 self.malformed.add(1);
                 continue;
             };
-            let path = ev.path();
+            drop(item);
+            let ev = match record {
+                ProcRecord::Fork(ev) => {
+                    self.procs.fork(&ev);
+                    continue;
+                }
+                ProcRecord::Exec(ev) => ev,
+            };
+            self.procs.exec(&ev);
+            if !self.discovery.by_exe() {
+                continue;
+            }
+            let (pid, path) = (ev.h.tgid, ev.path());
             if self.discovery.exe_matches(&path) {
-                match self.probes.select_pid(ev.tgid, Selected::ByExe) {
-                    Ok(()) => tracing::info!(pid = ev.tgid, exe = %path, event = "selected", "tracing new process"),
-                    Err(error) => tracing::warn!(pid = ev.tgid, %error, "cannot select process"),
+                match self.probes.select_pid(pid, Selected::ByExe) {
+                    Ok(()) => tracing::info!(pid, exe = %path, event = "selected", "tracing new process"),
+                    Err(error) => tracing::warn!(pid, %error, "cannot select process"),
                 }
             } else {
-                self.probes.deselect_by_exe(ev.tgid);
+                self.probes.deselect_by_exe(pid);
             }
         }
     }
@@ -263,7 +290,9 @@ impl Pump {
             return;
         }
         let events = std::mem::take(&mut self.batch.events);
-        let processes = self.batch.procs.drain(..).map(|(pid, start, comm)| self.procs.get(pid, start, &comm).clone()).collect();
+        // Records of processes that started since the last read first.
+        self.drain_execs();
+        let processes = self.batch.procs.drain(..).map(|(pid, start, comm)| self.procs.get(pid, start, &comm)).collect();
         self.batch.seen.clear();
         let n = events.len() as u64;
         let batch = RawBatch { mono_to_unix_ns: mono_to_unix_ns(), events, processes, epoch: self.probes.epoch() };

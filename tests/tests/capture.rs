@@ -547,6 +547,70 @@ fn service_names_from_rules_and_the_process_environment(b: &str) {
     assert_eq!(service(by_exe).as_deref(), Some("rust_http_server"), "executable name");
 }
 
+/// A uid that is neither root, nor ringtail's, nor nobody.
+const STRANGER: &str = "54321";
+
+/// `python3 -m http.server PORT` as the stranger, with `OTEL_SERVICE_NAME`
+/// set; `fork`: the server is a forked child that never execs.
+fn stranger_python(name: &str, port: u16, service: &str, fork: bool) -> Proc {
+    let ids = [format!("--reuid={STRANGER}"), format!("--regid={STRANGER}"), "--clear-groups".into()];
+    let mut cmd = Command::new("setpriv");
+    cmd.args(ids).arg("env").arg(format!("OTEL_SERVICE_NAME={service}")).arg("python3");
+    if fork {
+        let script = "import http.server, os, sys\n\
+            srv = http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), http.server.SimpleHTTPRequestHandler)\n\
+            if os.fork() == 0:\n    srv.serve_forever()\nelse:\n    os.wait()\n";
+        cmd.args(["-c", script, &port.to_string()]);
+    } else {
+        cmd.args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1"]);
+    }
+    let p = Proc::spawn(
+        name,
+        cmd.current_dir("/").env_remove("OTEL_SERVICE_NAME").stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()),
+    );
+    assert!(wait_port(port, Duration::from_secs(15)), "{name} did not listen on {port}");
+    p
+}
+
+/// The long-lived loader holds no capability that can touch another
+/// process's memory, and still names other users' processes by their
+/// `OTEL_SERVICE_NAME`: those running at its start (read from /proc while
+/// privileged), those started after (from the kernel at exec), and a child
+/// forked by one of those (inherited at fork).
+fn loader_without_ptrace_names_processes_started_before_and_after(b: &str) {
+    if !can_trace() {
+        return;
+    }
+    let (early, late, forked) = (free_port(), free_port(), free_port());
+    let _early = stranger_python("early server", early, "early-svc", false);
+    let rt = start(
+        b,
+        &format!("[probe]\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{early}, {late}, {forked}]\n"),
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", rt.pid("probe-loader").expect("loader pid"))).expect("loader status");
+    let caps = |f: &str| {
+        let v = status.lines().find_map(|l| l.strip_prefix(f)).unwrap_or_else(|| panic!("{f} missing:\n{status}"));
+        u64::from_str_radix(v.trim(), 16).expect("hex capabilities")
+    };
+    const CAP_SYS_PTRACE: u64 = 1 << 19;
+    const CAP_DAC_READ_SEARCH: u64 = 1 << 2;
+    for set in ["CapEff:", "CapPrm:", "CapBnd:", "CapAmb:"] {
+        let v = caps(set);
+        assert_eq!(v & (CAP_SYS_PTRACE | CAP_DAC_READ_SEARCH), 0, "the loader keeps CAP_SYS_PTRACE or CAP_DAC_READ_SEARCH in {set} {v:x}");
+        assert_eq!(v, 0, "the loader keeps capabilities in {set} {v:x} (the README says none)");
+    }
+    let _late = stranger_python("late server", late, "late-svc", false);
+    let _forked = stranger_python("forked server", forked, "forked-svc", true);
+    for p in [early, late, forked] {
+        http_get(p, &format!("/svc-{p}"), &[]).unwrap_or_else(|e| panic!("GET on {p}: {e}"));
+    }
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.len() >= 3);
+    let service = |p: u16| spans.iter().find(|s| s.path == format!("/svc-{p}")).map(|s| s.service.clone());
+    assert_eq!(service(early).as_deref(), Some("early-svc"), "a process running before ringtail (the start scan): {spans:?}");
+    assert_eq!(service(late).as_deref(), Some("late-svc"), "a process started after the loader dropped its capabilities (exec): {spans:?}");
+    assert_eq!(service(forked).as_deref(), Some("forked-svc"), "a forked child of a process started after (fork): {spans:?}");
+}
+
 /// The syscall backend keeps connection state in a table of
 /// `probe.max_connections`: connections beyond it are not traced, and each
 /// request on one is counted (never a silent loss), and the table empties
@@ -604,6 +668,7 @@ macro_rules! on_both_backends {
 }
 
 on_both_backends!(
+    loader_without_ptrace_names_processes_started_before_and_after,
     python_http_server_http10_http11_keepalive_head_and_statuses,
     every_syscall_pair_is_captured,
     nginx_keepalive_sendfile_statuses_and_pipelining,
