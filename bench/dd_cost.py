@@ -23,22 +23,15 @@ import sys
 import tempfile
 import time
 
+from loader_proc import loader_pid, programs, wait_logged
+
 COUNT = 200_000
 
 
 def bpf_ns(pid):
     """Sum of run_time_ns and run_cnt over the eBPF programs `pid` holds."""
-    ns = cnt = 0
-    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
-        try:
-            text = open(f"/proc/{pid}/fdinfo/{fd}").read()
-        except OSError:
-            continue
-        kv = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-        if "run_time_ns" in kv:
-            ns += int(kv["run_time_ns"])
-            cnt += int(kv["run_cnt"])
-    return ns, cnt
+    stats = programs(pid).values()
+    return sum(ns for ns, _ in stats), sum(cnt for _, cnt in stats)
 
 
 def dd(target):
@@ -46,29 +39,6 @@ def dd(target):
     subprocess.run(["dd", "if=/dev/zero", f"of={target}", "bs=512", f"count={COUNT}"], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     return time.perf_counter() - t
-
-
-def loader_pid(work):
-    for _ in range(200):
-        for p in os.listdir("/proc"):
-            if p.isdigit():
-                try:
-                    if open(f"/proc/{p}/comm").read().strip() == "ringtail-probe-":
-                        cfg = open(f"/proc/{p}/cmdline").read()
-                        if work in cfg:
-                            return int(p)
-                except OSError:
-                    pass
-        time.sleep(0.1)
-    raise SystemExit("no probe-loader")
-
-
-def ready(log):
-    for _ in range(300):
-        if os.path.exists(log) and 'event="attached"' in open(log).read():
-            return
-        time.sleep(0.1)
-    raise SystemExit(f"ringtail did not attach: {open(log).read()[-2000:]}")
 
 
 def main():
@@ -96,7 +66,7 @@ def main():
                     log = os.path.join(work, f"{variant}-{run}.log")
                     proc = subprocess.Popen([os.path.join(a.bin_dir, "ringtail"), "--config", cfg],
                                             stdout=subprocess.DEVNULL, stderr=open(log, "w"))
-                    ready(log)
+                    wait_logged(log, "attached")
                     pid = loader_pid(work)
                     time.sleep(0.5)
                     before = bpf_ns(pid)

@@ -17,7 +17,6 @@ processes named without a record (Prometheus, `export.prometheus`).
 """
 
 import argparse
-import json
 import os
 import socket
 import urllib.request
@@ -27,43 +26,7 @@ import sys
 import tempfile
 import time
 
-
-def prog_stats(pid):
-    """{name: (run_time_ns, run_cnt)} of the eBPF programs `pid` holds."""
-    out = {}
-    for fd in os.listdir(f"/proc/{pid}/fdinfo"):
-        try:
-            text = open(f"/proc/{pid}/fdinfo/{fd}").read()
-        except OSError:
-            continue
-        kv = dict((k.strip(), v.strip()) for k, v in (line.split(":", 1) for line in text.splitlines() if ":" in line))
-        if "run_time_ns" not in kv or "prog_id" not in kv:
-            continue
-        info = json.loads(subprocess.run(["bpftool", "-j", "prog", "show", "id", kv["prog_id"]],
-                                         check=True, capture_output=True, text=True).stdout)
-        out[info.get("name", kv["prog_id"])] = (int(kv["run_time_ns"]), int(kv["run_cnt"]))
-    return out
-
-
-def loader_pid(work):
-    for _ in range(300):
-        for p in os.listdir("/proc"):
-            if p.isdigit():
-                try:
-                    if open(f"/proc/{p}/comm").read().strip() == "ringtail-probe-" and work in open(f"/proc/{p}/cmdline").read():
-                        return int(p)
-                except OSError:
-                    pass
-        time.sleep(0.1)
-    raise SystemExit("no probe-loader")
-
-
-def ready(log):
-    for _ in range(600):
-        if os.path.exists(log) and 'event="dropped_privileges"' in open(log).read():
-            return
-        time.sleep(0.1)
-    raise SystemExit(f"ringtail did not start: {open(log).read()[-2000:]}")
+from loader_proc import loader_pid, programs, wait_logged
 
 
 def free_port():
@@ -114,13 +77,13 @@ def main():
             proc = subprocess.Popen([os.path.join(a.bin_dir, "ringtail"), "--config", cfg],
                                     stdout=subprocess.DEVNULL, stderr=open(log, "w"))
             try:
-                ready(log)
+                wait_logged(log, "dropped_privileges")
                 pid = loader_pid(work)
                 for name, env in (("as is", plain), ("16 KiB", padded)):
                     size = sum(len(k) + len(v) + 2 for k, v in env.items())
-                    before = prog_stats(pid)
+                    before = programs(pid, names=True)
                     wall = execs(a.execs, env)
-                    after = prog_stats(pid)
+                    after = programs(pid, names=True)
                     per = {}
                     for prog in ("process_exec", "process_fork"):
                         dns = after[prog][0] - before[prog][0]

@@ -8,6 +8,9 @@
 //! The stranger is this test binary started again with `Command::uid`
 //! ([`stranger_role`]); the tests need root and skip loudly without it.
 //!
+//! The actors' own user, which passes that filter, can neither crash nor
+//! swell any socket with huge, garbled or endless frames.
+//!
 //! Also: ringtail refuses to run the actors as a user another process runs
 //! as (a real `sleep` of a throwaway uid) unless `actors.allow_shared_user`,
 //! and the exporter's OTLP headers reach a real receiver without ever being
@@ -134,6 +137,177 @@ fn stranger_role() {
         Err(e) => panic!("{path}: not closed within 20 s: {e}"),
     }
     assert!(got.is_empty(), "{path} sent {} bytes to a stranger", got.len());
+}
+
+const WAIT: Duration = Duration::from_secs(30);
+const SETTLE: Duration = Duration::from_millis(1500);
+/// Resident memory no ringtail process may reach after the hostile peers.
+const MAX_RSS_KB: u64 = 256 * 1024;
+const PEER_PATH: &str = "RINGTAIL_SECURITY_PEER_PATH";
+
+/// The actors' user's uid and gid (`ringtail`, made by the harness).
+fn actors_ids() -> (u32, u32) {
+    // SAFETY: getpwnam returns static storage or null; read at once.
+    let pw = unsafe { libc::getpwnam(c"ringtail".as_ptr()) };
+    assert!(!pw.is_null(), "the harness makes the actors' user ringtail");
+    // SAFETY: non-null, as checked.
+    unsafe { ((*pw).pw_uid, (*pw).pw_gid) }
+}
+
+fn rss_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).expect("VmRSS")
+}
+
+/// The socket files ringtail bound under `run` and `run/actors`.
+fn socket_files(run: &Path) -> Vec<PathBuf> {
+    let mut sockets = Vec::new();
+    for dir in [run.to_owned(), run.join("actors")] {
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.expect("entry").path();
+            if std::fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_socket()) {
+                sockets.push(path);
+            }
+        }
+    }
+    sockets
+}
+
+/// The actors' user passes every socket's credential check, so only the
+/// wire limits stand between it and ringtail: against every socket ringtail
+/// binds it declares a 2^60-byte frame, sends garbage after a valid
+/// handshake, and streams an endless message. Each time ringtail closes the
+/// connection; afterwards every process has its pid, bounded memory, the
+/// peer is counted, and requests still become spans.
+#[test]
+fn the_actors_user_can_neither_crash_nor_swell_a_socket() {
+    if euid() != 0 || !can_trace() {
+        skip("needs root: ringtail's loader, and a peer as the actors' user");
+        return;
+    }
+    let web = TempDir::new("security-web");
+    std::fs::write(web.join("index.html"), "ok\n").expect("index.html");
+    let port = free_port();
+    let _server = python_http_server(port, &web.0);
+    let prom = free_port();
+    let ringtail = Ringtail::start(&format!(
+        "[probe]\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n\
+         [discovery]\nopen_ports = [{port}]\n"
+    ));
+    let names = ["probe-loader", "span-actor", "exporter-actor"];
+    let pids: Vec<u32> = names.iter().map(|c| ringtail.pid(c).unwrap_or_else(|| panic!("{c} pid"))).collect();
+    let sockets = socket_files(&ringtail.dir.join("run"));
+    assert_eq!(sockets.len(), 4, "raw, raw-ack, spans and span-ack sockets: {sockets:?}");
+
+    let (uid, gid) = actors_ids();
+    for path in &sockets {
+        let status = Command::new(std::env::current_exe().expect("this test binary"))
+            .args(["--exact", "hostile_peer_role", "--nocapture", "--test-threads=1"])
+            .env(PEER_PATH, path)
+            .uid(uid)
+            .gid(gid)
+            .status()
+            .expect("start the hostile peer");
+        assert!(status.success(), "the hostile peer against {} failed: {status}", path.display());
+    }
+
+    // Counted: the 2^60 frame and the endless message, per socket.
+    for path in &sockets {
+        let label = path.file_name().and_then(|n| n.to_str()).expect("socket name");
+        let labels = [("socket", label), ("reason", "message_too_large")];
+        let counted = wait_until(WAIT, || metric_value(prom, "ringtail_ipc_refused_peers_total", &labels).filter(|v| *v >= 2.0));
+        assert!(
+            counted.is_some(),
+            "{label}: peers cut for message size not counted: {:?}",
+            metric_value(prom, "ringtail_ipc_refused_peers_total", &labels)
+        );
+    }
+    // Still the same processes, memory bounded, and still tracing.
+    let after: Vec<u32> = names.iter().map(|c| ringtail.pid(c).unwrap_or(0)).collect();
+    assert_eq!(after, pids, "a component restarted:\n{}", ringtail.log());
+    for (name, pid) in names.iter().zip(&pids) {
+        let rss = rss_kb(*pid);
+        eprintln!("{name}: VmRSS {rss} kB");
+        assert!(rss < MAX_RSS_KB, "{name} resident {rss} kB after the hostile peers");
+    }
+    http_get(port, "/after-the-peers", &[]).expect("GET after the peers");
+    let spans = ringtail.spans_when(WAIT, SETTLE, |s| s.iter().any(|s| s.path == "/after-the-peers"));
+    assert_eq!(spans.iter().filter(|s| s.path == "/after-the-peers").count(), 1, "{spans:?}");
+}
+
+/// xorshift64: reproducible garbage.
+fn garbage(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()[0]
+        })
+        .collect()
+}
+
+/// A ZMTP 3.0 greeting (NULL mechanism, as client) and a READY as a SUB.
+fn zmtp_handshake() -> Vec<u8> {
+    let mut bytes = vec![0u8; 64];
+    bytes[0] = 0xff;
+    bytes[9] = 0x7f;
+    bytes[10] = 3;
+    bytes[12..16].copy_from_slice(b"NULL");
+    let mut ready = vec![5];
+    ready.extend_from_slice(b"READY");
+    ready.push(11);
+    ready.extend_from_slice(b"Socket-Type");
+    ready.extend_from_slice(&3u32.to_be_bytes());
+    ready.extend_from_slice(b"SUB");
+    bytes.extend_from_slice(&[0x04, u8::try_from(ready.len()).expect("a short command")]);
+    bytes.extend_from_slice(&ready);
+    bytes
+}
+
+/// Writes `chunks` to `path` until they end or a write fails, then reads
+/// until the peer closes: true if it closed within 20 s.
+fn closed_after(path: &str, chunks: impl Iterator<Item = Vec<u8>>) -> bool {
+    let mut stream = UnixStream::connect(path).expect("the actors' user reaches the socket file");
+    stream.set_write_timeout(Some(Duration::from_secs(20))).expect("write timeout");
+    stream.set_read_timeout(Some(Duration::from_secs(20))).expect("read timeout");
+    for chunk in chunks {
+        if stream.write_all(&chunk).is_err() {
+            break;
+        }
+    }
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::ConnectionReset => return true,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return false,
+        }
+    }
+}
+
+/// Not a test by itself: what this binary does when started as the actors'
+/// user against one socket (a no-op otherwise).
+#[test]
+fn hostile_peer_role() {
+    let Ok(path) = std::env::var(PEER_PATH) else {
+        return;
+    };
+    assert_eq!(euid(), actors_ids().0, "the hostile peer runs as the actors' user");
+    let mut huge = zmtp_handshake();
+    huge.push(0x02);
+    huge.extend_from_slice(&(1u64 << 60).to_be_bytes());
+    assert!(closed_after(&path, std::iter::once(huge)), "{path}: a frame declaring 2^60 bytes was not refused");
+    let garbled = std::iter::once(zmtp_handshake()).chain((1..17).map(|seed| garbage(seed, 64 * 1024)));
+    assert!(closed_after(&path, garbled), "{path}: garbage after a handshake was not refused");
+    // An endless message: 1-byte parts with MORE, 3 bytes each on the wire,
+    // written for as long as the socket takes them (at most 64 MiB).
+    let parts = [0x01, 0x01, b'A'].repeat(64 * 1024);
+    let endless = std::iter::once(zmtp_handshake()).chain(std::iter::repeat_n(parts, 341));
+    assert!(closed_after(&path, endless), "{path}: an endless message was not cut");
 }
 
 #[test]
