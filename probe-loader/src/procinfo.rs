@@ -312,9 +312,16 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id();
-        // Until exec has happened /proc shows the parent's image.
+        // Until exec has happened /proc shows the parent's image; exec sets
+        // the new exe before the new environment's place in memory, which
+        // reads as empty meanwhile.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-        while std::fs::read_link(format!("/proc/{pid}/exe")).map(|l| !l.ends_with("sleep")).unwrap_or(true) {
+        let execd = || {
+            let exe = std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|l| l.ends_with("sleep"));
+            let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+            exe && env.windows(18).any(|w| w == b"OTEL_SERVICE_NAME=")
+        };
+        while !execd() {
             assert!(std::time::Instant::now() < deadline, "sleep never exec'd");
             std::thread::sleep(std::time::Duration::from_millis(5));
         }

@@ -65,6 +65,14 @@ fn watch<R: std::os::fd::AsRawFd>(ring: R) -> Result<AsyncFd<R>, PumpError> {
     unsafe { AsyncFd::register_with_interest(ring, Interest::READABLE) }.map_err(|e| PumpError::Poll { source: e.into() })
 }
 
+/// Batches' worth of ring records one turn of the loop reads at most: a
+/// ring that never empties (a flood) must not starve the loop's other work
+/// (acks that release ring space, heartbeats, the flush timer).
+const DRAIN_BATCHES: usize = 4;
+/// Turns of reading at shutdown: 16 × 4 × 512 = 32,768 records with the
+/// default batch length, a 20 MiB ring of 648-byte events.
+const SHUTDOWN_TURNS: usize = 16;
+
 struct Batch {
     events: Vec<RawEvent>,
     procs: Vec<(u32, u64, String)>,
@@ -93,6 +101,8 @@ pub struct Pump {
     batch_timeout: Duration,
     flush_interval: Duration,
     read: Counter,
+    /// Turns of the loop that left records in the ring for the next one.
+    drain_cut: Counter,
     /// Times the write-ahead position moved past unreceived batches (see
     /// [`commit`]).
     valve: Counter,
@@ -148,6 +158,7 @@ impl Pump {
             batch_timeout: settings.pipeline.batch_timeout,
             flush_interval: settings.probe.flush_interval,
             read: registry.counter("ringtail_events_read_total", &[]),
+            drain_cut: registry.counter("ringtail_ring_drain_cut_total", &[]),
             valve: registry.counter("ringtail_ring_released_unreceived_total", &[]),
             malformed: registry.drops("ringtail_dropped_events_total", "malformed_record"),
             publish_failed: registry.drops("ringtail_dropped_events_total", "publish_failed"),
@@ -175,8 +186,10 @@ impl Pump {
             tokio::select! {
                 guard = events.readable_mut() => {
                     let mut guard = guard.map_err(poll)?;
-                    self.drain(guard.get_inner_mut()).await;
-                    guard.clear_ready();
+                    // Cut short, the ring stays ready: the next turn goes on.
+                    if self.drain(guard.get_inner_mut()).await {
+                        guard.clear_ready();
+                    }
                 }
                 guard = execs.readable_mut() => {
                     let mut guard = guard.map_err(poll)?;
@@ -185,6 +198,7 @@ impl Pump {
                 }
                 _ = flush.tick() => {
                     self.drain_execs();
+                    // Cut short, the rest waits for the next wake-up or tick.
                     self.drain(events.get_mut()).await;
                 }
                 _ = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
@@ -199,7 +213,14 @@ impl Pump {
                 _ = shutdown.fired() => break,
             }
         }
-        self.drain(events.get_mut()).await;
+        // What a full ring holds (4 MiB of 648-byte records by default),
+        // not what a flood goes on writing meanwhile: that stays in the
+        // pinned ring for the next loader.
+        for _ in 0..SHUTDOWN_TURNS {
+            if self.drain(events.get_mut()).await {
+                break;
+            }
+        }
         self.send_batch().await;
         self.heartbeat().await;
         Ok((events.into_inner(), self.progress))
@@ -214,11 +235,18 @@ impl Pump {
         }
     }
 
-    /// Reads every event in the ring.
-    async fn drain(&mut self, ring: &mut WalRing) {
-        loop {
+    /// Reads the events in the ring, at most [`DRAIN_BATCHES`] batches'
+    /// worth of records; true if the ring was emptied.
+    async fn drain(&mut self, ring: &mut WalRing) -> bool {
+        let mut budget = self.batch_length.saturating_mul(DRAIN_BATCHES);
+        let emptied = loop {
+            if budget == 0 {
+                self.drain_cut.inc();
+                break false;
+            }
+            budget -= 1;
             let raw = {
-                let Some(item) = ring.next() else { break };
+                let Some(item) = ring.next() else { break true };
                 let Some(ev) = HttpEvent::parse(item) else {
                     self.malformed.add(1);
                     continue;
@@ -241,9 +269,10 @@ impl Pump {
             if self.batch.events.len() >= self.batch_length {
                 self.send_batch_at(ring.read_pos()).await;
             }
-        }
+        };
         self.batch.mark = ring.read_pos();
         self.commit(ring);
+        emptied
     }
 
     /// Learns new processes' names from exec and fork records, and selects
