@@ -27,6 +27,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use ringtail_tests::*;
+use zeromq_hostile_peers::{garbage, zmtp};
 
 /// A uid that is neither root, nor ringtail's, nor nobody.
 const STRANGER: u32 = 54321;
@@ -47,17 +48,23 @@ fn uids(pid: u32) -> Vec<u32> {
     line.split_whitespace().skip(1).map(|v| v.parse().unwrap()).collect()
 }
 
+/// Runs this binary's test `role` as `uid`:`gid`, with `var` naming
+/// `path`; true if the role's assertions held.
+fn role_succeeds(role: &str, var: &str, path: &Path, (uid, gid): (u32, u32)) -> bool {
+    let status = Command::new(std::env::current_exe().expect("this test binary"))
+        .args(["--exact", role, "--nocapture", "--test-threads=1"])
+        .env(var, path)
+        .uid(uid)
+        .gid(gid)
+        .status()
+        .unwrap_or_else(|e| panic!("start {role} as {uid}: {e}"));
+    status.success()
+}
+
 /// Starts this binary as the stranger against `path`; true if the socket
 /// closed the connection without sending a byte.
 fn stranger_is_refused(path: &Path) -> bool {
-    let status = Command::new(std::env::current_exe().expect("this test binary"))
-        .args(["--exact", "stranger_role", "--nocapture", "--test-threads=1"])
-        .env(ROLE_PATH, path)
-        .uid(STRANGER)
-        .gid(STRANGER)
-        .status()
-        .expect("start the stranger");
-    status.success()
+    role_succeeds("stranger_role", ROLE_PATH, path, (STRANGER, STRANGER))
 }
 
 fn loosen(path: &Path, mode: u32) {
@@ -121,14 +128,9 @@ fn stranger_role() {
     };
     assert_eq!(euid(), STRANGER);
     let mut stream = UnixStream::connect(&path).expect("the stranger reaches the socket file");
-    let mut hello = vec![0u8; 64];
-    hello[0] = 0xff;
-    hello[9] = 0x7f;
-    hello[10] = 3;
-    hello[12..16].copy_from_slice(b"NULL");
     // The server may already have closed: a failed write is fine.
-    let _ = stream.write_all(&hello);
-    let _ = stream.write_all(&[0x00, 0x01, 0x01]);
+    let _ = stream.write_all(&zmtp::greeting());
+    let _ = stream.write_all(&zmtp::subscribe(b""));
     stream.set_read_timeout(Some(Duration::from_secs(20))).expect("read timeout");
     let mut got = Vec::new();
     match stream.read_to_end(&mut got) {
@@ -199,16 +201,8 @@ fn the_actors_user_can_neither_crash_nor_swell_a_socket() {
     let sockets = socket_files(&ringtail.dir.join("run"));
     assert_eq!(sockets.len(), 4, "raw, raw-ack, spans and span-ack sockets: {sockets:?}");
 
-    let (uid, gid) = actors_ids();
     for path in &sockets {
-        let status = Command::new(std::env::current_exe().expect("this test binary"))
-            .args(["--exact", "hostile_peer_role", "--nocapture", "--test-threads=1"])
-            .env(PEER_PATH, path)
-            .uid(uid)
-            .gid(gid)
-            .status()
-            .expect("start the hostile peer");
-        assert!(status.success(), "the hostile peer against {} failed: {status}", path.display());
+        assert!(role_succeeds("hostile_peer_role", PEER_PATH, path, actors_ids()), "the hostile peer against {} failed", path.display());
     }
 
     // Counted: the 2^60 frame and the endless message, per socket.
@@ -235,34 +229,10 @@ fn the_actors_user_can_neither_crash_nor_swell_a_socket() {
     assert_eq!(spans.iter().filter(|s| s.path == "/after-the-peers").count(), 1, "{spans:?}");
 }
 
-/// xorshift64: reproducible garbage.
-fn garbage(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x.to_le_bytes()[0]
-        })
-        .collect()
-}
-
 /// A ZMTP 3.0 greeting (NULL mechanism, as client) and a READY as a SUB.
 fn zmtp_handshake() -> Vec<u8> {
-    let mut bytes = vec![0u8; 64];
-    bytes[0] = 0xff;
-    bytes[9] = 0x7f;
-    bytes[10] = 3;
-    bytes[12..16].copy_from_slice(b"NULL");
-    let mut ready = vec![5];
-    ready.extend_from_slice(b"READY");
-    ready.push(11);
-    ready.extend_from_slice(b"Socket-Type");
-    ready.extend_from_slice(&3u32.to_be_bytes());
-    ready.extend_from_slice(b"SUB");
-    bytes.extend_from_slice(&[0x04, u8::try_from(ready.len()).expect("a short command")]);
-    bytes.extend_from_slice(&ready);
+    let mut bytes = zmtp::greeting().to_vec();
+    bytes.extend_from_slice(&zmtp::ready("SUB"));
     bytes
 }
 
@@ -298,14 +268,13 @@ fn hostile_peer_role() {
     };
     assert_eq!(euid(), actors_ids().0, "the hostile peer runs as the actors' user");
     let mut huge = zmtp_handshake();
-    huge.push(0x02);
-    huge.extend_from_slice(&(1u64 << 60).to_be_bytes());
+    huge.extend_from_slice(&zmtp::long_header(false, 1 << 60));
     assert!(closed_after(&path, std::iter::once(huge)), "{path}: a frame declaring 2^60 bytes was not refused");
     let garbled = std::iter::once(zmtp_handshake()).chain((1..17).map(|seed| garbage(seed, 64 * 1024)));
     assert!(closed_after(&path, garbled), "{path}: garbage after a handshake was not refused");
     // An endless message: 1-byte parts with MORE, 3 bytes each on the wire,
     // written for as long as the socket takes them (at most 64 MiB).
-    let parts = [0x01, 0x01, b'A'].repeat(64 * 1024);
+    let parts = zmtp::frame(b"A", true).repeat(64 * 1024);
     let endless = std::iter::once(zmtp_handshake()).chain(std::iter::repeat_n(parts, 341));
     assert!(closed_after(&path, endless), "{path}: an endless message was not cut");
 }

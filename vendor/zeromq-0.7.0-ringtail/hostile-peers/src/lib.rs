@@ -8,6 +8,7 @@
 //!   lie (a frame declaring 2^60 bytes).
 //! - [`Recorder`]: a `SocketOptions::limit_hook` that counts every
 //!   [`LimitEvent`].
+//! - [`garbage`]: reproducible bytes that are no protocol at all.
 //! - [`rss_bytes`], [`wait_until`]: what the tests measure and how they wait
 //!   (for a condition, with a deadline).
 
@@ -114,6 +115,19 @@ impl Recorder {
     pub fn get(&self) -> Recorded {
         self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
+}
+
+/// `len` reproducible bytes of garbage (xorshift64 from `seed`).
+pub fn garbage(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x.to_le_bytes()[0]
+        })
+        .collect()
 }
 
 /// This process's resident memory, from `/proc/self/statm`.

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use zeromq::{PeerCred, PubSocket, Socket, SocketOptions, SocketRecv, SocketSend, SubSocket, ZmqError, ZmqMessage};
-use zeromq_hostile_peers::{rss_bytes, wait_until, zmtp, Recorder};
+use zeromq_hostile_peers::{garbage, rss_bytes, wait_until, zmtp, Recorder};
 
 /// The message limit the sockets under attack are given.
 const LIMIT: usize = 1 << 20;
@@ -198,19 +198,6 @@ async fn huge_declared_lengths_disconnect_without_allocating() {
         assert_rss_bounded(before, what);
     }
     assert_still_serves(&mut publisher, &path).await;
-}
-
-/// xorshift64: reproducible garbage.
-fn garbage(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
