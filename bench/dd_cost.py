@@ -67,7 +67,7 @@ def main():
                     proc = subprocess.Popen([os.path.join(a.bin_dir, "ringtail"), "--config", cfg],
                                             stdout=subprocess.DEVNULL, stderr=open(log, "w"))
                     wait_logged(log, "attached")
-                    pid = loader_pid(work)
+                    pid = loader_pid(log)
                     time.sleep(0.5)
                     before = bpf_ns(pid)
                 wall = dd(target)

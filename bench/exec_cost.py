@@ -78,7 +78,7 @@ def main():
                                     stdout=subprocess.DEVNULL, stderr=open(log, "w"))
             try:
                 wait_logged(log, "dropped_privileges")
-                pid = loader_pid(work)
+                pid = loader_pid(log)
                 for name, env in (("as is", plain), ("16 KiB", padded)):
                     size = sum(len(k) + len(v) + 2 for k, v in env.items())
                     before = programs(pid, names=True)

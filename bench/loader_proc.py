@@ -6,6 +6,7 @@ The statistics need `sysctl kernel.bpf_stats_enabled=1`."""
 
 import json
 import os
+import re
 import subprocess
 import time
 
@@ -32,19 +33,19 @@ def programs(pid, names=False):
     return out
 
 
-def loader_pid(work, seconds=30):
-    """The pid of the probe-loader whose command line names `work`."""
+def loader_pid(log, seconds=30):
+    """The pid of the probe-loader that the supervisor writing `log` started
+    last (its `event="started"` line; the loader's command line names no
+    file of ours: its configuration comes in a memfd)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        for p in os.listdir("/proc"):
-            if p.isdigit():
-                try:
-                    if open(f"/proc/{p}/comm").read().strip() == "ringtail-probe-" and work in open(f"/proc/{p}/cmdline").read():
-                        return int(p)
-                except OSError:
-                    pass
+        lines = [l for l in open(log).read().splitlines()
+                 if 'component="probe-loader"' in l and 'event="started"' in l] if os.path.exists(log) else []
+        m = re.search(r" pid=(\d+)", lines[-1]) if lines else None
+        if m and os.path.exists(f"/proc/{m.group(1)}"):
+            return int(m.group(1))
         time.sleep(0.1)
-    raise SystemExit("no probe-loader")
+    raise SystemExit(f"no probe-loader started in {log}")
 
 
 def wait_logged(log, event, seconds=60):
