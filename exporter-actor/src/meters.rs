@@ -564,7 +564,7 @@ impl Meters {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     fn res(name: &str) -> ServiceResource {

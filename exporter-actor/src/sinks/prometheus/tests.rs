@@ -1,6 +1,6 @@
 use std::collections::BTreeMap;
 
-use ipc_schema::{Component, HealthReport, HttpSpan, MetricPoint, ServiceResource, SpanBatch, SpanKind};
+use ipc_schema::{Component, HealthReport, HttpSpan, MetricPoint, ServiceResource, SpanBatch};
 use runtime_kit::counters::Registry;
 
 use super::exposition;
@@ -18,36 +18,9 @@ fn res() -> ServiceResource {
     }
 }
 
+/// A server span of `ms` milliseconds on route `/x`.
 fn span(ms: u64, status: u16) -> HttpSpan {
-    HttpSpan {
-        resource: 0,
-        kind: SpanKind::Server,
-        trace_id: 1,
-        span_id: 1,
-        parent_span_id: 0,
-        trace_flags: 1,
-        name: "GET /x".into(),
-        start_unix_ns: 0,
-        end_unix_ns: ms * 1_000_000,
-        method: "GET".into(),
-        method_original: None,
-        route: Some("/x".into()),
-        path: "/x/1".into(),
-        query: None,
-        scheme: "http".into(),
-        status,
-        error: status >= 500,
-        server_address: None,
-        server_port: 80,
-        client_address: "a".into(),
-        client_port: 1,
-        peer_address: "a".into(),
-        peer_port: 1,
-        protocol_version: "1.1".into(),
-        user_agent: None,
-        export_trace: true,
-        export_metrics: true,
-    }
+    crate::meters::tests::span("/x", ms, status)
 }
 
 #[test]
