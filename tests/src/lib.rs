@@ -680,6 +680,12 @@ pub fn metric_value(port: u16, name: &str, labels: &[(&str, &str)]) -> Option<f6
     present.then(|| metric(&text, name, labels))
 }
 
+/// Resident memory of process `pid` (`VmRSS`), in kB.
+pub fn resident_kb(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).expect("VmRSS")
+}
+
 /// Connection records alive in the kernel (socket-local storage), as the
 /// loader last reported them: the `ringtail_kernel_connections` gauge, +1
 /// when a record is created and -1 when one is deleted.

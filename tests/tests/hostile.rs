@@ -266,9 +266,7 @@ fn hostile_traffic_is_traced_or_counted_never_crashes_never_leaks() {
     // Memory bounded: after 20,000 distinct paths, 400 connections and
     // the rest, each process is far below what unbounded state would take.
     for (c, pid) in components.iter().zip(&now) {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", pid.expect("a pid"))).expect("proc status");
-        let rss_kb: u64 =
-            status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).expect("VmRSS");
+        let rss_kb = resident_kb(pid.expect("a pid"));
         eprintln!("{c}: VmRSS {rss_kb} kB");
         assert!(rss_kb < MAX_RSS_KB, "{c} resident {rss_kb} kB");
     }

@@ -95,15 +95,9 @@ fn actors_are_non_dumpable_and_strangers_are_closed_before_a_byte() {
     // Open the directories and files to everyone: only the peer filter is left.
     loosen(&run, 0o777);
     loosen(&actors, 0o777);
-    let mut sockets = Vec::new();
-    for dir in [&run, &actors] {
-        for entry in std::fs::read_dir(dir).expect("runtime dir") {
-            let path = entry.expect("entry").path();
-            if path.extension().is_some_and(|e| e == "sock") {
-                loosen(&path, 0o777);
-                sockets.push(path);
-            }
-        }
+    let sockets = socket_files(&run);
+    for path in &sockets {
+        loosen(path, 0o777);
     }
     assert!(sockets.len() >= 4, "raw, raw-ack, spans and span-ack sockets: {sockets:?}");
     for path in &sockets {
@@ -154,11 +148,6 @@ fn actors_ids() -> (u32, u32) {
     assert!(!pw.is_null(), "the harness makes the actors' user ringtail");
     // SAFETY: non-null, as checked.
     unsafe { ((*pw).pw_uid, (*pw).pw_gid) }
-}
-
-fn rss_kb(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
-    status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()?.parse().ok()).expect("VmRSS")
 }
 
 /// The socket files ringtail bound under `run` and `run/actors`.
@@ -220,7 +209,7 @@ fn the_actors_user_can_neither_crash_nor_swell_a_socket() {
     let after: Vec<u32> = names.iter().map(|c| ringtail.pid(c).unwrap_or(0)).collect();
     assert_eq!(after, pids, "a component restarted:\n{}", ringtail.log());
     for (name, pid) in names.iter().zip(&pids) {
-        let rss = rss_kb(*pid);
+        let rss = resident_kb(*pid);
         eprintln!("{name}: VmRSS {rss} kB");
         assert!(rss < MAX_RSS_KB, "{name} resident {rss} kB after the hostile peers");
     }
