@@ -175,10 +175,7 @@ impl ProcTable {
     /// A process's start time (CLOCK_BOOTTIME ns, to a clock tick) from its
     /// world-readable `/proc/PID/stat`.
     fn start_ns(&self, pid: u32) -> Option<u64> {
-        let stat = std::fs::read_to_string(self.root.join(pid.to_string()).join("stat")).ok()?;
-        let (_, rest) = parse_stat(&stat)?;
-        let ticks: u64 = rest.get(19)?.parse().ok()?;
-        ticks.checked_mul(self.tick_ns())
+        start_ticks(&self.root, pid)?.checked_mul(self.tick_ns())
     }
 
     /// Remembers `info` (replacing what was known of an earlier process
@@ -207,9 +204,15 @@ fn alive(root: &Path, pid: u32, start: u64, tick: u64) -> bool {
     if unsafe { libc::kill(id, 0) } != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
         return false;
     }
-    let Ok(stat) = std::fs::read_to_string(root.join(pid.to_string()).join("stat")) else { return true };
-    let Some(ticks) = parse_stat(&stat).and_then(|(_, rest)| rest.get(19)?.parse::<u64>().ok()) else { return true };
+    let Some(ticks) = start_ticks(root, pid) else { return true };
     ticks.checked_mul(tick).is_some_and(|s| s.abs_diff(start) <= tick)
+}
+
+/// A process's start time in clock ticks since boot, from its
+/// world-readable `/proc/PID/stat`.
+fn start_ticks(root: &Path, pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(root.join(pid.to_string()).join("stat")).ok()?;
+    parse_stat(&stat)?.1.get(19)?.parse().ok()
 }
 
 fn empty(pid: u32, proc_start_ns: u64, comm: &str) -> ProcessInfo {
