@@ -16,6 +16,8 @@
 //!   [`encode`]/[`decode`] (msgpack, bounded, never panicking).
 //! - [`raw`]: request events as the kernel saw them, plus process metadata.
 //! - [`span`]: finished HTTP spans, grouped by service resource.
+//! - [`span_wire`]: a span batch's hand-written wire layout (the busiest
+//!   message: serde's generic path cost half the exporter's instructions).
 //! - [`health`]: each process's own counters, carried downhill to the exporter.
 //! - [`endpoints`]: where each process binds its sockets under the runtime dir.
 
@@ -25,6 +27,7 @@ pub mod envelope;
 pub mod health;
 pub mod raw;
 pub mod span;
+pub mod span_wire;
 
 pub use component::{Component, ComponentInfo, COMPONENTS};
 pub use envelope::{decode, decode_ack, encode, Ack, Body, DecodeError, Envelope, Producer};
@@ -34,7 +37,7 @@ pub use span::{HttpSpan, ServiceResource, SpanBatch, SpanKind};
 
 /// Version of the message layout. A receiver rejects any other version with
 /// [`DecodeError::Version`] instead of misreading it.
-pub const SCHEMA_VERSION: u16 = 2;
+pub const SCHEMA_VERSION: u16 = 3;
 
 /// Largest message any receiver accepts, in bytes. A batch of the largest
 /// configurable length with every capture full stays well below it.

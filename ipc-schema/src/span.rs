@@ -3,19 +3,17 @@
 //! Spans are typed (not bags of attributes): encoding, decoding and turning
 //! them into OTLP or Prometheus samples stays cheap, and the attribute names
 //! of the OpenTelemetry HTTP semantic conventions live in one place, the
-//! exporter's mapping.
-
-use serde::{Deserialize, Serialize};
+//! exporter's mapping. Their wire layout is [`crate::span_wire`].
 
 /// OpenTelemetry span kind of an HTTP span.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SpanKind {
     Server,
     Client,
 }
 
 /// The OpenTelemetry resource of a traced service instance.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ServiceResource {
     pub service_name: String,
     pub service_instance_id: String,
@@ -27,7 +25,7 @@ pub struct ServiceResource {
 }
 
 /// One HTTP request as a span (SERVER or CLIENT).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpSpan {
     /// Index into [`SpanBatch::resources`].
     pub resource: u32,
@@ -79,8 +77,9 @@ pub struct HttpSpan {
     pub export_metrics: bool,
 }
 
-/// A batch of spans and the resources they refer to.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// A batch of spans and the resources they refer to. On the wire: the
+/// hand-written layout of [`crate::span_wire`] (its serde impls).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SpanBatch {
     pub resources: Vec<ServiceResource>,
     pub spans: Vec<HttpSpan>,
