@@ -75,7 +75,10 @@ fn try_backend(btf: &Btf, backend: Chosen, settings: &Settings) -> Result<(), St
     let discovery = DiscoverySettings { pids: vec![std::process::id()], ..DiscoverySettings::default() };
     let mut probe = settings.probe.clone();
     probe.ring_buffer_mb = 1;
-    probes::Probes::attach_fresh(btf, backend, &probe, &discovery, 1, None).map(drop).map_err(|e| {
+    probes::Probes::attach_fresh(btf, backend, &probe, &discovery, &settings.tls, 1, None)
+        .and_then(|(mut probes, _rings)| probes.attach_tls(&settings.tls, Vec::new()))
+        .map(drop)
+        .map_err(|e| {
         let mut s = e.to_string();
         let mut src = std::error::Error::source(&e);
         while let Some(inner) = src {

@@ -30,6 +30,7 @@ fn event(role: Role, conn: u64, seq: u32, req: &[u8], status: u16) -> RawEvent {
         request_len: req.len() as u32,
         truncated: false,
         orphan: false,
+        tls: false,
         request: req.to_vec(),
     }
 }
