@@ -58,8 +58,15 @@ pub const NOT_CONFIG: &[&str] =
     &["RINGTAIL_BIN_DIR", "RINGTAIL_READY_FD", "RINGTAIL_VMLINUX_BTF", "RINGTAIL_REQUIRE_ALL", "RINGTAIL_TEST_VENV", "RINGTAIL_TEST_GO"];
 
 /// Keys whose environment value is a comma-separated list.
-const LIST_KEYS: &[&str] =
-    &["discovery.open_ports", "discovery.exe_names", "discovery.pids", "routes.patterns", "routes.ignored", "redaction.query_keys", "tls.libraries"];
+const LIST_KEYS: &[&str] = &[
+    "discovery.open_ports",
+    "discovery.exe_names",
+    "discovery.pids",
+    "routes.patterns",
+    "routes.ignored",
+    "redaction.query_keys",
+    "tls.libraries",
+];
 
 /// Keys whose values are one of a few words: (key, rule, example).
 const ENUM_RULES: &[(&str, &str, &str)] = &[

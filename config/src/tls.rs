@@ -44,7 +44,12 @@ impl TlsSettings {
         }
         for (i, lib) in self.libraries.iter().enumerate() {
             if !lib.is_absolute() || lib.file_name().is_none() {
-                return Err(invalid(format!("tls.libraries[{i}]"), "must be an absolute file path", "\"/opt/app/lib/libssl.so.3\"", lib.display()));
+                return Err(invalid(
+                    format!("tls.libraries[{i}]"),
+                    "must be an absolute file path",
+                    "\"/opt/app/lib/libssl.so.3\"",
+                    lib.display(),
+                ));
             }
         }
         Ok(())

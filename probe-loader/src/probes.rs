@@ -420,7 +420,8 @@ impl Probes {
         }
         for name in tls::program_names() {
             let prog = ebpf.program_mut(name).ok_or(ProbeError::MissingProgram { program: name })?;
-            let prog: &mut UProbe = prog.try_into().map_err(|source| ProbeError::Program { program: name, tracepoint: "uprobe", source })?;
+            let prog: &mut UProbe =
+                prog.try_into().map_err(|source| ProbeError::Program { program: name, tracepoint: "uprobe", source })?;
             prog.load().map_err(|source| match source {
                 aya::programs::ProgramError::LoadError { verifier_log, .. } => {
                     ProbeError::Verifier { program: name, tracepoint: "uprobe", log: verifier_log.to_string() }
