@@ -82,7 +82,7 @@ pub enum ProbeError {
         symbol: &'static str,
         path: PathBuf,
         #[source]
-        source: aya::programs::ProgramError,
+        source: Box<aya::programs::ProgramError>,
     },
     #[error(transparent)]
     Backend(#[from] BackendError),
@@ -454,7 +454,9 @@ impl Probes {
                         tracing::debug!(path = %path.display(), "not an OpenSSL library: skipped");
                         break;
                     }
-                    Err(source) => return Err(ProbeError::TlsAttach { program, symbol: up.symbol, path: path.clone(), source }),
+                    Err(source) => {
+                        return Err(ProbeError::TlsAttach { program, symbol: up.symbol, path: path.clone(), source: Box::new(source) })
+                    }
                 };
                 attached += 1;
                 if let Some(set) = &self.set {
