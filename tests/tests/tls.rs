@@ -251,6 +251,72 @@ fn python_tls_server_with_urllib_and_curl_clients(b: &str) {
     );
 }
 
+/// A Python TLS server whose handler calls a cleartext backend.
+const PY_TLS_PROXY: &str = r#"
+import http.server, ssl, sys, urllib.request
+back = int(sys.argv[4])
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        for _ in range(2):
+            urllib.request.urlopen(f"http://127.0.0.1:{back}/inner").read()
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[2], sys.argv[3])
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+srv.serve_forever()
+"#;
+
+/// The same `traceparent` handling and parent/child links as cleartext: a
+/// TLS server request joins the caller's trace, and the cleartext calls its
+/// thread makes are its children.
+fn tls_server_joins_the_trace_and_its_calls_are_children(b: &str) {
+    if !ready(&["python3", "curl", "openssl"]) {
+        return;
+    }
+    let rotel = Rotel::start();
+    let (front, back) = (free_port(), free_port());
+    let rt = ringtail(b, &rotel, &format!("open_ports = [{front}, {back}]"), "");
+    let www = TempDir::new("inner");
+    std::fs::write(www.join("inner"), "inner\n").expect("write inner");
+    let _back = python_http_server(back, &www.0);
+    let dir = TempDir::new("py-tls-proxy");
+    let (cert, key) = certificate(&dir.0);
+    let script = dir.join("proxy.py");
+    std::fs::write(&script, PY_TLS_PROXY).expect("write proxy.py");
+    let _front =
+        server("python tls proxy", front, Path::new("python3"), &[script.to_str().unwrap(), &front.to_string(), &cert, &key, &back.to_string()]);
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let st = Command::new("curl")
+        .args(["-sk", "-o", "/dev/null", "-H", &format!("traceparent: 00-{trace}-00f067aa0ba902b7-01"), &format!("https://127.0.0.1:{front}/call")])
+        .status()
+        .expect("run curl");
+    assert!(st.success());
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.len() >= 5);
+    assert_eq!(spans.len(), 5, "one outer server span, two client spans, two inner server spans: {spans:?}");
+    let outer = spans.iter().find(|s| s.kind == "SERVER" && s.path == "/call").expect("outer server span");
+    assert_eq!(outer.trace, trace);
+    assert_eq!(outer.parent.as_deref(), Some("00f067aa0ba902b7"));
+    let clients: Vec<&SpanLine> = spans.iter().filter(|s| s.kind == "CLIENT" && s.path == "/inner").collect();
+    assert_eq!(clients.len(), 2, "{spans:?}");
+    for c in &clients {
+        assert_eq!(c.trace, trace, "the client joins the trace: {}", c.line);
+        assert_eq!(c.parent.as_deref(), Some(outer.span.as_str()), "the client is the TLS server span's child: {}", c.line);
+    }
+    assert_eq!(spans.iter().filter(|s| s.kind == "SERVER" && s.path == "/inner").count(), 2);
+    let _ = expect_spans(
+        &rotel,
+        &rt,
+        |s| s["kind"] == 2 && attr(s, "server.port") == Some(front.to_string()),
+        &[(k("server", "https", "GET", "/call", 200), 1)],
+    );
+}
+
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         mod socket {
@@ -262,7 +328,11 @@ macro_rules! on_both_backends {
     };
 }
 
-on_both_backends!(nginx_tls_keepalive_beside_cleartext, python_tls_server_with_urllib_and_curl_clients);
+on_both_backends!(
+    nginx_tls_keepalive_beside_cleartext,
+    python_tls_server_with_urllib_and_curl_clients,
+    tls_server_joins_the_trace_and_its_calls_are_children,
+);
 
 /// The TLS uprobes' BPF links (perf_event links of `tls_*` programs).
 fn tls_links() -> usize {
