@@ -289,11 +289,22 @@ fn tls_server_joins_the_trace_and_its_calls_are_children(b: &str) {
     let (cert, key) = certificate(&dir.0);
     let script = dir.join("proxy.py");
     std::fs::write(&script, PY_TLS_PROXY).expect("write proxy.py");
-    let _front =
-        server("python tls proxy", front, Path::new("python3"), &[script.to_str().unwrap(), &front.to_string(), &cert, &key, &back.to_string()]);
+    let _front = server(
+        "python tls proxy",
+        front,
+        Path::new("python3"),
+        &[script.to_str().unwrap(), &front.to_string(), &cert, &key, &back.to_string()],
+    );
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let st = Command::new("curl")
-        .args(["-sk", "-o", "/dev/null", "-H", &format!("traceparent: 00-{trace}-00f067aa0ba902b7-01"), &format!("https://127.0.0.1:{front}/call")])
+        .args([
+            "-sk",
+            "-o",
+            "/dev/null",
+            "-H",
+            &format!("traceparent: 00-{trace}-00f067aa0ba902b7-01"),
+            &format!("https://127.0.0.1:{front}/call"),
+        ])
         .status()
         .expect("run curl");
     assert!(st.success());
