@@ -161,6 +161,14 @@ static __always_inline void sys_exit_data(struct sys_exit_rec *ctx, int recv)
 	if (ret <= 0 || p.nr != ctx->nr)
 		return;
 	struct conn_state *st = conn_get(p.sk);
+	if (st && st->tls) {
+		/* A TLS connection's ciphertext: (re)binds its SSL object when
+		 * inside a TLS call (the binding may have been evicted). */
+		struct tls_call *tc = tls_call_now(tid);
+		if (tc)
+			tls_bind(tc, p.sk, tgid, p.fd);
+		return;
+	}
 	if (!conn_wanted(st, p.sk, tgid, recv))
 		return;
 	/* Inside a TLS call of this thread: ciphertext, which binds the call's

@@ -11,9 +11,14 @@
 //! | CAP_SETPCAP         | dropping the bounding set                         | no               |
 //!
 //! The TLS uprobes are attached at start too, to the OpenSSL files found
-//! then (`tls`): attaching to a file that appears later would need
-//! CAP_PERFMON (and ptrace access to read it through another process's
-//! root) for the loader's whole life, so it is not done.
+//! then (`tls`): attaching to a file that appears later would need the
+//! attach privilege (and ptrace access to read it through another process's
+//! root) for the loader's whole life, so it is not done. On Linux 6.18
+//! `perf_event_open` of a uprobe is refused (EACCES) to CAP_BPF +
+//! CAP_PERFMON alone: it takes CAP_SYS_ADMIN. Without it (the systemd unit)
+//! the loader starts without the TLS uprobes and warns
+//! (`event=tls_attach_failed`); it is not required here, so that the unit
+//! need not grant it.
 //!
 //! After start the loader holds no capability at all (effective, permitted,
 //! inheritable, ambient and bounding sets empty, `no_new_privs`): what it

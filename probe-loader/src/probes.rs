@@ -454,8 +454,22 @@ impl Probes {
                         tracing::debug!(path = %path.display(), "not an OpenSSL library: skipped");
                         break;
                     }
-                    Err(source) => {
+                    Err(source) if target.configured => {
                         return Err(ProbeError::TlsAttach { program, symbol: up.symbol, path: path.clone(), source: Box::new(source) })
+                    }
+                    Err(source) => {
+                        // A file found by the search: HTTPS goes untraced
+                        // through it, said loudly, and the loader starts.
+                        // (Linux 6.18 refuses a uprobe perf event to
+                        // CAP_BPF + CAP_PERFMON without CAP_SYS_ADMIN.)
+                        let error = ProbeError::TlsAttach { program, symbol: up.symbol, path: path.clone(), source: Box::new(source) };
+                        tracing::warn!(
+                            event = "tls_attach_failed",
+                            path = %path.display(),
+                            error = %error_chain(&error),
+                            "TLS uprobes not attached: HTTPS through this file is not traced (uprobes may need CAP_SYS_ADMIN at start on this kernel; tls.enabled = false silences this)"
+                        );
+                        break;
                     }
                 };
                 attached += 1;
@@ -493,6 +507,18 @@ impl Probes {
             })
             .collect()
     }
+}
+
+/// An error and its causes on one line, for a log field.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
 }
 
 fn pin_err(what: String) -> impl Fn(aya::pin::PinError) -> ProbeError {
