@@ -66,6 +66,14 @@ TARGET_PIPELINE_SPANS_S = 500_000
 TARGET_TOTAL_PSS_MB = 40.0  # the four processes, shared pages counted once
 
 
+# --tls: the servers speak HTTPS (nginx only) and the loads use it.
+TLS = False
+
+
+def scheme():
+    return "https" if TLS else "http"
+
+
 class Fail(Exception):
     """Cannot measure: the message says why and what to do."""
 
@@ -366,6 +374,12 @@ class Nginx(Server):
         d = work / f"nginx-{self.port}"
         d.mkdir()
         conf = (BENCH / "nginx.conf").read_text().replace("@PORT@", str(self.port)).replace("@DIR@", str(d)).replace("@WORKERS@", str(workers))
+        if TLS:
+            # --tls: the same server over TLS, with a self-signed certificate
+            subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost",
+                            "-keyout", str(d / "key.pem"), "-out", str(d / "cert.pem")], check=True, capture_output=True)
+            conf = conf.replace(f"listen 127.0.0.1:{self.port};",
+                                f"listen 127.0.0.1:{self.port} ssl;\n        ssl_certificate {d}/cert.pem;\n        ssl_certificate_key {d}/key.pem;")
         (d / "nginx.conf").write_text(conf)
         self.child = Child("nginx", [tools.need("nginx"), "-p", str(d), "-c", str(d / "nginx.conf"), "-e", str(d / "error.log")], work)
         if not wait_port(self.port, 10):
@@ -592,6 +606,7 @@ K6_SCRIPT = """\
 import http from 'k6/http';
 export const options = {
   discardResponseBodies: true,
+  insecureSkipTLSVerify: true,
   summaryTrendStats: ['avg', 'p(50)', 'p(90)', 'p(99)', 'max'],
   systemTags: ['status', 'scenario'],
   scenarios: {
@@ -615,7 +630,7 @@ def k6_load(tools, work, port, rate, duration, tag):
     out = work / f"k6-{tag}.json"
     script = work / f"k6-{tag}.js"
     script.write_text(K6_SCRIPT % {"rate": rate, "duration": duration, "vus": vus, "max_vus": vus * 10,
-                                   "url": json.dumps(f"http://127.0.0.1:{port}/bench"), "out": json.dumps(str(out))})
+                                   "url": json.dumps(f"{scheme()}://127.0.0.1:{port}/bench"), "out": json.dumps(str(out))})
     env = dict(os.environ, K6_NO_USAGE_REPORT="true")
     child = Child(f"k6-{tag}", [tools.k6(), "run", "--quiet", "--no-color", str(script)], work, env=env)
     code = child.wait(duration + 60)
@@ -650,7 +665,7 @@ def to_ms(s):
 
 def wrk_load(tools, work, port, conns, threads, duration, tag):
     """Closed loop: `conns` connections, each as fast as the server answers."""
-    child = Child(f"wrk-{tag}", [tools.need("wrk"), f"-t{threads}", f"-c{conns}", f"-d{duration}s", "--latency", f"http://127.0.0.1:{port}/bench"], work)
+    child = Child(f"wrk-{tag}", [tools.need("wrk"), f"-t{threads}", f"-c{conns}", f"-d{duration}s", "--latency", f"{scheme()}://127.0.0.1:{port}/bench"], work)
     child.wait(duration + 60)
     text = child.out_path.read_text()
     rps = re.search(r"Requests/sec:\s+([\d.]+)", text)
@@ -675,7 +690,7 @@ def wrk_load(tools, work, port, conns, threads, duration, tag):
 def blast_load(tools, work, port, conns, rate, duration, tag):
     """Tight client loop (bench/goserver -mode blast), paced to `rate` (0 = flat out)."""
     child = Child(f"blast-{tag}", [str(tools.goserver()), "-mode", "blast", "-addr", f"127.0.0.1:{port}", "-conns", str(conns),
-                                   "-duration", f"{duration}s", "-rate", str(rate)], work)
+                                   "-duration", f"{duration}s", "-rate", str(rate)] + (["-tls"] if TLS else []), work)
     child.wait(duration + 60)
     try:
         r = json.loads(child.out_path.read_text().strip().splitlines()[-1])
@@ -1286,8 +1301,14 @@ def main():
     p.add_argument("--pipeline-sides", default="both", choices=["both", "server"], help="trace the blast client too (2 spans a request)")
     p.add_argument("--blast-conns", type=int, default=32)
     p.add_argument("--no-bpf-stats", action="store_true", help="leave kernel.bpf_stats_enabled alone (in-kernel time then reads 0)")
+    p.add_argument("--tls", action="store_true", help="nginx over TLS (self-signed), the loads over HTTPS: the TLS uprobes' cost (nginx only)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs, configs, k6 summaries)")
     args = p.parse_args()
+    global TLS
+    TLS = args.tls
+    if TLS and args.servers != "nginx":
+        args.servers = "nginx"
+        say("--tls: nginx only (the Go server has no TLS listener)")
     q = args.quick
     args.duration = args.duration or (5 if q else 20)
     args.repeat = args.repeat or (1 if q else 2)

@@ -55,9 +55,16 @@ fn defines(header: &str) -> Vec<(String, String)> {
     out
 }
 
-/// The capture backends: `bpf/<name>.bpf.c` each, linked with every other
+/// The capture backends: `bpf/<name>.bpf.c` each, with its companions
+/// `bpf/<name>_*.bpf.c` (the same hook family for that object, e.g. the TLS
+/// hooks compiled with that backend's state home), linked with every other
 /// (shared) source into `ringtail-<name>.bpf.o`.
 const BACKENDS: [&str; 2] = ["sock", "syscalls"];
+
+/// The backend a source (by stem) belongs to, None for a shared one.
+fn backend_of(stem: &str) -> Option<&'static str> {
+    BACKENDS.into_iter().find(|b| stem == *b || stem.strip_prefix(b).is_some_and(|rest| rest.starts_with('_')))
+}
 
 fn run_c(out: &Path, bpf: &Path, name: &str, program: &str) -> Vec<u8> {
     let src = out.join(format!("{name}.c"));
@@ -125,7 +132,7 @@ fn main() {
     }
     for backend in BACKENDS {
         assert!(objects.iter().any(|(s, _)| s == backend), "bpf/{backend}.bpf.c is missing");
-        let parts = objects.iter().filter(|(s, _)| s == backend || !BACKENDS.contains(&s.as_str())).map(|(_, o)| o);
+        let parts = objects.iter().filter(|(s, _)| backend_of(s).is_none_or(|b| b == backend)).map(|(_, o)| o);
         let linked = out.join(format!("ringtail-{backend}.bpf.o"));
         let link = Command::new(bpftool)
             .args(["gen", "object"])

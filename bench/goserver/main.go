@@ -18,6 +18,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -43,6 +44,7 @@ func main() {
 	conns := flag.Int("conns", 64, "blast: connections")
 	duration := flag.Duration("duration", 5*time.Second, "blast: how long")
 	rate := flag.Float64("rate", 0, "blast: total requests/s; 0 = as fast as possible")
+	useTLS := flag.Bool("tls", false, "blast: connect with TLS (the certificate is not verified)")
 	flag.Parse()
 	var err error
 	switch *mode {
@@ -51,7 +53,7 @@ func main() {
 	case "raw":
 		err = serveRaw(*addr)
 	case "blast":
-		err = blast(*addr, *conns, *duration, *rate)
+		err = blast(*addr, *conns, *duration, *rate, *useTLS)
 	default:
 		err = fmt.Errorf("unknown -mode %q", *mode)
 	}
@@ -111,7 +113,7 @@ func serveRaw(addr string) error {
 	}
 }
 
-func blast(addr string, conns int, duration time.Duration, rate float64) error {
+func blast(addr string, conns int, duration time.Duration, rate float64, useTLS bool) error {
 	var total, errors atomic.Int64
 	start := time.Now()
 	deadline := start.Add(duration)
@@ -130,7 +132,13 @@ func blast(addr string, conns int, duration time.Duration, rate float64) error {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			c, err := net.Dial("tcp", addr)
+			var c net.Conn
+			var err error
+			if useTLS {
+				c, err = tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
+			} else {
+				c, err = net.Dial("tcp", addr)
+			}
 			if err != nil {
 				errors.Add(1)
 				return

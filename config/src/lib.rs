@@ -15,7 +15,7 @@
 //! One module per section, each with its struct, defaults, a doc comment on
 //! every field, and its rules:
 //! [`probe`], [`pipeline`], [`discovery`], [`routes`], [`services`],
-//! [`redaction`], [`export`], [`actors`], [`profile`], [`log`].
+//! [`redaction`], [`export`], [`actors`], [`profile`], [`log`], [`tls`].
 //! - [`types`]: the parsed value types and their rules.
 //! - this file: [`Settings`] (the whole file), loading with the
 //!   environment, and [`ConfigError`].
@@ -30,6 +30,7 @@ pub mod profile;
 pub mod redaction;
 pub mod routes;
 pub mod services;
+pub mod tls;
 pub mod types;
 
 use std::path::Path;
@@ -46,6 +47,7 @@ pub use profile::ProfileSettings;
 pub use redaction::RedactionSettings;
 pub use routes::{IgnoreMode, RouteSettings, UnmatchedRoutes};
 pub use services::{ServiceRule, ServiceSettings};
+pub use tls::TlsSettings;
 pub use types::{ExeRegex, HeaderName, ListenAddr, OtlpEndpoint, Port, QueryKey, Rejected, RouteTemplate};
 
 /// Prefix of environment overrides.
@@ -56,8 +58,15 @@ pub const NOT_CONFIG: &[&str] =
     &["RINGTAIL_BIN_DIR", "RINGTAIL_READY_FD", "RINGTAIL_VMLINUX_BTF", "RINGTAIL_REQUIRE_ALL", "RINGTAIL_TEST_VENV", "RINGTAIL_TEST_GO"];
 
 /// Keys whose environment value is a comma-separated list.
-const LIST_KEYS: &[&str] =
-    &["discovery.open_ports", "discovery.exe_names", "discovery.pids", "routes.patterns", "routes.ignored", "redaction.query_keys"];
+const LIST_KEYS: &[&str] = &[
+    "discovery.open_ports",
+    "discovery.exe_names",
+    "discovery.pids",
+    "routes.patterns",
+    "routes.ignored",
+    "redaction.query_keys",
+    "tls.libraries",
+];
 
 /// Keys whose values are one of a few words: (key, rule, example).
 const ENUM_RULES: &[(&str, &str, &str)] = &[
@@ -90,6 +99,8 @@ pub struct Settings {
     pub profile: ProfileSettings,
     /// Logging.
     pub log: LogSettings,
+    /// TLS (HTTPS) capture.
+    pub tls: TlsSettings,
 }
 
 /// Why a configuration was refused.
@@ -226,6 +237,7 @@ impl Settings {
         self.export.validate()?;
         self.actors.validate()?;
         self.profile.validate()?;
+        self.tls.validate()?;
         self.log.validate()
     }
 

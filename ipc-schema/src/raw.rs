@@ -87,6 +87,11 @@ pub struct RawEvent {
     /// The first request bytes: request line, headers, maybe body.
     #[serde(with = "serde_bytes")]
     pub request: Vec<u8>,
+    /// The connection is TLS: `request` is the plaintext the TLS library
+    /// handed over (the span's `url.scheme` is `https`). Absent in older
+    /// messages: false.
+    #[serde(default)]
+    pub tls: bool,
 }
 
 /// What is known about a traced process, sent with every batch that has
@@ -148,6 +153,7 @@ mod tests {
             request_len: 600,
             truncated: true,
             orphan: false,
+            tls: false,
             request: b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(),
         }
     }

@@ -35,6 +35,7 @@ struct conn_io {
 	__u32 tgid;
 	__u32 tid;
 	__s32 fd; /* -1 when unknown */
+	__u8 tls; /* the bytes are a TLS connection's plaintext (tls.h) */
 };
 
 /* Append request bytes to the capture buffer; remember what did not fit. */
@@ -80,8 +81,9 @@ static __always_inline void capture(struct conn_state *st, const struct segs *sg
 }
 
 /*
- * Where state lives: the only code that knows. Two variants, chosen by the
- * hook family's object before it includes this file:
+ * Where state lives: the only code that knows. Chosen by the hook family's
+ * compilation unit before it includes this file (RINGTAIL_CONN_TABLE: the
+ * connection table alone, for the TLS hooks of the socket backend, tls.h):
  *
  *  - default (tp_btf hooks, Linux 6.3+): socket-local storage
  *    (BPF_MAP_TYPE_SK_STORAGE, which tp_btf programs may use) with no global
@@ -97,17 +99,29 @@ static __always_inline void capture(struct conn_state *st, const struct segs *sg
  *    trace. When the table is full a new connection gets no state and is
  *    counted (CNT_STATE_FAILED); records go at TCP_CLOSE, which every TCP
  *    socket that had state passes, so none is left behind.
+ *  - RINGTAIL_CONN_TABLE (the TLS uprobes, tls.h, beside the tp_btf hooks:
+ *    uprobe programs are of the kprobe type, which may not use socket-local
+ *    storage): the connection table as in the portable variant (a TLS
+ *    connection's record, deleted at TCP_CLOSE by tls_sock_state), and the
+ *    thread's server request in the task-local storage the socket hooks use,
+ *    so parents and children link across TLS and cleartext.
  */
 #ifdef RINGTAIL_PORTABLE
+#define RINGTAIL_CONN_TABLE
+#endif
+
+#ifdef RINGTAIL_CONN_TABLE
 
 #define SK(sk, field) BPF_CORE_READ(sk, field)
 
+/* Weak: both hook families of an object may hold this table (syscalls.bpf.c
+ * and tls.h's syscalls_tls.bpf.c), and then they share it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH); /* preallocated: updates never allocate */
 	__uint(max_entries, 16384); /* probe.max_connections, set by the loader */
 	__type(key, __u64);
 	__type(value, struct conn_state);
-} conn_table SEC(".maps");
+} conn_table SEC(".maps") __weak;
 
 /* One zeroed record: the template of a new one (too big for the stack). */
 struct {
@@ -115,14 +129,7 @@ struct {
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct conn_state);
-} conn_zero SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u32);
-	__type(value, struct active_req);
-} active_table SEC(".maps");
+} conn_zero SEC(".maps") __weak;
 
 static __always_inline struct conn_state *conn_lookup(struct sock *sk)
 {
@@ -147,27 +154,6 @@ static __always_inline int conn_remove(struct sock *sk)
 {
 	__u64 key = (__u64)sk;
 	return bpf_map_delete_elem(&conn_table, &key);
-}
-
-/* The server request the current thread is serving. */
-static __always_inline struct active_req *active_get(int create)
-{
-	__u32 tid = (__u32)bpf_get_current_pid_tgid();
-	struct active_req *a = bpf_map_lookup_elem(&active_table, &tid);
-	if (a || !create)
-		return a;
-	struct active_req none = {};
-	bpf_map_update_elem(&active_table, &tid, &none, BPF_NOEXIST);
-	return bpf_map_lookup_elem(&active_table, &tid);
-}
-
-/* The current process's start time and name, for the event. */
-static __always_inline void task_ids(__u64 *start, char *comm)
-{
-	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
-	struct task_struct *leader = BPF_CORE_READ(t, group_leader);
-	*start = BPF_CORE_READ(leader, start_boottime);
-	bpf_core_read(comm, COMM_LEN, &leader->comm);
 }
 
 /* The socket's addresses into 16-byte buffers (IPv4: the first 4 bytes). */
@@ -199,16 +185,6 @@ struct {
 	__type(value, struct conn_state);
 } conns SEC(".maps");
 
-/* The server request a thread is serving, so that its outgoing client
- * requests become children. Task-local storage: O(1), no hashing, and freed
- * with the thread. */
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct active_req);
-} active SEC(".maps");
-
 static __always_inline struct conn_state *conn_lookup(struct sock *sk)
 {
 	return bpf_sk_storage_get(&conns, sk, NULL, 0);
@@ -225,23 +201,6 @@ static __always_inline struct conn_state *conn_create(struct sock *sk)
 static __always_inline int conn_remove(struct sock *sk)
 {
 	return bpf_sk_storage_delete(&conns, sk);
-}
-
-static __always_inline struct active_req *active_get(int create)
-{
-	return bpf_task_storage_get(&active, bpf_get_current_task_btf(), 0,
-				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
-}
-
-static __always_inline void task_ids(__u64 *start, char *comm)
-{
-	/* direct BTF loads, no helper calls */
-	struct task_struct *t = bpf_get_current_task_btf();
-	*start = t->group_leader->start_boottime;
-	const char *c = t->group_leader->comm;
-#pragma unroll
-	for (int i = 0; i < COMM_LEN; i++)
-		comm[i] = c[i];
 }
 
 static __always_inline void sk_addrs(struct sock *sk, __u16 family, __u8 *laddr, __u8 *raddr)
@@ -262,6 +221,68 @@ static __always_inline void sk_addrs(struct sock *sk, __u16 family, __u8 *laddr,
 
 #endif
 
+#ifdef RINGTAIL_PORTABLE
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct active_req);
+} active_table SEC(".maps") __weak;
+
+/* The server request the current thread is serving. */
+static __always_inline struct active_req *active_get(int create)
+{
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct active_req *a = bpf_map_lookup_elem(&active_table, &tid);
+	if (a || !create)
+		return a;
+	struct active_req none = {};
+	bpf_map_update_elem(&active_table, &tid, &none, BPF_NOEXIST);
+	return bpf_map_lookup_elem(&active_table, &tid);
+}
+
+/* The current process's start time and name, for the event. */
+static __always_inline void task_ids(__u64 *start, char *comm)
+{
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	struct task_struct *leader = BPF_CORE_READ(t, group_leader);
+	*start = BPF_CORE_READ(leader, start_boottime);
+	bpf_core_read(comm, COMM_LEN, &leader->comm);
+}
+
+#else /* task-local storage */
+
+/* The server request a thread is serving, so that its outgoing client
+ * requests become children. Task-local storage: O(1), no hashing, and freed
+ * with the thread. Weak: the socket hooks and the TLS hooks (tls.h) of the
+ * socket backend's object share it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct active_req);
+} active SEC(".maps") __weak;
+
+static __always_inline struct active_req *active_get(int create)
+{
+	return bpf_task_storage_get(&active, bpf_get_current_task_btf(), 0,
+				    create ? BPF_LOCAL_STORAGE_GET_F_CREATE : 0);
+}
+
+static __always_inline void task_ids(__u64 *start, char *comm)
+{
+	/* direct BTF loads, no helper calls */
+	struct task_struct *t = bpf_get_current_task_btf();
+	*start = t->group_leader->start_boottime;
+	const char *c = t->group_leader->comm;
+#pragma unroll
+	for (int i = 0; i < COMM_LEN; i++)
+		comm[i] = c[i];
+}
+
+#endif
+
 /* The connection's state, or NULL when it is not tracked. */
 static __always_inline struct conn_state *conn_get(struct sock *sk)
 {
@@ -270,9 +291,9 @@ static __always_inline struct conn_state *conn_get(struct sock *sk)
 
 /* New state for a connection of `role` (zeroed but for these fields), or
  * NULL when none can be had (counted). */
-static __always_inline struct conn_state *conn_new(struct sock *sk, __u8 role, __u32 tgid, __u32 tid,
-						  __s32 fd)
+static __always_inline struct conn_state *conn_new(const struct conn_io *io, __u8 role)
 {
+	struct sock *sk = io->sk;
 	/* A closed socket gets none: TCP_CLOSE, which deletes state, has passed
 	 * (bytes can still be read after a reset), and nothing can be answered. */
 	if (SK(sk, __sk_common.skc_state) == TCP_CLOSE)
@@ -290,9 +311,10 @@ static __always_inline struct conn_state *conn_new(struct sock *sk, __u8 role, _
 	if (__sync_val_compare_and_swap(&st->conn_id, 0, id) != 0)
 		return st;
 	st->role = role;
-	st->tgid = tgid;
-	st->tid = tid;
-	st->fd = fd;
+	st->tgid = io->tgid;
+	st->tid = io->tid;
+	st->fd = io->fd;
+	st->tls = io->tls;
 	count(CNT_CONNS);
 	return st;
 }
@@ -305,13 +327,14 @@ static __always_inline void conn_del(struct sock *sk)
 }
 
 /* Whether bytes a hook saw on `sk` go to the state machine (`st` from
- * conn_get): a tracked connection's do unless it left HTTP/1; an untracked
+ * conn_get): a tracked connection's do unless it left HTTP/1 or is TLS (its
+ * socket carries ciphertext: the plaintext comes from tls.h); an untracked
  * one's when its process is selected, or (`recv`: a server's) when it
  * arrived on a selected listening port. */
 static __always_inline int conn_wanted(struct conn_state *st, struct sock *sk, __u32 tgid, int recv)
 {
 	if (st)
-		return st->role != ROLE_OPAQUE;
+		return st->role != ROLE_OPAQUE && !st->tls;
 	return recv ? server_selected(tgid, SK(sk, __sk_common.skc_num)) : pid_selected(tgid);
 }
 
@@ -372,7 +395,7 @@ static __always_inline void emit(struct conn_state *st, struct sock *sk, __u16 s
 	}
 	ev->kind = EV_HTTP;
 	ev->role = st->role;
-	ev->flags = (st->flags & ~STF_CONNECT) | extra_flags;
+	ev->flags = (st->flags & ~STF_CONNECT) | extra_flags | (st->tls ? EVF_TLS : 0);
 	ev->status = status;
 	ev->tgid = st->tgid;
 	ev->tid = st->tid;
@@ -491,13 +514,13 @@ static __always_inline void conn_on_recv(struct conn_state *st, const struct con
 		 * line ("G", then the rest later) gets state now, or that request
 		 * would go unseen. */
 		if (!st && request_prefix(p, skip, n))
-			st = conn_new(io->sk, ROLE_SERVER, io->tgid, io->tid, io->fd);
+			st = conn_new(io, ROLE_SERVER);
 		if (st)
 			keep_prefix(st, p, n);
 		return;
 	}
 	if (!st)
-		st = conn_new(io->sk, ROLE_SERVER, io->tgid, io->tid, io->fd);
+		st = conn_new(io, ROLE_SERVER);
 	if (!st)
 		return;
 	begin_request(st, io->tid, now, sg, pend);
@@ -551,7 +574,7 @@ static __always_inline void conn_on_send(struct conn_state *st, const struct con
 		return;
 	}
 	if (!st)
-		st = conn_new(io->sk, ROLE_CLIENT, io->tgid, io->tid, io->fd);
+		st = conn_new(io, ROLE_CLIENT);
 	if (!st)
 		return;
 	/* (a record made by a request-line prefix received on what turns out

@@ -27,6 +27,9 @@ RINGTAIL_GLOBAL(const volatile __u8, read_env, 0);
 /* 1 = listeners on configured ports are selected (sel_ports is in use). */
 RINGTAIL_GLOBAL(const volatile __u8, select_ports, 0);
 
+/* 1 = the TLS uprobes are attached (tls.enabled): the socket hooks look for a TLS call in progress. */
+RINGTAIL_GLOBAL(const volatile __u8, tls_on, 0);
+
 /* Connection numbers: unique per loaded program, never kernel addresses. */
 RINGTAIL_GLOBAL(__u64, next_conn_id, 0);
 

@@ -65,6 +65,14 @@ static __always_inline int syscall_segs(long nr, __u64 arg, __u64 arg3, long len
 }
 
 #ifndef RINGTAIL_PORTABLE
+/* The fd argument of the syscall that is running (the socket hooks fire
+ * inside it). */
+static __always_inline __s32 syscall_fd(void)
+{
+	struct pt_regs *regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	return regs->di;
+}
+
 /* The same, from the registers of the syscall that is running (the socket
  * hooks fire inside it). */
 static __always_inline int user_segs(long len, __s32 *fd, struct segs *sg)

@@ -30,7 +30,10 @@ struct conn_state {
 	/* The start of a request line that arrived alone (Go's net/http reads
 	 * one byte ahead between keep-alive requests): joined to the next read. */
 	__u8 pend_len;
-	__u8 _pad[6];
+	/* 1: a TLS connection, fed plaintext by the TLS hooks (tls.h); the
+	 * socket hooks leave its ciphertext alone */
+	__u8 tls;
+	__u8 _pad[5];
 	__u8 pend[PREFIX_LEN];
 	/* Twice the capture length so that an append at any offset below
 	 * CAPTURE_LEN of up to CAPTURE_LEN bytes is provably in bounds. */

@@ -40,6 +40,7 @@
 #define EVF_TRUNCATED 0x01 /* more request bytes arrived than were captured */
 #define EVF_ORPHAN 0x02    /* a response with no captured request: pipelining */
 #define EVF_PARENT 0x04    /* parent_conn/parent_seq name the enclosing server request */
+#define EVF_TLS 0x08       /* the request went over TLS: its plaintext, read by the TLS uprobes */
 
 /* Why a process is selected (the `sel_pids` value). SEL_EXPLICIT (a
  * configured pid, a listener on a configured port, or a child of one)
@@ -64,7 +65,10 @@
 #define CNT_CONNS 11         /* connection records alive: +1 created, -1 deleted (a gauge) */
 #define CNT_FORK 12          /* fork records submitted (new processes, for their names) */
 #define CNT_FORK_LOST 13     /* fork records lost: exec ring full */
-#define CNT_MAX 14
+#define CNT_TLS_CALLS 14     /* TLS reads and writes whose plaintext went to the state machine */
+#define CNT_TLS_UNBOUND 15   /* TLS reads/writes on a connection whose socket was not seen: not traced */
+#define CNT_TLS_BINDINGS 16  /* TLS connections bound to their socket (SSL* -> socket) */
+#define CNT_MAX 17
 
 /* proc_head.kind: records of the `execs` ring. */
 #define PROC_EXEC 1

@@ -10,6 +10,9 @@
  *    own registers (io.h) give the fd and the user buffer. Only sockets
  *    reach them, so file and pipe I/O cost nothing; non-TCP sockets leave
  *    after two loads. The bytes go to the connection state machine (conn.h).
+ *    A send or receive inside a TLS call of the thread (tls.h) binds the
+ *    SSL object to the socket instead: the plaintext comes from the TLS
+ *    uprobes (sock_tls.bpf.c).
  *  - tp_btf/inet_sock_set_state: listen (port-based discovery) and close
  *    (connection state is deleted; it would go with the socket anyway).
  *
@@ -26,6 +29,7 @@
 #include "maps.h"
 #include "conn.h"
 #include "io.h"
+#include "tls.h"
 
 #define MSG_PEEK 2
 #define IPPROTO_TCP 6
@@ -44,6 +48,11 @@ static __always_inline void sock_data(struct sock *sk, int ret, int recv)
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
 	if (!conn_wanted(st, sk, tgid, recv))
+		return;
+	/* Inside a TLS call of this thread: ciphertext, which binds the call's
+	 * SSL object to this socket (tls.h) and is not looked at. */
+	struct tls_call *tc = st ? NULL : tls_call_now(tid);
+	if (tc && tls_bind(tc, sk, tgid, syscall_fd()))
 		return;
 	struct segs sg;
 	__s32 fd = -1;

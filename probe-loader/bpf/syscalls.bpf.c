@@ -37,6 +37,7 @@
 #include "maps.h"
 #include "conn.h"
 #include "io.h"
+#include "tls.h"
 
 #define MSG_PEEK 2
 #define IPPROTO_TCP 6
@@ -160,7 +161,20 @@ static __always_inline void sys_exit_data(struct sys_exit_rec *ctx, int recv)
 	if (ret <= 0 || p.nr != ctx->nr)
 		return;
 	struct conn_state *st = conn_get(p.sk);
+	if (st && st->tls) {
+		/* A TLS connection's ciphertext: (re)binds its SSL object when
+		 * inside a TLS call (the binding may have been evicted). */
+		struct tls_call *tc = tls_call_now(tid);
+		if (tc)
+			tls_bind(tc, p.sk, tgid, p.fd);
+		return;
+	}
 	if (!conn_wanted(st, p.sk, tgid, recv))
+		return;
+	/* Inside a TLS call of this thread: ciphertext, which binds the call's
+	 * SSL object to this socket (tls.h) and is not looked at. */
+	struct tls_call *tc = st ? NULL : tls_call_now(tid);
+	if (tc && tls_bind(tc, p.sk, tgid, p.fd))
 		return;
 	struct segs sg;
 	if (syscall_segs(p.nr, p.buf, p.count, ret, &sg))

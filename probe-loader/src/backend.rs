@@ -57,6 +57,8 @@ const SOCKET_PROGRAMS: &[(&str, Hook)] = &[
     PROCESS[1],
     PROCESS[2],
     ("sock_state", Hook::Btf("inet_sock_set_state")),
+    // the TLS connections' records, in their own table (bpf/sock_tls.bpf.c)
+    ("tls_sock_state", Hook::Btf("inet_sock_set_state")),
     ("sock_recv", Hook::Btf("sock_recv_length")),
     ("sock_send", Hook::Btf("sock_send_length")),
 ];
@@ -193,7 +195,8 @@ mod tests {
         for backend in [Chosen::Socket, Chosen::Syscalls] {
             let object = aya_obj::Object::parse(backend.object()).expect("parse the eBPF object");
             let in_object: BTreeSet<&str> = object.programs.keys().map(String::as_str).collect();
-            let listed: BTreeSet<&str> = backend.programs().iter().map(|(name, _)| *name).collect();
+            let listed: BTreeSet<&str> =
+                backend.programs().iter().map(|(name, _)| *name).chain(crate::tls::PROGRAMS.iter().map(|p| p.program)).collect();
             assert_eq!(in_object, listed, "{}", backend.name());
         }
     }

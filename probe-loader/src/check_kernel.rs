@@ -75,25 +75,28 @@ fn try_backend(btf: &Btf, backend: Chosen, settings: &Settings) -> Result<(), St
     let discovery = DiscoverySettings { pids: vec![std::process::id()], ..DiscoverySettings::default() };
     let mut probe = settings.probe.clone();
     probe.ring_buffer_mb = 1;
-    probes::Probes::attach_fresh(btf, backend, &probe, &discovery, 1, None).map(drop).map_err(|e| {
-        let mut s = e.to_string();
-        let mut src = std::error::Error::source(&e);
-        while let Some(inner) = src {
-            s.push_str(": ");
-            s.push_str(&inner.to_string());
-            src = inner.source();
-        }
-        // the whole verifier log to stderr; its end (the reason) in the report
-        eprintln!("{}: {s}", backend.name());
-        let lines: Vec<&str> = s.lines().collect();
-        let first = lines.first().copied().unwrap_or_default();
-        let last = lines.iter().rev().take(2).rev().copied().collect::<Vec<_>>().join(" | ");
-        if lines.len() > 1 {
-            format!("{first} ... {last}")
-        } else {
-            first.to_owned()
-        }
-    })
+    probes::Probes::attach_fresh(btf, backend, &probe, &discovery, &settings.tls, 1, None)
+        .and_then(|(mut probes, _rings)| probes.attach_tls(&settings.tls, Vec::new()))
+        .map(drop)
+        .map_err(|e| {
+            let mut s = e.to_string();
+            let mut src = std::error::Error::source(&e);
+            while let Some(inner) = src {
+                s.push_str(": ");
+                s.push_str(&inner.to_string());
+                src = inner.source();
+            }
+            // the whole verifier log to stderr; its end (the reason) in the report
+            eprintln!("{}: {s}", backend.name());
+            let lines: Vec<&str> = s.lines().collect();
+            let first = lines.first().copied().unwrap_or_default();
+            let last = lines.iter().rev().take(2).rev().copied().collect::<Vec<_>>().join(" | ");
+            if lines.len() > 1 {
+                format!("{first} ... {last}")
+            } else {
+                first.to_owned()
+            }
+        })
 }
 
 fn config_path() -> Result<Option<std::path::PathBuf>, String> {

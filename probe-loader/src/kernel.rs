@@ -43,6 +43,9 @@ pub const COUNTERS: [KernelCounter; CNT_MAX] = {
     t[CNT_CONNS] = KernelCounter::Gauge("ringtail_kernel_connections");
     t[CNT_FORK] = KernelCounter::Count("ringtail_fork_events_total");
     t[CNT_FORK_LOST] = KernelCounter::Drop("fork_ring_full");
+    t[CNT_TLS_CALLS] = KernelCounter::Count("ringtail_tls_calls_total");
+    t[CNT_TLS_UNBOUND] = KernelCounter::Drop("tls_unbound");
+    t[CNT_TLS_BINDINGS] = KernelCounter::Count("ringtail_tls_bindings_total");
     t
 };
 
@@ -210,6 +213,7 @@ impl HttpEvent {
             truncated: self.flags & EVF_TRUNCATED != 0,
             orphan: self.flags & EVF_ORPHAN != 0,
             request: self.buf[..cap].to_vec(),
+            tls: self.flags & EVF_TLS != 0,
         })
     }
 }

@@ -23,6 +23,7 @@
 //! - `procinfo`: process names and `OTEL_*` variables: from /proc at start,
 //!   then from the kernel's exec and fork records.
 //! - `privileges`: the capability check before, and the drop after.
+//! - `tls`: the OpenSSL files the TLS uprobes go to, each once.
 //! - `pump`: the loop: ring buffer → batches → the raw producer
 //!   (`ringtail_ipc::Producer`), plus heartbeats.
 //! - `bpf/`: the kernel programs, one `*.bpf.c` per hook family
@@ -44,6 +45,7 @@ mod probes;
 mod procinfo;
 mod pump;
 mod ring;
+mod tls;
 
 use std::time::Duration;
 
@@ -80,7 +82,7 @@ async fn run(p: Process) -> anyhow::Result<()> {
 
     // 1. Privileged work: load and attach, seed the selection, bind.
     let wakeup_len = settings.effective_wakeup_len();
-    let (mut probes, rings, origin) = probes::Probes::load(&settings.probe, &settings.discovery, wakeup_len)?;
+    let (mut probes, rings, origin) = probes::Probes::load(&settings.probe, &settings.discovery, &settings.tls, wakeup_len)?;
     let backlog = rings.events.read_pos() - rings.events.committed();
     tracing::info!(
         event = "attached",
@@ -94,13 +96,21 @@ async fn run(p: Process) -> anyhow::Result<()> {
     p.registry.gauge("ringtail_capture_backend", &[("backend", probes.backend().name())]).set(1.0);
     // Parsing the kernel's BTF was a one-off peak: give it back.
     runtime_kit::memory::release();
-    if !settings.discovery.selects_all() {
-        let pids = discovery::Discovery::new(&settings.discovery).scan(std::path::Path::new("/proc"));
+    let proc = std::path::Path::new("/proc");
+    let selected = if settings.discovery.selects_all() {
+        tls::all_pids(proc)
+    } else {
+        let pids = discovery::Discovery::new(&settings.discovery).scan(proc);
         for (pid, why) in &pids {
             probes.select_pid(*pid, *why)?;
         }
         tracing::info!(processes = pids.len(), ports = ?settings.discovery.open_ports, "selection seeded");
-    }
+        pids.into_iter().map(|(pid, _)| pid).collect()
+    };
+    // TLS: the OpenSSL files to attach to, found now that the selection is
+    // known and /proc/PID/{maps,root} of every user are still readable.
+    let tls = probes.attach_tls(&settings.tls, selected)?;
+    tracing::info!(event = "tls", enabled = settings.tls.enabled, files = tls.files.len(), uprobes = tls.uprobes, "TLS uprobes");
     // Names of the processes already running, while /proc/PID/{exe,environ}
     // of every user are still readable; later ones come from the kernel's
     // exec and fork records (the hooks are attached: none falls in between).

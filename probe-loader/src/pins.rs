@@ -17,7 +17,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ringtail_config::{DiscoverySettings, ProbeSettings};
+use ringtail_config::{DiscoverySettings, ProbeSettings, TlsSettings};
 
 use crate::kernel::{CONTRACT_HEADER, SOCKET_OBJECT, SYSCALLS_OBJECT};
 
@@ -55,7 +55,7 @@ fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
 }
 
 /// The stamp of a set loaded from this object with these settings.
-pub fn stamp(probe: &ProbeSettings, discovery: &DiscoverySettings, wakeup_len: u32) -> String {
+pub fn stamp(probe: &ProbeSettings, discovery: &DiscoverySettings, tls: &TlsSettings, wakeup_len: u32) -> String {
     let mut h = 0xcbf2_9ce4_8422_2325;
     h = fnv1a(h, SOCKET_OBJECT);
     h = fnv1a(h, SYSCALLS_OBJECT);
@@ -63,7 +63,7 @@ pub fn stamp(probe: &ProbeSettings, discovery: &DiscoverySettings, wakeup_len: u
     // The whole selection, not only what is baked in: a reopened set keeps
     // the processes its maps selected, which other settings must not inherit.
     let baked = format!(
-        "backend={} wakeup_len={wakeup_len} ring_mb={} conns={} read_env={} discovery={discovery:?}",
+        "backend={} wakeup_len={wakeup_len} ring_mb={} conns={} read_env={} discovery={discovery:?} tls={tls:?}",
         probe.backend.name(),
         probe.ring_buffer_mb,
         probe.max_connections,
@@ -162,16 +162,19 @@ mod tests {
     fn the_stamp_follows_baked_settings_only() {
         let probe = ProbeSettings::default();
         let discovery = DiscoverySettings::default();
-        let a = stamp(&probe, &discovery, 512);
+        let tls = TlsSettings::default();
+        let a = stamp(&probe, &discovery, &tls, 512);
         assert_eq!(a.len(), 16);
-        assert_eq!(a, stamp(&probe, &discovery, 512));
-        assert_ne!(a, stamp(&probe, &discovery, 256), "wakeup_len is baked in");
+        assert_eq!(a, stamp(&probe, &discovery, &tls, 512));
+        assert_ne!(a, stamp(&probe, &discovery, &tls, 256), "wakeup_len is baked in");
         let bigger = ProbeSettings { ring_buffer_mb: 8, ..ProbeSettings::default() };
-        assert_ne!(a, stamp(&bigger, &discovery, 512), "the ring's size is baked in");
+        assert_ne!(a, stamp(&bigger, &discovery, &tls, 512), "the ring's size is baked in");
         let no_env = ProbeSettings { read_process_env: false, ..ProbeSettings::default() };
-        assert_ne!(a, stamp(&no_env, &discovery, 512), "reading environments at exec is baked in");
+        assert_ne!(a, stamp(&no_env, &discovery, &tls, 512), "reading environments at exec is baked in");
         let kept =
             ProbeSettings { keep_pins_on_stop: true, flush_interval: std::time::Duration::from_millis(7), ..ProbeSettings::default() };
-        assert_eq!(a, stamp(&kept, &discovery, 512), "user-space settings are not");
+        assert_eq!(a, stamp(&kept, &discovery, &tls, 512), "user-space settings are not");
+        let no_tls = TlsSettings { enabled: false, ..TlsSettings::default() };
+        assert_ne!(a, stamp(&probe, &discovery, &no_tls, 512), "TLS capture is baked in");
     }
 }

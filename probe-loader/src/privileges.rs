@@ -3,12 +3,22 @@
 //! | capability          | needed for                                        | kept after start |
 //! |---------------------|---------------------------------------------------|------------------|
 //! | CAP_BPF             | creating maps, loading programs                   | no               |
-//! | CAP_PERFMON         | tracing programs, reading kernel memory           | no               |
+//! | CAP_PERFMON         | tracing programs, reading kernel memory; the TLS uprobes (perf_event_open of the `uprobe` PMU) | no |
 //! | CAP_SYS_ADMIN       | older kernels' BPF checks (alternative to the two)| no               |
-//! | CAP_SYS_PTRACE      | `/proc/PID/{exe,environ,fd}` of other users' processes (ptrace access check): the start scan | no |
+//! | CAP_SYS_PTRACE      | `/proc/PID/{exe,environ,fd,maps,root}` of other users' processes (ptrace access check): the start scan, and the `libssl` files they map (TLS) | no |
 //! | CAP_DAC_READ_SEARCH | the same files' modes (0400/0500, owned by that user) | no           |
 //! | CAP_SETGID          | joining the actors' group                         | no               |
 //! | CAP_SETPCAP         | dropping the bounding set                         | no               |
+//!
+//! The TLS uprobes are attached at start too, to the OpenSSL files found
+//! then (`tls`): attaching to a file that appears later would need the
+//! attach privilege (and ptrace access to read it through another process's
+//! root) for the loader's whole life, so it is not done. On Linux 6.18
+//! `perf_event_open` of a uprobe is refused (EACCES) to CAP_BPF +
+//! CAP_PERFMON alone: it takes CAP_SYS_ADMIN. Without it (the systemd unit)
+//! the loader starts without the TLS uprobes and warns
+//! (`event=tls_attach_failed`); it is not required here, so that the unit
+//! need not grant it.
 //!
 //! After start the loader holds no capability at all (effective, permitted,
 //! inheritable, ambient and bounding sets empty, `no_new_privs`): what it

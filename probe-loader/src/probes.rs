@@ -6,22 +6,25 @@
 //!
 //! Every program is a BTF tracepoint (`tp_btf`) or, for the syscall backend,
 //! a tracefs tracepoint: no kprobes, no fentry. The kernel needs BTF and the
-//! ring buffer (5.8).
+//! ring buffer (5.8). With `tls.enabled`, uprobes on OpenSSL's functions
+//! are attached after them (`attach_tls`, where: `tls`).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray, RingBuf};
 use aya::programs::links::FdLink;
-use aya::programs::{BtfTracePoint, ProgramInfo, TracePoint};
+use aya::programs::uprobe::{UProbeAttachLocation, UProbeError, UProbeScope};
+use aya::programs::{BtfTracePoint, ProgramInfo, TracePoint, UProbe};
 use aya::{Btf, Ebpf, EbpfLoader};
-use ringtail_config::{DiscoverySettings, ProbeSettings};
+use ringtail_config::{DiscoverySettings, ProbeSettings, TlsSettings};
 
 use crate::backend::{BackendError, Chosen, Hook};
 use crate::kernel::contract::{SEL_EXE, SEL_EXPLICIT};
 use crate::kernel::COUNTERS;
 use crate::pins;
 use crate::ring::WalRing;
+use crate::tls;
 
 /// A fresh random capture epoch (never 0: 0 means "none").
 fn random_epoch() -> u64 {
@@ -69,6 +72,18 @@ pub enum ProbeError {
     },
     #[error(transparent)]
     Pins(#[from] pins::PinError),
+    #[error("tls.libraries: {path} does not exist")]
+    TlsMissing { path: PathBuf },
+    #[error("tls.libraries: {path} has no OpenSSL symbol {symbol}")]
+    TlsNotOpenssl { path: PathBuf, symbol: &'static str },
+    #[error("cannot attach program {program} to {symbol} in {path}")]
+    TlsAttach {
+        program: &'static str,
+        symbol: &'static str,
+        path: PathBuf,
+        #[source]
+        source: Box<aya::programs::ProgramError>,
+    },
     #[error(transparent)]
     Backend(#[from] BackendError),
     #[error("cannot read the event ring buffer")]
@@ -97,6 +112,17 @@ pub struct Probes {
     _sel_ports: HashMap<MapData, u16, u8>,
     counters: PerCpuArray<MapData, u64>,
     epoch: u64,
+    /// The TLS uprobes are loaded (by this process, or pinned by an earlier one).
+    tls: bool,
+}
+
+/// What `attach_tls` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsAttached {
+    /// The files attached to, each once.
+    pub files: Vec<PathBuf>,
+    /// Uprobes attached, over all files.
+    pub uprobes: usize,
 }
 
 /// Why a process is selected (the `sel_pids` value, SEL_* in bpf/ringtail.h).
@@ -154,17 +180,23 @@ impl Probes {
     /// one, or decides the backend (`probe.backend`), loads and attaches its
     /// programs (pinning them when `probe.pin_dir` is set); the kernel wakes
     /// the loader every `wakeup_len` events.
-    pub fn load(probe: &ProbeSettings, discovery: &DiscoverySettings, wakeup_len: u32) -> Result<(Probes, Rings, Origin), ProbeError> {
+    pub fn load(
+        probe: &ProbeSettings,
+        discovery: &DiscoverySettings,
+        tls: &TlsSettings,
+        wakeup_len: u32,
+    ) -> Result<(Probes, Rings, Origin), ProbeError> {
         let mut set = if probe.pins() {
             pins::prepare(&probe.pin_dir)?;
-            let stamp = pins::stamp(probe, discovery, wakeup_len);
+            let stamp = pins::stamp(probe, discovery, tls, wakeup_len);
             let set = probe.pin_dir.join(&stamp);
             pins::remove_others(&probe.pin_dir, Some(&stamp))?;
             if set.join(pins::COMPLETE).exists() {
                 match Self::reopen(&set) {
                     Ok((backend, maps)) => {
                         tracing::info!(set = %set.display(), event = "pins_reopened", "probes found pinned: reading on where the last loader stopped");
-                        let (probes, rings) = Self::finish(None, Some(set), backend, maps)?;
+                        let tls_pinned = tls::program_names().iter().all(|name| set.join(format!("prog_{name}")).exists());
+                        let (probes, rings) = Self::finish(None, Some(set), backend, maps, tls_pinned)?;
                         return Ok((probes, rings, Origin::Reopened));
                     }
                     Err(error) => {
@@ -194,7 +226,7 @@ impl Probes {
         if let Some(set) = &set {
             pins::create_set(set)?;
         }
-        let (probes, rings) = Self::attach_fresh(&btf, backend, probe, discovery, wakeup_len, set)?;
+        let (probes, rings) = Self::attach_fresh(&btf, backend, probe, discovery, tls, wakeup_len, set)?;
         Ok((probes, rings, Origin::Loaded))
     }
 
@@ -205,11 +237,12 @@ impl Probes {
         backend: Chosen,
         probe: &ProbeSettings,
         discovery: &DiscoverySettings,
+        tls: &TlsSettings,
         wakeup_len: u32,
         set: Option<PathBuf>,
     ) -> Result<(Probes, Rings), ProbeError> {
-        let (ebpf, maps) = Self::load_fresh(btf, backend, probe, discovery, wakeup_len, set.as_deref())?;
-        Self::finish(Some(ebpf), set, backend, maps)
+        let (ebpf, maps) = Self::load_fresh(btf, backend, probe, discovery, tls, wakeup_len, set.as_deref())?;
+        Self::finish(Some(ebpf), set, backend, maps, false)
     }
 
     /// The maps of a pinned set, and the backend its programs are of.
@@ -237,9 +270,14 @@ impl Probes {
         backend: Chosen,
         probe: &ProbeSettings,
         discovery: &DiscoverySettings,
+        tls: &TlsSettings,
         wakeup_len: u32,
         set: Option<&Path>,
     ) -> Result<(Ebpf, Maps), ProbeError> {
+        let tls_on = u8::from(tls.enabled);
+        // The connection table: the syscall backend's, or (socket backend)
+        // the TLS connections' alone, which needs none without TLS.
+        let conn_table = if backend == Chosen::Socket && !tls.enabled { 1 } else { probe.max_connections };
         let wakeup_len = u64::from(wakeup_len);
         let select_all = u8::from(discovery.selects_all());
         let watch_exec = u8::from(!discovery.exe_names.is_empty());
@@ -256,9 +294,11 @@ impl Probes {
             .override_global("watch_exec", &watch_exec, true)
             .override_global("select_ports", &select_ports, true)
             .override_global("read_env", &read_env, true)
+            .override_global("tls_on", &tls_on, true)
             .map_max_entries("events", ring_bytes)
-            // the syscall backend's connection table (bpf/conn.h)
-            .map_max_entries("conn_table", probe.max_connections)
+            // the connection table (bpf/conn.h), and the TLS bindings (bpf/tls.h)
+            .map_max_entries("conn_table", conn_table)
+            .map_max_entries("tls_socks", probe.max_connections)
             .load(backend.object())
             .map_err(|source| ProbeError::Load { source })?;
 
@@ -310,7 +350,7 @@ impl Probes {
         Ok((ebpf, maps))
     }
 
-    fn finish(ebpf: Option<Ebpf>, set: Option<PathBuf>, backend: Chosen, maps: Maps) -> Result<(Probes, Rings), ProbeError> {
+    fn finish(ebpf: Option<Ebpf>, set: Option<PathBuf>, backend: Chosen, maps: Maps, tls: bool) -> Result<(Probes, Rings), ProbeError> {
         let events = WalRing::new(maps.events).map_err(|source| ProbeError::Ring { source })?;
         let execs = RingBuf::try_from(Map::RingBuf(maps.execs)).map_err(map_err("execs"))?;
         let sel_pids = HashMap::try_from(Map::HashMap(maps.sel_pids)).map_err(map_err("sel_pids"))?;
@@ -318,7 +358,7 @@ impl Probes {
         let counters = PerCpuArray::try_from(Map::PerCpuArray(maps.counters)).map_err(map_err("counters"))?;
         let slot: Array<MapData, u64> = Array::try_from(Map::Array(maps.epoch)).map_err(map_err("epoch"))?;
         let epoch = slot.get(&0, 0).map_err(map_err("epoch"))?;
-        Ok((Probes { ebpf, set, backend, sel_pids, _sel_ports: sel_ports, counters, epoch }, Rings { events, execs }))
+        Ok((Probes { ebpf, set, backend, sel_pids, _sel_ports: sel_ports, counters, epoch, tls }, Rings { events, execs }))
     }
 
     /// The capture backend in use.
@@ -360,12 +400,104 @@ impl Probes {
         out
     }
 
+    /// Attaches the TLS uprobes (`tls.enabled`) to every OpenSSL file found
+    /// now (`tls`): the loader's directories, `tls.libraries`, and what the
+    /// processes `pids` map. Call it while privileged, after the selection
+    /// is seeded. Probes reopened from pins keep the uprobes the loader
+    /// that pinned them attached (nothing is attached again).
+    pub fn attach_tls(&mut self, settings: &TlsSettings, pids: Vec<u32>) -> Result<TlsAttached, ProbeError> {
+        let mut done = TlsAttached::default();
+        if !settings.enabled {
+            return Ok(done);
+        }
+        let Some(ebpf) = self.ebpf.as_mut() else {
+            tracing::info!(event = "tls_pinned", attached = self.tls, "TLS uprobes: those of the pinned set stay attached");
+            return Ok(done);
+        };
+        let (targets, missing) = tls::find(&settings.libraries, Path::new("/"), Path::new("/proc"), pids);
+        if let Some(path) = missing.into_iter().next() {
+            return Err(ProbeError::TlsMissing { path });
+        }
+        for name in tls::program_names() {
+            let prog = ebpf.program_mut(name).ok_or(ProbeError::MissingProgram { program: name })?;
+            let prog: &mut UProbe =
+                prog.try_into().map_err(|source| ProbeError::Program { program: name, tracepoint: "uprobe", source })?;
+            prog.load().map_err(|source| match source {
+                aya::programs::ProgramError::LoadError { verifier_log, .. } => {
+                    ProbeError::Verifier { program: name, tracepoint: "uprobe", log: verifier_log.to_string() }
+                }
+                source => ProbeError::Program { program: name, tracepoint: "uprobe", source },
+            })?;
+            if let Some(set) = &self.set {
+                prog.pin(set.join(format!("prog_{name}"))).map_err(pin_err(format!("program {name}")))?;
+            }
+        }
+        self.tls = true;
+        for target in targets.files {
+            let path = &target.path;
+            let mut attached = 0;
+            for (i, up) in tls::PROGRAMS.iter().enumerate() {
+                let program = up.program;
+                let prog: &mut UProbe = ebpf
+                    .program_mut(program)
+                    .ok_or(ProbeError::MissingProgram { program })?
+                    .try_into()
+                    .map_err(|source| ProbeError::Program { program, tracepoint: "uprobe", source })?;
+                let link = match prog.attach(UProbeAttachLocation::Symbol(up.symbol), path, UProbeScope::AllProcesses) {
+                    Ok(link) => link,
+                    Err(aya::programs::ProgramError::UProbeError(UProbeError::SymbolError { .. })) if !up.required => continue,
+                    Err(aya::programs::ProgramError::UProbeError(UProbeError::SymbolError { .. })) if attached == 0 => {
+                        // the first symbol: not OpenSSL (NSS's libssl3.so)
+                        if target.configured {
+                            return Err(ProbeError::TlsNotOpenssl { path: path.clone(), symbol: up.symbol });
+                        }
+                        tracing::debug!(path = %path.display(), "not an OpenSSL library: skipped");
+                        break;
+                    }
+                    Err(source) if target.configured => {
+                        return Err(ProbeError::TlsAttach { program, symbol: up.symbol, path: path.clone(), source: Box::new(source) })
+                    }
+                    Err(source) => {
+                        // A file found by the search: HTTPS goes untraced
+                        // through it, said loudly, and the loader starts.
+                        // (Linux 6.18 refuses a uprobe perf event to
+                        // CAP_BPF + CAP_PERFMON without CAP_SYS_ADMIN.)
+                        let error = ProbeError::TlsAttach { program, symbol: up.symbol, path: path.clone(), source: Box::new(source) };
+                        tracing::warn!(
+                            event = "tls_attach_failed",
+                            path = %path.display(),
+                            error = %error_chain(&error),
+                            "TLS uprobes not attached: HTTPS through this file is not traced (uprobes may need CAP_SYS_ADMIN at start on this kernel; tls.enabled = false silences this)"
+                        );
+                        break;
+                    }
+                };
+                attached += 1;
+                if let Some(set) = &self.set {
+                    let link = prog.take_link(link).map_err(|source| ProbeError::Program { program, tracepoint: "uprobe", source })?;
+                    let link = FdLink::try_from(link).map_err(|source| ProbeError::Link { program, tracepoint: "uprobe", source })?;
+                    let n = done.files.len();
+                    link.pin(set.join(format!("link_tls_{n}_{i}"))).map_err(pin_err(format!("link {program} {}", up.symbol)))?;
+                }
+            }
+            if attached > 0 {
+                tracing::info!(event = "tls_attached", path = %path.display(), uprobes = attached, "TLS uprobes attached");
+                done.uprobes += attached;
+                done.files.push(path.clone());
+            }
+        }
+        Ok(done)
+    }
+
     /// bpf_stats of every program.
     pub fn program_stats(&self) -> Vec<ProgramStats> {
+        let tls = if self.tls { tls::program_names() } else { Vec::new() };
         self.backend
             .programs()
             .iter()
-            .filter_map(|&(name, _)| {
+            .map(|&(name, _)| name)
+            .chain(tls)
+            .filter_map(|name| {
                 let info = match (&self.ebpf, &self.set) {
                     (Some(ebpf), _) => ebpf.program(name)?.info().ok()?,
                     (None, Some(set)) => ProgramInfo::from_pin(set.join(format!("prog_{name}"))).ok()?,
@@ -375,6 +507,18 @@ impl Probes {
             })
             .collect()
     }
+}
+
+/// An error and its causes on one line, for a log field.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
 }
 
 fn pin_err(what: String) -> impl Fn(aya::pin::PinError) -> ProbeError {

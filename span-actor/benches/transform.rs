@@ -47,6 +47,7 @@ fn raw_batch(n: usize, conn_base: u64) -> RawBatch {
             request_len: 90,
             truncated: false,
             orphan: false,
+            tls: false,
             request: format!(
                 "GET {} HTTP/1.1\r\nHost: shop.example:8080\r\nUser-Agent: curl/8.5.0\r\nAccept: */*\r\n\r\n",
                 paths[i % paths.len()]

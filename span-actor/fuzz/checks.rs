@@ -101,6 +101,7 @@ pub fn http1(data: &[u8]) {
         request_len: u32::try_from(request.len()).unwrap_or(u32::MAX),
         truncated: false,
         orphan: false,
+        tls: false,
         request: request.to_vec(),
     };
     // The same bytes again as a response pipelined behind it (an orphan).

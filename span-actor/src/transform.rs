@@ -295,7 +295,7 @@ impl Transformer {
             route,
             path: head.path.clone(),
             query: self.redactor.query(head.query.as_deref()),
-            scheme: "http".to_owned(),
+            scheme: if ev.tls { "https" } else { "http" }.to_owned(),
             status: ev.status,
             error: semconv::is_error(kind, ev.status),
             server_address,

@@ -35,6 +35,7 @@ fn batch() -> RawBatch {
         request_len: 0,
         truncated: false,
         orphan: false,
+        tls: false,
         request: format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes(),
     };
     RawBatch {

@@ -30,6 +30,7 @@ fn event(role: Role, conn: u64, seq: u32, req: &[u8], status: u16) -> RawEvent {
         request_len: req.len() as u32,
         truncated: false,
         orphan: false,
+        tls: false,
         request: req.to_vec(),
     }
 }
@@ -144,6 +145,28 @@ fn server_span_follows_semantic_conventions() {
     assert_eq!(rig.ledger.ack().unwrap().upto, 0);
     rig.ledger.release(INST, 1, 1);
     assert_eq!(rig.ledger.ack().unwrap().upto, 1);
+}
+
+/// A TLS connection's request (the plaintext the TLS uprobes read) makes
+/// the same span as a cleartext one but for `url.scheme`, on either side.
+#[test]
+fn tls_requests_have_the_https_scheme_and_nothing_else_differs() {
+    let mut rig = Rig::new(|_| {});
+    let req = b"GET /users/42 HTTP/1.1\r\nHost: shop\r\n\r\n";
+    let plain = rig.run(vec![event(Role::Server, 1, 1, req, 200), event(Role::Client, 2, 1, req, 200)]);
+    let tls = rig.run(vec![
+        RawEvent { tls: true, ..event(Role::Server, 1, 1, req, 200) },
+        RawEvent { tls: true, ..event(Role::Client, 2, 1, req, 200) },
+    ]);
+    assert_eq!(plain.len(), 2);
+    assert_eq!(tls.len(), 2);
+    for (p, t) in plain.iter().zip(&tls) {
+        assert_eq!(p.span.scheme, "http");
+        assert_eq!(t.span.scheme, "https");
+        let mut same = t.span.clone();
+        same.scheme = "http".into();
+        assert_eq!(same, p.span);
+    }
 }
 
 #[test]

@@ -1,0 +1,87 @@
+#!/bin/bash
+# Per-program in-kernel cost of HTTPS capture: nginx with `ssl` (one worker,
+# self-signed certificate), ringtail selecting its port, 10 s of
+# `bench/goserver -mode blast -tls` at RATE req/s; prints, per ringtail
+# program, runs and ns per request (bpf_stats, by program name).
+#
+#   sudo bench/tls_prog_stats.sh [RATE] [BIN_DIR]    (defaults: 5000, target/release)
+#
+# Run it under the e2e lock on a shared machine:
+#   flock /tmp/ringtail-e2e.lock bench/tls_prog_stats.sh 5000
+set -euo pipefail
+RATE=${1:-5000}
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+BIN=${2:-$REPO/target/release}
+W=$(mktemp -d /tmp/rt-tlsstats-XXXXXX)
+trap 'rm -rf "$W"' EXIT
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost -keyout "$W/key.pem" -out "$W/cert.pem" 2>/dev/null
+cat > "$W/nginx.conf" <<EOF
+worker_processes 1;
+daemon off;
+pid $W/nginx.pid;
+error_log $W/error.log warn;
+events { worker_connections 1024; }
+http {
+    access_log off;
+    keepalive_requests 1000000;
+    client_body_temp_path $W/body;
+    proxy_temp_path $W/proxy;
+    fastcgi_temp_path $W/fastcgi;
+    uwsgi_temp_path $W/uwsgi;
+    scgi_temp_path $W/scgi;
+    server {
+        listen 127.0.0.1:$PORT ssl;
+        ssl_certificate $W/cert.pem;
+        ssl_certificate_key $W/key.pem;
+        location / { return 200 "ok\n"; }
+    }
+}
+EOF
+cat > "$W/rt.toml" <<EOF
+[probe]
+pin_dir = ""
+[discovery]
+open_ports = [$PORT]
+[export]
+stdout = false
+[pipeline]
+runtime_dir = "$W/run"
+EOF
+GO=${GO:-$REPO/.venv/bin/go}
+(cd "$REPO/bench/goserver" && GOTOOLCHAIN=local GOPROXY=off CGO_ENABLED=0 "$GO" build -o "$W/goserver" main.go)
+sysctl -qw kernel.bpf_stats_enabled=1
+nginx -c "$W/nginx.conf" -p "$W" & NG=$!
+RUST_LOG=warn "$BIN/ringtail" --config "$W/rt.toml" > /dev/null 2> "$W/ringtail.log" & RT=$!
+for _ in $(seq 60); do grep -q "privileges dropped" "$W/ringtail.log" 2>/dev/null && break; sleep 0.5; done
+sleep 1
+snap() { bpftool -j prog show | python3 -c '
+import json,sys
+for p in json.load(sys.stdin):
+    n=p.get("name","")
+    if n.startswith(("tls_","sock_","process_","sys_")): print(p["id"], n, p.get("run_time_ns",0), p.get("run_cnt",0))'; }
+snap > "$W/before.txt"
+"$W/goserver" -mode blast -tls -addr "127.0.0.1:$PORT" -conns 20 -duration 10s -rate "$RATE" > "$W/blast.json"
+snap > "$W/after.txt"
+kill "$RT"; wait "$RT" || true
+kill "$NG"; wait "$NG" || true
+python3 - "$W" <<'PY'
+import json, sys
+w = sys.argv[1]
+before = {l.split()[0]: l.split() for l in open(f"{w}/before.txt")}
+r = json.loads(open(f"{w}/blast.json").read().strip().splitlines()[-1])
+n = r["requests"]
+print(f"requests {n} in {r['seconds']:.1f} s, errors {r['errors']}")
+total = 0
+for line in open(f"{w}/after.txt"):
+    pid, name, t, c = line.split()
+    t, c = int(t), int(c)
+    if pid not in before:
+        continue  # another ringtail's program, loaded meanwhile
+    t -= int(before[pid][2])
+    c -= int(before[pid][3])
+    total += t
+    if c:
+        print(f"{name:20s} runs/req {c / n:5.2f}  ns/run {t / c:7.0f}  ns/req {t / n:7.0f}")
+print(f"total in-kernel ns/req {total / n:.0f}")
+PY

@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * TLS (OpenSSL): what the socket hooks and the TLS uprobes share.
+ *
+ * The plaintext of a TLS connection is read where the library hands it to
+ * the application (SSL_read/SSL_read_ex, on return) or takes it from it
+ * (SSL_write/SSL_write_ex, on entry), and goes to the same state machine
+ * (conn.h) as cleartext bytes, on the connection's socket. The socket is
+ * learnt by binding: a uprobe records the thread's call in progress
+ * (`tls_calls`); a socket hook firing on that thread inside the call (the
+ * library reading or writing ciphertext) binds the SSL object to its socket
+ * (`tls_socks`) and leaves the ciphertext alone. The calls that bind are
+ * SSL_read (a server's first bytes) and SSL_do_handshake (also behind
+ * SSL_connect and SSL_accept: a client writes before it ever reads). Writes
+ * are seen at entry only (one uprobe hit), by the binding made before.
+ *
+ * The hook programs are in tls_hooks.h (one compilation unit per backend
+ * object: sock_tls.bpf.c, syscalls_tls.bpf.c).
+ */
+#ifndef RINGTAIL_TLS_H
+#define RINGTAIL_TLS_H
+
+#include "globals.h"
+#include "maps.h"
+
+/* tls_call.kind */
+#define TLS_READ 1
+#define TLS_READ_EX 2
+#define TLS_HANDSHAKE 3
+
+/* A TLS call in progress on a thread, between its uprobe and uretprobe. */
+struct tls_call {
+	__u64 ssl;
+	__u64 buf;  /* the plaintext buffer (reads) */
+	__u64 out;  /* SSL_read_ex's size_t *readbytes */
+	__u64 sk;   /* the socket a hook saw inside the call, 0 before */
+	__u32 kind; /* TLS_* */
+	__u32 _pad;
+};
+
+/* By thread id; the uretprobe deletes its call's record. An LRU: a thread
+ * that dies inside a call leaves its record to be evicted. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct tls_call);
+} tls_calls SEC(".maps") __weak;
+
+/* An SSL object of a process. */
+struct tls_key {
+	__u64 ssl;
+	__u32 tgid;
+	__u32 _pad;
+};
+
+/* The socket an SSL object reads and writes. */
+struct tls_sock {
+	__u64 sk;
+	__s32 fd;
+	__u32 _pad;
+};
+
+/* SSL object -> socket, deleted at SSL_free. An LRU sized like the
+ * connection table (probe.max_connections, set by the loader): a process
+ * killed before it freed its SSL objects leaves bindings to be evicted; an
+ * evicted live binding is made again by the connection's next read or
+ * handshake that touches the socket, and what went by meanwhile is counted
+ * (CNT_TLS_UNBOUND). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct tls_key);
+	__type(value, struct tls_sock);
+} tls_socks SEC(".maps") __weak;
+
+/* The TLS call the current thread is inside, if any (socket hooks). */
+static __always_inline struct tls_call *tls_call_now(__u32 tid)
+{
+	if (!tls_on)
+		return NULL;
+	return bpf_map_lookup_elem(&tls_calls, &tid);
+}
+
+/* A socket hook saw `sk` move bytes inside TLS call `c` of this thread:
+ * binds the call's SSL object to `sk`. Returns 1 when the bytes are the
+ * call's ciphertext (the hook leaves them), 0 when they are another
+ * socket's (a library that reads a second socket inside a TLS call). */
+static __always_inline int tls_bind(struct tls_call *c, struct sock *sk, __u32 tgid, __s32 fd)
+{
+	__u64 s = (__u64)sk;
+	if (c->sk)
+		return c->sk == s;
+	c->sk = s;
+	struct tls_key k = { .ssl = c->ssl, .tgid = tgid };
+	struct tls_sock *b = bpf_map_lookup_elem(&tls_socks, &k);
+	if (b && b->sk == s)
+		return 1;
+	struct tls_sock v = { .sk = s, .fd = fd };
+	bpf_map_update_elem(&tls_socks, &k, &v, BPF_ANY);
+	count(CNT_TLS_BINDINGS);
+	return 1;
+}
+
+#endif

@@ -1,0 +1,160 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * TLS hooks (OpenSSL 1.1 and 3.x, see tls.h): uprobes on the library's
+ * functions, attached by the loader to each libssl file and each binary
+ * exporting the symbols (probes.rs, tls.rs). Included by one compilation
+ * unit per backend object, after it chose where state lives (conn.h):
+ * uprobe programs are of the kprobe type, which may not use socket-local
+ * storage, so a TLS connection's state is in the connection table.
+ *
+ * Hits per request, each a trap into the kernel (~13 us on a VM): a server
+ * pays SSL_read entry and return for each read (plus a read that finds
+ * nothing yet, when the server tries one) and SSL_write entry for each
+ * write; a client the same. SSL_do_handshake entry and return, and
+ * SSL_free, are per connection. A process not selected pays the traps and
+ * one lookup (pid_selected, before any copy or map write); its uretprobes
+ * find no record.
+ */
+#ifndef RINGTAIL_TLS_HOOKS_H
+#define RINGTAIL_TLS_HOOKS_H
+
+#include "conn.h"
+#include "tls.h"
+
+/* A call begins: remember it for its return and the socket hooks. */
+static __always_inline void tls_enter(__u32 kind, __u64 ssl, __u64 buf, __u64 out)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!pid_selected(id >> 32))
+		return;
+	__u32 tid = (__u32)id;
+	struct tls_call c = { .ssl = ssl, .buf = buf, .out = out, .kind = kind };
+	bpf_map_update_elem(&tls_calls, &tid, &c, BPF_ANY);
+}
+
+/* `n` bytes of plaintext at `buf` moved on SSL object `ssl`: to the state
+ * machine, on the socket it is bound to. */
+static __always_inline void tls_data(__u64 ssl, __u64 buf, __u64 n, __u32 tgid, __u32 tid, int recv)
+{
+	struct tls_key k = { .ssl = ssl, .tgid = tgid };
+	struct tls_sock *b = bpf_map_lookup_elem(&tls_socks, &k);
+	if (!b) {
+		count(CNT_TLS_UNBOUND);
+		return;
+	}
+	struct sock *sk = (struct sock *)b->sk;
+	struct conn_state *st = conn_get(sk);
+	if (st) {
+		if (st->role == ROLE_OPAQUE)
+			return;
+		/* A server that answered is idle until the next request: what it
+		 * writes now is the rest of the response, or the same response
+		 * again (a write retried after SSL_ERROR_WANT_WRITE, which the
+		 * entry alone cannot tell from a new one). */
+		if (!recv && st->role == ROLE_SERVER && st->phase != PHASE_REQUEST)
+			return;
+		st->tls = 1;
+	}
+	count(CNT_TLS_CALLS);
+	struct segs sg = {};
+	sg.base[0] = (const __u8 *)buf;
+	sg.len[0] = n;
+	sg.n = 1;
+	sg.total = n > 0xffffffff ? 0xffffffff : n;
+	struct conn_io io = { .sk = sk, .tgid = tgid, .tid = tid, .fd = b->fd, .tls = 1 };
+	if (recv)
+		conn_on_recv(st, &io, &sg);
+	else
+		conn_on_send(st, &io, &sg);
+}
+
+/* int SSL_read(SSL *ssl, void *buf, int num) */
+SEC("uprobe")
+int BPF_KPROBE(tls_read_enter, void *ssl, void *buf)
+{
+	tls_enter(TLS_READ, (__u64)ssl, (__u64)buf, 0);
+	return 0;
+}
+
+/* int SSL_read_ex(SSL *ssl, void *buf, size_t num, size_t *readbytes) */
+SEC("uprobe")
+int BPF_KPROBE(tls_read_ex_enter, void *ssl, void *buf, __u64 num, void *readbytes)
+{
+	tls_enter(TLS_READ_EX, (__u64)ssl, (__u64)buf, (__u64)readbytes);
+	return 0;
+}
+
+/* int SSL_do_handshake(SSL *ssl): SSL_connect and SSL_accept call it. */
+SEC("uprobe")
+int BPF_KPROBE(tls_handshake_enter, void *ssl)
+{
+	tls_enter(TLS_HANDSHAKE, (__u64)ssl, 0, 0);
+	return 0;
+}
+
+/* The return of SSL_read, SSL_read_ex and SSL_do_handshake (one program:
+ * the record says which call it was). */
+SEC("uretprobe")
+int BPF_KRETPROBE(tls_call_exit, long ret)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	__u32 tid = (__u32)id;
+	struct tls_call *cp = bpf_map_lookup_elem(&tls_calls, &tid);
+	if (!cp)
+		return 0;
+	struct tls_call c = *cp;
+	bpf_map_delete_elem(&tls_calls, &tid);
+	__u64 n = 0;
+	if (c.kind == TLS_READ) {
+		if ((int)ret <= 0)
+			return 0;
+		n = (int)ret;
+	} else if (c.kind == TLS_READ_EX) {
+		if ((int)ret != 1 || bpf_probe_read_user(&n, sizeof(n), (const void *)c.out))
+			return 0;
+	} else {
+		return 0; /* a handshake: its binding, if any, is made */
+	}
+	if (n)
+		tls_data(c.ssl, c.buf, n, id >> 32, tid, 1);
+	return 0;
+}
+
+/* int SSL_write(SSL *ssl, const void *buf, int num): entry only. Without
+ * SSL_MODE_ENABLE_PARTIAL_WRITE it writes everything or fails (and is
+ * called again with the same bytes), so the entry has what the state
+ * machine needs; the return would be a second hit per write. */
+SEC("uprobe")
+int BPF_KPROBE(tls_write_enter, void *ssl, void *buf, int num)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (num <= 0 || !pid_selected(id >> 32))
+		return 0;
+	tls_data((__u64)ssl, (__u64)buf, (__u64)num, id >> 32, (__u32)id, 0);
+	return 0;
+}
+
+/* int SSL_write_ex(SSL *ssl, const void *buf, size_t num, size_t *written) */
+SEC("uprobe")
+int BPF_KPROBE(tls_write_ex_enter, void *ssl, void *buf, __u64 num)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (num == 0 || !pid_selected(id >> 32))
+		return 0;
+	tls_data((__u64)ssl, (__u64)buf, num, id >> 32, (__u32)id, 0);
+	return 0;
+}
+
+/* void SSL_free(SSL *ssl): the binding goes. */
+SEC("uprobe")
+int BPF_KPROBE(tls_free, void *ssl)
+{
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!pid_selected(id >> 32))
+		return 0;
+	struct tls_key k = { .ssl = (__u64)ssl, .tgid = id >> 32 };
+	bpf_map_delete_elem(&tls_socks, &k);
+	return 0;
+}
+
+#endif

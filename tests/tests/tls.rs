@@ -1,0 +1,405 @@
+//! HTTPS: the plaintext of OpenSSL connections, read by the TLS uprobes,
+//! becomes spans like cleartext requests' but with `url.scheme = "https"`.
+//!
+//! Real servers and clients with a self-signed certificate each test makes,
+//! a real OTLP receiver (the scheme is an attribute), exact counts, on both
+//! capture backends. Ciphertext never makes a span: a span too many fails
+//! the counts.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use ringtail_tests::*;
+
+const WAIT: Duration = Duration::from_secs(30);
+const SETTLE: Duration = Duration::from_millis(1500);
+
+/// A self-signed certificate and key for localhost in `dir`.
+fn certificate(dir: &Path) -> (String, String) {
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    let st = Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run openssl");
+    assert!(st.success(), "openssl req failed");
+    (cert.display().to_string(), key.display().to_string())
+}
+
+/// Whether the tools a test needs are here (a loud skip otherwise).
+fn ready(tools: &[&str]) -> bool {
+    if !can_trace() {
+        return false;
+    }
+    if !Rotel::available() {
+        skip("the rotel OTLP receiver is not installed");
+        return false;
+    }
+    for tool in tools {
+        if !have(tool) {
+            skip(&format!("{tool} is not installed"));
+            return false;
+        }
+    }
+    true
+}
+
+/// ringtail on backend `b` exporting to `rotel`, with `discovery` (a
+/// `[discovery]` body) and more sections in `extra`.
+fn ringtail(b: &str, rotel: &Rotel, discovery: &str, extra: &str) -> Ringtail {
+    Ringtail::start(&format!(
+        "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\n{discovery}\n\
+         [export]\nstdout = true\n[export.otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\n{extra}",
+        rotel.grpc
+    ))
+}
+
+/// (kind, scheme, method, path, status) of a span at the receiver.
+type Key = (String, String, String, String, u16);
+
+fn key(s: &Value) -> Key {
+    let kind = if s["kind"] == 2 { "server" } else { "client" };
+    (
+        kind.to_owned(),
+        attr(s, "url.scheme").unwrap_or_default(),
+        attr(s, "http.request.method").unwrap_or_default(),
+        attr(s, "url.path").unwrap_or_default(),
+        attr(s, "http.response.status_code").and_then(|v| v.parse().ok()).unwrap_or_default(),
+    )
+}
+
+/// Waits until the receiver has `want.values().sum()` spans that `ours`
+/// keeps, lets more arrive, and checks them against `want` exactly.
+fn expect_spans(rotel: &Rotel, rt: &Ringtail, ours: impl Fn(&Value) -> bool, want: &[(Key, usize)]) -> Vec<Value> {
+    let n: usize = want.iter().map(|(_, n)| n).sum();
+    wait_until(WAIT, || (rotel.spans().iter().filter(|s| ours(s)).count() >= n).then_some(())).unwrap_or_else(|| {
+        panic!("the receiver got {:?}\nstdout:\n{}\nlog:\n{}", rotel.spans().iter().map(key).collect::<Vec<_>>(), rt.stdout(), rt.log())
+    });
+    std::thread::sleep(SETTLE);
+    let spans: Vec<Value> = rotel.spans().into_iter().filter(|s| ours(s)).collect();
+    let mut got: BTreeMap<Key, usize> = BTreeMap::new();
+    for s in &spans {
+        *got.entry(key(s)).or_default() += 1;
+    }
+    let want: BTreeMap<Key, usize> = want.iter().cloned().collect();
+    assert_eq!(got, want, "stdout:\n{}", rt.stdout());
+    spans
+}
+
+fn k(kind: &str, scheme: &str, method: &str, path: &str, status: u16) -> Key {
+    (kind.into(), scheme.into(), method.into(), path.into(), status)
+}
+
+/// nginx listening on `tls` (ssl) and `plain` (cleartext) at once.
+fn nginx_mixed(dir: &TempDir, tls: u16, plain: u16) -> Proc {
+    let (cert, key) = certificate(&dir.0);
+    let extra = format!(
+        "}}\n    server {{\n        listen 127.0.0.1:{tls} ssl;\n        ssl_certificate {cert};\n        ssl_certificate_key {key};\n\
+         location = /ok {{ return 200 \"ok\\n\"; }}\n        location = /teapot {{ return 418; }}\n        location = /big {{ return 200 \"{}\"; }}\n",
+        "x".repeat(3000)
+    );
+    // the harness's server block (cleartext) is closed by `extra`'s `}`,
+    // which then opens the TLS one that the harness closes
+    let p = nginx(plain, &dir.0, &extra);
+    assert!(wait_port(tls, Duration::from_secs(10)), "nginx did not listen on {tls}");
+    p
+}
+
+/// (1) and (5): nginx with `ssl`, keep-alive (curl sends several requests on
+/// one connection), and the same nginx on a cleartext port at once: exactly
+/// one span per request on each, the TLS ones `https`.
+fn nginx_tls_keepalive_beside_cleartext(b: &str) {
+    if !ready(&["nginx", "curl", "openssl"]) {
+        return;
+    }
+    let rotel = Rotel::start();
+    let (tls, plain) = (free_port(), free_port());
+    let rt = ringtail(b, &rotel, &format!("open_ports = [{tls}, {plain}]"), "");
+    let dir = TempDir::new("nginx-tls");
+    let _nginx = nginx_mixed(&dir, tls, plain);
+    let s = format!("https://127.0.0.1:{tls}");
+    let st = Command::new("curl")
+        .args(["-sk", "-o", "/dev/null", "-o", "/dev/null", "-o", "/dev/null", "-o", "/dev/null", "-o", "/dev/null"])
+        .args([format!("{s}/ok"), format!("{s}/teapot"), format!("{s}/ok"), format!("{s}/big"), format!("{s}/missing")])
+        .status()
+        .expect("run curl");
+    assert!(st.success());
+    let c = format!("http://127.0.0.1:{plain}");
+    let st = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-o", "/dev/null", "-o", "/dev/null"])
+        .args([format!("{c}/ok"), format!("{c}/teapot"), format!("{c}/ok")])
+        .status()
+        .expect("run curl");
+    assert!(st.success());
+    let ports = [tls.to_string(), plain.to_string()];
+    let ours = |s: &Value| s["kind"] == 2 && attr(s, "server.port").is_some_and(|p| ports.contains(&p));
+    let spans = expect_spans(
+        &rotel,
+        &rt,
+        ours,
+        &[
+            (k("server", "https", "GET", "/ok", 200), 2),
+            (k("server", "https", "GET", "/teapot", 418), 1),
+            (k("server", "https", "GET", "/big", 200), 1),
+            (k("server", "https", "GET", "/missing", 404), 1),
+            (k("server", "http", "GET", "/ok", 200), 2),
+            (k("server", "http", "GET", "/teapot", 418), 1),
+        ],
+    );
+    // the TLS requests: on their own port, from one connection
+    for s in spans.iter().filter(|s| attr(s, "url.scheme").as_deref() == Some("https")) {
+        assert_eq!(attr(s, "server.port"), Some(tls.to_string()));
+    }
+    let peers: std::collections::BTreeSet<String> =
+        spans.iter().filter(|s| attr(s, "url.scheme").as_deref() == Some("https")).filter_map(|s| attr(s, "client.port")).collect();
+    assert_eq!(peers.len(), 1, "keep-alive: one connection for the five TLS requests: {peers:?}");
+}
+
+/// A Python `http.server` wrapped in `ssl`.
+const PY_TLS_SERVER: &str = r#"
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        code = 404 if self.path.startswith("/missing") else 200
+        body = b"hello\n"
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length", "0"))
+        self.rfile.read(n)
+        self.send_response(201)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[2], sys.argv[3])
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+srv.serve_forever()
+"#;
+
+/// A Python `urllib` client that does not verify the certificate.
+const PY_TLS_CLIENT: &str = r#"
+import ssl, sys, urllib.request, urllib.error
+ctx = ssl.create_default_context()
+ctx.check_hostname = False
+ctx.verify_mode = ssl.CERT_NONE
+base = sys.argv[1]
+urllib.request.urlopen(base + "/from-python", context=ctx).read()
+urllib.request.urlopen(urllib.request.Request(base + "/upload", data=b"x" * 100, method="POST"), context=ctx).read()
+try:
+    urllib.request.urlopen(base + "/missing", context=ctx)
+except urllib.error.HTTPError:
+    pass
+"#;
+
+/// (2), (3) and (6): a Python TLS server and the Python `urllib` and curl
+/// HTTPS clients, all started after ringtail (they use the host's libssl,
+/// attached at start: a process started later is covered): one server and
+/// one client span per request, all `https`.
+fn python_tls_server_with_urllib_and_curl_clients(b: &str) {
+    if !ready(&["python3", "curl", "openssl"]) {
+        return;
+    }
+    let rotel = Rotel::start();
+    let port = free_port();
+    let rt = ringtail(b, &rotel, "exe_names = [\"^python3\", \"^curl$\"]", "");
+    let dir = TempDir::new("py-tls");
+    let (cert, key) = certificate(&dir.0);
+    let script = dir.join("server.py");
+    std::fs::write(&script, PY_TLS_SERVER).expect("write server.py");
+    let _srv = server("python tls server", port, Path::new("python3"), &[script.to_str().unwrap(), &port.to_string(), &cert, &key]);
+    let base = format!("https://127.0.0.1:{port}");
+    let st = Command::new("python3").args(["-c", PY_TLS_CLIENT, &base]).status().expect("run python3");
+    assert!(st.success());
+    let st = Command::new("curl")
+        .args(["-sk", "-o", "/dev/null", "-o", "/dev/null", &format!("{base}/from-curl"), &format!("{base}/from-curl-2")])
+        .status()
+        .expect("run curl");
+    assert!(st.success());
+    let p = port.to_string();
+    let ours = |s: &Value| {
+        (s["kind"] == 2 && attr(s, "server.port").as_deref() == Some(&p))
+            || (s["kind"] == 3 && attr(s, "server.port").as_deref() == Some(&p))
+    };
+    expect_spans(
+        &rotel,
+        &rt,
+        ours,
+        &[
+            (k("server", "https", "GET", "/from-python", 200), 1),
+            (k("server", "https", "POST", "/upload", 201), 1),
+            (k("server", "https", "GET", "/missing", 404), 1),
+            (k("server", "https", "GET", "/from-curl", 200), 1),
+            (k("server", "https", "GET", "/from-curl-2", 200), 1),
+            (k("client", "https", "GET", "/from-python", 200), 1),
+            (k("client", "https", "POST", "/upload", 201), 1),
+            (k("client", "https", "GET", "/missing", 404), 1),
+            (k("client", "https", "GET", "/from-curl", 200), 1),
+            (k("client", "https", "GET", "/from-curl-2", 200), 1),
+        ],
+    );
+}
+
+/// A Python TLS server whose handler calls a cleartext backend.
+const PY_TLS_PROXY: &str = r#"
+import http.server, ssl, sys, urllib.request
+back = int(sys.argv[4])
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        for _ in range(2):
+            urllib.request.urlopen(f"http://127.0.0.1:{back}/inner").read()
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[2], sys.argv[3])
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+srv.serve_forever()
+"#;
+
+/// The same `traceparent` handling and parent/child links as cleartext: a
+/// TLS server request joins the caller's trace, and the cleartext calls its
+/// thread makes are its children.
+fn tls_server_joins_the_trace_and_its_calls_are_children(b: &str) {
+    if !ready(&["python3", "curl", "openssl"]) {
+        return;
+    }
+    let rotel = Rotel::start();
+    let (front, back) = (free_port(), free_port());
+    let rt = ringtail(b, &rotel, &format!("open_ports = [{front}, {back}]"), "");
+    let www = TempDir::new("inner");
+    std::fs::write(www.join("inner"), "inner\n").expect("write inner");
+    let _back = python_http_server(back, &www.0);
+    let dir = TempDir::new("py-tls-proxy");
+    let (cert, key) = certificate(&dir.0);
+    let script = dir.join("proxy.py");
+    std::fs::write(&script, PY_TLS_PROXY).expect("write proxy.py");
+    let _front = server(
+        "python tls proxy",
+        front,
+        Path::new("python3"),
+        &[script.to_str().unwrap(), &front.to_string(), &cert, &key, &back.to_string()],
+    );
+    let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let st = Command::new("curl")
+        .args([
+            "-sk",
+            "-o",
+            "/dev/null",
+            "-H",
+            &format!("traceparent: 00-{trace}-00f067aa0ba902b7-01"),
+            &format!("https://127.0.0.1:{front}/call"),
+        ])
+        .status()
+        .expect("run curl");
+    assert!(st.success());
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.len() >= 5);
+    assert_eq!(spans.len(), 5, "one outer server span, two client spans, two inner server spans: {spans:?}");
+    let outer = spans.iter().find(|s| s.kind == "SERVER" && s.path == "/call").expect("outer server span");
+    assert_eq!(outer.trace, trace);
+    assert_eq!(outer.parent.as_deref(), Some("00f067aa0ba902b7"));
+    let clients: Vec<&SpanLine> = spans.iter().filter(|s| s.kind == "CLIENT" && s.path == "/inner").collect();
+    assert_eq!(clients.len(), 2, "{spans:?}");
+    for c in &clients {
+        assert_eq!(c.trace, trace, "the client joins the trace: {}", c.line);
+        assert_eq!(c.parent.as_deref(), Some(outer.span.as_str()), "the client is the TLS server span's child: {}", c.line);
+    }
+    assert_eq!(spans.iter().filter(|s| s.kind == "SERVER" && s.path == "/inner").count(), 2);
+    let _ = expect_spans(
+        &rotel,
+        &rt,
+        |s| s["kind"] == 2 && attr(s, "server.port") == Some(front.to_string()),
+        &[(k("server", "https", "GET", "/call", 200), 1)],
+    );
+}
+
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod socket {
+            $( #[test] fn $name() { super::$name("socket") } )*
+        }
+        mod syscalls {
+            $( #[test] fn $name() { super::$name("syscalls") } )*
+        }
+    };
+}
+
+on_both_backends!(
+    nginx_tls_keepalive_beside_cleartext,
+    python_tls_server_with_urllib_and_curl_clients,
+    tls_server_joins_the_trace_and_its_calls_are_children,
+);
+
+/// The TLS uprobes' BPF links (perf_event links of `tls_*` programs).
+fn tls_links() -> usize {
+    let out = Command::new("bpftool").args(["-j", "link", "list"]).output().expect("run bpftool");
+    let links: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let progs = Command::new("bpftool").args(["-j", "prog", "list"]).output().expect("run bpftool");
+    let progs: Vec<Value> = serde_json::from_slice(&progs.stdout).unwrap_or_default();
+    let tls_prog = |id: &Value| progs.iter().any(|p| &p["id"] == id && p["name"].as_str().is_some_and(|n| n.starts_with("tls_")));
+    links.iter().filter(|l| l["type"] == "perf_event" && tls_prog(&l["prog_id"])).count()
+}
+
+/// (7): one uprobe per function per OpenSSL file (the host has one libssl,
+/// reached by several names: libssl.so, libssl.so.3, the maps of running
+/// processes), through a loader restart that reopens the pinned set, and
+/// none left after ringtail stops; with `tls.enabled = false`, none at all.
+#[test]
+fn uprobes_attached_once_and_gone_after_stop() {
+    if !ready(&["bpftool", "nginx", "openssl"]) {
+        return;
+    }
+    assert_eq!(tls_links(), 0, "TLS uprobes attached before ringtail started");
+    // a running process that maps the host's libssl (found through its maps too)
+    let dir = TempDir::new("once");
+    let (tls, plain) = (free_port(), free_port());
+    let _nginx = nginx_mixed(&dir, tls, plain);
+    let rotel = Rotel::start();
+    let libssl_files = {
+        let mut inodes = std::collections::BTreeSet::new();
+        for d in ["/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu"] {
+            for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if name.starts_with("libssl.so") {
+                    use std::os::unix::fs::MetadataExt;
+                    if let Ok(m) = std::fs::metadata(e.path()) {
+                        inodes.insert((m.dev(), m.ino()));
+                    }
+                }
+            }
+        }
+        inodes.len()
+    };
+    assert!(libssl_files >= 1, "no OpenSSL libssl on this host");
+    // SSL_read, SSL_read_ex, SSL_do_handshake: entry and return; SSL_write,
+    // SSL_write_ex, SSL_free: entry (OpenSSL 3)
+    let per_file = 9;
+    let mut rt = ringtail("socket", &rotel, "pids = [1]", "");
+    assert_eq!(tls_links(), per_file * libssl_files, "log:\n{}", rt.log());
+    // a loader restart reopens the pinned set: the same uprobes, none added
+    let loader = rt.pid("probe-loader").expect("loader pid");
+    // SAFETY: kill with a pid we read from the supervisor's log.
+    unsafe { libc::kill(loader as i32, libc::SIGKILL) };
+    wait_until(WAIT, || (rt.events("probe-loader", "ready").len() >= 2).then_some(())).expect("the loader restarted");
+    assert_eq!(tls_links(), per_file * libssl_files, "after a loader restart; log:\n{}", rt.log());
+    assert!(rt.stop(), "ringtail did not stop");
+    assert_eq!(tls_links(), 0, "TLS uprobes left after ringtail stopped");
+    let mut off = ringtail("socket", &rotel, "pids = [1]", "[tls]\nenabled = false\n");
+    assert_eq!(tls_links(), 0, "tls.enabled = false attached uprobes");
+    assert!(off.stop());
+}
