@@ -48,6 +48,7 @@ fn batch(events: Vec<RawEvent>) -> RawBatch {
             env_resource_attributes: None,
         }],
         epoch: 0,
+        h2: Vec::new(),
     }
 }
 
