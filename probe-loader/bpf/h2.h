@@ -16,9 +16,13 @@
  *
  * Per direction the state is where the next frame header begins (payload
  * bytes left of the current frame; a frame header split across syscalls is
- * held), so frames may straddle syscalls and iovecs. The walk is bounded
- * (H2_STEPS per syscall); bytes it cannot account for at a frame boundary
- * (iovecs past MAX_SEGS, more frames than steps, a record full) lose the
+ * held), so frames may straddle syscalls and iovecs. The walk is bounded:
+ * with the socket backend it runs in bpf_loop (H2_LOOP_STEPS steps per
+ * syscall) and reads every iovec of a vectored call; the syscall backend
+ * (kernels before bpf_loop) walks H2_STEPS steps and MAX_SEGS iovecs. Bytes
+ * it cannot account for at a frame boundary (iovecs past MAX_SEGS on the
+ * syscall backend, more frames than steps, a record full) lose the
+ * (more frames than steps, a record full) lose the
  * framing: the connection is given up (H2P_LOST outside a frame tells user
  * space; counted). The entry point is segment-based (struct segs), so a
  * TLS hook that hands over plaintext segments works the same way.
@@ -115,10 +119,29 @@ static __always_inline int h2_step(struct h2_walk *w, struct h2_dir *d, const st
 	 * tell apart is carried from one step to the next in a register. */
 	asm volatile("" ::: "memory");
 	__u32 seg = w->seg;
-	if (seg >= sg->n || seg >= MAX_SEGS)
-		return 0;
-	__u64 slen = sg->len[seg & (MAX_SEGS - 1)];
-	const __u8 *base = sg->base[seg & (MAX_SEGS - 1)];
+	if (w->iov_seg != seg + 1) {
+		/* a new segment: where it is goes to the map (one step) */
+		if (seg < sg->n && seg < MAX_SEGS) {
+			w->iov_len = sg->len[seg & (MAX_SEGS - 1)];
+			w->iov_base = (__u64)sg->base[seg & (MAX_SEGS - 1)];
+#ifndef RINGTAIL_PORTABLE
+		} else if (sg->iov && seg < sg->iovcnt && w->seen < sg->total) {
+			/* an iovec past MAX_SEGS: read it from the process */
+			struct iovec v;
+			if (bpf_probe_read_user(&v, sizeof(v), (const struct iovec *)sg->iov + seg))
+				return 0;
+			__u64 remain = sg->total - w->seen;
+			w->iov_base = (__u64)v.iov_base;
+			w->iov_len = v.iov_len < remain ? v.iov_len : remain;
+#endif
+		} else {
+			return 0;
+		}
+		w->iov_seg = seg + 1;
+		return 1;
+	}
+	__u64 slen = w->iov_len;
+	const __u8 *base = (const __u8 *)w->iov_base;
 	if (w->pos >= slen) {
 		w->seen += slen;
 		w->seg = seg + 1;
@@ -210,6 +233,25 @@ static __always_inline int h2_step(struct h2_walk *w, struct h2_dir *d, const st
 	return 1;
 }
 
+#ifndef RINGTAIL_PORTABLE
+/* bpf_loop (Linux 5.17+; the socket backend needs 6.3): the step is
+ * verified once, so the walk may be longer. */
+#define H2_LOOP_STEPS 512
+
+struct h2_loop_ctx {
+	struct h2_walk *w;
+	struct h2_dir *d;
+	const struct segs *sg;
+	__u8 *data;
+};
+
+static long h2_loop_cb(__u64 i, void *ctx)
+{
+	struct h2_loop_ctx *c = ctx;
+	return h2_step(c->w, c->d, c->sg, c->data) ? 0 : 1;
+}
+#endif
+
 /* The bytes of one send or receive on an HTTP/2 connection: walk them and
  * submit their record. `dir` is H2_RECV or H2_SEND. */
 static __always_inline void h2_on_data(struct conn_state *st, const struct conn_io *io,
@@ -229,11 +271,16 @@ static __always_inline void h2_on_data(struct conn_state *st, const struct conn_
 	struct h2_walk *w = &s->walk;
 	__builtin_memset(w, 0, sizeof(*w));
 	__u8 *data = s->ev.data;
+#ifdef RINGTAIL_PORTABLE
 #pragma clang loop unroll(disable)
 	for (int i = 0; i < H2_STEPS; i++) {
 		if (!h2_step(w, d, sg, data))
 			break;
 	}
+#else
+	struct h2_loop_ctx c = { .w = w, .d = d, .sg = sg, .data = data };
+	bpf_loop(H2_LOOP_STEPS, h2_loop_cb, &c, 0);
+#endif
 	/* Bytes not walked: iovecs past MAX_SEGS, a walk out of steps. */
 	__u64 done = w->seen + w->pos;
 	__u64 rest = sg->total > done ? sg->total - done : 0;

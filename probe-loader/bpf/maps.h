@@ -124,7 +124,9 @@ struct h2_walk {
 	__u32 seg;
 	__u32 off; /* bytes of pieces written */
 	__u32 bad; /* framing lost */
-	__u32 _pad;
+	__u32 iov_seg; /* 1 + the segment iov_base/iov_len hold */
+	__u64 iov_base;
+	__u64 iov_len;
 };
 
 /* An h2 record being built (h2.h); the spill makes any piece written at

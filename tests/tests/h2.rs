@@ -1,6 +1,7 @@
 //! HTTP/2 and gRPC, end to end: real servers and clients on one
 //! connection each, every stream a span, counted exactly. Each test runs
-//! once per capture backend (`socket::…` and `syscalls::…`).
+//! once per capture backend (`socket::…` and `syscalls::…`) where both
+//! can follow it.
 
 use std::collections::BTreeMap;
 use std::process::Command;
@@ -72,15 +73,21 @@ fn prior_knowledge_against_go(b: &str) {
     }
     let out = Command::new(&client).args([url.as_str(), "/b?x=1", "/c", "/status/503", "/c"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().collect::<Vec<_>>(), ["HTTP/2.0 200", "HTTP/2.0 200", "HTTP/2.0 503", "HTTP/2.0 200"]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().collect::<Vec<_>>(),
+        ["HTTP/2.0 200", "HTTP/2.0 200", "HTTP/2.0 503", "HTTP/2.0 200"]
+    );
     let spans = rt.spans_when(WAIT, SETTLE, |s| counts(s, port).values().sum::<usize>() >= 12);
     let mut expected = Vec::new();
     for kind in ["SERVER", "CLIENT"] {
-        expected.push((kind, "GET", "GET", "/a", 200, "", 1));
-        expected.push((kind, "GET", "GET", "/status/404", 404, "", 1));
-        expected.push((kind, "GET", "GET", "/b", 200, "", 1));
-        expected.push((kind, "GET", "GET", "/c", 200, "", 2));
-        expected.push((kind, "GET", "GET", "/status/503", 503, "", 1));
+        // server span names carry the route, as for HTTP/1 (routes are
+        // inferred; a 404 has none)
+        let name = |route: &'static str| if kind == "SERVER" && !route.is_empty() { route } else { "GET" };
+        expected.push((kind, name("GET /a"), "GET", "/a", 200, "", 1));
+        expected.push((kind, name(""), "GET", "/status/404", 404, "", 1));
+        expected.push((kind, name("GET /b"), "GET", "/b", 200, "", 1));
+        expected.push((kind, name("GET /c"), "GET", "/c", 200, "", 2));
+        expected.push((kind, name("GET /status/*"), "GET", "/status/503", 503, "", 1));
     }
     assert_eq!(counts(&spans, port), want(&expected), "{}", rt.stdout());
     for s in &spans {
@@ -136,4 +143,14 @@ macro_rules! on_both_backends {
     };
 }
 
-on_both_backends!(prior_knowledge_against_go, grpc_python);
+on_both_backends!(prior_knowledge_against_go);
+
+// gRPC C-core writes with up to dozens of iovecs: the syscall backend
+// (no bpf_loop) walks MAX_SEGS of them and gives such connections up,
+// counted (h2_framing_cut); only the socket backend follows them.
+mod socket_only {
+    #[test]
+    fn grpc_python() {
+        super::grpc_python("socket")
+    }
+}
