@@ -21,6 +21,10 @@ fn rust_type(name: &str) -> &'static str {
         ("SEL_", "u8"),
         ("ROLE_", "u8"),
         ("EVF_", "u8"),
+        ("H2F_", "u8"),
+        ("H2P_", "u8"),
+        ("H2_RECV", "u8"),
+        ("H2_SEND", "u8"),
         ("EV_", "u8"),
         ("FAMILY_", "u8"),
         ("PROC_", "u8"),
@@ -172,6 +176,9 @@ int main(void) {
     printf("pub const EXEC_EVENT_SIZE: usize = %zu;\n", sizeof(struct exec_event));
     printf("pub const FORK_EVENT_SIZE: usize = %zu;\n", sizeof(struct fork_event));
     printf("pub const PROC_HEAD_SIZE: usize = %zu;\n", sizeof(struct proc_head));
+    printf("pub const H2_HEAD_SIZE: usize = %zu;\n", offsetof(struct h2_event, data));
+    OFF(h2_event, dir); OFF(h2_event, data_len); OFF(h2_event, conn_id); OFF(h2_event, ts_ns);
+    OFF(h2_event, lport); OFF(h2_event, laddr); OFF(h2_event, comm);
     OFF(http_event, status); OFF(http_event, tgid); OFF(http_event, conn_id);
     OFF(http_event, start_ns); OFF(http_event, parent_conn); OFF(http_event, lport);
     OFF(http_event, laddr); OFF(http_event, raddr); OFF(http_event, comm); OFF(http_event, buf);

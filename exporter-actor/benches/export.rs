@@ -71,6 +71,7 @@ fn batch(n: usize, k: u64) -> SpanBatch {
             user_agent: Some("curl/8.5.0".into()),
             export_trace: true,
             export_metrics: true,
+            attributes: Vec::new(),
         })
         .collect();
     SpanBatch { resources, spans }

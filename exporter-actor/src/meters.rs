@@ -607,6 +607,7 @@ pub(crate) mod tests {
             user_agent: None,
             export_trace: true,
             export_metrics: true,
+            attributes: Vec::new(),
         }
     }
 

@@ -32,8 +32,8 @@ pub mod span_wire;
 pub use component::{Component, ComponentInfo, COMPONENTS};
 pub use envelope::{decode, decode_ack, encode, Ack, Body, DecodeError, Envelope, Producer};
 pub use health::{HealthReport, MetricPoint};
-pub use raw::{ProcessInfo, RawBatch, RawEvent, Role, SockAddr};
-pub use span::{HttpSpan, ServiceResource, SpanBatch, SpanKind};
+pub use raw::{ProcessInfo, RawBatch, RawEvent, RawH2, Role, SockAddr};
+pub use span::{Attr, HttpSpan, ServiceResource, SpanBatch, SpanKind};
 
 /// Version of the message layout. A receiver rejects any other version with
 /// [`DecodeError::Version`] instead of misreading it.

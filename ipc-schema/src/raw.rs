@@ -94,6 +94,44 @@ pub struct RawEvent {
     pub tls: bool,
 }
 
+/// What the kernel saw of one send or receive on an HTTP/2 connection: the
+/// frame pieces in `pieces`, as the kernel wrote them (`H2P_*` tags of
+/// probe-loader's `bpf/ringtail.h`; the span-actor parses them, as hostile
+/// bytes). With `close`, the connection ended and `pieces` is empty.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RawH2 {
+    /// The traced process's side: `Server` if it received the client preface.
+    pub role: Role,
+    /// Process id (tgid) and thread id of the syscall.
+    pub pid: u32,
+    pub tid: u32,
+    /// The socket's fd in that process; -1 when unknown.
+    pub fd: i32,
+    /// Start time of the process (CLOCK_BOOTTIME ns), with `pid` a process's name.
+    pub proc_start_ns: u64,
+    /// Connection number, as in [`RawEvent::conn_id`].
+    pub conn_id: u64,
+    /// CLOCK_MONOTONIC ns when the syscall completed.
+    pub mono_ns: u64,
+    /// The traced process wrote these bytes (else it read them).
+    pub send: bool,
+    /// The connection's first record: the client preface was in it.
+    pub start: bool,
+    /// The connection closed.
+    pub close: bool,
+    /// The connection is TLS: the pieces are the plaintext the TLS library
+    /// handed over.
+    #[serde(default)]
+    pub tls: bool,
+    /// The traced process's end of the connection.
+    pub local: SockAddr,
+    /// The other end.
+    pub peer: SockAddr,
+    /// The frame pieces (at most the kernel's `H2_DATA_LEN` bytes).
+    #[serde(with = "serde_bytes")]
+    pub pieces: Vec<u8>,
+}
+
 /// What is known about a traced process, sent with every batch that has
 /// events of it (a receiver that restarted learns it again at once).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -128,6 +166,9 @@ pub struct RawBatch {
     /// instance).
     #[serde(default)]
     pub epoch: u64,
+    /// HTTP/2 records, in the order the kernel wrote them.
+    #[serde(default)]
+    pub h2: Vec<RawH2>,
 }
 
 #[cfg(test)]
@@ -173,6 +214,22 @@ mod tests {
                 env_resource_attributes: Some("team=a".into()),
             }],
             epoch: 0,
+            h2: vec![RawH2 {
+                role: Role::Client,
+                pid: 42,
+                tid: 44,
+                fd: -1,
+                proc_start_ns: 1_000,
+                conn_id: 10,
+                mono_ns: 30,
+                send: true,
+                start: true,
+                close: false,
+                tls: true,
+                local: sample_event().local,
+                peer: sample_event().peer,
+                pieces: vec![1, 0, 0, 4, 4, 0, 0, 0, 0, 0],
+            }],
         };
         let env = Envelope::new(Producer { component: Component::ProbeLoader, instance: 1 }, 1, Body::Raw(batch));
         assert_eq!(decode(&encode(&env).unwrap()).unwrap(), env);

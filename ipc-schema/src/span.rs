@@ -75,6 +75,19 @@ pub struct HttpSpan {
     pub export_trace: bool,
     /// Count in the request-duration histograms.
     pub export_metrics: bool,
+    /// Attributes of other conventions the span also follows (gRPC's
+    /// `rpc.*`), from a closed set of names chosen by the span-actor. An
+    /// `error.type` here replaces the HTTP one.
+    pub attributes: Vec<(String, Attr)>,
+}
+
+/// The value of an attribute in [`HttpSpan::attributes`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Attr {
+    /// A string.
+    Str(String),
+    /// An integer.
+    Int(i64),
 }
 
 /// A batch of spans and the resources they refer to. On the wire: the
@@ -129,6 +142,7 @@ mod tests {
                 user_agent: Some("curl/8".into()),
                 export_trace: true,
                 export_metrics: false,
+                attributes: Vec::new(),
             }],
         };
         let env = Envelope::new(Producer { component: Component::SpanActor, instance: 2 }, 3, Body::Spans(batch));

@@ -17,7 +17,9 @@
 //!            uint(status) u8(bit 0 error, 1 export_trace, 2 export_metrics)
 //!            opt(server_address) uint(server_port) str(client_address)
 //!            uint(client_port) str(peer_address) uint(peer_port)
-//!            str(protocol_version) opt(user_agent)
+//!            str(protocol_version) opt(user_agent) count(attributes)
+//!            (str(key) attr)*
+//! attr     = u8(0) str | u8(1) zigzag-uint (an i64)
 //! uint     = LEB128, at most 10 bytes, range-checked for its field
 //! count    = uint, never more than the bytes left could hold
 //! str      = uint(length) UTF-8 bytes
@@ -36,13 +38,13 @@ use std::fmt;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::span::{HttpSpan, ServiceResource, SpanBatch, SpanKind};
+use crate::span::{Attr, HttpSpan, ServiceResource, SpanBatch, SpanKind};
 
 /// The fewest bytes a resource takes (three empty strings, a pid, an empty
 /// name, no extras): bounds a declared count by the bytes left.
 const MIN_RESOURCE: usize = 6;
 /// The fewest bytes a span takes (fixed-width fields alone).
-const MIN_SPAN: usize = 1 + 1 + 16 + 8 + 8 + 1 + 8 + 8 + 1;
+const MIN_SPAN: usize = 1 + 1 + 16 + 8 + 8 + 1 + 8 + 8 + 1 + 1;
 const FLAG_ERROR: u8 = 1;
 const FLAG_EXPORT_TRACE: u8 = 2;
 const FLAG_EXPORT_METRICS: u8 = 4;
@@ -116,6 +118,7 @@ fn write_span(s: &HttpSpan, out: &mut Vec<u8>) {
         user_agent,
         export_trace,
         export_metrics,
+        attributes,
     } = s;
     put_uint(out, u64::from(*resource));
     out.push(match kind {
@@ -147,6 +150,20 @@ fn write_span(s: &HttpSpan, out: &mut Vec<u8>) {
     put_uint(out, u64::from(*peer_port));
     put_str(out, protocol_version);
     put_opt(out, user_agent.as_deref());
+    put_uint(out, attributes.len() as u64);
+    for (k, v) in attributes {
+        put_str(out, k);
+        match v {
+            Attr::Str(s) => {
+                out.push(0);
+                put_str(out, s);
+            }
+            Attr::Int(i) => {
+                out.push(1);
+                put_uint(out, ((i << 1) ^ (i >> 63)) as u64);
+            }
+        }
+    }
 }
 
 fn put_uint(out: &mut Vec<u8>, mut v: u64) {
@@ -320,6 +337,20 @@ impl<'a> Reader<'a> {
         let peer_port = self.int("peer_port")?;
         let protocol_version = self.str("protocol_version")?;
         let user_agent = self.opt("user_agent")?;
+        let n = self.count("attributes", 3)?;
+        let mut attributes = Vec::with_capacity(n);
+        for _ in 0..n {
+            let key = self.str("attribute key")?;
+            let value = match self.u8("attribute value")? {
+                0 => Attr::Str(self.str("attribute value")?),
+                1 => {
+                    let z = self.uint("attribute value")?;
+                    Attr::Int(((z >> 1) as i64) ^ -((z & 1) as i64))
+                }
+                _ => return Err(WireError::Range { field: "attribute value" }),
+            };
+            attributes.push((key, value));
+        }
         Ok(HttpSpan {
             resource,
             kind,
@@ -348,6 +379,7 @@ impl<'a> Reader<'a> {
             user_agent,
             export_trace: flags & FLAG_EXPORT_TRACE != 0,
             export_metrics: flags & FLAG_EXPORT_METRICS != 0,
+            attributes,
         })
     }
 }
@@ -429,6 +461,12 @@ mod tests {
             user_agent: Some("x".repeat(300)),
             export_trace: false,
             export_metrics: true,
+            attributes: vec![
+                ("rpc.method".into(), Attr::Str("pkg.Svc/Get".into())),
+                ("min".into(), Attr::Int(i64::MIN)),
+                ("max".into(), Attr::Int(i64::MAX)),
+                ("neg".into(), Attr::Int(-1)),
+            ],
         }
     }
 

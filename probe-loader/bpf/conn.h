@@ -334,7 +334,7 @@ static __always_inline void conn_del(struct sock *sk)
 static __always_inline int conn_wanted(struct conn_state *st, struct sock *sk, __u32 tgid, int recv)
 {
 	if (st)
-		return st->role != ROLE_OPAQUE && !st->tls;
+		return st->role != ROLE_OPAQUE && !st->tls && st->h2 != H2_DEAD;
 	return recv ? server_selected(tgid, SK(sk, __sk_common.skc_num)) : pid_selected(tgid);
 }
 
@@ -430,6 +430,8 @@ static __always_inline void emit(struct conn_state *st, struct sock *sk, __u16 s
 	bpf_ringbuf_submit(ev, wakeup_flags());
 }
 
+#include "h2.h"
+
 /* A response (or interim response) went by. */
 static __always_inline void on_response(struct conn_state *st, struct sock *sk, __u16 status,
 					__u64 now)
@@ -465,6 +467,10 @@ static __always_inline void keep_prefix(struct conn_state *st, const __u8 *p, __
 static __always_inline void conn_on_recv(struct conn_state *st, const struct conn_io *io,
 					 const struct segs *sg)
 {
+	if (st && st->h2) {
+		h2_on_data(st, io, sg, H2_RECV, 0);
+		return;
+	}
 	__u64 now = bpf_ktime_get_ns();
 
 	if (st && (st->role == ROLE_CLIENT || st->phase == PHASE_REQUEST)) {
@@ -510,6 +516,14 @@ static __always_inline void conn_on_recv(struct conn_state *st, const struct con
 	__u32 n = read_prefix_at(p, pend, sg);
 	__u32 skip = leading_newlines(p, n);
 	if (!is_request(p, skip, n)) {
+		if (!skip && h2_is_preface(p, n)) {
+			/* prior-knowledge HTTP/2: the process is its server */
+			if (!st)
+				st = conn_new(io, ROLE_SERVER);
+			if (st && !st->seq)
+				h2_start(st, io, sg, H2_RECV, pend);
+			return;
+		}
 		/* A new connection whose first read may be the start of a request
 		 * line ("G", then the rest later) gets state now, or that request
 		 * would go unseen. */
@@ -537,6 +551,10 @@ active:;
 static __always_inline void conn_on_send(struct conn_state *st, const struct conn_io *io,
 					 const struct segs *sg)
 {
+	if (st && st->h2) {
+		h2_on_data(st, io, sg, H2_SEND, 0);
+		return;
+	}
 	/* A server connection that has seen a request: is this its response? */
 	if (st && st->role == ROLE_SERVER && st->seq) {
 		__u8 p[PREFIX_LEN * 2] = {};
@@ -562,6 +580,16 @@ static __always_inline void conn_on_send(struct conn_state *st, const struct con
 	__u8 p[PREFIX_LEN * 2] = {};
 	__u32 n = read_prefix(p, sg);
 	if (!is_request(p, leading_newlines(p, n), n)) {
+		if ((!st || !st->seq) && h2_is_preface(p, n)) {
+			/* prior-knowledge HTTP/2: the process is its client */
+			if (!st)
+				st = conn_new(io, ROLE_CLIENT);
+			if (st) {
+				st->role = ROLE_CLIENT;
+				h2_start(st, io, sg, H2_SEND, 0);
+			}
+			return;
+		}
 		/* A response where no request was recognised (a shape not
 		 * followed, a request read before ringtail started, bytes read
 		 * where no buffer could be found): counted, never silent. */
@@ -596,7 +624,9 @@ static __always_inline void conn_close(struct sock *sk)
 	struct conn_state *st = conn_get(sk);
 	if (!st)
 		return;
-	if (st->phase == PHASE_REQUEST)
+	if (st->h2)
+		h2_close(st, sk);
+	else if (st->phase == PHASE_REQUEST)
 		count(CNT_ABORTED);
 	conn_del(sk);
 }

@@ -28,6 +28,8 @@ static __always_inline int syscall_segs(long nr, __u64 arg, __u64 arg3, long len
 	__u64 left = len;
 	sg->n = 0;
 	sg->total = len > 0xffffffff ? 0xffffffff : len;
+	sg->iov = NULL;
+	sg->iovcnt = 0;
 	if (nr == NR_READ || nr == NR_RECVFROM || nr == NR_WRITE || nr == NR_SENDTO) {
 		sg->base[0] = (const __u8 *)arg;
 		sg->len[0] = left;
@@ -48,6 +50,8 @@ static __always_inline int syscall_segs(long nr, __u64 arg, __u64 arg3, long len
 	} else {
 		return -1; /* sendfile, splice, io_uring: no user buffer to read */
 	}
+	sg->iov = iovp;
+	sg->iovcnt = iovcnt;
 #pragma unroll
 	for (int i = 0; i < MAX_SEGS; i++) {
 		if (i >= iovcnt || left == 0)

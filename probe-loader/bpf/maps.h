@@ -12,6 +12,20 @@
 /* Bytes kept of the start of a request line that arrived alone. */
 #define PREFIX_LEN 16
 
+/* conn_state.h2 */
+#define H2_NONE 0
+#define H2_LIVE 1
+#define H2_DEAD 2 /* framing lost: only the close is still reported */
+
+/* Where an HTTP/2 connection's frames are, in one direction (h2.h). */
+struct h2_dir {
+	__u32 left;	/* payload bytes of the current frame still to come */
+	__u16 want;	/* of those, bytes still to capture */
+	__u8 skip;	/* bytes of the client preface still to skip */
+	__u8 hlen;	/* bytes of a frame header held in hdr (it straddled syscalls) */
+	__u8 hdr[8];
+};
+
 /* Per-connection HTTP/1 state (see conn.h). */
 struct conn_state {
 	__u64 conn_id;
@@ -33,8 +47,11 @@ struct conn_state {
 	/* 1: a TLS connection, fed plaintext by the TLS hooks (tls.h); the
 	 * socket hooks leave its ciphertext alone */
 	__u8 tls;
-	__u8 _pad[5];
+	__u8 h2; /* H2_* (h2.h): 0 = HTTP/1 */
+	__u8 _pad[4];
 	__u8 pend[PREFIX_LEN];
+	/* HTTP/2 framing per direction (h2.h), by H2_RECV / H2_SEND */
+	struct h2_dir h2d[2];
 	/* Twice the capture length so that an append at any offset below
 	 * CAPTURE_LEN of up to CAPTURE_LEN bytes is provably in bounds. */
 	__u8 buf[CAPTURE_LEN * 2];
@@ -102,6 +119,33 @@ struct {
 	__type(key, __u32);
 	__type(value, struct conn_state);
 } scratch SEC(".maps") __weak;
+
+/* Where the walk of one syscall's bytes is (h2.h). */
+struct h2_walk {
+	__u64 pos;  /* within the current segment */
+	__u64 seen; /* bytes of the finished segments */
+	__u32 seg;
+	__u32 off; /* bytes of pieces written */
+	__u32 bad; /* framing lost */
+	__u32 iov_seg; /* 1 + the segment iov_base/iov_len hold */
+	__u64 iov_base;
+	__u64 iov_len;
+};
+
+/* An h2 record being built (h2.h); the spill makes any piece written at
+ * an offset below H2_DATA_LEN provably in bounds. */
+struct h2_scratch {
+	struct h2_event ev;
+	__u8 spill[H2_DATA_LEN];
+	struct h2_walk walk;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct h2_scratch);
+} h2_scratch SEC(".maps") __weak;
 
 /* Adds `delta` to a per-CPU counter (a negative delta wraps: user space
  * sums the CPUs with wrapping arithmetic, so gauges come out right). */

@@ -27,8 +27,9 @@
 #define FAMILY_INET 2
 #define FAMILY_INET6 10
 
-/* event.kind */
-#define EV_HTTP 1
+/* event.kind (the first byte of every record of the `events` ring) */
+#define EV_HTTP 1 /* struct http_event */
+#define EV_H2 2   /* struct h2_event: one syscall's frames on an HTTP/2 connection */
 
 /* event.role and conn_state.role */
 #define ROLE_SERVER 1
@@ -41,6 +42,32 @@
 #define EVF_ORPHAN 0x02    /* a response with no captured request: pipelining */
 #define EVF_PARENT 0x04    /* parent_conn/parent_seq name the enclosing server request */
 #define EVF_TLS 0x08       /* the request went over TLS: its plaintext, read by the TLS uprobes */
+
+/* h2_event.flags */
+#define H2F_CLOSE 0x01 /* the connection closed: no pieces follow, none will */
+#define H2F_START 0x02 /* the connection's first record (the preface was in it) */
+#define H2F_TLS 0x04   /* a TLS connection: the pieces are plaintext from the TLS uprobes */
+
+/* h2_event.dir: which way the bytes went, seen from the traced process */
+#define H2_RECV 0
+#define H2_SEND 1
+
+/* Pieces in h2_event.data, back to back, each starting with its tag
+ * (integers little-endian):
+ *  H2P_FRAME: the 9-byte frame header as on the wire; its payload's
+ *             captured bytes follow in H2P_MORE pieces (if any);
+ *  H2P_MORE:  u16 n, then n bytes: more of the current frame's payload;
+ *  H2P_LOST:  u32 n: n bytes went by unseen. */
+#define H2P_FRAME 1
+#define H2P_MORE 2
+#define H2P_LOST 3
+/* Bytes of pieces one record carries at most (a power of two: the kernel
+ * masks offsets with H2_DATA_LEN - 1). Header blocks are what matters:
+ * DATA frames cost 10 bytes each. */
+#define H2_DATA_LEN 4096
+/* Payload bytes captured of one frame at most (header blocks, SETTINGS,
+ * RST_STREAM, GOAWAY; never DATA). */
+#define H2_FRAME_CAP 2048
 
 /* Why a process is selected (the `sel_pids` value). SEL_EXPLICIT (a
  * configured pid, a listener on a configured port, or a child of one)
@@ -68,7 +95,12 @@
 #define CNT_TLS_CALLS 14     /* TLS reads and writes whose plaintext went to the state machine */
 #define CNT_TLS_UNBOUND 15   /* TLS reads/writes on a connection whose socket was not seen: not traced */
 #define CNT_TLS_BINDINGS 16  /* TLS connections bound to their socket (SSL* -> socket) */
-#define CNT_MAX 17
+#define CNT_H2_CONNS 17      /* connections recognised as HTTP/2 (the client preface) */
+#define CNT_H2_EVENTS 18     /* h2 records submitted to the ring */
+#define CNT_H2_LOST 19       /* h2 records lost: ring full (the connection is given up) */
+#define CNT_H2_CUT 20        /* h2 syscalls whose frames did not fit a record or the walk: connection given up */
+#define CNT_H2_PARTIAL 21    /* h2 payload bytes not captured (iovecs past MAX_SEGS, record full) */
+#define CNT_MAX 22
 
 /* proc_head.kind: records of the `execs` ring. */
 #define PROC_EXEC 1
@@ -104,6 +136,33 @@ struct http_event {
 	__u8 raddr[16];
 	char comm[COMM_LEN];
 	__u8 buf[CAPTURE_LEN];
+};
+
+/* The frames one send or receive on an HTTP/2 connection moved (or, with
+ * H2F_CLOSE, the connection's end). Variable size: the record holds the
+ * header and data_len bytes of data. */
+struct h2_event {
+	__u8 kind; /* EV_H2 */
+	__u8 role; /* ROLE_SERVER: the process received the preface */
+	__u8 flags; /* H2F_* */
+	__u8 family;
+	__u8 dir; /* H2_RECV or H2_SEND */
+	__u8 _pad0;
+	__u16 data_len;
+	__u32 tgid;
+	__u32 tid;
+	__s32 fd;
+	__u32 _pad1;
+	__u64 conn_id;
+	__u64 ts_ns; /* CLOCK_MONOTONIC, when the syscall completed */
+	__u64 proc_start_ns;
+	__u16 lport;
+	__u16 rport;
+	__u32 _pad2;
+	__u8 laddr[16];
+	__u8 raddr[16];
+	char comm[COMM_LEN];
+	__u8 data[H2_DATA_LEN];
 };
 
 /* What every record of the `execs` ring starts with. */

@@ -18,6 +18,11 @@ struct segs {
 	__u64 len[MAX_SEGS];
 	__u32 n;
 	__u32 total;
+	/* The user iovec array and its count when the bytes came from one
+	 * (else NULL): HTTP/2 framing (h2.h) reads the iovecs past MAX_SEGS
+	 * from it, since it must account for every byte. */
+	const void *iov;
+	__u64 iovcnt;
 };
 
 /* The first bytes across the segments, into p[PREFIX_LEN * 2] from

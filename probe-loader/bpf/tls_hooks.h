@@ -45,13 +45,14 @@ static __always_inline void tls_data(__u64 ssl, __u64 buf, __u64 n, __u32 tgid, 
 	struct sock *sk = (struct sock *)b->sk;
 	struct conn_state *st = conn_get(sk);
 	if (st) {
-		if (st->role == ROLE_OPAQUE)
+		if (st->role == ROLE_OPAQUE || st->h2 == H2_DEAD)
 			return;
 		/* A server that answered is idle until the next request: what it
 		 * writes now is the rest of the response, or the same response
 		 * again (a write retried after SSL_ERROR_WANT_WRITE, which the
-		 * entry alone cannot tell from a new one). */
-		if (!recv && st->role == ROLE_SERVER && st->phase != PHASE_REQUEST)
+		 * entry alone cannot tell from a new one). HTTP/2 has no such
+		 * phase: its writes are frames, walked as they come. */
+		if (!st->h2 && !recv && st->role == ROLE_SERVER && st->phase != PHASE_REQUEST)
 			return;
 		st->tls = 1;
 	}

@@ -16,7 +16,7 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use aya::maps::{MapData, RingBuf};
-use ipc_schema::{Body, RawBatch, RawEvent};
+use ipc_schema::{Body, RawBatch, RawEvent, RawH2};
 use ringtail_config::Settings;
 use ringtail_ipc::{Producer, Progress, HEARTBEAT};
 use runtime_kit::counters::{Counter, Drops, Gauge, Registry};
@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::discovery::Discovery;
-use crate::kernel::{HttpEvent, KernelCounter, ProcRecord, COUNTERS};
+use crate::kernel::{EventRecord, KernelCounter, ProcRecord, COUNTERS};
 use crate::probes::{Probes, Selected};
 use crate::procinfo::ProcTable;
 use crate::ring::WalRing;
@@ -73,13 +73,31 @@ const DRAIN_BATCHES: usize = 4;
 /// default batch length, a 20 MiB ring of 648-byte events.
 const SHUTDOWN_TURNS: usize = 16;
 
+/// A record of the events ring in its IPC form.
+enum Raw {
+    Http(RawEvent),
+    H2(RawH2),
+}
+
 struct Batch {
     events: Vec<RawEvent>,
+    /// HTTP/2 records (kept in ring order among themselves).
+    h2: Vec<RawH2>,
     procs: Vec<(u32, u64, String)>,
     seen: HashSet<(u32, u64)>,
     deadline: Option<Instant>,
     /// The ring position just past the last event read.
     mark: u64,
+}
+
+impl Batch {
+    fn len(&self) -> usize {
+        self.events.len() + self.h2.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.events.is_empty() && self.h2.is_empty()
+    }
 }
 
 /// Everything the loop owns.
@@ -153,7 +171,7 @@ impl Pump {
             discovery: Discovery::new(&settings.discovery),
             procs,
             execs,
-            batch: Batch { events: Vec::new(), procs: Vec::new(), seen: HashSet::new(), deadline: None, mark: 0 },
+            batch: Batch { events: Vec::new(), h2: Vec::new(), procs: Vec::new(), seen: HashSet::new(), deadline: None, mark: 0 },
             batch_length: settings.pipeline.batch_length,
             batch_timeout: settings.pipeline.batch_timeout,
             flush_interval: settings.probe.flush_interval,
@@ -230,7 +248,7 @@ impl Pump {
     /// has received (and, when nothing is in flight, of what was read but
     /// made no event: malformed records).
     fn commit(&mut self, ring: &mut WalRing) {
-        if commit(ring, &self.progress, self.published_mark, self.batch.events.is_empty()) {
+        if commit(ring, &self.progress, self.published_mark, self.batch.is_empty()) {
             self.valve.inc();
         }
     }
@@ -247,26 +265,34 @@ impl Pump {
             budget -= 1;
             let raw = {
                 let Some(item) = ring.next() else { break true };
-                let Some(ev) = HttpEvent::parse(item) else {
-                    self.malformed.add(1);
-                    continue;
+                let (key, comm, raw) = match EventRecord::parse(item) {
+                    Some(EventRecord::Http(ev)) => ((ev.tgid, ev.proc_start_ns), Some(ev.comm()), ev.raw_event().map(Raw::Http)),
+                    // A close's process fields may be another task's.
+                    Some(EventRecord::H2(h, pieces)) => {
+                        ((h.tgid, h.proc_start_ns), (!h.is_close()).then(|| h.comm()), h.raw(pieces).map(Raw::H2))
+                    }
+                    None => ((0, 0), None, None),
                 };
-                let key = (ev.tgid, ev.proc_start_ns);
-                if self.batch.seen.insert(key) {
-                    self.batch.procs.push((ev.tgid, ev.proc_start_ns, ev.comm()));
+                if let (Some(comm), Some(_)) = (comm, &raw) {
+                    if self.batch.seen.insert(key) {
+                        self.batch.procs.push((key.0, key.1, comm));
+                    }
                 }
-                ev.raw_event()
+                raw
             };
             let Some(raw) = raw else {
                 self.malformed.add(1);
                 continue;
             };
             self.read.inc();
-            if self.batch.events.is_empty() {
+            if self.batch.is_empty() {
                 self.batch.deadline = Some(Instant::now() + self.batch_timeout);
             }
-            self.batch.events.push(raw);
-            if self.batch.events.len() >= self.batch_length {
+            match raw {
+                Raw::Http(ev) => self.batch.events.push(ev),
+                Raw::H2(ev) => self.batch.h2.push(ev),
+            }
+            if self.batch.len() >= self.batch_length {
                 self.send_batch_at(ring.read_pos()).await;
             }
         };
@@ -315,16 +341,17 @@ impl Pump {
 
     async fn send_batch_at(&mut self, mark: u64) {
         self.batch.deadline = None;
-        if self.batch.events.is_empty() {
+        if self.batch.is_empty() {
             return;
         }
         let events = std::mem::take(&mut self.batch.events);
+        let h2 = std::mem::take(&mut self.batch.h2);
         // Records of processes that started since the last read first.
         self.drain_execs();
         let processes = self.batch.procs.drain(..).map(|(pid, start, comm)| self.procs.get(pid, start, &comm)).collect();
         self.batch.seen.clear();
-        let n = events.len() as u64;
-        let batch = RawBatch { mono_to_unix_ns: mono_to_unix_ns(), events, processes, epoch: self.probes.epoch() };
+        let n = (events.len() + h2.len()) as u64;
+        let batch = RawBatch { mono_to_unix_ns: mono_to_unix_ns(), events, processes, epoch: self.probes.epoch(), h2 };
         self.published_mark = mark;
         // A full backlog is counted by the producer task.
         if let Err(error) = self.publisher.publish_marked(Body::Raw(batch), n, (), mark).await {

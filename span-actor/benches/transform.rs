@@ -66,7 +66,7 @@ fn raw_batch(n: usize, conn_base: u64) -> RawBatch {
             env_resource_attributes: None,
         })
         .collect();
-    RawBatch { mono_to_unix_ns: 1_700_000_000_000_000_000, events, processes, epoch: 0 }
+    RawBatch { mono_to_unix_ns: 1_700_000_000_000_000_000, events, processes, epoch: 0, h2: Vec::new() }
 }
 
 fn main() {

@@ -109,6 +109,7 @@ pub fn http1(data: &[u8]) {
     let batch = RawBatch {
         mono_to_unix_ns: i64::MAX,
         epoch: 7,
+        h2: Vec::new(),
         events: vec![ev, orphan],
         processes: vec![ProcessInfo {
             pid: 10,

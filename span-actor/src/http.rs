@@ -20,6 +20,8 @@
 pub enum Version {
     Http10,
     Http11,
+    /// HTTP/2 (streams of `h2`, never parsed from bytes here).
+    Http2,
 }
 
 impl Version {
@@ -28,6 +30,7 @@ impl Version {
         match self {
             Version::Http10 => "1.0",
             Version::Http11 => "1.1",
+            Version::Http2 => crate::h2::PROTOCOL_VERSION,
         }
     }
 }

@@ -7,11 +7,12 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ipc_schema::{HttpSpan, RawBatch, RawEvent, Role, ServiceResource, SpanKind};
+use ipc_schema::{Attr, HttpSpan, RawBatch, RawEvent, RawH2, Role, ServiceResource, SockAddr, SpanKind};
 use ringtail_config::Settings;
 use runtime_kit::counters::{Counter, Drops, Registry};
 
-use crate::http::{self, parse_pipeline, split_host_port, RequestHead};
+use crate::h2::{self, grpc, DropReason, H2Conn, H2Stats, StreamDone};
+use crate::http::{self, parse_pipeline, split_host_port, RequestHead, Version};
 use crate::ids;
 use crate::naming::{host_name, Naming};
 use crate::redact::Redactor;
@@ -25,6 +26,12 @@ const SERVER_CONTEXTS: usize = 16_384;
 const PIPELINES: usize = 16_384;
 /// Addresses whose text form is remembered.
 const IP_TEXTS: usize = 4096;
+/// HTTP/2 connections followed at once; past it one is closed (its open
+/// streams end as `Closed`) and counted.
+pub const H2_CONNS: usize = 16_384;
+/// The `sub` of every HTTP/2 span's ids (its `seq` is the stream id): never
+/// that of an HTTP/1 request on the same connection (an `Upgrade: h2c`).
+const H2_SUB: u32 = u32::MAX;
 
 /// Which raw batch (loader instance, seq) a span came from.
 pub type Origin = (u64, u64);
@@ -68,6 +75,50 @@ struct Pipe {
     last_end_mono: u64,
 }
 
+/// One HTTP/2 connection being followed, and who it belongs to.
+struct H2Entry {
+    conn: H2Conn,
+    meta: H2Meta,
+}
+
+/// Who an HTTP/2 connection belongs to: what its spans need besides streams.
+#[derive(Clone, Copy)]
+struct H2Meta {
+    role: Role,
+    conn_id: u64,
+    pid: u32,
+    tid: u32,
+    fd: i32,
+    proc_start_ns: u64,
+    local: SockAddr,
+    peer: SockAddr,
+    /// Over TLS (plaintext from the TLS hooks): `url.scheme` https unless
+    /// the request's `:scheme` says otherwise.
+    tls: bool,
+}
+
+/// What is not traced of HTTP/2, counted.
+struct H2Counters {
+    /// By [`DropReason::ALL`] order.
+    dropped: Vec<Drops>,
+    header_blocks_truncated: Counter,
+    hpack_errors: Counter,
+    given_up: Counter,
+    malformed: Drops,
+    evicted: Counter,
+}
+
+impl H2Counters {
+    fn add(&self, s: &H2Stats) {
+        for (d, r) in self.dropped.iter().zip(DropReason::ALL) {
+            d.add(s.dropped(r));
+        }
+        self.header_blocks_truncated.add(s.header_blocks_truncated);
+        self.hpack_errors.add(s.hpack_errors);
+        self.given_up.add(s.connections_given_up);
+    }
+}
+
 struct Stats {
     spans: Counter,
     ignored: Counter,
@@ -90,6 +141,10 @@ pub struct Transformer {
     pipes: HashMap<(u64, u64), Pipe>,
     ip_texts: HashMap<(bool, u128), String>,
     stats: Stats,
+    h2: HashMap<(u64, u64), H2Entry>,
+    h2_stats: H2Counters,
+    /// The RPC conventions to follow (`OTEL_SEMCONV_STABILITY_OPT_IN`).
+    rpc_mode: grpc::Mode,
 }
 
 /// Trace contexts of recent server requests, for client spans that end
@@ -155,6 +210,169 @@ impl Transformer {
                 orphan_unmatched: registry.drops("ringtail_dropped_events_total", "unmatched_response"),
                 pipelined_unanswered: registry.drops("ringtail_dropped_events_total", "pipelined_unanswered"),
             },
+            h2: HashMap::default(),
+            h2_stats: H2Counters {
+                dropped: DropReason::ALL.iter().map(|r| registry.drops("ringtail_dropped_events_total", r.as_str())).collect(),
+                header_blocks_truncated: registry.counter("ringtail_h2_header_blocks_truncated_total", &[]),
+                hpack_errors: registry.counter("ringtail_h2_hpack_errors_total", &[]),
+                given_up: registry.counter("ringtail_h2_connections_given_up_total", &[]),
+                malformed: registry.drops("ringtail_dropped_events_total", "h2_malformed_record"),
+                evicted: registry.counter("ringtail_h2_connections_evicted_total", &[]),
+            },
+            rpc_mode: grpc::Mode::from_opt_in(std::env::var("OTEL_SEMCONV_STABILITY_OPT_IN").ok().as_deref(), grpc::Mode::Stable),
+        }
+    }
+
+    /// HTTP/2 connections being followed.
+    pub fn h2_connections(&self) -> usize {
+        self.h2.len()
+    }
+
+    /// One HTTP/2 record: feed its connection, make spans of the streams
+    /// that ended.
+    #[allow(clippy::too_many_arguments)]
+    fn h2_record(&mut self, inst: u64, origin: Origin, r: &RawH2, offset: i64, now: Instant, out: &mut Vec<Produced>, made: &mut Made) {
+        let key = (inst, r.conn_id);
+        let mut done = Vec::new();
+        if r.close {
+            if let Some(mut e) = self.h2.remove(&key) {
+                e.conn.close(r.mono_ns, &mut done);
+                self.h2_stats.add(&e.conn.take_stats());
+                self.h2_spans(inst, origin, &e.meta, done, offset, now, out, made);
+            }
+            return;
+        }
+        let pieces = match h2::record::pieces(&r.pieces) {
+            Ok(p) => p,
+            Err(_) => {
+                // Its frame boundaries are unknown from here: give it up.
+                self.h2_stats.malformed.add(1);
+                if let Some(mut e) = self.h2.remove(&key) {
+                    e.conn.close(r.mono_ns, &mut done);
+                    self.h2_stats.add(&e.conn.take_stats());
+                    self.h2_spans(inst, origin, &e.meta, done, offset, now, out, made);
+                }
+                return;
+            }
+        };
+        if !self.h2.contains_key(&key) {
+            if self.h2.len() >= H2_CONNS {
+                // Bounded: one connection goes (its open streams end now).
+                if let Some(k) = self.h2.keys().next().copied() {
+                    if let Some(mut e) = self.h2.remove(&k) {
+                        self.h2_stats.evicted.inc();
+                        let mut gone = Vec::new();
+                        e.conn.close(r.mono_ns, &mut gone);
+                        self.h2_stats.add(&e.conn.take_stats());
+                        self.h2_spans(inst, origin, &e.meta, gone, offset, now, out, made);
+                    }
+                }
+            }
+            let role = match r.role {
+                Role::Server => h2::Role::Server,
+                Role::Client => h2::Role::Client,
+            };
+            // Without its start (the span-actor restarted, or the table
+            // evicted it) the HPACK tables' past is unknown.
+            let conn = H2Conn::new(role, !r.start);
+            let meta = H2Meta {
+                role: r.role,
+                conn_id: r.conn_id,
+                pid: r.pid,
+                tid: r.tid,
+                fd: r.fd,
+                proc_start_ns: r.proc_start_ns,
+                local: r.local,
+                peer: r.peer,
+                tls: r.tls,
+            };
+            self.h2.insert(key, H2Entry { conn, meta });
+        }
+        let Some(e) = self.h2.get_mut(&key) else { return };
+        let dir = if r.send { h2::Dir::Send } else { h2::Dir::Recv };
+        e.meta.tid = r.tid;
+        e.conn.feed(dir, r.mono_ns, &pieces, &mut done);
+        let stats = e.conn.take_stats();
+        let meta = e.meta;
+        self.h2_stats.add(&stats);
+        self.h2_spans(inst, origin, &meta, done, offset, now, out, made);
+    }
+
+    /// Spans of finished HTTP/2 streams: the HTTP/1 span code with an
+    /// HTTP/2 head, then the gRPC conventions on top.
+    #[allow(clippy::too_many_arguments)]
+    fn h2_spans(
+        &mut self,
+        inst: u64,
+        origin: Origin,
+        e: &H2Meta,
+        done: Vec<StreamDone>,
+        offset: i64,
+        now: Instant,
+        out: &mut Vec<Produced>,
+        made: &mut Made,
+    ) {
+        for d in done {
+            let ev = RawEvent {
+                role: e.role,
+                pid: e.pid,
+                tid: e.tid,
+                fd: e.fd,
+                proc_start_ns: e.proc_start_ns,
+                conn_id: e.conn_id,
+                seq: d.stream_id,
+                parent: None,
+                start_mono_ns: d.start_ns,
+                end_mono_ns: d.end_ns,
+                status: d.status.unwrap_or(0),
+                local: e.local,
+                peer: e.peer,
+                request_len: 0,
+                truncated: false,
+                orphan: false,
+                tls: e.tls,
+                request: Vec::new(),
+            };
+            let head = RequestHead {
+                method: d.method.clone(),
+                path: d.path.clone(),
+                query: d.query.clone(),
+                target_host: None,
+                target_userinfo: false,
+                version: Version::Http2,
+                host: d.authority.clone(),
+                user_agent: d.user_agent.clone(),
+                traceparent: d.traceparent.clone(),
+                complete: true,
+                len: None,
+            };
+            let before = out.len();
+            self.emit(inst, origin, &ev, &head, H2_SUB, d.start_ns, d.end_ns, offset, now, out, made);
+            let Some(p) = out.get_mut(before) else { continue };
+            let span = &mut p.span;
+            if let Some(sc) = &d.scheme {
+                span.scheme = sc.clone();
+            }
+            if d.status.is_none() {
+                // reset, refused or closed before a response
+                span.error = true;
+                span.attributes.push(("error.type".to_owned(), Attr::Str("_OTHER".to_owned())));
+            }
+            if let Some(o) = grpc::outcome(&d) {
+                span.name = grpc::span_name(&o).into_owned();
+                span.error = o.is_error;
+                span.attributes = grpc::span_attributes(self.rpc_mode, &o)
+                    .into_iter()
+                    .filter(|(k, _)| *k != "network.protocol.version")
+                    .map(|(k, v)| {
+                        let v = match v {
+                            grpc::Value::Str(s) => Attr::Str(s.into_owned()),
+                            grpc::Value::Int(i) => Attr::Int(i),
+                        };
+                        (k.to_owned(), v)
+                    })
+                    .collect();
+            }
         }
     }
 
@@ -203,6 +421,9 @@ impl Transformer {
                 self.pipes.insert(key, Pipe { heads: heads.into(), seq: ev.seq, next_sub: 1, last_end_mono: ev.end_mono_ns });
             }
             self.emit(inst, origin, ev, &first, 0, ev.start_mono_ns, ev.end_mono_ns, offset, now, out, &mut made);
+        }
+        for r in &batch.h2 {
+            self.h2_record(inst, origin, r, offset, now, out, &mut made);
         }
         made
     }
@@ -308,6 +529,7 @@ impl Transformer {
             user_agent: head.user_agent.clone(),
             export_trace,
             export_metrics,
+            attributes: Vec::new(),
         };
         match kind {
             SpanKind::Server => {

@@ -51,6 +51,7 @@ fn batch() -> RawBatch {
             env_resource_attributes: None,
         }],
         epoch: 0,
+        h2: Vec::new(),
     }
 }
 

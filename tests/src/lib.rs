@@ -604,6 +604,8 @@ pub struct SpanLine {
     pub span: String,
     pub parent: Option<String>,
     pub peer: String,
+    /// The RPC status of gRPC spans (`rpc=`).
+    pub rpc: Option<String>,
     pub line: String,
 }
 
@@ -629,6 +631,7 @@ pub fn span_lines(stdout: &str) -> Vec<SpanLine> {
                 span: field("span=")?,
                 parent: field("parent="),
                 peer: field("peer=")?,
+                rpc: field("rpc="),
                 line: l.to_owned(),
             })
         })

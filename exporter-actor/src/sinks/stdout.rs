@@ -4,7 +4,7 @@
 
 use std::io::Write;
 
-use ipc_schema::{SpanBatch, SpanKind};
+use ipc_schema::{Attr, SpanBatch, SpanKind};
 
 /// Formats Unix-epoch ns as RFC 3339 UTC with milliseconds.
 pub fn rfc3339(ns: u64) -> String {
@@ -39,8 +39,18 @@ pub fn line(batch: &SpanBatch, i: usize) -> String {
         SpanKind::Server => (s.client_address.as_str(), s.client_port),
         SpanKind::Client => (s.peer_address.as_str(), s.peer_port),
     };
+    // The RPC status of gRPC spans (the stable or the experimental attribute).
+    let rpc = s
+        .attributes
+        .iter()
+        .find_map(|(k, v)| match (k.as_str(), v) {
+            ("rpc.status_code", Attr::Str(v)) => Some(format!(" rpc={v}")),
+            ("rpc.grpc.status_code", Attr::Int(v)) => Some(format!(" rpc={v}")),
+            _ => None,
+        })
+        .unwrap_or_default();
     format!(
-        "{} {kind} {service} {:?} {} {}{query} {} {dur_ms:.3}ms trace={:032x} span={:016x}{parent} peer={peer}:{port}",
+        "{} {kind} {service} {:?} {} {}{query} {} {dur_ms:.3}ms trace={:032x} span={:016x}{parent} peer={peer}:{port}{rpc}",
         rfc3339(s.start_unix_ns),
         s.name,
         s.method_original.as_deref().unwrap_or(&s.method),

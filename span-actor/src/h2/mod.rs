@@ -23,6 +23,7 @@
 //! - [`huffman`]: HPACK's Huffman code (RFC 7541 Appendix B).
 //! - [`hpack`]: the decoder that knows what it does not know.
 //! - [`frames`]: frame types, flags and payload parsing (RFC 9113).
+//! - [`record`]: the kernel record's piece bytes into [`Piece`]s (hostile input).
 //! - [`conn`]: [`H2Conn`], pieces in, streams out.
 //! - [`grpc`]: the RPC semantic conventions (stable, experimental, dup)
 //!   as pure functions: status names, span name, error rules, attributes,
@@ -33,6 +34,7 @@ pub mod frames;
 pub mod grpc;
 pub mod hpack;
 pub mod huffman;
+pub mod record;
 #[cfg(test)]
 mod testenc;
 #[cfg(test)]

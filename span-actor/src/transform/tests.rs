@@ -49,6 +49,7 @@ fn batch(events: Vec<RawEvent>) -> RawBatch {
             env_resource_attributes: None,
         }],
         epoch: 0,
+        h2: Vec::new(),
     }
 }
 

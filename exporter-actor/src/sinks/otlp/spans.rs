@@ -9,7 +9,7 @@
 
 use std::fmt::Write as _;
 
-use ipc_schema::{HttpSpan, SpanBatch, SpanKind};
+use ipc_schema::{Attr, HttpSpan, SpanBatch, SpanKind};
 
 use super::wire::{self, decimal, key, kv, kv_known, len_field, Key, Out, Value, LEN, VARINT};
 use crate::resource;
@@ -90,7 +90,7 @@ pub fn attributes(s: &HttpSpan, url: &str, mut f: impl FnMut(&Key, Value<'_>)) {
     if let Some(ua) = &s.user_agent {
         f(&key!("user_agent.original"), Value::Str(ua));
     }
-    if s.error {
+    if s.error && !s.attributes.iter().any(|(k, _)| k == "error.type") {
         f(&key!("error.type"), Value::Str(decimal(u64::from(s.status), &mut digits)));
     }
     match s.kind {
@@ -136,6 +136,13 @@ fn span(o: &mut Vec<u8>, s: &HttpSpan, url: &str) {
     wire::fixed64(o, SPAN_START, s.start_unix_ns);
     wire::fixed64(o, SPAN_END, s.end_unix_ns);
     attributes(s, url, |k, v| kv_known(o, SPAN_ATTRIBUTES, k, v));
+    for (k, v) in &s.attributes {
+        let v = match v {
+            Attr::Str(t) => Value::Str(t),
+            Attr::Int(i) => Value::Int(*i),
+        };
+        kv(o, SPAN_ATTRIBUTES, k, v);
+    }
     // The status is always present: unset, or ERROR with no message.
     o.key(SPAN_STATUS, LEN);
     if s.error {

@@ -116,6 +116,7 @@ fn span(kind: SpanKind) -> HttpSpan {
         user_agent: Some("curl/8".into()),
         export_trace: true,
         export_metrics: true,
+        attributes: Vec::new(),
     }
 }
 

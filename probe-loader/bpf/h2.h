@@ -1,0 +1,337 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * HTTP/2 framing in the kernel: recognise the connection, then per send or
+ * receive walk its frames and ship one record (struct h2_event) with every
+ * frame header and the first bytes of the payloads user space needs (header
+ * blocks, SETTINGS, RST_STREAM, GOAWAY). HPACK, streams and spans are user
+ * space's (span-actor/src/h2): the kernel only keeps the frame boundaries.
+ *
+ * Recognised: prior-knowledge h2c, the 24-byte client preface
+ * ("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") received (server) or sent (client)
+ * as a connection's first bytes. conn.h asks (h2_is_preface) only where it
+ * looks for an HTTP/1 request line on a connection without one, so HTTP/1
+ * pays nothing more. A connection that was running before tracing began
+ * has no preface to see: it is not followed (HTTP/1 finds nothing in its
+ * frames either).
+ *
+ * Per direction the state is where the next frame header begins (payload
+ * bytes left of the current frame; a frame header split across syscalls is
+ * held), so frames may straddle syscalls and iovecs. The walk is bounded:
+ * with the socket backend it runs in bpf_loop (H2_LOOP_STEPS steps per
+ * syscall) and reads every iovec of a vectored call; the syscall backend
+ * (kernels before bpf_loop) walks H2_STEPS steps and MAX_SEGS iovecs. Bytes
+ * it cannot account for at a frame boundary (iovecs past MAX_SEGS on the
+ * syscall backend, more frames than steps, a record full) lose the
+ * (more frames than steps, a record full) lose the
+ * framing: the connection is given up (H2P_LOST outside a frame tells user
+ * space; counted). The entry point is segment-based (struct segs), so a
+ * TLS hook that hands over plaintext segments works the same way.
+ */
+#ifndef RINGTAIL_H2_H
+#define RINGTAIL_H2_H
+
+#include "maps.h"
+#include "segs.h"
+
+#define H2_PREFACE_LEN 24
+#define H2_FRAME_HDR 9
+/* Steps of the walk per syscall: a frame header, a payload part, a
+ * preface skip or a segment change each take one. */
+#define H2_STEPS 64
+#define H2_DATA_MASK (H2_DATA_LEN - 1)
+/* What the walk keeps free at the end of a record: one H2P_LOST piece. */
+#define H2_RESERVE 8
+
+/* "PRI * HTTP/2.0\r\n": the first PREFIX_LEN bytes of the client preface
+ * (the rest, "\r\nSM\r\n\r\n", is skipped without a look: nothing else
+ * starts this way). */
+static __always_inline int h2_is_preface(const __u8 *p, __u32 n)
+{
+	if (n < PREFIX_LEN)
+		return 0;
+	return p[0] == 'P' && p[1] == 'R' && p[2] == 'I' && p[3] == ' ' && p[4] == '*' && p[5] == ' ' &&
+	       p[6] == 'H' && p[7] == 'T' && p[8] == 'T' && p[9] == 'P' && p[10] == '/' && p[11] == '2' &&
+	       p[12] == '.' && p[13] == '0' && p[14] == '\r' && p[15] == '\n';
+}
+
+static __always_inline void h2_put(__u8 *data, __u32 off, __u8 b)
+{
+	data[off & H2_DATA_MASK] = b;
+}
+
+/* Appends an H2P_LOST piece (room for it is always kept). */
+static __always_inline __u32 h2_lost(__u8 *data, __u32 off, __u64 bytes)
+{
+	__u32 n = bytes > 0xffffffff ? 0xffffffff : bytes;
+	h2_put(data, off, H2P_LOST);
+	h2_put(data, off + 1, n);
+	h2_put(data, off + 2, n >> 8);
+	h2_put(data, off + 3, n >> 16);
+	h2_put(data, off + 4, n >> 24);
+	return off + 5;
+}
+
+/* Fills the record's header and submits data_len bytes of pieces. */
+static __always_inline void h2_submit(struct h2_scratch *s, struct conn_state *st, struct sock *sk,
+				      __u32 tid, __s32 fd, __u8 dir, __u8 flags, __u32 data_len)
+{
+	struct h2_event *ev = &s->ev;
+	ev->kind = EV_H2;
+	ev->role = st->role;
+	ev->flags = flags | (st->tls ? H2F_TLS : 0);
+	ev->dir = dir;
+	ev->_pad0 = 0;
+	ev->_pad1 = 0;
+	ev->_pad2 = 0;
+	ev->tgid = st->tgid;
+	ev->tid = tid;
+	ev->fd = fd;
+	ev->conn_id = st->conn_id;
+	ev->ts_ns = bpf_ktime_get_ns();
+	task_ids(&ev->proc_start_ns, (char *)ev->comm);
+	__u16 family = SK(sk, __sk_common.skc_family);
+	ev->family = family;
+	ev->lport = SK(sk, __sk_common.skc_num);
+	ev->rport = bpf_ntohs(SK(sk, __sk_common.skc_dport));
+	__builtin_memset(ev->laddr, 0, sizeof(ev->laddr));
+	__builtin_memset(ev->raddr, 0, sizeof(ev->raddr));
+	sk_addrs(sk, family, ev->laddr, ev->raddr);
+	if (data_len > H2_DATA_LEN)
+		data_len = H2_DATA_LEN;
+	ev->data_len = data_len;
+	__u64 size = offsetof(struct h2_event, data) + data_len;
+	barrier_var(size);
+	if (size > sizeof(struct h2_event))
+		return;
+	if (bpf_ringbuf_output(&events, ev, size, wakeup_flags())) {
+		count(CNT_H2_LOST);
+		/* user space would miss frames it cannot do without */
+		st->h2 = H2_DEAD;
+		return;
+	}
+	count(CNT_H2_EVENTS);
+}
+
+/* One step of the walk on segment w->seg; 0 when the segments are done. */
+static __always_inline int h2_step(struct h2_walk *w, struct h2_dir *d, const struct segs *sg, __u8 *data)
+{
+	/* Everything is read again from the map: nothing the verifier could
+	 * tell apart is carried from one step to the next in a register. */
+	asm volatile("" ::: "memory");
+	__u32 seg = w->seg;
+	if (w->iov_seg != seg + 1) {
+		/* a new segment: where it is goes to the map (one step) */
+		if (seg < sg->n && seg < MAX_SEGS) {
+			w->iov_len = sg->len[seg & (MAX_SEGS - 1)];
+			w->iov_base = (__u64)sg->base[seg & (MAX_SEGS - 1)];
+#ifndef RINGTAIL_PORTABLE
+		} else if (sg->iov && seg < sg->iovcnt && w->seen < sg->total) {
+			/* an iovec past MAX_SEGS: read it from the process */
+			struct iovec v;
+			if (bpf_probe_read_user(&v, sizeof(v), (const struct iovec *)sg->iov + seg))
+				return 0;
+			__u64 remain = sg->total - w->seen;
+			w->iov_base = (__u64)v.iov_base;
+			w->iov_len = v.iov_len < remain ? v.iov_len : remain;
+#endif
+		} else {
+			return 0;
+		}
+		w->iov_seg = seg + 1;
+		return 1;
+	}
+	__u64 slen = w->iov_len;
+	const __u8 *base = (const __u8 *)w->iov_base;
+	if (w->pos >= slen) {
+		w->seen += slen;
+		w->seg = seg + 1;
+		w->pos = 0;
+		return 1;
+	}
+	__u64 avail = slen - w->pos;
+	const __u8 *p = base + w->pos;
+	if (d->skip) {
+		__u64 n = d->skip < avail ? d->skip : avail;
+		d->skip -= n;
+		w->pos += n;
+		return 1;
+	}
+	if (d->left) {
+		__u64 n = d->left < avail ? d->left : avail;
+		__u32 off = w->off;
+		if (d->want && off + 3 + H2_RESERVE >= H2_DATA_LEN) {
+			d->want = 0; /* the record is full: the rest is not captured */
+			count(CNT_H2_PARTIAL);
+		}
+		if (d->want) {
+			__u64 c = n < d->want ? n : d->want;
+			__u64 room = H2_DATA_LEN - H2_RESERVE - 3 - off;
+			if (c > room) {
+				c = room;
+				count(CNT_H2_PARTIAL);
+			}
+			/* off < H2_DATA_LEN and c < H2_DATA_LEN: the masks make the
+			 * read provably inside data and its spill */
+			barrier_var(c);
+			if (!bpf_probe_read_user(&data[(off + 3) & H2_DATA_MASK], c & H2_DATA_MASK, p)) {
+				h2_put(data, off, H2P_MORE);
+				h2_put(data, off + 1, c);
+				h2_put(data, off + 2, c >> 8);
+				w->off = off + 3 + (c & H2_DATA_MASK);
+			}
+			d->want -= c;
+		}
+		d->left -= n;
+		w->pos += n;
+		return 1;
+	}
+	/* a frame header: what is held of it, then the rest */
+	__u8 h[24] = {};
+	/* (not "& 7": clang would turn h + held into h | held, which the
+	 * verifier refuses on a stack pointer) */
+	__u32 held = d->hlen;
+	if (held > 8)
+		held = 8;
+	__builtin_memcpy(h, d->hdr, 8);
+	__u32 need = H2_FRAME_HDR - held;
+	if (avail < need) {
+		/* the header straddles: hold what is here (fewer than 9 bytes) */
+		__u32 n = avail & 7;
+		barrier_var(n);
+		if (bpf_probe_read_user(&d->hdr[held], n, p)) {
+			w->bad = 1;
+			return 0;
+		}
+		d->hlen = held + n;
+		w->pos += avail;
+		return 1;
+	}
+	barrier_var(need);
+	if (bpf_probe_read_user(&h[held], need & 15, p)) {
+		w->bad = 1;
+		return 0;
+	}
+	d->hlen = 0;
+	w->pos += need;
+	__u32 off = w->off;
+	if (off + 1 + H2_FRAME_HDR + H2_RESERVE > H2_DATA_LEN) {
+		count(CNT_H2_CUT);
+		w->bad = 1; /* the record is full: user space would miss a frame */
+		return 0;
+	}
+	h2_put(data, off, H2P_FRAME);
+#pragma unroll
+	for (int i = 0; i < H2_FRAME_HDR; i++)
+		h2_put(data, off + 1 + i, h[i]);
+	w->off = off + 1 + H2_FRAME_HDR;
+	__u32 len = ((__u32)h[0] << 16) | ((__u32)h[1] << 8) | h[2];
+	__u8 typ = h[3];
+	d->left = len;
+	/* HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, GOAWAY, CONTINUATION */
+	int wanted = typ == 1 || typ == 3 || typ == 4 || typ == 5 || typ == 7 || typ == 9;
+	d->want = wanted ? (len < H2_FRAME_CAP ? len : H2_FRAME_CAP) : 0;
+	return 1;
+}
+
+#ifndef RINGTAIL_PORTABLE
+/* bpf_loop (Linux 5.17+; the socket backend needs 6.3): the step is
+ * verified once, so the walk may be longer. */
+#define H2_LOOP_STEPS 512
+
+struct h2_loop_ctx {
+	struct h2_walk *w;
+	struct h2_dir *d;
+	const struct segs *sg;
+	__u8 *data;
+};
+
+static long h2_loop_cb(__u64 i, void *ctx)
+{
+	struct h2_loop_ctx *c = ctx;
+	return h2_step(c->w, c->d, c->sg, c->data) ? 0 : 1;
+}
+#endif
+
+/* The bytes of one send or receive on an HTTP/2 connection: walk them and
+ * submit their record. `dir` is H2_RECV or H2_SEND. */
+static __always_inline void h2_on_data(struct conn_state *st, const struct conn_io *io,
+				       const struct segs *sg, __u8 dir, __u8 flags)
+{
+	if (st->h2 != H2_LIVE)
+		return;
+	__u32 zero = 0;
+	struct h2_scratch *s = bpf_map_lookup_elem(&h2_scratch, &zero);
+	if (!s)
+		return;
+	struct h2_dir *d = dir == H2_SEND ? &st->h2d[1] : &st->h2d[0];
+	/* The walk's position lives in the map value, not on the stack: the
+	 * verifier does not track values in map memory, so every step starts
+	 * from the same (unknown) state and is verified once, not once per
+	 * path that led to it. */
+	struct h2_walk *w = &s->walk;
+	__builtin_memset(w, 0, sizeof(*w));
+	__u8 *data = s->ev.data;
+#ifdef RINGTAIL_PORTABLE
+#pragma clang loop unroll(disable)
+	for (int i = 0; i < H2_STEPS; i++) {
+		if (!h2_step(w, d, sg, data))
+			break;
+	}
+#else
+	struct h2_loop_ctx c = { .w = w, .d = d, .sg = sg, .data = data };
+	bpf_loop(H2_LOOP_STEPS, h2_loop_cb, &c, 0);
+#endif
+	/* Bytes not walked: iovecs past MAX_SEGS, a walk out of steps. */
+	__u64 done = w->seen + w->pos;
+	__u64 rest = sg->total > done ? sg->total - done : 0;
+	__u32 bad = w->bad;
+	if (!bad && rest) {
+		if (rest <= d->left && !d->skip && !d->hlen) {
+			/* inside the current frame's payload: framing holds */
+			d->left -= rest;
+			d->want = 0;
+			count(CNT_H2_PARTIAL);
+		} else {
+			count(CNT_H2_CUT);
+			bad = 1;
+		}
+	}
+	__u32 off = w->off;
+	if (off > H2_DATA_LEN - H2_RESERVE)
+		off = H2_DATA_LEN - H2_RESERVE;
+	if (rest || bad)
+		off = h2_lost(data, off, rest ? rest : 1);
+	if (bad)
+		st->h2 = H2_DEAD;
+	if (off || flags)
+		h2_submit(s, st, io->sk, io->tid, io->fd, dir, flags, off);
+}
+
+/* The client preface went by as a connection's first bytes: from now on it
+ * is HTTP/2. `pend` bytes of the preface came in an earlier read (held as
+ * the start of a possible request line). */
+static __always_inline void h2_start(struct conn_state *st, const struct conn_io *io,
+				     const struct segs *sg, __u8 dir, __u32 pend)
+{
+	st->h2 = H2_LIVE;
+	st->phase = PHASE_IDLE;
+	st->pend_len = 0;
+	__builtin_memset(st->h2d, 0, sizeof(st->h2d));
+	struct h2_dir *d = dir == H2_SEND ? &st->h2d[1] : &st->h2d[0];
+	d->skip = H2_PREFACE_LEN - (pend & (PREFIX_LEN - 1));
+	count(CNT_H2_CONNS);
+	h2_on_data(st, io, sg, dir, H2F_START);
+}
+
+/* The connection closed: user space ends its open streams. */
+static __always_inline void h2_close(struct conn_state *st, struct sock *sk)
+{
+	__u32 zero = 0;
+	struct h2_scratch *s = bpf_map_lookup_elem(&h2_scratch, &zero);
+	if (!s)
+		return;
+	st->h2 = H2_LIVE; /* (a dead one's close is reported too) */
+	h2_submit(s, st, sk, st->tid, st->fd, H2_RECV, H2F_CLOSE, 0);
+}
+
+#endif

@@ -1,0 +1,187 @@
+//! HTTP/2 and gRPC, end to end: real servers and clients on one
+//! connection each, every stream a span, counted exactly. Each test runs
+//! once per capture backend (`socket::…` and `syscalls::…`) where both
+//! can follow it.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::Duration;
+
+use ringtail_tests::*;
+
+const SETTLE: Duration = Duration::from_millis(1500);
+const WAIT: Duration = Duration::from_secs(20);
+
+/// A ringtail on backend `b` that selects `port`'s server and executables
+/// matching `exe` (the clients), printing spans.
+fn ringtail(b: &str, port: u16, exe: &str) -> (Ringtail, u16) {
+    let prom = free_port();
+    let rt = Ringtail::start(&format!(
+        "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{port}]\nexe_names = [\"{exe}\"]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n"
+    ));
+    (rt, prom)
+}
+
+/// (kind, name, method, path, status, rpc) → count, of spans on `port`.
+type Counts = BTreeMap<(String, String, String, String, u16, String), usize>;
+
+fn counts(spans: &[SpanLine], port: u16) -> Counts {
+    let mut m = Counts::new();
+    for s in spans {
+        let ours = match s.kind.as_str() {
+            "CLIENT" => s.peer.ends_with(&format!(":{port}")),
+            _ => true,
+        };
+        if ours {
+            let k = (s.kind.clone(), s.name.clone(), s.method.clone(), s.path.clone(), s.status, s.rpc.clone().unwrap_or_default());
+            *m.entry(k).or_default() += 1;
+        }
+    }
+    m
+}
+
+fn want(list: &[(&str, &str, &str, &str, u16, &str, usize)]) -> Counts {
+    list.iter().map(|(k, n, m, p, s, r, c)| ((k.to_string(), n.to_string(), m.to_string(), p.to_string(), *s, r.to_string()), *c)).collect()
+}
+
+/// Waits for the kernel's count of HTTP/2 connections to be `n` (exactly).
+fn h2_connections(prom: u16, n: f64) {
+    let got = wait_until(WAIT, || metric_value(prom, "ringtail_h2_connections_total", &[]).filter(|v| *v >= n));
+    assert_eq!(got, Some(n), "ringtail_h2_connections_total");
+}
+
+/// Prior-knowledge h2c against Go's net/http (Server.Protocols,
+/// unencrypted HTTP/2): curl (one stream per connection: curl 7.88's
+/// prior-knowledge reuse is broken) and Go's client (several streams on one
+/// connection). Server and client spans, exact.
+fn prior_knowledge_against_go(b: &str) {
+    if !can_trace() || !have("curl") {
+        return;
+    }
+    let (Some(bin), Some(client)) = (go_binary("h2server"), go_binary("h2client")) else { return };
+    let port = free_port();
+    let _srv = server("go h2 server", port, &bin, &[&port.to_string()]);
+    let (rt, prom) = ringtail(b, port, "^(curl|h2client)$");
+    let url = format!("http://127.0.0.1:{port}");
+    for path in ["/a", "/status/404"] {
+        let out = Command::new("curl")
+            .args(["-s", "--http2-prior-knowledge", "-o", "/dev/null", "-w", "%{http_version}", &format!("{url}{path}")])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "2");
+    }
+    let out = Command::new(&client).args([url.as_str(), "/b?x=1", "/c", "/status/503", "/c"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().collect::<Vec<_>>(),
+        ["HTTP/2.0 200", "HTTP/2.0 200", "HTTP/2.0 503", "HTTP/2.0 200"]
+    );
+    let spans = rt.spans_when(WAIT, SETTLE, |s| counts(s, port).values().sum::<usize>() >= 12);
+    let mut expected = Vec::new();
+    for kind in ["SERVER", "CLIENT"] {
+        // server span names carry the route, as for HTTP/1 (routes are
+        // inferred; a 404 has none)
+        let name = |route: &'static str| if kind == "SERVER" && !route.is_empty() { route } else { "GET" };
+        expected.push((kind, name("GET /a"), "GET", "/a", 200, "", 1));
+        expected.push((kind, name(""), "GET", "/status/404", 404, "", 1));
+        expected.push((kind, name("GET /b"), "GET", "/b", 200, "", 1));
+        expected.push((kind, name("GET /c"), "GET", "/c", 200, "", 2));
+        expected.push((kind, name("GET /status/*"), "GET", "/status/503", 503, "", 1));
+    }
+    assert_eq!(counts(&spans, port), want(&expected), "{}", rt.stdout());
+    for s in &spans {
+        let service = match (s.kind.as_str(), s.path.as_str()) {
+            ("SERVER", _) => "h2server",
+            (_, "/a" | "/status/404") => "curl",
+            _ => "h2client",
+        };
+        assert_eq!(s.service, service, "{}", s.line);
+    }
+    // three connections, each seen from both ends
+    h2_connections(prom, 6.0);
+}
+
+/// gRPC with grpcio, server and client in Python: unary OK, unary
+/// NOT_FOUND, server streaming, and many concurrent calls on one channel.
+fn grpc_python(b: &str) {
+    if !can_trace() {
+        return;
+    }
+    let python = venv().join("bin/python");
+    if Command::new(&python).args(["-c", "import grpc"]).status().map_or(true, |s| !s.success()) {
+        skip("no grpcio in the venv");
+        return;
+    }
+    let port = free_port();
+    let script = fixture("grpc_h2.py");
+    let _srv = server("grpc server", port, &python, &[script.to_str().unwrap(), "server", &port.to_string()]);
+    let (rt, prom) = ringtail(b, port, "^python");
+    const CONCURRENT: usize = 40;
+    let out = Command::new(&python).arg(&script).args(["client", &port.to_string(), &CONCURRENT.to_string()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let total = 2 * (CONCURRENT + 3);
+    let spans = rt.spans_when(WAIT, SETTLE, |s| counts(s, port).values().sum::<usize>() >= total);
+    let mut expected = Vec::new();
+    for kind in ["SERVER", "CLIENT"] {
+        expected.push((kind, "demo.Items/Get", "POST", "/demo.Items/Get", 200, "OK", CONCURRENT + 1));
+        expected.push((kind, "demo.Items/Get", "POST", "/demo.Items/Get", 200, "NOT_FOUND", 1));
+        expected.push((kind, "demo.Items/List", "POST", "/demo.Items/List", 200, "OK", 1));
+    }
+    assert_eq!(counts(&spans, port), want(&expected), "{}", rt.stdout());
+    h2_connections(prom, 2.0); // one channel: one connection per side
+}
+
+/// A connection whose first streams went by before ringtail started: its
+/// HPACK tables and framing are unknown, so it is not followed (no span,
+/// least of all a wrong one); a new connection afterwards is.
+fn connection_begun_before_ringtail(b: &str) {
+    if !can_trace() {
+        return;
+    }
+    let (Some(bin), Some(client)) = (go_binary("h2server"), go_binary("h2client")) else { return };
+    let port = free_port();
+    let _srv = server("go h2 server", port, &bin, &[&port.to_string()]);
+    let dir = TempDir::new("h2-mid");
+    let go_on = dir.join("go-on");
+    let url = format!("http://127.0.0.1:{port}");
+    let wait = format!("@{}", go_on.display());
+    let mut early = std::process::Command::new(&client);
+    early.args([url.as_str(), "/before", "/before", wait.as_str(), "/after", "/after", "/status/404"]).stdout(std::process::Stdio::piped());
+    let early = early.spawn().unwrap();
+    let (rt, _prom) = ringtail(b, port, "^h2client$");
+    std::fs::write(&go_on, b"").unwrap();
+    let out = early.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 5);
+    // A fresh connection, traced: the marker that everything has arrived.
+    let st = Command::new(&client).args([url.as_str(), "/fresh"]).output().unwrap();
+    assert!(st.status.success());
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| s.path == "/fresh").count() >= 2);
+    let paths: Vec<(&str, &str)> = spans.iter().map(|s| (s.kind.as_str(), s.path.as_str())).collect();
+    assert_eq!(paths.iter().filter(|p| p.1 == "/fresh").count(), 2, "{}", rt.stdout());
+    assert_eq!(paths.len(), 2, "nothing of the early connection: {}", rt.stdout());
+}
+
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod socket {
+            $( #[test] fn $name() { super::$name("socket") } )*
+        }
+        mod syscalls {
+            $( #[test] fn $name() { super::$name("syscalls") } )*
+        }
+    };
+}
+
+on_both_backends!(prior_knowledge_against_go, connection_begun_before_ringtail);
+
+// gRPC C-core writes with up to dozens of iovecs: the syscall backend
+// (no bpf_loop) walks MAX_SEGS of them and gives such connections up,
+// counted (h2_framing_cut); only the socket backend follows them.
+mod socket_only {
+    #[test]
+    fn grpc_python() {
+        super::grpc_python("socket")
+    }
+}
