@@ -96,11 +96,12 @@ fn k(kind: &str, scheme: &str, method: &str, path: &str, status: u16) -> Key {
     (kind.into(), scheme.into(), method.into(), path.into(), status)
 }
 
-/// nginx listening on `tls` (ssl) and `plain` (cleartext) at once.
-fn nginx_mixed(dir: &TempDir, tls: u16, plain: u16) -> Proc {
+/// nginx listening on `tls` (`ssl` plus `options`, e.g. `http2`) and
+/// `plain` (cleartext) at once.
+fn nginx_mixed(dir: &TempDir, tls: u16, options: &str, plain: u16) -> Proc {
     let (cert, key) = certificate(&dir.0);
     let extra = format!(
-        "}}\n    server {{\n        listen 127.0.0.1:{tls} ssl;\n        ssl_certificate {cert};\n        ssl_certificate_key {key};\n\
+        "}}\n    server {{\n        listen 127.0.0.1:{tls} ssl {options};\n        ssl_certificate {cert};\n        ssl_certificate_key {key};\n\
          location = /ok {{ return 200 \"ok\\n\"; }}\n        location = /teapot {{ return 418; }}\n        location = /big {{ return 200 \"{}\"; }}\n",
         "x".repeat(3000)
     );
@@ -122,7 +123,7 @@ fn nginx_tls_keepalive_beside_cleartext(b: &str) {
     let (tls, plain) = (free_port(), free_port());
     let rt = ringtail(b, &rotel, &format!("open_ports = [{tls}, {plain}]"), "");
     let dir = TempDir::new("nginx-tls");
-    let _nginx = nginx_mixed(&dir, tls, plain);
+    let _nginx = nginx_mixed(&dir, tls, "", plain);
     let s = format!("https://127.0.0.1:{tls}");
     let st = Command::new("curl")
         .args(["-sk", "-o", "/dev/null", "-o", "/dev/null", "-o", "/dev/null", "-o", "/dev/null", "-o", "/dev/null"])
@@ -328,6 +329,48 @@ fn tls_server_joins_the_trace_and_its_calls_are_children(b: &str) {
     );
 }
 
+/// HTTP/2 over TLS: nginx with `ssl http2` and curl `--http2` (ALPN h2,
+/// several streams on one connection). The plaintext the TLS uprobes read
+/// starts with the client preface, so both sides are followed as HTTP/2:
+/// one server and one client span per stream, `https`, protocol "2".
+fn nginx_http2_over_tls(b: &str) {
+    if !ready(&["nginx", "curl", "openssl"]) {
+        return;
+    }
+    let rotel = Rotel::start();
+    let (tls, plain) = (free_port(), free_port());
+    let rt = ringtail(b, &rotel, &format!("open_ports = [{tls}]\nexe_names = [\"^curl$\"]"), "");
+    let dir = TempDir::new("nginx-h2-tls");
+    let _nginx = nginx_mixed(&dir, tls, "http2", plain);
+    let s = format!("https://127.0.0.1:{tls}");
+    let out = Command::new("curl")
+        .args(["-sk", "--http2", "-w", "%{http_version} ", "-o", "/dev/null", "-o", "/dev/null", "-o", "/dev/null"])
+        .args([format!("{s}/ok"), format!("{s}/teapot"), format!("{s}/ok")])
+        .output()
+        .expect("run curl");
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "2 2 2 ", "curl did not speak HTTP/2");
+    let port = tls.to_string();
+    let ours = |s: &Value| attr(s, "server.port").as_deref() == Some(port.as_str());
+    let spans = expect_spans(
+        &rotel,
+        &rt,
+        ours,
+        &[
+            (k("server", "https", "GET", "/ok", 200), 2),
+            (k("server", "https", "GET", "/teapot", 418), 1),
+            (k("client", "https", "GET", "/ok", 200), 2),
+            (k("client", "https", "GET", "/teapot", 418), 1),
+        ],
+    );
+    for s in &spans {
+        assert_eq!(attr(s, "network.protocol.version").as_deref(), Some("2"), "{s}");
+    }
+    let peers: std::collections::BTreeSet<String> =
+        spans.iter().filter(|s| s["kind"] == 2).filter_map(|s| attr(s, "client.port")).collect();
+    assert_eq!(peers.len(), 1, "one connection for the three streams: {peers:?}");
+}
+
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         mod socket {
@@ -343,6 +386,7 @@ on_both_backends!(
     nginx_tls_keepalive_beside_cleartext,
     python_tls_server_with_urllib_and_curl_clients,
     tls_server_joins_the_trace_and_its_calls_are_children,
+    nginx_http2_over_tls,
 );
 
 /// The TLS uprobes' BPF links (perf_event links of `tls_*` programs).
@@ -368,7 +412,7 @@ fn uprobes_attached_once_and_gone_after_stop() {
     // a running process that maps the host's libssl (found through its maps too)
     let dir = TempDir::new("once");
     let (tls, plain) = (free_port(), free_port());
-    let _nginx = nginx_mixed(&dir, tls, plain);
+    let _nginx = nginx_mixed(&dir, tls, "", plain);
     let rotel = Rotel::start();
     let libssl_files = {
         let mut inodes = std::collections::BTreeSet::new();
