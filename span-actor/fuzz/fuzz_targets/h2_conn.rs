@@ -1,10 +1,11 @@
-//! Arbitrary piece sequences into one HTTP/2 connection: no panic, bounded
-//! state, and every stream that comes out is well-formed.
+//! Arbitrary piece sequences, and arbitrary kernel record bytes (through
+//! `h2::record`), into one HTTP/2 connection: no panic, bounded state, and
+//! every stream that comes out is well-formed.
 #![no_main]
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use span_actor::h2::{conn, Dir, H2Conn, Piece, Role};
+use span_actor::h2::{conn, record, Dir, H2Conn, Piece, Role};
 
 #[derive(Arbitrary, Debug)]
 enum FuzzPiece {
@@ -33,6 +34,9 @@ struct Input {
     mid_connection: bool,
     upgrade: Option<(Vec<u8>, Vec<u8>, Vec<(Vec<u8>, Vec<u8>)>)>,
     syscalls: Vec<Syscall>,
+    /// Kernel records as the loader forwards them (hostile bytes), parsed
+    /// by `h2::record` and fed after the syscalls.
+    records: Vec<(bool, Vec<u8>)>,
 }
 
 fuzz_target!(|input: Input| {
@@ -75,6 +79,19 @@ fuzz_target!(|input: Input| {
         let dir = if s.send { Dir::Send } else { Dir::Recv };
         c.feed(dir, u64::from(s.ts), &pieces, &mut out);
         assert!(c.open_streams() <= conn::MAX_STREAMS);
+    }
+    for (send, bytes) in &input.records {
+        // Refused records are fine; accepted ones must make sense.
+        if let Ok(pieces) = record::pieces(bytes) {
+            for p in &pieces {
+                if let Piece::Frame { len, payload, .. } = p {
+                    assert!(payload.len() <= *len as usize);
+                }
+            }
+            let dir = if *send { Dir::Send } else { Dir::Recv };
+            c.feed(dir, u64::from(u32::MAX - 1), &pieces, &mut out);
+            assert!(c.open_streams() <= conn::MAX_STREAMS);
+        }
     }
     c.close(u64::from(u32::MAX), &mut out);
     assert_eq!(c.open_streams(), 0);

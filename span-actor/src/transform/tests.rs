@@ -345,3 +345,59 @@ fn secrets_never_reach_a_span() {
     let out = rig.run(vec![event(Role::Server, 1, 1, b"GET /a?q=personal HTTP/1.1\r\n\r\n", 200)]);
     assert_eq!(out[0].span.query, None);
 }
+
+fn h2_record(conn: u64, send: bool, start: bool, pieces: Vec<u8>, mono_ns: u64) -> RawH2 {
+    RawH2 {
+        role: Role::Server,
+        pid: 100,
+        tid: 101,
+        fd: 5,
+        proc_start_ns: 7,
+        conn_id: conn,
+        mono_ns,
+        send,
+        start,
+        close: false,
+        local: v4([127, 0, 0, 1], 8000),
+        peer: v4([10, 0, 0, 9], 50_123),
+        pieces,
+    }
+}
+
+/// An H2P_FRAME piece with its payload as an H2P_MORE piece, as the kernel writes them.
+fn frame(typ: u8, flags: u8, stream: u8, payload: &[u8]) -> Vec<u8> {
+    let n = payload.len();
+    let mut v = vec![1, 0, 0, n as u8, typ, flags, 0, 0, 0, stream];
+    if n > 0 {
+        v.extend_from_slice(&[2, n as u8, 0]);
+        v.extend_from_slice(payload);
+    }
+    v
+}
+
+#[test]
+fn h2_streams_become_spans_and_bad_records_are_counted() {
+    let s = Settings::default();
+    let registry = Registry::new(ipc_schema::Component::SpanActor, 1);
+    let mut t = Transformer::new(&s, &registry);
+    // GET / (static table), END_STREAM | END_HEADERS; answered 404.
+    let mut b = batch(vec![]);
+    b.h2 = vec![
+        h2_record(9, false, true, frame(1, 0x5, 1, &[0x82, 0x84, 0x86]), 1_000_000),
+        h2_record(9, true, false, frame(1, 0x5, 1, &[0x8d]), 2_000_000),
+        h2_record(9, false, false, vec![9, 9, 9], 3_000_000),
+    ];
+    let mut out = Vec::new();
+    let made = t.transform(INST, 1, &b, Instant::now(), &mut out);
+    assert_eq!(made.spans, 1);
+    let span = &out[0].span;
+    assert_eq!((span.kind, span.method.as_str(), span.path.as_str(), span.status), (SpanKind::Server, "GET", "/", 404));
+    assert_eq!(span.protocol_version, "2");
+    assert_eq!(span.start_unix_ns, OFFSET as u64 + 1_000_000);
+    assert_eq!(span.end_unix_ns, OFFSET as u64 + 2_000_000);
+    // the malformed record gave the connection up, counted
+    assert_eq!(t.h2_connections(), 0);
+    let report = registry.report();
+    let malformed = report.points.iter().find(|p| p.labels.iter().any(|(_, v)| v == "h2_malformed_record"));
+    assert_eq!(malformed.map(|p| p.value), Some(1.0), "{report:?}");
+}
