@@ -358,6 +358,7 @@ fn h2_record(conn: u64, send: bool, start: bool, pieces: Vec<u8>, mono_ns: u64) 
         send,
         start,
         close: false,
+        tls: false,
         local: v4([127, 0, 0, 1], 8000),
         peer: v4([10, 0, 0, 9], 50_123),
         pieces,
