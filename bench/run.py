@@ -74,6 +74,11 @@ def scheme():
     return "https" if TLS else "http"
 
 
+# --grpc: the server is goserver's gRPC unary method over h2c and the load
+# blast's unary calls (on one HTTP/2 connection).
+GRPC = False
+
+
 class Fail(Exception):
     """Cannot measure: the message says why and what to do."""
 
@@ -690,7 +695,7 @@ def wrk_load(tools, work, port, conns, threads, duration, tag):
 def blast_load(tools, work, port, conns, rate, duration, tag):
     """Tight client loop (bench/goserver -mode blast), paced to `rate` (0 = flat out)."""
     child = Child(f"blast-{tag}", [str(tools.goserver()), "-mode", "blast", "-addr", f"127.0.0.1:{port}", "-conns", str(conns),
-                                   "-duration", f"{duration}s", "-rate", str(rate)] + (["-tls"] if TLS else []), work)
+                                   "-duration", f"{duration}s", "-rate", str(rate)] + (["-tls"] if TLS else []) + (["-grpc"] if GRPC else []), work)
     child.wait(duration + 60)
     try:
         r = json.loads(child.out_path.read_text().strip().splitlines()[-1])
@@ -898,13 +903,15 @@ def start_servers(ctx):
         kind = kind.strip()
         if kind == "nginx":
             servers.append(Nginx(ctx.tools, ctx.work, ctx.args.nginx_workers))
+        elif kind == "grpc":
+            servers.append(GoServer(ctx.tools, ctx.work, mode="grpc"))
         elif kind == "go":
             try:
                 servers.append(GoServer(ctx.tools, ctx.work))
             except Fail as e:
                 say(f"SKIPPED go server: {e}")
         else:
-            raise Fail(f"--servers: unknown server {kind!r} (nginx, go)")
+            raise Fail(f"--servers: unknown server {kind!r} (nginx, go, grpc)")
     return servers
 
 
@@ -1302,10 +1309,16 @@ def main():
     p.add_argument("--blast-conns", type=int, default=32)
     p.add_argument("--no-bpf-stats", action="store_true", help="leave kernel.bpf_stats_enabled alone (in-kernel time then reads 0)")
     p.add_argument("--tls", action="store_true", help="nginx over TLS (self-signed), the loads over HTTPS: the TLS uprobes' cost (nginx only)")
+    p.add_argument("--grpc", action="store_true", help="gRPC unary calls over h2c (bench/goserver -mode grpc, blast -grpc; one connection)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (logs, configs, k6 summaries)")
     args = p.parse_args()
-    global TLS
+    global TLS, GRPC
     TLS = args.tls
+    GRPC = args.grpc
+    if GRPC:
+        if args.loadgen != "blast" or args.servers != "grpc":
+            say("--grpc: the grpc server and the blast load")
+        args.loadgen, args.servers = "blast", "grpc"
     if TLS and args.servers != "nginx":
         args.servers = "nginx"
         say("--tls: nginx only (the Go server has no TLS listener)")

@@ -4,6 +4,8 @@
 //	goserver -mode http  -addr 127.0.0.1:8080   net/http, every request gets 200 "ok\n"
 //	goserver -mode raw   -addr 127.0.0.1:8080   bare TCP: one fixed response per request head read
 //	goserver -mode blast -addr 127.0.0.1:8080 -conns 64 -duration 5s [-rate 100000]
+//	goserver -mode grpc  -addr 127.0.0.1:8080   gRPC unary over h2c (prior knowledge): status OK, "ok"
+//	goserver -mode blast -grpc ...              unary calls to it, all on one HTTP/2 connection
 //
 // blast opens -conns keep-alive connections and, on each, writes one request
 // and reads its response in a loop, one request in flight per connection.
@@ -19,6 +21,7 @@ package main
 import (
 	"bytes"
 	"crypto/tls"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -45,6 +48,7 @@ func main() {
 	duration := flag.Duration("duration", 5*time.Second, "blast: how long")
 	rate := flag.Float64("rate", 0, "blast: total requests/s; 0 = as fast as possible")
 	useTLS := flag.Bool("tls", false, "blast: connect with TLS (the certificate is not verified)")
+	useGRPC := flag.Bool("grpc", false, "blast: gRPC unary calls over h2c, -conns streams at a time on one connection")
 	flag.Parse()
 	var err error
 	switch *mode {
@@ -52,8 +56,10 @@ func main() {
 		err = serveHTTP(*addr)
 	case "raw":
 		err = serveRaw(*addr)
+	case "grpc":
+		err = serveGRPC(*addr)
 	case "blast":
-		err = blast(*addr, *conns, *duration, *rate, *useTLS)
+		err = blast(*addr, *conns, *duration, *rate, *useTLS, *useGRPC)
 	default:
 		err = fmt.Errorf("unknown -mode %q", *mode)
 	}
@@ -70,6 +76,58 @@ func serveHTTP(addr string) error {
 		w.Write(ok)
 	})
 	return http.ListenAndServe(addr, h)
+}
+
+// grpcFrame is a gRPC length-prefixed message: uncompressed, `p` as is.
+func grpcFrame(p []byte) []byte {
+	f := make([]byte, 5+len(p))
+	binary.BigEndian.PutUint32(f[1:5], uint32(len(p)))
+	copy(f[5:], p)
+	return f
+}
+
+// serveGRPC answers every call as a gRPC unary method would: one message,
+// then the trailers with grpc-status 0. Plain net/http, prior-knowledge
+// HTTP/2 only (as gRPC's insecure channels speak it).
+func serveGRPC(addr string) error {
+	reply := grpcFrame([]byte("ok"))
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/grpc")
+		w.Header().Set("Trailer", "Grpc-Status")
+		w.Write(reply)
+		w.Header().Set("Grpc-Status", "0")
+	})
+	srv := &http.Server{Addr: addr, Handler: h, Protocols: new(http.Protocols)}
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	return srv.ListenAndServe()
+}
+
+// grpcCaller makes unary calls to `addr` on one shared HTTP/2 connection.
+func grpcCaller(addr string) func() error {
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	client := &http.Client{Transport: tr}
+	body := grpcFrame([]byte("bench"))
+	url := "http://" + addr + "/bench.Bench/Call"
+	return func() error {
+		req, err := http.NewRequest("POST", url, bytes.NewReader(body))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "application/grpc")
+		req.Header.Set("Te", "trailers")
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if st := resp.Trailer.Get("Grpc-Status"); st != "0" {
+			return fmt.Errorf("grpc-status %q", st)
+		}
+		return nil
+	}
 }
 
 func serveRaw(addr string) error {
@@ -113,7 +171,7 @@ func serveRaw(addr string) error {
 	}
 }
 
-func blast(addr string, conns int, duration time.Duration, rate float64, useTLS bool) error {
+func blast(addr string, conns int, duration time.Duration, rate float64, useTLS, useGRPC bool) error {
 	var total, errors atomic.Int64
 	start := time.Now()
 	deadline := start.Add(duration)
@@ -127,11 +185,29 @@ func blast(addr string, conns int, duration time.Duration, rate float64, useTLS 
 	}
 	service := make([][]int64, conns)
 	corrected := make([][]int64, conns)
+	var call func() error
+	if useGRPC {
+		call = grpcCaller(addr)
+	}
 	var wg sync.WaitGroup
 	for i := 0; i < conns; i++ {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
+			if call != nil {
+				paced(start, deadline, interval, i, conns, func(now, due time.Time) bool {
+					if err := call(); err != nil {
+						errors.Add(1)
+						return false
+					}
+					end := time.Now()
+					service[i] = append(service[i], int64(end.Sub(now)))
+					corrected[i] = append(corrected[i], int64(end.Sub(due)))
+					total.Add(1)
+					return true
+				})
+				return
+			}
 			var c net.Conn
 			var err error
 			if useTLS {
@@ -193,6 +269,31 @@ func blast(addr string, conns int, duration time.Duration, rate float64, useTLS 
 	})
 	fmt.Println(string(out))
 	return nil
+}
+
+// paced calls one(now, due) for goroutine i of n on blast's schedule (see
+// blast) until the deadline or until one returns false.
+func paced(start, deadline time.Time, interval time.Duration, i, n int, one func(now, due time.Time) bool) {
+	offset := interval * time.Duration(i) / time.Duration(n)
+	for k := 0; ; k++ {
+		now := time.Now()
+		due := now
+		if interval > 0 {
+			due = start.Add(offset + interval*time.Duration(k))
+			if due.After(deadline) {
+				return
+			}
+			if d := due.Sub(now); d > 0 {
+				time.Sleep(d)
+				now = time.Now()
+			}
+		} else if now.After(deadline) {
+			return
+		}
+		if !one(now, due) {
+			return
+		}
+	}
 }
 
 // percentiles of latencies in ns, as ms: p50, p90, p99, max.
