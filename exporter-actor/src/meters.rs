@@ -9,6 +9,24 @@
 //! found with one hash lookup per span; its counts are cumulative from the
 //! series' start. Reading (push or scrape) changes nothing.
 //!
+//! gRPC spans (those carrying `rpc.system.name` or `rpc.system`) go to the
+//! RPC duration histograms of [`ipc_schema::rpc::METRICS`] instead, not to
+//! the HTTP ones: the conventions' gRPC instrumentations record a call as
+//! an RPC, and counting it twice would double every HTTP/2 dashboard. The
+//! exporter is another process than the span-actor, which reads
+//! `OTEL_SEMCONV_STABILITY_OPT_IN`; it learns the mode from the attributes
+//! the span-actor chose for it: `rpc.system.name` means the stable set
+//! (`rpc.*.call.duration`, s), `rpc.system` the experimental one
+//! (`rpc.*.duration`, ms), both means `rpc/dup`. A series' attributes are
+//! those the conventions list for the metric, taken from the span's:
+//! stable `rpc.system.name`, `rpc.method`, `rpc.status_code`, `error.type`;
+//! experimental `rpc.system`, `rpc.service`, `rpc.method`,
+//! `rpc.grpc.status_code`; plus `server.address` and `server.port` on
+//! client metrics only (on a server they would come from the peer's
+//! `:authority`, as unbounded as a Host header). Methods the span-actor
+//! calls `_OTHER` (and, in the experimental set, those a server answered
+//! `UNIMPLEMENTED`) carry no service or method name.
+//!
 //! Bounded, and degrading gracefully rather than filling up for good:
 //! - at most [`MAX_SERVICES`] services; a new one evicts the least
 //!   recently updated (`ringtail_metric_services_evicted_total`), so a host
@@ -32,7 +50,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use hashbrown::HashTable;
-use ipc_schema::{Component, HealthReport, HttpSpan, ServiceResource, SpanBatch, SpanKind};
+use ipc_schema::rpc::{Set, METRICS};
+use ipc_schema::{Attr, Component, HealthReport, HttpSpan, ServiceResource, SpanBatch, SpanKind};
 use runtime_kit::counters::{Counter, Registry};
 use rustc_hash::{FxHashMap, FxHasher};
 
@@ -41,7 +60,7 @@ use crate::sinks::otlp::wire::{decimal, Value};
 
 /// The spec's default buckets for HTTP request durations, in seconds.
 pub const DURATION_BUCKETS: [f64; 14] = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0];
-/// Buckets, the last one open-ended.
+/// Buckets of the HTTP histograms, the last one open-ended.
 pub const BUCKETS: usize = DURATION_BUCKETS.len() + 1;
 /// Services with their own histograms; spans of more are counted, not measured.
 pub const MAX_SERVICES: usize = 1024;
@@ -68,7 +87,7 @@ pub fn unix_ns() -> u64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// One of the two request-duration histograms.
+/// A duration histogram's instrument (HTTP, or RPC from [`METRICS`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Instrument {
     /// The OpenTelemetry name.
@@ -86,33 +105,52 @@ pub const SERVER_DURATION: Instrument =
 pub const CLIENT_DURATION: Instrument =
     Instrument { name: "http.client.request.duration", description: "Duration of HTTP client requests.", unit: "s" };
 
+/// Every histogram of a service, in the order [`ServiceHistograms::histogram`]
+/// takes: the two HTTP ones, then [`METRICS`]' RPC ones.
+pub fn instruments() -> impl Iterator<Item = Instrument> {
+    [SERVER_DURATION, CLIENT_DURATION]
+        .into_iter()
+        .chain(METRICS.iter().map(|m| Instrument { name: m.name, description: m.description, unit: m.unit }))
+}
+
 /// A cumulative histogram's numbers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Point {
+    /// The explicit bucket boundaries, in the instrument's unit.
+    pub bounds: &'static [f64],
     /// When counting began (Unix ns).
     pub start_ns: u64,
     /// The last update (Unix ns, the batch's arrival).
     pub last_ns: u64,
     /// Measurements.
     pub count: u64,
-    /// Their sum, in seconds.
+    /// Their sum, in the instrument's unit.
     pub sum: f64,
     /// The smallest and largest.
     pub min: f64,
     pub max: f64,
-    /// Per bucket (not cumulative): `buckets[i]` counts values in
-    /// `(DURATION_BUCKETS[i-1], DURATION_BUCKETS[i]]`.
-    pub buckets: [u64; BUCKETS],
+    /// Per bucket (not cumulative, `bounds.len() + 1` of them):
+    /// `buckets[i]` counts values in `(bounds[i-1], bounds[i]]`.
+    pub buckets: Vec<u64>,
 }
 
 impl Point {
-    fn new(now: u64) -> Point {
-        Point { start_ns: now, last_ns: now, count: 0, sum: 0.0, min: f64::INFINITY, max: f64::NEG_INFINITY, buckets: [0; BUCKETS] }
+    fn new(now: u64, bounds: &'static [f64]) -> Point {
+        Point {
+            bounds,
+            start_ns: now,
+            last_ns: now,
+            count: 0,
+            sum: 0.0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+            buckets: vec![0; bounds.len() + 1],
+        }
     }
 
     fn record(&mut self, v: f64, now: u64) {
         // Upper bounds are inclusive, as in the OpenTelemetry SDKs.
-        let i = DURATION_BUCKETS.partition_point(|&b| b < v);
+        let i = self.bounds.partition_point(|&b| b < v);
         self.buckets[i] += 1;
         self.count += 1;
         self.sum += v;
@@ -211,26 +249,170 @@ impl SeriesKey {
     }
 }
 
+/// A value of an RPC series' attribute, borrowed from a span.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum RpcValue<'a> {
+    Str(&'a str),
+    Int(i64),
+}
+
+/// An RPC series' attributes as the span has them, sorted by key.
+type RpcAttrs<'a> = Vec<(&'static str, RpcValue<'a>)>;
+
+fn rpc_attr<'a>(s: &'a HttpSpan, key: &str) -> Option<RpcValue<'a>> {
+    s.attributes.iter().find(|(k, _)| k == key).map(|(_, v)| match v {
+        Attr::Str(v) => RpcValue::Str(v),
+        Attr::Int(i) => RpcValue::Int(*i),
+    })
+}
+
+/// Which RPC sets the span-actor chose for `s` (none: not a gRPC span).
+fn rpc_sets(s: &HttpSpan) -> (bool, bool) {
+    let has = |key: &str| s.attributes.iter().any(|(k, _)| k == key);
+    (has("rpc.system.name"), has("rpc.system"))
+}
+
+/// The attributes of `s`'s measurement in the histogram of `set`, sorted by
+/// key (see the module doc for which, and why).
+fn rpc_attributes<'a>(set: Set, s: &'a HttpSpan) -> RpcAttrs<'a> {
+    let mut a = Vec::with_capacity(6);
+    let mut put = |k: &'static str, v: Option<RpcValue<'a>>| {
+        if let Some(v) = v {
+            a.push((k, v));
+        }
+    };
+    let method = rpc_attr(s, "rpc.method");
+    match set {
+        Set::Stable => {
+            put("error.type", rpc_attr(s, "error.type"));
+            put("rpc.method", method);
+            put("rpc.status_code", rpc_attr(s, "rpc.status_code"));
+            put("rpc.system.name", rpc_attr(s, "rpc.system.name"));
+        }
+        Set::Experimental => {
+            let code = rpc_attr(s, "rpc.grpc.status_code");
+            // What the span-actor calls `_OTHER`: in `rpc/dup` the shared
+            // `rpc.method` says so; a server's UNIMPLEMENTED (12) does in any mode.
+            let unimplemented = s.kind == SpanKind::Server && code == Some(RpcValue::Int(12));
+            let (service, method) = match method {
+                Some(RpcValue::Str(m)) if m != "_OTHER" && !unimplemented => {
+                    // In `rpc/dup` the span's `rpc.method` is the stable,
+                    // fully qualified one; the experimental one is its last part.
+                    let short = m.rsplit_once('/').map_or(m, |(_, short)| short);
+                    (rpc_attr(s, "rpc.service"), Some(RpcValue::Str(short)))
+                }
+                _ => (None, None),
+            };
+            put("rpc.grpc.status_code", code);
+            put("rpc.method", method);
+            put("rpc.service", service);
+            put("rpc.system", rpc_attr(s, "rpc.system"));
+        }
+    }
+    if s.kind == SpanKind::Client {
+        put("server.address", s.server_address.as_deref().map(RpcValue::Str));
+        put("server.port", Some(RpcValue::Int(i64::from(s.server_port))));
+    }
+    a
+}
+
+fn rpc_hash(a: &RpcAttrs<'_>) -> u64 {
+    let mut h = FxHasher::default();
+    a.hash(&mut h);
+    h.finish()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum OwnedValue {
+    Str(Box<str>),
+    Int(i64),
+}
+
+impl OwnedValue {
+    fn borrow(&self) -> RpcValue<'_> {
+        match self {
+            OwnedValue::Str(s) => RpcValue::Str(s),
+            OwnedValue::Int(i) => RpcValue::Int(*i),
+        }
+    }
+}
+
+/// An RPC series' attributes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RpcKey(Vec<(&'static str, OwnedValue)>);
+
+impl RpcKey {
+    fn new(a: &RpcAttrs<'_>) -> RpcKey {
+        RpcKey(
+            a.iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        RpcValue::Str(s) => OwnedValue::Str((*s).into()),
+                        RpcValue::Int(i) => OwnedValue::Int(*i),
+                    };
+                    (*k, v)
+                })
+                .collect(),
+        )
+    }
+
+    fn matches(&self, a: &RpcAttrs<'_>) -> bool {
+        self.0.len() == a.len() && self.0.iter().zip(a).all(|((k1, v1), (k2, v2))| k1 == k2 && v1.borrow() == *v2)
+    }
+}
+
+/// A series' attributes: of an HTTP or an RPC histogram.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Key {
+    /// `http.*.request.duration`.
+    Http(SeriesKey),
+    /// `rpc.*`.
+    Rpc(RpcKey),
+}
+
+impl Key {
+    /// The series' attributes, sorted by key (as the OpenTelemetry SDKs
+    /// export them).
+    pub fn attributes(&self, mut f: impl FnMut(&'static str, Value<'_>)) {
+        match self {
+            Key::Http(k) => k.attributes(f),
+            Key::Rpc(k) => {
+                for (name, v) in &k.0 {
+                    match v {
+                        OwnedValue::Str(s) => f(name, Value::Str(s)),
+                        OwnedValue::Int(i) => f(name, Value::Int(*i)),
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The attribute of an overflow series.
 pub const OVERFLOW_ATTRIBUTE: (&str, Value<'static>) = ("otel.metric.overflow", Value::Bool(true));
 
 #[derive(Debug)]
 struct Series {
     hash: u64,
-    key: SeriesKey,
+    key: Key,
     point: Point,
 }
 
 /// One histogram of one service.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Histogram {
+    bounds: &'static [f64],
     table: HashTable<Series>,
     overflow: Option<Point>,
 }
 
 impl Histogram {
+    fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram { bounds, table: HashTable::new(), overflow: None }
+    }
+
     /// Every series: its attributes (`None` for the overflow series) and numbers.
-    pub fn series(&self) -> impl Iterator<Item = (Option<&SeriesKey>, &Point)> {
+    pub fn series(&self) -> impl Iterator<Item = (Option<&Key>, &Point)> {
         self.table.iter().map(|s| (Some(&s.key), &s.point)).chain(self.overflow.iter().map(|p| (None, p)))
     }
 
@@ -243,24 +425,44 @@ impl Histogram {
         self.table.len() + usize::from(self.overflow.is_some())
     }
 
-    /// Records `v` for `s`; false if it went to the overflow series.
+    /// Records `v` for HTTP span `s`; false if it went to the overflow series.
     fn record(&mut self, s: &HttpSpan, v: f64, now: u64, total: &mut usize) -> bool {
-        let hash = span_hash(s);
-        if let Some(series) = self.table.find_mut(hash, |x| x.key.matches(s)) {
+        let matches = |k: &Key| matches!(k, Key::Http(k) if k.matches(s));
+        self.record_keyed(span_hash(s), matches, || Key::Http(SeriesKey::new(s)), v, now, total)
+    }
+
+    /// Records `v` in the series of RPC attributes `a`; false if it went
+    /// to the overflow series.
+    fn record_rpc(&mut self, a: &RpcAttrs<'_>, v: f64, now: u64, total: &mut usize) -> bool {
+        let matches = |k: &Key| matches!(k, Key::Rpc(k) if k.matches(a));
+        self.record_keyed(rpc_hash(a), matches, || Key::Rpc(RpcKey::new(a)), v, now, total)
+    }
+
+    fn record_keyed(
+        &mut self,
+        hash: u64,
+        matches: impl Fn(&Key) -> bool,
+        key: impl FnOnce() -> Key,
+        v: f64,
+        now: u64,
+        total: &mut usize,
+    ) -> bool {
+        if let Some(series) = self.table.find_mut(hash, |x| matches(&x.key)) {
             series.point.record(v, now);
             return true;
         }
+        let bounds = self.bounds;
         if self.table.len() < MAX_SERIES_PER_INSTRUMENT && *total < MAX_SERIES {
-            let mut point = Point::new(now);
+            let mut point = Point::new(now, bounds);
             point.record(v, now);
-            self.table.insert_unique(hash, Series { hash, key: SeriesKey::new(s), point }, |x| x.hash);
+            self.table.insert_unique(hash, Series { hash, key: key(), point }, |x| x.hash);
             *total += 1;
             return true;
         }
         if self.overflow.is_none() {
             *total += 1;
         }
-        self.overflow.get_or_insert_with(|| Point::new(now)).record(v, now);
+        self.overflow.get_or_insert_with(|| Point::new(now, bounds)).record(v, now);
         false
     }
 
@@ -284,8 +486,49 @@ pub struct ServiceHistograms {
     pub server: Histogram,
     /// `http.client.request.duration`.
     pub client: Histogram,
+    /// The RPC histograms, in [`METRICS`]' order.
+    pub rpc: [Histogram; METRICS.len()],
     /// The last update (Unix ns): the least recent goes first when full.
     last_ns: u64,
+}
+
+impl ServiceHistograms {
+    fn new(resource: ServiceResource, now: u64) -> ServiceHistograms {
+        ServiceHistograms {
+            resource,
+            server: Histogram::new(&DURATION_BUCKETS),
+            client: Histogram::new(&DURATION_BUCKETS),
+            rpc: std::array::from_fn(|i| Histogram::new(METRICS[i].buckets)),
+            last_ns: now,
+        }
+    }
+
+    /// The `i`th histogram of [`instruments`].
+    pub fn histogram(&self, i: usize) -> Option<&Histogram> {
+        match i {
+            0 => Some(&self.server),
+            1 => Some(&self.client),
+            _ => self.rpc.get(i - 2),
+        }
+    }
+
+    /// Every histogram with its instrument, in [`instruments`]' order.
+    pub fn histograms(&self) -> impl Iterator<Item = (Instrument, &Histogram)> {
+        instruments().enumerate().filter_map(|(i, inst)| Some((inst, self.histogram(i)?)))
+    }
+
+    /// True when no histogram has a series.
+    pub fn is_empty(&self) -> bool {
+        self.server.is_empty() && self.client.is_empty() && self.rpc.iter().all(Histogram::is_empty)
+    }
+
+    fn len(&self) -> usize {
+        self.server.len() + self.client.len() + self.rpc.iter().map(Histogram::len).sum::<usize>()
+    }
+
+    fn evict(&mut self, cutoff: u64) -> usize {
+        self.server.evict(cutoff) + self.client.evict(cutoff) + self.rpc.iter_mut().map(|h| h.evict(cutoff)).sum::<usize>()
+    }
 }
 
 /// Health reports, with the time each component's counting began.
@@ -354,7 +597,7 @@ impl Metrics {
             return false;
         };
         tracing::debug!(pid = svc.resource.pid, last_ns = last, "least recently updated service's metrics evicted");
-        self.series -= svc.server.len() + svc.client.len();
+        self.series -= svc.len();
         self.index.remove(&svc.resource);
         self.free.push(i);
         true
@@ -372,7 +615,7 @@ impl Metrics {
             }
             *evicted += 1;
         }
-        let svc = ServiceHistograms { resource: res.clone(), server: Histogram::default(), client: Histogram::default(), last_ns: now };
+        let svc = ServiceHistograms::new(res.clone(), now);
         let i = match self.free.pop() {
             Some(i) => {
                 self.services[i] = Some(svc);
@@ -393,8 +636,8 @@ impl Metrics {
             let Some(svc) = &mut self.services[i] else {
                 continue;
             };
-            gone += svc.server.evict(cutoff) + svc.client.evict(cutoff);
-            if svc.server.is_empty() && svc.client.is_empty() {
+            gone += svc.evict(cutoff);
+            if svc.is_empty() {
                 self.index.remove(&svc.resource);
                 self.services[i] = None;
                 self.free.push(i);
@@ -499,7 +742,7 @@ impl Meters {
                 no_service += 1;
                 continue;
             };
-            let seconds = s.end_unix_ns.saturating_sub(s.start_unix_ns) as f64 / 1e9;
+            let ns = s.end_unix_ns.saturating_sub(s.start_unix_ns) as f64;
             let Metrics { services, series, .. } = &mut *st;
             // Slots handed out by `slot` hold a service until `evict`, which
             // does not run while a batch is recorded.
@@ -507,14 +750,27 @@ impl Meters {
                 continue;
             };
             svc.last_ns = now;
+            recorded += 1;
+            let (stable, experimental) = rpc_sets(s);
+            if stable || experimental {
+                for (m, hist) in METRICS.iter().zip(&mut svc.rpc) {
+                    let wanted = match m.set {
+                        Set::Stable => stable,
+                        Set::Experimental => experimental,
+                    };
+                    if wanted && m.kind == s.kind && !hist.record_rpc(&rpc_attributes(m.set, s), ns / m.ns_per_unit, now, series) {
+                        overflow += 1;
+                    }
+                }
+                continue;
+            }
             let hist = match s.kind {
                 SpanKind::Server => &mut svc.server,
                 SpanKind::Client => &mut svc.client,
             };
-            if !hist.record(s, seconds, now, series) {
+            if !hist.record(s, ns / 1e9, now, series) {
                 overflow += 1;
             }
-            recorded += 1;
         }
         drop(st);
         self.recorded.add(recorded);
@@ -609,6 +865,141 @@ pub(crate) mod tests {
             export_metrics: true,
             attributes: Vec::new(),
         }
+    }
+
+    /// A gRPC span of `method` (`pkg.Svc/Method`) with the attributes the
+    /// span-actor gives it in the mode of the `stable` / `experimental` sets.
+    pub(crate) fn grpc_span(kind: SpanKind, ms: u64, stable: bool, experimental: bool, method: &str, code: i64) -> HttpSpan {
+        let mut s = span("/", ms, 200);
+        s.kind = kind;
+        s.route = None;
+        s.method = "POST".into();
+        s.path = format!("/{method}");
+        s.protocol_version = "2".into();
+        s.server_address = Some("api".into());
+        s.server_port = 50051;
+        let (service, short) = method.split_once('/').unwrap_or(("", method));
+        let str = |k: &str, v: &str| (k.to_owned(), Attr::Str(v.to_owned()));
+        if experimental {
+            s.attributes.push(str("rpc.system", "grpc"));
+            s.attributes.push(str("rpc.service", service));
+            if !stable {
+                s.attributes.push(str("rpc.method", short));
+            }
+            s.attributes.push(("rpc.grpc.status_code".to_owned(), Attr::Int(code)));
+        }
+        if stable {
+            let name = match code {
+                0 => "OK",
+                5 => "NOT_FOUND",
+                12 => "UNIMPLEMENTED",
+                _ => "INTERNAL",
+            };
+            s.attributes.push(str("rpc.system.name", "grpc"));
+            s.attributes.push(str("rpc.method", if kind == SpanKind::Server && code == 12 { "_OTHER" } else { method }));
+            s.attributes.push(str("rpc.status_code", name));
+            if code != 0 {
+                s.attributes.push(str("error.type", name));
+            }
+        }
+        s
+    }
+
+    /// Every series of RPC histogram `i` of the only service:
+    /// (attributes as text, count, sum).
+    fn rpc_series(m: &Meters, i: usize) -> Vec<(Vec<String>, u64, f64)> {
+        m.view().read(|m| {
+            let svc = m.services().next().expect("one service");
+            let mut v: Vec<_> = svc.rpc[i]
+                .series()
+                .map(|(k, p)| {
+                    let mut a = Vec::new();
+                    match k {
+                        Some(k) => k.attributes(|n, v| a.push(format!("{n}={v:?}"))),
+                        None => a.push("overflow".to_owned()),
+                    }
+                    (a, p.count, p.sum)
+                })
+                .collect();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
+        })
+    }
+
+    fn index(name: &str) -> usize {
+        METRICS.iter().position(|m| m.name == name).expect("an RPC metric")
+    }
+
+    #[test]
+    fn grpc_spans_go_to_the_rpc_histograms_of_the_mode_their_attributes_say() {
+        let registry = Registry::new(Component::ExporterActor, 1);
+        let mut m = Meters::new(vec![], "h", &registry);
+        let spans = vec![
+            grpc_span(SpanKind::Server, 5, true, false, "demo.Items/Get", 0),
+            grpc_span(SpanKind::Server, 5, true, false, "demo.Items/Get", 0),
+            grpc_span(SpanKind::Server, 20, true, false, "demo.Items/Get", 5),
+            grpc_span(SpanKind::Client, 5, false, true, "demo.Items/Get", 0),
+            grpc_span(SpanKind::Client, 7, true, true, "demo.Items/List", 0),
+        ];
+        m.record_batch_at(&SpanBatch { resources: vec![res("s")], spans }, 1);
+        assert_eq!(registry.counter("ringtail_metric_samples_total", &[]).get(), 5);
+        let http = m.view().read(|m| m.services().map(|s| s.server.len() + s.client.len()).sum::<usize>());
+        assert_eq!(http, 0, "a gRPC call is measured as an RPC, not also as an HTTP request");
+        let server = rpc_series(&m, index("rpc.server.call.duration"));
+        assert_eq!(server.len(), 2, "{server:?}");
+        let ok = &server[1];
+        assert_eq!(
+            ok.0,
+            ["rpc.method=Str(\"demo.Items/Get\")", "rpc.status_code=Str(\"OK\")", "rpc.system.name=Str(\"grpc\")"]
+        );
+        assert_eq!(ok.1, 2);
+        assert!((ok.2 - 0.010).abs() < 1e-12, "seconds: {ok:?}");
+        assert_eq!(server[0].0[0], "error.type=Str(\"NOT_FOUND\")");
+        assert!(rpc_series(&m, index("rpc.server.duration")).is_empty(), "no experimental attributes, no experimental metric");
+        let client_exp = rpc_series(&m, index("rpc.client.duration"));
+        assert_eq!(client_exp.len(), 2, "{client_exp:?}");
+        assert_eq!(
+            client_exp[0].0,
+            [
+                "rpc.grpc.status_code=Int(0)",
+                "rpc.method=Str(\"Get\")",
+                "rpc.service=Str(\"demo.Items\")",
+                "rpc.system=Str(\"grpc\")",
+                "server.address=Str(\"api\")",
+                "server.port=Int(50051)"
+            ]
+        );
+        assert!((client_exp[0].2 - 5.0).abs() < 1e-9, "milliseconds: {client_exp:?}");
+        // rpc/dup: the experimental method is the last part of the stable one.
+        assert_eq!(client_exp[1].0[1], "rpc.method=Str(\"List\")");
+        let client = rpc_series(&m, index("rpc.client.call.duration"));
+        assert_eq!(client.len(), 1, "only the dup span has the stable set");
+        assert_eq!(client[0].0.last().map(String::as_str), Some("server.port=Int(50051)"));
+    }
+
+    #[test]
+    fn unrecognised_methods_name_no_method_and_series_overflow() {
+        let registry = Registry::new(Component::ExporterActor, 1);
+        let mut m = Meters::new(vec![], "h", &registry);
+        let spans = vec![
+            grpc_span(SpanKind::Server, 1, false, true, "x.Y/Nope", 12),
+            grpc_span(SpanKind::Server, 1, true, true, "x.Y/Nope", 12),
+        ];
+        m.record_batch_at(&SpanBatch { resources: vec![res("s")], spans }, 1);
+        let exp = rpc_series(&m, index("rpc.server.duration"));
+        assert_eq!(exp, [(vec!["rpc.grpc.status_code=Int(12)".to_owned(), "rpc.system=Str(\"grpc\")".to_owned()], 2, 2.0)]);
+        let stable = rpc_series(&m, index("rpc.server.call.duration"));
+        assert_eq!(stable[0].0[1], "rpc.method=Str(\"_OTHER\")");
+        let spans = (0..MAX_SERIES_PER_INSTRUMENT + 3)
+            .map(|i| grpc_span(SpanKind::Server, 1, true, false, &format!("p.S/M{i}"), 0))
+            .collect();
+        m.record_batch_at(&SpanBatch { resources: vec![res("s")], spans }, 2);
+        let stable = rpc_series(&m, index("rpc.server.call.duration"));
+        assert_eq!(stable.len(), MAX_SERIES_PER_INSTRUMENT + 1);
+        let overflow: Vec<_> = stable.iter().filter(|s| s.0 == ["overflow"]).collect();
+        assert_eq!(overflow.len(), 1);
+        assert_eq!(overflow[0].1, 4, "the _OTHER series and MAX - 1 methods fit, the last 4 do not");
+        assert_eq!(registry.counter("ringtail_metric_series_overflow_total", &[]).get(), 4);
     }
 
     fn points(m: &Meters) -> Vec<(String, Option<String>, Point)> {

@@ -16,6 +16,8 @@
 //!   [`encode`]/[`decode`] (msgpack, bounded, never panicking).
 //! - [`raw`]: request events as the kernel saw them, plus process metadata.
 //! - [`span`]: finished HTTP spans, grouped by service resource.
+//! - [`rpc`]: the RPC duration metrics' definitions (names, units,
+//!   boundaries), shared by the span-actor and the exporter.
 //! - [`span_wire`]: a span batch's hand-written wire layout (the busiest
 //!   message: serde's generic path cost half the exporter's instructions).
 //! - [`health`]: each process's own counters, carried downhill to the exporter.
@@ -26,6 +28,7 @@ pub mod endpoints;
 pub mod envelope;
 pub mod health;
 pub mod raw;
+pub mod rpc;
 pub mod span;
 pub mod span_wire;
 

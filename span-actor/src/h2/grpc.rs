@@ -40,6 +40,8 @@
 
 use std::borrow::Cow;
 
+use ipc_schema::SpanKind;
+
 use super::conn::grpc_path;
 use super::{End, Role, StreamDone};
 
@@ -288,83 +290,21 @@ pub fn span_attributes(mode: Mode, o: &Outcome) -> Vec<(&'static str, Value)> {
     a
 }
 
-/// One of the two sets, for metrics (each set has its own instrument).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Set {
-    /// The stable conventions.
-    Stable,
-    /// The experimental conventions.
-    Experimental,
-}
-
-/// A duration histogram of the conventions.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Metric {
-    /// Which set it belongs to.
-    pub set: Set,
-    /// Instrument name.
-    pub name: &'static str,
-    /// UCUM unit.
-    pub unit: &'static str,
-    /// Instrument description.
-    pub description: &'static str,
-    /// Explicit bucket boundaries, in `unit`.
-    pub buckets: &'static [f64],
-    /// Nanoseconds per `unit` (divide a duration in ns by this).
-    pub ns_per_unit: f64,
-}
-
-/// The stable sets' advised boundaries (seconds).
-pub const STABLE_BUCKETS: [f64; 14] = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0];
-/// The SDK default boundaries, used for the experimental ms histograms.
-pub const EXPERIMENTAL_BUCKETS: [f64; 15] =
-    [0.0, 5.0, 10.0, 25.0, 50.0, 75.0, 100.0, 250.0, 500.0, 750.0, 1000.0, 2500.0, 5000.0, 7500.0, 10000.0];
-
-const METRICS: [Metric; 4] = [
-    Metric {
-        set: Set::Stable,
-        name: "rpc.server.call.duration",
-        unit: "s",
-        description: "Measures the duration of an incoming Remote Procedure Call (RPC).",
-        buckets: &STABLE_BUCKETS,
-        ns_per_unit: 1e9,
-    },
-    Metric {
-        set: Set::Stable,
-        name: "rpc.client.call.duration",
-        unit: "s",
-        description: "Measures the duration of an outgoing Remote Procedure Call (RPC).",
-        buckets: &STABLE_BUCKETS,
-        ns_per_unit: 1e9,
-    },
-    Metric {
-        set: Set::Experimental,
-        name: "rpc.server.duration",
-        unit: "ms",
-        description: "Measures the duration of inbound RPC.",
-        buckets: &EXPERIMENTAL_BUCKETS,
-        ns_per_unit: 1e6,
-    },
-    Metric {
-        set: Set::Experimental,
-        name: "rpc.client.duration",
-        unit: "ms",
-        description: "Measures the duration of outbound RPC.",
-        buckets: &EXPERIMENTAL_BUCKETS,
-        ns_per_unit: 1e6,
-    },
-];
+pub use ipc_schema::rpc::{Metric, Set, EXPERIMENTAL_BUCKETS, METRICS, STABLE_BUCKETS};
 
 /// The duration histograms `mode` records for spans of `role`.
 pub fn metrics(mode: Mode, role: Role) -> Vec<Metric> {
-    let server = role == Role::Server;
+    let kind = match role {
+        Role::Server => SpanKind::Server,
+        Role::Client => SpanKind::Client,
+    };
     METRICS
         .iter()
         .filter(|m| match m.set {
             Set::Stable => mode.stable(),
             Set::Experimental => mode.experimental(),
         })
-        .filter(|m| m.name.starts_with("rpc.server") == server)
+        .filter(|m| m.kind == kind)
         .copied()
         .collect()
 }

@@ -3,7 +3,8 @@
 //!
 //! Per traced service, a `ResourceMetrics` with scope `ringtail` and its
 //! `http.server.request.duration` / `http.client.request.duration`
-//! histograms (cumulative, explicit buckets, sum, min, max); then
+//! histograms and the RPC ones of its gRPC calls (`rpc.*.call.duration`
+//! and/or `rpc.*.duration`; cumulative, explicit buckets, sum, min, max); then
 //! ringtail's own resource with every component's health points: counters
 //! as monotonic cumulative sums named without `_total`, gauges as gauges.
 //! Resources are packed into requests of about [`MAX_REQUEST`] bytes.
@@ -20,9 +21,7 @@ use super::client::{self, Signal, Transport};
 use super::spans::SCOPE_NAME;
 use super::wire::{self, kv, message, opt_double, Out, Value, FIXED64, LEN};
 use super::OtlpConfig;
-use crate::meters::{
-    unix_ns, Histogram, Instrument, Metrics, MetricsView, Point, CLIENT_DURATION, DURATION_BUCKETS, OVERFLOW_ATTRIBUTE, SERVER_DURATION,
-};
+use crate::meters::{unix_ns, Histogram, Instrument, Key, Metrics, MetricsView, Point, OVERFLOW_ATTRIBUTE};
 use crate::resource;
 
 /// A request is closed once it holds this many bytes (receivers commonly
@@ -69,7 +68,7 @@ fn resource_field(o: &mut dyn Out, attrs: &resource::Attributes<'_>) {
     });
 }
 
-fn histogram_point(o: &mut dyn Out, key: Option<&crate::meters::SeriesKey>, p: &Point, now: u64) {
+fn histogram_point(o: &mut dyn Out, key: Option<&Key>, p: &Point, now: u64) {
     message(o, DATA_POINTS, |o| {
         wire::fixed64(o, HDP_START, p.start_ns);
         wire::fixed64(o, HDP_TIME, now);
@@ -77,12 +76,12 @@ fn histogram_point(o: &mut dyn Out, key: Option<&crate::meters::SeriesKey>, p: &
         opt_double(o, HDP_SUM, p.sum);
         o.key(HDP_BUCKET_COUNTS, LEN);
         o.varint((p.buckets.len() * 8) as u64);
-        for c in p.buckets {
+        for c in &p.buckets {
             o.put(&c.to_le_bytes());
         }
         o.key(HDP_BOUNDS, LEN);
-        o.varint((DURATION_BUCKETS.len() * 8) as u64);
-        for b in DURATION_BUCKETS {
+        o.varint((p.bounds.len() * 8) as u64);
+        for b in p.bounds {
             o.put(&b.to_le_bytes());
         }
         match key {
@@ -182,7 +181,7 @@ pub fn encode(m: &Metrics, now: u64) -> Vec<Vec<u8>> {
     let mut requests = Vec::new();
     let mut cur = Vec::new();
     for svc in m.services() {
-        if svc.server.is_empty() && svc.client.is_empty() {
+        if svc.is_empty() {
             continue;
         }
         let attrs = m.resource(svc);
@@ -190,11 +189,8 @@ pub fn encode(m: &Metrics, now: u64) -> Vec<Vec<u8>> {
             resource_field(o, &attrs);
             message(o, RM_SCOPE_METRICS, |o| {
                 wire::scope(o, SM_SCOPE, SCOPE_NAME, "");
-                if !svc.server.is_empty() {
-                    histogram_metric(o, SERVER_DURATION, &svc.server, now);
-                }
-                if !svc.client.is_empty() {
-                    histogram_metric(o, CLIENT_DURATION, &svc.client, now);
+                for (inst, h) in svc.histograms().filter(|(_, h)| !h.is_empty()) {
+                    histogram_metric(o, inst, h, now);
                 }
             });
         });

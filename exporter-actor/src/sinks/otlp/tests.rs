@@ -4,7 +4,7 @@ use std::time::Duration;
 use ipc_schema::{Component, HealthReport, HttpSpan, MetricPoint, ServiceResource, SpanBatch, SpanKind};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
+use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{metric, HistogramDataPoint};
 use opentelemetry_proto::tonic::trace::v1::span;
 use prost::Message as _;
@@ -445,4 +445,59 @@ fn metric_requests_are_split_when_large() {
         }
     }
     assert_eq!(points, 200 * 40);
+}
+
+#[test]
+fn grpc_calls_are_exported_as_the_rpc_duration_metrics_of_their_mode() {
+    use crate::meters::tests::grpc_span;
+    let registry = Registry::new(Component::ExporterActor, 1);
+    let mut m = Meters::new(vec![], "host", &registry);
+    let spans = vec![
+        grpc_span(SpanKind::Server, 5, true, false, "demo.Items/Get", 0),
+        grpc_span(SpanKind::Server, 20, true, false, "demo.Items/Get", 0),
+        grpc_span(SpanKind::Client, 5, false, true, "demo.Items/Get", 5),
+    ];
+    m.record_batch_at(&SpanBatch { resources: vec![resource("shop", 1, &[])], spans }, 1);
+    let requests = m.view().read(|m| metrics::encode(m, 2));
+    let req = ExportMetricsServiceRequest::decode(requests[0].as_slice()).unwrap();
+    let ms = &req.resource_metrics[0].scope_metrics[0].metrics;
+    let summary: Vec<_> = ms.iter().map(|m| (m.name.as_str(), m.unit.as_str(), m.description.as_str())).collect();
+    assert_eq!(
+        summary,
+        [
+            ("rpc.server.call.duration", "s", "Measures the duration of an incoming Remote Procedure Call (RPC)."),
+            ("rpc.client.duration", "ms", "Measures the duration of outbound RPC."),
+        ],
+        "gRPC calls are not also HTTP requests"
+    );
+    let point = |i: usize| {
+        let Some(metric::Data::Histogram(h)) = &ms[i].data else { panic!("{:?}", ms[i]) };
+        assert_eq!(h.aggregation_temporality, 2);
+        assert_eq!(h.data_points.len(), 1);
+        h.data_points[0].clone()
+    };
+    let str = |k: &str, v: &str| KeyValue { key: k.into(), value: Some(AnyValue { value: Some(any_value::Value::StringValue(v.into())) }), ..Default::default() };
+    let int = |k: &str, v: i64| KeyValue { key: k.into(), value: Some(AnyValue { value: Some(any_value::Value::IntValue(v)) }), ..Default::default() };
+    let server = point(0);
+    assert_eq!(server.attributes, [str("rpc.method", "demo.Items/Get"), str("rpc.status_code", "OK"), str("rpc.system.name", "grpc")]);
+    assert_eq!(server.count, 2);
+    assert_eq!(server.explicit_bounds, ipc_schema::rpc::STABLE_BUCKETS);
+    assert_eq!(server.bucket_counts.len(), server.explicit_bounds.len() + 1);
+    assert_eq!((server.bucket_counts[0], server.bucket_counts[2]), (1, 1), "5 ms in the first bucket, 20 ms in (0.01, 0.025]");
+    assert!((server.sum.unwrap() - 0.025).abs() < 1e-12);
+    let client = point(1);
+    assert_eq!(
+        client.attributes,
+        [
+            int("rpc.grpc.status_code", 5),
+            str("rpc.method", "Get"),
+            str("rpc.service", "demo.Items"),
+            str("rpc.system", "grpc"),
+            str("server.address", "api"),
+            int("server.port", 50051),
+        ]
+    );
+    assert_eq!(client.explicit_bounds, ipc_schema::rpc::EXPERIMENTAL_BUCKETS);
+    assert_eq!((client.sum, client.min, client.max), (Some(5.0), Some(5.0), Some(5.0)), "milliseconds");
+    assert_eq!(client.bucket_counts[1], 1, "5 ms in (0, 5]");
 }

@@ -13,7 +13,7 @@ use std::fmt::Write;
 use ipc_schema::health::PointKind;
 use ipc_schema::{Component, HealthReport};
 
-use crate::meters::{Metrics, CLIENT_DURATION, DURATION_BUCKETS, OVERFLOW_ATTRIBUTE, SERVER_DURATION};
+use crate::meters::{instruments, Metrics, OVERFLOW_ATTRIBUTE};
 use crate::sinks::otlp::wire::Value;
 
 /// A metric or label name made Prometheus-safe.
@@ -70,13 +70,13 @@ fn value_text(v: Value<'_>) -> String {
     }
 }
 
-/// Renders the request-duration histograms.
+/// Renders the duration histograms (HTTP, then RPC).
 pub fn render_metrics(m: &Metrics, out: &mut String) {
-    for inst in [CLIENT_DURATION, SERVER_DURATION] {
+    for (i, inst) in instruments().enumerate() {
         let name = format!("{}{}", sanitize(inst.name), unit_suffix(inst.unit));
         let mut header = false;
         for svc in m.services() {
-            let hist = if inst == SERVER_DURATION { &svc.server } else { &svc.client };
+            let Some(hist) = svc.histogram(i) else { continue };
             for (key, p) in hist.series() {
                 if !header {
                     let _ = writeln!(out, "# HELP {name} {}", escape(inst.description));
@@ -95,7 +95,7 @@ pub fn render_metrics(m: &Metrics, out: &mut String) {
                 let mut cumulative = 0u64;
                 for (i, c) in p.buckets.iter().enumerate() {
                     cumulative += c;
-                    let le = DURATION_BUCKETS.get(i).copied().map(fmt_f64).unwrap_or_else(|| "+Inf".into());
+                    let le = p.bounds.get(i).copied().map(fmt_f64).unwrap_or_else(|| "+Inf".into());
                     let _ = writeln!(out, "{name}_bucket{{{base},le=\"{le}\"}} {cumulative}");
                 }
                 let _ = writeln!(out, "{name}_sum{{{base}}} {}", fmt_f64(p.sum));

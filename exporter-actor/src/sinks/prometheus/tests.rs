@@ -104,3 +104,32 @@ fn process_past_the_cap_gets_metrics_the_least_recent_goes() {
         registry.report().points.iter().filter(|p| p.name == "ringtail_metric_services_evicted_total").map(|p| p.value).sum();
     assert_eq!(evicted, 1.0);
 }
+
+#[test]
+fn rpc_histograms_are_named_with_their_units() {
+    use crate::meters::tests::grpc_span;
+    use ipc_schema::SpanKind;
+    let registry = Registry::new(Component::ExporterActor, 1);
+    let mut m = Meters::new(vec![], "h", &registry);
+    for _ in 0..3 {
+        m.record(&res(), &grpc_span(SpanKind::Server, 3, true, true, "demo.Items/Get", 0));
+    }
+    m.record(&res(), &grpc_span(SpanKind::Client, 30, true, false, "demo.Items/List", 0));
+    let text = exposition(&m.view());
+    assert!(!text.contains("http_server_request_duration"), "{text}");
+    assert!(text.contains("# TYPE rpc_server_call_duration_seconds histogram"), "{text}");
+    assert!(text.contains("# HELP rpc_server_duration_milliseconds Measures the duration of inbound RPC."), "{text}");
+    let base = "service_name=\"shop\",service_instance_id=\"h:1\"";
+    let lines = [
+        format!("rpc_server_call_duration_seconds_count{{{base},rpc_method=\"demo.Items/Get\",rpc_status_code=\"OK\",rpc_system_name=\"grpc\"}} 3"),
+        format!("rpc_server_call_duration_seconds_bucket{{{base},rpc_method=\"demo.Items/Get\",rpc_status_code=\"OK\",rpc_system_name=\"grpc\",le=\"0.005\"}} 3"),
+        format!("rpc_server_duration_milliseconds_bucket{{{base},rpc_grpc_status_code=\"0\",rpc_method=\"Get\",rpc_service=\"demo.Items\",rpc_system=\"grpc\",le=\"0\"}} 0"),
+        format!("rpc_server_duration_milliseconds_bucket{{{base},rpc_grpc_status_code=\"0\",rpc_method=\"Get\",rpc_service=\"demo.Items\",rpc_system=\"grpc\",le=\"5\"}} 3"),
+        format!("rpc_server_duration_milliseconds_sum{{{base},rpc_grpc_status_code=\"0\",rpc_method=\"Get\",rpc_service=\"demo.Items\",rpc_system=\"grpc\"}} 9"),
+        format!("rpc_client_call_duration_seconds_count{{{base},rpc_method=\"demo.Items/List\",rpc_status_code=\"OK\",rpc_system_name=\"grpc\",server_address=\"api\",server_port=\"50051\"}} 1"),
+    ];
+    for l in &lines {
+        assert!(text.lines().any(|t| t == l), "{l} in\n{text}");
+    }
+    assert!(!text.contains("rpc_client_duration"), "the client span had only the stable set: {text}");
+}
