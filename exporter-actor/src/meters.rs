@@ -108,9 +108,11 @@ pub const CLIENT_DURATION: Instrument =
 /// Every histogram of a service, in the order [`ServiceHistograms::histogram`]
 /// takes: the two HTTP ones, then [`METRICS`]' RPC ones.
 pub fn instruments() -> impl Iterator<Item = Instrument> {
-    [SERVER_DURATION, CLIENT_DURATION]
-        .into_iter()
-        .chain(METRICS.iter().map(|m| Instrument { name: m.name, description: m.description, unit: m.unit }))
+    [SERVER_DURATION, CLIENT_DURATION].into_iter().chain(METRICS.iter().map(|m| Instrument {
+        name: m.name,
+        description: m.description,
+        unit: m.unit,
+    }))
 }
 
 /// A cumulative histogram's numbers.
@@ -948,10 +950,7 @@ pub(crate) mod tests {
         let server = rpc_series(&m, index("rpc.server.call.duration"));
         assert_eq!(server.len(), 2, "{server:?}");
         let ok = &server[1];
-        assert_eq!(
-            ok.0,
-            ["rpc.method=Str(\"demo.Items/Get\")", "rpc.status_code=Str(\"OK\")", "rpc.system.name=Str(\"grpc\")"]
-        );
+        assert_eq!(ok.0, ["rpc.method=Str(\"demo.Items/Get\")", "rpc.status_code=Str(\"OK\")", "rpc.system.name=Str(\"grpc\")"]);
         assert_eq!(ok.1, 2);
         assert!((ok.2 - 0.010).abs() < 1e-12, "seconds: {ok:?}");
         assert_eq!(server[0].0[0], "error.type=Str(\"NOT_FOUND\")");
@@ -981,18 +980,15 @@ pub(crate) mod tests {
     fn unrecognised_methods_name_no_method_and_series_overflow() {
         let registry = Registry::new(Component::ExporterActor, 1);
         let mut m = Meters::new(vec![], "h", &registry);
-        let spans = vec![
-            grpc_span(SpanKind::Server, 1, false, true, "x.Y/Nope", 12),
-            grpc_span(SpanKind::Server, 1, true, true, "x.Y/Nope", 12),
-        ];
+        let spans =
+            vec![grpc_span(SpanKind::Server, 1, false, true, "x.Y/Nope", 12), grpc_span(SpanKind::Server, 1, true, true, "x.Y/Nope", 12)];
         m.record_batch_at(&SpanBatch { resources: vec![res("s")], spans }, 1);
         let exp = rpc_series(&m, index("rpc.server.duration"));
         assert_eq!(exp, [(vec!["rpc.grpc.status_code=Int(12)".to_owned(), "rpc.system=Str(\"grpc\")".to_owned()], 2, 2.0)]);
         let stable = rpc_series(&m, index("rpc.server.call.duration"));
         assert_eq!(stable[0].0[1], "rpc.method=Str(\"_OTHER\")");
-        let spans = (0..MAX_SERIES_PER_INSTRUMENT + 3)
-            .map(|i| grpc_span(SpanKind::Server, 1, true, false, &format!("p.S/M{i}"), 0))
-            .collect();
+        let spans =
+            (0..MAX_SERIES_PER_INSTRUMENT + 3).map(|i| grpc_span(SpanKind::Server, 1, true, false, &format!("p.S/M{i}"), 0)).collect();
         m.record_batch_at(&SpanBatch { resources: vec![res("s")], spans }, 2);
         let stable = rpc_series(&m, index("rpc.server.call.duration"));
         assert_eq!(stable.len(), MAX_SERIES_PER_INSTRUMENT + 1);

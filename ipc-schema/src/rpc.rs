@@ -84,7 +84,6 @@ pub const METRICS: [Metric; 4] = [
     },
 ];
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

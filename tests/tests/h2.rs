@@ -130,6 +130,40 @@ fn grpc_python(b: &str) {
     }
     assert_eq!(counts(&spans, port), want(&expected), "{}", rt.stdout());
     h2_connections(prom, 2.0); // one channel: one connection per side
+                               // The stable RPC duration metrics (OTEL_SEMCONV_STABILITY_OPT_IN unset),
+                               // one measurement per call and side; the client's carry the server's
+                               // port. NOT_FOUND is an error for the client only.
+    let port_s = port.to_string();
+    let rpc = |side: &str, method: &str, status: &str| {
+        let name = format!("rpc_{side}_call_duration_seconds_count");
+        let mut labels = vec![("rpc_system_name", "grpc"), ("rpc_method", method), ("rpc_status_code", status)];
+        if side == "client" {
+            labels.push(("server_port", port_s.as_str()));
+        }
+        metric_value(prom, &name, &labels)
+    };
+    let all = || {
+        ["server", "client"]
+            .into_iter()
+            .flat_map(|side| {
+                [rpc(side, "demo.Items/Get", "OK"), rpc(side, "demo.Items/Get", "NOT_FOUND"), rpc(side, "demo.Items/List", "OK")]
+            })
+            .collect::<Vec<_>>()
+    };
+    let n = Some((CONCURRENT + 1) as f64);
+    let want_rpc = vec![n, Some(1.0), Some(1.0), n, Some(1.0), Some(1.0)];
+    let got = wait_until(WAIT, || Some(all()).filter(|g| *g == want_rpc)).unwrap_or_else(all);
+    assert_eq!(got, want_rpc, "{}", scrape(prom));
+    let errors = |side: &str| {
+        let name = format!("rpc_{side}_call_duration_seconds_count");
+        metric_value(prom, &name, &[("rpc_method", "demo.Items/Get"), ("error_type", "NOT_FOUND")])
+    };
+    assert_eq!((errors("server"), errors("client")), (None, Some(1.0)), "{}", scrape(prom));
+    assert_eq!(
+        metric_value(prom, "http_client_request_duration_seconds_count", &[("server_port", port_s.as_str())]),
+        None,
+        "a gRPC call is measured as an RPC only"
+    );
 }
 
 /// A connection whose first streams went by before ringtail started: its

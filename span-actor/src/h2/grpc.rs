@@ -290,6 +290,9 @@ pub fn span_attributes(mode: Mode, o: &Outcome) -> Vec<(&'static str, Value)> {
     a
 }
 
+// The metrics' definitions live in `ipc_schema::rpc`, read by the exporter
+// too; it records a span in the set(s) whose attributes
+// [`span_attributes`] gave it, and takes the metric attributes from them.
 pub use ipc_schema::rpc::{Metric, Set, EXPERIMENTAL_BUCKETS, METRICS, STABLE_BUCKETS};
 
 /// The duration histograms `mode` records for spans of `role`.
@@ -307,37 +310,6 @@ pub fn metrics(mode: Mode, role: Role) -> Vec<Metric> {
         .filter(|m| m.kind == kind)
         .copied()
         .collect()
-}
-
-/// The RPC attributes of one measurement of a histogram of `set` (the
-/// caller adds `server.address` and `server.port`). Low cardinality:
-/// unrecognised methods are `_OTHER`, status codes are a closed set.
-pub fn metric_attributes(set: Set, o: &Outcome) -> Vec<(&'static str, Value)> {
-    let mut a = Vec::with_capacity(5);
-    match set {
-        Set::Stable => {
-            a.push(("rpc.system.name", s(SYSTEM)));
-            a.push(("rpc.method", s(o.full_method.clone())));
-            if let Some(c) = o.status_code {
-                a.push((STABLE_STATUS_CODE, s(status_text(c))));
-            }
-            if let Some(e) = &o.error_type {
-                a.push(("error.type", s(e.clone())));
-            }
-        }
-        Set::Experimental => {
-            a.push(("rpc.system", s(SYSTEM)));
-            let recognised = o.full_method != OTHER;
-            if let (Some(sv), Some(m), true) = (&o.service, &o.method, recognised) {
-                a.push(("rpc.service", s(sv.clone())));
-                a.push(("rpc.method", s(m.clone())));
-            }
-            if let Some(c) = o.status_code {
-                a.push((EXPERIMENTAL_STATUS_CODE, Value::Int(i64::from(c))));
-            }
-        }
-    }
-    a
 }
 
 #[cfg(test)]
@@ -450,8 +422,6 @@ mod tests {
         assert_eq!(o.full_method, OTHER);
         assert_eq!(o.method_original.as_deref(), Some("pkg.Svc/Nope"));
         assert_eq!(span_name(&o), "grpc");
-        let m = metric_attributes(Set::Experimental, &o);
-        assert_eq!(get(&m, "rpc.method"), None);
         let d = stream(Role::Server, "/not-grpc", Some(200), Some(0), End::Complete);
         assert_eq!(outcome(&d).unwrap().full_method, OTHER);
     }
@@ -489,13 +459,5 @@ mod tests {
         assert_eq!(names, vec![("rpc.client.call.duration", "s"), ("rpc.client.duration", "ms")]);
         let m = metrics(Mode::Experimental, Role::Server);
         assert_eq!((m[0].name, m[0].unit, m[0].ns_per_unit), ("rpc.server.duration", "ms", 1e6));
-        let o = outcome(&stream(Role::Server, "/a.B/C", Some(200), Some(0), End::Complete)).unwrap();
-        let a = metric_attributes(Set::Stable, &o);
-        assert_eq!(a, vec![("rpc.system.name", s("grpc")), ("rpc.method", s("a.B/C")), ("rpc.status_code", s("OK"))]);
-        let a = metric_attributes(Set::Experimental, &o);
-        assert_eq!(
-            a,
-            vec![("rpc.system", s("grpc")), ("rpc.service", s("a.B")), ("rpc.method", s("C")), ("rpc.grpc.status_code", Value::Int(0))]
-        );
     }
 }

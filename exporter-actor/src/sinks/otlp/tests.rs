@@ -476,8 +476,16 @@ fn grpc_calls_are_exported_as_the_rpc_duration_metrics_of_their_mode() {
         assert_eq!(h.data_points.len(), 1);
         h.data_points[0].clone()
     };
-    let str = |k: &str, v: &str| KeyValue { key: k.into(), value: Some(AnyValue { value: Some(any_value::Value::StringValue(v.into())) }), ..Default::default() };
-    let int = |k: &str, v: i64| KeyValue { key: k.into(), value: Some(AnyValue { value: Some(any_value::Value::IntValue(v)) }), ..Default::default() };
+    let str = |k: &str, v: &str| KeyValue {
+        key: k.into(),
+        value: Some(AnyValue { value: Some(any_value::Value::StringValue(v.into())) }),
+        ..Default::default()
+    };
+    let int = |k: &str, v: i64| KeyValue {
+        key: k.into(),
+        value: Some(AnyValue { value: Some(any_value::Value::IntValue(v)) }),
+        ..Default::default()
+    };
     let server = point(0);
     assert_eq!(server.attributes, [str("rpc.method", "demo.Items/Get"), str("rpc.status_code", "OK"), str("rpc.system.name", "grpc")]);
     assert_eq!(server.count, 2);
