@@ -83,7 +83,7 @@ pub struct OtlpSettings {
     pub retry: RetrySettings,
     /// Export spans.
     pub traces: bool,
-    /// Export the request-duration histograms and ringtail's own metrics.
+    /// Export the duration histograms (HTTP requests, gRPC calls) and ringtail's own metrics.
     pub metrics: bool,
     /// How often metrics are pushed.
     #[serde(with = "humantime_serde")]
