@@ -185,78 +185,44 @@ func blast(addr string, conns int, duration time.Duration, rate float64, useTLS,
 	}
 	service := make([][]int64, conns)
 	corrected := make([][]int64, conns)
-	var call func() error
+	var grpcCall func() error
 	if useGRPC {
-		call = grpcCaller(addr)
+		grpcCall = grpcCaller(addr)
 	}
 	var wg sync.WaitGroup
 	for i := 0; i < conns; i++ {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			if call != nil {
-				paced(start, deadline, interval, i, conns, func(now, due time.Time) bool {
-					if err := call(); err != nil {
-						errors.Add(1)
-						return false
-					}
-					end := time.Now()
-					service[i] = append(service[i], int64(end.Sub(now)))
-					corrected[i] = append(corrected[i], int64(end.Sub(due)))
-					total.Add(1)
-					return true
-				})
-				return
-			}
-			var c net.Conn
-			var err error
-			if useTLS {
-				c, err = tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
-			} else {
-				c, err = net.Dial("tcp", addr)
-			}
-			if err != nil {
-				errors.Add(1)
-				return
-			}
-			defer c.Close()
-			buf := make([]byte, 4096)
-			offset := interval * time.Duration(i) / time.Duration(conns)
-			for k := 0; ; k++ {
-				now := time.Now()
-				due := now
-				if interval > 0 {
-					due = start.Add(offset + interval*time.Duration(k))
-					if due.After(deadline) {
-						return
-					}
-					if d := due.Sub(now); d > 0 {
-						time.Sleep(d)
-						now = time.Now()
-					}
-				} else if now.After(deadline) {
-					return
+			call := grpcCall
+			if call == nil {
+				var c net.Conn
+				var err error
+				if useTLS {
+					c, err = tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true})
+				} else {
+					c, err = net.Dial("tcp", addr)
 				}
-				if _, err := c.Write(request); err != nil {
+				if err != nil {
 					errors.Add(1)
 					return
 				}
-				got := 0
-				for got < len(response) {
-					n, err := c.Read(buf[got:])
-					if err != nil {
-						if err != io.EOF {
-							errors.Add(1)
-						}
-						return
+				defer c.Close()
+				call = rawCaller(c)
+			}
+			paced(start, deadline, interval, i, conns, func(now, due time.Time) bool {
+				if err := call(); err != nil {
+					if err != io.EOF {
+						errors.Add(1)
 					}
-					got += n
+					return false
 				}
 				end := time.Now()
 				service[i] = append(service[i], int64(end.Sub(now)))
 				corrected[i] = append(corrected[i], int64(end.Sub(due)))
 				total.Add(1)
-			}
+				return true
+			})
 		}(i)
 	}
 	wg.Wait()
@@ -269,6 +235,25 @@ func blast(addr string, conns int, duration time.Duration, rate float64, useTLS,
 	})
 	fmt.Println(string(out))
 	return nil
+}
+
+// rawCaller writes the HTTP/1 request on c and reads the whole response;
+// io.EOF when the server closed the connection.
+func rawCaller(c net.Conn) func() error {
+	buf := make([]byte, 4096)
+	return func() error {
+		if _, err := c.Write(request); err != nil {
+			return err
+		}
+		for got := 0; got < len(response); {
+			n, err := c.Read(buf[got:])
+			if err != nil {
+				return err
+			}
+			got += n
+		}
+		return nil
+	}
 }
 
 // paced calls one(now, due) for goroutine i of n on blast's schedule (see
