@@ -186,6 +186,9 @@ struct Stream {
     req_body: u64,
     resp_body: u64,
     incomplete: bool,
+    /// The stream ended before its request was seen: how and when. It
+    /// waits for the request (see [`H2Conn::end_stream`]).
+    ended: Option<(End, u64)>,
 }
 
 impl Stream {
@@ -201,6 +204,7 @@ impl Stream {
             req_body: 0,
             resp_body: 0,
             incomplete,
+            ended: None,
         }
     }
 }
@@ -255,6 +259,8 @@ pub struct H2Conn {
     streams: BTreeMap<u32, Stream>,
     /// Highest client-initiated stream id whose request was seen.
     max_request_id: u32,
+    /// Streams ended whose request may still come (`Stream::ended`).
+    parked: usize,
     given_up: bool,
     stats: H2Stats,
 }
@@ -276,6 +282,7 @@ impl H2Conn {
             sides: [Side::new(mid_connection), Side::new(mid_connection)],
             streams: BTreeMap::new(),
             max_request_id: 0,
+            parked: 0,
             given_up: false,
             stats: H2Stats::default(),
         }
@@ -349,9 +356,11 @@ impl H2Conn {
 
     /// The connection closed at `ts`: every open stream ends.
     pub fn close(&mut self, ts: u64, out: &mut Vec<StreamDone>) {
-        let ids: Vec<u32> = self.streams.keys().copied().collect();
-        for id in ids {
-            self.end_stream(id, End::Closed, ts, out);
+        self.parked = 0;
+        for (id, mut s) in std::mem::take(&mut self.streams) {
+            // A parked stream ends as it ended first; its request will not come.
+            let (end, at) = s.ended.take().unwrap_or((End::Closed, ts));
+            self.finish(id, s, end, at, out);
         }
     }
 
@@ -367,6 +376,7 @@ impl H2Conn {
             self.stats.drop(DropReason::FramingLost);
         }
         self.streams.clear();
+        self.parked = 0;
         for s in &mut self.sides {
             s.frame = None;
             s.block = None;
@@ -564,22 +574,31 @@ impl H2Conn {
         }
         let id = b.stream;
         if dir == self.role.request_dir() {
-            if let Some(s) = self.streams.get_mut(&id) {
-                // Request trailers.
-                if b.end_stream {
-                    s.req_ended = true;
-                }
-                return;
-            }
             // A new client stream: odd, above every id seen.
-            if id.is_multiple_of(2) || id <= self.max_request_id {
+            let new = !id.is_multiple_of(2) && id > self.max_request_id;
+            if let Some(s) = self.streams.get_mut(&id) {
+                if !new {
+                    // Request trailers.
+                    if b.end_stream {
+                        s.req_ended = true;
+                    }
+                    return;
+                }
+                // Its response came first (see `end_stream`).
+                s.incomplete |= fields.incomplete();
+                s.req = Some(fields);
+                s.start_ns = s.start_ns.min(b.ts);
+                s.req_ended |= b.end_stream;
+            } else if new {
+                self.make_room();
+                let mut s = Stream::new(b.ts, Some(fields));
+                s.req_ended = b.end_stream;
+                self.streams.insert(id, s);
+            } else {
                 return;
             }
             self.max_request_id = id;
-            self.make_room();
-            let mut s = Stream::new(b.ts, Some(fields));
-            s.req_ended = b.end_stream;
-            self.streams.insert(id, s);
+            self.settle_parked(id, out);
             return;
         }
         // The response side.
@@ -613,16 +632,57 @@ impl H2Conn {
     /// Keeps at most [`MAX_STREAMS`] - 1 streams before an insertion.
     fn make_room(&mut self) {
         while self.streams.len() >= MAX_STREAMS {
-            if self.streams.pop_first().is_some() {
+            if let Some((_, s)) = self.streams.pop_first() {
+                self.parked -= usize::from(s.ended.is_some());
                 self.stats.drop(DropReason::TooManyStreams);
             }
         }
     }
 
+    /// The stream ends. One whose request was not seen yet, and may still
+    /// come, waits for it: the send hooks fire when a send is over, so on a
+    /// client whose reading thread is not its writing thread (gRPC, Go)
+    /// the answer to a request can be read, and reported, before the send
+    /// of that request is. The bytes of one direction are reported in
+    /// order, so the request of a stream below one whose request was seen
+    /// will not come any more (`settle_parked`).
     fn end_stream(&mut self, id: u32, end: End, ts: u64, out: &mut Vec<StreamDone>) {
-        let Some(s) = self.streams.remove(&id) else {
+        let Some(mut s) = self.streams.remove(&id) else {
             return;
         };
+        if let Some((first, at)) = s.ended.take() {
+            // Parked; closed now: it ends as it ended first.
+            self.parked -= 1;
+            self.finish(id, s, first, at, out);
+            return;
+        }
+        if s.req.is_none() && id > self.max_request_id {
+            s.ended = Some((end, ts));
+            self.parked += 1;
+            self.streams.insert(id, s);
+            return;
+        }
+        self.finish(id, s, end, ts, out);
+    }
+
+    /// The request of `id` was seen: parked streams up to it are over
+    /// (`id`'s own with its request, those below it without).
+    fn settle_parked(&mut self, id: u32, out: &mut Vec<StreamDone>) {
+        if self.parked == 0 {
+            return;
+        }
+        let over: Vec<u32> = self.streams.range(..=id).filter(|(_, s)| s.ended.is_some()).map(|(k, _)| *k).collect();
+        for k in over {
+            if let Some(mut s) = self.streams.remove(&k) {
+                if let Some((end, at)) = s.ended.take() {
+                    self.parked -= 1;
+                    self.finish(k, s, end, at, out);
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self, id: u32, s: Stream, end: End, ts: u64, out: &mut Vec<StreamDone>) {
         match done(id, self.role, s, end, ts) {
             Ok(d) => out.push(d),
             Err(reason) => self.stats.drop(reason),

@@ -281,6 +281,56 @@ fn client_role() {
     assert_eq!(out[0].grpc.as_ref().unwrap().status_code, Some(14));
 }
 
+/// The send hooks fire when a send is over: a client that reads on
+/// another thread may report the answer first. Such a stream waits for
+/// its request; one whose request cannot come any more is counted.
+#[test]
+fn client_answer_reported_before_its_request() {
+    let mut c = H2Conn::new(Role::Client, false);
+    let (mut me, mut peer) = (Peer::new(8), Peer::new(9));
+    let mut out = Vec::new();
+    let ok = |p: &mut Peer, id| {
+        let mut r = p.headers(id, &[(":status", "200"), ("content-type", "application/grpc")], false);
+        r.push(data(id, 7, false));
+        r.extend(p.headers(id, &[("grpc-status", "0")], true));
+        r
+    };
+    let req = |me: &mut Peer, id| {
+        let mut r = me.headers(id, GRPC_REQ, false);
+        r.push(data(id, 5, true));
+        r
+    };
+    // Stream 1 in order; stream 3 answered first, its request next.
+    c.feed(Dir::Send, 10, &req(&mut me, 1), &mut out);
+    c.feed(Dir::Recv, 20, &ok(&mut peer, 1), &mut out);
+    c.feed(Dir::Recv, 30, &ok(&mut peer, 3), &mut out);
+    assert_eq!(out.len(), 1);
+    assert_eq!(c.open_streams(), 1, "stream 3 waits for its request");
+    c.feed(Dir::Send, 31, &req(&mut me, 3), &mut out);
+    let got: Vec<_> = out.iter().map(|d| (d.stream_id, d.start_ns, d.end_ns, d.response_body_bytes)).collect();
+    assert_eq!(got, vec![(1, 10, 20, 7), (3, 30, 30, 7)]);
+    assert_eq!(out[1].grpc.as_ref().unwrap().method.as_deref(), Some("SayHello"));
+    // Stream 5 answered, its request never reported; stream 7's request
+    // comes after it in the send direction, so 5's will not.
+    c.feed(Dir::Recv, 40, &ok(&mut peer, 5), &mut out);
+    c.feed(Dir::Send, 41, &req(&mut me, 7), &mut out);
+    assert_eq!(c.take_stats().dropped(DropReason::RequestUnseen), 1);
+    // Stream 7: its response headers first, the rest after its request.
+    c.feed(Dir::Recv, 50, &peer.headers(7, &[(":status", "200"), ("content-type", "application/grpc")], false), &mut out);
+    c.feed(Dir::Recv, 51, &peer.headers(7, &[("grpc-status", "5")], true), &mut out);
+    assert_eq!(out.len(), 3);
+    assert_eq!((out[2].stream_id, out[2].start_ns, out[2].end_ns), (7, 41, 51));
+    assert_eq!(out[2].grpc.as_ref().unwrap().status_code, Some(5));
+    // Stream 9 answered and reset; the connection closes before its request.
+    c.feed(Dir::Recv, 60, &peer.headers(9, &[(":status", "200")], false), &mut out);
+    c.feed(Dir::Recv, 61, &[f(RST_STREAM, 0, 9, vec![0, 0, 0, 8])], &mut out);
+    assert_eq!(c.open_streams(), 1);
+    c.close(70, &mut out);
+    assert_eq!(out.len(), 3);
+    assert_eq!(c.take_stats().dropped(DropReason::RequestUnseen), 1);
+    assert_eq!(c.open_streams(), 0);
+}
+
 #[test]
 fn upgrade_from_http1() {
     let mut c = H2Conn::new(Role::Server, false);
