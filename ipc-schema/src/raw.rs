@@ -92,6 +92,11 @@ pub struct RawEvent {
     /// messages: false.
     #[serde(default)]
     pub tls: bool,
+    /// A `101` answering an `Upgrade: h2c` request: no span of its own; the
+    /// connection goes on as HTTP/2 (its next [`RawH2`] has `upgrade`) and
+    /// this request is its stream 1. Absent in older messages: false.
+    #[serde(default)]
+    pub h2c: bool,
 }
 
 /// What the kernel saw of one send or receive on an HTTP/2 connection: the
@@ -115,7 +120,8 @@ pub struct RawH2 {
     pub mono_ns: u64,
     /// The traced process wrote these bytes (else it read them).
     pub send: bool,
-    /// The connection's first record: the client preface was in it.
+    /// The connection's first record: the client preface was in it, or
+    /// (with `upgrade`) the `101` of an `Upgrade: h2c`.
     pub start: bool,
     /// The connection closed.
     pub close: bool,
@@ -123,6 +129,11 @@ pub struct RawH2 {
     /// handed over.
     #[serde(default)]
     pub tls: bool,
+    /// With `start`: HTTP/2 after a `101` to `Upgrade: h2c`; stream 1's
+    /// request is the [`RawEvent`] with `h2c` before it. Absent in older
+    /// messages: false.
+    #[serde(default)]
+    pub upgrade: bool,
     /// The traced process's end of the connection.
     pub local: SockAddr,
     /// The other end.
@@ -195,6 +206,7 @@ mod tests {
             truncated: true,
             orphan: false,
             tls: false,
+            h2c: false,
             request: b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(),
         }
     }
@@ -226,6 +238,7 @@ mod tests {
                 start: true,
                 close: false,
                 tls: true,
+                upgrade: false,
                 local: sample_event().local,
                 peer: sample_event().peer,
                 pieces: vec![1, 0, 0, 4, 4, 0, 0, 0, 0, 0],

@@ -432,22 +432,27 @@ static __always_inline void emit(struct conn_state *st, struct sock *sk, __u16 s
 
 #include "h2.h"
 
-/* A response (or interim response) went by. */
-static __always_inline void on_response(struct conn_state *st, struct sock *sk, __u16 status,
-					__u64 now)
+/* A response (or interim response) went by, at the start of `sg`, in
+ * direction `dir` (H2_SEND: the process is the server). */
+static __always_inline void on_response(struct conn_state *st, const struct conn_io *io,
+					const struct segs *sg, __u8 dir, __u16 status, __u64 now)
 {
 	if (status >= 100 && status < 200 && status != 101)
 		return; /* interim: the final response is still to come */
 	if (st->phase != PHASE_REQUEST) {
 		count(CNT_ORPHAN);
-		emit(st, sk, status, EVF_ORPHAN, now);
+		emit(st, io->sk, status, EVF_ORPHAN, now);
 		return;
 	}
-	emit(st, sk, status, 0, now);
+	__u32 h2c = status == 101 ? h2c_head_len(sg) : 0;
+	emit(st, io->sk, status, h2c ? EVF_H2C : 0, now);
 	st->phase = PHASE_IDLE;
 	if (status == 101 || ((st->flags & STF_CONNECT) && status < 300)) {
-		st->role = ROLE_OPAQUE;
 		count(CNT_UPGRADED);
+		if (h2c)
+			h2_upgrade(st, dir, h2c);
+		else
+			st->role = ROLE_OPAQUE;
 	}
 }
 
@@ -461,31 +466,27 @@ static __always_inline void keep_prefix(struct conn_state *st, const __u8 *p, __
 		__builtin_memcpy(st->pend, p, PREFIX_LEN);
 }
 
-/* Bytes the process received on a connection (`st` from conn_get, NULL for
- * an untracked one: it becomes a server connection if a request, or what
- * may be the start of one, begins). */
-static __always_inline void conn_on_recv(struct conn_state *st, const struct conn_io *io,
-					 const struct segs *sg)
+/* Bytes received on a connection that is not HTTP/2 (yet): HTTP/1. Returns
+ * the connection if it is HTTP/2 from these bytes on (a client preface, a
+ * 101 to `Upgrade: h2c`): the caller walks them. */
+static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, const struct conn_io *io,
+							const struct segs *sg)
 {
-	if (st && st->h2) {
-		h2_on_data(st, io, sg, H2_RECV, 0);
-		return;
-	}
 	__u64 now = bpf_ktime_get_ns();
 
 	if (st && (st->role == ROLE_CLIENT || st->phase == PHASE_REQUEST)) {
 		if (st->role == ROLE_SERVER) {
 			capture(st, sg); /* more of the request */
-			return;
+			return NULL;
 		}
 		if (st->phase != PHASE_REQUEST)
-			return;
+			return NULL;
 		__u8 p[PREFIX_LEN * 2] = {};
 		__u32 n = read_prefix(p, sg);
 		__u16 status = response_status(p, n);
 		if (status)
-			on_response(st, io->sk, status, now);
-		return;
+			on_response(st, io, sg, H2_RECV, status, now);
+		return st->h2 ? st : NULL;
 	}
 
 	if (st && st->role == ROLE_SERVER && !st->pend_len) {
@@ -499,7 +500,7 @@ static __always_inline void conn_on_recv(struct conn_state *st, const struct con
 		if (!is_request(st->buf, leading_newlines(st->buf, n), n)) {
 			keep_prefix(st, st->buf, n);
 			st->cap_len = 0;
-			return;
+			return NULL;
 		}
 		request_started(st, io->tid, now);
 		goto active;
@@ -520,9 +521,10 @@ static __always_inline void conn_on_recv(struct conn_state *st, const struct con
 			/* prior-knowledge HTTP/2: the process is its server */
 			if (!st)
 				st = conn_new(io, ROLE_SERVER);
-			if (st && !st->seq)
-				h2_start(st, io, sg, H2_RECV, pend);
-			return;
+			if (!st || st->seq)
+				return NULL;
+			h2_start(st, H2_RECV, pend);
+			return st;
 		}
 		/* A new connection whose first read may be the start of a request
 		 * line ("G", then the rest later) gets state now, or that request
@@ -531,12 +533,12 @@ static __always_inline void conn_on_recv(struct conn_state *st, const struct con
 			st = conn_new(io, ROLE_SERVER);
 		if (st)
 			keep_prefix(st, p, n);
-		return;
+		return NULL;
 	}
 	if (!st)
 		st = conn_new(io, ROLE_SERVER);
 	if (!st)
-		return;
+		return NULL;
 	begin_request(st, io->tid, now, sg, pend);
 active:;
 	struct active_req *a = active_get(1);
@@ -544,35 +546,46 @@ active:;
 		a->conn_id = st->conn_id;
 		a->seq = st->seq;
 	}
+	return NULL;
 }
 
-/* Bytes the process sent on a connection (`st` from conn_get, NULL for an
- * untracked one: it becomes a client connection if a request begins). */
-static __always_inline void conn_on_send(struct conn_state *st, const struct conn_io *io,
+/* Bytes the process received on a connection (`st` from conn_get, NULL for
+ * an untracked one: it becomes a server connection if a request, or what
+ * may be the start of one, begins). One place walks HTTP/2 bytes, so the
+ * walk is verified once per program. */
+static __always_inline void conn_on_recv(struct conn_state *st, const struct conn_io *io,
 					 const struct segs *sg)
 {
-	if (st && st->h2) {
-		h2_on_data(st, io, sg, H2_SEND, 0);
-		return;
-	}
+	if (!st || !st->h2)
+		st = http1_on_recv(st, io, sg);
+	if (st)
+		h2_on_data(st, io, sg, H2_RECV);
+}
+
+/* Bytes sent on a connection that is not HTTP/2 (yet): HTTP/1. Returns the
+ * connection if it is HTTP/2 from these bytes on (a client preface, a 101
+ * to `Upgrade: h2c`): the caller walks them. */
+static __always_inline struct conn_state *http1_on_send(struct conn_state *st, const struct conn_io *io,
+							const struct segs *sg)
+{
 	/* A server connection that has seen a request: is this its response? */
 	if (st && st->role == ROLE_SERVER && st->seq) {
 		__u8 p[PREFIX_LEN * 2] = {};
 		__u32 n = read_prefix(p, sg);
 		__u16 status = response_status(p, n);
 		if (!status)
-			return;
-		on_response(st, io->sk, status, bpf_ktime_get_ns());
+			return NULL;
+		on_response(st, io, sg, H2_SEND, status, bpf_ktime_get_ns());
 		if (st->phase == PHASE_IDLE) {
 			struct active_req *a = active_get(0);
 			if (a && a->conn_id == st->conn_id)
 				a->conn_id = 0;
 		}
-		return;
+		return st->h2 ? st : NULL;
 	}
 	if (st && st->phase == PHASE_REQUEST) {
 		capture(st, sg); /* request body or the rest of the head */
-		return;
+		return NULL;
 	}
 
 	/* An idle client connection, an unknown one, or one that only ever
@@ -584,11 +597,11 @@ static __always_inline void conn_on_send(struct conn_state *st, const struct con
 			/* prior-knowledge HTTP/2: the process is its client */
 			if (!st)
 				st = conn_new(io, ROLE_CLIENT);
-			if (st) {
-				st->role = ROLE_CLIENT;
-				h2_start(st, io, sg, H2_SEND, 0);
-			}
-			return;
+			if (!st)
+				return NULL;
+			st->role = ROLE_CLIENT;
+			h2_start(st, H2_SEND, 0);
+			return st;
 		}
 		/* A response where no request was recognised (a shape not
 		 * followed, a request read before ringtail started, bytes read
@@ -599,12 +612,12 @@ static __always_inline void conn_on_send(struct conn_state *st, const struct con
 			if (st)
 				st->pend_len = 0;
 		}
-		return;
+		return NULL;
 	}
 	if (!st)
 		st = conn_new(io, ROLE_CLIENT);
 	if (!st)
-		return;
+		return NULL;
 	/* (a record made by a request-line prefix received on what turns out
 	 * to be a client connection becomes the client's) */
 	st->role = ROLE_CLIENT;
@@ -616,6 +629,18 @@ static __always_inline void conn_on_send(struct conn_state *st, const struct con
 		st->parent_seq = a->seq;
 		st->flags |= EVF_PARENT;
 	}
+	return NULL;
+}
+
+/* Bytes the process sent on a connection (`st` from conn_get, NULL for an
+ * untracked one: it becomes a client connection if a request begins). */
+static __always_inline void conn_on_send(struct conn_state *st, const struct conn_io *io,
+					 const struct segs *sg)
+{
+	if (!st || !st->h2)
+		st = http1_on_send(st, io, sg);
+	if (st)
+		h2_on_data(st, io, sg, H2_SEND);
 }
 
 /* The connection closed: its state goes (a request in flight is counted). */

@@ -10,7 +10,9 @@
  * ("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") received (server) or sent (client)
  * as a connection's first bytes. conn.h asks (h2_is_preface) only where it
  * looks for an HTTP/1 request line on a connection without one, so HTTP/1
- * pays nothing more. A connection that was running before tracing began
+ * pays nothing more. Also `Upgrade: h2c` (RFC 7540 3.2): a 101 whose head
+ * names h2c switches an HTTP/1 connection (h2_upgrade; the 101 is looked
+ * at only when one goes by). A connection that was running before tracing began
  * has no preface to see: it is not followed (HTTP/1 finds nothing in its
  * frames either).
  *
@@ -22,7 +24,6 @@
  * (kernels before bpf_loop) walks H2_STEPS steps and MAX_SEGS iovecs. Bytes
  * it cannot account for at a frame boundary (iovecs past MAX_SEGS on the
  * syscall backend, more frames than steps, a record full) lose the
- * (more frames than steps, a record full) lose the
  * framing: the connection is given up (H2P_LOST outside a frame tells user
  * space; counted). The entry point is segment-based (struct segs), so a
  * TLS hook that hands over plaintext segments works the same way.
@@ -255,10 +256,12 @@ static long h2_loop_cb(__u64 i, void *ctx)
 /* The bytes of one send or receive on an HTTP/2 connection: walk them and
  * submit their record. `dir` is H2_RECV or H2_SEND. */
 static __always_inline void h2_on_data(struct conn_state *st, const struct conn_io *io,
-				       const struct segs *sg, __u8 dir, __u8 flags)
+				       const struct segs *sg, __u8 dir)
 {
 	if (st->h2 != H2_LIVE)
 		return;
+	__u8 flags = st->h2_first;
+	st->h2_first = 0;
 	__u32 zero = 0;
 	struct h2_scratch *s = bpf_map_lookup_elem(&h2_scratch, &zero);
 	if (!s)
@@ -308,10 +311,10 @@ static __always_inline void h2_on_data(struct conn_state *st, const struct conn_
 }
 
 /* The client preface went by as a connection's first bytes: from now on it
- * is HTTP/2. `pend` bytes of the preface came in an earlier read (held as
- * the start of a possible request line). */
-static __always_inline void h2_start(struct conn_state *st, const struct conn_io *io,
-				     const struct segs *sg, __u8 dir, __u32 pend)
+ * is HTTP/2 (the caller walks these bytes: conn.h). `pend` bytes of the
+ * preface came in an earlier read (held as the start of a possible request
+ * line). */
+static __always_inline void h2_start(struct conn_state *st, __u8 dir, __u32 pend)
 {
 	st->h2 = H2_LIVE;
 	st->phase = PHASE_IDLE;
@@ -319,8 +322,80 @@ static __always_inline void h2_start(struct conn_state *st, const struct conn_io
 	__builtin_memset(st->h2d, 0, sizeof(st->h2d));
 	struct h2_dir *d = dir == H2_SEND ? &st->h2d[1] : &st->h2d[0];
 	d->skip = H2_PREFACE_LEN - (pend & (PREFIX_LEN - 1));
+	st->h2_first = H2F_START;
 	count(CNT_H2_CONNS);
-	h2_on_data(st, io, sg, dir, H2F_START);
+}
+
+/* The longest 101 head looked at for an `Upgrade: h2c` switch. */
+#define H2C_HEAD_MAX 255
+
+/* The length of the 101 response head at the start of the first segment,
+ * through its empty line, if it names "h2c" (the `Upgrade` token: a 101
+ * to a WebSocket or other upgrade does not) and ends in the first
+ * H2C_HEAD_MAX bytes; else 0 (the connection is then left alone, as after
+ * any other 101: counted as upgraded). */
+static __always_inline __u32 h2c_head_len(const struct segs *sg)
+{
+	if (!sg->n)
+		return 0;
+	__u32 zero = 0;
+	struct h2_scratch *s = bpf_map_lookup_elem(&h2_scratch, &zero);
+	if (!s)
+		return 0;
+	__u64 len = sg->len[0];
+	if (len > H2C_HEAD_MAX)
+		len = H2C_HEAD_MAX;
+	if (len < 4)
+		return 0;
+	__u8 *b = s->ev.data;
+	barrier_var(len);
+	if (bpf_probe_read_user(b, len & H2C_HEAD_MAX, sg->base[0]))
+		return 0;
+	/* The last four bytes in one word: one compare per byte for each of
+	 * "\r\n\r\n" and "h2c". */
+	__u32 w = 0;
+	int h2c = 0;
+	s->walk.pos = 0;
+#pragma clang loop unroll(disable)
+	for (__u32 i = 0; i < H2C_HEAD_MAX; i++) {
+		if (i >= len)
+			return 0;
+		w = (w << 8) | b[i];
+		if ((w & 0xffffff) == 0x683263) /* "h2c" */
+			h2c = 1;
+		if (w == 0x0d0a0d0a) { /* "\r\n\r\n" */
+			if (!h2c)
+				return 0;
+			s->walk.pos = i + 1;
+			break;
+		}
+	}
+	/* The length goes through the map: the verifier sees an unknown
+	 * value, so the code after this is verified once, not once per
+	 * length. */
+	asm volatile("" ::: "memory");
+	__u64 head = s->walk.pos;
+	return head <= H2C_HEAD_MAX ? head : 0;
+}
+
+/* A 101 (in direction `dir`, its head `head` bytes from the start of `sg`)
+ * answered an `Upgrade: h2c` request (RFC 7540 3.2): the connection goes
+ * on as HTTP/2 with that request as stream 1 (its HTTP/1 event, EVF_H2C,
+ * was just emitted). Towards the client come the rest of the head, then
+ * the server's frames; towards the server the client preface, then the
+ * client's frames. The caller walks these bytes (conn.h). */
+static __always_inline void h2_upgrade(struct conn_state *st, __u8 dir, __u32 head)
+{
+	st->h2 = H2_LIVE;
+	st->phase = PHASE_IDLE;
+	st->pend_len = 0;
+	__builtin_memset(st->h2d, 0, sizeof(st->h2d));
+	struct h2_dir *to_client = dir == H2_SEND ? &st->h2d[1] : &st->h2d[0];
+	struct h2_dir *to_server = dir == H2_SEND ? &st->h2d[0] : &st->h2d[1];
+	to_client->skip = head;
+	to_server->skip = H2_PREFACE_LEN;
+	st->h2_first = H2F_START | H2F_UPGRADE;
+	count(CNT_H2_CONNS);
 }
 
 /* The connection closed: user space ends its open streams. */

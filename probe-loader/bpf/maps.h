@@ -21,7 +21,7 @@
 struct h2_dir {
 	__u32 left;	/* payload bytes of the current frame still to come */
 	__u16 want;	/* of those, bytes still to capture */
-	__u8 skip;	/* bytes of the client preface still to skip */
+	__u16 skip;	/* bytes not framed still to skip: the client preface, a 101's head */
 	__u8 hlen;	/* bytes of a frame header held in hdr (it straddled syscalls) */
 	__u8 hdr[8];
 };
@@ -48,7 +48,10 @@ struct conn_state {
 	 * socket hooks leave its ciphertext alone */
 	__u8 tls;
 	__u8 h2; /* H2_* (h2.h): 0 = HTTP/1 */
-	__u8 _pad[4];
+	/* H2F_* of the next record: set where HTTP/2 begins (h2_start,
+	 * h2_upgrade), sent and cleared by the walk of the same syscall */
+	__u8 h2_first;
+	__u8 _pad[3];
 	__u8 pend[PREFIX_LEN];
 	/* HTTP/2 framing per direction (h2.h), by H2_RECV / H2_SEND */
 	struct h2_dir h2d[2];

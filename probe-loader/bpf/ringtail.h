@@ -42,11 +42,15 @@
 #define EVF_ORPHAN 0x02    /* a response with no captured request: pipelining */
 #define EVF_PARENT 0x04    /* parent_conn/parent_seq name the enclosing server request */
 #define EVF_TLS 0x08       /* the request went over TLS: its plaintext, read by the TLS uprobes */
+/* the 101 answering an `Upgrade: h2c` request: the connection goes on as
+ * HTTP/2, its stream 1 is this request (an H2F_UPGRADE record follows) */
+#define EVF_H2C 0x10
 
 /* h2_event.flags */
 #define H2F_CLOSE 0x01 /* the connection closed: no pieces follow, none will */
 #define H2F_START 0x02 /* the connection's first record (the preface was in it) */
 #define H2F_TLS 0x04   /* a TLS connection: the pieces are plaintext from the TLS uprobes */
+#define H2F_UPGRADE 0x08 /* with H2F_START: HTTP/2 after a 101 (EVF_H2C), not a preface */
 
 /* h2_event.dir: which way the bytes went, seen from the traced process */
 #define H2_RECV 0

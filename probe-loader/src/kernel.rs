@@ -205,6 +205,7 @@ impl H2Head {
             start: self.flags & H2F_START != 0,
             close: self.is_close(),
             tls: self.flags & H2F_TLS != 0,
+            upgrade: self.flags & H2F_UPGRADE != 0,
             local: SockAddr::from_bytes(v6, self.laddr, self.lport),
             peer: SockAddr::from_bytes(v6, self.raddr, self.rport),
             pieces: pieces.to_vec(),
@@ -323,6 +324,7 @@ impl HttpEvent {
             orphan: self.flags & EVF_ORPHAN != 0,
             request: self.buf[..cap].to_vec(),
             tls: self.flags & EVF_TLS != 0,
+            h2c: self.flags & EVF_H2C != 0,
         })
     }
 }

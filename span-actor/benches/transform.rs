@@ -48,6 +48,7 @@ fn raw_batch(n: usize, conn_base: u64) -> RawBatch {
             truncated: false,
             orphan: false,
             tls: false,
+            h2c: false,
             request: format!(
                 "GET {} HTTP/1.1\r\nHost: shop.example:8080\r\nUser-Agent: curl/8.5.0\r\nAccept: */*\r\n\r\n",
                 paths[i % paths.len()]

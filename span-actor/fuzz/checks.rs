@@ -102,6 +102,7 @@ pub fn http1(data: &[u8]) {
         truncated: false,
         orphan: false,
         tls: false,
+        h2c: false,
         request: request.to_vec(),
     };
     // The same bytes again as a response pipelined behind it (an orphan).

@@ -32,6 +32,9 @@ pub const H2_CONNS: usize = 16_384;
 /// The `sub` of every HTTP/2 span's ids (its `seq` is the stream id): never
 /// that of an HTTP/1 request on the same connection (an `Upgrade: h2c`).
 const H2_SUB: u32 = u32::MAX;
+/// `Upgrade: h2c` requests whose connection's first HTTP/2 record has not
+/// come yet (it follows at once, in the same or the next batch).
+const H2C_PENDING: usize = 1024;
 
 /// Which raw batch (loader instance, seq) a span came from.
 pub type Origin = (u64, u64);
@@ -106,6 +109,8 @@ struct H2Counters {
     given_up: Counter,
     malformed: Drops,
     evicted: Counter,
+    /// `Upgrade: h2c` requests whose HTTP/2 start never came.
+    h2c_unfollowed: Drops,
 }
 
 impl H2Counters {
@@ -142,6 +147,9 @@ pub struct Transformer {
     ip_texts: HashMap<(bool, u128), String>,
     stats: Stats,
     h2: HashMap<(u64, u64), H2Entry>,
+    /// `Upgrade: h2c` requests by connection, with their start, waiting for
+    /// the connection's first HTTP/2 record (they become its stream 1).
+    h2c: HashMap<(u64, u64), (RequestHead, u64)>,
     h2_stats: H2Counters,
     /// The RPC conventions to follow (`OTEL_SEMCONV_STABILITY_OPT_IN`).
     rpc_mode: grpc::Mode,
@@ -218,7 +226,9 @@ impl Transformer {
                 given_up: registry.counter("ringtail_h2_connections_given_up_total", &[]),
                 malformed: registry.drops("ringtail_dropped_events_total", "h2_malformed_record"),
                 evicted: registry.counter("ringtail_h2_connections_evicted_total", &[]),
+                h2c_unfollowed: registry.drops("ringtail_dropped_events_total", "h2c_unfollowed"),
             },
+            h2c: HashMap::default(),
             rpc_mode: grpc::Mode::from_opt_in(std::env::var("OTEL_SEMCONV_STABILITY_OPT_IN").ok().as_deref(), grpc::Mode::Stable),
         }
     }
@@ -274,7 +284,20 @@ impl Transformer {
             };
             // Without its start (the span-actor restarted, or the table
             // evicted it) the HPACK tables' past is unknown.
-            let conn = H2Conn::new(role, !r.start);
+            let mut conn = H2Conn::new(role, !r.start);
+            if let Some((head, start)) = r.upgrade.then(|| self.h2c.remove(&key)).flatten() {
+                let target = match &head.query {
+                    Some(q) => format!("{}?{q}", head.path),
+                    None => head.path.clone(),
+                };
+                let mut headers: Vec<(&[u8], &[u8])> = Vec::new();
+                for (name, value) in [("host", &head.host), ("user-agent", &head.user_agent), ("traceparent", &head.traceparent)] {
+                    if let Some(v) = value {
+                        headers.push((name.as_bytes(), v.as_bytes()));
+                    }
+                }
+                conn.seed_upgrade(start, head.method.as_bytes(), target.as_bytes(), &headers);
+            }
             let meta = H2Meta {
                 role: r.role,
                 conn_id: r.conn_id,
@@ -331,6 +354,7 @@ impl Transformer {
                 truncated: false,
                 orphan: false,
                 tls: e.tls,
+                h2c: false,
                 request: Vec::new(),
             };
             let head = RequestHead {
@@ -395,6 +419,10 @@ impl Transformer {
         }
         let offset = batch.mono_to_unix_ns;
         for ev in &batch.events {
+            if ev.h2c {
+                self.h2c_request(inst, ev);
+                continue;
+            }
             if ev.orphan {
                 self.pipelined_response(inst, origin, ev, offset, now, out, &mut made);
                 continue;
@@ -426,6 +454,22 @@ impl Transformer {
             self.h2_record(inst, origin, r, offset, now, out, &mut made);
         }
         made
+    }
+
+    /// The `101` of an `Upgrade: h2c`: its request waits for the
+    /// connection's first HTTP/2 record, whose stream 1 it is.
+    fn h2c_request(&mut self, inst: u64, ev: &RawEvent) {
+        let Some(head) = http::parse_request(&ev.request) else {
+            self.stats.unparsable.add(1);
+            return;
+        };
+        if self.h2c.len() >= H2C_PENDING {
+            self.h2_stats.h2c_unfollowed.add(self.h2c.len() as u64);
+            self.h2c.clear();
+        }
+        if self.h2c.insert((inst, ev.conn_id), (head, ev.start_mono_ns)).is_some() {
+            self.h2_stats.h2c_unfollowed.add(1);
+        }
     }
 
     #[allow(clippy::too_many_arguments)]

@@ -36,6 +36,7 @@ fn batch() -> RawBatch {
         truncated: false,
         orphan: false,
         tls: false,
+        h2c: false,
         request: format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes(),
     };
     RawBatch {

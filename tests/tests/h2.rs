@@ -102,6 +102,110 @@ fn prior_knowledge_against_go(b: &str) {
     h2_connections(prom, 6.0);
 }
 
+/// Node's `http2` module at both ends, prior knowledge: five streams at
+/// once on one session (a POST with a 3,000-byte body among them).
+fn node_http2(b: &str) {
+    if !can_trace() || !have("node") {
+        return;
+    }
+    let port = free_port();
+    let script = fixture("node/h2.js");
+    let script = script.to_str().unwrap();
+    let _srv = server("node h2 server", port, std::path::Path::new("node"), &[script, "server", &port.to_string()]);
+    let (rt, prom) = ringtail(b, port, "^node$");
+    let out = Command::new("node").args([script, "client", &port.to_string()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().collect::<Vec<_>>(),
+        ["/a 200", "/b?x=1 200", "/status/404 404", "/echo 200", "/items/7 200"]
+    );
+    let spans = rt.spans_when(WAIT, SETTLE, |s| counts(s, port).values().sum::<usize>() >= 10);
+    let mut expected = Vec::new();
+    for kind in ["SERVER", "CLIENT"] {
+        let name = |route: &'static str, method: &'static str| if kind == "SERVER" && !route.is_empty() { route } else { method };
+        expected.push((kind, name("GET /a", "GET"), "GET", "/a", 200, "", 1));
+        expected.push((kind, name("GET /b", "GET"), "GET", "/b", 200, "", 1));
+        expected.push((kind, name("", "GET"), "GET", "/status/404", 404, "", 1));
+        expected.push((kind, name("POST /echo", "POST"), "POST", "/echo", 200, "", 1));
+        expected.push((kind, name("DELETE /items/*", "DELETE"), "DELETE", "/items/7", 200, "", 1));
+    }
+    assert_eq!(counts(&spans, port), want(&expected), "{}", rt.stdout());
+    assert!(spans.iter().all(|s| s.service == "node"), "{}", rt.stdout());
+    h2_connections(prom, 2.0); // one session: one connection per side
+}
+
+/// `Upgrade: h2c` (RFC 7540 3.2): curl asks for HTTP/2 on its first
+/// request, hypercorn answers 101 and the response as stream 1; curl's next
+/// requests are streams 3 and 5 on that connection. The upgraded request
+/// is one span (its 101 is not), served and sent.
+fn upgrade_h2c(b: &str) {
+    if !can_trace() || !have("curl") {
+        return;
+    }
+    let python = venv().join("bin/python");
+    if Command::new(&python).args(["-c", "import hypercorn"]).status().map_or(true, |s| !s.success()) {
+        skip("no hypercorn in the venv");
+        return;
+    }
+    let port = free_port();
+    let script = fixture("h2c_server.py");
+    let _srv = server("hypercorn", port, &python, &[script.to_str().unwrap(), &port.to_string()]);
+    let (rt, prom) = ringtail(b, port, "^curl$");
+    let url = format!("http://127.0.0.1:{port}");
+    let out = Command::new("curl")
+        .args(["-s", "--http2", "-w", "%{http_version} %{http_code} %{num_connects}\\n"])
+        .args([
+            "-o",
+            "/dev/null",
+            &format!("{url}/up?x=1"),
+            "-o",
+            "/dev/null",
+            &format!("{url}/status/404"),
+            "-o",
+            "/dev/null",
+            &format!("{url}/b"),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    // one connection (num_connects 1, then 0), HTTP/2 throughout
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().collect::<Vec<_>>(), ["2 200 1", "2 404 0", "2 200 0"]);
+    let spans = rt.spans_when(WAIT, SETTLE, |s| counts(s, port).values().sum::<usize>() >= 6);
+    let mut expected = Vec::new();
+    for kind in ["SERVER", "CLIENT"] {
+        let name = |route: &'static str| if kind == "SERVER" && !route.is_empty() { route } else { "GET" };
+        expected.push((kind, name("GET /up"), "GET", "/up", 200, "", 1));
+        expected.push((kind, name(""), "GET", "/status/404", 404, "", 1));
+        expected.push((kind, name("GET /b"), "GET", "/b", 200, "", 1));
+    }
+    assert_eq!(counts(&spans, port), want(&expected), "{}", rt.stdout());
+    h2_connections(prom, 2.0); // the upgraded connection, from both ends
+    assert!(spans.iter().all(|s| s.status != 101), "{}", rt.stdout());
+}
+
+/// Any other protocol switch (here WebSocket's) is not HTTP/2: the 101 is
+/// one span per side, and what goes through the tunnel afterwards (an
+/// HTTP/1 request, an HTTP/2 preface) is never parsed.
+fn other_upgrades_are_left_alone(b: &str) {
+    if !can_trace() || !have("node") {
+        return;
+    }
+    let port = free_port();
+    let script = fixture("node/upgrade.js");
+    let script = script.to_str().unwrap();
+    let _srv = server("node upgrade server", port, std::path::Path::new("node"), &[script, "server", &port.to_string()]);
+    let (rt, prom) = ringtail(b, port, "^node$");
+    let out = Command::new("node").args([script, "client", &port.to_string()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "101 echoed");
+    let upgraded = || metric_value(prom, "ringtail_upgraded_connections_total", &[]);
+    assert_eq!(wait_until(WAIT, || upgraded().filter(|v| *v >= 2.0)), Some(2.0), "both ends switched");
+    let spans = rt.spans_when(WAIT, SETTLE, |s| counts(s, port).values().sum::<usize>() >= 2);
+    let expected = [("SERVER", "GET /ws", "GET", "/ws", 101, "", 1), ("CLIENT", "GET", "GET", "/ws", 101, "", 1)];
+    assert_eq!(counts(&spans, port), want(&expected), "{}", rt.stdout());
+    assert_eq!(metric_value(prom, "ringtail_h2_connections_total", &[]).unwrap_or(0.0), 0.0);
+}
+
 /// gRPC with grpcio, server and client in Python: unary OK, unary
 /// NOT_FOUND, server streaming, and many concurrent calls on one channel.
 fn grpc_python(b: &str) {
@@ -208,14 +312,18 @@ macro_rules! on_both_backends {
     };
 }
 
-on_both_backends!(prior_knowledge_against_go, connection_begun_before_ringtail);
+on_both_backends!(prior_knowledge_against_go, upgrade_h2c, other_upgrades_are_left_alone, connection_begun_before_ringtail);
 
-// gRPC C-core writes with up to dozens of iovecs: the syscall backend
-// (no bpf_loop) walks MAX_SEGS of them and gives such connections up,
-// counted (h2_framing_cut); only the socket backend follows them.
+// gRPC C-core and Node write with up to dozens of iovecs: the syscall
+// backend (no bpf_loop) walks MAX_SEGS of them and gives such connections
+// up, counted (h2_framing_cut); only the socket backend follows them.
 mod socket_only {
     #[test]
     fn grpc_python() {
         super::grpc_python("socket")
+    }
+    #[test]
+    fn node_http2() {
+        super::node_http2("socket")
     }
 }

@@ -31,6 +31,7 @@ fn event(role: Role, conn: u64, seq: u32, req: &[u8], status: u16) -> RawEvent {
         truncated: false,
         orphan: false,
         tls: false,
+        h2c: false,
         request: req.to_vec(),
     }
 }
@@ -359,6 +360,7 @@ fn h2_record(conn: u64, send: bool, start: bool, pieces: Vec<u8>, mono_ns: u64) 
         start,
         close: false,
         tls: false,
+        upgrade: false,
         local: v4([127, 0, 0, 1], 8000),
         peer: v4([10, 0, 0, 9], 50_123),
         pieces,
@@ -401,4 +403,40 @@ fn h2_streams_become_spans_and_bad_records_are_counted() {
     let report = registry.report();
     let malformed = report.points.iter().find(|p| p.labels.iter().any(|(_, v)| v == "h2_malformed_record"));
     assert_eq!(malformed.map(|p| p.value), Some(1.0), "{report:?}");
+}
+
+#[test]
+fn h2c_upgrade_request_is_stream_one() {
+    let s = Settings::default();
+    let registry = Registry::new(ipc_schema::Component::SpanActor, 1);
+    let mut t = Transformer::new(&s, &registry);
+    // The HTTP/1 request answered 101 (no span of its own), then the
+    // server's SETTINGS and stream 1's response as HTTP/2.
+    let up = b"GET /up?x=1 HTTP/1.1\r\nHost: shop:8000\r\nUser-Agent: curl/8\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n";
+    let mut b = batch(vec![RawEvent { h2c: true, ..event(Role::Server, 9, 1, up, 101) }]);
+    let mut first = frame(4, 0, 0, &[]);
+    first.extend(frame(1, 0x4, 1, &[0x88])); // :status 200, END_HEADERS
+    let mut start = h2_record(9, true, true, first, 4_000_000);
+    start.upgrade = true;
+    b.h2 = vec![start, h2_record(9, true, false, frame(0, 0x1, 1, b"ok"), 5_000_000)];
+    let mut out = Vec::new();
+    let made = t.transform(INST, 1, &b, Instant::now(), &mut out);
+    assert_eq!(made.spans, 1, "{out:?}");
+    let span = &out[0].span;
+    assert_eq!((span.kind, span.method.as_str(), span.path.as_str(), span.status), (SpanKind::Server, "GET", "/up", 200));
+    assert_eq!(span.query.as_deref(), Some("x=1"));
+    assert_eq!(span.protocol_version, "2");
+    assert_eq!(span.server_address.as_deref(), Some("shop"));
+    assert_eq!(span.user_agent.as_deref(), Some("curl/8"));
+    assert_eq!(span.start_unix_ns, OFFSET as u64 + 1_000_000);
+    assert_eq!(span.end_unix_ns, OFFSET as u64 + 5_000_000);
+    // An upgrade start whose request never came: stream 1 is counted.
+    let mut start = h2_record(10, true, true, frame(1, 0x5, 1, &[0x88]), 6_000_000);
+    start.upgrade = true;
+    let mut b = batch(vec![]);
+    b.h2 = vec![start, RawH2 { close: true, ..h2_record(10, true, false, vec![], 7_000_000) }];
+    assert_eq!(t.transform(INST, 2, &b, Instant::now(), &mut out).spans, 0);
+    let report = registry.report();
+    let unseen = report.points.iter().find(|p| p.labels.iter().any(|(_, v)| v == "h2_request_unseen"));
+    assert_eq!(unseen.map(|p| p.value), Some(1.0), "{report:?}");
 }
