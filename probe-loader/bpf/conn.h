@@ -456,6 +456,29 @@ static __always_inline void on_response(struct conn_state *st, const struct conn
 	}
 }
 
+/* How recent a response read on an idle client connection must be to be
+ * the answer to the request whose send is reported now. */
+#define ANSWERED_FIRST_NS 10000000ULL
+
+/* The send hooks fire when a send is over. A client that reads on another
+ * thread than it writes (Go's HTTP/1 transport, gRPC) can read the answer
+ * before that: the response went by while no request was pending (early_ns)
+ * and the request is reported now. Pairing it with the next response would
+ * make a wrong span: the request is not traced, and counted. (A response
+ * to a request sent before tracing began can be taken for one: then a
+ * request within ANSWERED_FIRST_NS of it is given up, counted too.) */
+static __always_inline int answered_first(struct conn_state *st, __u64 now)
+{
+	__u64 early = st->early_ns;
+	if (!early || st->role != ROLE_CLIENT)
+		return 0;
+	st->early_ns = 0;
+	if (now - early > ANSWERED_FIRST_NS)
+		return 0;
+	count(CNT_ANSWERED_FIRST);
+	return 1;
+}
+
 /* Remembers the first bytes of a read that may begin a request line
  * (p, PREFIX_LEN of them, n valid), or forgets what was remembered. */
 static __always_inline void keep_prefix(struct conn_state *st, const __u8 *p, __u32 n)
@@ -479,11 +502,16 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 			capture(st, sg); /* more of the request */
 			return NULL;
 		}
-		if (st->phase != PHASE_REQUEST)
-			return NULL;
 		__u8 p[PREFIX_LEN * 2] = {};
 		__u32 n = read_prefix(p, sg);
 		__u16 status = response_status(p, n);
+		if (st->phase != PHASE_REQUEST) {
+			/* A response while no request is pending: that request's
+			 * send is not reported yet (answered_first). */
+			if (is_final(status))
+				st->early_ns = now;
+			return NULL;
+		}
 		if (status)
 			on_response(st, io, sg, H2_RECV, status, now);
 		return st->h2 ? st : NULL;
@@ -618,11 +646,14 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 		st = conn_new(io, ROLE_CLIENT);
 	if (!st)
 		return NULL;
+	__u64 now = bpf_ktime_get_ns();
+	if (answered_first(st, now))
+		return NULL;
 	/* (a record made by a request-line prefix received on what turns out
 	 * to be a client connection becomes the client's) */
 	st->role = ROLE_CLIENT;
 	st->pend_len = 0;
-	begin_request(st, io->tid, bpf_ktime_get_ns(), sg, 0);
+	begin_request(st, io->tid, now, sg, 0);
 	struct active_req *a = active_get(0);
 	if (a && a->conn_id) {
 		st->parent_conn = a->conn_id;

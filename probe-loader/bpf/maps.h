@@ -30,6 +30,9 @@ struct h2_dir {
 struct conn_state {
 	__u64 conn_id;
 	__u64 start_ns;
+	/* A client's final response read while no request was pending: when
+	 * (conn.h, answered_first) */
+	__u64 early_ns;
 	__u64 parent_conn;
 	__u32 parent_seq;
 	__u32 seq;

@@ -104,7 +104,8 @@
 #define CNT_H2_LOST 19       /* h2 records lost: ring full (the connection is given up) */
 #define CNT_H2_CUT 20        /* h2 syscalls whose frames did not fit a record or the walk: connection given up */
 #define CNT_H2_PARTIAL 21    /* h2 payload bytes not captured (iovecs past MAX_SEGS, record full) */
-#define CNT_MAX 22
+#define CNT_ANSWERED_FIRST 22 /* client requests whose response was read before their send was reported: not traced */
+#define CNT_MAX 23
 
 /* proc_head.kind: records of the `execs` ring. */
 #define PROC_EXEC 1

@@ -51,6 +51,7 @@ pub const COUNTERS: [KernelCounter; CNT_MAX] = {
     t[CNT_H2_LOST] = KernelCounter::Drop("h2_ring_full");
     t[CNT_H2_CUT] = KernelCounter::Drop("h2_framing_cut");
     t[CNT_H2_PARTIAL] = KernelCounter::Count("ringtail_h2_partial_payloads_total");
+    t[CNT_ANSWERED_FIRST] = KernelCounter::Drop("answered_before_sent");
     t
 };
 
