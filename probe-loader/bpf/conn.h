@@ -456,25 +456,19 @@ static __always_inline void on_response(struct conn_state *st, const struct conn
 	}
 }
 
-/* How recent a response read on an idle client connection must be to be
- * the answer to the request whose send is reported now. */
-#define ANSWERED_FIRST_NS 10000000ULL
-
 /* The send hooks fire when a send is over. A client that reads on another
  * thread than it writes (Go's HTTP/1 transport, gRPC) can read the answer
- * before that: the response went by while no request was pending (early_ns)
- * and the request is reported now. Pairing it with the next response would
- * make a wrong span: the request is not traced, and counted. (A response
- * to a request sent before tracing began can be taken for one: then a
- * request within ANSWERED_FIRST_NS of it is given up, counted too.) */
-static __always_inline int answered_first(struct conn_state *st, __u64 now)
+ * before that: a final response went by while no request was pending
+ * (early_ns), and the request reported next is the one it answered
+ * (however long its send took: a large body). Pairing that request with
+ * the next response would make a wrong span: it is not traced, and
+ * counted. (A response to a request sent before tracing began is taken
+ * for one too: the next request is then given up, counted.) */
+static __always_inline int answered_first(struct conn_state *st)
 {
-	__u64 early = st->early_ns;
-	if (!early || st->role != ROLE_CLIENT)
+	if (!st->early_ns || st->role != ROLE_CLIENT)
 		return 0;
 	st->early_ns = 0;
-	if (now - early > ANSWERED_FIRST_NS)
-		return 0;
 	count(CNT_ANSWERED_FIRST);
 	return 1;
 }
@@ -557,8 +551,17 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 		/* A new connection whose first read may be the start of a request
 		 * line ("G", then the rest later) gets state now, or that request
 		 * would go unseen. */
-		if (!st && request_prefix(p, skip, n))
+		if (!st && request_prefix(p, skip, n)) {
 			st = conn_new(io, ROLE_SERVER);
+		} else if (!pend && is_final(response_status(p, n))) {
+			/* A response on a connection with no request: its
+			 * request's send is not reported yet (answered_first). */
+			if (!st)
+				st = conn_new(io, ROLE_CLIENT);
+			if (st && st->role == ROLE_CLIENT)
+				st->early_ns = now;
+			return NULL;
+		}
 		if (st)
 			keep_prefix(st, p, n);
 		return NULL;
@@ -647,7 +650,7 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 	if (!st)
 		return NULL;
 	__u64 now = bpf_ktime_get_ns();
-	if (answered_first(st, now))
+	if (answered_first(st))
 		return NULL;
 	/* (a record made by a request-line prefix received on what turns out
 	 * to be a client connection becomes the client's) */

@@ -384,6 +384,43 @@ fn truncated_requests_keep_their_prefix_and_are_counted(b: &str) {
     assert!(v.is_some(), "{}", scrape(prom));
 }
 
+/// A client that writes on one thread and reads on another reads the
+/// answer to a large POST before its write returns (the server answers at
+/// once and reads the body later), so the kernel reports the send after the
+/// response. That request is not traced and is counted, never paired with
+/// the next response; the next request on the connection is traced.
+fn answer_read_before_the_send_is_reported(b: &str) {
+    if !can_trace() {
+        return;
+    }
+    let port = free_port();
+    let dir = TempDir::new("early-answer");
+    let script = fixture("py_early_answer.py");
+    let script = script.to_str().unwrap();
+    let dir_s = dir.0.to_str().unwrap();
+    let _srv = server("early-answer server", port, Path::new("python3"), &[script, "server", &port.to_string(), dir_s]);
+    let prom = free_port();
+    let rt = start(
+        b,
+        &format!("[probe]\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{port}]\nexe_names = [\"^python3\"]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n"),
+    );
+    let out = Command::new("python3").args([script, "client", &port.to_string(), dir_s]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "200 200");
+    let answered_first = || metric_value(prom, "ringtail_dropped_events_total", &[("reason", "answered_before_sent")]);
+    assert_eq!(wait_until(WAIT, || answered_first().filter(|v| *v >= 1.0)), Some(1.0), "{}", rt.stdout());
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.len() >= 3);
+    let got: Vec<(&str, &str, &str, u16)> = spans.iter().map(|s| (s.kind.as_str(), s.method.as_str(), s.path.as_str(), s.status)).collect();
+    let mut got = got;
+    got.sort();
+    assert_eq!(
+        got,
+        [("CLIENT", "GET", "/after", 200), ("SERVER", "GET", "/after", 200), ("SERVER", "POST", "/early", 200)],
+        "{}",
+        rt.stdout()
+    );
+}
+
 fn client_spans_from_curl_python_and_go(b: &str) {
     if !can_trace() || !have("curl") {
         return;
@@ -678,6 +715,7 @@ on_both_backends!(
     split_heads_pipelines_and_aborted_requests,
     truncated_requests_keep_their_prefix_and_are_counted,
     client_spans_from_curl_python_and_go,
+    answer_read_before_the_send_is_reported,
     traceparent_is_joined_and_outgoing_calls_are_children,
     selection_by_pid_and_exe_and_never_itself,
     events_below_wakeup_len_still_arrive_within_flush_interval,
