@@ -310,20 +310,27 @@ static __always_inline void h2_on_data(struct conn_state *st, const struct conn_
 		h2_submit(s, st, io->sk, io->tid, io->fd, dir, flags, off);
 }
 
+/* The connection is HTTP/2 from now on, its first record flagged `first`;
+ * the caller sets what each direction skips before its first frame. */
+static __always_inline void h2_begin(struct conn_state *st, __u8 first)
+{
+	st->h2 = H2_LIVE;
+	st->phase = PHASE_IDLE;
+	st->pend_len = 0;
+	__builtin_memset(st->h2d, 0, sizeof(st->h2d));
+	st->h2_first = first;
+	count(CNT_H2_CONNS);
+}
+
 /* The client preface went by as a connection's first bytes: from now on it
  * is HTTP/2 (the caller walks these bytes: conn.h). `pend` bytes of the
  * preface came in an earlier read (held as the start of a possible request
  * line). */
 static __always_inline void h2_start(struct conn_state *st, __u8 dir, __u32 pend)
 {
-	st->h2 = H2_LIVE;
-	st->phase = PHASE_IDLE;
-	st->pend_len = 0;
-	__builtin_memset(st->h2d, 0, sizeof(st->h2d));
+	h2_begin(st, H2F_START);
 	struct h2_dir *d = dir == H2_SEND ? &st->h2d[1] : &st->h2d[0];
 	d->skip = H2_PREFACE_LEN - (pend & (PREFIX_LEN - 1));
-	st->h2_first = H2F_START;
-	count(CNT_H2_CONNS);
 }
 
 /* The longest 101 head looked at for an `Upgrade: h2c` switch. */
@@ -386,16 +393,11 @@ static __always_inline __u32 h2c_head_len(const struct segs *sg)
  * client's frames. The caller walks these bytes (conn.h). */
 static __always_inline void h2_upgrade(struct conn_state *st, __u8 dir, __u32 head)
 {
-	st->h2 = H2_LIVE;
-	st->phase = PHASE_IDLE;
-	st->pend_len = 0;
-	__builtin_memset(st->h2d, 0, sizeof(st->h2d));
+	h2_begin(st, H2F_START | H2F_UPGRADE);
 	struct h2_dir *to_client = dir == H2_SEND ? &st->h2d[1] : &st->h2d[0];
 	struct h2_dir *to_server = dir == H2_SEND ? &st->h2d[0] : &st->h2d[1];
 	to_client->skip = head;
 	to_server->skip = H2_PREFACE_LEN;
-	st->h2_first = H2F_START | H2F_UPGRADE;
-	count(CNT_H2_CONNS);
 }
 
 /* The connection closed: user space ends its open streams. */
