@@ -21,6 +21,7 @@
 #include "maps.h"
 #include "segs.h"
 #include "process.h"
+#include "tls.h"
 
 #define PHASE_IDLE 0
 #define PHASE_REQUEST 1
@@ -548,6 +549,8 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 			h2_start(st, H2_RECV, pend);
 			return st;
 		}
+		if (!st && !io->tls)
+			tls_saw_read(io->sk, io->tid, io->fd, p, n); /* TLS over memory buffers */
 		/* A new connection whose first read may be the start of a request
 		 * line ("G", then the rest later) gets state now, or that request
 		 * would go unseen. */

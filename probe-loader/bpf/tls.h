@@ -14,6 +14,15 @@
  * SSL_connect and SSL_accept: a client writes before it ever reads). Writes
  * are seen at entry only (one uprobe hit), by the binding made before.
  *
+ * A program that runs TLS over memory buffers (Node's TLSWrap, Python's
+ * ssl.SSLObject under asyncio) moves the ciphertext itself, outside any TLS
+ * call: it reads the socket, then hands the bytes to OpenSSL on the same
+ * thread. There a receive whose bytes begin a TLS handshake record, on a
+ * socket with no state, outside any TLS call, is remembered for the thread
+ * (`tls_reads`), and the thread's next TLS call that moved no ciphertext
+ * itself takes it (tls_bind_read): a server's first call follows the
+ * ClientHello, a client's first read or write the ServerHello.
+ *
  * The hook programs are in tls_hooks.h (one compilation unit per backend
  * object: sock_tls.bpf.c, syscalls_tls.bpf.c).
  */
@@ -73,6 +82,47 @@ struct {
 	__type(key, struct tls_key);
 	__type(value, struct tls_sock);
 } tls_socks SEC(".maps") __weak;
+
+/* The last handshake record read outside a TLS call, by thread id, until a
+ * TLS call of the thread takes it (see above). An LRU: a thread that never
+ * makes the call leaves its record to be evicted. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct tls_sock);
+} tls_reads SEC(".maps") __weak;
+
+/* A receive on `sk` (no state, no TLS call of the thread) began with the
+ * `n` bytes at `p`: remembered when they begin a TLS handshake record
+ * (content type 22, protocol major version 3). */
+static __always_inline void tls_saw_read(struct sock *sk, __u32 tid, __s32 fd, const __u8 *p, __u32 n)
+{
+	if (!tls_on || n < 3 || p[0] != 22 || p[1] != 3)
+		return;
+	struct tls_sock v = { .sk = (__u64)sk, .fd = fd };
+	bpf_map_update_elem(&tls_reads, &tid, &v, BPF_ANY);
+}
+
+/* A TLS call of SSL object `ssl` moved no ciphertext itself: it takes the
+ * thread's remembered read, if any, which binds `ssl` when it has no
+ * binding yet. Returns the binding, or NULL when there was no read. */
+static __always_inline struct tls_sock *tls_bind_read(__u64 ssl, __u32 tgid, __u32 tid)
+{
+	struct tls_sock *r = bpf_map_lookup_elem(&tls_reads, &tid);
+	if (!r)
+		return NULL;
+	struct tls_key k = { .ssl = ssl, .tgid = tgid };
+	struct tls_sock v = *r;
+	bpf_map_delete_elem(&tls_reads, &tid);
+	struct tls_sock *b = bpf_map_lookup_elem(&tls_socks, &k);
+	if (b)
+		return b;
+	if (bpf_map_update_elem(&tls_socks, &k, &v, BPF_NOEXIST))
+		return NULL;
+	count(CNT_TLS_BINDINGS);
+	return bpf_map_lookup_elem(&tls_socks, &k);
+}
 
 /* The TLS call the current thread is inside, if any (socket hooks). */
 static __always_inline struct tls_call *tls_call_now(__u32 tid)

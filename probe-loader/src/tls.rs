@@ -9,6 +9,9 @@
 //!   and the files it includes, and the standard ones);
 //! - every `libssl` mapped by a selected process running at start, read
 //!   through `/proc/PID/root` (a container's own copy);
+//! - the executable of a selected process running at start, when it exports
+//!   OpenSSL's functions (Node's `node` links OpenSSL statically and exports
+//!   them: every later process of that file is covered too);
 //! - `tls.libraries` (a private copy, or an executable that exports the
 //!   OpenSSL symbols).
 //!
@@ -187,8 +190,74 @@ pub fn libssl_mapped(proc: &Path, pid: u32) -> Vec<PathBuf> {
     out
 }
 
+/// The executable of process `pid`, through its root, from `/proc/PID/exe`.
+pub fn exe_of(proc: &Path, pid: u32) -> Option<PathBuf> {
+    let dir = proc.join(pid.to_string());
+    let target = std::fs::read_link(dir.join("exe")).ok()?;
+    let text = target.to_str()?;
+    if !text.starts_with('/') || text.ends_with(" (deleted)") {
+        return None;
+    }
+    Some(dir.join("root").join(text.trim_start_matches('/')))
+}
+
+/// Most bytes of a dynamic symbol or string table read to look for a
+/// symbol (Node's are 1.8 and 5.3 MB).
+const MAX_TABLE: u64 = 64 << 20;
+
+/// Whether the ELF file at `path` defines the dynamic symbol `name`: only
+/// its header, section headers, `.dynsym` and `.dynstr` are read (an
+/// executable can be hundreds of megabytes), each bounded; anything that is
+/// not a well-formed 64-bit little-endian ELF says no.
+pub fn exports(path: &Path, name: &str) -> bool {
+    exports_io(path, name).unwrap_or(false)
+}
+
+fn exports_io(path: &Path, name: &str) -> std::io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(path)?;
+    let read = |offset: u64, len: u64| -> std::io::Result<Vec<u8>> {
+        if len > MAX_TABLE {
+            return Err(std::io::ErrorKind::InvalidData.into());
+        }
+        let mut buf = vec![0; len as usize];
+        file.read_exact_at(&mut buf, offset)?;
+        Ok(buf)
+    };
+    let u16_at = |b: &[u8], o: usize| b.get(o..o + 2).map_or(0, |s| u16::from_le_bytes([s[0], s[1]]));
+    let u32_at = |b: &[u8], o: usize| b.get(o..o + 4).map_or(0, |s| u32::from_le_bytes(s.try_into().unwrap_or_default()));
+    let u64_at = |b: &[u8], o: usize| b.get(o..o + 8).map_or(0, |s| u64::from_le_bytes(s.try_into().unwrap_or_default()));
+    let head = read(0, 64)?;
+    // ELFCLASS64, ELFDATA2LSB
+    if head[..4] != *b"\x7fELF" || head[4] != 2 || head[5] != 1 {
+        return Ok(false);
+    }
+    let (shoff, shentsize, shnum) = (u64_at(&head, 0x28), u64::from(u16_at(&head, 0x3a)), u64::from(u16_at(&head, 0x3c)));
+    if shentsize < 64 {
+        return Ok(false);
+    }
+    let Some(len) = shentsize.checked_mul(shnum) else { return Ok(false) };
+    let sections = read(shoff, len)?;
+    let section = |i: u64| -> Option<&[u8]> {
+        let at = usize::try_from(i.checked_mul(shentsize)?).ok()?;
+        sections.get(at..at.checked_add(64)?)
+    };
+    const SHT_DYNSYM: u32 = 11;
+    let Some(dynsym) = (0..shnum).filter_map(section).find(|h| u32_at(h, 4) == SHT_DYNSYM) else { return Ok(false) };
+    let Some(strtab) = section(u64::from(u32_at(dynsym, 0x28))) else { return Ok(false) };
+    let symbols = read(u64_at(dynsym, 0x18), u64_at(dynsym, 0x20))?;
+    let strings = read(u64_at(strtab, 0x18), u64_at(strtab, 0x20))?;
+    let want = name.as_bytes();
+    // Elf64_Sym: st_name u32, st_info u8, st_other u8, st_shndx u16, ...
+    Ok(symbols.chunks_exact(24).any(|sym| {
+        let at = u32_at(sym, 0) as usize;
+        u16_at(sym, 6) != 0 && strings.get(at..).is_some_and(|s| s.starts_with(want) && s.get(want.len()) == Some(&0))
+    }))
+}
+
 /// Every file to attach to: `configured` (tls.libraries) first, then the
-/// loader's directories under `root`, then what the processes `pids` map.
+/// loader's directories under `root`, then what the processes `pids` map,
+/// then their executables that export OpenSSL's functions.
 pub fn find(configured: &[PathBuf], root: &Path, proc: &Path, pids: impl IntoIterator<Item = u32>) -> (Targets, Vec<PathBuf>) {
     let mut t = Targets::default();
     let mut missing = Vec::new();
@@ -200,8 +269,18 @@ pub fn find(configured: &[PathBuf], root: &Path, proc: &Path, pids: impl IntoIte
     for path in libssl_in(&loader_dirs(root)) {
         t.add(path, false);
     }
+    let mut exes = Vec::new();
     for pid in pids {
         for path in libssl_mapped(proc, pid) {
+            t.add(path, false);
+        }
+        exes.extend(exe_of(proc, pid));
+    }
+    // each executable file looked into once
+    let mut looked = BTreeSet::new();
+    for path in exes {
+        let Ok(meta) = std::fs::metadata(&path) else { continue };
+        if looked.insert((meta.dev(), meta.ino())) && exports(&path, "SSL_read") {
             t.add(path, false);
         }
     }
@@ -254,6 +333,40 @@ mod tests {
         // libssl.so and libssl.so.3 are one file: attached once
         assert_eq!(targets.files, vec![Target { path: root.join("opt/ssl/lib/libssl.so"), configured: false }]);
         let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn exported_symbols_are_found_in_the_dynamic_table() {
+        let libssl = libssl_in(&loader_dirs(Path::new("/"))).into_iter().next().expect("the host has a libssl");
+        assert!(exports(&libssl, "SSL_read"));
+        assert!(exports(&libssl, "SSL_write_ex"));
+        // a prefix of a name, or an imported symbol, is no export
+        assert!(!exports(&libssl, "SSL_rea"));
+        assert!(!exports(&libssl, "malloc"));
+        let exe = std::env::current_exe().expect("current exe");
+        assert!(!exports(&exe, "SSL_read"));
+        let dir = temp("elf");
+        for (name, bytes) in [("empty", &b""[..]), ("short", &b"\x7fELF\x02\x01"[..]), ("text", &b"#!/bin/sh\necho\n"[..])] {
+            std::fs::write(dir.join(name), bytes).expect("write");
+            assert!(!exports(&dir.join(name), "SSL_read"), "{name}");
+        }
+        // a header whose section table points far past the end
+        let mut bad = std::fs::read(&libssl).expect("read libssl")[..64].to_vec();
+        bad[0x28..0x30].copy_from_slice(&u64::MAX.to_le_bytes());
+        std::fs::write(dir.join("bad"), &bad).expect("write");
+        assert!(!exports(&dir.join("bad"), "SSL_read"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_process_executable_is_read_through_its_root() {
+        let me = std::process::id();
+        let exe = exe_of(Path::new("/proc"), me).expect("our exe");
+        assert!(exe.starts_with(format!("/proc/{me}/root/")), "{}", exe.display());
+        assert_eq!(
+            std::fs::metadata(&exe).expect("stat").ino(),
+            std::fs::metadata(std::env::current_exe().expect("exe")).expect("stat").ino()
+        );
     }
 
     #[test]

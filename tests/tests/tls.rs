@@ -371,6 +371,114 @@ fn nginx_http2_over_tls(b: &str) {
     assert_eq!(peers.len(), 1, "one connection for the three streams: {peers:?}");
 }
 
+/// Node's `https` at both ends. Node links OpenSSL statically and exports
+/// its functions: the loader finds its executable through the server that
+/// runs when ringtail starts (no `tls.libraries`), and the client started
+/// later runs the same file. Node runs TLS over memory buffers (it moves
+/// the ciphertext itself, outside OpenSSL's calls): each connection is
+/// bound by the handshake record its thread read just before. Five
+/// requests on one keep-alive connection (a query, a 404, a 3,000-byte
+/// POST, a 1 MiB response): one server and one client span each, `https`.
+fn node_https_server_and_client(b: &str) {
+    if !ready(&["node", "openssl"]) {
+        return;
+    }
+    let rotel = Rotel::start();
+    let port = free_port();
+    let dir = TempDir::new("node-tls");
+    let (cert, key) = certificate(&dir.0);
+    let script = fixture("node/https.js");
+    let script = script.to_str().unwrap();
+    let srv = server("node https server", port, Path::new("node"), &[script, "server", &port.to_string(), &cert, &key]);
+    let rt = ringtail(b, &rotel, "exe_names = [\"^node$\"]", "");
+    let node = std::fs::read_link(format!("/proc/{}/exe", srv.pid())).expect("the server's executable");
+    assert!(
+        rt.log().lines().any(|l| l.contains("event=\"tls_attached\"") && l.contains(&format!("{}", node.display()))),
+        "the running server's executable was not attached:\n{}",
+        rt.log()
+    );
+    let out = Command::new("node").args([script, "client", &port.to_string()]).output().expect("run node");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).lines().collect::<Vec<_>>(),
+        ["/a 200", "/b?x=1 200", "/status/404 404", "/echo 200", "/big 200"]
+    );
+    let p = port.to_string();
+    let ours = |s: &Value| attr(s, "server.port").as_deref() == Some(p.as_str());
+    let mut want = Vec::new();
+    for kind in ["server", "client"] {
+        want.push((k(kind, "https", "GET", "/a", 200), 1));
+        want.push((k(kind, "https", "GET", "/b", 200), 1));
+        want.push((k(kind, "https", "GET", "/status/404", 404), 1));
+        want.push((k(kind, "https", "POST", "/echo", 200), 1));
+        want.push((k(kind, "https", "GET", "/big", 200), 1));
+    }
+    let spans = expect_spans(&rotel, &rt, ours, &want);
+    let peers: std::collections::BTreeSet<String> =
+        spans.iter().filter(|s| s["kind"] == 2).filter_map(|s| attr(s, "client.port")).collect();
+    assert_eq!(peers.len(), 1, "one keep-alive connection: {peers:?}");
+}
+
+/// An asyncio HTTP/1.1 server over TLS: Python's `ssl.SSLObject` on memory
+/// buffers, the ciphertext moved by the event loop.
+const PY_ASYNCIO_TLS: &str = r#"
+import asyncio, ssl, sys
+async def handle(reader, writer):
+    try:
+        while True:
+            head = await reader.readuntil(b"\r\n\r\n")
+            method, path, _ = head.split(b"\r\n", 1)[0].decode().split(" ", 2)
+            n = 0
+            for h in head.split(b"\r\n")[1:]:
+                if h.lower().startswith(b"content-length:"):
+                    n = int(h.split(b":", 1)[1])
+            await reader.readexactly(n)
+            status = 404 if path == "/missing" else 200
+            writer.write(f"HTTP/1.1 {status} X\r\nContent-Length: 3\r\n\r\nok\n".encode())
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    writer.close()
+async def main():
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(sys.argv[2], sys.argv[3])
+    srv = await asyncio.start_server(handle, "127.0.0.1", int(sys.argv[1]), ssl=ctx)
+    await srv.serve_forever()
+asyncio.run(main())
+"#;
+
+/// Python's asyncio TLS server (memory buffers, like Node) and curl (three
+/// requests on one connection): one server and one client span each.
+fn python_asyncio_tls_server(b: &str) {
+    if !ready(&["python3", "curl", "openssl"]) {
+        return;
+    }
+    let rotel = Rotel::start();
+    let port = free_port();
+    let rt = ringtail(b, &rotel, "exe_names = [\"^python3\", \"^curl$\"]", "");
+    let dir = TempDir::new("py-asyncio-tls");
+    let (cert, key) = certificate(&dir.0);
+    let script = dir.join("server.py");
+    std::fs::write(&script, PY_ASYNCIO_TLS).expect("write server.py");
+    let _srv = server("python asyncio tls server", port, Path::new("python3"), &[script.to_str().unwrap(), &port.to_string(), &cert, &key]);
+    let base = format!("https://127.0.0.1:{port}");
+    let st = Command::new("curl")
+        .args(["-sk", "-o", "/dev/null", "-o", "/dev/null", "-o", "/dev/null", "-d", "x=1"])
+        .args([format!("{base}/a"), format!("{base}/missing"), format!("{base}/post")])
+        .status()
+        .expect("run curl");
+    assert!(st.success());
+    let p = port.to_string();
+    let ours = |s: &Value| attr(s, "server.port").as_deref() == Some(p.as_str());
+    let mut want = Vec::new();
+    for kind in ["server", "client"] {
+        want.push((k(kind, "https", "POST", "/a", 200), 1));
+        want.push((k(kind, "https", "POST", "/missing", 404), 1));
+        want.push((k(kind, "https", "POST", "/post", 200), 1));
+    }
+    let _ = expect_spans(&rotel, &rt, ours, &want);
+}
+
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         mod socket {
@@ -387,6 +495,8 @@ on_both_backends!(
     python_tls_server_with_urllib_and_curl_clients,
     tls_server_joins_the_trace_and_its_calls_are_children,
     nginx_http2_over_tls,
+    node_https_server_and_client,
+    python_asyncio_tls_server,
 );
 
 /// The TLS uprobes' BPF links (perf_event links of `tls_*` programs).
