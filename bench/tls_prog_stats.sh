@@ -1,10 +1,13 @@
 #!/bin/bash
 # Per-program in-kernel cost of HTTPS capture: nginx with `ssl` (one worker,
-# self-signed certificate), ringtail selecting its port, 10 s of
+# self-signed certificate), or with SERVER=node Node's `https`
+# (tests/fixtures/node/https.js), ringtail selecting its port, 10 s of
 # `bench/goserver -mode blast -tls` at RATE req/s; prints, per ringtail
-# program, runs and ns per request (bpf_stats, by program name).
+# program, runs and ns per request (bpf_stats, by program name), and the
+# server's CPU per request (/proc/PID/stat). OFF=1: the same without
+# ringtail (the server's CPU alone).
 #
-#   sudo bench/tls_prog_stats.sh [RATE] [BIN_DIR]    (defaults: 5000, target/release)
+#   sudo [SERVER=node] [OFF=1] bench/tls_prog_stats.sh [RATE] [BIN_DIR]    (defaults: 5000, target/release)
 #
 # Run it under the e2e lock on a shared machine:
 #   flock /tmp/ringtail-e2e.lock bench/tls_prog_stats.sh 5000
@@ -51,10 +54,23 @@ EOF
 GO=${GO:-$REPO/.venv/bin/go}
 (cd "$REPO/bench/goserver" && GOTOOLCHAIN=local GOPROXY=off CGO_ENABLED=0 "$GO" build -o "$W/goserver" main.go)
 sysctl -qw kernel.bpf_stats_enabled=1
-nginx -c "$W/nginx.conf" -p "$W" & NG=$!
-RUST_LOG=warn "$BIN/ringtail" --config "$W/rt.toml" > /dev/null 2> "$W/ringtail.log" & RT=$!
-for _ in $(seq 60); do grep -q "privileges dropped" "$W/ringtail.log" 2>/dev/null && break; sleep 0.5; done
+if [ "${SERVER:-nginx}" = node ]; then
+    node "$REPO/tests/fixtures/node/https.js" server "$PORT" "$W/cert.pem" "$W/key.pem" & NG=$!
+else
+    nginx -c "$W/nginx.conf" -p "$W" & NG=$!
+fi
+for _ in $(seq 60); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.2; done
+RT=
+if [ -z "${OFF:-}" ]; then
+    RUST_LOG=warn "$BIN/ringtail" --config "$W/rt.toml" > /dev/null 2> "$W/ringtail.log" & RT=$!
+    for _ in $(seq 60); do grep -q "privileges dropped" "$W/ringtail.log" 2>/dev/null && break; sleep 0.5; done
+fi
 sleep 1
+# the server's CPU ticks: nginx's worker (the master's child) or node itself
+SRV=$(pgrep -P "$NG" | head -1 || true)
+SRV=${SRV:-$NG}
+ticks() { awk '{print $14 + $15}' "/proc/$SRV/stat"; }
+T0=$(ticks)
 snap() { bpftool -j prog show | python3 -c '
 import json,sys
 for p in json.load(sys.stdin):
@@ -63,15 +79,17 @@ for p in json.load(sys.stdin):
 snap > "$W/before.txt"
 "$W/goserver" -mode blast -tls -addr "127.0.0.1:$PORT" -conns 20 -duration 10s -rate "$RATE" > "$W/blast.json"
 snap > "$W/after.txt"
-kill "$RT"; wait "$RT" || true
+T1=$(ticks)
+[ -n "$RT" ] && { kill "$RT"; wait "$RT" || true; }
 kill "$NG"; wait "$NG" || true
-python3 - "$W" <<'PY'
+python3 - "$W" "$((T1 - T0))" "$(getconf CLK_TCK)" <<'PY'
 import json, sys
 w = sys.argv[1]
 before = {l.split()[0]: l.split() for l in open(f"{w}/before.txt")}
 r = json.loads(open(f"{w}/blast.json").read().strip().splitlines()[-1])
 n = r["requests"]
 print(f"requests {n} in {r['seconds']:.1f} s, errors {r['errors']}")
+print(f"server CPU µs/req {int(sys.argv[2]) / int(sys.argv[3]) * 1e6 / n:.1f}")
 total = 0
 for line in open(f"{w}/after.txt"):
     pid, name, t, c = line.split()
