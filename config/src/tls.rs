@@ -29,11 +29,20 @@ pub struct TlsSettings {
     /// application's private copy). A file that is missing or has none of
     /// the symbols stops the start, with its path.
     pub libraries: Vec<PathBuf>,
+    /// Attach to OpenSSL files that appear after start (a new container's
+    /// `libssl`, a new runtime): a selected process that reads a TLS
+    /// handshake outside any TLS call the uprobes see is reported once by
+    /// the kernel, and the loader attaches to the new OpenSSL files it maps
+    /// (and its executable, when it exports the symbols). The price: the
+    /// loader keeps CAP_SYS_ADMIN, CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE and
+    /// CAP_DAC_READ_SEARCH for its whole life instead of none (README
+    /// "Privileges"). Off (the default): the files found at start only.
+    pub attach_later: bool,
 }
 
 impl Default for TlsSettings {
     fn default() -> Self {
-        TlsSettings { enabled: true, libraries: Vec::new() }
+        TlsSettings { enabled: true, libraries: Vec::new(), attach_later: false }
     }
 }
 
@@ -65,6 +74,10 @@ mod tests {
         let s = Settings::from_toml("").expect("defaults");
         assert!(s.tls.enabled);
         assert!(s.tls.libraries.is_empty());
+        assert!(!s.tls.attach_later, "the loader keeps no capability unless asked");
+        assert!(Settings::from_toml("[tls]\nattach_later = true").expect("valid").tls.attach_later);
+        let err = Settings::from_toml("[tls]\nattach_later = \"maybe\"").unwrap_err().to_string();
+        assert!(err.contains("attach_later"), "{err}");
     }
 
     #[test]

@@ -29,6 +29,8 @@ RINGTAIL_GLOBAL(const volatile __u8, select_ports, 0);
 
 /* 1 = the TLS uprobes are attached (tls.enabled): the socket hooks look for a TLS call in progress. */
 RINGTAIL_GLOBAL(const volatile __u8, tls_on, 0);
+/* 1 = tls.attach_later: a process that reads a TLS handshake outside any TLS call is reported once (PROC_TLS). */
+RINGTAIL_GLOBAL(const volatile __u8, tls_late, 0);
 
 /* Connection numbers: unique per loaded program, never kernel addresses. */
 RINGTAIL_GLOBAL(__u64, next_conn_id, 0);

@@ -110,6 +110,7 @@
 /* proc_head.kind: records of the `execs` ring. */
 #define PROC_EXEC 1
 #define PROC_FORK 2
+#define PROC_TLS 3 /* a struct proc_head alone: the process speaks TLS that no attached file handles (tls.attach_later) */
 
 /* exec_event.flags */
 #define EXECF_ENV 0x01           /* env holds the start of the new environment */

@@ -93,15 +93,50 @@ struct {
 	__type(value, struct tls_sock);
 } tls_reads SEC(".maps") __weak;
 
+/* The processes already reported by tls_hint, by tgid (an LRU: a process
+ * evicted may be reported again, which costs the loader one look). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u32);
+	__type(value, __u8);
+} tls_hinted SEC(".maps") __weak;
+
+/* tls.attach_later: the process read a TLS handshake outside any TLS call
+ * that the uprobes saw: it may use an OpenSSL file that appeared after
+ * start. Reported once (the `execs` ring, PROC_TLS); the loader looks at
+ * what it maps. Processes whose TLS runs over memory buffers (Node) are
+ * reported too, and the loader finds nothing new. */
+static __noinline void tls_hint(__u32 tgid)
+{
+	__u8 one = 1;
+	if (bpf_map_update_elem(&tls_hinted, &tgid, &one, BPF_NOEXIST))
+		return; /* reported already */
+	struct proc_head *h = bpf_ringbuf_reserve(&execs, sizeof(*h), 0);
+	if (!h) {
+		bpf_map_delete_elem(&tls_hinted, &tgid);
+		return;
+	}
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	h->tgid = tgid;
+	h->kind = PROC_TLS;
+	h->flags = 0;
+	h->_pad = 0;
+	h->proc_start_ns = BPF_CORE_READ(t, group_leader, start_boottime);
+	bpf_ringbuf_submit(h, 0);
+}
+
 /* A receive on `sk` (no state, no TLS call of the thread) began with the
  * `n` bytes at `p`: remembered when they begin a TLS handshake record
  * (content type 22, protocol major version 3). */
-static __always_inline void tls_saw_read(struct sock *sk, __u32 tid, __s32 fd, const __u8 *p, __u32 n)
+static __always_inline void tls_saw_read(struct sock *sk, __u32 tgid, __u32 tid, __s32 fd, const __u8 *p, __u32 n)
 {
 	if (!tls_on || n < 3 || p[0] != 22 || p[1] != 3)
 		return;
 	struct tls_sock v = { .sk = (__u64)sk, .fd = fd };
 	bpf_map_update_elem(&tls_reads, &tid, &v, BPF_ANY);
+	if (tls_late)
+		tls_hint(tgid);
 }
 
 /* A TLS call of SSL object `ssl` moved no ciphertext itself: it takes the

@@ -252,6 +252,8 @@ pub struct ForkEvent {
 pub enum ProcRecord {
     Exec(Box<ExecEvent>),
     Fork(ForkEvent),
+    /// tls.attach_later: the process speaks TLS no attached file handles.
+    Tls(ProcHead),
 }
 
 impl ProcRecord {
@@ -261,6 +263,7 @@ impl ProcRecord {
         match h.kind {
             PROC_EXEC => Some(ProcRecord::Exec(Box::new(read(bytes)?))),
             PROC_FORK => Some(ProcRecord::Fork(read(bytes)?)),
+            PROC_TLS => Some(ProcRecord::Tls(h)),
             _ => None,
         }
     }

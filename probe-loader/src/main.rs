@@ -79,6 +79,10 @@ fn main() -> anyhow::Result<()> {
 async fn run(p: Process) -> anyhow::Result<()> {
     let settings = &p.settings;
     privileges::check(settings.probe.read_process_env)?;
+    let attach_later = settings.tls.enabled && settings.tls.attach_later;
+    if attach_later {
+        privileges::check_attach_later()?;
+    }
 
     // 1. Privileged work: load and attach, seed the selection, bind.
     let wakeup_len = settings.effective_wakeup_len();
@@ -141,7 +145,7 @@ async fn run(p: Process) -> anyhow::Result<()> {
     // 2. Drop what is no longer needed. The actors' group stays, as the only
     //    way into their directory for the acks they publish.
     privileges::join_group(actors.gid)?;
-    privileges::drop_all()?;
+    privileges::drop_all_but(if attach_later { privileges::ATTACH_LATER } else { &[] })?;
     tracing::info!(event = "dropped_privileges", kept = %privileges::effective(), "privileges dropped");
 
     // 3. Work.

@@ -2,25 +2,27 @@
 //!
 //! | capability          | needed for                                        | kept after start |
 //! |---------------------|---------------------------------------------------|------------------|
-//! | CAP_BPF             | creating maps, loading programs                   | no               |
-//! | CAP_PERFMON         | tracing programs, reading kernel memory; the TLS uprobes (perf_event_open of the `uprobe` PMU) | no |
-//! | CAP_SYS_ADMIN       | older kernels' BPF checks (alternative to the two)| no               |
-//! | CAP_SYS_PTRACE      | `/proc/PID/{exe,environ,fd,maps,root}` of other users' processes (ptrace access check): the start scan, and the `libssl` files they map (TLS) | no |
-//! | CAP_DAC_READ_SEARCH | the same files' modes (0400/0500, owned by that user) | no           |
+//! | CAP_BPF             | creating maps, loading programs                   | no (yes with `tls.attach_later`) |
+//! | CAP_PERFMON         | tracing programs, reading kernel memory; the TLS uprobes (perf_event_open of the `uprobe` PMU) | no (yes with `tls.attach_later`) |
+//! | CAP_SYS_ADMIN       | older kernels' BPF checks (alternative to the two); the TLS uprobes on Linux 6.18 | no (yes with `tls.attach_later`) |
+//! | CAP_SYS_PTRACE      | `/proc/PID/{exe,environ,fd,maps,root}` of other users' processes (ptrace access check): the start scan, and the `libssl` files they map (TLS) | no (yes with `tls.attach_later`) |
+//! | CAP_DAC_READ_SEARCH | the same files' modes (0400/0500, owned by that user) | no (yes with `tls.attach_later`) |
 //! | CAP_SETGID          | joining the actors' group                         | no               |
 //! | CAP_SETPCAP         | dropping the bounding set                         | no               |
 //!
 //! The TLS uprobes are attached at start too, to the OpenSSL files found
-//! then (`tls`): attaching to a file that appears later would need the
-//! attach privilege (and ptrace access to read it through another process's
-//! root) for the loader's whole life, so it is not done. On Linux 6.18
+//! then (`tls`). Attaching to a file that appears later needs the attach
+//! privilege (and ptrace access to read it through another process's root)
+//! for the loader's whole life: only with `tls.attach_later = true`, which
+//! keeps [`ATTACH_LATER`] (and nothing else) instead of none. On Linux 6.18
 //! `perf_event_open` of a uprobe is refused (EACCES) to CAP_BPF +
 //! CAP_PERFMON alone: it takes CAP_SYS_ADMIN. Without it (the systemd unit)
 //! the loader starts without the TLS uprobes and warns
 //! (`event=tls_attach_failed`); it is not required here, so that the unit
 //! need not grant it.
 //!
-//! After start the loader holds no capability at all (effective, permitted,
+//! After start the loader holds no capability at all (unless
+//! `tls.attach_later`: then [`ATTACH_LATER`] alone) (effective, permitted,
 //! inheritable, ambient and bounding sets empty, `no_new_privs`): what it
 //! still does works on file descriptors it already has (the maps, the ring
 //! buffers, its sockets). Processes that start later are named from the
@@ -75,6 +77,27 @@ fn names(set: &CapsHashSet) -> String {
     }
 }
 
+/// What `tls.attach_later` keeps for the loader's life: attaching uprobes
+/// (perf_event_open of the `uprobe` PMU takes CAP_SYS_ADMIN on Linux 6.18;
+/// the BPF link CAP_BPF and CAP_PERFMON) and reading another user's
+/// process's maps, executable and root (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH).
+pub const ATTACH_LATER: &[Capability] =
+    &[Capability::CAP_SYS_ADMIN, Capability::CAP_BPF, Capability::CAP_PERFMON, Capability::CAP_SYS_PTRACE, Capability::CAP_DAC_READ_SEARCH];
+
+/// Fails with a precise message unless the capabilities `tls.attach_later`
+/// keeps are here.
+pub fn check_attach_later() -> Result<(), PrivilegeError> {
+    let have = caps::read(None, CapSet::Effective).map_err(|source| PrivilegeError::Read { source })?;
+    let missing: CapsHashSet = ATTACH_LATER.iter().filter(|c| !have.contains(c)).copied().collect();
+    if !missing.is_empty() {
+        return Err(PrivilegeError::Missing {
+            missing: format!("{} for tls.attach_later = true (set it to false to run without)", names(&missing)),
+            have: names(&have),
+        });
+    }
+    Ok(())
+}
+
 /// Fails with a precise message unless we may load tracing programs (and,
 /// with `read_process_env`, read other users' /proc entries at start).
 pub fn check(read_process_env: bool) -> Result<(), PrivilegeError> {
@@ -104,20 +127,24 @@ pub fn join_group(gid: u32) -> Result<(), PrivilegeError> {
     Ok(())
 }
 
-/// Drops every capability from all sets, the bounding set included, and
-/// sets `no_new_privs`.
-pub fn drop_all() -> Result<(), PrivilegeError> {
+/// Drops every capability but `keep` from all sets, the bounding set
+/// included (`keep` stays effective and permitted), and sets
+/// `no_new_privs`.
+pub fn drop_all_but(keep: &[Capability]) -> Result<(), PrivilegeError> {
     let err = |source| PrivilegeError::Drop { source };
     // The bounding set first: dropping from it needs CAP_SETPCAP, which
     // goes away with the effective set below.
     let bounding = caps::read(None, CapSet::Bounding).map_err(err)?;
     for cap in bounding {
-        caps::drop(None, CapSet::Bounding, cap).map_err(err)?;
+        if !keep.contains(&cap) {
+            caps::drop(None, CapSet::Bounding, cap).map_err(err)?;
+        }
     }
+    let keep: CapsHashSet = keep.iter().copied().collect();
     caps::clear(None, CapSet::Ambient).map_err(err)?;
     caps::clear(None, CapSet::Inheritable).map_err(err)?;
-    caps::clear(None, CapSet::Effective).map_err(err)?;
-    caps::clear(None, CapSet::Permitted).map_err(err)?;
+    caps::set(None, CapSet::Effective, &keep).map_err(err)?;
+    caps::set(None, CapSet::Permitted, &keep).map_err(err)?;
     // SAFETY: prctl(PR_SET_NO_NEW_PRIVS) takes integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
         return Err(PrivilegeError::NoNewPrivs { source: std::io::Error::last_os_error() });

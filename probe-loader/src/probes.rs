@@ -9,12 +9,15 @@
 //! ring buffer (5.8). With `tls.enabled`, uprobes on OpenSSL's functions
 //! are attached after them (`attach_tls`, where: `tls`).
 
+use std::collections::BTreeSet;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray, RingBuf};
 use aya::programs::links::FdLink;
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeError, UProbeScope};
+use aya::programs::ProbeKind;
 use aya::programs::{BtfTracePoint, ProgramInfo, TracePoint, UProbe};
 use aya::{Btf, Ebpf, EbpfLoader};
 use ringtail_config::{DiscoverySettings, ProbeSettings, TlsSettings};
@@ -114,6 +117,12 @@ pub struct Probes {
     epoch: u64,
     /// The TLS uprobes are loaded (by this process, or pinned by an earlier one).
     tls: bool,
+    /// The files (device, inode) the TLS uprobes went to, and those looked
+    /// at and found not to be OpenSSL: each file is looked at once.
+    tls_files: BTreeSet<(u64, u64)>,
+    /// The TLS programs reopened from the pin set, for files attached later
+    /// by a loader that did not load them.
+    tls_pinned: Vec<(&'static str, UProbe)>,
 }
 
 /// What `attach_tls` did.
@@ -275,6 +284,7 @@ impl Probes {
         set: Option<&Path>,
     ) -> Result<(Ebpf, Maps), ProbeError> {
         let tls_on = u8::from(tls.enabled);
+        let tls_late = u8::from(tls.enabled && tls.attach_later);
         // The connection table: the syscall backend's, or (socket backend)
         // the TLS connections' alone, which needs none without TLS.
         let conn_table = if backend == Chosen::Socket && !tls.enabled { 1 } else { probe.max_connections };
@@ -295,6 +305,7 @@ impl Probes {
             .override_global("select_ports", &select_ports, true)
             .override_global("read_env", &read_env, true)
             .override_global("tls_on", &tls_on, true)
+            .override_global("tls_late", &tls_late, true)
             .map_max_entries("events", ring_bytes)
             // the connection table (bpf/conn.h), and the TLS bindings (bpf/tls.h)
             .map_max_entries("conn_table", conn_table)
@@ -358,7 +369,12 @@ impl Probes {
         let counters = PerCpuArray::try_from(Map::PerCpuArray(maps.counters)).map_err(map_err("counters"))?;
         let slot: Array<MapData, u64> = Array::try_from(Map::Array(maps.epoch)).map_err(map_err("epoch"))?;
         let epoch = slot.get(&0, 0).map_err(map_err("epoch"))?;
-        Ok((Probes { ebpf, set, backend, sel_pids, _sel_ports: sel_ports, counters, epoch, tls }, Rings { events, execs }))
+        // The files a loader before this one attached to: their links' pin
+        // names carry device and inode (`link_tls_DEV_INODE_I`).
+        let tls_files = set.as_deref().map(pinned_tls_files).unwrap_or_default();
+        let probes =
+            Probes { ebpf, set, backend, sel_pids, _sel_ports: sel_ports, counters, epoch, tls, tls_files, tls_pinned: Vec::new() };
+        Ok((probes, Rings { events, execs }))
     }
 
     /// The capture backend in use.
@@ -434,59 +450,113 @@ impl Probes {
         }
         self.tls = true;
         for target in targets.files {
-            let path = &target.path;
-            let mut attached = 0;
-            for (i, up) in tls::PROGRAMS.iter().enumerate() {
-                let program = up.program;
-                let prog: &mut UProbe = ebpf
-                    .program_mut(program)
-                    .ok_or(ProbeError::MissingProgram { program })?
-                    .try_into()
-                    .map_err(|source| ProbeError::Program { program, tracepoint: "uprobe", source })?;
-                let link = match prog.attach(UProbeAttachLocation::Symbol(up.symbol), path, UProbeScope::AllProcesses) {
-                    Ok(link) => link,
-                    Err(aya::programs::ProgramError::UProbeError(UProbeError::SymbolError { .. })) if !up.required => continue,
-                    Err(aya::programs::ProgramError::UProbeError(UProbeError::SymbolError { .. })) if attached == 0 => {
-                        // the first symbol: not OpenSSL (NSS's libssl3.so)
-                        if target.configured {
-                            return Err(ProbeError::TlsNotOpenssl { path: path.clone(), symbol: up.symbol });
-                        }
-                        tracing::debug!(path = %path.display(), "not an OpenSSL library: skipped");
-                        break;
-                    }
-                    Err(source) if target.configured => {
-                        return Err(ProbeError::TlsAttach { program, symbol: up.symbol, path: path.clone(), source: Box::new(source) })
-                    }
-                    Err(source) => {
-                        // A file found by the search: HTTPS goes untraced
-                        // through it, said loudly, and the loader starts.
-                        // (Linux 6.18 refuses a uprobe perf event to
-                        // CAP_BPF + CAP_PERFMON without CAP_SYS_ADMIN.)
-                        let error = ProbeError::TlsAttach { program, symbol: up.symbol, path: path.clone(), source: Box::new(source) };
-                        tracing::warn!(
-                            event = "tls_attach_failed",
-                            path = %path.display(),
-                            error = %error_chain(&error),
-                            "TLS uprobes not attached: HTTPS through this file is not traced (uprobes may need CAP_SYS_ADMIN at start on this kernel; tls.enabled = false silences this)"
-                        );
-                        break;
-                    }
-                };
-                attached += 1;
-                if let Some(set) = &self.set {
-                    let link = prog.take_link(link).map_err(|source| ProbeError::Program { program, tracepoint: "uprobe", source })?;
-                    let link = FdLink::try_from(link).map_err(|source| ProbeError::Link { program, tracepoint: "uprobe", source })?;
-                    let n = done.files.len();
-                    link.pin(set.join(format!("link_tls_{n}_{i}"))).map_err(pin_err(format!("link {program} {}", up.symbol)))?;
-                }
-            }
-            if attached > 0 {
-                tracing::info!(event = "tls_attached", path = %path.display(), uprobes = attached, "TLS uprobes attached");
-                done.uprobes += attached;
-                done.files.push(path.clone());
-            }
+            self.attach_tls_file(&target, &mut done)?;
         }
         Ok(done)
+    }
+
+    /// tls.attach_later: process `pid` speaks TLS that no attached file
+    /// handles (the kernel's PROC_TLS record). Attaches to the OpenSSL files
+    /// it maps and its executable (when it exports the symbols) that were
+    /// not looked at before. Needs the capabilities the loader keeps for it
+    /// (README "Privileges"). A process that is gone, or maps nothing new,
+    /// attaches nothing.
+    pub fn attach_tls_later(&mut self, pid: u32) -> Result<TlsAttached, ProbeError> {
+        let mut done = TlsAttached::default();
+        if !self.tls {
+            return Ok(done);
+        }
+        for path in tls::of_process(Path::new("/proc"), pid, &mut BTreeSet::new()) {
+            self.attach_tls_file(&tls::Target { path, configured: false }, &mut done)?;
+        }
+        Ok(done)
+    }
+
+    /// The TLS program `name`: this process's, or reopened from the pin set.
+    fn tls_program(&mut self, name: &'static str) -> Result<&mut UProbe, ProbeError> {
+        if let Some(ebpf) = self.ebpf.as_mut() {
+            return ebpf
+                .program_mut(name)
+                .ok_or(ProbeError::MissingProgram { program: name })?
+                .try_into()
+                .map_err(|source| ProbeError::Program { program: name, tracepoint: "uprobe", source });
+        }
+        let Some(set) = self.set.as_ref() else { return Err(ProbeError::MissingProgram { program: name }) };
+        let at = match self.tls_pinned.iter().position(|(n, _)| *n == name) {
+            Some(at) => at,
+            None => {
+                let kind = if name == "tls_call_exit" { ProbeKind::Return } else { ProbeKind::Entry };
+                let prog = UProbe::from_pin(set.join(format!("prog_{name}")), kind).map_err(|source| ProbeError::Program {
+                    program: name,
+                    tracepoint: "uprobe",
+                    source,
+                })?;
+                self.tls_pinned.push((name, prog));
+                self.tls_pinned.len() - 1
+            }
+        };
+        Ok(&mut self.tls_pinned[at].1)
+    }
+
+    /// Attaches every TLS program to `target`'s functions, unless the file
+    /// was looked at already. A configured file that is not OpenSSL or
+    /// cannot be attached is an error; a found one is skipped (not OpenSSL)
+    /// or said loudly (attach refused) and left.
+    fn attach_tls_file(&mut self, target: &tls::Target, done: &mut TlsAttached) -> Result<(), ProbeError> {
+        let path = &target.path;
+        let Ok(meta) = std::fs::metadata(path) else { return Ok(()) };
+        let file = (meta.dev(), meta.ino());
+        if !self.tls_files.insert(file) {
+            return Ok(());
+        }
+        let mut attached = 0;
+        for (i, up) in tls::PROGRAMS.iter().enumerate() {
+            let program = up.program;
+            let set = self.set.clone();
+            let prog = self.tls_program(program)?;
+            let link = match prog.attach(UProbeAttachLocation::Symbol(up.symbol), path, UProbeScope::AllProcesses) {
+                Ok(link) => link,
+                Err(aya::programs::ProgramError::UProbeError(UProbeError::SymbolError { .. })) if !up.required => continue,
+                Err(aya::programs::ProgramError::UProbeError(UProbeError::SymbolError { .. })) if attached == 0 => {
+                    // the first symbol: not OpenSSL (NSS's libssl3.so)
+                    if target.configured {
+                        return Err(ProbeError::TlsNotOpenssl { path: path.clone(), symbol: up.symbol });
+                    }
+                    tracing::debug!(path = %path.display(), "not an OpenSSL library: skipped");
+                    break;
+                }
+                Err(source) if target.configured => {
+                    return Err(ProbeError::TlsAttach { program, symbol: up.symbol, path: path.clone(), source: Box::new(source) })
+                }
+                Err(source) => {
+                    // A file found by the search: HTTPS goes untraced
+                    // through it, said loudly, and the loader goes on.
+                    // (Linux 6.18 refuses a uprobe perf event to
+                    // CAP_BPF + CAP_PERFMON without CAP_SYS_ADMIN.)
+                    let error = ProbeError::TlsAttach { program, symbol: up.symbol, path: path.clone(), source: Box::new(source) };
+                    tracing::warn!(
+                        event = "tls_attach_failed",
+                        path = %path.display(),
+                        error = %error_chain(&error),
+                        "TLS uprobes not attached: HTTPS through this file is not traced (uprobes may need CAP_SYS_ADMIN at start on this kernel; tls.enabled = false silences this)"
+                    );
+                    break;
+                }
+            };
+            attached += 1;
+            if let Some(set) = set {
+                let link = prog.take_link(link).map_err(|source| ProbeError::Program { program, tracepoint: "uprobe", source })?;
+                let link = FdLink::try_from(link).map_err(|source| ProbeError::Link { program, tracepoint: "uprobe", source })?;
+                link.pin(set.join(format!("link_tls_{}_{}_{i}", file.0, file.1)))
+                    .map_err(pin_err(format!("link {program} {}", up.symbol)))?;
+            }
+        }
+        if attached > 0 {
+            tracing::info!(event = "tls_attached", path = %path.display(), uprobes = attached, "TLS uprobes attached");
+            done.uprobes += attached;
+            done.files.push(path.clone());
+        }
+        Ok(())
     }
 
     /// bpf_stats of every program.
@@ -519,6 +589,20 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         src = inner.source();
     }
     s
+}
+
+/// The files (device, inode) whose TLS links are pinned in `set`
+/// (`link_tls_DEV_INODE_I`).
+fn pinned_tls_files(set: &Path) -> BTreeSet<(u64, u64)> {
+    let Ok(entries) = std::fs::read_dir(set) else { return BTreeSet::new() };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let mut parts = name.strip_prefix("link_tls_")?.split('_');
+            Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+        })
+        .collect()
 }
 
 fn pin_err(what: String) -> impl Fn(aya::pin::PinError) -> ProbeError {

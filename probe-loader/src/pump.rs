@@ -124,6 +124,8 @@ pub struct Pump {
     /// Times the write-ahead position moved past unreceived batches (see
     /// [`commit`]).
     valve: Counter,
+    /// tls.attach_later: OpenSSL files attached after start.
+    tls_late_files: Counter,
     malformed: Drops,
     publish_failed: Drops,
     kernel_last: [u64; COUNTERS.len()],
@@ -178,6 +180,7 @@ impl Pump {
             read: registry.counter("ringtail_events_read_total", &[]),
             drain_cut: registry.counter("ringtail_ring_drain_cut_total", &[]),
             valve: registry.counter("ringtail_ring_released_unreceived_total", &[]),
+            tls_late_files: registry.counter("ringtail_tls_files_attached_later_total", &[]),
             malformed: registry.drops("ringtail_dropped_events_total", "malformed_record"),
             publish_failed: registry.drops("ringtail_dropped_events_total", "publish_failed"),
             kernel_last: [0; COUNTERS.len()],
@@ -301,9 +304,31 @@ impl Pump {
         emptied
     }
 
+    /// tls.attach_later: process `pid` speaks TLS that no attached file
+    /// handles; the OpenSSL files it maps that are new get the uprobes.
+    fn attach_tls_later(&mut self, pid: u32) {
+        match self.probes.attach_tls_later(pid) {
+            Ok(done) => {
+                self.tls_late_files.add(done.files.len() as u64);
+                tracing::info!(
+                    pid,
+                    event = "tls_later",
+                    files = done.files.len(),
+                    uprobes = done.uprobes,
+                    "TLS seen: the process's OpenSSL files looked at"
+                );
+            }
+            Err(error) => {
+                tracing::warn!(pid, event = "tls_later_failed", error = %error, "TLS uprobes not attached to a process's new files")
+            }
+        }
+    }
+
     /// Learns new processes' names from exec and fork records, and selects
     /// newly exec'd processes whose executable matches.
     fn drain_execs(&mut self) {
+        // attached after the loop, which holds the ring
+        let mut tls_pids = Vec::new();
         while let Some(item) = self.execs.next() {
             let Some(record) = ProcRecord::parse(&item) else {
                 self.malformed.add(1);
@@ -313,6 +338,10 @@ impl Pump {
             let ev = match record {
                 ProcRecord::Fork(ev) => {
                     self.procs.fork(&ev);
+                    continue;
+                }
+                ProcRecord::Tls(h) => {
+                    tls_pids.push(h.tgid);
                     continue;
                 }
                 ProcRecord::Exec(ev) => ev,
@@ -330,6 +359,9 @@ impl Pump {
             } else {
                 self.probes.deselect_by_exe(pid);
             }
+        }
+        for pid in tls_pids {
+            self.attach_tls_later(pid);
         }
     }
 

@@ -255,6 +255,20 @@ fn exports_io(path: &Path, name: &str) -> std::io::Result<bool> {
     }))
 }
 
+/// The files of process `pid` to attach to: the `libssl` files it maps and
+/// its executable when that exports `SSL_read` (each executable file,
+/// by device and inode in `looked`, is looked into once).
+pub fn of_process(proc: &Path, pid: u32, looked: &mut BTreeSet<(u64, u64)>) -> Vec<PathBuf> {
+    let mut out = libssl_mapped(proc, pid);
+    if let Some(exe) = exe_of(proc, pid) {
+        let fresh = std::fs::metadata(&exe).is_ok_and(|m| looked.insert((m.dev(), m.ino())));
+        if fresh && exports(&exe, "SSL_read") {
+            out.push(exe);
+        }
+    }
+    out
+}
+
 /// Every file to attach to: `configured` (tls.libraries) first, then the
 /// loader's directories under `root`, then what the processes `pids` map,
 /// then their executables that export OpenSSL's functions.
@@ -269,18 +283,9 @@ pub fn find(configured: &[PathBuf], root: &Path, proc: &Path, pids: impl IntoIte
     for path in libssl_in(&loader_dirs(root)) {
         t.add(path, false);
     }
-    let mut exes = Vec::new();
-    for pid in pids {
-        for path in libssl_mapped(proc, pid) {
-            t.add(path, false);
-        }
-        exes.extend(exe_of(proc, pid));
-    }
-    // each executable file looked into once
     let mut looked = BTreeSet::new();
-    for path in exes {
-        let Ok(meta) = std::fs::metadata(&path) else { continue };
-        if looked.insert((meta.dev(), meta.ino())) && exports(&path, "SSL_read") {
+    for pid in pids {
+        for path in of_process(proc, pid, &mut looked) {
             t.add(path, false);
         }
     }

@@ -479,6 +479,114 @@ fn python_asyncio_tls_server(b: &str) {
     let _ = expect_spans(&rotel, &rt, ours, &want);
 }
 
+/// A capability set of process `pid` (`set`: "CapEff", "CapBnd"... of
+/// /proc/PID/status).
+fn caps_of(pid: u32, set: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read the loader's status");
+    let hex = status.lines().find_map(|l| l.strip_prefix(set)?.strip_prefix(':')).expect("the set's line").trim();
+    u64::from_str_radix(hex, 16).expect("a capability set is hex")
+}
+
+/// `tls.attach_later`: an OpenSSL file that appears after start (a private
+/// copy of the host's libssl, which the server loads through
+/// LD_LIBRARY_PATH) is attached when a selected process first reads a TLS
+/// handshake through it. That first request races the attach (traced or
+/// not, never twice); every later one is a span. The loader keeps exactly
+/// the five capabilities the setting costs. A loader restart reopens the
+/// pinned set, and a second new copy is attached with the pinned programs.
+fn a_library_that_appears_later_is_attached_when_used(b: &str) {
+    if !ready(&["python3", "curl", "openssl"]) {
+        return;
+    }
+    let host = ["/usr/lib/x86_64-linux-gnu/libssl.so.3", "/lib/x86_64-linux-gnu/libssl.so.3"]
+        .into_iter()
+        .map(Path::new)
+        .find(|p| p.exists())
+        .expect("the host's libssl.so.3");
+    let rotel = Rotel::start();
+    let mut rt = ringtail(b, &rotel, "exe_names = [\"^python3\"]", "[tls]\nattach_later = true\n");
+    // CAP_DAC_READ_SEARCH 2, CAP_SYS_PTRACE 19, CAP_SYS_ADMIN 21, CAP_PERFMON 38, CAP_BPF 39
+    let kept = (1u64 << 2) | (1 << 19) | (1 << 21) | (1 << 38) | (1 << 39);
+    let loader = rt.pid("probe-loader").expect("loader pid");
+    for set in ["CapEff", "CapPrm", "CapBnd"] {
+        assert_eq!(caps_of(loader, set), kept, "{set}; log:\n{}", rt.log());
+    }
+    assert_eq!(caps_of(loader, "CapInh") | caps_of(loader, "CapAmb"), 0);
+    let dir = TempDir::new("late-lib");
+    let (cert, key) = certificate(&dir.0);
+    let script = dir.join("server.py");
+    std::fs::write(&script, PY_TLS_SERVER).expect("write server.py");
+    // a server whose libssl is a copy made now, in lib-NAME
+    let serve = |name: &str| -> (Proc, u16, String) {
+        let lib = dir.join(&format!("lib-{name}"));
+        std::fs::create_dir_all(&lib).expect("mkdir");
+        std::fs::copy(host, lib.join("libssl.so.3")).expect("copy libssl");
+        let port = free_port();
+        let p = Proc::spawn(
+            "python tls server",
+            Command::new("python3")
+                .args([script.to_str().unwrap(), &port.to_string(), &cert, &key])
+                .env("LD_LIBRARY_PATH", &lib)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        );
+        assert!(wait_port(port, Duration::from_secs(15)), "the server did not listen on {port}");
+        (p, port, lib.join("libssl.so.3").display().to_string())
+    };
+    let curl = |port: u16, paths: &[&str]| {
+        let urls: Vec<String> = paths.iter().map(|p| format!("https://127.0.0.1:{port}{p}")).collect();
+        let st =
+            Command::new("curl").arg("-sk").args(paths.iter().flat_map(|_| ["-o", "/dev/null"])).args(&urls).status().expect("run curl");
+        assert!(st.success());
+    };
+    let attached = |rt: &Ringtail, copy: &str| {
+        wait_until(WAIT, || rt.log().lines().any(|l| l.contains("event=\"tls_attached\"") && l.contains(copy)).then_some(()))
+            .unwrap_or_else(|| panic!("{copy} was not attached; log:\n{}", rt.log()));
+    };
+    let (_a, port_a, copy_a) = serve("a");
+    curl(port_a, &["/first"]);
+    attached(&rt, &copy_a);
+    curl(port_a, &["/second", "/third"]);
+    // the loader restarts and reopens the pinned set
+    let loader = rt.pid("probe-loader").expect("loader pid");
+    // SAFETY: kill with a pid we read from the supervisor's log.
+    unsafe { libc::kill(loader as i32, libc::SIGKILL) };
+    wait_until(WAIT, || (rt.events("probe-loader", "ready").len() >= 2).then_some(())).expect("the loader restarted");
+    let (_b, port_b, copy_b) = serve("b");
+    curl(port_b, &["/first"]);
+    attached(&rt, &copy_b);
+    curl(port_b, &["/after-restart"]);
+    let ports = [port_a.to_string(), port_b.to_string()];
+    let ours = |s: &Value| s["kind"] == 2 && attr(s, "server.port").is_some_and(|p| ports.contains(&p));
+    let later = |s: &Value| ours(s) && attr(s, "url.path").as_deref() != Some("/first");
+    let spans = expect_spans(
+        &rotel,
+        &rt,
+        later,
+        &[
+            (k("server", "https", "GET", "/second", 200), 1),
+            (k("server", "https", "GET", "/third", 200), 1),
+            (k("server", "https", "GET", "/after-restart", 200), 1),
+        ],
+    );
+    assert_eq!(spans.len(), 3);
+    // each first request: traced once or not at all (it raced the attach)
+    for port in &ports {
+        let firsts = rotel
+            .spans()
+            .iter()
+            .filter(|s| ours(s) && attr(s, "server.port").as_ref() == Some(port) && attr(s, "url.path").as_deref() == Some("/first"))
+            .count();
+        assert!(firsts <= 1, "the first request on {port} traced {firsts} times");
+    }
+    // each copy attached once, by the loader that saw it
+    for copy in [&copy_a, &copy_b] {
+        let n = rt.log().lines().filter(|l| l.contains("event=\"tls_attached\"") && l.contains(copy.as_str())).count();
+        assert_eq!(n, 1, "{copy}; log:\n{}", rt.log());
+    }
+    assert!(rt.stop());
+}
+
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
         mod socket {
@@ -497,6 +605,7 @@ on_both_backends!(
     nginx_http2_over_tls,
     node_https_server_and_client,
     python_asyncio_tls_server,
+    a_library_that_appears_later_is_attached_when_used,
 );
 
 /// The TLS uprobes' BPF links (perf_event links of `tls_*` programs).
