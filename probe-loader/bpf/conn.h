@@ -550,7 +550,7 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 			return st;
 		}
 		if (!st && !io->tls)
-			tls_saw_read(io->sk, io->tgid, io->tid, io->fd, p, n); /* TLS over memory buffers */
+			tls_saw_read(io->tgid, p, n); /* tls.attach_later */
 		/* A new connection whose first read may be the start of a request
 		 * line ("G", then the rest later) gets state now, or that request
 		 * would go unseen. */
@@ -627,6 +627,8 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 	__u8 p[PREFIX_LEN * 2] = {};
 	__u32 n = read_prefix(p, sg);
 	if (!is_request(p, leading_newlines(p, n), n)) {
+		if (!st && !io->tls)
+			tls_saw_send(io->sk, io->tgid, io->tid, io->fd, p, n); /* TLS over memory buffers */
 		if ((!st || !st->seq) && h2_is_preface(p, n)) {
 			/* prior-knowledge HTTP/2: the process is its client */
 			if (!st)

@@ -16,12 +16,14 @@
  *
  * A program that runs TLS over memory buffers (Node's TLSWrap, Python's
  * ssl.SSLObject under asyncio) moves the ciphertext itself, outside any TLS
- * call: it reads the socket, then hands the bytes to OpenSSL on the same
- * thread. There a receive whose bytes begin a TLS handshake record, on a
- * socket with no state, outside any TLS call, is remembered for the thread
- * (`tls_reads`), and the thread's next TLS call that moved no ciphertext
- * itself takes it (tls_bind_read): a server's first call follows the
- * ClientHello, a client's first read or write the ServerHello.
+ * call, on the thread that makes the calls: the handshake call produces a
+ * flight (a client's ClientHello, a server's ServerHello...), which the
+ * program then sends. So a TLS call that moved no ciphertext itself and
+ * whose SSL object has no binding is remembered for the thread
+ * (`tls_pending`), and the thread's next send, outside any TLS call, on a
+ * socket with no state, of bytes that begin a TLS handshake record binds
+ * it (tls_saw_send). What binds is what the process itself sent: bytes a
+ * peer sends cannot steer a binding.
  *
  * The hook programs are in tls_hooks.h (one compilation unit per backend
  * object: sock_tls.bpf.c, syscalls_tls.bpf.c).
@@ -83,15 +85,16 @@ struct {
 	__type(value, struct tls_sock);
 } tls_socks SEC(".maps") __weak;
 
-/* The last handshake record read outside a TLS call, by thread id, until a
- * TLS call of the thread takes it (see above). An LRU: a thread that never
- * makes the call leaves its record to be evicted. */
+/* The SSL object of the thread's last TLS call that moved no ciphertext
+ * and had no binding, by thread id, until a handshake record the thread
+ * sends binds it (see above). An LRU: a thread that never sends one leaves
+ * its record to be evicted. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u32);
-	__type(value, struct tls_sock);
-} tls_reads SEC(".maps") __weak;
+	__type(value, __u64);
+} tls_pending SEC(".maps") __weak;
 
 /* The processes already reported by tls_hint, by tgid (an LRU: a process
  * evicted may be reported again, which costs the loader one look). */
@@ -126,37 +129,46 @@ static __noinline void tls_hint(__u32 tgid)
 	bpf_ringbuf_submit(h, 0);
 }
 
-/* A receive on `sk` (no state, no TLS call of the thread) began with the
- * `n` bytes at `p`: remembered when they begin a TLS handshake record
- * (content type 22, protocol major version 3). */
-static __always_inline void tls_saw_read(struct sock *sk, __u32 tgid, __u32 tid, __s32 fd, const __u8 *p, __u32 n)
+/* Whether the `n` bytes at `p` begin a TLS handshake record (content
+ * type 22, protocol major version 3). */
+static __always_inline int tls_handshake_record(const __u8 *p, __u32 n)
 {
-	if (!tls_on || n < 3 || p[0] != 22 || p[1] != 3)
-		return;
-	struct tls_sock v = { .sk = (__u64)sk, .fd = fd };
-	bpf_map_update_elem(&tls_reads, &tid, &v, BPF_ANY);
-	if (tls_late)
+	return n >= 3 && p[0] == 22 && p[1] == 3;
+}
+
+/* A receive on `sk` (no state, no TLS call of the thread) began with the
+ * `n` bytes at `p`: with tls.attach_later, a handshake record reports the
+ * process (tls_hint). */
+static __always_inline void tls_saw_read(__u32 tgid, const __u8 *p, __u32 n)
+{
+	if (tls_late && tls_handshake_record(p, n))
 		tls_hint(tgid);
 }
 
-/* A TLS call of SSL object `ssl` moved no ciphertext itself: it takes the
- * thread's remembered read, if any, which binds `ssl` when it has no
- * binding yet. Returns the binding, or NULL when there was no read. */
-static __always_inline struct tls_sock *tls_bind_read(__u64 ssl, __u32 tgid, __u32 tid)
+/* A send on `sk` (no state, no TLS call of the thread) began with the `n`
+ * bytes at `p`: a handshake record binds the thread's pending SSL object
+ * to `sk`. */
+static __always_inline void tls_saw_send(struct sock *sk, __u32 tgid, __u32 tid, __s32 fd, const __u8 *p, __u32 n)
 {
-	struct tls_sock *r = bpf_map_lookup_elem(&tls_reads, &tid);
-	if (!r)
-		return NULL;
+	if (!tls_on || !tls_handshake_record(p, n))
+		return;
+	__u64 *pp = bpf_map_lookup_elem(&tls_pending, &tid);
+	if (!pp)
+		return;
+	struct tls_key k = { .ssl = *pp, .tgid = tgid };
+	bpf_map_delete_elem(&tls_pending, &tid);
+	struct tls_sock v = { .sk = (__u64)sk, .fd = fd };
+	if (bpf_map_update_elem(&tls_socks, &k, &v, BPF_NOEXIST) == 0)
+		count(CNT_TLS_BINDINGS);
+}
+
+/* A TLS call of `ssl` moved no ciphertext itself: when `ssl` has no
+ * binding, it waits for the handshake record the thread sends next. */
+static __always_inline void tls_pend(__u64 ssl, __u32 tgid, __u32 tid)
+{
 	struct tls_key k = { .ssl = ssl, .tgid = tgid };
-	struct tls_sock v = *r;
-	bpf_map_delete_elem(&tls_reads, &tid);
-	struct tls_sock *b = bpf_map_lookup_elem(&tls_socks, &k);
-	if (b)
-		return b;
-	if (bpf_map_update_elem(&tls_socks, &k, &v, BPF_NOEXIST))
-		return NULL;
-	count(CNT_TLS_BINDINGS);
-	return bpf_map_lookup_elem(&tls_socks, &k);
+	if (!bpf_map_lookup_elem(&tls_socks, &k))
+		bpf_map_update_elem(&tls_pending, &tid, &ssl, BPF_ANY);
 }
 
 /* The TLS call the current thread is inside, if any (socket hooks). */

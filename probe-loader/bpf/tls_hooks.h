@@ -38,8 +38,6 @@ static __always_inline void tls_data(__u64 ssl, __u64 buf, __u64 n, __u32 tgid, 
 {
 	struct tls_key k = { .ssl = ssl, .tgid = tgid };
 	struct tls_sock *b = bpf_map_lookup_elem(&tls_socks, &k);
-	if (!b && !recv)
-		b = tls_bind_read(ssl, tgid, tid); /* a write that moves no ciphertext itself */
 	if (!b) {
 		count(CNT_TLS_UNBOUND);
 		return;
@@ -108,7 +106,7 @@ int BPF_KRETPROBE(tls_call_exit, long ret)
 	struct tls_call c = *cp;
 	bpf_map_delete_elem(&tls_calls, &tid);
 	if (!c.sk)
-		tls_bind_read(c.ssl, id >> 32, tid); /* no ciphertext moved inside */
+		tls_pend(c.ssl, id >> 32, tid); /* no ciphertext moved inside */
 	__u64 n = 0;
 	if (c.kind == TLS_READ) {
 		if ((int)ret <= 0)

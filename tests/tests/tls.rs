@@ -7,6 +7,7 @@
 //! the counts.
 
 use std::collections::BTreeMap;
+use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -419,6 +420,53 @@ fn node_https_server_and_client(b: &str) {
     assert_eq!(peers.len(), 1, "one keep-alive connection: {peers:?}");
 }
 
+/// A peer cannot steer a binding: bytes that look like a TLS handshake,
+/// sent to a Node process's cleartext port, precede that process's own
+/// HTTPS call on the same thread. Only what the process itself sends binds
+/// its SSL objects, so the call's client span is on its real connection
+/// (to the TLS server's port), and the planted bytes make no span.
+fn a_peer_cannot_steer_a_tls_binding(b: &str) {
+    if !ready(&["node", "openssl", "curl"]) {
+        return;
+    }
+    let rotel = Rotel::start();
+    let (tls_port, port) = (free_port(), free_port());
+    let dir = TempDir::new("node-tls-steer");
+    let (cert, pem_key) = certificate(&dir.0);
+    let script = fixture("node/https.js");
+    let script = script.to_str().unwrap();
+    let _srv = server("node https server", tls_port, Path::new("node"), &[script, "server", &tls_port.to_string(), &cert, &pem_key]);
+    let rt = ringtail(b, &rotel, "exe_names = [\"^node$\"]", "");
+    let _proxy = server("node proxy", port, Path::new("node"), &[script, "proxy", &port.to_string(), &tls_port.to_string()]);
+    // a ClientHello-looking record on the cleartext port; Node answers 400
+    // and closes, so it has read it before the call below
+    let mut peer = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    peer.write_all(&[22, 3, 1, 0, 5, 1, 0, 0, 1, 0]).expect("send");
+    let mut answer = Vec::new();
+    let _ = peer.read_to_end(&mut answer);
+    assert!(answer.starts_with(b"HTTP/1.1 400"), "{:?}", String::from_utf8_lossy(&answer));
+    let out = Command::new("curl")
+        .args(["-s", "-w", "%{http_code}", "-o", "/dev/null", &format!("http://127.0.0.1:{port}/call")])
+        .output()
+        .expect("run curl");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
+    let ours = |s: &Value| attr(s, "url.path").is_some_and(|p| p == "/call" || p == "/inner");
+    let spans = expect_spans(
+        &rotel,
+        &rt,
+        ours,
+        &[
+            (k("server", "http", "GET", "/call", 200), 1),
+            (k("client", "https", "GET", "/inner", 200), 1),
+            (k("server", "https", "GET", "/inner", 200), 1),
+        ],
+    );
+    // the call's span is on its own connection, to the TLS server
+    let call = spans.iter().find(|s| s["kind"] == 3).expect("the client span");
+    assert_eq!(attr(call, "network.peer.port"), Some(tls_port.to_string()), "{call}");
+    assert_eq!(attr(call, "server.port"), Some(tls_port.to_string()), "{call}");
+}
+
 /// An asyncio HTTP/1.1 server over TLS: Python's `ssl.SSLObject` on memory
 /// buffers, the ciphertext moved by the event loop.
 const PY_ASYNCIO_TLS: &str = r#"
@@ -606,6 +654,7 @@ on_both_backends!(
     node_https_server_and_client,
     python_asyncio_tls_server,
     a_library_that_appears_later_is_attached_when_used,
+    a_peer_cannot_steer_a_tls_binding,
 );
 
 /// The TLS uprobes' BPF links (perf_event links of `tls_*` programs).
