@@ -136,9 +136,11 @@ static __always_inline int tls_handshake_record(const __u8 *p, __u32 n)
 	return n >= 3 && p[0] == 22 && p[1] == 3;
 }
 
-/* A receive on `sk` (no state, no TLS call of the thread) began with the
- * `n` bytes at `p`: with tls.attach_later, a handshake record reports the
- * process (tls_hint). */
+/* A receive of process `tgid` on a socket with no state, outside any TLS
+ * call of the thread, began with the `n` bytes at `p`: with
+ * tls.attach_later, a handshake record reports the process (tls_hint). A
+ * peer can cause one report per process (the loader then looks at what
+ * the process maps, and attaches nothing that is not OpenSSL). */
 static __always_inline void tls_saw_read(__u32 tgid, const __u8 *p, __u32 n)
 {
 	if (tls_late && tls_handshake_record(p, n))
