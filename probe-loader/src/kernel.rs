@@ -138,8 +138,9 @@ pub struct H2Head {
 
 /// A record of the `events` ring.
 pub enum EventRecord<'a> {
-    /// One HTTP/1 exchange.
-    Http(Box<HttpEvent>),
+    /// One HTTP/1 exchange: the record, long enough for an [`HttpEvent`]
+    /// (read where it is used: a copy on the stack, not on the heap).
+    Http(&'a [u8]),
     /// One syscall on an HTTP/2 connection: its head and its pieces.
     H2(H2Head, &'a [u8]),
 }
@@ -149,7 +150,7 @@ impl<'a> EventRecord<'a> {
     /// (h2) if its stated length disagrees with the record's.
     pub fn parse(bytes: &'a [u8]) -> Option<EventRecord<'a>> {
         match *bytes.first()? {
-            EV_HTTP => HttpEvent::parse(bytes).map(|e| EventRecord::Http(Box::new(e))),
+            EV_HTTP => (bytes.len() >= std::mem::size_of::<HttpEvent>()).then_some(EventRecord::Http(bytes)),
             EV_H2 => {
                 let head: H2Head = read(bytes)?;
                 let n = usize::from(head.data_len);
@@ -167,11 +168,6 @@ impl<'a> EventRecord<'a> {
 }
 
 impl H2Head {
-    /// The process name the kernel saw.
-    pub fn comm(&self) -> String {
-        c_string(&self.comm)
-    }
-
     /// Whether the record only says the connection closed (its process
     /// fields are not the connection's: close may run in another context).
     pub fn is_close(&self) -> bool {
@@ -290,11 +286,6 @@ impl HttpEvent {
     /// Parses a ring-buffer record.
     pub fn parse(bytes: &[u8]) -> Option<HttpEvent> {
         read(bytes)
-    }
-
-    /// The process name the kernel saw.
-    pub fn comm(&self) -> String {
-        c_string(&self.comm)
     }
 
     /// The IPC form; `None` for records of an unknown kind or role.
@@ -461,7 +452,7 @@ mod tests {
     #[test]
     fn record_converts_to_raw_event() {
         let ev = HttpEvent::parse(&sample()).unwrap();
-        assert_eq!(ev.comm(), "curl");
+        assert_eq!(c_string(&ev.comm), "curl");
         let raw = ev.raw_event().unwrap();
         assert_eq!(raw.role, Role::Client);
         assert_eq!(raw.status, 201);

@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::discovery::Discovery;
-use crate::kernel::{EventRecord, KernelCounter, ProcRecord, COUNTERS};
+use crate::kernel::{c_string, EventRecord, HttpEvent, KernelCounter, ProcRecord, COUNTERS};
 use crate::probes::{Probes, Selected};
 use crate::procinfo::ProcTable;
 use crate::ring::WalRing;
@@ -268,17 +268,23 @@ impl Pump {
             budget -= 1;
             let raw = {
                 let Some(item) = ring.next() else { break true };
+                // The process name is kept as the kernel's bytes until the
+                // batch names a process it has not named yet (no String a
+                // record).
                 let (key, comm, raw) = match EventRecord::parse(item) {
-                    Some(EventRecord::Http(ev)) => ((ev.tgid, ev.proc_start_ns), Some(ev.comm()), ev.raw_event().map(Raw::Http)),
+                    Some(EventRecord::Http(bytes)) => match HttpEvent::parse(bytes) {
+                        Some(ev) => ((ev.tgid, ev.proc_start_ns), Some(ev.comm), ev.raw_event().map(Raw::Http)),
+                        None => ((0, 0), None, None),
+                    },
                     // A close's process fields may be another task's.
                     Some(EventRecord::H2(h, pieces)) => {
-                        ((h.tgid, h.proc_start_ns), (!h.is_close()).then(|| h.comm()), h.raw(pieces).map(Raw::H2))
+                        ((h.tgid, h.proc_start_ns), (!h.is_close()).then_some(h.comm), h.raw(pieces).map(Raw::H2))
                     }
                     None => ((0, 0), None, None),
                 };
                 if let (Some(comm), Some(_)) = (comm, &raw) {
                     if self.batch.seen.insert(key) {
-                        self.batch.procs.push((key.0, key.1, comm));
+                        self.batch.procs.push((key.0, key.1, c_string(&comm)));
                     }
                 }
                 raw
