@@ -510,9 +510,10 @@ impl Probes {
             return Ok(());
         }
         let mut attached = 0;
+        // the pin set, apart from `self` (a program borrows it below)
+        let set = self.set.clone();
         for (i, up) in tls::PROGRAMS.iter().enumerate() {
             let program = up.program;
-            let set = self.set.clone();
             let prog = self.tls_program(program)?;
             let link = match prog.attach(UProbeAttachLocation::Symbol(up.symbol), path, UProbeScope::AllProcesses) {
                 Ok(link) => link,
@@ -544,7 +545,7 @@ impl Probes {
                 }
             };
             attached += 1;
-            if let Some(set) = set {
+            if let Some(set) = &set {
                 let link = prog.take_link(link).map_err(|source| ProbeError::Program { program, tracepoint: "uprobe", source })?;
                 let link = FdLink::try_from(link).map_err(|source| ProbeError::Link { program, tracepoint: "uprobe", source })?;
                 link.pin(set.join(format!("link_tls_{}_{}_{i}", file.0, file.1)))

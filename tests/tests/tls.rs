@@ -97,6 +97,21 @@ fn k(kind: &str, scheme: &str, method: &str, path: &str, status: u16) -> Key {
     (kind.into(), scheme.into(), method.into(), path.into(), status)
 }
 
+/// A Python TLS server: `source` run as `python3 SCRIPT PORT CERT KEY
+/// EXTRA...` with a certificate made in a new directory (kept with the
+/// server), listening on `port` when this returns.
+fn python_tls(name: &str, source: &str, port: u16, extra: &[&str]) -> (TempDir, Proc) {
+    let dir = TempDir::new("py-tls");
+    let (cert, key) = certificate(&dir.0);
+    let script = dir.join("server.py");
+    std::fs::write(&script, source).expect("write server.py");
+    let port_arg = port.to_string();
+    let mut args = vec![script.to_str().unwrap(), &port_arg, &cert, &key];
+    args.extend_from_slice(extra);
+    let srv = server(name, port, Path::new("python3"), &args);
+    (dir, srv)
+}
+
 /// nginx listening on `tls` (`ssl` plus `options`, e.g. `http2`) and
 /// `plain` (cleartext) at once.
 fn nginx_mixed(dir: &TempDir, tls: u16, options: &str, plain: u16) -> Proc {
@@ -216,11 +231,7 @@ fn python_tls_server_with_urllib_and_curl_clients(b: &str) {
     let rotel = Rotel::start();
     let port = free_port();
     let rt = ringtail(b, &rotel, "exe_names = [\"^python3\", \"^curl$\"]", "");
-    let dir = TempDir::new("py-tls");
-    let (cert, key) = certificate(&dir.0);
-    let script = dir.join("server.py");
-    std::fs::write(&script, PY_TLS_SERVER).expect("write server.py");
-    let _srv = server("python tls server", port, Path::new("python3"), &[script.to_str().unwrap(), &port.to_string(), &cert, &key]);
+    let (_dir, _srv) = python_tls("python tls server", PY_TLS_SERVER, port, &[]);
     let base = format!("https://127.0.0.1:{port}");
     let st = Command::new("python3").args(["-c", PY_TLS_CLIENT, &base]).status().expect("run python3");
     assert!(st.success());
@@ -287,16 +298,7 @@ fn tls_server_joins_the_trace_and_its_calls_are_children(b: &str) {
     let www = TempDir::new("inner");
     std::fs::write(www.join("inner"), "inner\n").expect("write inner");
     let _back = python_http_server(back, &www.0);
-    let dir = TempDir::new("py-tls-proxy");
-    let (cert, key) = certificate(&dir.0);
-    let script = dir.join("proxy.py");
-    std::fs::write(&script, PY_TLS_PROXY).expect("write proxy.py");
-    let _front = server(
-        "python tls proxy",
-        front,
-        Path::new("python3"),
-        &[script.to_str().unwrap(), &front.to_string(), &cert, &key, &back.to_string()],
-    );
+    let (_dir, _front) = python_tls("python tls proxy", PY_TLS_PROXY, front, &[&back.to_string()]);
     let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let st = Command::new("curl")
         .args([
@@ -504,11 +506,7 @@ fn python_asyncio_tls_server(b: &str) {
     let rotel = Rotel::start();
     let port = free_port();
     let rt = ringtail(b, &rotel, "exe_names = [\"^python3\", \"^curl$\"]", "");
-    let dir = TempDir::new("py-asyncio-tls");
-    let (cert, key) = certificate(&dir.0);
-    let script = dir.join("server.py");
-    std::fs::write(&script, PY_ASYNCIO_TLS).expect("write server.py");
-    let _srv = server("python asyncio tls server", port, Path::new("python3"), &[script.to_str().unwrap(), &port.to_string(), &cert, &key]);
+    let (_dir, _srv) = python_tls("python asyncio tls server", PY_ASYNCIO_TLS, port, &[]);
     let base = format!("https://127.0.0.1:{port}");
     let st = Command::new("curl")
         .args(["-sk", "-o", "/dev/null", "-o", "/dev/null", "-o", "/dev/null", "-d", "x=1"])
