@@ -93,11 +93,7 @@ pub enum EncodeError {
 pub fn encode(env: &Envelope) -> Result<Vec<u8>, EncodeError> {
     // Sized up front: growing a large batch's buffer copies it again and again.
     let hint = match &env.body {
-        Body::Raw(b) => {
-            128 + b.events.iter().map(|e| 96 + e.request.len()).sum::<usize>()
-                + b.h2.iter().map(|e| 96 + e.pieces.len()).sum::<usize>()
-                + 64 * b.processes.len()
-        }
+        Body::Raw(b) => 128 + b.record_bytes() + 128 * b.processes.len(),
         Body::Spans(b) => 128 + 224 * b.spans.len() + 160 * b.resources.len(),
         Body::Health(h) => 64 + 96 * h.points.len(),
         Body::Ack(_) => 48,

@@ -15,11 +15,15 @@
 //! - [`envelope`]: the versioned [`Envelope`] every message travels in, and
 //!   [`encode`]/[`decode`] (msgpack, bounded, never panicking).
 //! - [`raw`]: request events as the kernel saw them, plus process metadata.
+//! - [`raw_wire`]: a raw batch's hand-written wire layout (every request
+//!   passes through one: written by the loader as it reads the kernel's
+//!   records, read by the span-actor without copying them).
 //! - [`span`]: finished HTTP spans, grouped by service resource.
 //! - [`rpc`]: the RPC duration metrics' definitions (names, units,
 //!   boundaries), shared by the span-actor and the exporter.
 //! - [`span_wire`]: a span batch's hand-written wire layout (the busiest
-//!   message: serde's generic path cost half the exporter's instructions).
+//!   message: serde's generic path cost half the exporter's instructions);
+//!   `wire` holds the primitives both layouts share.
 //! - [`health`]: each process's own counters, carried downhill to the exporter.
 //! - [`endpoints`]: where each process binds its sockets under the runtime dir.
 
@@ -28,19 +32,22 @@ pub mod endpoints;
 pub mod envelope;
 pub mod health;
 pub mod raw;
+pub mod raw_wire;
 pub mod rpc;
 pub mod span;
 pub mod span_wire;
+mod wire;
 
 pub use component::{Component, ComponentInfo, COMPONENTS};
 pub use envelope::{decode, decode_ack, encode, Ack, Body, DecodeError, Envelope, Producer};
 pub use health::{HealthReport, MetricPoint};
 pub use raw::{ProcessInfo, RawBatch, RawEvent, RawH2, Role, SockAddr};
 pub use span::{Attr, HttpSpan, ServiceResource, SpanBatch, SpanKind};
+pub use wire::WireError;
 
 /// Version of the message layout. A receiver rejects any other version with
 /// [`DecodeError::Version`] instead of misreading it.
-pub const SCHEMA_VERSION: u16 = 3;
+pub const SCHEMA_VERSION: u16 = 4;
 
 /// Largest message any receiver accepts, in bytes. A batch of the largest
 /// configurable length with every capture full stays well below it.

@@ -1,6 +1,13 @@
 //! Requests as the kernel saw them: published by `probe-loader`.
+//!
+//! A [`RawBatch`] keeps its records in their wire layout
+//! ([`crate::raw_wire`]): the loader writes each kernel record straight into
+//! it, and the span-actor reads [`RawEvent`]s and [`RawH2`]s that borrow the
+//! captured bytes from it, so a record costs neither side an allocation.
 
 use serde::{Deserialize, Serialize};
+
+use crate::raw_wire::{self, Section};
 
 /// Which side of the connection the traced process was on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -50,8 +57,11 @@ impl SockAddr {
 
 /// One HTTP/1.x request/response exchange, or (with `orphan`) a response
 /// whose request was pipelined behind an earlier one on the same connection.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RawEvent {
+/// `B` holds the captured bytes: owned (`Vec<u8>`, the default) where an
+/// event is made by hand, borrowed (`&[u8]`) where it is read from a batch
+/// or a kernel record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawEvent<B = Vec<u8>> {
     pub role: Role,
     /// Process id (tgid) and thread id that handled the request.
     pub pid: u32,
@@ -85,26 +95,23 @@ pub struct RawEvent {
     /// A response with no request of its own in the kernel: pipelining.
     pub orphan: bool,
     /// The first request bytes: request line, headers, maybe body.
-    #[serde(with = "serde_bytes")]
-    pub request: Vec<u8>,
+    pub request: B,
     /// The connection is TLS: `request` is the plaintext the TLS library
-    /// handed over (the span's `url.scheme` is `https`). Absent in older
-    /// messages: false.
-    #[serde(default)]
+    /// handed over (the span's `url.scheme` is `https`).
     pub tls: bool,
     /// A `101` answering an `Upgrade: h2c` request: no span of its own; the
     /// connection goes on as HTTP/2 (its next [`RawH2`] has `upgrade`) and
-    /// this request is its stream 1. Absent in older messages: false.
-    #[serde(default)]
+    /// this request is its stream 1.
     pub h2c: bool,
 }
 
 /// What the kernel saw of one send or receive on an HTTP/2 connection: the
 /// frame pieces in `pieces`, as the kernel wrote them (`H2P_*` tags of
 /// probe-loader's `bpf/ringtail.h`; the span-actor parses them, as hostile
-/// bytes). With `close`, the connection ended and `pieces` is empty.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RawH2 {
+/// bytes). With `close`, the connection ended and `pieces` is empty. `B`
+/// as in [`RawEvent`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawH2<B = Vec<u8>> {
     /// The traced process's side: `Server` if it received the client preface.
     pub role: Role,
     /// Process id (tgid) and thread id of the syscall.
@@ -127,20 +134,16 @@ pub struct RawH2 {
     pub close: bool,
     /// The connection is TLS: the pieces are the plaintext the TLS library
     /// handed over.
-    #[serde(default)]
     pub tls: bool,
     /// With `start`: HTTP/2 after a `101` to `Upgrade: h2c`; stream 1's
-    /// request is the [`RawEvent`] with `h2c` before it. Absent in older
-    /// messages: false.
-    #[serde(default)]
+    /// request is the [`RawEvent`] with `h2c` before it.
     pub upgrade: bool,
     /// The traced process's end of the connection.
     pub local: SockAddr,
     /// The other end.
     pub peer: SockAddr,
     /// The frame pieces (at most the kernel's `H2_DATA_LEN` bytes).
-    #[serde(with = "serde_bytes")]
-    pub pieces: Vec<u8>,
+    pub pieces: B,
 }
 
 /// What is known about a traced process, sent with every batch that has
@@ -161,29 +164,148 @@ pub struct ProcessInfo {
     pub env_resource_attributes: Option<String>,
 }
 
-/// A batch of events from one loader instance.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A batch of events from one loader instance. The records are kept in
+/// their wire layout: [`RawBatch::push_event`] and [`RawBatch::push_h2`]
+/// append, [`RawBatch::events`] and [`RawBatch::h2`] read them back in the
+/// order they were pushed (a batch that came off a socket was checked
+/// whole when it was decoded).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RawBatch {
     /// Add to a CLOCK_MONOTONIC time to get Unix-epoch ns (measured by the
     /// loader when the batch was cut, so replays convert the same way).
     pub mono_to_unix_ns: i64,
-    pub events: Vec<RawEvent>,
-    pub processes: Vec<ProcessInfo>,
     /// The capture epoch: random, fixed when the probes were loaded and
     /// pinned with them, so the same for every loader instance that reads
     /// the same ring. Span and trace ids derive from it (and the request), so
     /// an event read again after a loader restart makes the same span, which
     /// the exporter's dedup drops. 0: none (ids derive from the loader's
     /// instance).
-    #[serde(default)]
     pub epoch: u64,
+    pub processes: Vec<ProcessInfo>,
+    /// HTTP/1 events.
+    pub(crate) events: Section,
     /// HTTP/2 records, in the order the kernel wrote them.
-    #[serde(default)]
-    pub h2: Vec<RawH2>,
+    pub(crate) h2: Section,
+}
+
+impl RawBatch {
+    /// An empty batch whose record buffer holds `bytes` before it grows.
+    pub fn with_capacity(bytes: usize) -> RawBatch {
+        RawBatch { events: Section { bytes: Vec::with_capacity(bytes), count: 0 }, ..RawBatch::default() }
+    }
+
+    /// A batch of these records, in this order (where records are made by
+    /// hand: tests, benches).
+    pub fn of(mono_to_unix_ns: i64, epoch: u64, processes: Vec<ProcessInfo>, events: &[RawEvent], h2: &[RawH2]) -> RawBatch {
+        let mut b = RawBatch { mono_to_unix_ns, epoch, processes, ..RawBatch::default() };
+        events.iter().for_each(|e| b.push_event(e));
+        h2.iter().for_each(|r| b.push_h2(r));
+        b
+    }
+
+    /// Appends an HTTP/1 event.
+    pub fn push_event<B: AsRef<[u8]>>(&mut self, ev: &RawEvent<B>) {
+        raw_wire::write_event(ev, &mut self.events.bytes);
+        self.events.count += 1;
+    }
+
+    /// Appends an HTTP/2 record.
+    pub fn push_h2<B: AsRef<[u8]>>(&mut self, r: &RawH2<B>) {
+        raw_wire::write_h2(r, &mut self.h2.bytes);
+        self.h2.count += 1;
+    }
+
+    /// The HTTP/1 events, borrowing their captured bytes from the batch.
+    pub fn events(&self) -> impl Iterator<Item = RawEvent<&[u8]>> + '_ {
+        raw_wire::Records::new(&self.events, raw_wire::read_event)
+    }
+
+    /// The HTTP/2 records, borrowing their pieces from the batch.
+    pub fn h2(&self) -> impl Iterator<Item = RawH2<&[u8]>> + '_ {
+        raw_wire::Records::new(&self.h2, raw_wire::read_h2)
+    }
+
+    /// How many HTTP/1 events.
+    pub fn event_count(&self) -> usize {
+        self.events.count
+    }
+
+    /// How many HTTP/2 records.
+    pub fn h2_count(&self) -> usize {
+        self.h2.count
+    }
+
+    /// How many records of either kind.
+    pub fn len(&self) -> usize {
+        self.events.count + self.h2.count
+    }
+
+    /// True when the batch has no record.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes the records take.
+    pub fn record_bytes(&self) -> usize {
+        self.events.bytes.len() + self.h2.bytes.len()
+    }
+}
+
+impl<B: AsRef<[u8]>> RawEvent<B> {
+    /// The same event, owning its bytes.
+    pub fn to_owned_event(&self) -> RawEvent {
+        self.with_request(self.request.as_ref().to_vec())
+    }
+
+    /// The same event with other captured bytes.
+    pub fn with_request<C>(&self, request: C) -> RawEvent<C> {
+        let RawEvent {
+            role,
+            pid,
+            tid,
+            fd,
+            proc_start_ns,
+            conn_id,
+            seq,
+            parent,
+            start_mono_ns,
+            end_mono_ns,
+            status,
+            local,
+            peer,
+            request_len,
+            truncated,
+            orphan,
+            request: _,
+            tls,
+            h2c,
+        } = *self;
+        RawEvent {
+            role,
+            pid,
+            tid,
+            fd,
+            proc_start_ns,
+            conn_id,
+            seq,
+            parent,
+            start_mono_ns,
+            end_mono_ns,
+            status,
+            local,
+            peer,
+            request_len,
+            truncated,
+            orphan,
+            request,
+            tls,
+            h2c,
+        }
+    }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::{decode, encode, Body, Component, Envelope, Producer};
 
@@ -211,11 +333,29 @@ mod tests {
         }
     }
 
-    #[test]
-    fn raw_batch_round_trips() {
-        let batch = RawBatch {
+    pub(crate) fn sample_h2() -> RawH2 {
+        RawH2 {
+            role: Role::Client,
+            pid: u32::MAX,
+            tid: 44,
+            fd: -1,
+            proc_start_ns: u64::MAX,
+            conn_id: 10,
+            mono_ns: 30,
+            send: true,
+            start: true,
+            close: false,
+            tls: true,
+            upgrade: false,
+            local: sample_event().local,
+            peer: sample_event().peer,
+            pieces: vec![1, 0, 0, 4, 4, 0, 0, 0, 0, 0],
+        }
+    }
+
+    pub(crate) fn sample_batch() -> RawBatch {
+        let mut batch = RawBatch {
             mono_to_unix_ns: 1_700_000_000_000_000_000,
-            events: vec![sample_event()],
             processes: vec![ProcessInfo {
                 pid: 42,
                 proc_start_ns: 1_000,
@@ -223,29 +363,56 @@ mod tests {
                 exe_name: Some("python3.11".into()),
                 exe_path: Some("/usr/bin/python3.11".into()),
                 env_service_name: None,
-                env_resource_attributes: Some("team=a".into()),
+                env_resource_attributes: Some("team=ü".into()),
             }],
-            epoch: 0,
-            h2: vec![RawH2 {
-                role: Role::Client,
-                pid: 42,
-                tid: 44,
-                fd: -1,
-                proc_start_ns: 1_000,
-                conn_id: 10,
-                mono_ns: 30,
-                send: true,
-                start: true,
-                close: false,
-                tls: true,
-                upgrade: false,
-                local: sample_event().local,
-                peer: sample_event().peer,
-                pieces: vec![1, 0, 0, 4, 4, 0, 0, 0, 0, 0],
-            }],
+            epoch: u64::MAX,
+            ..RawBatch::default()
         };
-        let env = Envelope::new(Producer { component: Component::ProbeLoader, instance: 1 }, 1, Body::Raw(batch));
-        assert_eq!(decode(&encode(&env).unwrap()).unwrap(), env);
+        let ev = sample_event();
+        batch.push_event(&ev);
+        batch.push_h2(&sample_h2());
+        // every flag, an empty request, no parent
+        batch.push_event(&RawEvent {
+            role: Role::Client,
+            parent: None,
+            truncated: false,
+            orphan: true,
+            tls: true,
+            h2c: true,
+            fd: -1,
+            request: Vec::new(),
+            ..ev.clone()
+        });
+        batch.push_h2(&RawH2 {
+            role: Role::Server,
+            send: false,
+            start: false,
+            close: true,
+            tls: false,
+            upgrade: true,
+            pieces: Vec::new(),
+            ..sample_h2()
+        });
+        batch
+    }
+
+    #[test]
+    fn raw_batch_round_trips() {
+        let batch = sample_batch();
+        let env = Envelope::new(Producer { component: Component::ProbeLoader, instance: 1 }, 1, Body::Raw(batch.clone()));
+        let back = decode(&encode(&env).unwrap()).unwrap();
+        assert_eq!(back, env);
+        let Body::Raw(got) = back.body else { panic!("not a raw batch") };
+        let events: Vec<RawEvent> = got.events().map(|e| e.to_owned_event()).collect();
+        assert_eq!(events, batch.events().map(|e| e.to_owned_event()).collect::<Vec<_>>());
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0], sample_event());
+        assert!(events[1].orphan && events[1].h2c && events[1].tls && events[1].parent.is_none() && events[1].fd == -1);
+        let h2: Vec<RawH2<&[u8]>> = got.h2().collect();
+        assert_eq!(h2.len(), 2);
+        assert_eq!(h2[0].pieces, &sample_h2().pieces[..]);
+        assert!(h2[1].close && h2[1].upgrade && h2[1].role == Role::Server && !h2[1].send);
+        assert_eq!((got.event_count(), got.h2_count(), got.len()), (2, 2, 4));
     }
 
     #[test]

@@ -39,6 +39,8 @@ use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::span::{Attr, HttpSpan, ServiceResource, SpanBatch, SpanKind};
+pub use crate::wire::WireError;
+use crate::wire::{put_opt, put_str, put_uint, Reader};
 
 /// The fewest bytes a resource takes (three empty strings, a pid, an empty
 /// name, no extras): bounds a declared count by the bytes left.
@@ -48,23 +50,6 @@ const MIN_SPAN: usize = 1 + 1 + 16 + 8 + 8 + 1 + 8 + 8 + 1 + 1;
 const FLAG_ERROR: u8 = 1;
 const FLAG_EXPORT_TRACE: u8 = 2;
 const FLAG_EXPORT_METRICS: u8 = 4;
-
-/// Why a span batch's bytes were refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum WireError {
-    #[error("span batch ends inside {field}")]
-    Truncated { field: &'static str },
-    #[error("span batch field {field} is out of range")]
-    Range { field: &'static str },
-    #[error("span batch field {field} is not UTF-8")]
-    Utf8 { field: &'static str },
-    #[error("span batch declares more {field} than its bytes can hold")]
-    Count { field: &'static str },
-    #[error("span {index} names resource {resource}, the batch has {resources}")]
-    Resource { index: usize, resource: u32, resources: usize },
-    #[error("{left} bytes follow the span batch")]
-    Trailing { left: usize },
-}
 
 /// Appends `batch` in the wire layout to `out`.
 pub fn write(batch: &SpanBatch, out: &mut Vec<u8>) {
@@ -166,32 +151,9 @@ fn write_span(s: &HttpSpan, out: &mut Vec<u8>) {
     }
 }
 
-fn put_uint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    put_uint(out, s.len() as u64);
-    out.extend_from_slice(s.as_bytes());
-}
-
-fn put_opt(out: &mut Vec<u8>, s: Option<&str>) {
-    match s {
-        None => out.push(0),
-        Some(s) => {
-            out.push(1);
-            put_str(out, s);
-        }
-    }
-}
-
 /// Reads a batch written by [`write`]; the whole of `bytes` must be it.
 pub fn read(bytes: &[u8]) -> Result<SpanBatch, WireError> {
-    let mut rd = Reader { buf: bytes };
+    let mut rd = Reader::new(bytes);
     let n = rd.count("resources", MIN_RESOURCE)?;
     let mut resources = Vec::with_capacity(n);
     for _ in 0..n {
@@ -206,90 +168,11 @@ pub fn read(bytes: &[u8]) -> Result<SpanBatch, WireError> {
         }
         spans.push(s);
     }
-    if !rd.buf.is_empty() {
-        return Err(WireError::Trailing { left: rd.buf.len() });
-    }
+    rd.end()?;
     Ok(SpanBatch { resources, spans })
 }
 
-struct Reader<'a> {
-    buf: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], WireError> {
-        if n > self.buf.len() {
-            return Err(WireError::Truncated { field });
-        }
-        let (head, rest) = self.buf.split_at(n);
-        self.buf = rest;
-        Ok(head)
-    }
-
-    fn fixed<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], WireError> {
-        let b = self.take(N, field)?;
-        let mut a = [0u8; N];
-        a.copy_from_slice(b);
-        Ok(a)
-    }
-
-    fn u8(&mut self, field: &'static str) -> Result<u8, WireError> {
-        Ok(self.fixed::<1>(field)?[0])
-    }
-
-    fn u64le(&mut self, field: &'static str) -> Result<u64, WireError> {
-        Ok(u64::from_le_bytes(self.fixed(field)?))
-    }
-
-    fn uint(&mut self, field: &'static str) -> Result<u64, WireError> {
-        let mut v = 0u64;
-        for i in 0..10 {
-            let b = self.u8(field)?;
-            let bits = u64::from(b & 0x7f);
-            // the tenth byte may only hold the top bit of a u64
-            if i == 9 && bits > 1 {
-                return Err(WireError::Range { field });
-            }
-            v |= bits << (7 * i);
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(WireError::Range { field })
-    }
-
-    fn int<T: TryFrom<u64>>(&mut self, field: &'static str) -> Result<T, WireError> {
-        T::try_from(self.uint(field)?).map_err(|_| WireError::Range { field })
-    }
-
-    /// A declared count of items of at least `min` bytes each.
-    fn count(&mut self, field: &'static str, min: usize) -> Result<usize, WireError> {
-        let n: usize = self.int(field)?;
-        if n > self.buf.len() / min {
-            return Err(WireError::Count { field });
-        }
-        Ok(n)
-    }
-
-    fn str(&mut self, field: &'static str) -> Result<String, WireError> {
-        let n: usize = self.int(field)?;
-        let b = self.take(n, field)?;
-        if b.is_ascii() {
-            // SAFETY: ASCII is UTF-8. (Nearly every string here is ASCII,
-            // and this check costs a fraction of the general validation.)
-            return Ok(unsafe { std::str::from_utf8_unchecked(b) }.to_owned());
-        }
-        std::str::from_utf8(b).map(str::to_owned).map_err(|_| WireError::Utf8 { field })
-    }
-
-    fn opt(&mut self, field: &'static str) -> Result<Option<String>, WireError> {
-        match self.u8(field)? {
-            0 => Ok(None),
-            1 => self.str(field).map(Some),
-            _ => Err(WireError::Range { field }),
-        }
-    }
-
+impl Reader<'_> {
     fn resource(&mut self) -> Result<ServiceResource, WireError> {
         let service_name = self.str("service_name")?;
         let service_instance_id = self.str("service_instance_id")?;

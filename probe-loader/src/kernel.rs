@@ -174,8 +174,9 @@ impl H2Head {
         self.flags & H2F_CLOSE != 0
     }
 
-    /// The IPC form; `None` for an unknown role or direction.
-    pub fn raw(&self, pieces: &[u8]) -> Option<RawH2> {
+    /// The IPC form, borrowing `pieces`; `None` for an unknown role or
+    /// direction.
+    pub fn raw<'a>(&self, pieces: &'a [u8]) -> Option<RawH2<&'a [u8]>> {
         if self.kind != EV_H2 {
             return None;
         }
@@ -205,7 +206,7 @@ impl H2Head {
             upgrade: self.flags & H2F_UPGRADE != 0,
             local: SockAddr::from_bytes(v6, self.laddr, self.lport),
             peer: SockAddr::from_bytes(v6, self.raddr, self.rport),
-            pieces: pieces.to_vec(),
+            pieces,
         })
     }
 }
@@ -288,8 +289,9 @@ impl HttpEvent {
         read(bytes)
     }
 
-    /// The IPC form; `None` for records of an unknown kind or role.
-    pub fn raw_event(&self) -> Option<RawEvent> {
+    /// The IPC form, borrowing the captured bytes; `None` for records of
+    /// an unknown kind or role.
+    pub fn raw_event(&self) -> Option<RawEvent<&[u8]>> {
         if self.kind != EV_HTTP {
             return None;
         }
@@ -317,7 +319,7 @@ impl HttpEvent {
             request_len: self.req_len,
             truncated: self.flags & EVF_TRUNCATED != 0,
             orphan: self.flags & EVF_ORPHAN != 0,
-            request: self.buf[..cap].to_vec(),
+            request: &self.buf[..cap],
             tls: self.flags & EVF_TLS != 0,
             h2c: self.flags & EVF_H2C != 0,
         })

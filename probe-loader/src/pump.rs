@@ -16,7 +16,7 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use aya::maps::{MapData, RingBuf};
-use ipc_schema::{Body, RawBatch, RawEvent, RawH2};
+use ipc_schema::{Body, RawBatch};
 use ringtail_config::Settings;
 use ringtail_ipc::{Producer, Progress, HEARTBEAT};
 use runtime_kit::counters::{Counter, Drops, Gauge, Registry};
@@ -73,16 +73,10 @@ const DRAIN_BATCHES: usize = 4;
 /// default batch length, a 20 MiB ring of 648-byte events.
 const SHUTDOWN_TURNS: usize = 16;
 
-/// A record of the events ring in its IPC form.
-enum Raw {
-    Http(RawEvent),
-    H2(RawH2),
-}
-
 struct Batch {
-    events: Vec<RawEvent>,
-    /// HTTP/2 records (kept in ring order among themselves).
-    h2: Vec<RawH2>,
+    /// The records read, in their wire layout (HTTP/2 records kept in ring
+    /// order among themselves).
+    raw: RawBatch,
     procs: Vec<(u32, u64, String)>,
     seen: HashSet<(u32, u64)>,
     deadline: Option<Instant>,
@@ -92,11 +86,11 @@ struct Batch {
 
 impl Batch {
     fn len(&self) -> usize {
-        self.events.len() + self.h2.len()
+        self.raw.len()
     }
 
     fn is_empty(&self) -> bool {
-        self.events.is_empty() && self.h2.is_empty()
+        self.raw.is_empty()
     }
 }
 
@@ -173,7 +167,7 @@ impl Pump {
             discovery: Discovery::new(&settings.discovery),
             procs,
             execs,
-            batch: Batch { events: Vec::new(), h2: Vec::new(), procs: Vec::new(), seen: HashSet::new(), deadline: None, mark: 0 },
+            batch: Batch { raw: RawBatch::default(), procs: Vec::new(), seen: HashSet::new(), deadline: None, mark: 0 },
             batch_length: settings.pipeline.batch_length,
             batch_timeout: settings.pipeline.batch_timeout,
             flush_interval: settings.probe.flush_interval,
@@ -266,40 +260,53 @@ impl Pump {
                 break false;
             }
             budget -= 1;
-            let raw = {
-                let Some(item) = ring.next() else { break true };
-                // The process name is kept as the kernel's bytes until the
-                // batch names a process it has not named yet (no String a
-                // record).
-                let (key, comm, raw) = match EventRecord::parse(item) {
-                    Some(EventRecord::Http(bytes)) => match HttpEvent::parse(bytes) {
-                        Some(ev) => ((ev.tgid, ev.proc_start_ns), Some(ev.comm), ev.raw_event().map(Raw::Http)),
-                        None => ((0, 0), None, None),
+            let Some(item) = ring.next() else { break true };
+            let was_empty = self.batch.is_empty();
+            // Each record is written straight into the batch's wire
+            // layout. The process name is kept as the kernel's bytes until
+            // the batch names a process it has not named yet (no String a
+            // record).
+            let (key, comm) = match EventRecord::parse(item) {
+                Some(EventRecord::Http(bytes)) => match HttpEvent::parse(bytes) {
+                    Some(ev) => match ev.raw_event() {
+                        Some(raw) => {
+                            self.batch.raw.push_event(&raw);
+                            ((ev.tgid, ev.proc_start_ns), Some(ev.comm))
+                        }
+                        None => {
+                            self.malformed.add(1);
+                            continue;
+                        }
                     },
-                    // A close's process fields may be another task's.
-                    Some(EventRecord::H2(h, pieces)) => {
-                        ((h.tgid, h.proc_start_ns), (!h.is_close()).then_some(h.comm), h.raw(pieces).map(Raw::H2))
+                    None => {
+                        self.malformed.add(1);
+                        continue;
                     }
-                    None => ((0, 0), None, None),
-                };
-                if let (Some(comm), Some(_)) = (comm, &raw) {
-                    if self.batch.seen.insert(key) {
-                        self.batch.procs.push((key.0, key.1, c_string(&comm)));
+                },
+                Some(EventRecord::H2(h, pieces)) => match h.raw(pieces) {
+                    Some(raw) => {
+                        self.batch.raw.push_h2(&raw);
+                        // A close's process fields may be another task's.
+                        ((h.tgid, h.proc_start_ns), (!h.is_close()).then_some(h.comm))
                     }
+                    None => {
+                        self.malformed.add(1);
+                        continue;
+                    }
+                },
+                None => {
+                    self.malformed.add(1);
+                    continue;
                 }
-                raw
             };
-            let Some(raw) = raw else {
-                self.malformed.add(1);
-                continue;
-            };
-            self.read.inc();
-            if self.batch.is_empty() {
-                self.batch.deadline = Some(Instant::now() + self.batch_timeout);
+            if let Some(comm) = comm {
+                if self.batch.seen.insert(key) {
+                    self.batch.procs.push((key.0, key.1, c_string(&comm)));
+                }
             }
-            match raw {
-                Raw::Http(ev) => self.batch.events.push(ev),
-                Raw::H2(ev) => self.batch.h2.push(ev),
+            self.read.inc();
+            if was_empty {
+                self.batch.deadline = Some(Instant::now() + self.batch_timeout);
             }
             if self.batch.len() >= self.batch_length {
                 self.send_batch_at(ring.read_pos()).await;
@@ -340,7 +347,6 @@ impl Pump {
                 self.malformed.add(1);
                 continue;
             };
-            drop(item);
             let ev = match record {
                 ProcRecord::Fork(ev) => {
                     self.procs.fork(&ev);
@@ -382,14 +388,16 @@ impl Pump {
         if self.batch.is_empty() {
             return;
         }
-        let events = std::mem::take(&mut self.batch.events);
-        let h2 = std::mem::take(&mut self.batch.h2);
+        // The next batch's buffer starts at this one's size: it rarely grows.
+        let next = RawBatch::with_capacity(self.batch.raw.record_bytes());
+        let mut batch = std::mem::replace(&mut self.batch.raw, next);
         // Records of processes that started since the last read first.
         self.drain_execs();
-        let processes = self.batch.procs.drain(..).map(|(pid, start, comm)| self.procs.get(pid, start, &comm)).collect();
+        batch.processes = self.batch.procs.drain(..).map(|(pid, start, comm)| self.procs.get(pid, start, &comm)).collect();
         self.batch.seen.clear();
-        let n = (events.len() + h2.len()) as u64;
-        let batch = RawBatch { mono_to_unix_ns: mono_to_unix_ns(), events, processes, epoch: self.probes.epoch(), h2 };
+        let n = batch.len() as u64;
+        batch.mono_to_unix_ns = mono_to_unix_ns();
+        batch.epoch = self.probes.epoch();
         self.published_mark = mark;
         // A full backlog is counted by the producer task.
         if let Err(error) = self.publisher.publish_marked(Body::Raw(batch), n, (), mark).await {

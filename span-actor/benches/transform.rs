@@ -29,7 +29,7 @@ fn addr(port: u16) -> SockAddr {
 /// routes with ids in them, curl-like heads.
 fn raw_batch(n: usize, conn_base: u64) -> RawBatch {
     let paths = ["/", "/api/users/12345", "/api/orders/987/items", "/static/app.js", "/health", "/api/search?q=x&page=2"];
-    let events = (0..n)
+    let events: Vec<RawEvent> = (0..n)
         .map(|i| RawEvent {
             role: Role::Server,
             pid: 1000 + (i % 4) as u32,
@@ -67,7 +67,7 @@ fn raw_batch(n: usize, conn_base: u64) -> RawBatch {
             env_resource_attributes: None,
         })
         .collect();
-    RawBatch { mono_to_unix_ns: 1_700_000_000_000_000_000, events, processes, epoch: 0, h2: Vec::new() }
+    RawBatch::of(1_700_000_000_000_000_000, 0, processes, &events, &[])
 }
 
 fn main() {
@@ -96,12 +96,12 @@ fn main() {
                 let env = ipc_schema::decode(input).expect("decode");
                 let Body::Raw(b) = env.body else { unreachable!() };
                 let _ = inbound.receive(seq);
-                let mut out = Vec::with_capacity(b.events.len());
+                let mut out = Vec::with_capacity(b.event_count());
                 let made = t.transform(loader.instance, seq, &b, Instant::now(), &mut out);
                 if ledger.made((loader.instance, seq), made.total()) {
                     inbound.done(seq);
                 }
-                events += b.events.len() as u64;
+                events += b.event_count() as u64;
                 let (spans, comp) = assemble(out);
                 for (origin, n) in comp {
                     if ledger.release(origin, n) {

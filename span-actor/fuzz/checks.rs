@@ -107,12 +107,10 @@ pub fn http1(data: &[u8]) {
     };
     // The same bytes again as a response pipelined behind it (an orphan).
     let orphan = RawEvent { orphan: true, seq: 2, request: Vec::new(), request_len: 0, ..ev.clone() };
-    let batch = RawBatch {
-        mono_to_unix_ns: i64::MAX,
-        epoch: 7,
-        h2: Vec::new(),
-        events: vec![ev, orphan],
-        processes: vec![ProcessInfo {
+    let batch = RawBatch::of(
+        i64::MAX,
+        7,
+        vec![ProcessInfo {
             pid: 10,
             proc_start_ns: 1,
             comm: "fuzz".into(),
@@ -121,7 +119,9 @@ pub fn http1(data: &[u8]) {
             env_service_name: None,
             env_resource_attributes: None,
         }],
-    };
+        &[ev, orphan],
+        &[],
+    );
     let mut out = Vec::new();
     let now = Instant::now();
     t.transform(1, 1, &batch, now, &mut out);

@@ -241,7 +241,16 @@ impl Transformer {
     /// One HTTP/2 record: feed its connection, make spans of the streams
     /// that ended.
     #[allow(clippy::too_many_arguments)]
-    fn h2_record(&mut self, inst: u64, origin: Origin, r: &RawH2, offset: i64, now: Instant, out: &mut Vec<Produced>, made: &mut Made) {
+    fn h2_record(
+        &mut self,
+        inst: u64,
+        origin: Origin,
+        r: &RawH2<&[u8]>,
+        offset: i64,
+        now: Instant,
+        out: &mut Vec<Produced>,
+        made: &mut Made,
+    ) {
         let key = (inst, r.conn_id);
         let mut done = Vec::new();
         if r.close {
@@ -252,7 +261,7 @@ impl Transformer {
             }
             return;
         }
-        let pieces = match h2::record::pieces(&r.pieces) {
+        let pieces = match h2::record::pieces(r.pieces) {
             Ok(p) => p,
             Err(_) => {
                 // Its frame boundaries are unknown from here: give it up.
@@ -355,7 +364,7 @@ impl Transformer {
                 orphan: false,
                 tls: e.tls,
                 h2c: false,
-                request: Vec::new(),
+                request: &[][..],
             };
             let head = RequestHead {
                 method: d.method.clone(),
@@ -418,7 +427,8 @@ impl Transformer {
             self.naming.learn(p);
         }
         let offset = batch.mono_to_unix_ns;
-        for ev in &batch.events {
+        for ev in batch.events() {
+            let ev = &ev;
             if ev.h2c {
                 self.h2c_request(inst, ev);
                 continue;
@@ -427,7 +437,7 @@ impl Transformer {
                 self.pipelined_response(inst, origin, ev, offset, now, out, &mut made);
                 continue;
             }
-            let mut heads = parse_pipeline(&ev.request);
+            let mut heads = parse_pipeline(ev.request);
             if heads.is_empty() {
                 self.stats.unparsable.add(1);
                 continue;
@@ -450,16 +460,16 @@ impl Transformer {
             }
             self.emit(inst, origin, ev, &first, 0, ev.start_mono_ns, ev.end_mono_ns, offset, now, out, &mut made);
         }
-        for r in &batch.h2 {
-            self.h2_record(inst, origin, r, offset, now, out, &mut made);
+        for r in batch.h2() {
+            self.h2_record(inst, origin, &r, offset, now, out, &mut made);
         }
         made
     }
 
     /// The `101` of an `Upgrade: h2c`: its request waits for the
     /// connection's first HTTP/2 record, whose stream 1 it is.
-    fn h2c_request(&mut self, inst: u64, ev: &RawEvent) {
-        let Some(head) = http::parse_request(&ev.request) else {
+    fn h2c_request(&mut self, inst: u64, ev: &RawEvent<&[u8]>) {
+        let Some(head) = http::parse_request(ev.request) else {
             self.stats.unparsable.add(1);
             return;
         };
@@ -477,7 +487,7 @@ impl Transformer {
         &mut self,
         inst: u64,
         origin: Origin,
-        ev: &RawEvent,
+        ev: &RawEvent<&[u8]>,
         offset: i64,
         now: Instant,
         out: &mut Vec<Produced>,
@@ -508,7 +518,7 @@ impl Transformer {
         &mut self,
         inst: u64,
         origin: Origin,
-        ev: &RawEvent,
+        ev: &RawEvent<&[u8]>,
         head: &RequestHead,
         sub: u32,
         start_mono: u64,

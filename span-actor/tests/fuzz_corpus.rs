@@ -61,6 +61,7 @@ fn ipc_decode_seeds_and_real_messages() {
             instance: 9,
             points: vec![MetricPoint::counter("x_total", &[("reason", "r")], 3)],
         }),
+        Body::Raw(raw_batch()),
     ];
     for body in bodies {
         let bytes = encode(&Envelope::new(me, 1, body)).expect("encodes");
@@ -69,4 +70,65 @@ fn ipc_decode_seeds_and_real_messages() {
             checks::ipc_decode(&bytes[..cut]);
         }
     }
+    // The checked-in seeds of the busy messages are of this schema version.
+    for seed in ["raw_batch", "span_batch"] {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/ipc_decode").join(seed);
+        let bytes = std::fs::read(&path).expect("the seed is checked in");
+        assert!(ipc_schema::decode(&bytes).is_ok(), "{} no longer decodes: write it again", path.display());
+    }
+}
+
+/// A raw batch with an HTTP/1 event and an HTTP/2 record.
+fn raw_batch() -> ipc_schema::RawBatch {
+    use ipc_schema::{ProcessInfo, RawBatch, RawEvent, RawH2, Role, SockAddr};
+    let local = SockAddr::from_bytes(true, [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], 8000);
+    let peer = SockAddr::from_bytes(false, [10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 40_000);
+    let ev = RawEvent {
+        role: Role::Server,
+        pid: 10,
+        tid: 11,
+        fd: 3,
+        proc_start_ns: 1,
+        conn_id: 1,
+        seq: 1,
+        parent: Some((4, 2)),
+        start_mono_ns: 1_000,
+        end_mono_ns: 2_000,
+        status: 200,
+        local,
+        peer,
+        request_len: 30,
+        truncated: false,
+        orphan: false,
+        tls: true,
+        h2c: false,
+        request: b"GET /x?token=1 HTTP/1.1\r\n\r\n".to_vec(),
+    };
+    let h2 = RawH2 {
+        role: Role::Client,
+        pid: 10,
+        tid: 12,
+        fd: 4,
+        proc_start_ns: 1,
+        conn_id: 2,
+        mono_ns: 3_000,
+        send: true,
+        start: true,
+        close: false,
+        tls: false,
+        upgrade: false,
+        local,
+        peer,
+        pieces: vec![1, 0, 0, 4, 4, 0, 0, 0, 0, 0],
+    };
+    let process = ProcessInfo {
+        pid: 10,
+        proc_start_ns: 1,
+        comm: "srv".into(),
+        exe_name: None,
+        exe_path: Some("/usr/bin/srv".into()),
+        env_service_name: Some("shop".into()),
+        env_resource_attributes: None,
+    };
+    RawBatch::of(1_700_000_000_000_000_000, 9, vec![process], &[ev], &[h2])
 }

@@ -39,10 +39,10 @@ fn batch() -> RawBatch {
         h2c: false,
         request: format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes(),
     };
-    RawBatch {
-        mono_to_unix_ns: 1_700_000_000_000_000_000,
-        events: vec![ev(1, "/a"), ev(2, "/b")],
-        processes: vec![ProcessInfo {
+    RawBatch::of(
+        1_700_000_000_000_000_000,
+        0,
+        vec![ProcessInfo {
             pid: 4242,
             proc_start_ns: 1,
             comm: "fake".into(),
@@ -51,9 +51,9 @@ fn batch() -> RawBatch {
             env_service_name: None,
             env_resource_attributes: None,
         }],
-        epoch: 0,
-        h2: Vec::new(),
-    }
+        &[ev(1, "/a"), ev(2, "/b")],
+        &[],
+    )
 }
 
 #[tokio::test]

@@ -83,7 +83,7 @@ impl Handler<Transform> for Builder {
     type Result = ();
 
     fn handle(&mut self, msg: Transform, ctx: &mut Self::Context) {
-        let mut out: Vec<Produced> = Vec::with_capacity(msg.batch.events.len());
+        let mut out: Vec<Produced> = Vec::with_capacity(msg.batch.event_count());
         let made = self.t.transform(msg.id.instance, msg.id.seq, &msg.batch, Instant::now(), &mut out);
         // Sent even without spans: the publisher learns the batch is safe.
         self.hand_on(Spans { spans: out, made: Some((msg.id, made.total())) }, ctx);

@@ -67,7 +67,7 @@ impl StreamHandler<Inbound> for Ingest {
         match msg {
             Inbound::Data { id, body: Body::Raw(batch) } => {
                 self.batches.inc();
-                let events = batch.events.len() as u64;
+                let events = batch.len() as u64;
                 // Stop reading until the builder has room: back-pressure.
                 ctx.wait(self.builder.send(Transform { id, batch }).into_actor(self).map(move |res, act, _| {
                     if res.is_err() {

@@ -37,10 +37,10 @@ fn event(role: Role, conn: u64, seq: u32, req: &[u8], status: u16) -> RawEvent {
 }
 
 fn batch(events: Vec<RawEvent>) -> RawBatch {
-    RawBatch {
-        mono_to_unix_ns: OFFSET,
-        events,
-        processes: vec![ProcessInfo {
+    RawBatch::of(
+        OFFSET,
+        0,
+        vec![ProcessInfo {
             pid: 100,
             proc_start_ns: 7,
             comm: "python3".into(),
@@ -49,9 +49,9 @@ fn batch(events: Vec<RawEvent>) -> RawBatch {
             env_service_name: None,
             env_resource_attributes: None,
         }],
-        epoch: 0,
-        h2: Vec::new(),
-    }
+        &events,
+        &[],
+    )
 }
 
 /// The raw consumer's sequence tracking and the publisher's ledger, as
@@ -385,11 +385,13 @@ fn h2_streams_become_spans_and_bad_records_are_counted() {
     let mut t = Transformer::new(&s, &registry);
     // GET / (static table), END_STREAM | END_HEADERS; answered 404.
     let mut b = batch(vec![]);
-    b.h2 = vec![
+    for r in [
         h2_record(9, false, true, frame(1, 0x5, 1, &[0x82, 0x84, 0x86]), 1_000_000),
         h2_record(9, true, false, frame(1, 0x5, 1, &[0x8d]), 2_000_000),
         h2_record(9, false, false, vec![9, 9, 9], 3_000_000),
-    ];
+    ] {
+        b.push_h2(&r);
+    }
     let mut out = Vec::new();
     let made = t.transform(INST, 1, &b, Instant::now(), &mut out);
     assert_eq!(made.spans, 1);
@@ -418,7 +420,8 @@ fn h2c_upgrade_request_is_stream_one() {
     first.extend(frame(1, 0x4, 1, &[0x88])); // :status 200, END_HEADERS
     let mut start = h2_record(9, true, true, first, 4_000_000);
     start.upgrade = true;
-    b.h2 = vec![start, h2_record(9, true, false, frame(0, 0x1, 1, b"ok"), 5_000_000)];
+    b.push_h2(&start);
+    b.push_h2(&h2_record(9, true, false, frame(0, 0x1, 1, b"ok"), 5_000_000));
     let mut out = Vec::new();
     let made = t.transform(INST, 1, &b, Instant::now(), &mut out);
     assert_eq!(made.spans, 1, "{out:?}");
@@ -434,7 +437,8 @@ fn h2c_upgrade_request_is_stream_one() {
     let mut start = h2_record(10, true, true, frame(1, 0x5, 1, &[0x88]), 6_000_000);
     start.upgrade = true;
     let mut b = batch(vec![]);
-    b.h2 = vec![start, RawH2 { close: true, ..h2_record(10, true, false, vec![], 7_000_000) }];
+    b.push_h2(&start);
+    b.push_h2(&RawH2 { close: true, ..h2_record(10, true, false, vec![], 7_000_000) });
     assert_eq!(t.transform(INST, 2, &b, Instant::now(), &mut out).spans, 0);
     let report = registry.report();
     let unseen = report.points.iter().find(|p| p.labels.iter().any(|(_, v)| v == "h2_request_unseen"));
