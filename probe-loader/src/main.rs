@@ -23,6 +23,8 @@
 //! - `procinfo`: process names and `OTEL_*` variables: from /proc at start,
 //!   then from the kernel's exec and fork records.
 //! - `privileges`: the capability check before, and the drop after.
+//! - `step`: the load step: a fresh load (and its BTF parse) in a
+//!   short-lived child, so that the loader's own peak memory stays low.
 //! - `tls`: the OpenSSL files the TLS uprobes go to, each once.
 //! - `pump`: the loop: ring buffer → batches → the raw producer
 //!   (`ringtail_ipc::Producer`), plus heartbeats.
@@ -45,6 +47,7 @@ mod probes;
 mod procinfo;
 mod pump;
 mod ring;
+mod step;
 mod tls;
 
 use std::time::Duration;
@@ -86,35 +89,47 @@ async fn run(p: Process) -> anyhow::Result<()> {
 
     // 1. Privileged work: load and attach, seed the selection, bind.
     let wakeup_len = settings.effective_wakeup_len();
-    let (mut probes, rings, origin) = probes::Probes::load(&settings.probe, &settings.discovery, &settings.tls, wakeup_len)?;
+    let load = || probes::Probes::load(&settings.probe, &settings.discovery, &settings.tls, wakeup_len);
+    let mut stepped = false;
+    if settings.probe.pins() && !probes::Probes::pinned_set_exists(&settings.probe, &settings.discovery, &settings.tls, wakeup_len) {
+        // A fresh load parses the kernel's BTF: in a child, which pins what
+        // it attached; this process then opens the pins (see `step`).
+        let outcome = step::run(|| -> anyhow::Result<step::Outcome> {
+            let (mut probes, _rings, _) = load()?;
+            if !probes.pinned() {
+                return Ok(step::Outcome::NotPinnable);
+            }
+            seed(&mut probes, settings)?;
+            Ok(step::Outcome::Pinned)
+        });
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(error) => {
+                // Never leave a set that a next start would open unseeded.
+                probes::Probes::remove_pinned_set(&settings.probe, &settings.discovery, &settings.tls, wakeup_len)?;
+                return Err(error.into());
+            }
+        };
+        stepped = outcome == step::Outcome::Pinned;
+        tracing::info!(event = "load_step", pinned = stepped, "load step finished");
+    }
+    let (mut probes, rings, origin) = load()?;
     let backlog = rings.events.read_pos() - rings.events.committed();
     tracing::info!(
         event = "attached",
         wakeup_len,
         backend = probes.backend().name(),
         ?origin,
+        load_step = stepped,
         epoch = probes.epoch(),
         unread_bytes_after_restart = backlog,
         "probes attached"
     );
     p.registry.gauge("ringtail_capture_backend", &[("backend", probes.backend().name())]).set(1.0);
-    // Parsing the kernel's BTF was a one-off peak: give it back.
+    // Parsing the kernel's BTF (when this process did) was a one-off peak:
+    // give it back.
     runtime_kit::memory::release();
-    let proc = std::path::Path::new("/proc");
-    let selected = if settings.discovery.selects_all() {
-        tls::all_pids(proc)
-    } else {
-        let pids = discovery::Discovery::new(&settings.discovery).scan(proc);
-        for (pid, why) in &pids {
-            probes.select_pid(*pid, *why)?;
-        }
-        tracing::info!(processes = pids.len(), ports = ?settings.discovery.open_ports, "selection seeded");
-        pids.into_iter().map(|(pid, _)| pid).collect()
-    };
-    // TLS: the OpenSSL files to attach to, found now that the selection is
-    // known and /proc/PID/{maps,root} of every user are still readable.
-    let tls = probes.attach_tls(&settings.tls, selected)?;
-    tracing::info!(event = "tls", enabled = settings.tls.enabled, files = tls.files.len(), uprobes = tls.uprobes, "TLS uprobes");
+    seed(&mut probes, settings)?;
     // Names of the processes already running, while /proc/PID/{exe,environ}
     // of every user are still readable; later ones come from the kernel's
     // exec and fork records (the hooks are attached: none falls in between).
@@ -159,5 +174,26 @@ async fn run(p: Process) -> anyhow::Result<()> {
     // What the span-actor received is released; the rest stays in the
     // (pinned) ring for the next loader.
     let _ = pump::commit(&mut ring, &progress, 0, false);
+    Ok(())
+}
+
+/// Seeds the selection from the processes running now and attaches the TLS
+/// uprobes to the OpenSSL files they map (while /proc/PID/{maps,root} of
+/// every user are still readable). Probes reopened from pins keep the TLS
+/// uprobes the loader that pinned them attached.
+fn seed(probes: &mut probes::Probes, settings: &ringtail_config::Settings) -> anyhow::Result<()> {
+    let proc = std::path::Path::new("/proc");
+    let selected = if settings.discovery.selects_all() {
+        tls::all_pids(proc)
+    } else {
+        let pids = discovery::Discovery::new(&settings.discovery).scan(proc);
+        for (pid, why) in &pids {
+            probes.select_pid(*pid, *why)?;
+        }
+        tracing::info!(processes = pids.len(), ports = ?settings.discovery.open_ports, "selection seeded");
+        pids.into_iter().map(|(pid, _)| pid).collect()
+    };
+    let tls = probes.attach_tls(&settings.tls, selected)?;
+    tracing::info!(event = "tls", enabled = settings.tls.enabled, files = tls.files.len(), uprobes = tls.uprobes, "TLS uprobes");
     Ok(())
 }

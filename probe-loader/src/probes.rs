@@ -185,6 +185,32 @@ fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
 }
 
 impl Probes {
+    /// True if a complete pinned set for this configuration exists: a
+    /// [`Probes::load`] now would open it, not load.
+    pub fn pinned_set_exists(probe: &ProbeSettings, discovery: &DiscoverySettings, tls: &TlsSettings, wakeup_len: u32) -> bool {
+        probe.pins() && probe.pin_dir.join(pins::stamp(probe, discovery, tls, wakeup_len)).join(pins::COMPLETE).exists()
+    }
+
+    /// Removes the pinned set for this configuration, if any (what a failed
+    /// load step may have left complete but unseeded).
+    pub fn remove_pinned_set(
+        probe: &ProbeSettings,
+        discovery: &DiscoverySettings,
+        tls: &TlsSettings,
+        wakeup_len: u32,
+    ) -> Result<(), ProbeError> {
+        let set = probe.pin_dir.join(pins::stamp(probe, discovery, tls, wakeup_len));
+        if probe.pins() && set.exists() {
+            pins::remove_set(&set)?;
+        }
+        Ok(())
+    }
+
+    /// True if these probes are pinned (they outlive this process).
+    pub fn pinned(&self) -> bool {
+        self.set.is_some()
+    }
+
     /// Opens the pinned set for this configuration if there is a complete
     /// one, or decides the backend (`probe.backend`), loads and attaches its
     /// programs (pinning them when `probe.pin_dir` is set); the kernel wakes
