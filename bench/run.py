@@ -177,6 +177,23 @@ def bpf_stats(pid):
     return {names.get(i, f"prog{i}"): v for i, v in progs.items()}
 
 
+PIN_DIR = Path("/sys/fs/bpf/ringtail")  # probe.pin_dir's default, which the bench keeps
+
+
+def pinned_bpf_stats(pin_dir=PIN_DIR):
+    """{program: {run_time_ns, run_cnt}} of the programs of the pinned sets
+    under `pin_dir`: a loader that opened its probes from pins (after its
+    load step, or a restart) holds no program fd to read them from."""
+    progs = {}
+    for pin in sorted(pin_dir.glob("*/prog_*")):
+        r = subprocess.run(["bpftool", "--json", "prog", "show", "pinned", str(pin)], capture_output=True, text=True)
+        if r.returncode != 0:
+            continue
+        info = json.loads(r.stdout)
+        progs[pin.name[len("prog_"):]] = {"run_time_ns": int(info.get("run_time_ns", 0)), "run_cnt": int(info.get("run_cnt", 0))}
+    return progs
+
+
 def bpf_map_rss_kb(pid):
     """RSS of the process's mappings of eBPF maps (ring buffers), in kB."""
     total, in_map = 0, False
@@ -557,7 +574,7 @@ class Ringtail:
         return out
 
     def bpf(self):
-        return bpf_stats(self.pids["probe-loader"])
+        return pinned_bpf_stats() or bpf_stats(self.pids["probe-loader"])
 
     def drain(self, timeout):
         """Waits until the pipeline is empty: the counters (refreshed by 1 s

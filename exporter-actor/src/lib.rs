@@ -7,6 +7,8 @@
 //! errors not retried, every drop counted.
 //!
 //! # Layout
+//! - [`batch`]: a received span batch read in place ([`batch::Spans`]:
+//!   spans whose strings borrow from the message), what every sink takes.
 //! - [`receiver`]: the actix actor that takes span batches from the span
 //!   consumer (`ringtail_ipc`, which drops replays by sequence), drops
 //!   re-derived spans by id, feeds the sinks and marks batches done.
@@ -22,6 +24,7 @@
 //! - [`sinks::prometheus`]: `GET /metrics` in the Prometheus text format.
 //! - [`sinks::stdout`]: one line per span.
 
+pub mod batch;
 pub mod meters;
 pub mod receiver;
 pub mod resource;

@@ -55,6 +55,7 @@ use ipc_schema::{Attr, Component, HealthReport, HttpSpan, ServiceResource, SpanB
 use runtime_kit::counters::{Counter, Registry};
 use rustc_hash::{FxHashMap, FxHasher};
 
+use crate::batch::Spans;
 use crate::resource;
 use crate::sinks::otlp::wire::{decimal, Value};
 
@@ -178,14 +179,14 @@ pub struct SeriesKey {
     kind: SpanKind,
 }
 
-fn label(s: &HttpSpan) -> Option<&str> {
+fn label<'a>(s: &HttpSpan<&'a str>) -> Option<&'a str> {
     match s.kind {
-        SpanKind::Server => s.route.as_deref(),
-        SpanKind::Client => s.server_address.as_deref(),
+        SpanKind::Server => s.route,
+        SpanKind::Client => s.server_address,
     }
 }
 
-fn port(s: &HttpSpan) -> u16 {
+fn port(s: &HttpSpan<&str>) -> u16 {
     if s.kind == SpanKind::Client {
         s.server_port
     } else {
@@ -193,19 +194,19 @@ fn port(s: &HttpSpan) -> u16 {
     }
 }
 
-fn span_hash(s: &HttpSpan) -> u64 {
+fn span_hash(s: &HttpSpan<&str>) -> u64 {
     let mut h = FxHasher::default();
     (&s.method, s.status, &s.protocol_version, &s.scheme, s.error, label(s), port(s)).hash(&mut h);
     h.finish()
 }
 
 impl SeriesKey {
-    fn new(s: &HttpSpan) -> SeriesKey {
+    fn new(s: &HttpSpan<&str>) -> SeriesKey {
         SeriesKey {
-            method: s.method.as_str().into(),
+            method: s.method.into(),
             status: s.status,
-            version: s.protocol_version.as_str().into(),
-            scheme: s.scheme.as_str().into(),
+            version: s.protocol_version.into(),
+            scheme: s.scheme.into(),
             error: s.error,
             label: label(s).map(Into::into),
             port: port(s),
@@ -213,7 +214,7 @@ impl SeriesKey {
         }
     }
 
-    fn matches(&self, s: &HttpSpan) -> bool {
+    fn matches(&self, s: &HttpSpan<&str>) -> bool {
         self.status == s.status
             && self.error == s.error
             && self.port == port(s)
@@ -261,22 +262,22 @@ enum RpcValue<'a> {
 /// An RPC series' attributes as the span has them, sorted by key.
 type RpcAttrs<'a> = Vec<(&'static str, RpcValue<'a>)>;
 
-fn rpc_attr<'a>(s: &'a HttpSpan, key: &str) -> Option<RpcValue<'a>> {
-    s.attributes.iter().find(|(k, _)| k == key).map(|(_, v)| match v {
+fn rpc_attr<'a>(s: &'a HttpSpan<&'a str>, key: &str) -> Option<RpcValue<'a>> {
+    s.attributes.iter().find(|(k, _)| *k == key).map(|(_, v)| match v {
         Attr::Str(v) => RpcValue::Str(v),
         Attr::Int(i) => RpcValue::Int(*i),
     })
 }
 
 /// Which RPC sets the span-actor chose for `s` (none: not a gRPC span).
-fn rpc_sets(s: &HttpSpan) -> (bool, bool) {
-    let has = |key: &str| s.attributes.iter().any(|(k, _)| k == key);
+fn rpc_sets(s: &HttpSpan<&str>) -> (bool, bool) {
+    let has = |key: &str| s.attributes.iter().any(|(k, _)| *k == key);
     (has("rpc.system.name"), has("rpc.system"))
 }
 
 /// The attributes of `s`'s measurement in the histogram of `set`, sorted by
 /// key (see the module doc for which, and why).
-fn rpc_attributes<'a>(set: Set, s: &'a HttpSpan) -> RpcAttrs<'a> {
+fn rpc_attributes<'a>(set: Set, s: &'a HttpSpan<&'a str>) -> RpcAttrs<'a> {
     let mut a = Vec::with_capacity(6);
     let mut put = |k: &'static str, v: Option<RpcValue<'a>>| {
         if let Some(v) = v {
@@ -312,7 +313,7 @@ fn rpc_attributes<'a>(set: Set, s: &'a HttpSpan) -> RpcAttrs<'a> {
         }
     }
     if s.kind == SpanKind::Client {
-        put("server.address", s.server_address.as_deref().map(RpcValue::Str));
+        put("server.address", s.server_address.map(RpcValue::Str));
         put("server.port", Some(RpcValue::Int(i64::from(s.server_port))));
     }
     a
@@ -428,7 +429,7 @@ impl Histogram {
     }
 
     /// Records `v` for HTTP span `s`; false if it went to the overflow series.
-    fn record(&mut self, s: &HttpSpan, v: f64, now: u64, total: &mut usize) -> bool {
+    fn record(&mut self, s: &HttpSpan<&str>, v: f64, now: u64, total: &mut usize) -> bool {
         let matches = |k: &Key| matches!(k, Key::Http(k) if k.matches(s));
         self.record_keyed(span_hash(s), matches, || Key::Http(SeriesKey::new(s)), v, now, total)
     }
@@ -722,12 +723,12 @@ impl Meters {
 
     /// Records the duration of every span of `batch` that counts in the
     /// metrics.
-    pub fn record_batch(&mut self, batch: &SpanBatch) {
+    pub fn record_batch(&mut self, batch: &Spans<'_>) {
         self.record_batch_at(batch, unix_ns());
     }
 
     /// [`Meters::record_batch`] at time `now` (Unix ns).
-    pub fn record_batch_at(&mut self, batch: &SpanBatch, now: u64) {
+    pub fn record_batch_at(&mut self, batch: &Spans<'_>, now: u64) {
         let state = Arc::clone(&self.state);
         let mut st = lock(&state);
         self.sweep(&mut st, now);
@@ -782,10 +783,10 @@ impl Meters {
     }
 
     /// Records one span's duration (a batch of one).
-    pub fn record(&mut self, res: &ServiceResource, s: &HttpSpan) {
-        let mut s = s.clone();
+    pub fn record<S: AsRef<str>>(&mut self, res: &ServiceResource, s: &HttpSpan<S>) {
+        let mut s = s.to_owned_span();
         s.resource = 0;
-        self.record_batch(&SpanBatch { resources: vec![res.clone()], spans: vec![s] });
+        self.record_batch(&Spans::of(&SpanBatch::of(vec![res.clone()], &[s])));
     }
 
     /// Forgets idle series, at most every tenth of the idle time.
@@ -943,7 +944,7 @@ pub(crate) mod tests {
             grpc_span(SpanKind::Client, 5, false, true, "demo.Items/Get", 0),
             grpc_span(SpanKind::Client, 7, true, true, "demo.Items/List", 0),
         ];
-        m.record_batch_at(&SpanBatch { resources: vec![res("s")], spans }, 1);
+        m.record_batch_at(&Spans::of(&SpanBatch::of(vec![res("s")], &spans)), 1);
         assert_eq!(registry.counter("ringtail_metric_samples_total", &[]).get(), 5);
         let http = m.view().read(|m| m.services().map(|s| s.server.len() + s.client.len()).sum::<usize>());
         assert_eq!(http, 0, "a gRPC call is measured as an RPC, not also as an HTTP request");
@@ -982,14 +983,14 @@ pub(crate) mod tests {
         let mut m = Meters::new(vec![], "h", &registry);
         let spans =
             vec![grpc_span(SpanKind::Server, 1, false, true, "x.Y/Nope", 12), grpc_span(SpanKind::Server, 1, true, true, "x.Y/Nope", 12)];
-        m.record_batch_at(&SpanBatch { resources: vec![res("s")], spans }, 1);
+        m.record_batch_at(&Spans::of(&SpanBatch::of(vec![res("s")], &spans)), 1);
         let exp = rpc_series(&m, index("rpc.server.duration"));
         assert_eq!(exp, [(vec!["rpc.grpc.status_code=Int(12)".to_owned(), "rpc.system=Str(\"grpc\")".to_owned()], 2, 2.0)]);
         let stable = rpc_series(&m, index("rpc.server.call.duration"));
         assert_eq!(stable[0].0[1], "rpc.method=Str(\"_OTHER\")");
-        let spans =
+        let spans: Vec<HttpSpan> =
             (0..MAX_SERIES_PER_INSTRUMENT + 3).map(|i| grpc_span(SpanKind::Server, 1, true, false, &format!("p.S/M{i}"), 0)).collect();
-        m.record_batch_at(&SpanBatch { resources: vec![res("s")], spans }, 2);
+        m.record_batch_at(&Spans::of(&SpanBatch::of(vec![res("s")], &spans)), 2);
         let stable = rpc_series(&m, index("rpc.server.call.duration"));
         assert_eq!(stable.len(), MAX_SERIES_PER_INSTRUMENT + 1);
         let overflow: Vec<_> = stable.iter().filter(|s| s.0 == ["overflow"]).collect();
@@ -1025,7 +1026,7 @@ pub(crate) mod tests {
         let registry = Registry::new(Component::ExporterActor, 1);
         let mut m = Meters::new(vec![], "h", &registry);
         let spans = vec![span("/a", 5, 200), span("/a", 3, 200), span("/a", 20_000, 200)];
-        m.record_batch_at(&SpanBatch { resources: vec![res("s")], spans }, 7);
+        m.record_batch_at(&Spans::of(&SpanBatch::of(vec![res("s")], &spans)), 7);
         let p = points(&m);
         assert_eq!(p.len(), 1);
         let p = &p[0].2;
@@ -1042,7 +1043,7 @@ pub(crate) mod tests {
         let registry = Registry::new(Component::ExporterActor, 1);
         let mut m = Meters::new(vec![], "h", &registry);
         let spans: Vec<HttpSpan> = (0..MAX_SERIES_PER_INSTRUMENT + 5).map(|i| span(&format!("/r{i}"), 1, 200)).collect();
-        m.record_batch_at(&SpanBatch { resources: vec![res("s")], spans }, 1);
+        m.record_batch_at(&Spans::of(&SpanBatch::of(vec![res("s")], &spans)), 1);
         let p = points(&m);
         assert_eq!(p.len(), MAX_SERIES_PER_INSTRUMENT + 1);
         let overflow: Vec<_> = p.iter().filter(|x| x.1.is_none()).collect();
@@ -1053,14 +1054,14 @@ pub(crate) mod tests {
         // one ("s"); past that, services of the batch itself stay: the
         // rest are counted, not measured.
         let resources: Vec<_> = (0..MAX_SERVICES + 2).map(|i| res(&format!("svc{i}"))).collect();
-        let spans = (0..resources.len())
+        let spans: Vec<HttpSpan> = (0..resources.len())
             .map(|i| {
                 let mut s = span("/", 1, 200);
                 s.resource = i as u32;
                 s
             })
             .collect();
-        m.record_batch_at(&SpanBatch { resources, spans }, 2);
+        m.record_batch_at(&Spans::of(&SpanBatch::of(resources, &spans)), 2);
         assert_eq!(m.view().read(|m| m.services().count()), MAX_SERVICES);
         assert_eq!(registry.counter("ringtail_metric_services_evicted_total", &[]).get(), 1);
         assert_eq!(registry.counter("ringtail_metric_services_overflow_total", &[]).get(), 2);
@@ -1072,18 +1073,18 @@ pub(crate) mod tests {
         let registry = Registry::new(Component::ExporterActor, 1);
         let mut m = Meters::new(vec![], "h", &registry).evict_idle_after(Duration::from_secs(100));
         let s = 1_000_000_000u64;
-        let batch = |spans| SpanBatch { resources: vec![res("old"), res("new")], spans };
+        let batch = |spans: Vec<HttpSpan>| SpanBatch::of(vec![res("old"), res("new")], &spans);
         let mut newer = span("/b", 1, 200);
         newer.resource = 1;
-        m.record_batch_at(&batch(vec![span("/a", 1, 200), span("/a", 1, 200)]), s);
-        m.record_batch_at(&batch(vec![newer.clone()]), 60 * s);
+        m.record_batch_at(&Spans::of(&batch(vec![span("/a", 1, 200), span("/a", 1, 200)])), s);
+        m.record_batch_at(&Spans::of(&batch(vec![newer.clone()])), 60 * s);
         // At 150 s, "old" (last seen at 1 s) has been idle for more than 100 s.
-        m.record_batch_at(&batch(vec![newer.clone()]), 150 * s);
+        m.record_batch_at(&Spans::of(&batch(vec![newer.clone()])), 150 * s);
         let p = points(&m);
         assert_eq!(p.iter().map(|x| x.0.as_str()).collect::<Vec<_>>(), ["new"], "{p:?}");
         assert_eq!(registry.counter("ringtail_metric_series_evicted_total", &[]).get(), 1);
         assert_eq!(m.view().read(|m| m.series_count()), 1);
-        m.record_batch_at(&batch(vec![span("/a", 1, 200)]), 151 * s);
+        m.record_batch_at(&Spans::of(&batch(vec![span("/a", 1, 200)])), 151 * s);
         let p = points(&m);
         let old = p.iter().find(|x| x.0 == "old").map(|x| &x.2).cloned();
         assert_eq!(old.map(|p| (p.count, p.start_ns)), Some((1, 151 * s)), "a new start, counted from zero");
@@ -1097,7 +1098,7 @@ pub(crate) mod tests {
         c.server_port = 8443;
         c.scheme = "https".into();
         let mut keys = Vec::new();
-        SeriesKey::new(&c).attributes(|k, _| keys.push(k));
+        SeriesKey::new(&c.as_borrowed()).attributes(|k, _| keys.push(k));
         assert_eq!(
             keys,
             [
@@ -1111,7 +1112,7 @@ pub(crate) mod tests {
             ]
         );
         let mut keys = Vec::new();
-        SeriesKey::new(&span("/", 1, 200)).attributes(|k, _| keys.push(k));
+        SeriesKey::new(&span("/", 1, 200).as_borrowed()).attributes(|k, _| keys.push(k));
         assert_eq!(keys, ["http.request.method", "http.response.status_code", "http.route", "network.protocol.version", "url.scheme"]);
     }
 

@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
 use tokio_stream::StreamExt as _;
 
+use crate::batch::Spans;
 use crate::meters::Meters;
 use crate::sinks::otlp::traces::TraceSink;
 use crate::sinks::stdout;
@@ -114,21 +115,22 @@ impl Receiver {
     /// The consumer's duplicate count, in spans (as the span-id dedup counts).
     pub fn duplicate_spans(body: &Body) -> u64 {
         match body {
-            Body::Spans(b) => b.spans.len() as u64,
+            Body::Spans(b) => b.len() as u64,
             _ => 0,
         }
     }
 
-    fn handle_spans(&mut self, id: MessageId, mut batch: SpanBatch) {
-        let before = batch.spans.len();
+    fn handle_spans(&mut self, id: MessageId, batch: SpanBatch) {
+        let total = batch.len();
         let recent = &mut self.recent;
-        batch.spans.retain(|s| recent.first_time(s.span_id));
-        self.duplicates.add((before - batch.spans.len()) as u64);
-        self.received.add(batch.spans.len() as u64);
+        let batch = Spans::filtered(&batch, |s| recent.first_time(s.span_id));
+        let n = batch.spans.len();
+        self.duplicates.add((total - n) as u64);
+        self.received.add(n as u64);
         if self.stdout {
             let mut out = std::io::stdout().lock();
             if stdout::write(&batch, &mut out).is_err() {
-                self.stdout_failed.add(batch.spans.len() as u64);
+                self.stdout_failed.add(n as u64);
             }
             let _ = out.flush();
         }

@@ -94,7 +94,7 @@ pub fn encode(env: &Envelope) -> Result<Vec<u8>, EncodeError> {
     // Sized up front: growing a large batch's buffer copies it again and again.
     let hint = match &env.body {
         Body::Raw(b) => 128 + b.record_bytes() + 128 * b.processes.len(),
-        Body::Spans(b) => 128 + 224 * b.spans.len() + 160 * b.resources.len(),
+        Body::Spans(b) => 128 + b.span_bytes() + 160 * b.resources.len(),
         Body::Health(h) => 64 + 96 * h.points.len(),
         Body::Ack(_) => 48,
     };

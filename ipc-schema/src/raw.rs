@@ -7,7 +7,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::raw_wire::{self, Section};
+use crate::raw_wire;
+use crate::wire::{Records, Section};
 
 /// Which side of the connection the traced process was on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -217,12 +218,12 @@ impl RawBatch {
 
     /// The HTTP/1 events, borrowing their captured bytes from the batch.
     pub fn events(&self) -> impl Iterator<Item = RawEvent<&[u8]>> + '_ {
-        raw_wire::Records::new(&self.events, raw_wire::read_event)
+        Records::new(&self.events, raw_wire::read_event)
     }
 
     /// The HTTP/2 records, borrowing their pieces from the batch.
     pub fn h2(&self) -> impl Iterator<Item = RawH2<&[u8]>> + '_ {
-        raw_wire::Records::new(&self.h2, raw_wire::read_h2)
+        Records::new(&self.h2, raw_wire::read_h2)
     }
 
     /// How many HTTP/1 events.

@@ -45,7 +45,7 @@ use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::raw::{ProcessInfo, RawBatch, RawEvent, RawH2, Role, SockAddr};
-use crate::wire::{put_opt, put_str, put_uint, Reader, WireError};
+use crate::wire::{check, put_opt, put_str, put_uint, Reader, Section, WireError};
 
 const EV_CLIENT: u8 = 1;
 const EV_PARENT: u8 = 2;
@@ -66,13 +66,6 @@ const H2_UPGRADE: u8 = 32;
 /// The fewest bytes a process takes (a one-byte pid, its start, five empty
 /// strings or absent options).
 const MIN_PROCESS: usize = 1 + 8 + 5;
-
-/// Records of one kind in their wire layout, and how many.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub(crate) struct Section {
-    pub(crate) bytes: Vec<u8>,
-    pub(crate) count: usize,
-}
 
 fn bit(on: bool, flag: u8) -> u8 {
     if on {
@@ -295,49 +288,6 @@ fn read_processes(bytes: &[u8]) -> Result<Vec<ProcessInfo>, WireError> {
     }
     rd.end()?;
     Ok(ps)
-}
-
-/// Checks that `bytes` are whole records of one kind; how many.
-fn check<'a, T>(bytes: &'a [u8], read: fn(&mut Reader<'a>) -> Result<T, WireError>) -> Result<usize, WireError> {
-    let mut rd = Reader::new(bytes);
-    let mut n = 0;
-    while !rd.is_empty() {
-        read(&mut rd)?;
-        n += 1;
-    }
-    Ok(n)
-}
-
-/// The records of a checked [`Section`], in order.
-pub(crate) struct Records<'a, T> {
-    rd: Reader<'a>,
-    left: usize,
-    read: fn(&mut Reader<'a>) -> Result<T, WireError>,
-}
-
-impl<'a, T> Records<'a, T> {
-    pub(crate) fn new(section: &'a Section, read: fn(&mut Reader<'a>) -> Result<T, WireError>) -> Self {
-        Records { rd: Reader::new(&section.bytes), left: section.count, read }
-    }
-}
-
-impl<T> Iterator for Records<'_, T> {
-    type Item = T;
-
-    fn next(&mut self) -> Option<T> {
-        if self.left == 0 {
-            return None;
-        }
-        self.left -= 1;
-        // A section is only ever written by `write_*` or checked whole
-        // before it is kept: an error cannot happen; it would end the
-        // records, never panic.
-        (self.read)(&mut self.rd).ok()
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        (0, Some(self.left))
-    }
 }
 
 impl Serialize for RawBatch {

@@ -3,11 +3,13 @@
 //! A span batch is the busiest message ringtail has (every request becomes
 //! one span, encoded by the span-actor and decoded by the exporter), and
 //! serde's generic msgpack path spent half of the exporter's instructions
-//! on it: a marker dispatch and a visitor per field. Inside the envelope the
-//! batch is therefore one msgpack `bin` holding this layout:
+//! on it: a marker dispatch and a visitor per field. A batch keeps its
+//! spans in this layout from the moment they are pushed, the envelope
+//! carries it as two msgpack `bin`s, and the exporter reads spans whose
+//! strings borrow from it (no allocation a span):
 //!
 //! ```text
-//! batch    = count(resources) resource* count(spans) span*
+//! batch    = msgpack array [ bin(count(resources) resource*) bin(span*) ]
 //! resource = str(service_name) str(service_instance_id) str(host_name)
 //!            uint(pid) str(executable_name) count(extra) (str str)*
 //! span     = uint(resource) u8(kind: 0 server, 1 client) u128le(trace_id)
@@ -29,31 +31,30 @@
 //! Reading treats the bytes as hostile: every length is checked against
 //! what is left before anything is allocated, every integer against its
 //! field's range, every string for UTF-8, every span's resource index
-//! against the batch's resources, and trailing bytes are an error. Field
-//! lists are destructured exhaustively on both sides: a field added to
-//! [`HttpSpan`] or [`ServiceResource`] does not compile until it is here.
+//! against the batch's resources, and trailing bytes are an error; a batch
+//! off a socket is checked whole when it is decoded, so reading its spans
+//! later cannot fail. Field lists are destructured exhaustively on both
+//! sides: a field added to [`HttpSpan`] or [`ServiceResource`] does not
+//! compile until it is here.
 
 use std::fmt;
 
-use serde::de::{self, Visitor};
+use serde::de::{self, SeqAccess, Visitor};
+use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::span::{Attr, HttpSpan, ServiceResource, SpanBatch, SpanKind};
 pub use crate::wire::WireError;
-use crate::wire::{put_opt, put_str, put_uint, Reader};
+use crate::wire::{put_opt, put_str, put_uint, Reader, Section};
 
 /// The fewest bytes a resource takes (three empty strings, a pid, an empty
 /// name, no extras): bounds a declared count by the bytes left.
 const MIN_RESOURCE: usize = 6;
-/// The fewest bytes a span takes (fixed-width fields alone).
-const MIN_SPAN: usize = 1 + 1 + 16 + 8 + 8 + 1 + 8 + 8 + 1 + 1;
 const FLAG_ERROR: u8 = 1;
 const FLAG_EXPORT_TRACE: u8 = 2;
 const FLAG_EXPORT_METRICS: u8 = 4;
 
-/// Appends `batch` in the wire layout to `out`.
-pub fn write(batch: &SpanBatch, out: &mut Vec<u8>) {
-    let SpanBatch { resources, spans } = batch;
+fn write_resources(resources: &[ServiceResource], out: &mut Vec<u8>) {
     put_uint(out, resources.len() as u64);
     for r in resources {
         let ServiceResource { service_name, service_instance_id, host_name, pid, executable_name, extra } = r;
@@ -68,13 +69,10 @@ pub fn write(batch: &SpanBatch, out: &mut Vec<u8>) {
             put_str(out, v);
         }
     }
-    put_uint(out, spans.len() as u64);
-    for s in spans {
-        write_span(s, out);
-    }
 }
 
-fn write_span(s: &HttpSpan, out: &mut Vec<u8>) {
+/// Appends one span.
+pub(crate) fn write_span<S: AsRef<str>>(s: &HttpSpan<S>, out: &mut Vec<u8>) {
     let HttpSpan {
         resource,
         kind,
@@ -114,34 +112,34 @@ fn write_span(s: &HttpSpan, out: &mut Vec<u8>) {
     out.extend_from_slice(&span_id.to_le_bytes());
     out.extend_from_slice(&parent_span_id.to_le_bytes());
     out.push(*trace_flags);
-    put_str(out, name);
+    put_str(out, name.as_ref());
     out.extend_from_slice(&start_unix_ns.to_le_bytes());
     out.extend_from_slice(&end_unix_ns.to_le_bytes());
-    put_str(out, method);
-    put_opt(out, method_original.as_deref());
-    put_opt(out, route.as_deref());
-    put_str(out, path);
-    put_opt(out, query.as_deref());
-    put_str(out, scheme);
+    put_str(out, method.as_ref());
+    put_opt(out, method_original.as_ref().map(AsRef::as_ref));
+    put_opt(out, route.as_ref().map(AsRef::as_ref));
+    put_str(out, path.as_ref());
+    put_opt(out, query.as_ref().map(AsRef::as_ref));
+    put_str(out, scheme.as_ref());
     put_uint(out, u64::from(*status));
     let flags =
         (u8::from(*error) * FLAG_ERROR) | (u8::from(*export_trace) * FLAG_EXPORT_TRACE) | (u8::from(*export_metrics) * FLAG_EXPORT_METRICS);
     out.push(flags);
-    put_opt(out, server_address.as_deref());
+    put_opt(out, server_address.as_ref().map(AsRef::as_ref));
     put_uint(out, u64::from(*server_port));
-    put_str(out, client_address);
+    put_str(out, client_address.as_ref());
     put_uint(out, u64::from(*client_port));
-    put_str(out, peer_address);
+    put_str(out, peer_address.as_ref());
     put_uint(out, u64::from(*peer_port));
-    put_str(out, protocol_version);
-    put_opt(out, user_agent.as_deref());
+    put_str(out, protocol_version.as_ref());
+    put_opt(out, user_agent.as_ref().map(AsRef::as_ref));
     put_uint(out, attributes.len() as u64);
     for (k, v) in attributes {
-        put_str(out, k);
+        put_str(out, k.as_ref());
         match v {
             Attr::Str(s) => {
                 out.push(0);
-                put_str(out, s);
+                put_str(out, s.as_ref());
             }
             Attr::Int(i) => {
                 out.push(1);
@@ -151,132 +149,137 @@ fn write_span(s: &HttpSpan, out: &mut Vec<u8>) {
     }
 }
 
-/// Reads a batch written by [`write`]; the whole of `bytes` must be it.
-pub fn read(bytes: &[u8]) -> Result<SpanBatch, WireError> {
+fn read_resources(bytes: &[u8]) -> Result<Vec<ServiceResource>, WireError> {
     let mut rd = Reader::new(bytes);
     let n = rd.count("resources", MIN_RESOURCE)?;
     let mut resources = Vec::with_capacity(n);
     for _ in 0..n {
-        resources.push(rd.resource()?);
-    }
-    let n = rd.count("spans", MIN_SPAN)?;
-    let mut spans = Vec::with_capacity(n);
-    for index in 0..n {
-        let s = rd.span()?;
-        if s.resource as usize >= resources.len() {
-            return Err(WireError::Resource { index, resource: s.resource, resources: resources.len() });
-        }
-        spans.push(s);
-    }
-    rd.end()?;
-    Ok(SpanBatch { resources, spans })
-}
-
-impl Reader<'_> {
-    fn resource(&mut self) -> Result<ServiceResource, WireError> {
-        let service_name = self.str("service_name")?;
-        let service_instance_id = self.str("service_instance_id")?;
-        let host_name = self.str("host_name")?;
-        let pid = self.int("pid")?;
-        let executable_name = self.str("executable_name")?;
-        let n = self.count("extra", 2)?;
+        let service_name = rd.str("service_name")?;
+        let service_instance_id = rd.str("service_instance_id")?;
+        let host_name = rd.str("host_name")?;
+        let pid = rd.int("pid")?;
+        let executable_name = rd.str("executable_name")?;
+        let n = rd.count("extra", 2)?;
         let mut extra = Vec::with_capacity(n);
         for _ in 0..n {
-            extra.push((self.str("extra")?, self.str("extra")?));
+            extra.push((rd.str("extra")?, rd.str("extra")?));
         }
-        Ok(ServiceResource { service_name, service_instance_id, host_name, pid, executable_name, extra })
+        resources.push(ServiceResource { service_name, service_instance_id, host_name, pid, executable_name, extra });
     }
-
-    fn span(&mut self) -> Result<HttpSpan, WireError> {
-        let resource = self.int("resource")?;
-        let kind = match self.u8("kind")? {
-            0 => SpanKind::Server,
-            1 => SpanKind::Client,
-            _ => return Err(WireError::Range { field: "kind" }),
-        };
-        let trace_id = u128::from_le_bytes(self.fixed("trace_id")?);
-        let span_id = self.u64le("span_id")?;
-        let parent_span_id = self.u64le("parent_span_id")?;
-        let trace_flags = self.u8("trace_flags")?;
-        let name = self.str("name")?;
-        let start_unix_ns = self.u64le("start_unix_ns")?;
-        let end_unix_ns = self.u64le("end_unix_ns")?;
-        let method = self.str("method")?;
-        let method_original = self.opt("method_original")?;
-        let route = self.opt("route")?;
-        let path = self.str("path")?;
-        let query = self.opt("query")?;
-        let scheme = self.str("scheme")?;
-        let status = self.int("status")?;
-        let flags = self.u8("flags")?;
-        if flags & !(FLAG_ERROR | FLAG_EXPORT_TRACE | FLAG_EXPORT_METRICS) != 0 {
-            return Err(WireError::Range { field: "flags" });
-        }
-        let server_address = self.opt("server_address")?;
-        let server_port = self.int("server_port")?;
-        let client_address = self.str("client_address")?;
-        let client_port = self.int("client_port")?;
-        let peer_address = self.str("peer_address")?;
-        let peer_port = self.int("peer_port")?;
-        let protocol_version = self.str("protocol_version")?;
-        let user_agent = self.opt("user_agent")?;
-        let n = self.count("attributes", 3)?;
-        let mut attributes = Vec::with_capacity(n);
-        for _ in 0..n {
-            let key = self.str("attribute key")?;
-            let value = match self.u8("attribute value")? {
-                0 => Attr::Str(self.str("attribute value")?),
-                1 => {
-                    let z = self.uint("attribute value")?;
-                    Attr::Int(((z >> 1) as i64) ^ -((z & 1) as i64))
-                }
-                _ => return Err(WireError::Range { field: "attribute value" }),
-            };
-            attributes.push((key, value));
-        }
-        Ok(HttpSpan {
-            resource,
-            kind,
-            trace_id,
-            span_id,
-            parent_span_id,
-            trace_flags,
-            name,
-            start_unix_ns,
-            end_unix_ns,
-            method,
-            method_original,
-            route,
-            path,
-            query,
-            scheme,
-            status,
-            error: flags & FLAG_ERROR != 0,
-            server_address,
-            server_port,
-            client_address,
-            client_port,
-            peer_address,
-            peer_port,
-            protocol_version,
-            user_agent,
-            export_trace: flags & FLAG_EXPORT_TRACE != 0,
-            export_metrics: flags & FLAG_EXPORT_METRICS != 0,
-            attributes,
-        })
-    }
+    rd.end()?;
+    Ok(resources)
 }
 
-/// A bound on a batch's encoded size, for the buffer it is written into.
-fn size_hint(batch: &SpanBatch) -> usize {
-    64 + 96 * batch.resources.len() + 200 * batch.spans.len()
+/// Checks that `bytes` are whole spans naming resources below `resources`;
+/// how many.
+fn check_spans(bytes: &[u8], resources: usize) -> Result<usize, WireError> {
+    let mut rd = Reader::new(bytes);
+    let mut index = 0;
+    while !rd.is_empty() {
+        let s = read_span(&mut rd)?;
+        if s.resource as usize >= resources {
+            return Err(WireError::Resource { index, resource: s.resource, resources });
+        }
+        index += 1;
+    }
+    Ok(index)
+}
+
+/// Reads one span, borrowing its strings.
+pub(crate) fn read_span<'a>(rd: &mut Reader<'a>) -> Result<HttpSpan<&'a str>, WireError> {
+    let resource = rd.int("resource")?;
+    let kind = match rd.u8("kind")? {
+        0 => SpanKind::Server,
+        1 => SpanKind::Client,
+        _ => return Err(WireError::Range { field: "kind" }),
+    };
+    let trace_id = u128::from_le_bytes(rd.fixed("trace_id")?);
+    let span_id = rd.u64le("span_id")?;
+    let parent_span_id = rd.u64le("parent_span_id")?;
+    let trace_flags = rd.u8("trace_flags")?;
+    let name = rd.str_ref("name")?;
+    let start_unix_ns = rd.u64le("start_unix_ns")?;
+    let end_unix_ns = rd.u64le("end_unix_ns")?;
+    let method = rd.str_ref("method")?;
+    let method_original = rd.opt_ref("method_original")?;
+    let route = rd.opt_ref("route")?;
+    let path = rd.str_ref("path")?;
+    let query = rd.opt_ref("query")?;
+    let scheme = rd.str_ref("scheme")?;
+    let status = rd.int("status")?;
+    let flags = rd.u8("flags")?;
+    if flags & !(FLAG_ERROR | FLAG_EXPORT_TRACE | FLAG_EXPORT_METRICS) != 0 {
+        return Err(WireError::Range { field: "flags" });
+    }
+    let server_address = rd.opt_ref("server_address")?;
+    let server_port = rd.int("server_port")?;
+    let client_address = rd.str_ref("client_address")?;
+    let client_port = rd.int("client_port")?;
+    let peer_address = rd.str_ref("peer_address")?;
+    let peer_port = rd.int("peer_port")?;
+    let protocol_version = rd.str_ref("protocol_version")?;
+    let user_agent = rd.opt_ref("user_agent")?;
+    let n = rd.count("attributes", 3)?;
+    let mut attributes = Vec::with_capacity(n);
+    for _ in 0..n {
+        let key = rd.str_ref("attribute key")?;
+        let value = match rd.u8("attribute value")? {
+            0 => Attr::Str(rd.str_ref("attribute value")?),
+            1 => {
+                let z = rd.uint("attribute value")?;
+                Attr::Int(((z >> 1) as i64) ^ -((z & 1) as i64))
+            }
+            _ => return Err(WireError::Range { field: "attribute value" }),
+        };
+        attributes.push((key, value));
+    }
+    Ok(HttpSpan {
+        resource,
+        kind,
+        trace_id,
+        span_id,
+        parent_span_id,
+        trace_flags,
+        name,
+        start_unix_ns,
+        end_unix_ns,
+        method,
+        method_original,
+        route,
+        path,
+        query,
+        scheme,
+        status,
+        error: flags & FLAG_ERROR != 0,
+        server_address,
+        server_port,
+        client_address,
+        client_port,
+        peer_address,
+        peer_port,
+        protocol_version,
+        user_agent,
+        export_trace: flags & FLAG_EXPORT_TRACE != 0,
+        export_metrics: flags & FLAG_EXPORT_METRICS != 0,
+        attributes,
+    })
+}
+
+/// A batch from its two parts' bytes, checked whole.
+fn read(resources: &[u8], spans: Vec<u8>) -> Result<SpanBatch, WireError> {
+    let resources = read_resources(resources)?;
+    let count = check_spans(&spans, resources.len())?;
+    Ok(SpanBatch { resources, spans: Section { bytes: spans, count } })
 }
 
 impl Serialize for SpanBatch {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut buf = Vec::with_capacity(size_hint(self));
-        write(self, &mut buf);
-        serializer.serialize_bytes(&buf)
+        let mut resources = Vec::with_capacity(16 + 128 * self.resources.len());
+        write_resources(&self.resources, &mut resources);
+        let mut t = serializer.serialize_tuple(2)?;
+        t.serialize_element(serde_bytes::Bytes::new(&resources))?;
+        t.serialize_element(serde_bytes::Bytes::new(&self.spans.bytes))?;
+        t.end()
     }
 }
 
@@ -286,17 +289,19 @@ impl<'de> Visitor<'de> for BatchVisitor {
     type Value = SpanBatch;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a span batch's bytes")
+        f.write_str("a span batch")
     }
 
-    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<SpanBatch, E> {
-        read(v).map_err(E::custom)
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<SpanBatch, A::Error> {
+        let resources: serde_bytes::ByteBuf = seq.next_element()?.ok_or_else(|| de::Error::missing_field("resources"))?;
+        let spans: serde_bytes::ByteBuf = seq.next_element()?.ok_or_else(|| de::Error::missing_field("spans"))?;
+        read(&resources, spans.into_vec()).map_err(de::Error::custom)
     }
 }
 
 impl<'de> Deserialize<'de> for SpanBatch {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<SpanBatch, D::Error> {
-        deserializer.deserialize_bytes(BatchVisitor)
+        deserializer.deserialize_tuple(2, BatchVisitor)
     }
 }
 
@@ -354,42 +359,59 @@ mod tests {
     }
 
     fn batch() -> SpanBatch {
-        SpanBatch { resources: vec![resource("a"), resource("b")], spans: vec![span(0), span(1), span(1)] }
+        SpanBatch::of(vec![resource("a"), resource("b")], &[span(0), span(1), span(1)])
     }
 
-    fn bytes(b: &SpanBatch) -> Vec<u8> {
+    fn res_bytes(r: &[ServiceResource]) -> Vec<u8> {
         let mut out = Vec::new();
-        write(b, &mut out);
+        write_resources(r, &mut out);
+        out
+    }
+
+    fn span_bytes(s: &HttpSpan) -> Vec<u8> {
+        let mut out = Vec::new();
+        write_span(s, &mut out);
         out
     }
 
     #[test]
     fn round_trips_every_field_at_its_extremes() {
         let b = batch();
-        assert_eq!(read(&bytes(&b)).unwrap(), b);
+        let got = read(&res_bytes(&b.resources), b.spans.bytes.clone()).unwrap();
+        assert_eq!(got, b);
+        let spans: Vec<HttpSpan> = got.spans().map(|s| s.to_owned_span()).collect();
+        assert_eq!(spans, vec![span(0), span(1), span(1)]);
         let empty = SpanBatch::default();
-        assert_eq!(read(&bytes(&empty)).unwrap(), empty);
+        assert_eq!(read(&res_bytes(&[]), Vec::new()).unwrap(), empty);
     }
 
     #[test]
     fn every_truncation_is_refused() {
-        let b = bytes(&batch());
-        for n in 0..b.len() {
-            assert!(read(&b[..n]).is_err(), "a batch cut at {n} of {} bytes was accepted", b.len());
+        let b = batch();
+        let res = res_bytes(&b.resources);
+        for n in 0..res.len() {
+            assert!(read(&res[..n], Vec::new()).is_err(), "resources cut at {n} of {} were accepted", res.len());
+        }
+        let one = span_bytes(&span(0)).len();
+        let spans = &b.spans.bytes;
+        for n in 0..spans.len() {
+            let ok = read(&res, spans[..n].to_vec());
+            assert_eq!(ok.is_ok(), n % one == 0, "spans cut at {n} of {}: {ok:?}", spans.len());
         }
     }
 
     #[test]
     fn trailing_bytes_are_refused() {
-        let mut b = bytes(&batch());
-        b.push(0);
-        assert_eq!(read(&b), Err(WireError::Trailing { left: 1 }));
+        let mut res = res_bytes(&[resource("a")]);
+        res.push(0);
+        assert_eq!(read(&res, Vec::new()), Err(WireError::Trailing { left: 1 }));
     }
 
     #[test]
     fn a_span_of_a_missing_resource_is_refused() {
-        let b = SpanBatch { resources: vec![resource("a")], spans: vec![span(1)] };
-        assert_eq!(read(&bytes(&b)), Err(WireError::Resource { index: 0, resource: 1, resources: 1 }));
+        let mut spans = span_bytes(&span(0));
+        spans.extend(span_bytes(&span(1)));
+        assert_eq!(read(&res_bytes(&[resource("a")]), spans), Err(WireError::Resource { index: 1, resource: 1, resources: 1 }));
     }
 
     #[test]
@@ -397,35 +419,45 @@ mod tests {
         // 2^63 resources declared in 10 bytes: refused before any allocation
         let mut b = Vec::new();
         put_uint(&mut b, 1 << 63);
-        assert_eq!(read(&b), Err(WireError::Count { field: "resources" }));
-        let mut b = vec![0];
-        put_uint(&mut b, u64::from(u32::MAX));
-        assert_eq!(read(&b), Err(WireError::Count { field: "spans" }));
+        assert_eq!(read(&b, Vec::new()), Err(WireError::Count { field: "resources" }));
+        // as many attributes as a u32 holds, in a span of a few bytes
+        let mut s = span(0);
+        s.attributes.clear();
+        let mut bytes = span_bytes(&s);
+        bytes.pop(); // the count: 0
+        put_uint(&mut bytes, u64::from(u32::MAX));
+        assert_eq!(read(&res_bytes(&[resource("a")]), bytes), Err(WireError::Count { field: "attributes" }));
     }
 
     #[test]
     fn out_of_range_values_are_refused() {
         // an eleven-byte integer
-        assert_eq!(read(&[0xff; 11]), Err(WireError::Range { field: "resources" }));
+        assert_eq!(read(&[0xff; 11], Vec::new()), Err(WireError::Range { field: "resources" }));
         // a port above u16::MAX: found where the encodings of port 0 and
         // port 1 differ, then replaced by the three bytes of 65,536
         let at_port = |port| {
             let mut s = span(0);
             s.server_port = port;
-            bytes(&SpanBatch { resources: vec![resource("a")], spans: vec![s] })
+            span_bytes(&s)
         };
         let (zero, one) = (at_port(0), at_port(1));
         let at = zero.iter().zip(&one).position(|(a, b)| a != b).unwrap();
         let mut b = zero;
         b.splice(at..=at, [0x80, 0x80, 0x04]);
-        assert_eq!(read(&b), Err(WireError::Range { field: "server_port" }));
+        assert_eq!(read(&res_bytes(&[resource("a")]), b), Err(WireError::Range { field: "server_port" }));
     }
 
     #[test]
     fn invalid_utf8_is_refused() {
-        let mut b = bytes(&SpanBatch { resources: vec![resource("\u{7f}")], spans: vec![] });
+        let mut b = res_bytes(&[resource("\u{7f}")]);
         let at = b.iter().position(|&c| c == 0x7f).unwrap();
         b[at] = 0xff;
-        assert_eq!(read(&b), Err(WireError::Utf8 { field: "service_name" }));
+        assert_eq!(read(&b, Vec::new()), Err(WireError::Utf8 { field: "service_name" }));
+        let mut s = span(0);
+        s.path = "\u{7f}".into();
+        let mut b = span_bytes(&s);
+        let at = b.iter().position(|&c| c == 0x7f).unwrap();
+        b[at] = 0xff;
+        assert_eq!(read(&res_bytes(&[resource("a")]), b), Err(WireError::Utf8 { field: "path" }));
     }
 }

@@ -130,22 +130,82 @@ impl<'a> Reader<'a> {
         Ok(n)
     }
 
-    pub(crate) fn str(&mut self, field: &'static str) -> Result<String, WireError> {
+    /// A string borrowed from the bytes.
+    pub(crate) fn str_ref(&mut self, field: &'static str) -> Result<&'a str, WireError> {
         let n: usize = self.int(field)?;
         let b = self.take(n, field)?;
         if b.is_ascii() {
             // SAFETY: ASCII is UTF-8. (Nearly every string here is ASCII,
             // and this check costs a fraction of the general validation.)
-            return Ok(unsafe { std::str::from_utf8_unchecked(b) }.to_owned());
+            return Ok(unsafe { std::str::from_utf8_unchecked(b) });
         }
-        std::str::from_utf8(b).map(str::to_owned).map_err(|_| WireError::Utf8 { field })
+        std::str::from_utf8(b).map_err(|_| WireError::Utf8 { field })
+    }
+
+    pub(crate) fn str(&mut self, field: &'static str) -> Result<String, WireError> {
+        self.str_ref(field).map(str::to_owned)
+    }
+
+    /// An optional string borrowed from the bytes.
+    pub(crate) fn opt_ref(&mut self, field: &'static str) -> Result<Option<&'a str>, WireError> {
+        match self.u8(field)? {
+            0 => Ok(None),
+            1 => self.str_ref(field).map(Some),
+            _ => Err(WireError::Range { field }),
+        }
     }
 
     pub(crate) fn opt(&mut self, field: &'static str) -> Result<Option<String>, WireError> {
-        match self.u8(field)? {
-            0 => Ok(None),
-            1 => self.str(field).map(Some),
-            _ => Err(WireError::Range { field }),
+        Ok(self.opt_ref(field)?.map(str::to_owned))
+    }
+}
+
+/// Records of one kind in their wire layout, and how many.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Section {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) count: usize,
+}
+
+/// Checks that `bytes` are whole records of one kind; how many.
+pub(crate) fn check<'a, T>(bytes: &'a [u8], read: fn(&mut Reader<'a>) -> Result<T, WireError>) -> Result<usize, WireError> {
+    let mut rd = Reader::new(bytes);
+    let mut n = 0;
+    while !rd.is_empty() {
+        read(&mut rd)?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+/// The records of a checked [`Section`], in order.
+pub(crate) struct Records<'a, T> {
+    rd: Reader<'a>,
+    left: usize,
+    read: fn(&mut Reader<'a>) -> Result<T, WireError>,
+}
+
+impl<'a, T> Records<'a, T> {
+    pub(crate) fn new(section: &'a Section, read: fn(&mut Reader<'a>) -> Result<T, WireError>) -> Self {
+        Records { rd: Reader::new(&section.bytes), left: section.count, read }
+    }
+}
+
+impl<T> Iterator for Records<'_, T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        if self.left == 0 {
+            return None;
         }
+        self.left -= 1;
+        // A section is only ever written by `write_*` or checked whole
+        // before it is kept: an error cannot happen; it would end the
+        // records, never panic.
+        (self.read)(&mut self.rd).ok()
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some(self.left))
     }
 }

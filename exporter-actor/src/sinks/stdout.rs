@@ -4,7 +4,9 @@
 
 use std::io::Write;
 
-use ipc_schema::{Attr, SpanBatch, SpanKind};
+use ipc_schema::{Attr, SpanKind};
+
+use crate::batch::Spans;
 
 /// Formats Unix-epoch ns as RFC 3339 UTC with milliseconds.
 pub fn rfc3339(ns: u64) -> String {
@@ -25,25 +27,25 @@ pub fn rfc3339(ns: u64) -> String {
 }
 
 /// The line for one span.
-pub fn line(batch: &SpanBatch, i: usize) -> String {
+pub fn line(batch: &Spans<'_>, i: usize) -> String {
     let s = &batch.spans[i];
     let service = batch.resources.get(s.resource as usize).map_or("unknown_service", |r| r.service_name.as_str());
     let kind = match s.kind {
         SpanKind::Server => "SERVER",
         SpanKind::Client => "CLIENT",
     };
-    let query = s.query.as_deref().map(|q| format!("?{q}")).unwrap_or_default();
+    let query = s.query.map(|q| format!("?{q}")).unwrap_or_default();
     let dur_ms = s.end_unix_ns.saturating_sub(s.start_unix_ns) as f64 / 1e6;
     let parent = if s.parent_span_id != 0 { format!(" parent={:016x}", s.parent_span_id) } else { String::new() };
     let (peer, port) = match s.kind {
-        SpanKind::Server => (s.client_address.as_str(), s.client_port),
-        SpanKind::Client => (s.peer_address.as_str(), s.peer_port),
+        SpanKind::Server => (s.client_address, s.client_port),
+        SpanKind::Client => (s.peer_address, s.peer_port),
     };
     // The RPC status of gRPC spans (the stable or the experimental attribute).
     let rpc = s
         .attributes
         .iter()
-        .find_map(|(k, v)| match (k.as_str(), v) {
+        .find_map(|(k, v)| match (*k, v) {
             ("rpc.status_code", Attr::Str(v)) => Some(format!(" rpc={v}")),
             ("rpc.grpc.status_code", Attr::Int(v)) => Some(format!(" rpc={v}")),
             _ => None,
@@ -53,7 +55,7 @@ pub fn line(batch: &SpanBatch, i: usize) -> String {
         "{} {kind} {service} {:?} {} {}{query} {} {dur_ms:.3}ms trace={:032x} span={:016x}{parent} peer={peer}:{port}{rpc}",
         rfc3339(s.start_unix_ns),
         s.name,
-        s.method_original.as_deref().unwrap_or(&s.method),
+        s.method_original.unwrap_or(s.method),
         s.path,
         s.status,
         s.trace_id,
@@ -62,7 +64,7 @@ pub fn line(batch: &SpanBatch, i: usize) -> String {
 }
 
 /// Writes every exported span of a batch, one line each.
-pub fn write(batch: &SpanBatch, out: &mut impl Write) -> std::io::Result<()> {
+pub fn write(batch: &Spans<'_>, out: &mut impl Write) -> std::io::Result<()> {
     for (i, s) in batch.spans.iter().enumerate() {
         if s.export_trace {
             writeln!(out, "{}", line(batch, i))?;

@@ -102,7 +102,7 @@ impl Publisher {
             let mut published = 0u64;
             let mut failed = 0u64;
             for (batch, comp) in batches {
-                let n = batch.spans.len() as u64;
+                let n = batch.len() as u64;
                 match out.publish(Body::Spans(batch), n, comp).await {
                     Ok(()) => published += n,
                     Err(error) => {
@@ -177,7 +177,8 @@ impl Publisher {
 /// A span batch from produced spans (resources deduplicated), and how many
 /// spans of each raw batch it holds.
 pub fn assemble(spans: Vec<Produced>) -> (SpanBatch, Vec<(Origin, usize)>) {
-    let mut batch = SpanBatch { resources: Vec::new(), spans: Vec::with_capacity(spans.len()) };
+    // ~200 bytes a span in the wire layout: sized once, rarely grown.
+    let mut batch = SpanBatch::with_capacity(256 * spans.len());
     let mut index: HashMap<*const ServiceResource, u32> = HashMap::default();
     let mut by_value: HashMap<Arc<ServiceResource>, u32> = HashMap::default();
     let mut comp: Vec<(Origin, usize)> = Vec::new();
@@ -196,7 +197,7 @@ pub fn assemble(spans: Vec<Produced>) -> (SpanBatch, Vec<(Origin, usize)>) {
         };
         let mut span = p.span;
         span.resource = idx;
-        batch.spans.push(span);
+        batch.push(&span);
         match comp.last_mut() {
             Some((o, n)) if *o == p.origin => *n += 1,
             _ => comp.push((p.origin, 1)),

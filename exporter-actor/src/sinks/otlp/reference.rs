@@ -144,9 +144,9 @@ pub fn service(res: &ServiceResource, extra: &[(String, String)]) -> Resource {
 pub fn trace_requests(batch: &SpanBatch, extra: &[(String, String)]) -> Vec<ExportTraceServiceRequest> {
     let scope = scope();
     let mut groups: Vec<Vec<SpanData>> = vec![Vec::new(); batch.resources.len()];
-    for s in batch.spans.iter().filter(|s| s.export_trace) {
+    for s in batch.spans().map(|s| s.to_owned_span()).filter(|s| s.export_trace) {
         if let Some(g) = groups.get_mut(s.resource as usize) {
-            g.push(span_data(s, &scope));
+            g.push(span_data(&s, &scope));
         }
     }
     groups
@@ -222,7 +222,8 @@ pub fn metric_requests(batch: &SpanBatch, extra: &[(String, String)]) -> Vec<Exp
         let server = hist("http.server.request.duration", "Duration of HTTP server requests.");
         let client = hist("http.client.request.duration", "Duration of HTTP client requests.");
         let mut any = false;
-        for s in batch.spans.iter().filter(|s| s.export_metrics && s.resource as usize == i) {
+        for s in batch.spans().map(|s| s.to_owned_span()).filter(|s| s.export_metrics && s.resource as usize == i) {
+            let s = &s;
             let seconds = s.end_unix_ns.saturating_sub(s.start_unix_ns) as f64 / 1e9;
             match s.kind {
                 SpanKind::Server => server.record(seconds, &histogram_attributes(s)),

@@ -9,9 +9,10 @@
 
 use std::fmt::Write as _;
 
-use ipc_schema::{Attr, HttpSpan, SpanBatch, SpanKind};
+use ipc_schema::{Attr, HttpSpan, SpanKind};
 
 use super::wire::{self, decimal, key, kv, kv_known, len_field, Key, Out, Value, LEN, VARINT};
+use crate::batch::Spans;
 use crate::resource;
 
 /// The instrumentation scope of every ringtail span and metric.
@@ -51,11 +52,11 @@ const FLAG_HAS_IS_REMOTE: u32 = 0x100;
 const FLAG_IS_REMOTE: u32 = 0x200;
 
 /// `url.full` of a client request, written into `out` (cleared first).
-pub fn url_full(s: &HttpSpan, out: &mut String) {
+pub fn url_full(s: &HttpSpan<&str>, out: &mut String) {
     out.clear();
-    let host = s.server_address.as_deref().unwrap_or(&s.peer_address);
+    let host = s.server_address.unwrap_or(s.peer_address);
     let default_port = (s.scheme == "http" && s.server_port == 80) || (s.scheme == "https" && s.server_port == 443);
-    out.push_str(&s.scheme);
+    out.push_str(s.scheme);
     out.push_str("://");
     if host.contains(':') {
         out.push('[');
@@ -68,7 +69,7 @@ pub fn url_full(s: &HttpSpan, out: &mut String) {
         // Writing to a String cannot fail.
         let _ = write!(out, ":{}", s.server_port);
     }
-    out.push_str(&s.path);
+    out.push_str(s.path);
     if let Some(q) = &s.query {
         out.push('?');
         out.push_str(q);
@@ -78,24 +79,24 @@ pub fn url_full(s: &HttpSpan, out: &mut String) {
 /// The span's attributes, in the order they are exported. `url` is the
 /// client span's `url.full` (see [`url_full`]).
 #[inline(always)]
-pub fn attributes(s: &HttpSpan, url: &str, mut f: impl FnMut(&Key, Value<'_>)) {
+pub fn attributes(s: &HttpSpan<&str>, url: &str, mut f: impl FnMut(&Key, Value<'_>)) {
     let mut digits = [0u8; 20];
-    f(&key!("http.request.method"), Value::Str(&s.method));
+    f(&key!("http.request.method"), Value::Str(s.method));
     if let Some(m) = &s.method_original {
         f(&key!("http.request.method_original"), Value::Str(m));
     }
     f(&key!("http.response.status_code"), Value::Int(i64::from(s.status)));
-    f(&key!("url.scheme"), Value::Str(&s.scheme));
-    f(&key!("network.protocol.version"), Value::Str(&s.protocol_version));
+    f(&key!("url.scheme"), Value::Str(s.scheme));
+    f(&key!("network.protocol.version"), Value::Str(s.protocol_version));
     if let Some(ua) = &s.user_agent {
         f(&key!("user_agent.original"), Value::Str(ua));
     }
-    if s.error && !s.attributes.iter().any(|(k, _)| k == "error.type") {
+    if s.error && !s.attributes.iter().any(|(k, _)| *k == "error.type") {
         f(&key!("error.type"), Value::Str(decimal(u64::from(s.status), &mut digits)));
     }
     match s.kind {
         SpanKind::Server => {
-            f(&key!("url.path"), Value::Str(&s.path));
+            f(&key!("url.path"), Value::Str(s.path));
             if let Some(q) = &s.query {
                 f(&key!("url.query"), Value::Str(q));
             }
@@ -106,26 +107,26 @@ pub fn attributes(s: &HttpSpan, url: &str, mut f: impl FnMut(&Key, Value<'_>)) {
                 f(&key!("server.address"), Value::Str(h));
             }
             f(&key!("server.port"), Value::Int(i64::from(s.server_port)));
-            f(&key!("client.address"), Value::Str(&s.client_address));
+            f(&key!("client.address"), Value::Str(s.client_address));
             f(&key!("client.port"), Value::Int(i64::from(s.client_port)));
-            f(&key!("network.peer.address"), Value::Str(&s.peer_address));
+            f(&key!("network.peer.address"), Value::Str(s.peer_address));
             f(&key!("network.peer.port"), Value::Int(i64::from(s.peer_port)));
         }
         SpanKind::Client => {
             f(&key!("url.full"), Value::Str(url));
-            f(&key!("url.path"), Value::Str(&s.path));
+            f(&key!("url.path"), Value::Str(s.path));
             if let Some(h) = &s.server_address {
                 f(&key!("server.address"), Value::Str(h));
             }
             f(&key!("server.port"), Value::Int(i64::from(s.server_port)));
-            f(&key!("network.peer.address"), Value::Str(&s.peer_address));
+            f(&key!("network.peer.address"), Value::Str(s.peer_address));
             f(&key!("network.peer.port"), Value::Int(i64::from(s.peer_port)));
         }
     }
 }
 
 /// One `Span` message body (without its key and length).
-fn span(o: &mut Vec<u8>, s: &HttpSpan, url: &str) {
+fn span(o: &mut Vec<u8>, s: &HttpSpan<&str>, url: &str) {
     wire::bytes(o, SPAN_TRACE_ID, &s.trace_id.to_be_bytes());
     wire::bytes(o, SPAN_SPAN_ID, &s.span_id.to_be_bytes());
     if s.parent_span_id != 0 {
@@ -190,10 +191,10 @@ impl TraceEncoder {
     /// Writes the request for the spans of `batch` marked for tracing into
     /// `out` (cleared first); returns how many spans it holds (spans that
     /// name no resource of the batch are left out).
-    pub fn encode(&mut self, batch: &SpanBatch, out: &mut Vec<u8>) -> usize {
+    pub fn encode(&mut self, batch: &Spans<'_>, out: &mut Vec<u8>) -> usize {
         out.clear();
         let n_res = batch.resources.len();
-        let wanted = |s: &HttpSpan| s.export_trace && (s.resource as usize) < n_res;
+        let wanted = |s: &HttpSpan<&str>| s.export_trace && (s.resource as usize) < n_res;
         // Counting sort of span indices by resource: O(spans + resources).
         self.starts.clear();
         self.starts.resize(n_res + 1, 0);

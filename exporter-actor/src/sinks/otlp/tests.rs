@@ -14,6 +14,7 @@ use runtime_kit::counters::Registry;
 use super::config::{parse_pairs, OtlpConfig};
 use super::spans::{url_full, TraceEncoder};
 use super::{metrics, reference};
+use crate::batch::Spans;
 use crate::meters::Meters;
 
 fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
@@ -180,7 +181,7 @@ fn varied_batch() -> SpanBatch {
     let mut orphan = span(SpanKind::Server);
     orphan.resource = 7;
     spans.push(orphan);
-    SpanBatch { resources, spans }
+    SpanBatch::of(resources, &spans)
 }
 
 fn sorted(mut attrs: Vec<KeyValue>) -> Vec<KeyValue> {
@@ -194,10 +195,10 @@ fn trace_request_decodes_to_what_the_sdk_path_sent() {
     let extra = vec![("deployment.environment".to_owned(), "prod".to_owned()), ("host.name".to_owned(), "ignored".to_owned())];
     let mut enc = TraceEncoder::new(extra.clone());
     let mut out = Vec::new();
-    let n = enc.encode(&batch, &mut out);
+    let n = enc.encode(&Spans::of(&batch), &mut out);
     let want: Vec<_> = reference::trace_requests(&batch, &extra).into_iter().flat_map(|r| r.resource_spans).collect();
     assert_eq!(n, want.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len()).sum::<usize>());
-    assert_eq!(n, batch.spans.iter().filter(|s| s.export_trace && s.resource < 3).count());
+    assert_eq!(n, batch.spans().filter(|s| s.export_trace && s.resource < 3).count());
     let got = ExportTraceServiceRequest::decode(out.as_slice()).expect("valid protobuf");
     assert_eq!(got.resource_spans.len(), want.len());
     for (g, w) in got.resource_spans.iter().zip(&want) {
@@ -243,14 +244,13 @@ fn trace_request_decodes_to_what_the_sdk_path_sent() {
 
 #[test]
 fn span_fields() {
-    let mut b = SpanBatch { resources: vec![resource("s", 1, &[])], spans: vec![span(SpanKind::Server)] };
     let mut c = span(SpanKind::Client);
     c.parent_span_id = 0;
     c.error = false;
     c.trace_flags = 0;
-    b.spans.push(c);
+    let b = SpanBatch::of(vec![resource("s", 1, &[])], &[span(SpanKind::Server), c]);
     let mut out = Vec::new();
-    TraceEncoder::new(vec![]).encode(&b, &mut out);
+    TraceEncoder::new(vec![]).encode(&Spans::of(&b), &mut out);
     let req = ExportTraceServiceRequest::decode(out.as_slice()).unwrap();
     let spans = &req.resource_spans[0].scope_spans[0].spans;
     let attr = |i: usize, k: &str| {
@@ -305,17 +305,17 @@ fn hex(b: &[u8]) -> String {
 fn client_urls() {
     let mut s = span(SpanKind::Client);
     let mut url = String::new();
-    url_full(&s, &mut url);
+    url_full(&s.as_borrowed(), &mut url);
     assert_eq!(url, "http://api:8080/users/7?a=b");
     s.server_port = 80;
     s.server_address = Some("::1".into());
-    url_full(&s, &mut url);
+    url_full(&s.as_borrowed(), &mut url);
     assert_eq!(url, "http://[::1]/users/7?a=b");
     s.server_address = None;
     s.scheme = "https".into();
     s.server_port = 443;
     s.query = None;
-    url_full(&s, &mut url);
+    url_full(&s.as_borrowed(), &mut url);
     assert_eq!(url, "https://10.0.0.2/users/7");
 }
 
@@ -324,13 +324,13 @@ fn encoder_buffers_are_reused_without_leftovers() {
     let batch = varied_batch();
     let mut enc = TraceEncoder::new(vec![]);
     let (mut a, mut b) = (Vec::new(), Vec::new());
-    enc.encode(&batch, &mut a);
-    let small = SpanBatch { resources: vec![resource("s", 1, &[])], spans: vec![span(SpanKind::Server)] };
-    enc.encode(&small, &mut b);
-    enc.encode(&batch, &mut b);
+    enc.encode(&Spans::of(&batch), &mut a);
+    let small = SpanBatch::of(vec![resource("s", 1, &[])], &[span(SpanKind::Server)]);
+    enc.encode(&Spans::of(&small), &mut b);
+    enc.encode(&Spans::of(&batch), &mut b);
     assert_eq!(a, b);
-    let empty = SpanBatch { resources: vec![resource("s", 1, &[])], spans: vec![] };
-    assert_eq!(enc.encode(&empty, &mut b), 0);
+    let empty = SpanBatch::of(vec![resource("s", 1, &[])], &[]);
+    assert_eq!(enc.encode(&Spans::of(&empty), &mut b), 0);
     assert!(b.is_empty());
 }
 
@@ -346,7 +346,7 @@ fn metrics_request_decodes_to_what_the_sdk_path_sent() {
     let extra = vec![("deployment.environment".to_owned(), "prod".to_owned())];
     let registry = Registry::new(Component::ExporterActor, 1);
     let mut m = Meters::new(extra.clone(), "host", &registry);
-    m.record_batch_at(&batch, 1_700_000_001_000_000_000);
+    m.record_batch_at(&Spans::of(&batch), 1_700_000_001_000_000_000);
     let requests = m.view().read(|m| metrics::encode(m, 1_700_000_002_000_000_000));
     let got: Vec<_> =
         requests.iter().flat_map(|r| ExportMetricsServiceRequest::decode(r.as_slice()).expect("valid protobuf").resource_metrics).collect();
@@ -421,7 +421,7 @@ fn metric_requests_are_split_when_large() {
     let registry = Registry::new(Component::ExporterActor, 1);
     let mut m = Meters::new(vec![], "host", &registry);
     let resources: Vec<_> = (0..200).map(|i| resource(&format!("svc{i}"), i, &[])).collect();
-    let spans = (0..200 * 40)
+    let spans: Vec<HttpSpan> = (0..200 * 40)
         .map(|i| {
             let mut s = span(SpanKind::Server);
             s.resource = (i % 200) as u32;
@@ -429,7 +429,7 @@ fn metric_requests_are_split_when_large() {
             s
         })
         .collect();
-    m.record_batch_at(&SpanBatch { resources, spans }, 1);
+    m.record_batch_at(&Spans::of(&SpanBatch::of(resources, &spans)), 1);
     let requests = m.view().read(|m| metrics::encode(m, 2));
     assert!(requests.len() > 1, "{}", requests.len());
     let mut points = 0;
@@ -457,7 +457,7 @@ fn grpc_calls_are_exported_as_the_rpc_duration_metrics_of_their_mode() {
         grpc_span(SpanKind::Server, 20, true, false, "demo.Items/Get", 0),
         grpc_span(SpanKind::Client, 5, false, true, "demo.Items/Get", 5),
     ];
-    m.record_batch_at(&SpanBatch { resources: vec![resource("shop", 1, &[])], spans }, 1);
+    m.record_batch_at(&Spans::of(&SpanBatch::of(vec![resource("shop", 1, &[])], &spans)), 1);
     let requests = m.view().read(|m| metrics::encode(m, 2));
     let req = ExportMetricsServiceRequest::decode(requests[0].as_slice()).unwrap();
     let ms = &req.resource_metrics[0].scope_metrics[0].metrics;

@@ -19,13 +19,13 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt as _};
-use ipc_schema::SpanBatch;
 use runtime_kit::counters::{Counter, Drops, Gauge, Registry};
 use tokio::sync::{mpsc, Notify};
 
 use super::client::{self, BufferPool, SendError, Signal, Transport};
 use super::spans::TraceEncoder;
 use super::OtlpConfig;
+use crate::batch::Spans;
 
 /// Requests sent at once: keeps the link busy while a receiver answers
 /// (one at a time, a local collector's latency capped the rate below what
@@ -93,7 +93,7 @@ impl TraceSink {
     /// (`spans` of them); `key` comes back on `done` once it is finished.
     /// False if nothing was queued: the queue was full (counted), or no span
     /// names a resource of its batch.
-    pub fn submit(&mut self, key: (u64, u64), batch: &SpanBatch, spans: usize) -> bool {
+    pub fn submit(&mut self, key: (u64, u64), batch: &Spans<'_>, spans: usize) -> bool {
         if self.queue.borrow().spans + spans > self.capacity {
             self.stats.queue_full.add(spans as u64);
             return false;
