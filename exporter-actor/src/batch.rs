@@ -1,6 +1,6 @@
 //! A received span batch, read in place: every sink takes this.
 
-use ipc_schema::{HttpSpan, ServiceResource, SpanBatch};
+use ipc_schema::{HttpSpan, ServiceResource, SpanBatch, WireError};
 
 /// A span batch's resources and its spans, whose strings borrow from the
 /// batch (reading them allocates one vector, not a string a field).
@@ -11,13 +11,15 @@ pub struct Spans<'a> {
 }
 
 impl<'a> Spans<'a> {
-    /// Every span of `batch`.
-    pub fn of(batch: &'a SpanBatch) -> Spans<'a> {
-        Spans { resources: &batch.resources, spans: batch.spans().collect() }
+    /// Every span of `batch`, checked as it is read (see
+    /// [`SpanBatch::read`]): an error for a malformed batch.
+    pub fn of(batch: &'a SpanBatch) -> Result<Spans<'a>, WireError> {
+        Ok(Spans { resources: &batch.resources, spans: batch.read()? })
     }
 
-    /// The spans of `batch` for which `keep` is true.
-    pub fn filtered(batch: &'a SpanBatch, mut keep: impl FnMut(&HttpSpan<&'a str>) -> bool) -> Spans<'a> {
-        Spans { resources: &batch.resources, spans: batch.spans().filter(|s| keep(s)).collect() }
+    /// [`Spans::of`] for a batch made here, whose spans are well formed.
+    pub fn of_own(batch: &'a SpanBatch) -> Spans<'a> {
+        // SpanBatch::push writes only what SpanBatch::read reads back.
+        Spans::of(batch).expect("a batch made by push reads back")
     }
 }

@@ -786,7 +786,7 @@ impl Meters {
     pub fn record<S: AsRef<str>>(&mut self, res: &ServiceResource, s: &HttpSpan<S>) {
         let mut s = s.to_owned_span();
         s.resource = 0;
-        self.record_batch(&Spans::of(&SpanBatch::of(vec![res.clone()], &[s])));
+        self.record_batch(&Spans::of_own(&SpanBatch::of(vec![res.clone()], &[s])));
     }
 
     /// Forgets idle series, at most every tenth of the idle time.
@@ -944,7 +944,7 @@ pub(crate) mod tests {
             grpc_span(SpanKind::Client, 5, false, true, "demo.Items/Get", 0),
             grpc_span(SpanKind::Client, 7, true, true, "demo.Items/List", 0),
         ];
-        m.record_batch_at(&Spans::of(&SpanBatch::of(vec![res("s")], &spans)), 1);
+        m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![res("s")], &spans)), 1);
         assert_eq!(registry.counter("ringtail_metric_samples_total", &[]).get(), 5);
         let http = m.view().read(|m| m.services().map(|s| s.server.len() + s.client.len()).sum::<usize>());
         assert_eq!(http, 0, "a gRPC call is measured as an RPC, not also as an HTTP request");
@@ -983,14 +983,14 @@ pub(crate) mod tests {
         let mut m = Meters::new(vec![], "h", &registry);
         let spans =
             vec![grpc_span(SpanKind::Server, 1, false, true, "x.Y/Nope", 12), grpc_span(SpanKind::Server, 1, true, true, "x.Y/Nope", 12)];
-        m.record_batch_at(&Spans::of(&SpanBatch::of(vec![res("s")], &spans)), 1);
+        m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![res("s")], &spans)), 1);
         let exp = rpc_series(&m, index("rpc.server.duration"));
         assert_eq!(exp, [(vec!["rpc.grpc.status_code=Int(12)".to_owned(), "rpc.system=Str(\"grpc\")".to_owned()], 2, 2.0)]);
         let stable = rpc_series(&m, index("rpc.server.call.duration"));
         assert_eq!(stable[0].0[1], "rpc.method=Str(\"_OTHER\")");
         let spans: Vec<HttpSpan> =
             (0..MAX_SERIES_PER_INSTRUMENT + 3).map(|i| grpc_span(SpanKind::Server, 1, true, false, &format!("p.S/M{i}"), 0)).collect();
-        m.record_batch_at(&Spans::of(&SpanBatch::of(vec![res("s")], &spans)), 2);
+        m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![res("s")], &spans)), 2);
         let stable = rpc_series(&m, index("rpc.server.call.duration"));
         assert_eq!(stable.len(), MAX_SERIES_PER_INSTRUMENT + 1);
         let overflow: Vec<_> = stable.iter().filter(|s| s.0 == ["overflow"]).collect();
@@ -1026,7 +1026,7 @@ pub(crate) mod tests {
         let registry = Registry::new(Component::ExporterActor, 1);
         let mut m = Meters::new(vec![], "h", &registry);
         let spans = vec![span("/a", 5, 200), span("/a", 3, 200), span("/a", 20_000, 200)];
-        m.record_batch_at(&Spans::of(&SpanBatch::of(vec![res("s")], &spans)), 7);
+        m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![res("s")], &spans)), 7);
         let p = points(&m);
         assert_eq!(p.len(), 1);
         let p = &p[0].2;
@@ -1043,7 +1043,7 @@ pub(crate) mod tests {
         let registry = Registry::new(Component::ExporterActor, 1);
         let mut m = Meters::new(vec![], "h", &registry);
         let spans: Vec<HttpSpan> = (0..MAX_SERIES_PER_INSTRUMENT + 5).map(|i| span(&format!("/r{i}"), 1, 200)).collect();
-        m.record_batch_at(&Spans::of(&SpanBatch::of(vec![res("s")], &spans)), 1);
+        m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![res("s")], &spans)), 1);
         let p = points(&m);
         assert_eq!(p.len(), MAX_SERIES_PER_INSTRUMENT + 1);
         let overflow: Vec<_> = p.iter().filter(|x| x.1.is_none()).collect();
@@ -1061,7 +1061,7 @@ pub(crate) mod tests {
                 s
             })
             .collect();
-        m.record_batch_at(&Spans::of(&SpanBatch::of(resources, &spans)), 2);
+        m.record_batch_at(&Spans::of_own(&SpanBatch::of(resources, &spans)), 2);
         assert_eq!(m.view().read(|m| m.services().count()), MAX_SERVICES);
         assert_eq!(registry.counter("ringtail_metric_services_evicted_total", &[]).get(), 1);
         assert_eq!(registry.counter("ringtail_metric_services_overflow_total", &[]).get(), 2);
@@ -1076,15 +1076,15 @@ pub(crate) mod tests {
         let batch = |spans: Vec<HttpSpan>| SpanBatch::of(vec![res("old"), res("new")], &spans);
         let mut newer = span("/b", 1, 200);
         newer.resource = 1;
-        m.record_batch_at(&Spans::of(&batch(vec![span("/a", 1, 200), span("/a", 1, 200)])), s);
-        m.record_batch_at(&Spans::of(&batch(vec![newer.clone()])), 60 * s);
+        m.record_batch_at(&Spans::of_own(&batch(vec![span("/a", 1, 200), span("/a", 1, 200)])), s);
+        m.record_batch_at(&Spans::of_own(&batch(vec![newer.clone()])), 60 * s);
         // At 150 s, "old" (last seen at 1 s) has been idle for more than 100 s.
-        m.record_batch_at(&Spans::of(&batch(vec![newer.clone()])), 150 * s);
+        m.record_batch_at(&Spans::of_own(&batch(vec![newer.clone()])), 150 * s);
         let p = points(&m);
         assert_eq!(p.iter().map(|x| x.0.as_str()).collect::<Vec<_>>(), ["new"], "{p:?}");
         assert_eq!(registry.counter("ringtail_metric_series_evicted_total", &[]).get(), 1);
         assert_eq!(m.view().read(|m| m.series_count()), 1);
-        m.record_batch_at(&Spans::of(&batch(vec![span("/a", 1, 200)])), 151 * s);
+        m.record_batch_at(&Spans::of_own(&batch(vec![span("/a", 1, 200)])), 151 * s);
         let p = points(&m);
         let old = p.iter().find(|x| x.0 == "old").map(|x| &x.2).cloned();
         assert_eq!(old.map(|p| (p.count, p.start_ns)), Some((1, 151 * s)), "a new start, counted from zero");

@@ -74,6 +74,7 @@ pub struct Receiver {
     duplicates: Counter,
     unexpected: Drops,
     stdout_failed: Drops,
+    malformed: Drops,
     vital: Option<Vital>,
 }
 
@@ -103,6 +104,7 @@ impl Receiver {
             duplicates: registry.counter("ringtail_spans_duplicate_total", &[]),
             unexpected: registry.drops("ringtail_ipc_rejected_total", "unexpected_message"),
             stdout_failed: registry.drops("ringtail_dropped_spans_total", "stdout_failed"),
+            malformed: registry.drops("ringtail_dropped_spans_total", "malformed_batch"),
             vital: None,
         }
     }
@@ -121,9 +123,19 @@ impl Receiver {
     }
 
     fn handle_spans(&mut self, id: MessageId, batch: SpanBatch) {
-        let total = batch.len();
+        let mut batch = match Spans::of(&batch) {
+            Ok(b) => b,
+            Err(error) => {
+                // A peer's bytes: counted and let go (the batch is settled).
+                tracing::warn!(%error, spans = batch.len(), "malformed span batch dropped");
+                self.malformed.add(batch.len() as u64);
+                self.consumer.done(id);
+                return;
+            }
+        };
+        let total = batch.spans.len();
         let recent = &mut self.recent;
-        let batch = Spans::filtered(&batch, |s| recent.first_time(s.span_id));
+        batch.spans.retain(|s| recent.first_time(s.span_id));
         let n = batch.spans.len();
         self.duplicates.add((total - n) as u64);
         self.received.add(n as u64);

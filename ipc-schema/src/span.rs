@@ -6,7 +6,7 @@
 //! exporter's mapping. Their wire layout is [`crate::span_wire`].
 
 use crate::span_wire;
-use crate::wire::{Records, Section};
+use crate::wire::{Section, WireError};
 
 /// OpenTelemetry span kind of an HTTP span.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -97,9 +97,9 @@ pub enum Attr<S = String> {
 
 /// A batch of spans and the resources they refer to. The spans are kept
 /// in their wire layout ([`crate::span_wire`]): [`SpanBatch::push`]
-/// appends, [`SpanBatch::spans`] reads them back, borrowing their strings
-/// from the batch (a batch that came off a socket was checked whole when it
-/// was decoded, resource indices included).
+/// appends, [`SpanBatch::read`] reads them back, borrowing their strings
+/// from the batch and checking them (a batch off a socket is checked there,
+/// not when decoded).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct SpanBatch {
     pub resources: Vec<ServiceResource>,
@@ -125,12 +125,15 @@ impl SpanBatch {
         self.spans.count += 1;
     }
 
-    /// The spans, in the order they were pushed.
-    pub fn spans(&self) -> impl Iterator<Item = HttpSpan<&str>> + '_ {
-        Records::new(&self.spans, span_wire::read_span)
+    /// The spans, in the order they were pushed, borrowing their strings
+    /// from the batch; an error if a span is malformed, names a resource
+    /// the batch does not have, or the spans are not the number declared.
+    pub fn read(&self) -> Result<Vec<HttpSpan<&str>>, WireError> {
+        span_wire::read_spans(&self.spans, self.resources.len())
     }
 
-    /// How many spans.
+    /// How many spans (as declared, for a batch off a socket: what
+    /// [`SpanBatch::read`] checks).
     pub fn len(&self) -> usize {
         self.spans.count
     }
@@ -294,7 +297,8 @@ mod tests {
         assert_eq!(back, env);
         let Body::Spans(got) = back.body else { panic!("not a span batch") };
         assert_eq!(got.len(), 1);
-        let span = got.spans().next().expect("one span");
+        let spans = got.read().expect("reads");
+        let span = spans[0].clone();
         assert_eq!((span.method, span.method_original, span.path), ("_OTHER", Some("PURGE"), "/users/12"));
         assert_eq!(span.attributes, vec![("rpc.system", Attr::Str("grpc"))]);
         assert_eq!(span.to_owned_span().as_borrowed(), span);

@@ -182,6 +182,16 @@ pub fn route_redact(data: &[u8]) {
 /// panic, and what decodes encodes and decodes again.
 pub fn ipc_decode(data: &[u8]) {
     if let Ok(env) = ipc_schema::decode(data) {
+        // A span batch's spans are checked as they are read.
+        if let ipc_schema::Body::Spans(b) = &env.body {
+            if let Ok(spans) = b.read() {
+                assert_eq!(spans.len(), b.len(), "read spans are the number declared");
+                assert!(spans.iter().all(|s| (s.resource as usize) < b.resources.len()));
+            }
+        }
+        if let ipc_schema::Body::Raw(b) = &env.body {
+            assert_eq!(b.events().count() + b.h2().count(), b.len(), "a decoded raw batch reads whole");
+        }
         if let Ok(bytes) = ipc_schema::encode(&env) {
             let again = ipc_schema::decode(&bytes);
             assert!(again.is_ok(), "re-encoded message does not decode: {again:?}");

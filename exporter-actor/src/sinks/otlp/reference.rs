@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, UNIX_EPOCH};
 
-use ipc_schema::{HttpSpan, ServiceResource, SpanBatch, SpanKind};
+use ipc_schema::{HttpSpan, ServiceResource, SpanKind};
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::trace::{self, SpanContext, SpanId, Status, TraceFlags, TraceId, TraceState};
 use opentelemetry::{InstrumentationScope, KeyValue};
@@ -23,6 +23,7 @@ use opentelemetry_sdk::metrics::{InstrumentKind, ManualReader, Pipeline, SdkMete
 use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanLinks};
 use opentelemetry_sdk::Resource;
 
+use crate::batch::Spans;
 use crate::meters::DURATION_BUCKETS;
 use crate::resource::language;
 
@@ -141,10 +142,10 @@ pub fn service(res: &ServiceResource, extra: &[(String, String)]) -> Resource {
 
 /// What opentelemetry-otlp sent for `batch`: one request per service
 /// resource (in the order of the batch's resources), its spans in batch order.
-pub fn trace_requests(batch: &SpanBatch, extra: &[(String, String)]) -> Vec<ExportTraceServiceRequest> {
+pub fn trace_requests(batch: &Spans<'_>, extra: &[(String, String)]) -> Vec<ExportTraceServiceRequest> {
     let scope = scope();
     let mut groups: Vec<Vec<SpanData>> = vec![Vec::new(); batch.resources.len()];
-    for s in batch.spans().map(|s| s.to_owned_span()).filter(|s| s.export_trace) {
+    for s in batch.spans.iter().map(|s| s.to_owned_span()).filter(|s| s.export_trace) {
         if let Some(g) = groups.get_mut(s.resource as usize) {
             g.push(span_data(&s, &scope));
         }
@@ -210,7 +211,7 @@ fn histogram_attributes(s: &HttpSpan) -> Vec<KeyValue> {
 
 /// What opentelemetry-otlp sent as metrics for the spans of `batch` that
 /// count in the metrics: one request per service (batch order).
-pub fn metric_requests(batch: &SpanBatch, extra: &[(String, String)]) -> Vec<ExportMetricsServiceRequest> {
+pub fn metric_requests(batch: &Spans<'_>, extra: &[(String, String)]) -> Vec<ExportMetricsServiceRequest> {
     let mut out = Vec::new();
     for (i, res) in batch.resources.iter().enumerate() {
         let reader = SharedReader(Arc::new(ManualReader::builder().with_temporality(Temporality::Cumulative).build()));
@@ -222,7 +223,7 @@ pub fn metric_requests(batch: &SpanBatch, extra: &[(String, String)]) -> Vec<Exp
         let server = hist("http.server.request.duration", "Duration of HTTP server requests.");
         let client = hist("http.client.request.duration", "Duration of HTTP client requests.");
         let mut any = false;
-        for s in batch.spans().map(|s| s.to_owned_span()).filter(|s| s.export_metrics && s.resource as usize == i) {
+        for s in batch.spans.iter().map(|s| s.to_owned_span()).filter(|s| s.export_metrics && s.resource as usize == i) {
             let s = &s;
             let seconds = s.end_unix_ns.saturating_sub(s.start_unix_ns) as f64 / 1e9;
             match s.kind {

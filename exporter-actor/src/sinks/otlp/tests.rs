@@ -136,7 +136,9 @@ fn resource(name: &str, pid: u32, extra: &[(&str, &str)]) -> ServiceResource {
 /// parent), errors, unknown methods, no route, no Host, IPv6, default
 /// ports, odd characters, spans that are not traced or not measured, and
 /// a span naming a resource the batch does not have.
-fn varied_batch() -> SpanBatch {
+/// Resources and spans of every shape, one span naming a resource that is
+/// not there (the sinks leave it out).
+fn varied() -> (Vec<ServiceResource>, Vec<HttpSpan>) {
     let resources = vec![
         resource("shop", 10, &[("team", "a"), ("service.name", "ignored")]),
         resource("idle", 11, &[]),
@@ -181,7 +183,13 @@ fn varied_batch() -> SpanBatch {
     let mut orphan = span(SpanKind::Server);
     orphan.resource = 7;
     spans.push(orphan);
-    SpanBatch::of(resources, &spans)
+    (resources, spans)
+}
+
+/// Spans as the sinks take them, without the read's checks (which refuse
+/// a batch with a span of a missing resource).
+fn views<'a>(resources: &'a [ServiceResource], spans: &'a [HttpSpan]) -> Spans<'a> {
+    Spans { resources, spans: spans.iter().map(HttpSpan::as_borrowed).collect() }
 }
 
 fn sorted(mut attrs: Vec<KeyValue>) -> Vec<KeyValue> {
@@ -191,14 +199,15 @@ fn sorted(mut attrs: Vec<KeyValue>) -> Vec<KeyValue> {
 
 #[test]
 fn trace_request_decodes_to_what_the_sdk_path_sent() {
-    let batch = varied_batch();
+    let (resources, spans) = varied();
+    let batch = views(&resources, &spans);
     let extra = vec![("deployment.environment".to_owned(), "prod".to_owned()), ("host.name".to_owned(), "ignored".to_owned())];
     let mut enc = TraceEncoder::new(extra.clone());
     let mut out = Vec::new();
-    let n = enc.encode(&Spans::of(&batch), &mut out);
+    let n = enc.encode(&batch, &mut out);
     let want: Vec<_> = reference::trace_requests(&batch, &extra).into_iter().flat_map(|r| r.resource_spans).collect();
     assert_eq!(n, want.iter().flat_map(|r| &r.scope_spans).map(|s| s.spans.len()).sum::<usize>());
-    assert_eq!(n, batch.spans().filter(|s| s.export_trace && s.resource < 3).count());
+    assert_eq!(n, spans.iter().filter(|s| s.export_trace && s.resource < 3).count());
     let got = ExportTraceServiceRequest::decode(out.as_slice()).expect("valid protobuf");
     assert_eq!(got.resource_spans.len(), want.len());
     for (g, w) in got.resource_spans.iter().zip(&want) {
@@ -250,7 +259,7 @@ fn span_fields() {
     c.trace_flags = 0;
     let b = SpanBatch::of(vec![resource("s", 1, &[])], &[span(SpanKind::Server), c]);
     let mut out = Vec::new();
-    TraceEncoder::new(vec![]).encode(&Spans::of(&b), &mut out);
+    TraceEncoder::new(vec![]).encode(&Spans::of_own(&b), &mut out);
     let req = ExportTraceServiceRequest::decode(out.as_slice()).unwrap();
     let spans = &req.resource_spans[0].scope_spans[0].spans;
     let attr = |i: usize, k: &str| {
@@ -321,16 +330,17 @@ fn client_urls() {
 
 #[test]
 fn encoder_buffers_are_reused_without_leftovers() {
-    let batch = varied_batch();
+    let (resources, spans) = varied();
+    let batch = views(&resources, &spans);
     let mut enc = TraceEncoder::new(vec![]);
     let (mut a, mut b) = (Vec::new(), Vec::new());
-    enc.encode(&Spans::of(&batch), &mut a);
+    enc.encode(&batch, &mut a);
     let small = SpanBatch::of(vec![resource("s", 1, &[])], &[span(SpanKind::Server)]);
-    enc.encode(&Spans::of(&small), &mut b);
-    enc.encode(&Spans::of(&batch), &mut b);
+    enc.encode(&Spans::of_own(&small), &mut b);
+    enc.encode(&batch, &mut b);
     assert_eq!(a, b);
     let empty = SpanBatch::of(vec![resource("s", 1, &[])], &[]);
-    assert_eq!(enc.encode(&Spans::of(&empty), &mut b), 0);
+    assert_eq!(enc.encode(&Spans::of_own(&empty), &mut b), 0);
     assert!(b.is_empty());
 }
 
@@ -342,11 +352,12 @@ fn points_by_attributes(points: &[HistogramDataPoint]) -> Vec<(Vec<KeyValue>, &H
 
 #[test]
 fn metrics_request_decodes_to_what_the_sdk_path_sent() {
-    let batch = varied_batch();
+    let (resources, spans) = varied();
+    let batch = views(&resources, &spans);
     let extra = vec![("deployment.environment".to_owned(), "prod".to_owned())];
     let registry = Registry::new(Component::ExporterActor, 1);
     let mut m = Meters::new(extra.clone(), "host", &registry);
-    m.record_batch_at(&Spans::of(&batch), 1_700_000_001_000_000_000);
+    m.record_batch_at(&batch, 1_700_000_001_000_000_000);
     let requests = m.view().read(|m| metrics::encode(m, 1_700_000_002_000_000_000));
     let got: Vec<_> =
         requests.iter().flat_map(|r| ExportMetricsServiceRequest::decode(r.as_slice()).expect("valid protobuf").resource_metrics).collect();
@@ -429,7 +440,7 @@ fn metric_requests_are_split_when_large() {
             s
         })
         .collect();
-    m.record_batch_at(&Spans::of(&SpanBatch::of(resources, &spans)), 1);
+    m.record_batch_at(&Spans::of_own(&SpanBatch::of(resources, &spans)), 1);
     let requests = m.view().read(|m| metrics::encode(m, 2));
     assert!(requests.len() > 1, "{}", requests.len());
     let mut points = 0;
@@ -457,7 +468,7 @@ fn grpc_calls_are_exported_as_the_rpc_duration_metrics_of_their_mode() {
         grpc_span(SpanKind::Server, 20, true, false, "demo.Items/Get", 0),
         grpc_span(SpanKind::Client, 5, false, true, "demo.Items/Get", 5),
     ];
-    m.record_batch_at(&Spans::of(&SpanBatch::of(vec![resource("shop", 1, &[])], &spans)), 1);
+    m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![resource("shop", 1, &[])], &spans)), 1);
     let requests = m.view().read(|m| metrics::encode(m, 2));
     let req = ExportMetricsServiceRequest::decode(requests[0].as_slice()).unwrap();
     let ms = &req.resource_metrics[0].scope_metrics[0].metrics;

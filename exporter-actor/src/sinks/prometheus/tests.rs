@@ -87,7 +87,7 @@ fn process_past_the_cap_gets_metrics_the_least_recent_goes() {
     let mut m = Meters::new(vec![], "h", &registry);
     let proc = |pid: u32| ServiceResource { pid, service_instance_id: format!("h:{pid}"), ..res() };
     let at = |m: &mut Meters, pid: u32, t: u64| {
-        m.record_batch_at(&Spans::of(&SpanBatch::of(vec![proc(pid)], &[span(3, 200)])), t);
+        m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![proc(pid)], &[span(3, 200)])), t);
     };
     for pid in 1..=MAX_SERVICES as u32 {
         at(&mut m, pid, u64::from(pid));
