@@ -226,8 +226,8 @@ fn main() {
     );
     println!("  spans/s per CPU-s:    {:>12.0}", spans as f64 / cpu.as_secs_f64());
     println!("  spans in all:         {all:>12}  (warm-up included: instruction counts per span divide by this)");
-    println!("  of which decode:      {decode_us:>12.3} µs  (the message decoded, its spans checked)");
-    println!("           read:        {read_us:>12.3} µs  (its spans read in place: batch::Spans::of)");
+    println!("  of which decode:      {decode_us:>12.3} µs  (the message decoded: resources, span bytes kept)");
+    println!("           read:        {read_us:>12.3} µs  (its spans read and checked in place: batch::Spans::of)");
     println!("           histograms:  {record_us:>12.3} µs  (Meters::record_batch alone)");
     println!("           encoding:    {encode_us:>12.3} µs  (ExportTraceServiceRequest alone)");
 }
