@@ -126,8 +126,9 @@ impl Receiver {
         let mut batch = match Spans::of(&batch) {
             Ok(b) => b,
             Err(error) => {
-                // A peer's bytes: counted and let go (the batch is settled).
-                tracing::warn!(%error, spans = batch.len(), "malformed span batch dropped");
+                // A peer's bytes: counted and let go (the batch is settled);
+                // not a warning a batch, which a peer could flood the log with.
+                tracing::debug!(%error, spans = batch.len(), "malformed span batch dropped");
                 self.malformed.add(batch.len() as u64);
                 self.consumer.done(id);
                 return;

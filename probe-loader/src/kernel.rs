@@ -15,8 +15,8 @@ mod layout {
     include!(concat!(env!("OUT_DIR"), "/layout.rs"));
 }
 
-pub use contract::CAPTURE_LEN;
 use contract::*;
+pub use contract::{CAPTURE_LEN, COMM_LEN};
 
 /// The kernel contract's text (part of the pins' stamp).
 pub static CONTRACT_HEADER: &str = include_str!("../bpf/ringtail.h");

@@ -27,7 +27,7 @@ use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::discovery::Discovery;
-use crate::kernel::{c_string, EventRecord, HttpEvent, KernelCounter, ProcRecord, COUNTERS};
+use crate::kernel::{c_string, EventRecord, HttpEvent, KernelCounter, ProcRecord, COMM_LEN, COUNTERS};
 use crate::probes::{Probes, Selected};
 use crate::procinfo::ProcTable;
 use crate::ring::WalRing;
@@ -78,7 +78,7 @@ struct Batch {
     /// order among themselves).
     raw: RawBatch,
     procs: Vec<(u32, u64, String)>,
-    seen: HashSet<(u32, u64)>,
+    seen: HashSet<ProcKey>,
     deadline: Option<Instant>,
     /// The ring position just past the last event read.
     mark: u64,
@@ -262,42 +262,9 @@ impl Pump {
             budget -= 1;
             let Some(item) = ring.next() else { break true };
             let was_empty = self.batch.is_empty();
-            // Each record is written straight into the batch's wire
-            // layout. The process name is kept as the kernel's bytes until
-            // the batch names a process it has not named yet (no String a
-            // record).
-            let (key, comm) = match EventRecord::parse(item) {
-                Some(EventRecord::Http(bytes)) => match HttpEvent::parse(bytes) {
-                    Some(ev) => match ev.raw_event() {
-                        Some(raw) => {
-                            self.batch.raw.push_event(&raw);
-                            ((ev.tgid, ev.proc_start_ns), Some(ev.comm))
-                        }
-                        None => {
-                            self.malformed.add(1);
-                            continue;
-                        }
-                    },
-                    None => {
-                        self.malformed.add(1);
-                        continue;
-                    }
-                },
-                Some(EventRecord::H2(h, pieces)) => match h.raw(pieces) {
-                    Some(raw) => {
-                        self.batch.raw.push_h2(&raw);
-                        // A close's process fields may be another task's.
-                        ((h.tgid, h.proc_start_ns), (!h.is_close()).then_some(h.comm))
-                    }
-                    None => {
-                        self.malformed.add(1);
-                        continue;
-                    }
-                },
-                None => {
-                    self.malformed.add(1);
-                    continue;
-                }
+            let Some((key, comm)) = push_record(&mut self.batch.raw, item) else {
+                self.malformed.add(1);
+                continue;
             };
             if let Some(comm) = comm {
                 if self.batch.seen.insert(key) {
@@ -434,6 +401,29 @@ impl Pump {
         let report = self.registry.report();
         if let Err(error) = self.publisher.transient(Body::Health(report)).await {
             tracing::debug!(%error, "heartbeat not sent");
+        }
+    }
+}
+
+/// A process: tgid and start time.
+type ProcKey = (u32, u64);
+
+/// Writes one record of the events ring straight into the batch's wire
+/// layout; returns its process and, when its process fields are its own,
+/// the kernel's bytes of the process name (made a `String` only when a
+/// batch names a process it has not named yet); `None` for a malformed
+/// record.
+fn push_record(raw: &mut RawBatch, item: &[u8]) -> Option<(ProcKey, Option<[u8; COMM_LEN]>)> {
+    match EventRecord::parse(item)? {
+        EventRecord::Http(bytes) => {
+            let ev = HttpEvent::parse(bytes)?;
+            raw.push_event(&ev.raw_event()?);
+            Some(((ev.tgid, ev.proc_start_ns), Some(ev.comm)))
+        }
+        EventRecord::H2(h, pieces) => {
+            raw.push_h2(&h.raw(pieces)?);
+            // A close's process fields may be another task's.
+            Some(((h.tgid, h.proc_start_ns), (!h.is_close()).then_some(h.comm)))
         }
     }
 }
