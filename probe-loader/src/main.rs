@@ -102,16 +102,21 @@ async fn run(p: Process) -> anyhow::Result<()> {
             seed(&mut probes, settings)?;
             Ok(step::Outcome::Pinned)
         });
-        let outcome = match outcome {
-            Ok(o) => o,
+        match outcome {
+            Ok(o) => {
+                stepped = o == step::Outcome::Pinned;
+                tracing::info!(event = "load_step", pinned = stepped, "load step finished");
+            }
+            // Nothing forked: load here, as without pins.
+            Err(error @ step::StepError::Threads { .. }) => {
+                tracing::warn!(event = "load_step_skipped", %error, "loading in-process: its peak memory stays with the loader");
+            }
             Err(error) => {
                 // Never leave a set that a next start would open unseeded.
                 probes::Probes::remove_pinned_set(&settings.probe, &settings.discovery, &settings.tls, wakeup_len)?;
                 return Err(error.into());
             }
-        };
-        stepped = outcome == step::Outcome::Pinned;
-        tracing::info!(event = "load_step", pinned = stepped, "load step finished");
+        }
     }
     let (mut probes, rings, origin) = load()?;
     let backlog = rings.events.read_pos() - rings.events.committed();

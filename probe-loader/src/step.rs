@@ -11,6 +11,9 @@
 //! The child runs synchronous code only, on the one thread this process
 //! has at start (the runtime is current-thread, its blocking pool unused
 //! yet), and ends with `_exit`: nothing of the parent's runtime runs in it.
+//! [`run`] checks that there is one thread (`/proc/self/task`): with more,
+//! a lock another thread held at the fork would stay held in the child, so
+//! it refuses ([`StepError::Threads`]) and the caller loads in-process.
 
 use std::io;
 
@@ -46,15 +49,30 @@ pub enum StepError {
     Failed { status: i32 },
     #[error("the load step was killed by signal {signal}")]
     Killed { signal: i32 },
+    #[error("the loader has {threads} threads: a fork is only safe with one")]
+    Threads { threads: usize },
+}
+
+/// The threads of this process.
+fn threads() -> usize {
+    std::fs::read_dir("/proc/self/task").map_or(0, |d| d.count())
 }
 
 /// Runs `load` in a child process and waits for it. `load` must not touch
 /// the async runtime; what it returns (or its error, logged) becomes the
-/// child's exit status.
+/// child's exit status. Refused unless this process has one thread.
 pub fn run<E: std::fmt::Display>(load: impl FnOnce() -> Result<Outcome, E>) -> Result<Outcome, StepError> {
-    // SAFETY: the process is single-threaded here (see the module doc), so
-    // the child's copy of every lock and allocator state is consistent; the
-    // child only runs `load` and `_exit`s.
+    match threads() {
+        1 => fork_and_wait(load),
+        threads => Err(StepError::Threads { threads }),
+    }
+}
+
+fn fork_and_wait<E: std::fmt::Display>(load: impl FnOnce() -> Result<Outcome, E>) -> Result<Outcome, StepError> {
+    // SAFETY: `run` checked the process is single-threaded, so the child's
+    // copy of every lock and allocator state is consistent; the child only
+    // runs `load` and `_exit`s. (The tests call this with the test
+    // harness's threads alive: their children do not allocate.)
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(StepError::Fork { source: io::Error::last_os_error() });
@@ -107,22 +125,47 @@ pub fn peak_rss_kb() -> u64 {
 mod tests {
     use super::*;
 
+    // The test harness runs other threads: these children must not
+    // allocate or log (see `fork_and_wait`).
+
     #[test]
     fn the_child_outcome_comes_back() {
-        assert_eq!(run(|| Ok::<_, String>(Outcome::Pinned)).unwrap(), Outcome::Pinned);
-        assert_eq!(run(|| Ok::<_, String>(Outcome::NotPinnable)).unwrap(), Outcome::NotPinnable);
-        assert!(matches!(run(|| Err::<Outcome, _>("no".to_owned())), Err(StepError::Failed { status: EXIT_FAILED })));
+        assert_eq!(fork_and_wait(|| Ok::<_, &str>(Outcome::Pinned)).unwrap(), Outcome::Pinned);
+        assert_eq!(fork_and_wait(|| Ok::<_, &str>(Outcome::NotPinnable)).unwrap(), Outcome::NotPinnable);
+        assert!(matches!(fork_and_wait(|| Err::<Outcome, _>("no")), Err(StepError::Failed { status: EXIT_FAILED })));
+    }
+
+    #[test]
+    fn a_process_with_threads_is_refused() {
+        // The harness's main thread waits for this one: at least two.
+        assert!(threads() >= 2);
+        assert!(matches!(run(|| Ok::<_, &str>(Outcome::Pinned)), Err(StepError::Threads { .. })));
     }
 
     #[test]
     fn the_child_memory_is_not_the_parent_s() {
-        // 64 MiB touched in the child leaves the parent's peak as it was.
+        // 64 MiB touched in the child (mapped directly: no allocator) leaves
+        // the parent's peak as it was.
         let before = peak_rss_kb();
         assert!(before > 0);
-        run(|| {
-            let v = vec![1u8; 64 << 20];
-            std::hint::black_box(&v);
-            Ok::<_, String>(Outcome::Pinned)
+        fork_and_wait(|| {
+            let len = 64 << 20;
+            // SAFETY: a fresh private anonymous mapping, written within its length.
+            unsafe {
+                let p = libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                    -1,
+                    0,
+                );
+                if p == libc::MAP_FAILED {
+                    return Err("mmap");
+                }
+                std::ptr::write_bytes(p.cast::<u8>(), 1, len);
+            }
+            Ok(Outcome::Pinned)
         })
         .unwrap();
         assert!(peak_rss_kb() < before + (32 << 10), "{} -> {}", before, peak_rss_kb());
