@@ -29,6 +29,10 @@
 /* conn_state.flags bit that never reaches an event */
 #define STF_CONNECT 0x80
 #define EVENT_RECORD ((sizeof(struct http_event) + RINGBUF_HDR + 7) & ~7ULL)
+/* conn_state.conn_id while its maker fills the record in (socket storage) */
+#define CONN_ID_CLAIMED (~0ULL)
+/* low bits of a PORTABLE connection number: the CPU (CONFIG_NR_CPUS <= 8192) */
+#define CONN_ID_CPU_BITS 13
 
 /* One send or receive on a connection, as a hook saw it. */
 struct conn_io {
@@ -138,7 +142,10 @@ static __always_inline struct conn_state *conn_lookup(struct sock *sk)
 	return bpf_map_lookup_elem(&conn_table, &key);
 }
 
-static __always_inline struct conn_state *conn_create(struct sock *sk)
+/* The connection's record, made now if it has none; *made says whether
+ * this call made it (and so must fill it in). The insertion decides, not an
+ * atomic instruction: compare-and-swap is Linux 5.12+. */
+static __always_inline struct conn_state *conn_create(struct sock *sk, int *made)
 {
 	__u64 key = (__u64)sk;
 	__u32 zero = 0;
@@ -147,7 +154,7 @@ static __always_inline struct conn_state *conn_create(struct sock *sk)
 		return NULL;
 	/* NOEXIST: another CPU may have created it meanwhile; then it is used.
 	 * A full table fails the update: NULL, counted by conn_new. */
-	bpf_map_update_elem(&conn_table, &key, tmpl, BPF_NOEXIST);
+	*made = bpf_map_update_elem(&conn_table, &key, tmpl, BPF_NOEXIST) == 0;
 	return bpf_map_lookup_elem(&conn_table, &key);
 }
 
@@ -191,11 +198,14 @@ static __always_inline struct conn_state *conn_lookup(struct sock *sk)
 	return bpf_sk_storage_get(&conns, sk, NULL, 0);
 }
 
-static __always_inline struct conn_state *conn_create(struct sock *sk)
+static __always_inline struct conn_state *conn_create(struct sock *sk, int *made)
 {
 	struct conn_state *st = bpf_sk_storage_get(&conns, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
 	if (!st) /* another CPU created it between our lookup and ours (or no memory) */
 		st = bpf_sk_storage_get(&conns, sk, NULL, 0);
+	/* Get-or-create does not say who created: whoever claims the record
+	 * first fills it in (this object runs on 6.3+, which has cmpxchg). */
+	*made = st && __sync_val_compare_and_swap(&st->conn_id, 0, CONN_ID_CLAIMED) == 0;
 	return st;
 }
 
@@ -284,6 +294,40 @@ static __always_inline void task_ids(__u64 *start, char *comm)
 
 #endif
 
+#ifdef RINGTAIL_PORTABLE
+
+/* The next connection number of this CPU (PORTABLE objects load on 5.8+,
+ * whose BPF has no fetch-and-add before 5.12). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} conn_ids SEC(".maps") __weak;
+
+/* A connection number, unique within the loaded programs and never 0 nor
+ * CONN_ID_CLAIMED: a count per CPU, with the CPU in the low bits. The count
+ * needs no atomics: the programs that make connections run in process
+ * context, one at a time on a CPU. */
+static __always_inline __u64 conn_next_id(void)
+{
+	__u32 zero = 0;
+	__u64 *n = bpf_map_lookup_elem(&conn_ids, &zero);
+	if (!n)
+		return 1; /* cannot happen: an array's index 0 exists */
+	*n += 1;
+	return (*n << CONN_ID_CPU_BITS) | (bpf_get_smp_processor_id() & ((1 << CONN_ID_CPU_BITS) - 1));
+}
+
+#else
+
+static __always_inline __u64 conn_next_id(void)
+{
+	return __sync_fetch_and_add(&next_conn_id, 1) + 1;
+}
+
+#endif
+
 /* The connection's state, or NULL when it is not tracked. */
 static __always_inline struct conn_state *conn_get(struct sock *sk)
 {
@@ -299,7 +343,8 @@ static __always_inline struct conn_state *conn_new(const struct conn_io *io, __u
 	 * (bytes can still be read after a reset), and nothing can be answered. */
 	if (SK(sk, __sk_common.skc_state) == TCP_CLOSE)
 		return NULL;
-	struct conn_state *st = conn_create(sk);
+	int made = 0;
+	struct conn_state *st = conn_create(sk, &made);
 	if (!st) {
 		/* socket storage: the socket's option memory (net.core.optmem_max)
 		 * is used up; the table: probe.max_connections are tracked; either:
@@ -307,10 +352,10 @@ static __always_inline struct conn_state *conn_new(const struct conn_io *io, __u
 		count(CNT_STATE_FAILED);
 		return NULL;
 	}
-	__u64 id = __sync_fetch_and_add(&next_conn_id, 1) + 1;
-	/* Whoever sets the id first initialises and counts the record. */
-	if (__sync_val_compare_and_swap(&st->conn_id, 0, id) != 0)
+	/* Whoever made the record fills it in and counts it. */
+	if (!made)
 		return st;
+	st->conn_id = conn_next_id();
 	st->role = role;
 	st->tgid = io->tgid;
 	st->tid = io->tid;

@@ -55,10 +55,15 @@ int BPF_PROG(process_fork, struct task_struct *parent, struct task_struct *child
 	return 0;
 }
 
+/* The tracepoint's one argument on every kernel is the task (6.16 added
+ * `group_dead`, which older kernels refuse to let a program read). do_exit
+ * has already counted this thread out of signal->live when the tracepoint
+ * fires, so 0 there means the whole process is gone, which is what
+ * group_dead says where it exists. */
 SEC("tp_btf/sched_process_exit")
-int BPF_PROG(process_exit, struct task_struct *p, bool group_dead)
+int BPF_PROG(process_exit, struct task_struct *p)
 {
-	if (select_all || !group_dead)
+	if (select_all || p->signal->live.counter != 0)
 		return 0;
 	__u32 tgid = p->tgid;
 	bpf_map_delete_elem(&sel_pids, &tgid);
