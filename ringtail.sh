@@ -69,6 +69,9 @@ test_deps() {
         cargo "${c/rustfmt/fmt}" --version >/dev/null 2>&1 || { say "rustup component add $c"; rustup component add "$c"; }
     done
     apt_install python3 python3-venv python3-pip curl nginx-light wrk apache2-utils prometheus systemd
+    # The kernel matrix (tests/kernels/): qemu boots Debian's own kernels, an
+    # initramfs of busybox shares this root with them over virtiofs.
+    apt_install qemu-system-x86 busybox-static cpio
     if [ ! -x .venv/bin/python ]; then
         say "creating .venv"
         python3 -m venv .venv
@@ -141,6 +144,15 @@ case "$cmd" in
         fuzz_short
         say "end-to-end tests (serial: they share the kernel and the CPUs; a skip is a failure here)"
         RINGTAIL_REQUIRE_ALL=1 cargo test -p ringtail-tests -- --test-threads=1
+        say "kernel matrix: tests/tests/kernels.rs inside Debian's 5.10, 6.1 and 6.12 kernels"
+        kernels_test="$(cargo test -p ringtail-tests --test kernels --no-run --message-format=json 2>/dev/null | python3 -c '
+import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "kernels" and m.get("executable"):
+        print(m["executable"])')"
+        [ -x "$kernels_test" ] || { echo "ringtail.sh: the kernels test executable was not found" >&2; exit 1; }
+        tests/kernels/kernels.sh matrix "$kernels_test" "${CARGO_TARGET_DIR:-target}/debug"
         ;;
     *)
         sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2

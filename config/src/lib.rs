@@ -54,8 +54,15 @@ pub use types::{ExeRegex, HeaderName, ListenAddr, OtlpEndpoint, Port, QueryKey, 
 pub const ENV_PREFIX: &str = "RINGTAIL";
 
 /// `RINGTAIL_…` variables that are not configuration keys.
-pub const NOT_CONFIG: &[&str] =
-    &["RINGTAIL_BIN_DIR", "RINGTAIL_READY_FD", "RINGTAIL_VMLINUX_BTF", "RINGTAIL_REQUIRE_ALL", "RINGTAIL_TEST_VENV", "RINGTAIL_TEST_GO"];
+pub const NOT_CONFIG: &[&str] = &[
+    "RINGTAIL_BIN_DIR",
+    "RINGTAIL_READY_FD",
+    "RINGTAIL_VMLINUX_BTF",
+    "RINGTAIL_REQUIRE_ALL",
+    "RINGTAIL_TEST_VENV",
+    "RINGTAIL_TEST_GO",
+    "RINGTAIL_TEST_TIME_SCALE",
+];
 
 /// Keys whose environment value is a comma-separated list.
 const LIST_KEYS: &[&str] = &[

@@ -50,6 +50,10 @@ fn is_fs(path: &str, magic: i64) -> bool {
 
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
+/// The verifier's limit on instructions processed for one program (Linux
+/// 5.2+; BPF_COMPLEXITY_LIMIT_INSNS).
+const VERIFIER_LIMIT: u32 = 1_000_000;
+
 /// Creates (and closes) a BPF ring buffer map: whether the kernel has them.
 fn ring_buffer_works() -> Result<(), std::io::Error> {
     // union bpf_attr for BPF_MAP_CREATE: map_type, key_size, value_size,
@@ -69,15 +73,34 @@ fn ring_buffer_works() -> Result<(), std::io::Error> {
     Ok(())
 }
 
+/// A small hash map, to try what the kernel lets a process do with a map
+/// it holds (None when none can be created).
+fn small_map() -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // union bpf_attr for BPF_MAP_CREATE: map_type, key_size, value_size,
+    // max_entries (then zeros).
+    let mut attr = [0u32; 32];
+    attr[0] = 1; // BPF_MAP_TYPE_HASH
+    attr[1] = 4;
+    attr[2] = 1;
+    attr[3] = 1;
+    // SAFETY: attr is a zero-padded bpf_attr of the size passed.
+    let fd = unsafe {
+        libc::syscall(libc::SYS_bpf, 0 /* BPF_MAP_CREATE */, attr.as_ptr(), std::mem::size_of_val(&attr))
+    };
+    // SAFETY: a non-negative return is a new fd that nothing else owns.
+    (fd >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd as i32) })
+}
+
 /// Loads and attaches `backend`'s programs (selecting only this process,
-/// which the programs never trace), then detaches them.
-fn try_backend(btf: &Btf, backend: Chosen, settings: &Settings) -> Result<(), String> {
+/// which the programs never trace), then detaches them; what the verifier
+/// said of each.
+fn try_backend(btf: &Btf, backend: Chosen, settings: &Settings) -> Result<Vec<probes::ProgramStats>, String> {
     let discovery = DiscoverySettings { pids: vec![std::process::id()], ..DiscoverySettings::default() };
     let mut probe = settings.probe.clone();
     probe.ring_buffer_mb = 1;
     probes::Probes::attach_fresh(btf, backend, &probe, &discovery, &settings.tls, 1, None)
-        .and_then(|(mut probes, _rings)| probes.attach_tls(&settings.tls, Vec::new()))
-        .map(drop)
+        .and_then(|(mut probes, _rings)| probes.attach_tls(&settings.tls, Vec::new()).map(|_| probes.program_stats()))
         .map_err(|e| {
             let mut s = e.to_string();
             let mut src = std::error::Error::source(&e);
@@ -168,7 +191,23 @@ pub fn main() -> i32 {
         },
     ));
 
+    // What the loader keeps once started (besides tls.attach_later's).
+    if let Some(map) = small_map() {
+        use std::os::fd::AsFd;
+        let need = privileges::map_access_needs_cap_bpf(map.as_fd());
+        lines.push(line(
+            "after start",
+            true,
+            if need {
+                "the loader keeps CAP_BPF: this kernel lets only CAP_BPF use BPF maps (kernel.unprivileged_bpf_disabled, Linux < 6.5)"
+            } else {
+                "the loader keeps no capability"
+            },
+        ));
+    }
+
     let mut usable = Vec::new();
+    let mut verified: Vec<(Chosen, Vec<probes::ProgramStats>)> = Vec::new();
     if let Ok(btf) = &btf {
         let socket_tp = backend::has_socket_tracepoints(btf);
         let socket =
@@ -177,7 +216,7 @@ pub fn main() -> i32 {
             "socket tracepoints",
             socket.is_ok(),
             match &socket {
-                Ok(()) => "sock_recv_length/sock_send_length: socket backend loaded and attached".to_owned(),
+                Ok(_) => "sock_recv_length/sock_send_length: socket backend loaded and attached".to_owned(),
                 Err(e) => e.clone(),
             },
         ));
@@ -196,15 +235,15 @@ pub fn main() -> i32 {
             "syscall tracepoints",
             syscalls.is_ok(),
             match &syscalls {
-                Ok(()) => "syscalls/sys_{enter,exit}_{read,write,...}: syscall backend loaded and attached".to_owned(),
+                Ok(_) => "syscalls/sys_{enter,exit}_{read,write,...}: syscall backend loaded and attached".to_owned(),
                 Err(e) => e.clone(),
             },
         ));
-        if socket.is_ok() {
-            usable.push(Chosen::Socket);
-        }
-        if syscalls.is_ok() {
-            usable.push(Chosen::Syscalls);
+        for (backend, result) in [(Chosen::Socket, socket), (Chosen::Syscalls, syscalls)] {
+            if let Ok(stats) = result {
+                usable.push(backend);
+                verified.push((backend, stats));
+            }
         }
     }
     let uprobe = Path::new("/sys/bus/event_source/devices/uprobe/type").exists();
@@ -219,6 +258,28 @@ pub fn main() -> i32 {
         Backend::Syscalls => usable.iter().copied().find(|b| *b == Chosen::Syscalls),
         Backend::Auto => usable.first().copied(),
     };
+    // Probes outlive a loader restart only where every attachment is a BPF
+    // link: tp_btf ones always are; a tracefs tracepoint's is from Linux
+    // 5.15 on (before, a perf event ioctl attaches it and makes no link).
+    let pinnable = match chosen {
+        Some(Chosen::Socket) => Some(true),
+        Some(Chosen::Syscalls) => Some(aya::features().bpf_perf_link()),
+        None => None,
+    };
+    if let Some(p) = pinnable {
+        lines.push(line(
+            "pins",
+            p,
+            if p {
+                "every attachment is a BPF link: the probes can be pinned and outlive a loader restart"
+            } else {
+                "tracepoint attachments are not BPF links before Linux 5.15: nothing is pinned (pins_unsupported)"
+            },
+        ));
+        if !p && settings.probe.pins() {
+            cannot.push("keep capturing while the loader restarts: the probes cannot be pinned on this kernel".to_owned());
+        }
+    }
     match chosen {
         Some(Chosen::Syscalls) => {
             cannot.push(format!(
@@ -236,6 +297,14 @@ pub fn main() -> i32 {
 
     for l in &lines {
         println!("{:<20} {:<4} {}", l.what, if l.ok { "ok" } else { "no" }, l.detail);
+    }
+    // The verifier's work per program: what is left of its budget on this
+    // kernel (a program over it is refused).
+    for (backend, stats) in &verified {
+        for st in stats {
+            let insns = st.verified_insns.map_or_else(|| "unknown (Linux 5.16+ reports it)".to_owned(), |n| n.to_string());
+            println!("{:<20} {:<4} {} {} {insns} of {VERIFIER_LIMIT} instructions", "verifier", "ok", backend.name(), st.name);
+        }
     }
     println!();
     match chosen {

@@ -165,7 +165,18 @@ async fn run(p: Process) -> anyhow::Result<()> {
     // 2. Drop what is no longer needed. The actors' group stays, as the only
     //    way into their directory for the acks they publish.
     privileges::join_group(actors.gid)?;
-    privileges::drop_all_but(if attach_later { privileges::ATTACH_LATER } else { &[] })?;
+    let keep = if attach_later {
+        privileges::ATTACH_LATER
+    } else if privileges::map_access_needs_cap_bpf(probes.map_fd()) {
+        tracing::warn!(
+            event = "kept_cap_bpf",
+            "this kernel lets only CAP_BPF use BPF maps (kernel.unprivileged_bpf_disabled before Linux 6.5): the loader keeps CAP_BPF"
+        );
+        &[caps::Capability::CAP_BPF][..]
+    } else {
+        &[]
+    };
+    privileges::drop_all_but(keep)?;
     tracing::info!(event = "dropped_privileges", kept = %privileges::effective(), "privileges dropped");
 
     // 3. Work.

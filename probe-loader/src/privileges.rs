@@ -2,7 +2,7 @@
 //!
 //! | capability          | needed for                                        | kept after start |
 //! |---------------------|---------------------------------------------------|------------------|
-//! | CAP_BPF             | creating maps, loading programs                   | no (yes with `tls.attach_later`) |
+//! | CAP_BPF             | creating maps, loading programs; on kernels that refuse every `bpf()` command without it (see [`map_access_needs_cap_bpf`]), using the maps | no (yes with `tls.attach_later`, and where the kernel needs it for the maps) |
 //! | CAP_PERFMON         | tracing programs, reading kernel memory; the TLS uprobes (perf_event_open of the `uprobe` PMU) | no (yes with `tls.attach_later`) |
 //! | CAP_SYS_ADMIN       | older kernels' BPF checks (alternative to the two); the TLS uprobes on Linux 6.18 | no (yes with `tls.attach_later`) |
 //! | CAP_SYS_PTRACE      | `/proc/PID/{exe,environ,fd,maps,root}` of other users' processes (ptrace access check): the start scan, and the `libssl` files they map (TLS) | no (yes with `tls.attach_later`) |
@@ -22,7 +22,8 @@
 //! need not grant it.
 //!
 //! After start the loader holds no capability at all (unless
-//! `tls.attach_later`: then [`ATTACH_LATER`] alone) (effective, permitted,
+//! `tls.attach_later`: then [`ATTACH_LATER`] alone; or, on a kernel that
+//! lets only CAP_BPF use BPF maps, CAP_BPF alone) (effective, permitted,
 //! inheritable, ambient and bounding sets empty, `no_new_privs`): what it
 //! still does works on file descriptors it already has (the maps, the ring
 //! buffers, its sockets). Processes that start later are named from the
@@ -150,6 +151,45 @@ pub fn drop_all_but(keep: &[Capability]) -> Result<(), PrivilegeError> {
         return Err(PrivilegeError::NoNewPrivs { source: std::io::Error::last_os_error() });
     }
     Ok(())
+}
+
+/// Whether this kernel refuses a process without capabilities the `bpf()`
+/// commands on a map it already holds. Before Linux 6.5, with
+/// `kernel.unprivileged_bpf_disabled` set (Debian's default), every `bpf()`
+/// command wanted CAP_BPF, not only creating maps and loading programs:
+/// Debian's 5.10 does so, its 6.1 no longer (a backport), so this is tried,
+/// not read off the version. The loader then keeps CAP_BPF (and nothing
+/// else) to update the selection and read its counters.
+///
+/// Tried on a thread of its own that clears its effective capabilities
+/// (they are per thread): the process keeps its own.
+pub fn map_access_needs_cap_bpf(map: std::os::fd::BorrowedFd<'_>) -> bool {
+    use std::os::fd::AsRawFd;
+    let fd = map.as_raw_fd();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            if caps::clear(None, CapSet::Effective).is_err() {
+                return true; // cannot tell: keep what makes the loader work
+            }
+            let key = u32::MAX;
+            let mut value = [0u8; 64];
+            // union bpf_attr for BPF_MAP_LOOKUP_ELEM: map_fd (u32, padded
+            // to 8), key (u64 pointer), value (u64 pointer), flags.
+            let mut attr = [0u64; 4];
+            attr[0] = fd as u32 as u64;
+            attr[1] = std::ptr::from_ref(&key) as u64;
+            attr[2] = value.as_mut_ptr() as u64;
+            // SAFETY: attr is a valid bpf_attr of the size passed; the key
+            // and a value buffer larger than any of the maps' values outlive
+            // the call.
+            let rc = unsafe {
+                libc::syscall(libc::SYS_bpf, 1 /* BPF_MAP_LOOKUP_ELEM */, attr.as_ptr(), std::mem::size_of_val(&attr))
+            };
+            rc != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+        })
+        .join()
+        .unwrap_or(true)
+    })
 }
 
 /// The effective capabilities, for logs.

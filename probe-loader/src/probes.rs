@@ -152,13 +152,16 @@ pub struct Rings {
     pub execs: RingBuf<MapData>,
 }
 
-/// Per-program kernel statistics (bpf_stats; zero unless
-/// `kernel.bpf_stats_enabled=1`).
+/// Per-program kernel statistics.
 #[derive(Debug, Clone)]
 pub struct ProgramStats {
     pub name: &'static str,
+    /// bpf_stats: zero unless `kernel.bpf_stats_enabled=1`.
     pub run_time: Duration,
     pub run_count: u64,
+    /// Instructions the verifier processed to accept the program (against
+    /// its limit of 1,000,000); None before Linux 5.16, which does not say.
+    pub verified_insns: Option<u32>,
 }
 
 /// How the probes were set up.
@@ -403,6 +406,14 @@ impl Probes {
         Ok((probes, Rings { events, execs }))
     }
 
+    /// A map of the probes' (the selection), to try what the kernel lets
+    /// a process do with it ([`crate::privileges::map_access_needs_cap_bpf`]).
+    pub fn map_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        use aya::maps::IterableMap;
+        use std::os::fd::AsFd;
+        IterableMap::map(&self.sel_pids).fd().as_fd()
+    }
+
     /// The capture backend in use.
     pub fn backend(&self) -> Chosen {
         self.backend
@@ -600,7 +611,12 @@ impl Probes {
                     (None, Some(set)) => ProgramInfo::from_pin(set.join(format!("prog_{name}"))).ok()?,
                     (None, None) => return None,
                 };
-                Some(ProgramStats { name, run_time: info.run_time(), run_count: info.run_count() })
+                Some(ProgramStats {
+                    name,
+                    run_time: info.run_time(),
+                    run_count: info.run_count(),
+                    verified_insns: info.verified_instruction_count(),
+                })
             })
             .collect()
     }

@@ -8,6 +8,9 @@
 //! - [`Proc`]: any other process (HTTP servers, load generators).
 //! - [`http_get`]: a raw HTTP/1.1 client, so requests are exactly what the
 //!   test says.
+//! - [`http1`]: keep-alive and pipelined HTTP/1.1 exchanges, responses read
+//!   exactly; [`tls`]: certificates and a Python HTTPS server; [`otlp`]:
+//!   spans at the receiver, counted exactly.
 //!
 //! Tests that need root, BTF or a tool that is missing skip *loudly*: they
 //! print `SKIPPED: <reason>` and return, never pass silently. With
@@ -22,6 +25,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub use serde_json::Value;
+
+pub mod http1;
+pub mod otlp;
+pub mod tls;
+
+pub use http1::{get, keepalive, read_response};
+pub use otlp::{expect_spans, k, key, on_port, Key};
+pub use tls::{certificate, python_tls, PY_TLS_SERVER};
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {
@@ -74,6 +85,15 @@ pub fn can_trace() -> bool {
         panic!("{} missing: run `cargo build --workspace` first", bin_dir().join("ringtail").display());
     }
     true
+}
+
+/// The variable that stretches the tests' deadlines for a slow machine
+/// (the kernel matrix's emulated CPU): a factor, 1 by default.
+pub const TIME_SCALE: &str = "RINGTAIL_TEST_TIME_SCALE";
+
+/// [`TIME_SCALE`]'s factor (at least 1).
+pub fn time_scale() -> f64 {
+    std::env::var(TIME_SCALE).ok().and_then(|v| v.parse::<f64>().ok()).filter(|f| f.is_finite() && *f >= 1.0).unwrap_or(1.0)
 }
 
 /// True if `cmd` is on PATH; otherwise says the test is skipped.
@@ -389,7 +409,7 @@ impl Ringtail {
     /// [`Ringtail::start`] with extra environment variables.
     pub fn start_with_env(config: &str, env: &[(&str, &str)]) -> Ringtail {
         let rt = Self::spawn_with_env(config, env);
-        rt.wait_ready(Duration::from_secs(60));
+        rt.wait_ready(Duration::from_secs(60).mul_f64(time_scale()));
         rt
     }
 

@@ -7,7 +7,7 @@
 //! `probe.backend`), with the same expected counts.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -51,62 +51,6 @@ fn expect(list: &[(&str, &str, u16, usize)]) -> BTreeMap<(String, String, u16), 
 
 fn total(m: &BTreeMap<(String, String, u16), usize>) -> usize {
     m.values().sum()
-}
-
-/// Sends `requests` one after another on one keep-alive connection, reading
-/// each response (by Content-Length) before the next.
-fn keepalive(port: u16, requests: &[&str]) -> Vec<u16> {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut statuses = Vec::new();
-    let mut buf = Vec::new();
-    for r in requests {
-        s.write_all(r.as_bytes()).unwrap();
-        statuses.push(read_response(&mut s, &mut buf, r.starts_with("HEAD ")));
-    }
-    statuses
-}
-
-/// Reads one response (Content-Length or chunked body) off `s`.
-fn read_response(s: &mut TcpStream, buf: &mut Vec<u8>, head_only: bool) -> u16 {
-    let mut chunk = [0u8; 65536];
-    let end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        let n = s.read(&mut chunk).unwrap();
-        assert!(n > 0, "connection closed mid-response");
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
-    let status: u16 = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let len: usize = head.lines().find_map(|l| l.strip_prefix("content-length:")).map(|v| v.trim().parse().unwrap()).unwrap_or(0);
-    let chunked = head.contains("transfer-encoding: chunked");
-    buf.drain(..end);
-    if head_only || status == 204 || status == 304 || (100..200).contains(&status) {
-        return status;
-    }
-    if chunked {
-        while !buf.windows(5).any(|w| w == b"0\r\n\r\n") {
-            let n = s.read(&mut chunk).unwrap();
-            assert!(n > 0);
-            buf.extend_from_slice(&chunk[..n]);
-        }
-        let at = buf.windows(5).position(|w| w == b"0\r\n\r\n").unwrap();
-        buf.drain(..at + 5);
-    } else {
-        while buf.len() < len {
-            let n = s.read(&mut chunk).unwrap();
-            assert!(n > 0);
-            buf.extend_from_slice(&chunk[..n]);
-        }
-        buf.drain(..len);
-    }
-    status
-}
-
-fn get(path: &str) -> String {
-    format!("GET {path} HTTP/1.1\r\nHost: t\r\n\r\n")
 }
 
 /// Checks, after all connections closed, that no connection state is left

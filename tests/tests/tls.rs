@@ -6,7 +6,6 @@
 //! capture backends. Ciphertext never makes a span: a span too many fails
 //! the counts.
 
-use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -16,22 +15,6 @@ use ringtail_tests::*;
 
 const WAIT: Duration = Duration::from_secs(30);
 const SETTLE: Duration = Duration::from_millis(1500);
-
-/// A self-signed certificate and key for localhost in `dir`.
-fn certificate(dir: &Path) -> (String, String) {
-    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
-    let st = Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .expect("run openssl");
-    assert!(st.success(), "openssl req failed");
-    (cert.display().to_string(), key.display().to_string())
-}
 
 /// Whether the tools a test needs are here (a loud skip otherwise).
 fn ready(tools: &[&str]) -> bool {
@@ -59,57 +42,6 @@ fn ringtail(b: &str, rotel: &Rotel, discovery: &str, extra: &str) -> Ringtail {
          [export]\nstdout = true\n[export.otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\n{extra}",
         rotel.grpc
     ))
-}
-
-/// (kind, scheme, method, path, status) of a span at the receiver.
-type Key = (String, String, String, String, u16);
-
-fn key(s: &Value) -> Key {
-    let kind = if s["kind"] == 2 { "server" } else { "client" };
-    (
-        kind.to_owned(),
-        attr(s, "url.scheme").unwrap_or_default(),
-        attr(s, "http.request.method").unwrap_or_default(),
-        attr(s, "url.path").unwrap_or_default(),
-        attr(s, "http.response.status_code").and_then(|v| v.parse().ok()).unwrap_or_default(),
-    )
-}
-
-/// Waits until the receiver has `want.values().sum()` spans that `ours`
-/// keeps, lets more arrive, and checks them against `want` exactly.
-fn expect_spans(rotel: &Rotel, rt: &Ringtail, ours: impl Fn(&Value) -> bool, want: &[(Key, usize)]) -> Vec<Value> {
-    let n: usize = want.iter().map(|(_, n)| n).sum();
-    wait_until(WAIT, || (rotel.spans().iter().filter(|s| ours(s)).count() >= n).then_some(())).unwrap_or_else(|| {
-        panic!("the receiver got {:?}\nstdout:\n{}\nlog:\n{}", rotel.spans().iter().map(key).collect::<Vec<_>>(), rt.stdout(), rt.log())
-    });
-    std::thread::sleep(SETTLE);
-    let spans: Vec<Value> = rotel.spans().into_iter().filter(|s| ours(s)).collect();
-    let mut got: BTreeMap<Key, usize> = BTreeMap::new();
-    for s in &spans {
-        *got.entry(key(s)).or_default() += 1;
-    }
-    let want: BTreeMap<Key, usize> = want.iter().cloned().collect();
-    assert_eq!(got, want, "stdout:\n{}", rt.stdout());
-    spans
-}
-
-fn k(kind: &str, scheme: &str, method: &str, path: &str, status: u16) -> Key {
-    (kind.into(), scheme.into(), method.into(), path.into(), status)
-}
-
-/// A Python TLS server: `source` run as `python3 SCRIPT PORT CERT KEY
-/// EXTRA...` with a certificate made in a new directory (kept with the
-/// server), listening on `port` when this returns.
-fn python_tls(name: &str, source: &str, port: u16, extra: &[&str]) -> (TempDir, Proc) {
-    let dir = TempDir::new("py-tls");
-    let (cert, key) = certificate(&dir.0);
-    let script = dir.join("server.py");
-    std::fs::write(&script, source).expect("write server.py");
-    let port_arg = port.to_string();
-    let mut args = vec![script.to_str().unwrap(), &port_arg, &cert, &key];
-    args.extend_from_slice(extra);
-    let srv = server(name, port, Path::new("python3"), &args);
-    (dir, srv)
 }
 
 /// nginx listening on `tls` (`ssl` plus `options`, e.g. `http2`) and
@@ -159,6 +91,7 @@ fn nginx_tls_keepalive_beside_cleartext(b: &str) {
     let spans = expect_spans(
         &rotel,
         &rt,
+        (WAIT, SETTLE),
         ours,
         &[
             (k("server", "https", "GET", "/ok", 200), 2),
@@ -177,33 +110,6 @@ fn nginx_tls_keepalive_beside_cleartext(b: &str) {
         spans.iter().filter(|s| attr(s, "url.scheme").as_deref() == Some("https")).filter_map(|s| attr(s, "client.port")).collect();
     assert_eq!(peers.len(), 1, "keep-alive: one connection for the five TLS requests: {peers:?}");
 }
-
-/// A Python `http.server` wrapped in `ssl`.
-const PY_TLS_SERVER: &str = r#"
-import http.server, ssl, sys
-class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_GET(self):
-        code = 404 if self.path.startswith("/missing") else 200
-        body = b"hello\n"
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def do_POST(self):
-        n = int(self.headers.get("Content-Length", "0"))
-        self.rfile.read(n)
-        self.send_response(201)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-    def log_message(self, *a):
-        pass
-srv = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H)
-ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-ctx.load_cert_chain(sys.argv[2], sys.argv[3])
-srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
-srv.serve_forever()
-"#;
 
 /// A Python `urllib` client that does not verify the certificate.
 const PY_TLS_CLIENT: &str = r#"
@@ -248,6 +154,7 @@ fn python_tls_server_with_urllib_and_curl_clients(b: &str) {
     expect_spans(
         &rotel,
         &rt,
+        (WAIT, SETTLE),
         ours,
         &[
             (k("server", "https", "GET", "/from-python", 200), 1),
@@ -327,6 +234,7 @@ fn tls_server_joins_the_trace_and_its_calls_are_children(b: &str) {
     let _ = expect_spans(
         &rotel,
         &rt,
+        (WAIT, SETTLE),
         |s| s["kind"] == 2 && attr(s, "server.port") == Some(front.to_string()),
         &[(k("server", "https", "GET", "/call", 200), 1)],
     );
@@ -358,6 +266,7 @@ fn nginx_http2_over_tls(b: &str) {
     let spans = expect_spans(
         &rotel,
         &rt,
+        (WAIT, SETTLE),
         ours,
         &[
             (k("server", "https", "GET", "/ok", 200), 2),
@@ -416,7 +325,7 @@ fn node_https_server_and_client(b: &str) {
         want.push((k(kind, "https", "POST", "/echo", 200), 1));
         want.push((k(kind, "https", "GET", "/big", 200), 1));
     }
-    let spans = expect_spans(&rotel, &rt, ours, &want);
+    let spans = expect_spans(&rotel, &rt, (WAIT, SETTLE), ours, &want);
     let peers: std::collections::BTreeSet<String> =
         spans.iter().filter(|s| s["kind"] == 2).filter_map(|s| attr(s, "client.port")).collect();
     assert_eq!(peers.len(), 1, "one keep-alive connection: {peers:?}");
@@ -456,6 +365,7 @@ fn a_peer_cannot_steer_a_tls_binding(b: &str) {
     let spans = expect_spans(
         &rotel,
         &rt,
+        (WAIT, SETTLE),
         ours,
         &[
             (k("server", "http", "GET", "/call", 200), 1),
@@ -522,7 +432,7 @@ fn python_asyncio_tls_server(b: &str) {
         want.push((k(kind, "https", "POST", "/missing", 404), 1));
         want.push((k(kind, "https", "POST", "/post", 200), 1));
     }
-    let _ = expect_spans(&rotel, &rt, ours, &want);
+    let _ = expect_spans(&rotel, &rt, (WAIT, SETTLE), ours, &want);
 }
 
 /// A capability set of process `pid` (`set`: "CapEff", "CapBnd"... of
@@ -608,6 +518,7 @@ fn a_library_that_appears_later_is_attached_when_used(b: &str) {
     let spans = expect_spans(
         &rotel,
         &rt,
+        (WAIT, SETTLE),
         later,
         &[
             (k("server", "https", "GET", "/second", 200), 1),

@@ -1,0 +1,13 @@
+# The body of a kernel-matrix guest's script (tests/kernels/kernels.sh
+# `matrix` puts the RT_* assignments in front of it): runs the tests named
+# in RT_TESTS from the kernel-matrix test executable RT_TESTBIN inside the
+# guest, as root, against the host's binaries in RT_BIN_DIR. Everything
+# goes to the console, which the host keeps; the exit status is the tests'.
+set -eu
+echo "guest: Linux $(uname -r), $(nproc) CPUs, $(sed -n 's/MemTotal: *//p' /proc/meminfo)"
+export RINGTAIL_REQUIRE_ALL=1 RINGTAIL_BIN_DIR="$RT_BIN_DIR" RINGTAIL_TEST_TIME_SCALE="$RT_SCALE" RUST_BACKTRACE=1
+# The guest's root is the host's, read-only: work where tmpfs is.
+cd /tmp
+# (word splitting of RT_TESTS is wanted: one argument per test name)
+# shellcheck disable=SC2086
+"$RT_TESTBIN" --exact $RT_TESTS --test-threads=1 --nocapture

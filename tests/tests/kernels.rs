@@ -1,0 +1,383 @@
+//! What ringtail must do on every kernel it supports. `./ringtail.sh test`
+//! runs these on the host's kernel with the rest of the suite, then boots
+//! Debian's own 5.10, 6.1 and 6.12 kernels (tests/kernels/) and runs them
+//! again inside each, against the same binaries.
+//!
+//! What each kernel should offer is README's kernel table, written here as
+//! the version rules it states ([`Expect::of`]): the socket backend from
+//! 6.3 (where `auto` takes it), the syscall backend everywhere else, and
+//! pins for the syscall backend from 5.15 (tracefs tracepoints make BPF
+//! links). The probes must agree with the table: a kernel that offers less,
+//! or more, than README says fails here.
+//!
+//! A ringtail start costs the verifier's work on every program, which
+//! under the matrix's emulated CPU takes 15–30 s; so each test starts
+//! ringtail once and puts every kind of exchange through it, each on a
+//! server of its own, checked exactly at a real OTLP receiver by server
+//! port: python `http.server` with the curl client (server and client
+//! spans), nginx keep-alive with a pipelined client, a split request head
+//! and four pipelined requests (Rust server), HTTPS through OpenSSL (a
+//! Python TLS server, curl), HTTP/2 in clear text with prior knowledge (Go)
+//! and after `Upgrade: h2c` (hypercorn, curl), then a `kill -9` of the
+//! loader: with pins, requests made while it is down are all reported by
+//! the next one; without (before 5.15 on the syscall backend), the kernel
+//! says so (`pins_unsupported`) and capture resumes.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use ringtail_tests::*;
+
+/// Lets spans arrive after the expected ones (a span too many fails).
+const SETTLE: Duration = Duration::from_millis(1500);
+
+/// How long spans may take (scaled for the emulated CPU of the matrix).
+fn wait() -> Duration {
+    Duration::from_secs(30).mul_f64(time_scale())
+}
+
+/// What this kernel should offer, by README's kernel table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Expect {
+    /// What `probe.backend = "auto"` becomes.
+    auto: &'static str,
+    /// Whether the syscall backend's attachments are BPF links (pinnable).
+    syscall_pins: bool,
+}
+
+impl Expect {
+    fn of((major, minor): (u32, u32)) -> Expect {
+        let at_least = |a, b| (major, minor) >= (a, b);
+        Expect { auto: if at_least(6, 3) { "socket" } else { "syscalls" }, syscall_pins: at_least(5, 15) }
+    }
+
+    /// Whether `backend`'s probes outlive a loader restart here.
+    fn pins(self, backend: &str) -> bool {
+        backend == "socket" || self.syscall_pins
+    }
+}
+
+/// The running kernel's (major, minor).
+fn kernel_version() -> (u32, u32) {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("read /proc/sys/kernel/osrelease");
+    let mut parts = release.trim().split(['.', '-']);
+    let mut next = || parts.next().and_then(|p| p.parse().ok()).unwrap_or_else(|| panic!("kernel release {release:?}"));
+    (next(), next())
+}
+
+/// `ringtail check-kernel` says what README's table says of this kernel,
+/// having loaded and attached each backend for real, and how much of the
+/// verifier's budget each program takes (printed: the matrix's log keeps it).
+#[test]
+fn check_kernel_agrees_with_the_kernel_table() {
+    if !can_trace() {
+        return;
+    }
+    let version = kernel_version();
+    let expect = Expect::of(version);
+    let out = Command::new(bin_dir().join("ringtail")).arg("check-kernel").output().expect("run ringtail check-kernel");
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!("kernel {version:?}, expected {expect:?}:\n{text}");
+    assert_eq!(out.status.code(), Some(0), "{text}\n{}", String::from_utf8_lossy(&out.stderr));
+    let socket = expect.auto == "socket";
+    for needle in [
+        "BTF                  ok".to_owned(),
+        "ring buffer          ok".to_owned(),
+        "syscall tracepoints  ok".to_owned(),
+        "after start          ok".to_owned(),
+        format!("socket tracepoints   {}", if socket { "ok" } else { "no" }),
+        format!("ringtail will use: probe.backend = \"auto\" -> {}", expect.auto),
+        format!("pins                 {}", if expect.pins(expect.auto) { "ok" } else { "no" }),
+    ] {
+        assert!(text.contains(&needle), "{needle:?} not in:\n{text}");
+    }
+    // Every program of every usable backend was accepted, and says (from
+    // 5.16) how much of the 1,000,000-instruction budget it took.
+    let verifier: Vec<(&str, &str, Option<u32>)> = text
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            (w.first() == Some(&"verifier")).then(|| (w[2], w[3], w[4].parse().ok()))
+        })
+        .collect();
+    for backend in if socket { &["socket", "syscalls"][..] } else { &["syscalls"][..] } {
+        let programs: Vec<_> = verifier.iter().filter(|(b, _, _)| b == backend).collect();
+        assert!(programs.iter().any(|(_, p, _)| p.starts_with("process_exit")), "{backend}: {text}");
+        if version >= (5, 16) {
+            assert!(programs.iter().all(|(_, _, n)| n.is_some_and(|n| n > 0 && n < 1_000_000)), "{backend}: {text}");
+        }
+    }
+}
+
+/// The servers of [`every_exchange_on_one_start`], one port each.
+struct Ports {
+    python: u16,
+    nginx: u16,
+    rust: u16,
+    tls: u16,
+    h2: u16,
+    h2c: u16,
+}
+
+/// Spans of exchanges with the server on `port`, checked exactly.
+fn expect_on(rotel: &Rotel, rt: &Ringtail, port: u16, want: &[(Key, usize)]) -> Vec<Value> {
+    expect_spans(rotel, rt, (wait(), SETTLE), |s| on_port(s, port), want)
+}
+
+/// Every span's `network.protocol.version` is `v`.
+fn assert_version(spans: &[Value], v: &str) {
+    for s in spans {
+        assert_eq!(attr(s, "network.protocol.version").as_deref(), Some(v), "{s}");
+    }
+}
+
+fn curl(args: &[&str]) -> String {
+    let out = Command::new("curl").arg("-s").args(args).output().expect("run curl");
+    assert!(out.status.success(), "curl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Starts ringtail once on backend `b` and puts every kind of exchange
+/// through it (see the file's doc).
+fn every_exchange_on_one_start(b: &str) {
+    if !can_trace() || !Rotel::available() || !have("nginx") || !have("curl") || !have("openssl") {
+        return;
+    }
+    let (Some(h2server), Some(_)) = (go_binary("h2server"), go_binary("h2client")) else { return };
+    let python = venv().join("bin/python");
+    if !Command::new(&python).args(["-c", "import hypercorn"]).status().is_ok_and(|s| s.success()) {
+        skip("no hypercorn in the venv");
+        return;
+    }
+    let expect = Expect::of(kernel_version());
+    let chosen = if b == "auto" { expect.auto } else { b };
+    let p = Ports { python: free_port(), nginx: free_port(), rust: free_port(), tls: free_port(), h2: free_port(), h2c: free_port() };
+    let rotel = Rotel::start();
+    let prom = free_port();
+    let rt = Ringtail::start(&format!(
+        "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\n\
+         open_ports = [{}, {}, {}, {}, {}, {}]\nexe_names = [\"^curl$\"]\n[export]\nstdout = true\n[export.otlp]\n\
+         endpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
+        p.python, p.nginx, p.rust, p.tls, p.h2, p.h2c, rotel.grpc
+    ));
+    // (the loader's metrics reach the exporter a second or so after it is ready)
+    let used = wait_until(wait(), || metric_value(prom, "ringtail_capture_backend", &[("component", "probe-loader"), ("backend", chosen)]));
+    assert_eq!(used, Some(1.0), "ringtail_capture_backend{{backend={chosen:?}}}:\n{}", scrape(prom));
+
+    // python http.server: HTTP/1.0, a keep-alive sequence, and curl (a
+    // selected client: its spans too).
+    let www = TempDir::new("www");
+    std::fs::write(www.join("index.html"), "hi\n").expect("write index.html");
+    std::fs::create_dir(www.join("dir")).expect("mkdir dir");
+    let port = p.python.to_string();
+    let dir = www.0.to_str().expect("a UTF-8 path");
+    let _py = server(
+        "python http.server",
+        p.python,
+        Path::new("python3"),
+        &["-m", "http.server", &port, "--bind", "127.0.0.1", "--directory", dir, "--protocol", "HTTP/1.1"],
+    );
+    let r = raw_request(p.python, b"GET /index.html HTTP/1.0\r\n\r\n").expect("HTTP/1.0 request");
+    assert!(r.starts_with(b"HTTP/1."), "{}", String::from_utf8_lossy(&r));
+    let st = keepalive(p.python, &[&get("/index.html"), "HEAD /index.html HTTP/1.1\r\nHost: t\r\n\r\n", &get("/dir"), &get("/missing")]);
+    assert_eq!(st, [200, 200, 301, 404]);
+    let url = format!("http://127.0.0.1:{}", p.python);
+    curl(&["-o", "/dev/null", &format!("{url}/index.html"), "-o", "/dev/null", &format!("{url}/missing")]);
+    let spans = expect_on(
+        &rotel,
+        &rt,
+        p.python,
+        &[
+            (k("server", "http", "GET", "/index.html", 200), 3),
+            (k("server", "http", "HEAD", "/index.html", 200), 1),
+            (k("server", "http", "GET", "/dir", 301), 1),
+            (k("server", "http", "GET", "/missing", 404), 2),
+            (k("client", "http", "GET", "/index.html", 200), 1),
+            (k("client", "http", "GET", "/missing", 404), 1),
+        ],
+    );
+    for s in spans.iter().filter(|s| s["kind"] == 3) {
+        assert_eq!(res_attr(s, "service.name").as_deref(), Some("curl"), "{s}");
+    }
+
+    // nginx: one keep-alive connection (a 2 MiB sendfile body among its
+    // answers), then three requests pipelined in one write.
+    let ngx = TempDir::new("nginx");
+    std::fs::write(ngx.join("big.bin"), vec![7u8; 2 << 20]).expect("write big.bin");
+    std::fs::write(ngx.join("small.txt"), "small\n").expect("write small.txt");
+    for f in ["during-1", "during-2", "after"] {
+        std::fs::write(ngx.join(f), f).expect("write a page"); // for loader_killed
+    }
+    let _nginx = nginx(p.nginx, &ngx.0, "");
+    let st = keepalive(
+        p.nginx,
+        &[&get("/ok"), &get("/big.bin"), &get("/small.txt"), &get("/nope"), "HEAD /big.bin HTTP/1.1\r\nHost: t\r\n\r\n"],
+    );
+    assert_eq!(st, [200, 200, 200, 404, 200]);
+    let out = raw_request(
+        p.nginx,
+        b"GET /ok HTTP/1.1\r\nHost: t\r\n\r\nGET /small.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    )
+    .expect("pipelined requests");
+    assert_eq!(String::from_utf8_lossy(&out).matches("HTTP/1.1 ").count(), 3);
+    expect_on(
+        &rotel,
+        &rt,
+        p.nginx,
+        &[
+            (k("server", "http", "GET", "/ok", 200), 2),
+            (k("server", "http", "GET", "/big.bin", 200), 1),
+            (k("server", "http", "HEAD", "/big.bin", 200), 1),
+            (k("server", "http", "GET", "/small.txt", 200), 2),
+            (k("server", "http", "GET", "/nope", 404), 2),
+        ],
+    );
+
+    // A request head that arrives in three reads, then four requests
+    // pipelined in one write, each answered separately.
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_rust_http_server"));
+    let _rust = server("rust server", p.rust, &bin, &[&p.rust.to_string()]);
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", p.rust)).expect("connect");
+    s.set_nodelay(true).expect("nodelay");
+    for part in ["GET /spl", "it HTTP/1.1\r\nHost: t\r\nUser-Ag", "ent: slow\r\n\r\n"] {
+        std::io::Write::write_all(&mut s, part.as_bytes()).expect("send a part");
+        // apart, so that the server reads each on its own
+        std::thread::sleep(Duration::from_millis(60));
+    }
+    assert_eq!(read_response(&mut s, &mut Vec::new(), false), 200);
+    drop(s);
+    let out = raw_request(
+        p.rust,
+        format!("{}{}{}GET /p4 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", get("/p1"), get("/p2"), get("/status/404")).as_bytes(),
+    )
+    .expect("pipelined requests");
+    assert_eq!(String::from_utf8_lossy(&out).matches("HTTP/1.1 ").count(), 4);
+    expect_on(
+        &rotel,
+        &rt,
+        p.rust,
+        &[
+            (k("server", "http", "GET", "/split", 200), 1),
+            (k("server", "http", "GET", "/p1", 200), 1),
+            (k("server", "http", "GET", "/p2", 200), 1),
+            (k("server", "http", "GET", "/status/404", 404), 1),
+            (k("server", "http", "GET", "/p4", 200), 1),
+        ],
+    );
+
+    // HTTPS through OpenSSL's shared library: a Python server and curl,
+    // both read at SSL_read/SSL_write.
+    let (_tls_dir, _tls) = python_tls("python tls server", PY_TLS_SERVER, p.tls, &[]);
+    let base = format!("https://127.0.0.1:{}", p.tls);
+    curl(&["-k", "-o", "/dev/null", &format!("{base}/hello"), "-o", "/dev/null", &format!("{base}/missing")]);
+    expect_on(
+        &rotel,
+        &rt,
+        p.tls,
+        &[
+            (k("server", "https", "GET", "/hello", 200), 1),
+            (k("server", "https", "GET", "/missing", 404), 1),
+            (k("client", "https", "GET", "/hello", 200), 1),
+            (k("client", "https", "GET", "/missing", 404), 1),
+        ],
+    );
+
+    // HTTP/2 in clear text with prior knowledge: Go's server, curl.
+    let _h2 = server("go h2 server", p.h2, &h2server, &[&p.h2.to_string()]);
+    let url = format!("http://127.0.0.1:{}", p.h2);
+    for path in ["/a", "/status/404"] {
+        let v = curl(&["--http2-prior-knowledge", "-o", "/dev/null", "-w", "%{http_version}", &format!("{url}{path}")]);
+        assert_eq!(v, "2");
+    }
+    let spans = expect_on(
+        &rotel,
+        &rt,
+        p.h2,
+        &[
+            (k("server", "http", "GET", "/a", 200), 1),
+            (k("server", "http", "GET", "/status/404", 404), 1),
+            (k("client", "http", "GET", "/a", 200), 1),
+            (k("client", "http", "GET", "/status/404", 404), 1),
+        ],
+    );
+    assert_version(&spans, "2");
+
+    // HTTP/2 after `Upgrade: h2c`: the upgraded request is stream 1, the
+    // next two are streams 3 and 5 on the same connection.
+    let script = fixture("h2c_server.py");
+    let _h2c = server("hypercorn", p.h2c, &python, &[script.to_str().expect("a UTF-8 path"), &p.h2c.to_string()]);
+    let url = format!("http://127.0.0.1:{}", p.h2c);
+    let out = curl(&[
+        "--http2",
+        "-w",
+        "%{http_version} %{http_code} %{num_connects}\\n",
+        "-o",
+        "/dev/null",
+        &format!("{url}/up"),
+        "-o",
+        "/dev/null",
+        &format!("{url}/status/404"),
+        "-o",
+        "/dev/null",
+        &format!("{url}/b"),
+    ]);
+    assert_eq!(out.lines().collect::<Vec<_>>(), ["2 200 1", "2 404 0", "2 200 0"]);
+    let spans = expect_on(
+        &rotel,
+        &rt,
+        p.h2c,
+        &[
+            (k("server", "http", "GET", "/up", 200), 1),
+            (k("server", "http", "GET", "/status/404", 404), 1),
+            (k("server", "http", "GET", "/b", 200), 1),
+            (k("client", "http", "GET", "/up", 200), 1),
+            (k("client", "http", "GET", "/status/404", 404), 1),
+            (k("client", "http", "GET", "/b", 200), 1),
+        ],
+    );
+    assert_version(&spans, "2");
+
+    loader_killed(&rt, &rotel, p.nginx, expect.pins(chosen));
+}
+
+/// `kill -9` of the loader. With pins the programs stay attached and keep
+/// filling the ring: requests made while no loader runs are reported by
+/// the next one, exactly once each. Without, the loader said why it pinned
+/// nothing, and capture resumes once the next one is ready.
+fn loader_killed(rt: &Ringtail, rotel: &Rotel, port: u16, pins: bool) {
+    let pid = rt.pid("probe-loader").expect("the loader's pid");
+    let unsupported = rt.log().contains("event=\"pins_unsupported\"");
+    assert_eq!(unsupported, !pins, "pins_unsupported logged: {unsupported}, pins expected: {pins}\n{}", rt.log());
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    let gone = wait_until(Duration::from_secs(10), || (!Path::new(&format!("/proc/{pid}/stat")).exists()).then_some(()));
+    assert!(gone.is_some(), "the loader {pid} did not die");
+    let down = keepalive(port, &[&get("/during-1"), &get("/during-2")]);
+    assert_eq!(down, [200, 200], "nginx answers while no loader runs");
+    let back = wait_until(wait().mul_f64(2.0), || {
+        let now = rt.pid("probe-loader").filter(|p| *p != pid)?;
+        rt.events("probe-loader", "ready").iter().any(|l| l.contains(&format!(" pid={now} "))).then_some(())
+    });
+    assert!(back.is_some(), "no loader ready after kill -9:\n{}", rt.log());
+    assert_eq!(keepalive(port, &[&get("/after")]), [200]);
+    let after = [(k("server", "http", "GET", "/after", 200), 1)];
+    if pins {
+        let mut want = vec![(k("server", "http", "GET", "/during-1", 200), 1), (k("server", "http", "GET", "/during-2", 200), 1)];
+        want.extend(after);
+        let ours = |s: &Value| on_port(s, port) && attr(s, "url.path").is_some_and(|p| p.starts_with("/during") || p == "/after");
+        expect_spans(rotel, rt, (wait(), SETTLE), ours, &want);
+    } else {
+        expect_spans(rotel, rt, (wait(), SETTLE), |s| on_port(s, port) && attr(s, "url.path").as_deref() == Some("/after"), &after);
+    }
+}
+
+#[test]
+fn every_exchange_on_the_default_backend() {
+    every_exchange_on_one_start("auto");
+}
+
+#[test]
+fn every_exchange_on_the_syscall_backend() {
+    every_exchange_on_one_start("syscalls");
+}
