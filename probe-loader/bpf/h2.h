@@ -8,7 +8,7 @@
  *
  * Recognised: prior-knowledge h2c, the 24-byte client preface
  * ("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") received (server) or sent (client)
- * as a connection's first bytes. conn.h asks (h2_is_preface) only where it
+ * as a connection's first bytes. http1_conn.h asks (h2_is_preface) only where it
  * looks for an HTTP/1 request line on a connection without one, so HTTP/1
  * pays nothing more. Also `Upgrade: h2c` (RFC 7540 3.2): a 101 whose head
  * names h2c switches an HTTP/1 connection (h2_upgrade; the 101 is looked
@@ -31,6 +31,7 @@
 #ifndef RINGTAIL_H2_H
 #define RINGTAIL_H2_H
 
+#include "conn.h"
 #include "maps.h"
 #include "segs.h"
 
@@ -323,7 +324,7 @@ static __always_inline void h2_begin(struct conn_state *st, __u8 first)
 }
 
 /* The client preface went by as a connection's first bytes: from now on it
- * is HTTP/2 (the caller walks these bytes: conn.h). `pend` bytes of the
+ * is HTTP/2 (the caller walks these bytes: capture.h). `pend` bytes of the
  * preface came in an earlier read (held as the start of a possible request
  * line). */
 static __always_inline void h2_start(struct conn_state *st, __u8 dir, __u32 pend)
@@ -390,7 +391,7 @@ static __always_inline __u32 h2c_head_len(const struct segs *sg)
  * on as HTTP/2 with that request as stream 1 (its HTTP/1 event, EVF_H2C,
  * was just emitted). Towards the client come the rest of the head, then
  * the server's frames; towards the server the client preface, then the
- * client's frames. The caller walks these bytes (conn.h). */
+ * client's frames. The caller walks these bytes (capture.h). */
 static __always_inline void h2_upgrade(struct conn_state *st, __u8 dir, __u32 head)
 {
 	h2_begin(st, H2F_START | H2F_UPGRADE);

@@ -26,12 +26,12 @@ struct h2_dir {
 	__u8 hdr[8];
 };
 
-/* Per-connection HTTP/1 state (see conn.h). */
+/* Per-connection state (conn.h; HTTP/1: http1_conn.h, HTTP/2: h2.h). */
 struct conn_state {
 	__u64 conn_id;
 	__u64 start_ns;
 	/* A client's final response read while no request was pending: when
-	 * (conn.h, answered_first) */
+	 * (http1_conn.h, answered_first) */
 	__u64 early_ns;
 	__u64 parent_conn;
 	__u32 parent_seq;
@@ -81,7 +81,7 @@ struct {
 } execs SEC(".maps") __weak;
 
 /* Connection state (`conns`) and the server request of each thread
- * (`active`) are defined by conn.h: where they live depends on the hook
+ * (`active`) are defined by conn_store.h: where they live depends on the hook
  * family. */
 
 /* Selected processes, by tgid; the value is SEL_* (ringtail.h). */

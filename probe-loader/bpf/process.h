@@ -13,7 +13,7 @@
 static __always_inline int is_self(void)
 {
 #ifdef RINGTAIL_PORTABLE
-	/* (conn.h) no BTF task pointer: one probe read of the name */
+	/* (conn_store.h) no BTF task pointer: one probe read of the name */
 	char c[8];
 	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
 	struct task_struct *leader = BPF_CORE_READ(t, group_leader);

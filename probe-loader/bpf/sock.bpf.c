@@ -9,7 +9,7 @@
  *    sendmsg, sendfile), with the socket and the byte count. The syscall's
  *    own registers (io.h) give the fd and the user buffer. Only sockets
  *    reach them, so file and pipe I/O cost nothing; non-TCP sockets leave
- *    after two loads. The bytes go to the connection state machine (conn.h).
+ *    after two loads. The bytes go to the connection state machine (capture.h).
  *    A send or receive inside a TLS call of the thread (tls.h) binds the
  *    SSL object to the socket instead: the plaintext comes from the TLS
  *    uprobes (sock_tls.bpf.c).
@@ -27,7 +27,7 @@
 #define RINGTAIL_DEFINE_GLOBALS
 #include "globals.h"
 #include "maps.h"
-#include "conn.h"
+#include "capture.h"
 #include "io.h"
 #include "tls.h"
 
@@ -41,7 +41,7 @@ static __always_inline int is_tcp(struct sock *sk)
 }
 
 /* Both data hooks: find the connection and, when its bytes are wanted
- * (conn.h), the user segments, and feed the state machine. */
+ * (conn.h), the user segments, and feed the state machine (capture.h). */
 static __always_inline void sock_data(struct sock *sk, int ret, int recv)
 {
 	struct conn_state *st = conn_get(sk);

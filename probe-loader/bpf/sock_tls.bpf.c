@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * The TLS hooks of the socket backend's object (tls_hooks.h), with a TLS
- * connection's state in the connection table (conn.h, RINGTAIL_CONN_TABLE)
+ * connection's state in the connection table (conn_store.h, RINGTAIL_CONN_TABLE)
  * and the thread's server request in the task storage the socket hooks use.
  *
  *  - tp_btf/inet_sock_set_state (`tls_sock_state`): at TCP_CLOSE a TLS

@@ -14,13 +14,13 @@
  *  - tracepoint syscalls/sys_exit_* of the same calls (one program per
  *    direction, like the socket backend's): with
  *    the byte count, the remembered call goes to the same connection state
- *    machine as the socket backend's (conn.h, struct conn_io), user
+ *    machine as the socket backend's (capture.h, struct conn_io), user
  *    segments from the saved arguments (io.h).
  *  - tp_btf/inet_sock_set_state: as in sock.bpf.c (close, port discovery).
  *
  * sendfile moves no user memory: as with the socket backend, nothing to read
  * (its response head goes by write/writev first). Connection state lives in
- * a table of probe.max_connections here (conn.h, RINGTAIL_PORTABLE):
+ * a table of probe.max_connections here (conn_store.h, RINGTAIL_PORTABLE):
  * tracepoint programs may not use socket-local storage.
  *
  * This object defines the globals the loader sets (globals.h).
@@ -35,7 +35,7 @@
 #define RINGTAIL_PORTABLE
 #include "globals.h"
 #include "maps.h"
-#include "conn.h"
+#include "capture.h"
 #include "io.h"
 #include "tls.h"
 

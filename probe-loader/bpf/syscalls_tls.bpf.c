@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * The TLS hooks of the syscall backend's object (tls_hooks.h): state as the
- * syscall hooks keep it (conn.h, RINGTAIL_PORTABLE), in the same connection
+ * syscall hooks keep it (conn_store.h, RINGTAIL_PORTABLE), in the same connection
  * table, where a TLS connection's record is marked so the syscall hooks
  * leave its ciphertext alone; sock_state deletes it at TCP_CLOSE.
  */

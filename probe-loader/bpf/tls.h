@@ -5,7 +5,7 @@
  * The plaintext of a TLS connection is read where the library hands it to
  * the application (SSL_read/SSL_read_ex, on return) or takes it from it
  * (SSL_write/SSL_write_ex, on entry), and goes to the same state machine
- * (conn.h) as cleartext bytes, on the connection's socket. The socket is
+ * (capture.h) as cleartext bytes, on the connection's socket. The socket is
  * learnt by binding: a uprobe records the thread's call in progress
  * (`tls_calls`); a socket hook firing on that thread inside the call (the
  * library reading or writing ciphertext) binds the SSL object to its socket

@@ -3,7 +3,7 @@
  * TLS hooks (OpenSSL 1.1 and 3.x, see tls.h): uprobes on the library's
  * functions, attached by the loader to each libssl file and each binary
  * exporting the symbols (probes.rs, tls.rs). Included by one compilation
- * unit per backend object, after it chose where state lives (conn.h):
+ * unit per backend object, after it chose where state lives (conn_store.h):
  * uprobe programs are of the kprobe type, which may not use socket-local
  * storage, so a TLS connection's state is in the connection table.
  *
@@ -18,7 +18,7 @@
 #ifndef RINGTAIL_TLS_HOOKS_H
 #define RINGTAIL_TLS_HOOKS_H
 
-#include "conn.h"
+#include "capture.h"
 #include "tls.h"
 
 /* A call begins: remember it for its return and the socket hooks. */

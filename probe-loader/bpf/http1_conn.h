@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * The HTTP/1 state machine of a connection. A server request starts when
+ * received bytes begin with a request line and ends when the process sends
+ * a status line; a client request is the mirror image. The event is
+ * submitted when the response begins (1xx interim responses are skipped),
+ * carrying the first CAPTURE_LEN request bytes. A connection leaves it for
+ * HTTP/2 (h2.h) at a client preface or a 101 to `Upgrade: h2c`.
+ */
+#ifndef RINGTAIL_HTTP1_CONN_H
+#define RINGTAIL_HTTP1_CONN_H
+
+#include "conn.h"
+#include "http1.h"
+#include "h2.h"
+#include "tls.h"
+
+/* Marks a request begun whose bytes are already in st->buf. */
+static __always_inline void request_started(struct conn_state *st, __u32 tid, __u64 now)
+{
+	st->seq += 1;
+	st->phase = PHASE_REQUEST;
+	st->start_ns = now;
+	st->tid = tid;
+	st->parent_conn = 0;
+	st->parent_seq = 0;
+	st->pend_len = 0;
+	const __u8 *p = st->buf;
+	if (p[0] == 'C' && p[1] == 'O' && p[2] == 'N' && p[3] == 'N')
+		st->flags |= STF_CONNECT;
+}
+
+static __always_inline void begin_request(struct conn_state *st, __u32 tid, __u64 now,
+					  const struct segs *sg, __u32 pend)
+{
+	st->cap_len = 0;
+	st->req_len = 0;
+	st->flags = 0;
+	if (pend) {
+		/* the bytes of the request line that came in an earlier read */
+		__builtin_memcpy(st->buf, st->pend, PREFIX_LEN);
+		st->cap_len = pend & (PREFIX_LEN - 1);
+		st->req_len = st->cap_len;
+	}
+	capture(st, sg);
+	request_started(st, tid, now);
+}
+
+/* A response (or interim response) went by, at the start of `sg`, in
+ * direction `dir` (H2_SEND: the process is the server). */
+static __always_inline void on_response(struct conn_state *st, const struct conn_io *io,
+					const struct segs *sg, __u8 dir, __u16 status, __u64 now)
+{
+	if (status >= 100 && status < 200 && status != 101)
+		return; /* interim: the final response is still to come */
+	if (st->phase != PHASE_REQUEST) {
+		count(CNT_ORPHAN);
+		emit(st, io->sk, status, EVF_ORPHAN, now);
+		return;
+	}
+	__u32 h2c = status == 101 ? h2c_head_len(sg) : 0;
+	emit(st, io->sk, status, h2c ? EVF_H2C : 0, now);
+	st->phase = PHASE_IDLE;
+	if (status == 101 || ((st->flags & STF_CONNECT) && status < 300)) {
+		count(CNT_UPGRADED);
+		if (h2c)
+			h2_upgrade(st, dir, h2c);
+		else
+			st->role = ROLE_OPAQUE;
+	}
+}
+
+/* The send hooks fire when a send is over. A client that reads on another
+ * thread than it writes (Go's HTTP/1 transport, gRPC) can read the answer
+ * before that: a final response went by while no request was pending
+ * (early_ns), and the request reported next is the one it answered
+ * (however long its send took: a large body). Pairing that request with
+ * the next response would make a wrong span: it is not traced, and
+ * counted. (A response to a request sent before tracing began is taken
+ * for one too: the next request is then given up, counted.) */
+static __always_inline int answered_first(struct conn_state *st)
+{
+	if (!st->early_ns || st->role != ROLE_CLIENT)
+		return 0;
+	st->early_ns = 0;
+	count(CNT_ANSWERED_FIRST);
+	return 1;
+}
+
+/* Remembers the first bytes of a read that may begin a request line
+ * (p, PREFIX_LEN of them, n valid), or forgets what was remembered. */
+static __always_inline void keep_prefix(struct conn_state *st, const __u8 *p, __u32 n)
+{
+	__u32 skip = leading_newlines(p, n);
+	st->pend_len = request_prefix(p, skip, n) ? n : 0;
+	if (st->pend_len)
+		__builtin_memcpy(st->pend, p, PREFIX_LEN);
+}
+
+/* Bytes received on a connection that is not HTTP/2 (yet): HTTP/1. Returns
+ * the connection if it is HTTP/2 from these bytes on (a client preface, a
+ * 101 to `Upgrade: h2c`): the caller walks them. */
+static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, const struct conn_io *io,
+							const struct segs *sg)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	if (st && (st->role == ROLE_CLIENT || st->phase == PHASE_REQUEST)) {
+		if (st->role == ROLE_SERVER) {
+			capture(st, sg); /* more of the request */
+			return NULL;
+		}
+		__u8 p[PREFIX_LEN * 2] = {};
+		__u32 n = read_prefix(p, sg);
+		__u16 status = response_status(p, n);
+		if (st->phase != PHASE_REQUEST) {
+			/* A response while no request is pending: that request's
+			 * send is not reported yet (answered_first). */
+			if (is_final(status))
+				st->early_ns = now;
+			return NULL;
+		}
+		if (status)
+			on_response(st, io, sg, H2_RECV, status, now);
+		return st->h2 ? st : NULL;
+	}
+
+	if (st && st->role == ROLE_SERVER && !st->pend_len) {
+		/* Idle keep-alive connection: capture straight into its buffer and
+		 * look there (one copy from user memory instead of two). */
+		st->cap_len = 0;
+		st->req_len = 0;
+		st->flags = 0;
+		capture(st, sg);
+		__u32 n = st->cap_len < PREFIX_LEN ? st->cap_len : PREFIX_LEN;
+		if (!is_request(st->buf, leading_newlines(st->buf, n), n)) {
+			keep_prefix(st, st->buf, n);
+			st->cap_len = 0;
+			return NULL;
+		}
+		request_started(st, io->tid, now);
+		goto active;
+	}
+
+	/* An unknown connection, or one holding the start of a request line:
+	 * does a request begin? */
+	__u8 p[PREFIX_LEN * 2] = {};
+	__u32 pend = 0;
+	if (st && st->pend_len) {
+		__builtin_memcpy(p, st->pend, PREFIX_LEN);
+		pend = st->pend_len & (PREFIX_LEN - 1);
+	}
+	__u32 n = read_prefix_at(p, pend, sg);
+	__u32 skip = leading_newlines(p, n);
+	if (!is_request(p, skip, n)) {
+		if (!skip && h2_is_preface(p, n)) {
+			/* prior-knowledge HTTP/2: the process is its server */
+			if (!st)
+				st = conn_new(io, ROLE_SERVER);
+			if (!st || st->seq)
+				return NULL;
+			h2_start(st, H2_RECV, pend);
+			return st;
+		}
+		if (!st && !io->tls)
+			tls_saw_read(io->tgid, p, n); /* tls.attach_later */
+		/* A new connection whose first read may be the start of a request
+		 * line ("G", then the rest later) gets state now, or that request
+		 * would go unseen. */
+		if (!st && request_prefix(p, skip, n)) {
+			st = conn_new(io, ROLE_SERVER);
+		} else if (!pend && is_final(response_status(p, n))) {
+			/* A response on a connection with no request: its
+			 * request's send is not reported yet (answered_first). */
+			if (!st)
+				st = conn_new(io, ROLE_CLIENT);
+			if (st && st->role == ROLE_CLIENT)
+				st->early_ns = now;
+			return NULL;
+		}
+		if (st)
+			keep_prefix(st, p, n);
+		return NULL;
+	}
+	if (!st)
+		st = conn_new(io, ROLE_SERVER);
+	if (!st)
+		return NULL;
+	begin_request(st, io->tid, now, sg, pend);
+active:;
+	struct active_req *a = active_get(1);
+	if (a) {
+		a->conn_id = st->conn_id;
+		a->seq = st->seq;
+	}
+	return NULL;
+}
+
+/* Bytes sent on a connection that is not HTTP/2 (yet): HTTP/1. Returns the
+ * connection if it is HTTP/2 from these bytes on (a client preface, a 101
+ * to `Upgrade: h2c`): the caller walks them. */
+static __always_inline struct conn_state *http1_on_send(struct conn_state *st, const struct conn_io *io,
+							const struct segs *sg)
+{
+	/* A server connection that has seen a request: is this its response? */
+	if (st && st->role == ROLE_SERVER && st->seq) {
+		__u8 p[PREFIX_LEN * 2] = {};
+		__u32 n = read_prefix(p, sg);
+		__u16 status = response_status(p, n);
+		if (!status)
+			return NULL;
+		on_response(st, io, sg, H2_SEND, status, bpf_ktime_get_ns());
+		if (st->phase == PHASE_IDLE) {
+			struct active_req *a = active_get(0);
+			if (a && a->conn_id == st->conn_id)
+				a->conn_id = 0;
+		}
+		return st->h2 ? st : NULL;
+	}
+	if (st && st->phase == PHASE_REQUEST) {
+		capture(st, sg); /* request body or the rest of the head */
+		return NULL;
+	}
+
+	/* An idle client connection, an unknown one, or one that only ever
+	 * received the start of a request line: does a request begin? */
+	__u8 p[PREFIX_LEN * 2] = {};
+	__u32 n = read_prefix(p, sg);
+	if (!is_request(p, leading_newlines(p, n), n)) {
+		if (!st && !io->tls)
+			tls_saw_send(io->sk, io->tgid, io->tid, io->fd, p, n); /* TLS over memory buffers */
+		if ((!st || !st->seq) && h2_is_preface(p, n)) {
+			/* prior-knowledge HTTP/2: the process is its client */
+			if (!st)
+				st = conn_new(io, ROLE_CLIENT);
+			if (!st)
+				return NULL;
+			st->role = ROLE_CLIENT;
+			h2_start(st, H2_SEND, 0);
+			return st;
+		}
+		/* A response where no request was recognised (a shape not
+		 * followed, a request read before ringtail started, bytes read
+		 * where no buffer could be found): counted, never silent. */
+		if (!st || st->role == ROLE_SERVER) {
+			if (is_final(response_status(p, n)))
+				count(CNT_UNRECOGNIZED);
+			if (st)
+				st->pend_len = 0;
+		}
+		return NULL;
+	}
+	if (!st)
+		st = conn_new(io, ROLE_CLIENT);
+	if (!st)
+		return NULL;
+	__u64 now = bpf_ktime_get_ns();
+	if (answered_first(st))
+		return NULL;
+	/* (a record made by a request-line prefix received on what turns out
+	 * to be a client connection becomes the client's) */
+	st->role = ROLE_CLIENT;
+	st->pend_len = 0;
+	begin_request(st, io->tid, now, sg, 0);
+	struct active_req *a = active_get(0);
+	if (a && a->conn_id) {
+		st->parent_conn = a->conn_id;
+		st->parent_seq = a->seq;
+		st->flags |= EVF_PARENT;
+	}
+	return NULL;
+}
+
+#endif
