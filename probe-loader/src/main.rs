@@ -94,16 +94,18 @@ async fn run(p: Process) -> anyhow::Result<()> {
     if settings.probe.pins() && !probes::Probes::pinned_set_exists(&settings.probe, &settings.discovery, &settings.tls, wakeup_len) {
         // A fresh load parses the kernel's BTF: in a child, which pins what
         // it attached; this process then opens the pins (see `step`).
-        let outcome = step::run(|| -> anyhow::Result<step::Outcome> {
+        let outcome = step::run(|| -> anyhow::Result<(step::Outcome, [u64; 2])> {
             let (mut probes, _rings, _) = load()?;
             if !probes.pinned() {
-                return Ok(step::Outcome::NotPinnable);
+                return Ok((step::Outcome::NotPinnable, [0; 2]));
             }
-            seed(&mut probes, settings)?;
-            Ok(step::Outcome::Pinned)
+            let refused = seed(&mut probes, settings)?;
+            Ok((step::Outcome::Pinned, [refused.not_regular, refused.not_mapped]))
         });
         match outcome {
-            Ok(o) => {
+            Ok((o, [not_regular, not_mapped])) => {
+                // What the step refused to open is this loader's to count.
+                tls::Refused { not_regular, not_mapped }.count(&p.registry);
                 stepped = o == step::Outcome::Pinned;
                 tracing::info!(event = "load_step", pinned = stepped, "load step finished");
             }
@@ -134,7 +136,7 @@ async fn run(p: Process) -> anyhow::Result<()> {
     // Parsing the kernel's BTF (when this process did) was a one-off peak:
     // give it back.
     runtime_kit::memory::release();
-    seed(&mut probes, settings)?;
+    seed(&mut probes, settings)?.count(&p.registry);
     // Names of the processes already running, while /proc/PID/{exe,environ}
     // of every user are still readable; later ones come from the kernel's
     // exec and fork records (the hooks are attached: none falls in between).
@@ -185,8 +187,9 @@ async fn run(p: Process) -> anyhow::Result<()> {
 /// Seeds the selection from the processes running now and attaches the TLS
 /// uprobes to the OpenSSL files they map (while /proc/PID/{maps,root} of
 /// every user are still readable). Probes reopened from pins keep the TLS
-/// uprobes the loader that pinned them attached.
-fn seed(probes: &mut probes::Probes, settings: &ringtail_config::Settings) -> anyhow::Result<()> {
+/// uprobes the loader that pinned them attached. Returns the files refused
+/// on the way (for the caller to count: this may be the load step).
+fn seed(probes: &mut probes::Probes, settings: &ringtail_config::Settings) -> anyhow::Result<tls::Refused> {
     let proc = std::path::Path::new("/proc");
     let selected = if settings.discovery.selects_all() {
         tls::all_pids(proc)
@@ -200,5 +203,5 @@ fn seed(probes: &mut probes::Probes, settings: &ringtail_config::Settings) -> an
     };
     let tls = probes.attach_tls(&settings.tls, selected)?;
     tracing::info!(event = "tls", enabled = settings.tls.enabled, files = tls.files.len(), uprobes = tls.uprobes, "TLS uprobes");
-    Ok(())
+    Ok(tls.refused)
 }
