@@ -16,7 +16,8 @@
 //!   pinned; the maps user space uses.
 //! - `check_kernel`: `ringtail-probe-loader check-kernel` (what `ringtail
 //!   check-kernel` runs): what this kernel offers and what ringtail will use.
-//! - `pins`: the pin sets under `probe.pin_dir` (stamp, bpffs, removal).
+//! - `pins`: the pin sets under `probe.pin_dir` (stamp, bpffs, removal),
+//!   root's alone and handled by descriptor.
 //! - `ring`: the request ring buffer read as a write-ahead log: the kernel's
 //!   consumer position moves only past events the span-actor received.
 //! - `discovery`: seeding the selection from /proc; exe-name matching.
@@ -24,8 +25,10 @@
 //!   then from the kernel's exec and fork records.
 //! - `privileges`: the capability check before, and the drop after.
 //! - `step`: the load step: a fresh load (and its BTF parse) in a
-//!   short-lived child, so that the loader's own peak memory stays low.
-//! - `tls`: the OpenSSL files the TLS uprobes go to, each once.
+//!   short-lived child, so that the loader's own peak memory stays low;
+//!   it dies with the loader.
+//! - `tls`: the OpenSSL files the TLS uprobes go to, each once, found and
+//!   read without trusting a name another process controls.
 //! - `pump`: the loop: ring buffer → batches → the raw producer
 //!   (`ringtail_ipc::Producer`), plus heartbeats.
 //! - `bpf/`: the kernel programs, one `*.bpf.c` per hook family
