@@ -11,7 +11,12 @@
 //! subscriptions it keeps, and who may be on the other end: `SO_PEERCRED`
 //! must show this process's uid, root, or [`Access::peer`]. A refused peer is
 //! closed before any byte is read and counted in
-//! `ringtail_ipc_refused_peers_total{socket,reason}`; messages a PUB drops
+//! `ringtail_ipc_refused_peers_total{socket,reason}`. A subscription
+//! connects only to a socket file that is a socket (a symlink there is not
+//! followed) bound by whom it expects ([`Access::owner_allowed`]), through a
+//! descriptor of that file (`/proc/self/fd/N`), so that a name replaced in a
+//! directory its peer owns cannot send it elsewhere (`reason="socket_file"`);
+//! messages a PUB drops
 //! for a subscriber whose queue is full in
 //! `ringtail_ipc_send_queue_full_total{socket}` (the replay resends them).
 
@@ -49,6 +54,16 @@ impl Access {
     /// Owner (and group, if set) only; peers of this process's uid (or root).
     pub fn private() -> Self {
         Access { mode: 0o600, gid: None, uid: None, peer: None }
+    }
+
+    /// Whether a socket file owned by `uid` may be connected to: one bound
+    /// by the named peer when there is one (root's own sockets are not what
+    /// a connection to the actors is for), else by this uid or root.
+    pub fn owner_allowed(&self, uid: u32) -> bool {
+        match self.peer {
+            Some(peer) => uid == peer,
+            None => uid == 0 || uid == euid(),
+        }
     }
 
     /// Whether a peer with these credentials may talk to the socket.
@@ -191,6 +206,7 @@ fn spawn_subscription<T: Send + 'static>(
     let unexpected = registry.drops("ringtail_ipc_rejected_total", "unexpected_message");
     let codec = registry.drops("ringtail_ipc_rejected_total", "codec");
     let label = socket_label(&path);
+    let refused_file = registry.counter("ringtail_ipc_refused_peers_total", &[("socket", label), ("reason", "socket_file")]);
     let registry = registry.clone();
     tokio::spawn(async move {
         let mut attempts = 0u64;
@@ -199,9 +215,33 @@ fn spawn_subscription<T: Send + 'static>(
             if shutdown.is_fired() {
                 return;
             }
+            // The socket file, checked and held open for as long as this
+            // socket lives: connecting (and the SUB's own reconnects) go
+            // through the descriptor, never through a name someone may
+            // have replaced (a symlink in the actors' own directory).
+            let file = match runtime_kit::files::open_socket(&path, |uid| access.owner_allowed(uid)) {
+                Ok(file) => file,
+                Err(error) => {
+                    attempts += 1;
+                    let say = attempts == 1 || attempts.is_multiple_of(150);
+                    if !error.is_not_found() {
+                        refused_file.inc();
+                        if say {
+                            tracing::warn!(%endpoint, error = %error, event = "ipc_socket_file_refused", "socket file refused: not connecting");
+                        }
+                    } else if say {
+                        tracing::info!(%endpoint, %error, "waiting for publisher");
+                    }
+                    tokio::select! {
+                        _ = tokio::time::sleep(Duration::from_millis(200)) => continue,
+                        _ = shutdown.fired() => return,
+                    }
+                }
+            };
+            let through = ipc_schema::endpoints::ipc(&runtime_kit::files::fd_path(std::os::fd::AsFd::as_fd(&file)));
             let mut socket = SubSocket::with_options(options(role, access, label, &registry));
             let connected = tokio::select! {
-                r = socket.connect(&endpoint) => r,
+                r = socket.connect(&through) => r,
                 _ = shutdown.fired() => return,
             };
             if let Err(error) = connected {
@@ -317,6 +357,50 @@ mod tests {
         assert!(!private.allows(&cred(stranger)));
         let loader = Access { peer: Some(4242), ..Access::private() };
         assert!(loader.allows(&cred(4242)) && !loader.allows(&cred(stranger)));
+        // Socket files: the named peer's only; else ours or root's.
+        assert!(loader.owner_allowed(4242) && !loader.owner_allowed(0) && !loader.owner_allowed(stranger));
+        assert!(private.owner_allowed(me) && private.owner_allowed(0) && !private.owner_allowed(stranger));
+    }
+
+    #[tokio::test]
+    async fn a_symlink_at_the_socket_path_is_not_followed() {
+        let dir = dir("symlink");
+        let real = dir.join("real.sock");
+        let link = dir.join("link.sock");
+        let _ = std::fs::remove_file(&link);
+        let registry = Registry::new(Component::ProbeLoader, 1);
+        let mut publisher = bind_pub(&real, Access::private(), &registry).await.unwrap();
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        let (trigger, shutdown) = runtime_kit::shutdown::channel();
+        let mut rx = subscribe(link.clone(), Access::private(), 8, &registry, shutdown);
+        let refused = || {
+            registry
+                .report()
+                .points
+                .iter()
+                .filter(|p| p.name == "ringtail_ipc_refused_peers_total")
+                .filter(|p| p.labels.iter().any(|(k, v)| k == "socket" && v == "link.sock"))
+                .filter(|p| p.labels.iter().any(|(k, v)| k == "reason" && v == "socket_file"))
+                .map(|p| p.value)
+                .sum::<f64>()
+        };
+        let msg = encode(&Envelope::new(
+            Producer { component: Component::SpanActor, instance: 7 },
+            1,
+            Body::Ack(Ack { for_instance: 1, received: 2, upto: 2 }),
+        ))
+        .unwrap();
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while refused() < 2.0 {
+                send(&mut publisher, "test", Bytes::from(msg.clone())).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await
+        .expect("the symlink was refused, again at the next attempt");
+        assert!(rx.try_recv().is_err(), "a message came through the symlink");
+        trigger.fire();
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]

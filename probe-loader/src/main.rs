@@ -16,7 +16,8 @@
 //!   pinned; the maps user space uses.
 //! - `check_kernel`: `ringtail-probe-loader check-kernel` (what `ringtail
 //!   check-kernel` runs): what this kernel offers and what ringtail will use.
-//! - `pins`: the pin sets under `probe.pin_dir` (stamp, bpffs, removal).
+//! - `pins`: the pin sets under `probe.pin_dir` (stamp, bpffs, removal),
+//!   root's alone and handled by descriptor.
 //! - `ring`: the request ring buffer read as a write-ahead log: the kernel's
 //!   consumer position moves only past events the span-actor received.
 //! - `discovery`: seeding the selection from /proc; exe-name matching.
@@ -24,8 +25,10 @@
 //!   then from the kernel's exec and fork records.
 //! - `privileges`: the capability check before, and the drop after.
 //! - `step`: the load step: a fresh load (and its BTF parse) in a
-//!   short-lived child, so that the loader's own peak memory stays low.
-//! - `tls`: the OpenSSL files the TLS uprobes go to, each once.
+//!   short-lived child, so that the loader's own peak memory stays low;
+//!   it dies with the loader.
+//! - `tls`: the OpenSSL files the TLS uprobes go to, each once, found and
+//!   read without trusting a name another process controls.
 //! - `pump`: the loop: ring buffer → batches → the raw producer
 //!   (`ringtail_ipc::Producer`), plus heartbeats.
 //! - `bpf/`: the kernel programs, one `*.bpf.c` per hook family
@@ -94,16 +97,18 @@ async fn run(p: Process) -> anyhow::Result<()> {
     if settings.probe.pins() && !probes::Probes::pinned_set_exists(&settings.probe, &settings.discovery, &settings.tls, wakeup_len) {
         // A fresh load parses the kernel's BTF: in a child, which pins what
         // it attached; this process then opens the pins (see `step`).
-        let outcome = step::run(|| -> anyhow::Result<step::Outcome> {
+        let outcome = step::run(|| -> anyhow::Result<(step::Outcome, [u64; 2])> {
             let (mut probes, _rings, _) = load()?;
             if !probes.pinned() {
-                return Ok(step::Outcome::NotPinnable);
+                return Ok((step::Outcome::NotPinnable, [0; 2]));
             }
-            seed(&mut probes, settings)?;
-            Ok(step::Outcome::Pinned)
+            let refused = seed(&mut probes, settings)?;
+            Ok((step::Outcome::Pinned, [refused.not_regular, refused.not_mapped]))
         });
         match outcome {
-            Ok(o) => {
+            Ok((o, [not_regular, not_mapped])) => {
+                // What the step refused to open is this loader's to count.
+                tls::Refused { not_regular, not_mapped }.count(&p.registry);
                 stepped = o == step::Outcome::Pinned;
                 tracing::info!(event = "load_step", pinned = stepped, "load step finished");
             }
@@ -134,7 +139,7 @@ async fn run(p: Process) -> anyhow::Result<()> {
     // Parsing the kernel's BTF (when this process did) was a one-off peak:
     // give it back.
     runtime_kit::memory::release();
-    seed(&mut probes, settings)?;
+    seed(&mut probes, settings)?.count(&p.registry);
     // Names of the processes already running, while /proc/PID/{exe,environ}
     // of every user are still readable; later ones come from the kernel's
     // exec and fork records (the hooks are attached: none falls in between).
@@ -196,8 +201,9 @@ async fn run(p: Process) -> anyhow::Result<()> {
 /// Seeds the selection from the processes running now and attaches the TLS
 /// uprobes to the OpenSSL files they map (while /proc/PID/{maps,root} of
 /// every user are still readable). Probes reopened from pins keep the TLS
-/// uprobes the loader that pinned them attached.
-fn seed(probes: &mut probes::Probes, settings: &ringtail_config::Settings) -> anyhow::Result<()> {
+/// uprobes the loader that pinned them attached. Returns the files refused
+/// on the way (for the caller to count: this may be the load step).
+fn seed(probes: &mut probes::Probes, settings: &ringtail_config::Settings) -> anyhow::Result<tls::Refused> {
     let proc = std::path::Path::new("/proc");
     let selected = if settings.discovery.selects_all() {
         tls::all_pids(proc)
@@ -211,5 +217,5 @@ fn seed(probes: &mut probes::Probes, settings: &ringtail_config::Settings) -> an
     };
     let tls = probes.attach_tls(&settings.tls, selected)?;
     tracing::info!(event = "tls", enabled = settings.tls.enabled, files = tls.files.len(), uprobes = tls.uprobes, "TLS uprobes");
-    Ok(())
+    Ok(tls.refused)
 }

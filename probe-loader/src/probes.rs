@@ -10,13 +10,13 @@
 //! are attached after them (`attach_tls`, where: `tls`).
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::MetadataExt;
+use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray, RingBuf};
 use aya::programs::links::FdLink;
-use aya::programs::uprobe::{UProbeAttachLocation, UProbeError, UProbeScope};
+use aya::programs::uprobe::{UProbeAttachLocation, UProbeScope};
 use aya::programs::ProbeKind;
 use aya::programs::{BtfTracePoint, ProgramInfo, TracePoint, UProbe};
 use aya::{Btf, Ebpf, EbpfLoader};
@@ -77,6 +77,11 @@ pub enum ProbeError {
     Pins(#[from] pins::PinError),
     #[error("tls.libraries: {path} does not exist")]
     TlsMissing { path: PathBuf },
+    #[error("tls.libraries: cannot use it")]
+    TlsUnusable {
+        #[source]
+        source: runtime_kit::files::FileError,
+    },
     #[error("tls.libraries: {path} has no OpenSSL symbol {symbol}")]
     TlsNotOpenssl { path: PathBuf, symbol: &'static str },
     #[error("cannot attach program {program} to {symbol} in {path}")]
@@ -132,6 +137,8 @@ pub struct TlsAttached {
     pub files: Vec<PathBuf>,
     /// Uprobes attached, over all files.
     pub uprobes: usize,
+    /// Files refused on the way (not regular, not the file mapped).
+    pub refused: tls::Refused,
 }
 
 /// Why a process is selected (the `sel_pids` value, SEL_* in bpf/ringtail.h).
@@ -189,9 +196,11 @@ fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
 
 impl Probes {
     /// True if a complete pinned set for this configuration exists: a
-    /// [`Probes::load`] now would open it, not load.
+    /// [`Probes::load`] now would open it, not load. (A pin directory that
+    /// is not root's alone says no here; `load` then says why.)
     pub fn pinned_set_exists(probe: &ProbeSettings, discovery: &DiscoverySettings, tls: &TlsSettings, wakeup_len: u32) -> bool {
-        probe.pins() && probe.pin_dir.join(pins::stamp(probe, discovery, tls, wakeup_len)).join(pins::COMPLETE).exists()
+        probe.pins()
+            && pins::open(&probe.pin_dir).ok().flatten().is_some_and(|dir| dir.is_complete(&pins::stamp(probe, discovery, tls, wakeup_len)))
     }
 
     /// Removes the pinned set for this configuration, if any (what a failed
@@ -202,9 +211,10 @@ impl Probes {
         tls: &TlsSettings,
         wakeup_len: u32,
     ) -> Result<(), ProbeError> {
-        let set = probe.pin_dir.join(pins::stamp(probe, discovery, tls, wakeup_len));
-        if probe.pins() && set.exists() {
-            pins::remove_set(&set)?;
+        if probe.pins() {
+            if let Some(dir) = pins::open(&probe.pin_dir)? {
+                dir.remove_set(&pins::stamp(probe, discovery, tls, wakeup_len))?;
+            }
         }
         Ok(())
     }
@@ -225,11 +235,11 @@ impl Probes {
         wakeup_len: u32,
     ) -> Result<(Probes, Rings, Origin), ProbeError> {
         let mut set = if probe.pins() {
-            pins::prepare(&probe.pin_dir)?;
+            let dir = pins::prepare(&probe.pin_dir)?;
             let stamp = pins::stamp(probe, discovery, tls, wakeup_len);
-            let set = probe.pin_dir.join(&stamp);
-            pins::remove_others(&probe.pin_dir, Some(&stamp))?;
-            if set.join(pins::COMPLETE).exists() {
+            let set = dir.set_path(&stamp);
+            dir.remove_others(Some(&stamp))?;
+            if dir.is_complete(&stamp) {
                 match Self::reopen(&set) {
                     Ok((backend, maps)) => {
                         tracing::info!(set = %set.display(), event = "pins_reopened", "probes found pinned: reading on where the last loader stopped");
@@ -239,14 +249,14 @@ impl Probes {
                     }
                     Err(error) => {
                         tracing::warn!(set = %set.display(), %error, "pinned probes unusable: loading afresh");
-                        pins::remove_set(&set)?;
+                        dir.remove_set(&stamp)?;
                     }
                 }
-            } else if set.exists() {
+            } else if dir.has_set(&stamp) {
                 tracing::warn!(set = %set.display(), "incomplete pin set: loading afresh");
-                pins::remove_set(&set)?;
+                dir.remove_set(&stamp)?;
             }
-            Some(set)
+            Some((dir, stamp))
         } else {
             None
         };
@@ -261,9 +271,10 @@ impl Probes {
             );
             set = None;
         }
-        if let Some(set) = &set {
-            pins::create_set(set)?;
-        }
+        let set = match set {
+            Some((dir, stamp)) => Some(dir.create_set(&stamp)?),
+            None => None,
+        };
         let (probes, rings) = Self::attach_fresh(&btf, backend, probe, discovery, tls, wakeup_len, set)?;
         Ok((probes, rings, Origin::Loaded))
     }
@@ -467,10 +478,14 @@ impl Probes {
             tracing::info!(event = "tls_pinned", attached = self.tls, "TLS uprobes: those of the pinned set stay attached");
             return Ok(done);
         };
-        let (targets, missing) = tls::find(&settings.libraries, Path::new("/"), Path::new("/proc"), pids);
-        if let Some(path) = missing.into_iter().next() {
-            return Err(ProbeError::TlsMissing { path });
+        let (targets, unusable) = tls::find(&settings.libraries, Path::new("/"), Path::new("/proc"), pids);
+        if let Some(e) = unusable.into_iter().next() {
+            return Err(match e {
+                runtime_kit::files::FileError::Open { path, .. } if e.is_not_found() => ProbeError::TlsMissing { path },
+                source => ProbeError::TlsUnusable { source },
+            });
         }
+        done.refused = targets.refused;
         for name in tls::program_names() {
             let prog = ebpf.program_mut(name).ok_or(ProbeError::MissingProgram { program: name })?;
             let prog: &mut UProbe =
@@ -503,8 +518,11 @@ impl Probes {
         if !self.tls {
             return Ok(done);
         }
-        for path in tls::of_process(Path::new("/proc"), pid, &mut BTreeSet::new()) {
-            self.attach_tls_file(&tls::Target { path, configured: false }, &mut done)?;
+        let mut targets = tls::Targets::default();
+        tls::of_process(Path::new("/proc"), pid, &mut BTreeSet::new(), &mut targets);
+        done.refused = targets.refused;
+        for target in targets.files {
+            self.attach_tls_file(&target, &mut done)?;
         }
         Ok(done)
     }
@@ -538,31 +556,36 @@ impl Probes {
     /// Attaches every TLS program to `target`'s functions, unless the file
     /// was looked at already. A configured file that is not OpenSSL or
     /// cannot be attached is an error; a found one is skipped (not OpenSSL)
-    /// or said loudly (attach refused) and left.
+    /// or said loudly (attach refused) and left. The functions are found
+    /// in the open file (`tls::dynamic_symbols`) and the uprobes given as
+    /// file offsets on `/proc/self/fd/N`: nothing is opened by name.
     fn attach_tls_file(&mut self, target: &tls::Target, done: &mut TlsAttached) -> Result<(), ProbeError> {
         let path = &target.path;
-        let Ok(meta) = std::fs::metadata(path) else { return Ok(()) };
-        let file = (meta.dev(), meta.ino());
+        let file = target.id;
         if !self.tls_files.insert(file) {
             return Ok(());
         }
+        let symbols: Vec<&str> = tls::PROGRAMS.iter().map(|p| p.symbol).collect();
+        let offsets = tls::dynamic_symbols(&target.file, &symbols).unwrap_or_else(|_| vec![None; symbols.len()]);
+        if let Some(up) = tls::PROGRAMS.iter().zip(&offsets).find_map(|(up, o)| (up.required && o.is_none()).then_some(up)) {
+            // not OpenSSL (NSS's libssl3.so), or not an ELF object at all
+            if target.configured {
+                return Err(ProbeError::TlsNotOpenssl { path: path.clone(), symbol: up.symbol });
+            }
+            tracing::debug!(path = ?path, "not an OpenSSL library: skipped");
+            return Ok(());
+        }
+        let through = runtime_kit::files::fd_path(target.file.as_fd());
         let mut attached = 0;
         // the pin set, apart from `self` (a program borrows it below)
         let set = self.set.clone();
-        for (i, up) in tls::PROGRAMS.iter().enumerate() {
+        for (i, (up, offset)) in tls::PROGRAMS.iter().zip(offsets).enumerate() {
+            // OpenSSL 1.1.0 has no `_ex` functions
+            let Some(offset) = offset else { continue };
             let program = up.program;
             let prog = self.tls_program(program)?;
-            let link = match prog.attach(UProbeAttachLocation::Symbol(up.symbol), path, UProbeScope::AllProcesses) {
+            let link = match prog.attach(UProbeAttachLocation::AbsoluteOffset(offset), &through, UProbeScope::AllProcesses) {
                 Ok(link) => link,
-                Err(aya::programs::ProgramError::UProbeError(UProbeError::SymbolError { .. })) if !up.required => continue,
-                Err(aya::programs::ProgramError::UProbeError(UProbeError::SymbolError { .. })) if attached == 0 => {
-                    // the first symbol: not OpenSSL (NSS's libssl3.so)
-                    if target.configured {
-                        return Err(ProbeError::TlsNotOpenssl { path: path.clone(), symbol: up.symbol });
-                    }
-                    tracing::debug!(path = %path.display(), "not an OpenSSL library: skipped");
-                    break;
-                }
                 Err(source) if target.configured => {
                     return Err(ProbeError::TlsAttach { program, symbol: up.symbol, path: path.clone(), source: Box::new(source) })
                 }
@@ -574,7 +597,7 @@ impl Probes {
                     let error = ProbeError::TlsAttach { program, symbol: up.symbol, path: path.clone(), source: Box::new(source) };
                     tracing::warn!(
                         event = "tls_attach_failed",
-                        path = %path.display(),
+                        path = ?path,
                         error = %error_chain(&error),
                         "TLS uprobes not attached: HTTPS through this file is not traced (uprobes may need CAP_SYS_ADMIN at start on this kernel; tls.enabled = false silences this)"
                     );
@@ -590,7 +613,7 @@ impl Probes {
             }
         }
         if attached > 0 {
-            tracing::info!(event = "tls_attached", path = %path.display(), uprobes = attached, "TLS uprobes attached");
+            tracing::info!(event = "tls_attached", path = ?path, uprobes = attached, "TLS uprobes attached");
             done.uprobes += attached;
             done.files.push(path.clone());
         }

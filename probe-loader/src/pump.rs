@@ -290,6 +290,7 @@ impl Pump {
         match self.probes.attach_tls_later(pid) {
             Ok(done) => {
                 self.tls_late_files.add(done.files.len() as u64);
+                done.refused.count(&self.registry);
                 tracing::info!(
                     pid,
                     event = "tls_later",

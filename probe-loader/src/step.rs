@@ -14,8 +14,16 @@
 //! [`run`] checks that there is one thread (`/proc/self/task`): with more,
 //! a lock another thread held at the fork would stay held in the child, so
 //! it refuses ([`StepError::Threads`]) and the caller loads in-process.
+//!
+//! The child dies with the loader: `PR_SET_PDEATHSIG` (SIGKILL) as its
+//! first act, then `getppid()` compared with the loader's pid, for a
+//! loader that died before that (the child would then belong to init, and
+//! exits at once). A killed loader leaves no child loading and pinning for
+//! nobody. What the child counted (a few numbers) comes back through a
+//! pipe with its exit.
 
-use std::io;
+use std::io::{self, Read, Write};
+use std::os::fd::FromRawFd;
 
 /// What the child did, as its exit status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -31,6 +39,8 @@ const EXIT_PINNED: i32 = 0;
 const EXIT_NOT_PINNABLE: i32 = 3;
 /// The child's error is in the log (it logs before it exits).
 const EXIT_FAILED: i32 = 1;
+/// The loader was gone before the child could tie its life to it.
+const EXIT_ORPHANED: i32 = 4;
 
 /// Why the step gave no pinned set.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +61,11 @@ pub enum StepError {
     Killed { signal: i32 },
     #[error("the loader has {threads} threads: a fork is only safe with one")]
     Threads { threads: usize },
+    #[error("cannot make the pipe the load step reports through")]
+    Pipe {
+        #[source]
+        source: io::Error,
+    },
 }
 
 /// The threads of this process.
@@ -60,15 +75,39 @@ fn threads() -> usize {
 
 /// Runs `load` in a child process and waits for it. `load` must not touch
 /// the async runtime; what it returns (or its error, logged) becomes the
-/// child's exit status. Refused unless this process has one thread.
-pub fn run<E: std::fmt::Display>(load: impl FnOnce() -> Result<Outcome, E>) -> Result<Outcome, StepError> {
+/// child's exit status, and its `N` counts come back with it. Refused
+/// unless this process has one thread.
+pub fn run<const N: usize, E: std::fmt::Display>(
+    load: impl FnOnce() -> Result<(Outcome, [u64; N]), E>,
+) -> Result<(Outcome, [u64; N]), StepError> {
     match threads() {
         1 => fork_and_wait(load),
         threads => Err(StepError::Threads { threads }),
     }
 }
 
-fn fork_and_wait<E: std::fmt::Display>(load: impl FnOnce() -> Result<Outcome, E>) -> Result<Outcome, StepError> {
+/// Ties this (child) process's life to `parent`'s: SIGKILL when the thread
+/// that forked it ends; false if `parent` is gone already (the child was
+/// given to another process before the `prctl` took effect).
+fn die_with_parent(parent: libc::pid_t) -> bool {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes integer arguments only.
+    let set = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) } == 0;
+    // SAFETY: getppid has no preconditions.
+    set && unsafe { libc::getppid() } == parent
+}
+
+fn fork_and_wait<const N: usize, E: std::fmt::Display>(
+    load: impl FnOnce() -> Result<(Outcome, [u64; N]), E>,
+) -> Result<(Outcome, [u64; N]), StepError> {
+    let mut ends = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into a two-int array.
+    if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(StepError::Pipe { source: io::Error::last_os_error() });
+    }
+    // SAFETY: pipe2 returned these two descriptors, owned by nobody else.
+    let (reader, writer) = unsafe { (std::fs::File::from_raw_fd(ends[0]), std::fs::File::from_raw_fd(ends[1])) };
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
     // SAFETY: `run` checked the process is single-threaded, so the child's
     // copy of every lock and allocator state is consistent; the child only
     // runs `load` and `_exit`s. (The tests call this with the test
@@ -78,18 +117,30 @@ fn fork_and_wait<E: std::fmt::Display>(load: impl FnOnce() -> Result<Outcome, E>
         return Err(StepError::Fork { source: io::Error::last_os_error() });
     }
     if pid == 0 {
-        let code = match load() {
-            Ok(Outcome::Pinned) => EXIT_PINNED,
-            Ok(Outcome::NotPinnable) => EXIT_NOT_PINNABLE,
+        if !die_with_parent(parent) {
+            // SAFETY: _exit ends this child without running anything of the parent's.
+            unsafe { libc::_exit(EXIT_ORPHANED) };
+        }
+        drop(reader);
+        let (code, counts) = match load() {
+            Ok((Outcome::Pinned, counts)) => (EXIT_PINNED, counts),
+            Ok((Outcome::NotPinnable, counts)) => (EXIT_NOT_PINNABLE, counts),
             Err(error) => {
                 tracing::error!(event = "load_step_failed", %error, "load step failed");
-                EXIT_FAILED
+                (EXIT_FAILED, [0; N])
             }
         };
+        let mut bytes = [0u8; 8];
+        for c in counts {
+            bytes.copy_from_slice(&c.to_le_bytes());
+            // A short or failed write reads as zeros in the parent.
+            let _ = (&writer).write_all(&bytes);
+        }
         tracing::info!(event = "load_step_done", peak_rss_kb = peak_rss_kb(), code, "load step done");
         // SAFETY: _exit ends this child without running anything of the parent's.
         unsafe { libc::_exit(code) };
     }
+    drop(writer);
     let mut status = 0;
     loop {
         // SAFETY: status is a valid, writable int; pid is our child.
@@ -105,9 +156,17 @@ fn fork_and_wait<E: std::fmt::Display>(load: impl FnOnce() -> Result<Outcome, E>
     if libc::WIFSIGNALED(status) {
         return Err(StepError::Killed { signal: libc::WTERMSIG(status) });
     }
+    let mut counts = [0u64; N];
+    let mut bytes = [0u8; 8];
+    for c in &mut counts {
+        if (&reader).read_exact(&mut bytes).is_err() {
+            break;
+        }
+        *c = u64::from_le_bytes(bytes);
+    }
     match libc::WEXITSTATUS(status) {
-        EXIT_PINNED => Ok(Outcome::Pinned),
-        EXIT_NOT_PINNABLE => Ok(Outcome::NotPinnable),
+        EXIT_PINNED => Ok((Outcome::Pinned, counts)),
+        EXIT_NOT_PINNABLE => Ok((Outcome::NotPinnable, counts)),
         status => Err(StepError::Failed { status }),
     }
 }
@@ -129,17 +188,98 @@ mod tests {
     // allocate or log (see `fork_and_wait`).
 
     #[test]
-    fn the_child_outcome_comes_back() {
-        assert_eq!(fork_and_wait(|| Ok::<_, &str>(Outcome::Pinned)).unwrap(), Outcome::Pinned);
-        assert_eq!(fork_and_wait(|| Ok::<_, &str>(Outcome::NotPinnable)).unwrap(), Outcome::NotPinnable);
-        assert!(matches!(fork_and_wait(|| Err::<Outcome, _>("no")), Err(StepError::Failed { status: EXIT_FAILED })));
+    fn the_child_outcome_and_counts_come_back() {
+        assert_eq!(fork_and_wait(|| Ok::<_, &str>((Outcome::Pinned, [3, u64::MAX]))).unwrap(), (Outcome::Pinned, [3, u64::MAX]));
+        assert_eq!(fork_and_wait(|| Ok::<_, &str>((Outcome::NotPinnable, []))).unwrap(), (Outcome::NotPinnable, []));
+        assert!(matches!(fork_and_wait(|| Err::<(Outcome, [u64; 1]), _>("no")), Err(StepError::Failed { status: EXIT_FAILED })));
     }
 
     #[test]
     fn a_process_with_threads_is_refused() {
         // The harness's main thread waits for this one: at least two.
         assert!(threads() >= 2);
-        assert!(matches!(run(|| Ok::<_, &str>(Outcome::Pinned)), Err(StepError::Threads { .. })));
+        assert!(matches!(run(|| Ok::<_, &str>((Outcome::Pinned, []))), Err(StepError::Threads { .. })));
+    }
+
+    /// Whether process `pid` is gone (or a zombie nobody reaped yet).
+    fn dead(pid: libc::pid_t) -> bool {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_or(true, |stat| stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with(['Z', 'X'])))
+    }
+
+    /// A loader (here a forked stand-in) killed while its load step runs
+    /// takes the step with it: the step's child does not go on loading and
+    /// pinning for nobody.
+    #[test]
+    fn the_load_step_dies_with_its_loader() {
+        let mut ends = [0; 2];
+        // SAFETY: pipe writes two descriptors into a two-int array.
+        assert_eq!(unsafe { libc::pipe(ends.as_mut_ptr()) }, 0);
+        let (rd, wr) = (ends[0], ends[1]);
+        // SAFETY: the child (the stand-in loader) only forks its step and
+        // waits (no allocation); the step writes its pid and pauses.
+        let loader = unsafe { libc::fork() };
+        assert!(loader >= 0);
+        if loader == 0 {
+            let _ = fork_and_wait(|| {
+                // SAFETY: getpid, write and pause on plain integers and a stack buffer.
+                unsafe {
+                    let me = libc::getpid().to_le_bytes();
+                    libc::write(wr, me.as_ptr().cast(), me.len());
+                    loop {
+                        libc::pause();
+                    }
+                }
+                #[allow(unreachable_code)]
+                Ok::<_, &str>((Outcome::Pinned, []))
+            });
+            // SAFETY: ends the stand-in without running the harness's code.
+            unsafe { libc::_exit(0) };
+        }
+        let mut pid = [0u8; 4];
+        // SAFETY: reads at most 4 bytes into a 4-byte buffer.
+        assert_eq!(unsafe { libc::read(rd, pid.as_mut_ptr().cast(), 4) }, 4, "the step never started");
+        let step = libc::pid_t::from_le_bytes(pid);
+        // SAFETY: kill and waitpid of our own child.
+        unsafe {
+            libc::kill(loader, libc::SIGKILL);
+            libc::waitpid(loader, std::ptr::null_mut(), 0);
+            libc::close(rd);
+            libc::close(wr);
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !dead(step) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        let gone = dead(step);
+        if !gone {
+            // SAFETY: kill of the step this test made, so that it does not outlive the test.
+            unsafe { libc::kill(step, libc::SIGKILL) };
+        }
+        assert!(gone, "the load step {step} outlived its killed loader {loader}");
+    }
+
+    #[test]
+    fn a_step_whose_loader_is_already_gone_knows_it() {
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() };
+        // In a child (the death signal stays with it): our real parent
+        // passes, anyone else reads as a loader gone before the prctl.
+        // SAFETY: the child calls prctl/getppid and _exits (no allocation).
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            // SAFETY: as above.
+            unsafe {
+                let me = libc::getppid();
+                let ok = die_with_parent(me) && !die_with_parent(me + 1) && !die_with_parent(1);
+                libc::_exit(if ok { 0 } else { 1 });
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waitpid of our own child into a valid int.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "status {status}; parent {parent}");
     }
 
     #[test]
@@ -165,7 +305,7 @@ mod tests {
                 }
                 std::ptr::write_bytes(p.cast::<u8>(), 1, len);
             }
-            Ok(Outcome::Pinned)
+            Ok((Outcome::Pinned, []))
         })
         .unwrap();
         assert!(peak_rss_kb() < before + (32 << 10), "{} -> {}", before, peak_rss_kb());

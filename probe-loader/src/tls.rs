@@ -19,11 +19,40 @@
 //! paths (symlinks, bind mounts, `/proc/PID/root`) is attached once. A file
 //! that lacks `SSL_read` is not OpenSSL (NSS also ships a `libssl3.so`) and
 //! is skipped, unless the configuration named it. Files that appear after
-//! start are not attached (the loader keeps no privilege to do it).
+//! start are not attached (the loader keeps no privilege to do it), unless
+//! `tls.attach_later`.
+//!
+//! # Hostile files
+//! What a process maps, and what its root shows, is that process's to
+//! choose: a name may be a FIFO (an `open` that never returns), a device, a
+//! symlink, or a name with spaces that reads as another path. So a file is
+//! only ever inspected open, as a regular file ([`runtime_kit::files`]:
+//! `O_PATH`, `fstat`, then reopened non-blocking), and found without trusting
+//! a name the process controls:
+//! - its executable through `/proc/PID/exe` (the file it runs, not the name);
+//! - a mapped `libssl` through `/proc/PID/map_files/START-END` (the file
+//!   mapped there; needs CAP_SYS_ADMIN, or CAP_CHECKPOINT_RESTORE), else by
+//!   the whole name `/proc/PID/maps` prints, resolved inside the process's
+//!   root (`RESOLVE_IN_ROOT`, no symlink as the last component), and kept
+//!   only if it is the device and inode that line gives (on btrfs and on
+//!   overlayfs before Linux 6.8 the two differ: such a file is refused);
+//! - its symbols read by bounded `pread`s ([`dynamic_symbols`]), and the
+//!   uprobes given file offsets and `/proc/self/fd/N`, so that aya neither
+//!   maps nor opens anything by name.
+//!
+//! A refused file is logged (`event=tls_file_refused`) and counted,
+//! `ringtail_tls_files_refused_total{reason}`: `not_regular` (a FIFO, a
+//! device, a symlink...), `not_mapped` (the name leads to another file
+//! than the one mapped).
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::MetadataExt;
+use std::fs::File;
+use std::io::{BufRead, Read};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+
+use runtime_kit::files::{self, FileError};
 
 /// One uprobe: a program of `bpf/tls_hooks.h` on a library function.
 #[derive(Debug, Clone, Copy)]
@@ -60,6 +89,47 @@ pub fn program_names() -> Vec<&'static str> {
     names
 }
 
+/// Files refused on inspection, by reason.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Refused {
+    /// Not a regular file (a FIFO, a device, a symlink, a directory...).
+    pub not_regular: u64,
+    /// The name a process's maps show leads to another file than the one
+    /// mapped there.
+    pub not_mapped: u64,
+}
+
+impl Refused {
+    /// The counter these go to.
+    pub const METRIC: &'static str = "ringtail_tls_files_refused_total";
+
+    /// (reason label, count) of each reason.
+    pub fn by_reason(&self) -> [(&'static str, u64); 2] {
+        [("not_regular", self.not_regular), ("not_mapped", self.not_mapped)]
+    }
+
+    /// Adds them to the registry's counters.
+    pub fn count(&self, registry: &runtime_kit::counters::Registry) {
+        for (reason, n) in self.by_reason() {
+            if n > 0 {
+                registry.counter(Self::METRIC, &[("reason", reason)]).add(n);
+            }
+        }
+    }
+
+    /// Logs and counts a file that was not opened; a file that is simply
+    /// not there (a process gone) is neither.
+    fn note(&mut self, error: &FileError) {
+        match error {
+            FileError::Kind { path, found, .. } => {
+                self.not_regular += 1;
+                tracing::warn!(event = "tls_file_refused", reason = "not_regular", path = ?path, kind = found.name(), "not a regular file: not opened");
+            }
+            error => tracing::debug!(%error, "TLS candidate not opened"),
+        }
+    }
+}
+
 /// Directories searched for `libssl` besides those of `/etc/ld.so.conf`.
 const STANDARD_DIRS: &[&str] = &[
     "/lib",
@@ -75,11 +145,16 @@ const STANDARD_DIRS: &[&str] = &[
 /// Most `include` levels followed in ld.so.conf.
 const MAX_INCLUDE_DEPTH: u32 = 4;
 
-/// One file to attach to.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One file to attach to, open.
+#[derive(Debug)]
 pub struct Target {
-    /// The path the kernel opens (maybe through `/proc/PID/root`).
+    /// The name it was found by, for logs (maybe through `/proc/PID/root`).
     pub path: PathBuf,
+    /// The file itself: its symbols are read from it, and the uprobes go
+    /// to it through `/proc/self/fd/N`.
+    pub file: File,
+    /// Its device and inode (`fstat`).
+    pub id: (u64, u64),
     /// Named by `tls.libraries`: a file without the symbols is an error.
     pub configured: bool,
 }
@@ -89,20 +164,25 @@ pub struct Target {
 pub struct Targets {
     seen: BTreeSet<(u64, u64)>,
     pub files: Vec<Target>,
+    /// What was refused on the way.
+    pub refused: Refused,
 }
 
 impl Targets {
-    /// Adds `path` unless its file is already there (or it does not exist:
-    /// false then).
-    pub fn add(&mut self, path: PathBuf, configured: bool) -> bool {
-        let Ok(meta) = std::fs::metadata(&path) else { return false };
-        if !meta.is_file() {
-            return false;
+    /// Adds an open file unless it is there already.
+    pub fn push(&mut self, path: PathBuf, (file, st): (File, libc::stat), configured: bool) {
+        let id = (st.st_dev, st.st_ino);
+        if self.seen.insert(id) {
+            self.files.push(Target { path, file, id, configured });
         }
-        if self.seen.insert((meta.dev(), meta.ino())) {
-            self.files.push(Target { path, configured });
-        }
-        true
+    }
+
+    /// Opens `path` (a host file: a symlink there is followed) and adds it;
+    /// why not, if it cannot be used.
+    pub fn add(&mut self, path: PathBuf, configured: bool) -> Result<(), FileError> {
+        let opened = files::open_regular(&path, true)?;
+        self.push(path, opened, configured);
+        Ok(())
     }
 }
 
@@ -122,8 +202,15 @@ pub fn loader_dirs(root: &Path) -> Vec<PathBuf> {
     dirs
 }
 
+/// Largest ld.so.conf file read.
+const MAX_CONF: u64 = 1 << 20;
+
 fn conf_dirs(root: &Path, file: &Path, depth: u32, out: &mut Vec<PathBuf>) {
-    let Ok(text) = std::fs::read_to_string(file) else { return };
+    let mut text = String::new();
+    let Ok((f, _)) = files::open_regular(file, true) else { return };
+    if f.take(MAX_CONF).read_to_string(&mut text).is_err() {
+        return;
+    }
     for line in text.lines() {
         let line = line.split('#').next().unwrap_or_default().trim();
         if line.is_empty() {
@@ -170,55 +257,186 @@ pub fn libssl_in(dirs: &[PathBuf]) -> Vec<PathBuf> {
     out
 }
 
-/// The `libssl` files process `pid` maps, as paths through its root (its
-/// mount namespace), from `/proc/PID/maps`.
-pub fn libssl_mapped(proc: &Path, pid: u32) -> Vec<PathBuf> {
-    let Ok(maps) = std::fs::read_to_string(proc.join(pid.to_string()).join("maps")) else { return Vec::new() };
-    let mut out: Vec<PathBuf> = Vec::new();
-    for line in maps.lines() {
-        // address perms offset dev inode path: the path is the 6th field
-        let Some(path) = line.split_whitespace().nth(5) else { continue };
-        if !path.starts_with('/') || line.ends_with("(deleted)") {
+/// Longest `/proc/PID/maps` line read (a path of PATH_MAX bytes, each
+/// newline in it printed as `\012`, and the fields before it); longer
+/// lines are skipped.
+const MAX_MAPS_LINE: usize = 4 * 4096 + 256;
+
+/// One line of `/proc/PID/maps` that maps a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// The device (major, minor) and inode of the file mapped.
+    pub dev: (u32, u32),
+    pub ino: u64,
+    /// The name printed: all of the rest of the line (it may hold spaces).
+    pub path: Vec<u8>,
+}
+
+/// Parses `START-END PERMS OFFSET MAJ:MIN INODE   PATH` (the path is what
+/// follows the padding after the inode, spaces included); None for lines
+/// without a file, or a deleted one.
+pub fn parse_mapping(line: &[u8]) -> Option<Mapping> {
+    let mut rest = line;
+    let mut field = || {
+        let end = rest.iter().position(|b| *b == b' ')?;
+        let f = &rest[..end];
+        rest = &rest[end + 1..];
+        Some(f)
+    };
+    let range = field()?;
+    let (_perms, _offset, dev, ino) = (field()?, field()?, field()?, field()?);
+    let hex = |b: &[u8]| u64::from_str_radix(std::str::from_utf8(b).ok()?, 16).ok();
+    let split = range.iter().position(|b| *b == b'-')?;
+    let (start, end) = (hex(&range[..split])?, hex(&range[split + 1..])?);
+    let colon = dev.iter().position(|b| *b == b':')?;
+    let (major, minor) = (u32::try_from(hex(&dev[..colon])?).ok()?, u32::try_from(hex(&dev[colon + 1..])?).ok()?);
+    let ino = std::str::from_utf8(ino).ok()?.parse().ok()?;
+    let path = rest.iter().position(|b| *b != b' ').map_or(&[][..], |at| &rest[at..]);
+    if !path.starts_with(b"/") || path.ends_with(b" (deleted)") || ino == 0 {
+        return None;
+    }
+    Some(Mapping { start, end, dev: (major, minor), ino, path: path.to_vec() })
+}
+
+/// Each line of `reader` up to [`MAX_MAPS_LINE`] bytes (longer ones are
+/// skipped whole): memory stays bounded whatever a process maps.
+fn bounded_lines(reader: impl Read, mut each: impl FnMut(&[u8])) {
+    let mut reader = std::io::BufReader::new(reader);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let Ok(n) = (&mut reader).take(MAX_MAPS_LINE as u64).read_until(b'\n', &mut line) else { return };
+        if n == 0 {
+            return;
+        }
+        if line.last() == Some(&b'\n') {
+            line.pop();
+            each(&line);
             continue;
         }
-        let is_ssl = Path::new(path).file_name().and_then(|n| n.to_str()).is_some_and(is_libssl);
-        let through_root = proc.join(pid.to_string()).join("root").join(path.trim_start_matches('/'));
-        if is_ssl && !out.contains(&through_root) {
-            out.push(through_root);
+        if n < MAX_MAPS_LINE {
+            // the last line, without its newline
+            each(&line);
+            return;
+        }
+        // Too long: drop the rest of it.
+        let mut skip = Vec::new();
+        loop {
+            skip.clear();
+            match (&mut reader).take(MAX_MAPS_LINE as u64).read_until(b'\n', &mut skip) {
+                Ok(0) | Err(_) => return,
+                Ok(_) if skip.last() == Some(&b'\n') => break,
+                Ok(_) => {}
+            }
         }
     }
+}
+
+/// The `libssl` files process `pid` maps, each once, from `/proc/PID/maps`.
+pub fn libssl_mappings(proc: &Path, pid: u32) -> Vec<Mapping> {
+    let Ok((maps, _)) = files::open_regular(&proc.join(pid.to_string()).join("maps"), false) else { return Vec::new() };
+    let mut out: Vec<Mapping> = Vec::new();
+    bounded_lines(maps, |line| {
+        let Some(m) = parse_mapping(line) else { return };
+        let name = m.path.rsplit(|b| *b == b'/').next().unwrap_or_default();
+        let is_ssl = std::str::from_utf8(name).is_ok_and(is_libssl);
+        if is_ssl && !out.iter().any(|o| (o.dev, o.ino) == (m.dev, m.ino)) {
+            out.push(m);
+        }
+    });
     out
 }
 
-/// The executable of process `pid`, through its root, from `/proc/PID/exe`.
-pub fn exe_of(proc: &Path, pid: u32) -> Option<PathBuf> {
+/// The file mapped at `m` in process `pid`, open; `shown` is its name
+/// through the process's root, for logs. Through `/proc/PID/map_files`
+/// where the loader may (CAP_SYS_ADMIN), else by the printed name inside
+/// the process's root and then only if it has the device and inode the
+/// maps line gives (see the module doc).
+pub fn open_mapped(proc: &Path, pid: u32, m: &Mapping, refused: &mut Refused) -> Option<(PathBuf, (File, libc::stat))> {
     let dir = proc.join(pid.to_string());
-    let target = std::fs::read_link(dir.join("exe")).ok()?;
-    let text = target.to_str()?;
-    if !text.starts_with('/') || text.ends_with(" (deleted)") {
+    match files::open_regular(&dir.join("map_files").join(format!("{:x}-{:x}", m.start, m.end)), true) {
+        Ok(opened) => Some((dir.join("root").join(Path::new(std::ffi::OsStr::from_bytes(&m.path[1..]))), opened)),
+        Err(e) if e.is_not_found() => None,
+        Err(e @ FileError::Kind { .. }) => {
+            refused.note(&e);
+            None
+        }
+        // Not allowed to: by name, checked.
+        Err(_) => open_mapped_by_name(proc, pid, m, refused),
+    }
+}
+
+/// [`open_mapped`] by the name the maps line prints: resolved inside the
+/// process's root, kept only if it is the device and inode mapped.
+pub fn open_mapped_by_name(proc: &Path, pid: u32, m: &Mapping, refused: &mut Refused) -> Option<(PathBuf, (File, libc::stat))> {
+    let dir = proc.join(pid.to_string());
+    let relative = Path::new(std::ffi::OsStr::from_bytes(&m.path[1..]));
+    let shown = dir.join("root").join(relative);
+    let root: OwnedFd = files::open_at(None, &dir.join("root"), libc::O_PATH | libc::O_DIRECTORY).ok()?;
+    let (file, st) = match files::open_regular_at(root.as_fd(), relative, &shown) {
+        Ok(opened) => opened,
+        Err(e) => {
+            refused.note(&e);
+            return None;
+        }
+    };
+    let dev = (libc::major(st.st_dev), libc::minor(st.st_dev));
+    if (dev, st.st_ino) != (m.dev, m.ino) {
+        refused.not_mapped += 1;
+        tracing::warn!(
+            event = "tls_file_refused",
+            reason = "not_mapped",
+            pid,
+            path = ?shown,
+            "the name a process maps leads to another file than the one mapped: not used"
+        );
         return None;
     }
-    Some(dir.join("root").join(text.trim_start_matches('/')))
+    Some((shown, (file, st)))
+}
+
+/// The executable of process `pid`, open through `/proc/PID/exe` (the file
+/// it runs, whatever its name shows now), and its name through the
+/// process's root, for logs.
+pub fn exe_of(proc: &Path, pid: u32, refused: &mut Refused) -> Option<(PathBuf, (File, libc::stat))> {
+    let dir = proc.join(pid.to_string());
+    let opened = match files::open_regular(&dir.join("exe"), true) {
+        Ok(opened) => opened,
+        Err(e) => {
+            refused.note(&e);
+            return None;
+        }
+    };
+    let shown = std::fs::read_link(dir.join("exe"))
+        .ok()
+        .and_then(|t| t.strip_prefix("/").ok().map(|t| dir.join("root").join(t)))
+        .unwrap_or_else(|| dir.join("exe"));
+    Some((shown, opened))
 }
 
 /// Most bytes of a dynamic symbol or string table read to look for a
 /// symbol (Node's are 1.8 and 5.3 MB).
 const MAX_TABLE: u64 = 64 << 20;
 
-/// Whether the ELF file at `path` defines the dynamic symbol `name`: only
-/// its header, section headers, `.dynsym` and `.dynstr` are read (an
-/// executable can be hundreds of megabytes), each bounded; anything that is
-/// not a well-formed 64-bit little-endian ELF says no.
-pub fn exports(path: &Path, name: &str) -> bool {
-    exports_io(path, name).unwrap_or(false)
+/// Whether the ELF `file` defines the dynamic symbol `name`.
+pub fn exports(file: &File, name: &str) -> bool {
+    dynamic_symbols(file, &[name]).is_ok_and(|found| found[0].is_some())
 }
 
-fn exports_io(path: &Path, name: &str) -> std::io::Result<bool> {
+/// Where in `file` (an ELF object) each of `names` is, as uprobes take it:
+/// the file offset of a symbol `.dynsym` defines (None: not defined there).
+/// Only the header, the section headers, `.dynsym` and `.dynstr` are read,
+/// each bounded, by `pread` (an executable can be hundreds of megabytes; a
+/// file someone shortens meanwhile reads short, it cannot fault); anything
+/// that is not a well-formed 64-bit little-endian ELF is an error.
+pub fn dynamic_symbols(file: &File, names: &[&str]) -> std::io::Result<Vec<Option<u64>>> {
     use std::os::unix::fs::FileExt;
-    let file = std::fs::File::open(path)?;
+    let invalid = || std::io::Error::from(std::io::ErrorKind::InvalidData);
     let read = |offset: u64, len: u64| -> std::io::Result<Vec<u8>> {
         if len > MAX_TABLE {
-            return Err(std::io::ErrorKind::InvalidData.into());
+            return Err(invalid());
         }
         let mut buf = vec![0; len as usize];
         file.read_exact_at(&mut buf, offset)?;
@@ -230,66 +448,92 @@ fn exports_io(path: &Path, name: &str) -> std::io::Result<bool> {
     let head = read(0, 64)?;
     // ELFCLASS64, ELFDATA2LSB
     if head[..4] != *b"\x7fELF" || head[4] != 2 || head[5] != 1 {
-        return Ok(false);
+        return Err(invalid());
     }
+    // ET_EXEC, ET_DYN: a symbol's value is an address, made a file offset
+    // through its section; otherwise it is one already.
+    const ET_EXEC: u16 = 2;
+    const ET_DYN: u16 = 3;
+    let translate = matches!(u16_at(&head, 0x10), ET_EXEC | ET_DYN);
     let (shoff, shentsize, shnum) = (u64_at(&head, 0x28), u64::from(u16_at(&head, 0x3a)), u64::from(u16_at(&head, 0x3c)));
     if shentsize < 64 {
-        return Ok(false);
+        return Err(invalid());
     }
-    let Some(len) = shentsize.checked_mul(shnum) else { return Ok(false) };
+    let len = shentsize.checked_mul(shnum).ok_or_else(invalid)?;
     let sections = read(shoff, len)?;
     let section = |i: u64| -> Option<&[u8]> {
+        if i >= shnum {
+            return None;
+        }
         let at = usize::try_from(i.checked_mul(shentsize)?).ok()?;
         sections.get(at..at.checked_add(64)?)
     };
     const SHT_DYNSYM: u32 = 11;
-    let Some(dynsym) = (0..shnum).filter_map(section).find(|h| u32_at(h, 4) == SHT_DYNSYM) else { return Ok(false) };
-    let Some(strtab) = section(u64::from(u32_at(dynsym, 0x28))) else { return Ok(false) };
+    let dynsym = (0..shnum).filter_map(section).find(|h| u32_at(h, 4) == SHT_DYNSYM).ok_or_else(invalid)?;
+    let strtab = section(u64::from(u32_at(dynsym, 0x28))).ok_or_else(invalid)?;
     let symbols = read(u64_at(dynsym, 0x18), u64_at(dynsym, 0x20))?;
     let strings = read(u64_at(strtab, 0x18), u64_at(strtab, 0x20))?;
-    let want = name.as_bytes();
-    // Elf64_Sym: st_name u32, st_info u8, st_other u8, st_shndx u16, ...
-    Ok(symbols.chunks_exact(24).any(|sym| {
-        let at = u32_at(sym, 0) as usize;
-        u16_at(sym, 6) != 0 && strings.get(at..).is_some_and(|s| s.starts_with(want) && s.get(want.len()) == Some(&0))
-    }))
+    // Below SHN_LORESERVE: a real section (not ABS, COMMON...).
+    const SHN_LORESERVE: u16 = 0xff00;
+    let offset_of = |want: &[u8]| -> Option<u64> {
+        // Elf64_Sym: st_name u32, st_info u8, st_other u8, st_shndx u16, st_value u64, st_size u64
+        symbols.chunks_exact(24).find_map(|sym| {
+            let at = u32_at(sym, 0) as usize;
+            let shndx = u16_at(sym, 6);
+            let named = strings.get(at..).is_some_and(|s| s.starts_with(want) && s.get(want.len()) == Some(&0));
+            if !named || shndx == 0 || shndx >= SHN_LORESERVE {
+                return None;
+            }
+            let value = u64_at(sym, 8);
+            if !translate {
+                return Some(value);
+            }
+            // Elf64_Shdr: sh_addr at 0x10, sh_offset at 0x18
+            let sec = section(u64::from(shndx))?;
+            value.checked_sub(u64_at(sec, 0x10))?.checked_add(u64_at(sec, 0x18))
+        })
+    };
+    Ok(names.iter().map(|n| offset_of(n.as_bytes())).collect())
 }
 
 /// The files of process `pid` to attach to: the `libssl` files it maps and
 /// its executable when that exports `SSL_read` (each executable file,
-/// by device and inode in `looked`, is looked into once).
-pub fn of_process(proc: &Path, pid: u32, looked: &mut BTreeSet<(u64, u64)>) -> Vec<PathBuf> {
-    let mut out = libssl_mapped(proc, pid);
-    if let Some(exe) = exe_of(proc, pid) {
-        let fresh = std::fs::metadata(&exe).is_ok_and(|m| looked.insert((m.dev(), m.ino())));
-        if fresh && exports(&exe, "SSL_read") {
-            out.push(exe);
+/// by device and inode in `looked`, is looked into once), into `targets`.
+pub fn of_process(proc: &Path, pid: u32, looked: &mut BTreeSet<(u64, u64)>, targets: &mut Targets) {
+    for m in libssl_mappings(proc, pid) {
+        if let Some((shown, opened)) = open_mapped(proc, pid, &m, &mut targets.refused) {
+            targets.push(shown, opened, false);
         }
     }
-    out
+    if let Some((shown, (file, st))) = exe_of(proc, pid, &mut targets.refused) {
+        if looked.insert((st.st_dev, st.st_ino)) && exports(&file, "SSL_read") {
+            targets.push(shown, (file, st), false);
+        }
+    }
 }
 
 /// Every file to attach to: `configured` (tls.libraries) first, then the
 /// loader's directories under `root`, then what the processes `pids` map,
-/// then their executables that export OpenSSL's functions.
-pub fn find(configured: &[PathBuf], root: &Path, proc: &Path, pids: impl IntoIterator<Item = u32>) -> (Targets, Vec<PathBuf>) {
+/// then their executables that export OpenSSL's functions. The second
+/// value: why each configured file that cannot be used cannot.
+pub fn find(configured: &[PathBuf], root: &Path, proc: &Path, pids: impl IntoIterator<Item = u32>) -> (Targets, Vec<FileError>) {
     let mut t = Targets::default();
-    let mut missing = Vec::new();
+    let mut unusable = Vec::new();
     for path in configured {
-        if !t.add(path.clone(), true) {
-            missing.push(path.clone());
+        if let Err(e) = t.add(path.clone(), true) {
+            unusable.push(e);
         }
     }
     for path in libssl_in(&loader_dirs(root)) {
-        t.add(path, false);
+        if let Err(e) = t.add(path, false) {
+            t.refused.note(&e);
+        }
     }
     let mut looked = BTreeSet::new();
     for pid in pids {
-        for path in of_process(proc, pid, &mut looked) {
-            t.add(path, false);
-        }
+        of_process(proc, pid, &mut looked, &mut t);
     }
-    (t, missing)
+    (t, unusable)
 }
 
 /// Every process id in `proc`.
@@ -333,62 +577,130 @@ mod tests {
         let dirs = loader_dirs(&root);
         assert_eq!(dirs[0], root.join("opt/ssl/lib"));
         assert!(!dirs.contains(&root.join("nowhere")));
-        let (targets, missing) = find(&[root.join("absent.so")], &root, &root.join("proc"), []);
-        assert_eq!(missing, vec![root.join("absent.so")]);
+        let (targets, unusable) = find(&[root.join("absent.so")], &root, &root.join("proc"), []);
+        assert!(matches!(&unusable[..], [e @ FileError::Open { path, .. }] if e.is_not_found() && path == &root.join("absent.so")));
         // libssl.so and libssl.so.3 are one file: attached once
-        assert_eq!(targets.files, vec![Target { path: root.join("opt/ssl/lib/libssl.so"), configured: false }]);
+        let found: Vec<_> = targets.files.iter().map(|t| (t.path.clone(), t.configured)).collect();
+        assert_eq!(found, vec![(root.join("opt/ssl/lib/libssl.so"), false)]);
         let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]
     fn exported_symbols_are_found_in_the_dynamic_table() {
-        let libssl = libssl_in(&loader_dirs(Path::new("/"))).into_iter().next().expect("the host has a libssl");
+        let path = libssl_in(&loader_dirs(Path::new("/"))).into_iter().next().expect("the host has a libssl");
+        let libssl = File::open(&path).expect("open libssl");
         assert!(exports(&libssl, "SSL_read"));
         assert!(exports(&libssl, "SSL_write_ex"));
         // a prefix of a name, or an imported symbol, is no export
         assert!(!exports(&libssl, "SSL_rea"));
         assert!(!exports(&libssl, "malloc"));
-        let exe = std::env::current_exe().expect("current exe");
+        // file offsets: distinct, inside the file
+        let size = libssl.metadata().expect("stat").len();
+        let offsets = dynamic_symbols(&libssl, &["SSL_read", "SSL_write", "malloc"]).expect("an ELF");
+        let (read, write) = (offsets[0].expect("SSL_read"), offsets[1].expect("SSL_write"));
+        assert!(read != write && read < size && write < size, "{offsets:?} in {size} bytes");
+        assert_eq!(offsets[2], None);
+        let exe = File::open(std::env::current_exe().expect("current exe")).expect("open exe");
         assert!(!exports(&exe, "SSL_read"));
         let dir = temp("elf");
         for (name, bytes) in [("empty", &b""[..]), ("short", &b"\x7fELF\x02\x01"[..]), ("text", &b"#!/bin/sh\necho\n"[..])] {
             std::fs::write(dir.join(name), bytes).expect("write");
-            assert!(!exports(&dir.join(name), "SSL_read"), "{name}");
+            assert!(!exports(&File::open(dir.join(name)).expect("open"), "SSL_read"), "{name}");
         }
         // a header whose section table points far past the end
-        let mut bad = std::fs::read(&libssl).expect("read libssl")[..64].to_vec();
+        let mut bad = std::fs::read(&path).expect("read libssl")[..64].to_vec();
         bad[0x28..0x30].copy_from_slice(&u64::MAX.to_le_bytes());
         std::fs::write(dir.join("bad"), &bad).expect("write");
-        assert!(!exports(&dir.join("bad"), "SSL_read"));
+        assert!(!exports(&File::open(dir.join("bad")).expect("open"), "SSL_read"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
-    fn a_process_executable_is_read_through_its_root() {
+    fn a_process_executable_is_the_file_it_runs() {
+        use std::os::unix::fs::MetadataExt;
         let me = std::process::id();
-        let exe = exe_of(Path::new("/proc"), me).expect("our exe");
-        assert!(exe.starts_with(format!("/proc/{me}/root/")), "{}", exe.display());
-        assert_eq!(
-            std::fs::metadata(&exe).expect("stat").ino(),
-            std::fs::metadata(std::env::current_exe().expect("exe")).expect("stat").ino()
-        );
+        let (shown, (_, st)) = exe_of(Path::new("/proc"), me, &mut Refused::default()).expect("our exe");
+        assert!(shown.starts_with(format!("/proc/{me}/root/")), "{}", shown.display());
+        assert_eq!(st.st_ino, std::fs::metadata(std::env::current_exe().expect("exe")).expect("stat").ino());
     }
 
     #[test]
-    fn mapped_libraries_are_read_through_the_process_root() {
+    fn maps_lines_keep_their_whole_name() {
+        let m = parse_mapping(b"7f00-7f10 r-xp 00000000 08:01 123                        /tmp/a/libssl.so.3 x").expect("a file");
+        assert_eq!((m.start, m.end, m.dev, m.ino), (0x7f00, 0x7f10, (8, 1), 123));
+        assert_eq!(m.path, b"/tmp/a/libssl.so.3 x");
+        let m = parse_mapping(b"00400000-00452000 r-xp 00000000 fd:1f 9 /usr/bin/x").expect("a file");
+        assert_eq!((m.start, m.dev), (0x400000, (0xfd, 0x1f)));
+        assert_eq!(parse_mapping(b"7f40-7f50 rw-p 00000000 00:00 0 [heap]"), None);
+        assert_eq!(parse_mapping(b"7f40-7f50 rw-p 00000000 00:00 0 "), None);
+        assert_eq!(parse_mapping(b"7f30-7f40 r-xp 00000000 08:01 125 /old/libssl.so.1.1 (deleted)"), None);
+        assert_eq!(parse_mapping(b"garbage"), None);
+    }
+
+    #[test]
+    fn mapped_libraries_are_listed_once_with_whole_names_and_bounded_lines() {
         let proc = temp("proc");
         std::fs::create_dir_all(proc.join("7")).expect("mkdir");
+        let long = format!("7f60-7f70 r-xp 00000000 08:01 127 /{}/libssl.so.3\n", "x".repeat(MAX_MAPS_LINE));
         std::fs::write(
             proc.join("7/maps"),
-            "7f00-7f10 r-xp 00000000 08:01 123 /usr/lib/x86_64-linux-gnu/libssl.so.3\n\
-             7f10-7f20 r--p 00000000 08:01 123 /usr/lib/x86_64-linux-gnu/libssl.so.3\n\
-             7f20-7f30 r-xp 00000000 08:01 124 /usr/lib/libcrypto.so.3\n\
-             7f30-7f40 r-xp 00000000 08:01 125 /old/libssl.so.1.1 (deleted)\n\
-             7f40-7f50 rw-p 00000000 00:00 0 [heap]\n",
+            format!(
+                "7f00-7f10 r-xp 00000000 08:01 123 /usr/lib/x86_64-linux-gnu/libssl.so.3\n\
+                 7f10-7f20 r--p 00000000 08:01 123 /usr/lib/x86_64-linux-gnu/libssl.so.3\n\
+                 7f20-7f30 r-xp 00000000 08:01 124 /usr/lib/libcrypto.so.3\n\
+                 {long}\
+                 7f30-7f40 r-xp 00000000 08:01 125 /old/libssl.so.1.1 (deleted)\n\
+                 7f40-7f50 rw-p 00000000 00:00 0 [heap]\n\
+                 7f50-7f60 r--p 00000000 08:01 126 /tmp/d/libssl.so.3 x"
+            ),
         )
         .expect("write");
-        assert_eq!(libssl_mapped(&proc, 7), vec![proc.join("7/root/usr/lib/x86_64-linux-gnu/libssl.so.3")]);
-        assert!(libssl_mapped(&proc, 8).is_empty());
+        let paths: Vec<Vec<u8>> = libssl_mappings(&proc, 7).into_iter().map(|m| m.path).collect();
+        assert_eq!(paths, vec![b"/usr/lib/x86_64-linux-gnu/libssl.so.3".to_vec(), b"/tmp/d/libssl.so.3 x".to_vec()]);
+        assert!(libssl_mappings(&proc, 8).is_empty());
         let _ = std::fs::remove_dir_all(&proc);
+    }
+
+    /// This process maps `file` (read-only); the mapping's line in its maps.
+    fn map(file: &Path) -> Mapping {
+        let f = File::open(file).expect("open to map");
+        // SAFETY: a fresh read-only shared mapping of a whole small file, never unmapped (the test's life).
+        let at =
+            unsafe { libc::mmap(std::ptr::null_mut(), 4096, libc::PROT_READ, libc::MAP_SHARED, std::os::fd::AsRawFd::as_raw_fd(&f), 0) };
+        assert_ne!(at, libc::MAP_FAILED);
+        let maps = std::fs::read("/proc/self/maps").expect("maps");
+        maps.split(|b| *b == b'\n').filter_map(parse_mapping).find(|m| m.start == at as u64).expect("the mapping")
+    }
+
+    #[test]
+    fn a_mapped_name_is_used_only_for_the_file_mapped() {
+        let dir = temp("mapped");
+        let me = std::process::id();
+        let proc = Path::new("/proc");
+        let name = dir.join("libssl.so.3 x");
+        std::fs::write(&name, vec![7u8; 4096]).expect("write");
+        let m = map(&name);
+        assert_eq!(m.path, name.as_os_str().as_bytes());
+        let mut refused = Refused::default();
+        let (shown, _) = open_mapped_by_name(proc, me, &m, &mut refused).expect("the file mapped, by its whole name");
+        assert_eq!(shown, proc.join(me.to_string()).join("root").join(name.strip_prefix("/").expect("absolute")));
+        // Through map_files (root here): the same file, whatever its name.
+        assert!(open_mapped(proc, me, &m, &mut refused).is_some());
+        // The name now leads to another file: refused, not read.
+        std::fs::rename(&name, dir.join("moved")).expect("rename");
+        std::fs::write(&name, vec![8u8; 4096]).expect("another file");
+        assert!(open_mapped_by_name(proc, me, &m, &mut refused).is_none());
+        assert_eq!(refused, Refused { not_regular: 0, not_mapped: 1 });
+        // A FIFO there: refused without blocking; a symlink: not followed.
+        std::fs::remove_file(&name).expect("rm");
+        let c = std::ffi::CString::new(name.as_os_str().as_bytes()).expect("c path");
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert!(open_mapped_by_name(proc, me, &m, &mut refused).is_none());
+        std::fs::remove_file(&name).expect("rm");
+        std::os::unix::fs::symlink(dir.join("moved"), &name).expect("symlink");
+        assert!(open_mapped_by_name(proc, me, &m, &mut refused).is_none());
+        assert_eq!(refused, Refused { not_regular: 2, not_mapped: 1 });
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -5,7 +5,13 @@
 //! `fchmod`). A symlink or another user's directory planted at the path is a
 //! start-up error, never followed.
 //!
-//! Layout: [`ensure`] and its [`DirError`].
+//! A directory that root keeps its own files in below a path it does not
+//! make itself (the pins on a bpffs) is opened by [`open_trusted`]: each
+//! component from `/` opened under the previous one without following a
+//! symlink, each checked to be root's and writable by nobody else (or
+//! sticky), so that no one else can put anything in the way.
+//!
+//! Layout: [`ensure`], [`open_trusted`] and their [`DirError`].
 
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io;
@@ -29,6 +35,12 @@ pub enum DirError {
     },
     #[error("{path} belongs to uid {owner}, not root or uid {expected}: refusing to use it")]
     Owner { path: PathBuf, owner: u32, expected: u32 },
+    #[error("{path} belongs to uid {owner}, not root: refusing to use what is below it")]
+    NotRoot { path: PathBuf, owner: u32 },
+    #[error("{path} is writable by others (mode {mode:04o}, not sticky): another user could replace what is below it; refusing to use it")]
+    OpenToOthers { path: PathBuf, mode: u32 },
+    #[error("{path} is not an absolute path of plain names (no `.` or `..`)")]
+    NotPlain { path: PathBuf },
     #[error("cannot set owner or mode of {path}")]
     Permissions {
         path: PathBuf,
@@ -65,6 +77,54 @@ pub fn ensure(path: &Path, uid: u32, gid: u32, mode: u32) -> Result<(), DirError
     Ok(())
 }
 
+/// Opens the directory `path` (absolute, plain names) for root's own use:
+/// every directory from `/` down to it is opened under the previous one
+/// with `O_NOFOLLOW` (no symlink anywhere on the way is followed) and must
+/// belong to root and be writable by nobody else, unless sticky (there
+/// nobody else may remove or rename root's entries: `/tmp`, or a bpffs
+/// mounted without `mode=`). What is reached below the descriptor returned
+/// (and, as long as those directories stay so, below `path`) only root can
+/// change.
+pub fn open_trusted(path: &Path) -> Result<File, DirError> {
+    use std::os::fd::AsFd;
+    use std::path::Component;
+    let open_err = |at: &Path| {
+        let at = at.to_owned();
+        move |source| DirError::Open { path: at, source }
+    };
+    if !path.is_absolute() {
+        return Err(DirError::NotPlain { path: path.to_owned() });
+    }
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+    let mut at = PathBuf::from("/");
+    let mut dir = File::from(crate::files::open_at(None, &at, flags).map_err(open_err(&at))?);
+    check_trusted(&dir, &at)?;
+    for c in path.components() {
+        match c {
+            Component::RootDir => continue,
+            Component::Normal(name) => {
+                at.push(name);
+                dir = File::from(crate::files::open_at(Some(dir.as_fd()), Path::new(name), flags).map_err(open_err(&at))?);
+                check_trusted(&dir, &at)?;
+            }
+            _ => return Err(DirError::NotPlain { path: path.to_owned() }),
+        }
+    }
+    Ok(dir)
+}
+
+fn check_trusted(dir: &File, path: &Path) -> Result<(), DirError> {
+    let meta = dir.metadata().map_err(|source| DirError::Open { path: path.to_owned(), source })?;
+    if meta.uid() != 0 {
+        return Err(DirError::NotRoot { path: path.to_owned(), owner: meta.uid() });
+    }
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o022 != 0 && mode & libc::S_ISVTX == 0 {
+        return Err(DirError::OpenToOthers { path: path.to_owned(), mode });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,6 +156,35 @@ mod tests {
         std::os::unix::fs::symlink(&target, &link).unwrap();
         assert!(matches!(ensure(&link, me, gid, 0o755), Err(DirError::Open { .. })));
         assert_eq!(std::fs::symlink_metadata(&target).unwrap().mode() & 0o777, 0o700);
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn a_trusted_directory_is_root_s_all_the_way_down() {
+        if euid() != 0 {
+            eprintln!("SKIPPED: needs root (directories of root and of another uid)");
+            return;
+        }
+        let base = std::env::temp_dir().join(format!("rk-trusted-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(base.join("a/b")).unwrap();
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(base.join("a"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+        std::fs::set_permissions(base.join("a/b"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        // /tmp and a are sticky: fine.
+        assert!(open_trusted(&base.join("a/b")).is_ok());
+        std::fs::set_permissions(base.join("a"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = open_trusted(&base.join("a/b")).unwrap_err();
+        assert!(matches!(&e, DirError::OpenToOthers { path, mode: 0o777 } if path == &base.join("a")), "{e}");
+        std::fs::set_permissions(base.join("a"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::chown(base.join("a/b"), Some(65534), None).unwrap();
+        let e = open_trusted(&base.join("a/b")).unwrap_err();
+        assert!(matches!(&e, DirError::NotRoot { owner: 65534, .. }), "{e}");
+        // A symlink on the way is not followed.
+        std::fs::create_dir(base.join("c")).unwrap();
+        std::os::unix::fs::symlink(base.join("c"), base.join("a/link")).unwrap();
+        assert!(matches!(open_trusted(&base.join("a/link")), Err(DirError::Open { .. })));
+        assert!(matches!(open_trusted(&base.join("a/../c")), Err(DirError::NotPlain { .. })));
         let _ = std::fs::remove_dir_all(&base);
     }
 }

@@ -22,12 +22,17 @@
 //! - [`profiling`]: pprof CPU profiles and flame graphs on loopback, and
 //!   the process's CPU time.
 //! - [`users`]: user and group names to ids.
+//! - [`dirs`]: directories made or opened safely (no symlink followed,
+//!   nobody else's).
+//! - [`files`]: files opened without trusting their names: regular files
+//!   to inspect, socket files to connect to, `*at` helpers.
 //! - [`http`]: a minimal GET server for `/metrics` and pprof.
 
 pub mod cli;
 pub mod component;
 pub mod counters;
 pub mod dirs;
+pub mod files;
 pub mod http;
 pub mod logging;
 pub mod memory;

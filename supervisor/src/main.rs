@@ -112,14 +112,33 @@ fn prepare_runtime_dir(settings: &Settings, actors: UserIds) -> anyhow::Result<(
 /// The effective configuration earlier versions left in the runtime directory.
 const STALE_CONFIG: &str = "ringtail.toml";
 
-/// Removes the pinned probes (detaching them) and their maps, if any.
+/// Removes the pinned probes (detaching them) and their maps, if any: every
+/// entry of `probe.pin_dir` (no symlink followed), once that directory and
+/// each one above it are found root's alone. The directory itself stays,
+/// root's and 0700, so that no other user can make one of that name before
+/// the next start.
 fn remove_pins(settings: &Settings) -> anyhow::Result<bool> {
+    use std::os::fd::AsFd;
     let dir = &settings.probe.pin_dir;
-    if !settings.probe.pins() || !dir.exists() {
+    if !settings.probe.pins() || std::fs::symlink_metadata(dir).is_err() {
         return Ok(false);
     }
-    std::fs::remove_dir_all(dir).with_context(|| format!("cannot remove the pinned probes in {} (probe.pin_dir)", dir.display()))?;
-    Ok(true)
+    let fd = runtime_kit::dirs::open_trusted(dir)
+        .with_context(|| format!("not removing the pinned probes in {} (probe.pin_dir): it is not root's alone", dir.display()))?;
+    let names = runtime_kit::files::names_in(fd.as_fd())
+        .with_context(|| format!("cannot list the pinned probes in {} (probe.pin_dir)", dir.display()))?;
+    let removed = !names.is_empty();
+    for name in names {
+        let path = dir.join(name);
+        // Does not follow symlinks (a symlink is removed, not its target).
+        let gone = if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
+            std::fs::remove_dir_all(&path)
+        } else {
+            std::fs::remove_file(&path)
+        };
+        gone.with_context(|| format!("cannot remove the pinned probes in {} (probe.pin_dir)", path.display()))?;
+    }
+    Ok(removed)
 }
 
 fn main() -> anyhow::Result<()> {

@@ -416,6 +416,13 @@ impl Ringtail {
     /// Starts ringtail like [`Ringtail::start_with_env`] without waiting
     /// for it (for tests of a start that fails).
     pub fn spawn_with_env(config: &str, env: &[(&str, &str)]) -> Ringtail {
+        Self::spawn_wrapped(config, env, &[])
+    }
+
+    /// [`Ringtail::spawn_with_env`] run by `wrapper` (a program and its
+    /// arguments, given `ringtail` and its arguments after them: `setpriv`,
+    /// `unshare`...).
+    pub fn spawn_wrapped(config: &str, env: &[(&str, &str)], wrapper: &[&str]) -> Ringtail {
         ensure_actors_user();
         let dir = TempDir::new("ringtail");
         let cfg = dir.join("ringtail.toml");
@@ -442,7 +449,14 @@ impl Ringtail {
         std::fs::write(&cfg, body).expect("write config");
         let out = std::fs::File::create(dir.join("stdout")).expect("stdout file");
         let err = std::fs::File::create(dir.join("stderr")).expect("stderr file");
-        let mut cmd = Command::new(bin_dir().join("ringtail"));
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(bin_dir().join("ringtail"));
+                cmd
+            }
+            None => Command::new(bin_dir().join("ringtail")),
+        };
         cmd.arg("--config").arg(&cfg).stdout(out).stderr(err).env("RUST_LOG", "info").env_remove("RUST_BACKTRACE");
         for (k, v) in env {
             cmd.env(k, v);

@@ -438,11 +438,16 @@ fn pins_go_on_orderly_stop_unless_kept_and_stale_layouts_are_replaced() {
     let pin_dir = test_pin_dir();
     let cfg = |extra: &str| format!("{base}[probe]\npin_dir = \"{}\"\n{extra}", pin_dir.display());
 
-    // Orderly stop: nothing left.
+    // Orderly stop: no set left (the directory stays, root's: see pins.rs).
     let mut rt = Ringtail::start(&cfg(""));
     assert_eq!(sets(&pin_dir).len(), 1, "pinned while running");
     assert!(rt.stop(), "{}", rt.log());
-    assert!(!pin_dir.exists(), "pins removed on stop: {:?}", sets(&pin_dir));
+    assert!(sets(&pin_dir).is_empty(), "pins removed on stop: {:?}", sets(&pin_dir));
+    {
+        use std::os::unix::fs::MetadataExt;
+        let kept = std::fs::symlink_metadata(&pin_dir).expect("probe.pin_dir stays");
+        assert!(kept.is_dir() && kept.uid() == 0 && kept.mode() & 0o7777 == 0o700, "{:o}", kept.mode());
+    }
     drop(rt);
 
     // Kept on request; the next start with the same layout reopens them.
@@ -467,7 +472,7 @@ fn pins_go_on_orderly_stop_unless_kept_and_stale_layouts_are_replaced() {
     assert_ne!(now, first, "the stale set is replaced");
     assert!(rt.log().contains("pins_replaced"), "{}", rt.log());
     drop(rt);
-    assert!(!pin_dir.exists());
+    assert!(sets(&pin_dir).is_empty());
 
     // `ringtail cleanup` removes what a crash left.
     let rt = Ringtail::start(&cfg(""));
@@ -490,13 +495,14 @@ fn pins_go_on_orderly_stop_unless_kept_and_stale_layouts_are_replaced() {
     cleanup(&["--after-stop"], "signal");
     assert!(!sets(&pin_dir).is_empty(), "kept after a crash");
     cleanup(&[], "");
-    assert!(!pin_dir.exists(), "cleanup removed the pins");
+    assert!(sets(&pin_dir).is_empty(), "cleanup removed the pins");
     // After a clean stop: removed.
     let rt = Ringtail::start(&cfg(""));
     rt.proc.signal_group(libc::SIGKILL);
     let _ = wait_until(Duration::from_secs(5), || (!sets(&pin_dir).is_empty()).then_some(()));
     cleanup(&["--after-stop"], "success");
-    assert!(!pin_dir.exists(), "removed after a clean stop");
+    assert!(sets(&pin_dir).is_empty(), "removed after a clean stop");
+    let _ = std::fs::remove_dir_all(&pin_dir);
 }
 
 /// A `key=value` number from a log line.
