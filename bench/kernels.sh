@@ -56,24 +56,29 @@ http {
 NGX
 nginx -c "$W/nginx.conf" -p "$W" & NG=$!
 sysctl -qw kernel.bpf_stats_enabled=1
-# ns and runs of ringtail's programs (by name), summed
+# ids of the programs loaded now
+ids() { bpftool prog show -j | python3 -c 'import json, sys; print(" ".join(str(p["id"]) for p in json.load(sys.stdin)))'; }
+# ns and runs of the programs loaded since `ids` gave $1 (this ringtail's:
+# another's pinned programs keep running and must not count), summed
 stats() {
     bpftool prog show -j | python3 -c '
 import json, sys
-progs = [p for p in json.load(sys.stdin) if p.get("name", "").startswith(("process_", "sock_", "sys_", "tls_"))]
-print(sum(p.get("run_time_ns", 0) for p in progs), sum(p.get("run_cnt", 0) for p in progs))'
+before = set(sys.argv[1].split())
+progs = [p for p in json.load(sys.stdin) if str(p["id"]) not in before]
+print(sum(p.get("run_time_ns", 0) for p in progs), sum(p.get("run_cnt", 0) for p in progs))' "$1"
 }
 backends=$("$BIN/ringtail" check-kernel 2>/dev/null | sed -n 's/^\(socket\|syscall\) tracepoints *ok.*/\1/p' | sed 's/syscall/syscalls/')
 for b in $backends; do
     printf '[probe]\nbackend = "%s"\npin_dir = ""\n[discovery]\nopen_ports = [%s]\n[export]\nstdout = false\n[pipeline]\nruntime_dir = "%s/run-%s"\n' \
         "$b" "$PORT" "$W" "$b" >"$W/$b.toml"
+    before=$(ids)
     "$BIN/ringtail" --config "$W/$b.toml" >"$W/$b.out" 2>"$W/$b.err" & RT=$!
     for _ in $(seq 1200); do grep -q 'component="probe-loader".*event="ready"' "$W/$b.err" && break; sleep 0.5; done
     ab -q -k -n 200 -c 4 "http://127.0.0.1:$PORT/" >/dev/null 2>&1   # warm-up
-    set -- $(stats)
+    set -- $(stats "$before")
     t0=$1 r0=$2
     ab -q -k -n "$REQUESTS" -c 4 "http://127.0.0.1:$PORT/" >"$W/ab.out" 2>&1
-    set -- $(stats)
+    set -- $(stats "$before")
     done_reqs=$(sed -n 's/^Complete requests: *//p' "$W/ab.out")
     python3 -c "import sys; t=$1-$t0; r=$2-$r0; n=$done_reqs
 print(f'kernel=$(uname -r) backend=$b requests={n} runs_per_req={r/n:.2f} ns_per_req={t/n:.0f} emulated=$EMULATED')"

@@ -228,7 +228,7 @@ RT_TESTS=%q
         kver=$(cat "$CACHE/k/$series.version")
         read -r rc secs <"$work/$series.rc" || rc=255
         if [ "$rc" = 0 ]; then
-            say "kernel $kver: passed in ${secs}s ($(grep -c '^test .* ok$' "$logs/$kver.log") tests)"
+            say "kernel $kver: passed in ${secs}s ($(grep -o 'test result: ok\. [0-9]* passed' "$logs/$kver.log" | tail -n 1))"
         else
             failed=1
             say "kernel $kver: FAILED (status $rc, ${secs:-?}s); its console, $logs/$kver.log, ends:"

@@ -125,9 +125,11 @@ pub fn wait_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Opt
     }
 }
 
-/// Waits until something accepts TCP connections on `port`.
+/// Waits until something accepts TCP connections on `port`: `timeout`,
+/// stretched by [`time_scale`] (a program's start is what a slow machine
+/// slows most).
 pub fn wait_port(port: u16, timeout: Duration) -> bool {
-    wait_until(timeout, || TcpStream::connect(("127.0.0.1", port)).ok()).is_some()
+    wait_until(timeout.mul_f64(time_scale()), || TcpStream::connect(("127.0.0.1", port)).ok()).is_some()
 }
 
 /// A directory removed on drop.
