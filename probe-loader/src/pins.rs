@@ -82,7 +82,47 @@ const BPF_FS_MAGIC: i64 = 0xcafe4a11;
 /// Where the loader mounts a bpffs when there is none.
 const BPFFS_ROOT: &str = "/sys/fs/bpf";
 
-/// The name of the entry that completes a set (pinned last).
+/// What a set's entries are named: `prog_<program>`, `map_<map>`,
+/// `link_<program>` (a tp_btf link), `link_<program>_<tracepoint>` (a
+/// syscall tracepoint's) and `link_tls_<dev>_<inode>_<i>` (a TLS uprobe's,
+/// on the file with that device and inode). Every name of a set is made
+/// here; cleanup removes only entries with these prefixes.
+const PROG: &str = "prog_";
+const MAP: &str = "map_";
+const LINK: &str = "link_";
+const LINK_TLS: &str = "link_tls_";
+
+/// A program's pin in `set`.
+pub fn prog(set: &Path, program: &str) -> PathBuf {
+    set.join(format!("{PROG}{program}"))
+}
+
+/// A map's pin in `set`.
+pub fn map(set: &Path, map: &str) -> PathBuf {
+    set.join(format!("{MAP}{map}"))
+}
+
+/// The link of `program` (one tp_btf attachment), or with a tracepoint the
+/// link of that attachment of it.
+pub fn link(set: &Path, program: &str, tracepoint: Option<&str>) -> PathBuf {
+    match tracepoint {
+        None => set.join(format!("{LINK}{program}")),
+        Some(tp) => set.join(format!("{LINK}{program}_{tp}")),
+    }
+}
+
+/// The `i`th TLS uprobe link on the file (`dev`, `ino`).
+pub fn link_tls(set: &Path, (dev, ino): (u64, u64), i: usize) -> PathBuf {
+    set.join(format!("{LINK_TLS}{dev}_{ino}_{i}"))
+}
+
+/// The file (device, inode) of a TLS link's pin name, if it is one.
+pub fn tls_file_of(name: &str) -> Option<(u64, u64)> {
+    let mut parts = name.strip_prefix(LINK_TLS)?.split('_');
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// The name of the entry that completes a set (pinned last): the epoch map.
 pub const COMPLETE: &str = "map_epoch";
 
 fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
@@ -119,7 +159,7 @@ fn is_stamp(name: &[u8]) -> bool {
 
 /// Whether a name is one a set's pins have.
 fn is_pin_name(name: &[u8]) -> bool {
-    [&b"link_"[..], b"prog_", b"map_"].iter().any(|p| name.starts_with(p))
+    [LINK, PROG, MAP].iter().any(|p| name.starts_with(p.as_bytes()))
 }
 
 fn fs_type(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<i64> {
@@ -318,9 +358,9 @@ impl PinDir {
         names.sort_by_key(|n| {
             let b = n.as_bytes();
             (
-                if b.starts_with(b"link_") {
+                if b.starts_with(LINK.as_bytes()) {
                     0
-                } else if b.starts_with(b"prog_") {
+                } else if b.starts_with(PROG.as_bytes()) {
                     1
                 } else if b == COMPLETE.as_bytes() {
                     3
@@ -409,5 +449,30 @@ mod tests {
         // SAFETY: a valid C string.
         unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
         let _ = std::fs::remove_dir_all(&base);
+    }
+}
+
+#[cfg(test)]
+mod names {
+    use super::*;
+
+    #[test]
+    fn every_name_a_set_gets_is_one_cleanup_removes() {
+        let set = Path::new("/s");
+        let made = [
+            prog(set, "sock_recv"),
+            map(set, "events"),
+            link(set, "sock_recv", None),
+            link(set, "sys_exit_recv", Some("sys_exit_read")),
+            link_tls(set, (2049, 77), 3),
+            set.join(COMPLETE),
+        ];
+        for p in &made {
+            let name = p.file_name().and_then(|n| n.to_str()).expect("a name");
+            assert!(is_pin_name(name.as_bytes()), "{name}");
+        }
+        assert_eq!(COMPLETE, map(Path::new(""), "epoch").to_str().expect("UTF-8"));
+        assert_eq!(tls_file_of("link_tls_2049_77_3"), Some((2049, 77)));
+        assert_eq!(tls_file_of("link_sock_recv"), None);
     }
 }

@@ -180,15 +180,31 @@ pub enum Origin {
     Reopened,
 }
 
-/// The maps user space uses, however they were obtained.
-struct Maps {
-    events: MapData,
-    execs: MapData,
-    sel_pids: MapData,
-    sel_ports: MapData,
-    counters: MapData,
-    epoch: MapData,
+/// The maps user space uses, however they were obtained: one list, from
+/// which the struct, its collection by name (from a loaded object or from
+/// pins) and its pinning are all made.
+macro_rules! user_maps {
+    ($($map:ident),* $(,)?) => {
+        struct Maps {
+            $($map: MapData,)*
+        }
+
+        impl Maps {
+            /// Each map, by its name in the object.
+            fn collect<E>(mut get: impl FnMut(&'static str) -> Result<MapData, E>) -> Result<Maps, E> {
+                Ok(Maps { $($map: get(stringify!($map))?,)* })
+            }
+
+            /// (name, map) of each, in the list's order.
+            fn named(&self) -> Vec<(&'static str, &MapData)> {
+                vec![$((stringify!($map), &self.$map),)*]
+            }
+        }
+    };
 }
+
+// `epoch` last: pinned last, it completes a set (pins::COMPLETE).
+user_maps!(events, execs, sel_pids, sel_ports, counters, epoch);
 
 fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
     move |source| ProbeError::Map { map, source }
@@ -243,7 +259,7 @@ impl Probes {
                 match Self::reopen(&set) {
                     Ok((backend, maps)) => {
                         tracing::info!(set = %set.display(), event = "pins_reopened", "probes found pinned: reading on where the last loader stopped");
-                        let tls_pinned = tls::program_names().iter().all(|name| set.join(format!("prog_{name}")).exists());
+                        let tls_pinned = tls::program_names().iter().all(|name| pins::prog(&set, name).exists());
                         let (probes, rings) = Self::finish(None, Some(set), backend, maps, tls_pinned)?;
                         return Ok((probes, rings, Origin::Reopened));
                     }
@@ -298,20 +314,10 @@ impl Probes {
     fn reopen(set: &Path) -> Result<(Chosen, Maps), String> {
         let backend = [Chosen::Socket, Chosen::Syscalls]
             .into_iter()
-            .find(|b| b.programs().iter().all(|(name, _)| set.join(format!("prog_{name}")).exists()))
+            .find(|b| b.programs().iter().all(|(name, _)| pins::prog(set, name).exists()))
             .ok_or("no backend's programs are all pinned")?;
-        let open = |name: &str| MapData::from_pin(set.join(format!("map_{name}"))).map_err(|e| format!("map {name}: {e}"));
-        Ok((
-            backend,
-            Maps {
-                events: open("events")?,
-                execs: open("execs")?,
-                sel_pids: open("sel_pids")?,
-                sel_ports: open("sel_ports")?,
-                counters: open("counters")?,
-                epoch: open("epoch")?,
-            },
-        ))
+        let maps = Maps::collect(|name| MapData::from_pin(pins::map(set, name)).map_err(|e| format!("map {name}: {e}")))?;
+        Ok((backend, maps))
     }
 
     fn load_fresh(
@@ -371,31 +377,17 @@ impl Probes {
                 _ => Err(ProbeError::MissingMap { map }),
             }
         };
-        let maps = Maps {
-            events: take("events")?,
-            execs: take("execs")?,
-            sel_pids: take("sel_pids")?,
-            sel_ports: take("sel_ports")?,
-            counters: take("counters")?,
-            epoch: take("epoch")?,
-        };
+        let maps = Maps::collect(&mut take)?;
 
         for (program, hook) in backend.programs() {
             attach(&mut ebpf, btf, program, *hook, set)?;
         }
         if let Some(set) = set {
-            let named = [
-                ("events", &maps.events),
-                ("execs", &maps.execs),
-                ("sel_pids", &maps.sel_pids),
-                ("sel_ports", &maps.sel_ports),
-                ("counters", &maps.counters),
-            ];
-            for (name, map) in named {
-                map.pin(set.join(format!("map_{name}"))).map_err(pin_err(format!("map {name}")))?;
+            // In the list's order: the epoch last, and a set with its epoch
+            // pinned is complete.
+            for (name, map) in maps.named() {
+                map.pin(pins::map(set, name)).map_err(pin_err(format!("map {name}")))?;
             }
-            // Last: a set with its epoch pinned is complete.
-            maps.epoch.pin(set.join(pins::COMPLETE)).map_err(pin_err("map epoch".into()))?;
             tracing::info!(set = %set.display(), event = "pinned", "probes pinned: capture outlives this loader");
         }
         Ok((ebpf, maps))
@@ -497,7 +489,7 @@ impl Probes {
                 source => ProbeError::Program { program: name, tracepoint: "uprobe", source },
             })?;
             if let Some(set) = &self.set {
-                prog.pin(set.join(format!("prog_{name}"))).map_err(pin_err(format!("program {name}")))?;
+                prog.pin(pins::prog(set, name)).map_err(pin_err(format!("program {name}")))?;
             }
         }
         self.tls = true;
@@ -541,7 +533,7 @@ impl Probes {
             Some(at) => at,
             None => {
                 let kind = if name == "tls_call_exit" { ProbeKind::Return } else { ProbeKind::Entry };
-                let prog = UProbe::from_pin(set.join(format!("prog_{name}")), kind).map_err(|source| ProbeError::Program {
+                let prog = UProbe::from_pin(pins::prog(set, name), kind).map_err(|source| ProbeError::Program {
                     program: name,
                     tracepoint: "uprobe",
                     source,
@@ -608,8 +600,7 @@ impl Probes {
             if let Some(set) = &set {
                 let link = prog.take_link(link).map_err(|source| ProbeError::Program { program, tracepoint: "uprobe", source })?;
                 let link = FdLink::try_from(link).map_err(|source| ProbeError::Link { program, tracepoint: "uprobe", source })?;
-                link.pin(set.join(format!("link_tls_{}_{}_{i}", file.0, file.1)))
-                    .map_err(pin_err(format!("link {program} {}", up.symbol)))?;
+                link.pin(pins::link_tls(set, file, i)).map_err(pin_err(format!("link {program} {}", up.symbol)))?;
             }
         }
         if attached > 0 {
@@ -631,7 +622,7 @@ impl Probes {
             .filter_map(|name| {
                 let info = match (&self.ebpf, &self.set) {
                     (Some(ebpf), _) => ebpf.program(name)?.info().ok()?,
-                    (None, Some(set)) => ProgramInfo::from_pin(set.join(format!("prog_{name}"))).ok()?,
+                    (None, Some(set)) => ProgramInfo::from_pin(pins::prog(set, name)).ok()?,
                     (None, None) => return None,
                 };
                 Some(ProgramStats {
@@ -661,14 +652,7 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 /// (`link_tls_DEV_INODE_I`).
 fn pinned_tls_files(set: &Path) -> BTreeSet<(u64, u64)> {
     let Ok(entries) = std::fs::read_dir(set) else { return BTreeSet::new() };
-    entries
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().into_string().ok()?;
-            let mut parts = name.strip_prefix("link_tls_")?.split('_');
-            Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
-        })
-        .collect()
+    entries.flatten().filter_map(|e| pins::tls_file_of(&e.file_name().into_string().ok()?)).collect()
 }
 
 fn pin_err(what: String) -> impl Fn(aya::pin::PinError) -> ProbeError {
@@ -696,9 +680,9 @@ fn attach(ebpf: &mut Ebpf, btf: &Btf, program: &'static str, hook: Hook, set: Op
             prog.load(tracepoint, btf).map_err(load_error)?;
             let link = prog.attach().map_err(link_err(tracepoint))?;
             if let Some(set) = set {
-                prog.pin(set.join(format!("prog_{program}"))).map_err(pin_err(format!("program {program}")))?;
+                prog.pin(pins::prog(set, program)).map_err(pin_err(format!("program {program}")))?;
                 let link = FdLink::from(prog.take_link(link).map_err(link_err(tracepoint))?);
-                link.pin(set.join(format!("link_{program}"))).map_err(pin_err(format!("link {program}")))?;
+                link.pin(pins::link(set, program, None)).map_err(pin_err(format!("link {program}")))?;
             }
             tracing::debug!(program, tracepoint, "attached");
         }
@@ -712,12 +696,12 @@ fn attach(ebpf: &mut Ebpf, btf: &Btf, program: &'static str, hook: Hook, set: Op
                     // `load` checked that this kernel makes BPF links for
                     // perf events (5.15+) before asking for pins.
                     let link = FdLink::try_from(link).map_err(|source| ProbeError::Link { program, tracepoint, source })?;
-                    link.pin(set.join(format!("link_{program}_{tracepoint}"))).map_err(pin_err(format!("link {program} {tracepoint}")))?;
+                    link.pin(pins::link(set, program, Some(tracepoint))).map_err(pin_err(format!("link {program} {tracepoint}")))?;
                 }
                 tracing::debug!(program, tracepoint, "attached");
             }
             if let Some(set) = set {
-                prog.pin(set.join(format!("prog_{program}"))).map_err(pin_err(format!("program {program}")))?;
+                prog.pin(pins::prog(set, program)).map_err(pin_err(format!("program {program}")))?;
             }
         }
     }
