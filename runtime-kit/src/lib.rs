@@ -22,6 +22,8 @@
 //! - [`profiling`]: pprof CPU profiles and flame graphs on loopback, and
 //!   the process's CPU time.
 //! - [`users`]: user and group names to ids.
+//! - [`text`]: text other users or the network chose, escaped for printing
+//!   (logs, the stdout span line).
 //! - [`http`]: a minimal GET server for `/metrics` and pprof.
 
 pub mod cli;
@@ -35,6 +37,7 @@ pub mod otel;
 pub mod profiling;
 pub mod ready;
 pub mod shutdown;
+pub mod text;
 pub mod users;
 
 /// A random 64-bit id for this process start (names a producer instance).
