@@ -48,7 +48,7 @@ pub use redaction::RedactionSettings;
 pub use routes::{IgnoreMode, RouteSettings, UnmatchedRoutes};
 pub use services::{ServiceRule, ServiceSettings};
 pub use tls::TlsSettings;
-pub use types::{ExeRegex, HeaderName, ListenAddr, OtlpEndpoint, Port, QueryKey, Rejected, RouteTemplate};
+pub use types::{redact_userinfo, ExeRegex, HeaderName, ListenAddr, OtlpEndpoint, Port, QueryKey, Rejected, RouteTemplate};
 
 /// Prefix of environment overrides.
 pub const ENV_PREFIX: &str = "RINGTAIL";
@@ -113,18 +113,32 @@ pub struct Settings {
 /// Why a configuration was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// `source`'s text may quote the file (a TOML syntax error shows its
+    /// line): see [`ConfigError::load`].
     #[error("cannot read configuration")]
     Load {
         #[source]
-        source: config::ConfigError,
+        source: LoadError,
     },
+    /// `problem` has URLs' user information redacted.
     #[error("{key}: {problem}")]
     Schema { key: String, problem: String },
     #[error("{key}: {rule}, e.g. {example} (got {value})")]
     Invalid { key: String, rule: &'static str, example: &'static str, value: String },
 }
 
+/// Why the file or the environment could not be read, as `config` said,
+/// with the user information of any URL it quotes redacted.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct LoadError(String);
+
 impl ConfigError {
+    /// A file or environment that could not be read.
+    fn load(e: config::ConfigError) -> ConfigError {
+        ConfigError::Load { source: LoadError(types::redact_userinfo(&e.to_string()).into_owned()) }
+    }
+
     /// A value of `key` that a typed parse refused.
     pub fn rejected(key: impl Into<String>, r: Rejected) -> ConfigError {
         ConfigError::Invalid { key: key.into(), rule: r.rule, example: r.example, value: r.value }
@@ -199,7 +213,7 @@ impl Settings {
         if let Some(path) = path {
             builder = builder.add_source(config::File::from(path).format(config::FileFormat::Toml).required(true));
         }
-        let cfg = builder.add_source(environment).build().map_err(|source| ConfigError::Load { source })?;
+        let cfg = builder.add_source(environment).build().map_err(ConfigError::load)?;
         Self::from_config(cfg)
     }
 
@@ -216,7 +230,7 @@ impl Settings {
             // Enum keys: say which values are allowed, not serde's wording.
             match ENUM_RULES.iter().find(|(k, _, _)| *k == key) {
                 Some((k, rule, example)) => invalid(*k, rule, example, format!("{:?}", values.get_string(k).unwrap_or_default())),
-                None => ConfigError::Schema { key, problem: e.into_inner().to_string() },
+                None => ConfigError::Schema { key, problem: types::redact_userinfo(&e.into_inner().to_string()).into_owned() },
             }
         })?;
         settings.validate()?;
@@ -229,7 +243,7 @@ impl Settings {
         let cfg = config::Config::builder()
             .add_source(config::File::from_str(text, config::FileFormat::Toml))
             .build()
-            .map_err(|source| ConfigError::Load { source })?;
+            .map_err(ConfigError::load)?;
         Self::from_config(cfg)
     }
 
@@ -248,11 +262,27 @@ impl Settings {
         self.log.validate()
     }
 
-    /// The configuration without its secrets (`export.otlp.headers`): what
-    /// the components that do not export get from the supervisor.
+    /// The configuration without its secrets (`export.otlp.headers`, the
+    /// user information of the OTLP endpoints): what the components that
+    /// do not export get from the supervisor.
     pub fn without_secrets(&self) -> Settings {
-        let mut s = self.clone();
+        let mut s = self.redacted();
         s.export.otlp.headers.clear();
+        s
+    }
+
+    /// The configuration as it may be shown (`ringtail check-config`):
+    /// header values and the OTLP endpoints' user information replaced by
+    /// `REDACTED`, header names kept.
+    pub fn redacted(&self) -> Settings {
+        let mut s = self.clone();
+        let otlp = &mut s.export.otlp;
+        for v in otlp.headers.values_mut() {
+            *v = "REDACTED".to_owned();
+        }
+        for e in [&mut otlp.endpoint, &mut otlp.traces_endpoint, &mut otlp.metrics_endpoint].into_iter().flatten() {
+            *e = e.redacted();
+        }
         s
     }
 
@@ -446,6 +476,30 @@ mod tests {
         let mut back = lean.clone();
         back.export.otlp.headers = s.export.otlp.headers.clone();
         assert_eq!(back, s, "nothing else changes");
+    }
+
+    #[test]
+    fn an_endpoints_user_information_is_never_shown_nor_handed_to_the_others() {
+        let text = "[export.otlp]\nendpoint = \"https://user:pa55word@collector:4318\"\nheaders = { authorization = \"Bearer s3cr3t\" }\n";
+        let s = load(text, &[]).unwrap();
+        assert!(s.to_toml().contains("user:pa55word@"), "the exporter's copy keeps it: {}", s.to_toml());
+        let shown = s.redacted().to_toml();
+        assert!(!shown.contains("pa55word") && !shown.contains("s3cr3t"), "{shown}");
+        assert!(shown.contains("https://REDACTED@collector:4318") && shown.contains("authorization = \"REDACTED\""), "{shown}");
+        assert!(!s.without_secrets().to_toml().contains("pa55word"));
+        assert!(!format!("{s:?}").contains("pa55word"), "Debug shows no user information");
+        // Refused values, from the file or the environment, and the
+        // parse errors of a broken file.
+        for (text, env) in [
+            ("[export.otlp]\nendpoint = \"https://user:pa55word@collector\"\n", vec![]),
+            ("", vec![("RINGTAIL_EXPORT__OTLP__ENDPOINT", "ftp://user:pa55word@c:1")]),
+            ("[export.otlp]\nendpoint = \"https://user:pa55word@c:1\"\nendpoint = 2\n", vec![]),
+            ("[export.otlp]\nendpoint = [\"https://user:pa55word@c:1\"]\n", vec![]),
+        ] {
+            let err = load(text, &env).unwrap_err();
+            let chain = format!("{err} / {:?}", std::error::Error::source(&err).map(ToString::to_string));
+            assert!(!chain.contains("pa55word"), "{chain}");
+        }
     }
 
     #[test]

@@ -27,6 +27,12 @@ pub struct PipelineSettings {
     /// learn the trace id the server request carried).
     #[serde(with = "humantime_serde")]
     pub parent_wait: Duration,
+    /// MiB the span-actor keeps for all HTTP/2 connections together (open
+    /// streams with their headers, HPACK tables, header blocks in
+    /// progress): each connection is bounded, but a remote client opens
+    /// many. Past it the largest connections are forgotten, their open
+    /// streams dropped and counted (`h2_state_full`).
+    pub h2_state_mb: usize,
 }
 
 impl Default for PipelineSettings {
@@ -37,6 +43,7 @@ impl Default for PipelineSettings {
             runtime_dir: PathBuf::from("/run/ringtail"),
             replay_batches: 256,
             parent_wait: Duration::from_secs(5),
+            h2_state_mb: 64,
         }
     }
 }
@@ -62,6 +69,9 @@ impl PipelineSettings {
         }
         if !(1..=100_000).contains(&pl.replay_batches) {
             return Err(invalid("pipeline.replay_batches", "must be 1..=100000", "256", pl.replay_batches));
+        }
+        if !(1..=4096).contains(&pl.h2_state_mb) {
+            return Err(invalid("pipeline.h2_state_mb", "must be 1..=4096", "64", pl.h2_state_mb));
         }
         if pl.parent_wait > Duration::from_secs(300) {
             return Err(invalid("pipeline.parent_wait", "must be at most 5m", "\"5s\"", humantime::format_duration(pl.parent_wait)));

@@ -45,6 +45,10 @@ pub struct RouteSettings {
     /// Distinct routes per service; past it new routes become one overflow
     /// value, so a scan of random URLs cannot explode metric series.
     pub max_cardinality: usize,
+    /// Services whose routes are remembered (their names are any local
+    /// user's `OTEL_SERVICE_NAME`); past it the least recently routed one
+    /// is forgotten and counted, and earns its routes again if it comes back.
+    pub max_services: usize,
 }
 
 impl Default for RouteSettings {
@@ -55,6 +59,7 @@ impl Default for RouteSettings {
             ignore_mode: IgnoreMode::All,
             unmatched: UnmatchedRoutes::Heuristic,
             max_cardinality: 500,
+            max_services: 1024,
         }
     }
 }
@@ -63,6 +68,9 @@ impl RouteSettings {
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if !(1..=1_000_000).contains(&self.max_cardinality) {
             return Err(invalid("routes.max_cardinality", "must be 1..=1000000", "500", self.max_cardinality));
+        }
+        if !(1..=1_000_000).contains(&self.max_services) {
+            return Err(invalid("routes.max_services", "must be 1..=1000000", "1024", self.max_services));
         }
         Ok(())
     }

@@ -4,6 +4,7 @@
 //! serializes to its text, so the effective configuration prints as it
 //! was written.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::fmt;
 use std::net::SocketAddr;
@@ -208,13 +209,46 @@ impl Eq for RouteTemplate {}
 
 text_serde!(RouteTemplate);
 
+/// What replaces the user information of a URL that is shown.
+const USERINFO_REDACTED: &str = "REDACTED@";
+
+/// `text` with the user information of every URL in it (`user:password@`
+/// after a `scheme://`) replaced by `REDACTED@`: what may be logged, put in
+/// an error or printed of a text that holds URLs from the configuration or
+/// the environment. A URL ends at whitespace or a quote; everything up to
+/// its last `@` goes (a password with an unencoded `/` or `@` included).
+pub fn redact_userinfo(text: &str) -> Cow<'_, str> {
+    let mut out = String::new();
+    let mut copied = 0;
+    let mut from = 0;
+    while let Some(i) = text[from..].find("://") {
+        let start = from + i + 3;
+        let end =
+            text[start..].find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`' | '<' | '>')).map_or(text.len(), |e| start + e);
+        if let Some(at) = text[start..end].rfind('@') {
+            out.push_str(&text[copied..start]);
+            out.push_str(USERINFO_REDACTED);
+            copied = start + at + 1;
+        }
+        from = end;
+    }
+    if copied == 0 {
+        return Cow::Borrowed(text);
+    }
+    out.push_str(&text[copied..]);
+    Cow::Owned(out)
+}
+
 /// An OTLP endpoint URL: `http://` or `https://` (TLS), a host, and (in
-/// the file) a port.
+/// the file) a port. User information (`https://user:password@host`, sent
+/// as HTTP basic authentication) is a secret: [`OtlpEndpoint::as_str`] is
+/// the URL to connect to, `Display` and `Debug` (what logs, errors and
+/// `ringtail check-config` show) have it as `REDACTED@`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct OtlpEndpoint(String);
 
 impl OtlpEndpoint {
-    /// The URL as written.
+    /// The URL as written, with its user information: to connect with only.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -222,6 +256,16 @@ impl OtlpEndpoint {
     /// True for `https://`.
     pub fn tls(&self) -> bool {
         self.0.starts_with("https://")
+    }
+
+    /// The URL with `/path` appended (OTLP/HTTP's `v1/traces`, `v1/metrics`).
+    pub fn join(&self, path: &str) -> OtlpEndpoint {
+        OtlpEndpoint(format!("{}/{}", self.0.trim_end_matches('/'), path.trim_start_matches('/')))
+    }
+
+    /// The same endpoint without its user information (as shown).
+    pub fn redacted(&self) -> OtlpEndpoint {
+        OtlpEndpoint(redact_userinfo(&self.0).into_owned())
     }
 
     /// The rule of the `OTEL_EXPORTER_OTLP_*ENDPOINT` variables (the
@@ -232,7 +276,7 @@ impl OtlpEndpoint {
             return Err(Rejected {
                 rule: "must be an http:// or https:// URL with a host",
                 example: "http://127.0.0.1:4317",
-                value: format!("{url:?}"),
+                value: format!("{:?}", redact_userinfo(url)),
             });
         }
         Ok(OtlpEndpoint(url.to_owned()))
@@ -243,11 +287,12 @@ impl FromStr for OtlpEndpoint {
     type Err = Rejected;
     /// The file's rule: scheme, host and port.
     fn from_str(url: &str) -> Result<Self, Rejected> {
-        let reject = |rule| Rejected { rule, example: "\"http://127.0.0.1:4317\"", value: format!("{url:?}") };
+        let reject = |rule| Rejected { rule, example: "\"http://127.0.0.1:4317\"", value: format!("{:?}", redact_userinfo(url)) };
         let rest =
             url.strip_prefix("http://").or_else(|| url.strip_prefix("https://")).ok_or(reject("must start with http:// or https://"))?;
         let authority = rest.split('/').next().unwrap_or("");
-        let (host, port) = authority.rsplit_once(':').ok_or(reject("must name a port (host:port)"))?;
+        let host_port = authority.rsplit_once('@').map_or(authority, |(_, hp)| hp);
+        let (host, port) = host_port.rsplit_once(':').ok_or(reject("must name a port (host:port)"))?;
         if host.is_empty() {
             return Err(reject("must name a host"));
         }
@@ -258,17 +303,30 @@ impl FromStr for OtlpEndpoint {
 
 impl fmt::Display for OtlpEndpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&redact_userinfo(&self.0))
     }
 }
 
 impl fmt::Debug for OtlpEndpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?}", self.0)
+        write!(f, "{:?}", redact_userinfo(&self.0))
     }
 }
 
-text_serde!(OtlpEndpoint);
+// Not `text_serde!`: serialized whole (the exporter's configuration is
+// handed over as TOML), shown without the user information.
+impl<'de> Deserialize<'de> for OtlpEndpoint {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        OtlpEndpoint::from_str(&s).map_err(|r| serde::de::Error::custom(remember(r)))
+    }
+}
+
+impl Serialize for OtlpEndpoint {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
 
 /// An HTTP header name for OTLP requests: letters, digits, '-' and '_',
 /// kept lowercase (HTTP/2 and gRPC metadata want lowercase).
@@ -367,7 +425,7 @@ text_serde!(ListenAddr);
 pub(crate) mod empty_is_none {
     use std::str::FromStr;
 
-    use serde::{Deserialize, Deserializer, Serializer};
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
     use super::{remember, Rejected};
 
@@ -379,9 +437,10 @@ pub(crate) mod empty_is_none {
         T::from_str(&s).map(Some).map_err(|r| serde::de::Error::custom(remember(r)))
     }
 
-    pub fn serialize<S: Serializer, T: std::fmt::Display>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
+    /// As the type serializes itself (an endpoint whole, not as shown).
+    pub fn serialize<S: Serializer, T: Serialize>(v: &Option<T>, s: S) -> Result<S::Ok, S::Error> {
         match v {
-            Some(v) => s.collect_str(v),
+            Some(v) => v.serialize(s),
             None => s.serialize_str(""),
         }
     }
@@ -420,6 +479,26 @@ mod tests {
         for bad in ["collector:4317", "ftp://x", "http://", "http://a b"] {
             assert!(OtlpEndpoint::from_env(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn user_information_is_never_shown() {
+        assert_eq!(redact_userinfo("https://u:p4ss@c:4318/v1/traces"), "https://REDACTED@c:4318/v1/traces");
+        assert_eq!(redact_userinfo("a \"http://u:p/ss@c:1\" and http://c:2/x@y b"), "a \"http://REDACTED@c:1\" and http://REDACTED@y b");
+        assert!(matches!(redact_userinfo("http://c:4317 is fine"), Cow::Borrowed(_)));
+        let e: OtlpEndpoint = "https://user:s3cr3t@collector:4318".parse().unwrap();
+        assert_eq!(e.as_str(), "https://user:s3cr3t@collector:4318", "kept to connect with");
+        assert_eq!(e.to_string(), "https://REDACTED@collector:4318");
+        assert_eq!(format!("{e:?}"), "\"https://REDACTED@collector:4318\"");
+        assert_eq!(e.join("v1/traces").as_str(), "https://user:s3cr3t@collector:4318/v1/traces");
+        assert_eq!(e.redacted().as_str(), "https://REDACTED@collector:4318");
+        let env = OtlpEndpoint::from_env("http://user:s3cr3t@collector").unwrap();
+        assert_eq!(env.to_string(), "http://REDACTED@collector");
+        for bad in ["ftp://user:s3cr3t@c:1", "https://user:s3cr3t@c", "https://user:s3cr3t@:1"] {
+            let r = bad.parse::<OtlpEndpoint>().unwrap_err();
+            assert!(!r.to_string().contains("s3cr3t"), "{r}");
+        }
+        assert!(!OtlpEndpoint::from_env("http://user:s3cr3t@").unwrap_err().to_string().contains("s3cr3t"));
     }
 
     #[test]

@@ -135,7 +135,7 @@ fn main() {
             _ => OtlpSettings { endpoint: Some(format!("http://127.0.0.1:{port}").parse().expect("endpoint")), ..Default::default() },
         };
         let cfg = OtlpConfig::resolve(&settings, &HashMap::new()).expect("config");
-        let transport = Transport::new(cfg.traces_endpoint.as_deref().expect("endpoint"), &cfg).expect("transport");
+        let transport = Transport::new(cfg.traces_endpoint.as_ref().expect("endpoint"), &cfg).expect("transport");
         let registry = Registry::new(Component::ExporterActor, 1);
         let mut meters = Meters::new(Vec::new(), "host", &registry);
         let me = Producer { component: Component::SpanActor, instance: 3 };

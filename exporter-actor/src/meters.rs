@@ -52,7 +52,7 @@ use std::time::{Duration, SystemTime};
 use hashbrown::HashTable;
 use ipc_schema::rpc::{Set, METRICS};
 use ipc_schema::{Attr, Component, HealthReport, HttpSpan, ServiceResource, SpanBatch, SpanKind};
-use runtime_kit::counters::{Counter, Registry};
+use runtime_kit::counters::{Counter, Gauge, Registry};
 use rustc_hash::{FxHashMap, FxHasher};
 
 use crate::batch::Spans;
@@ -682,6 +682,8 @@ pub struct Meters {
     services_evicted: Counter,
     series_overflow: Counter,
     evicted: Counter,
+    /// Services with histograms now (at most [`MAX_SERVICES`]).
+    services: Gauge,
 }
 
 impl Meters {
@@ -707,6 +709,7 @@ impl Meters {
             services_evicted: registry.counter("ringtail_metric_services_evicted_total", &[]),
             series_overflow: registry.counter("ringtail_metric_series_overflow_total", &[]),
             evicted: registry.counter("ringtail_metric_series_evicted_total", &[]),
+            services: registry.gauge("ringtail_metric_services", &[]),
         }
     }
 
@@ -775,6 +778,7 @@ impl Meters {
                 overflow += 1;
             }
         }
+        self.services.set(st.index.len() as f64);
         drop(st);
         self.recorded.add(recorded);
         self.services_overflow.add(no_service);
@@ -797,6 +801,7 @@ impl Meters {
         let idle = self.idle.as_nanos() as u64;
         self.next_sweep = now + (idle / 10).max(1_000_000_000);
         let gone = st.evict(now.saturating_sub(idle));
+        self.services.set(st.index.len() as f64);
         self.evicted.add(gone as u64);
         if gone > 0 {
             tracing::debug!(series = gone, "idle metric series forgotten");
@@ -1063,6 +1068,7 @@ pub(crate) mod tests {
             .collect();
         m.record_batch_at(&Spans::of_own(&SpanBatch::of(resources, &spans)), 2);
         assert_eq!(m.view().read(|m| m.services().count()), MAX_SERVICES);
+        assert_eq!(registry.gauge("ringtail_metric_services", &[]).get(), MAX_SERVICES as f64);
         assert_eq!(registry.counter("ringtail_metric_services_evicted_total", &[]).get(), 1);
         assert_eq!(registry.counter("ringtail_metric_services_overflow_total", &[]).get(), 2);
         assert!(!m.view().read(|m| m.services().any(|s| s.resource.service_name == "s")));

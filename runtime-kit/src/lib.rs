@@ -26,6 +26,8 @@
 //!   nobody else's).
 //! - [`files`]: files opened without trusting their names: regular files
 //!   to inspect, socket files to connect to, `*at` helpers.
+//! - [`text`]: text other users or the network chose, escaped for printing
+//!   (logs, the stdout span line).
 //! - [`http`]: a minimal GET server for `/metrics` and pprof.
 
 pub mod cli;
@@ -40,6 +42,7 @@ pub mod otel;
 pub mod profiling;
 pub mod ready;
 pub mod shutdown;
+pub mod text;
 pub mod users;
 
 /// A random 64-bit id for this process start (names a producer instance).

@@ -22,8 +22,10 @@ use span_actor::redact::{Redactor, REDACTED};
 use span_actor::routes::{Router, OVERFLOW_ROUTE};
 use span_actor::transform::Transformer;
 
-/// The conventions' secret query keys, lowercase: the oracle's own list.
-const SECRET_KEYS: [&str; 5] = ["awsaccesskeyid", "signature", "sig", "x-goog-signature", "token"];
+/// Secret query keys, lowercase, the oracle's own list: the conventions',
+/// some of ringtail's defaults, and the one [`settings`] configures.
+const SECRET_KEYS: [&str; 9] =
+    ["awsaccesskeyid", "signature", "sig", "x-goog-signature", "password", "access_token", "x-amz-security-token", "key", "tenant_secret"];
 
 /// A query key as the oracle reads it: `%XX` decoded, `+` a space, lowercase.
 fn oracle_key(raw: &str) -> Vec<u8> {
@@ -60,7 +62,7 @@ fn assert_redacted(query: &str) {
 
 fn settings() -> Settings {
     let mut s = Settings::default();
-    s.redaction.query_keys = vec!["token".parse().expect("a valid key")];
+    s.redaction.query_keys = vec!["tenant_secret".parse().expect("a valid key")];
     s.routes.max_cardinality = 8;
     s
 }

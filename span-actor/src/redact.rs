@@ -3,13 +3,14 @@
 //! The OpenTelemetry HTTP conventions (`url.query`, `url.full`) say the
 //! values of `AWSAccessKeyId`, `Signature`, `sig` and `X-Goog-Signature`
 //! are replaced by `REDACTED` by default, the key kept (`sig=REDACTED`);
-//! `redaction.query_keys` adds keys, `redaction.drop_query` drops the query
-//! altogether. Keys match ASCII case-insensitively after percent-decoding,
+//! ringtail adds a list of common secret keys (`token`, `password`,
+//! `X-Amz-Security-Token`…: `ringtail_config::redaction::DEFAULT_QUERY_KEYS`,
+//! off with `redaction.default_query_keys = false`), `redaction.query_keys`
+//! adds more, `redaction.drop_query` drops the query altogether. Keys match ASCII case-insensitively after percent-decoding,
 //! and both `&` and `;` separate parameters (some servers split on either),
 //! so a client cannot spell a secret past the list. Credentials in URLs
 //! (`user:password@`) are removed where the request is parsed ([`crate::http`]).
 
-use ringtail_config::redaction::CONVENTION_QUERY_KEYS;
 use ringtail_config::RedactionSettings;
 
 /// The value that replaces a redacted one.
@@ -28,13 +29,10 @@ pub struct Redactor {
 }
 
 impl Redactor {
-    /// The conventions' keys plus the configured ones.
+    /// The conventions' keys, the defaults and the configured ones
+    /// ([`RedactionSettings::secret_keys`]).
     pub fn new(s: &RedactionSettings) -> Redactor {
-        let mut keys: Vec<String> = CONVENTION_QUERY_KEYS.iter().map(|k| k.to_ascii_lowercase()).collect();
-        keys.extend(s.query_keys.iter().map(|k| k.as_str().to_owned()));
-        keys.sort();
-        keys.dedup();
-        Redactor { keys, drop_query: s.drop_query }
+        Redactor { keys: s.secret_keys(), drop_query: s.drop_query }
     }
 
     /// `url.query` as it may be exported: `None` when queries are dropped,
@@ -75,7 +73,7 @@ impl Redactor {
             return false;
         }
         let key = percent_decode_lower(raw_key);
-        self.keys.contains(&key)
+        self.keys.binary_search(&key).is_ok()
     }
 }
 
@@ -122,7 +120,26 @@ mod tests {
     use super::*;
 
     fn redactor(keys: &[&str], drop_query: bool) -> Redactor {
-        Redactor::new(&RedactionSettings { query_keys: keys.iter().map(|k| k.parse().unwrap()).collect(), drop_query })
+        Redactor::new(&RedactionSettings {
+            query_keys: keys.iter().map(|k| k.parse().unwrap()).collect(),
+            drop_query,
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn common_secret_keys_are_redacted_by_default_and_can_be_turned_off() {
+        let q = "token=t1&password=p2&X-Amz-Security-Token=s3&X-Amz-Credential=AKIA%2F4&access_token=a5&key=k6&page=2&keyword=x";
+        assert_eq!(
+            Redactor::new(&RedactionSettings::default()).query(Some(q)).as_deref(),
+            Some("token=REDACTED&password=REDACTED&X-Amz-Security-Token=REDACTED&X-Amz-Credential=REDACTED&access_token=REDACTED&key=REDACTED&page=2&keyword=x")
+        );
+        let off = RedactionSettings { default_query_keys: false, query_keys: vec!["password".parse().unwrap()], ..Default::default() };
+        assert_eq!(
+            Redactor::new(&off).query(Some("token=t&password=p&sig=s")).as_deref(),
+            Some("token=t&password=REDACTED&sig=REDACTED"),
+            "the conventions' keys and the configured ones stay"
+        );
     }
 
     #[test]

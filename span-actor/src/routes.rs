@@ -13,6 +13,13 @@
 //! its derived route was already earned by a request that was not 4xx
 //! (`/users/*` answered 404 for a missing user stays `/users/*`). So a scan
 //! never pushes the real routes that come after it into the overflow.
+//!
+//! Service names are any local user's choice (`OTEL_SERVICE_NAME`), and
+//! each brings a budget of its own, so the services are bounded too: at
+//! most `routes.max_services`, and [`MAX_ROUTE_BYTES`] of routes and names
+//! in all. Past either, the least recently routed service is forgotten
+//! (counted, [`Router::take_evicted`]); if it comes back it earns its
+//! routes again.
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
@@ -20,6 +27,23 @@ use ringtail_config::{IgnoreMode, RouteSettings, RouteTemplate, UnmatchedRoutes}
 
 /// The route every route past the cardinality cap becomes.
 pub const OVERFLOW_ROUTE: &str = "/{overflow}";
+
+/// Bytes of routes and service names remembered, all services together
+/// (a derived route is up to a path's length, 2 KiB on HTTP/2).
+pub const MAX_ROUTE_BYTES: usize = 16 << 20;
+
+/// What a remembered string costs besides its bytes: the `String` and a
+/// hash slot.
+const ENTRY_OVERHEAD: usize = std::mem::size_of::<String>() + 16;
+
+/// The routes one service earned.
+struct Service {
+    routes: HashSet<String>,
+    /// Its name's and routes' bytes (with [`ENTRY_OVERHEAD`] each).
+    bytes: usize,
+    /// When it was last routed ([`Router::tick`]).
+    last: u64,
+}
 
 /// What the router decided for one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,7 +63,14 @@ pub struct Router {
     ignore_mode: IgnoreMode,
     unmatched: UnmatchedRoutes,
     max: usize,
-    seen: HashMap<String, HashSet<String>>,
+    max_services: usize,
+    seen: HashMap<String, Service>,
+    /// Bytes of every service in `seen`.
+    bytes: usize,
+    /// Counts routings, to tell the least recently routed service.
+    tick: u64,
+    /// Services forgotten since [`Router::take_evicted`].
+    evicted: u64,
 }
 
 impl Router {
@@ -51,8 +82,36 @@ impl Router {
             ignore_mode: s.ignore_mode,
             unmatched: s.unmatched,
             max: s.max_cardinality,
+            max_services: s.max_services,
             seen: HashMap::default(),
+            bytes: 0,
+            tick: 0,
+            evicted: 0,
         }
+    }
+
+    /// Forgets the least recently routed service other than `keep`; false
+    /// if there is none.
+    fn evict_one(&mut self, keep: &str) -> bool {
+        let oldest =
+            self.seen.iter().filter(|(name, _)| name.as_str() != keep).min_by_key(|(_, svc)| svc.last).map(|(name, _)| name.clone());
+        let Some(name) = oldest else { return false };
+        if let Some(svc) = self.seen.remove(&name) {
+            self.bytes -= svc.bytes;
+            self.evicted += 1;
+        }
+        true
+    }
+
+    /// Room for `more` bytes of `keep`'s, forgetting other services as
+    /// needed; false if `keep` alone would exceed [`MAX_ROUTE_BYTES`].
+    fn make_room(&mut self, keep: &str, more: usize) -> bool {
+        while self.bytes + more > MAX_ROUTE_BYTES {
+            if !self.evict_one(keep) {
+                return false;
+            }
+        }
+        true
     }
 
     /// Routes `path` of a request answered `status` for `service`; `None` =
@@ -76,17 +135,35 @@ impl Router {
             UnmatchedRoutes::Heuristic => {}
         }
         let r = heuristic_route(path);
+        self.tick += 1;
         if !self.seen.contains_key(service) {
-            self.seen.insert(service.to_owned(), HashSet::default());
+            let bytes = service.len() + ENTRY_OVERHEAD + std::mem::size_of::<Service>();
+            if self.seen.len() >= self.max_services {
+                self.evict_one(service);
+            }
+            if !self.make_room(service, bytes) {
+                return fixed(Some(OVERFLOW_ROUTE)).map(|d| Routed { overflowed: true, ..d });
+            }
+            self.bytes += bytes;
+            self.seen.insert(service.to_owned(), Service { routes: HashSet::default(), bytes, last: self.tick });
         }
+        let known = self.seen.get_mut(service).map(|svc| {
+            svc.last = self.tick;
+            (svc.routes.contains(&r), svc.routes.len())
+        });
         // Inserted just above when missing.
-        let Some(seen) = self.seen.get_mut(service) else { return fixed(Some(&r)) };
-        let (route, overflowed) = if seen.contains(&r) {
+        let Some((known, len)) = known else { return fixed(Some(&r)) };
+        let (route, overflowed) = if known {
             (Some(r), false)
         } else if (400..500).contains(&status) {
             (None, false) // not a route this service has shown it has: no budget spent
-        } else if seen.len() < self.max {
-            seen.insert(r.clone());
+        } else if len < self.max && self.make_room(service, r.len() + ENTRY_OVERHEAD) {
+            let bytes = r.len() + ENTRY_OVERHEAD;
+            if let Some(svc) = self.seen.get_mut(service) {
+                svc.bytes += bytes;
+                svc.routes.insert(r.clone());
+                self.bytes += bytes;
+            }
             (Some(r), false)
         } else {
             (Some(OVERFLOW_ROUTE.to_owned()), true)
@@ -96,7 +173,22 @@ impl Router {
 
     /// Distinct routes kept for `service`.
     pub fn cardinality(&self, service: &str) -> usize {
-        self.seen.get(service).map_or(0, HashSet::len)
+        self.seen.get(service).map_or(0, |svc| svc.routes.len())
+    }
+
+    /// Services whose routes are remembered.
+    pub fn services(&self) -> usize {
+        self.seen.len()
+    }
+
+    /// Bytes of the routes and names remembered, all services together.
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// Services forgotten since the last call (to be counted).
+    pub fn take_evicted(&mut self) -> u64 {
+        std::mem::take(&mut self.evicted)
     }
 }
 
@@ -222,6 +314,48 @@ mod tests {
         let mut r = router(|s| s.max_cardinality = 1);
         assert_eq!(r.route("svc", "/boom", 503).unwrap().route.as_deref(), Some("/boom"));
         assert!(r.route("svc", "/other", 200).unwrap().overflowed);
+    }
+
+    /// Names chosen by local users, each with its routes: at most
+    /// `max_services` are remembered, the least recently routed goes, and
+    /// a service that comes back earns its routes again.
+    #[test]
+    fn services_are_bounded_least_recently_routed_first() {
+        let mut r = router(|s| s.max_services = 4);
+        for i in 0..4 {
+            r.route(&format!("svc{i}"), "/a", 200);
+        }
+        r.route("svc0", "/b", 200); // svc0 is now the most recent
+        for i in 4..10 {
+            r.route(&format!("svc{i}"), "/a", 200);
+            assert!(r.services() <= 4);
+        }
+        assert_eq!(r.take_evicted(), 6);
+        assert_eq!(r.take_evicted(), 0, "counted once");
+        assert_eq!(r.services(), 4);
+        assert_eq!(r.cardinality("svc1"), 0, "the least recently routed went first");
+        assert_eq!(r.cardinality("svc0"), 0, "then, in turn, the others");
+        assert_eq!(r.cardinality("svc9"), 1);
+    }
+
+    /// Long routes under many names: the bytes held stay under
+    /// [`MAX_ROUTE_BYTES`] whatever the number of services.
+    #[test]
+    fn route_bytes_are_bounded_across_services() {
+        let mut r = router(|s| s.max_cardinality = 500);
+        let long = "x".repeat(1900);
+        // words, not ids: each a route of its own
+        let word = |i: usize| format!("{i:03}").bytes().map(|b| (b'a' + (b - b'0')) as char).collect::<String>();
+        for svc in 0..40 {
+            for i in 0..500 {
+                let d = r.route(&format!("svc{svc}"), &format!("/{long}{}", word(i)), 200).unwrap();
+                assert!(r.bytes() <= MAX_ROUTE_BYTES);
+                assert!(!d.overflowed, "the service being routed keeps its budget");
+            }
+        }
+        let evicted = r.take_evicted();
+        assert!(evicted > 0 && r.services() < 40, "{evicted} evicted, {} left", r.services());
+        assert_eq!(r.cardinality("svc39"), 500);
     }
 
     #[test]

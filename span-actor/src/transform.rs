@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use ipc_schema::{Attr, HttpSpan, RawBatch, RawEvent, RawH2, Role, ServiceResource, SockAddr, SpanKind};
 use ringtail_config::Settings;
-use runtime_kit::counters::{Counter, Drops, Registry};
+use runtime_kit::counters::{Counter, Drops, Gauge, Registry};
 
 use crate::h2::{self, grpc, DropReason, H2Conn, H2Stats, StreamDone};
 use crate::http::{self, parse_pipeline, split_host_port, RequestHead, Version};
@@ -33,8 +33,18 @@ pub const H2_CONNS: usize = 16_384;
 /// that of an HTTP/1 request on the same connection (an `Upgrade: h2c`).
 const H2_SUB: u32 = u32::MAX;
 /// `Upgrade: h2c` requests whose connection's first HTTP/2 record has not
-/// come yet (it follows at once, in the same or the next batch).
+/// come yet (it follows at once, in the same or the next batch). A head
+/// comes from at most a capture's bytes (512): at most ~1 MiB in all.
 const H2C_PENDING: usize = 1024;
+/// Pipelined request heads waiting for their responses, all connections
+/// together (a head is ~250 bytes; one capture holds up to ~28 of them, so
+/// [`PIPELINES`] alone would allow ~100 MiB to a client that pipelines on
+/// thousands of connections to a server that closes after one answer).
+const PIPELINED_HEADS: usize = 32_768;
+/// What the HTTP/2 state budget is brought down to once exceeded (7/8 of
+/// it), so that the connections to forget are chosen once in a while, not
+/// at every record.
+const H2_STATE_LOW_WATER: (usize, usize) = (7, 8);
 
 /// Which raw batch (loader instance, seq) a span came from.
 pub type Origin = (u64, u64);
@@ -82,7 +92,14 @@ struct Pipe {
 struct H2Entry {
     conn: H2Conn,
     meta: H2Meta,
+    /// What it holds ([`H2Conn::state_bytes`] and this entry), as last
+    /// counted into [`Transformer::h2_bytes`].
+    bytes: usize,
 }
+
+/// What an entry costs besides its connection's state: its key, meta data
+/// and count in the table, and the table's slot overhead.
+const H2_ENTRY_OVERHEAD: usize = std::mem::size_of::<(u64, u64)>() + std::mem::size_of::<H2Meta>() + std::mem::size_of::<usize>() + 16;
 
 /// Who an HTTP/2 connection belongs to: what its spans need besides streams.
 #[derive(Clone, Copy)]
@@ -109,6 +126,11 @@ struct H2Counters {
     given_up: Counter,
     malformed: Drops,
     evicted: Counter,
+    /// Streams dropped with the connections forgotten to keep within
+    /// `pipeline.h2_state_mb`.
+    state_full: Drops,
+    /// The bytes all connections hold.
+    state_bytes: Gauge,
     /// `Upgrade: h2c` requests whose HTTP/2 start never came.
     h2c_unfollowed: Drops,
 }
@@ -128,6 +150,10 @@ struct Stats {
     spans: Counter,
     ignored: Counter,
     overflow: Counter,
+    /// Services whose routes were forgotten (`routes.max_services`,
+    /// [`crate::routes::MAX_ROUTE_BYTES`]), and how many are remembered.
+    route_services_evicted: Counter,
+    route_services: Gauge,
     parent_timeouts: Counter,
     unparsable: Drops,
     orphan_unmatched: Drops,
@@ -144,9 +170,15 @@ pub struct Transformer {
     held: HashMap<(u64, u64, u32), Vec<Held>>,
     held_order: VecDeque<(Instant, (u64, u64, u32))>,
     pipes: HashMap<(u64, u64), Pipe>,
+    /// Request heads waiting in `pipes`, all connections together.
+    pipe_heads: usize,
     ip_texts: HashMap<(bool, u128), String>,
     stats: Stats,
     h2: HashMap<(u64, u64), H2Entry>,
+    /// Bytes every followed HTTP/2 connection holds (the sum of their
+    /// [`H2Entry::bytes`]), and the most they may (`pipeline.h2_state_mb`).
+    h2_bytes: usize,
+    h2_budget: usize,
     /// `Upgrade: h2c` requests by connection, with their start, waiting for
     /// the connection's first HTTP/2 record (they become its stream 1).
     h2c: HashMap<(u64, u64), (RequestHead, u64)>,
@@ -208,17 +240,22 @@ impl Transformer {
             held: HashMap::default(),
             held_order: VecDeque::new(),
             pipes: HashMap::default(),
+            pipe_heads: 0,
             ip_texts: HashMap::default(),
             stats: Stats {
                 spans: registry.counter("ringtail_spans_created_total", &[]),
                 ignored: registry.counter("ringtail_ignored_requests_total", &[]),
                 overflow: registry.counter("ringtail_route_overflow_total", &[]),
+                route_services_evicted: registry.counter("ringtail_route_services_evicted_total", &[]),
+                route_services: registry.gauge("ringtail_route_services", &[]),
                 parent_timeouts: registry.counter("ringtail_parent_wait_timeouts_total", &[]),
                 unparsable: registry.drops("ringtail_dropped_events_total", "unparsable_request"),
                 orphan_unmatched: registry.drops("ringtail_dropped_events_total", "unmatched_response"),
                 pipelined_unanswered: registry.drops("ringtail_dropped_events_total", "pipelined_unanswered"),
             },
             h2: HashMap::default(),
+            h2_bytes: 0,
+            h2_budget: settings.pipeline.h2_state_mb.saturating_mul(1 << 20),
             h2_stats: H2Counters {
                 dropped: DropReason::ALL.iter().map(|r| registry.drops("ringtail_dropped_events_total", r.as_str())).collect(),
                 header_blocks_truncated: registry.counter("ringtail_h2_header_blocks_truncated_total", &[]),
@@ -226,6 +263,8 @@ impl Transformer {
                 given_up: registry.counter("ringtail_h2_connections_given_up_total", &[]),
                 malformed: registry.drops("ringtail_dropped_events_total", "h2_malformed_record"),
                 evicted: registry.counter("ringtail_h2_connections_evicted_total", &[]),
+                state_full: registry.drops("ringtail_dropped_events_total", "h2_state_full"),
+                state_bytes: registry.gauge("ringtail_h2_state_bytes", &[]),
                 h2c_unfollowed: registry.drops("ringtail_dropped_events_total", "h2c_unfollowed"),
             },
             h2c: HashMap::default(),
@@ -236,6 +275,68 @@ impl Transformer {
     /// HTTP/2 connections being followed.
     pub fn h2_connections(&self) -> usize {
         self.h2.len()
+    }
+
+    /// Bytes the HTTP/2 connections being followed hold, all together.
+    pub fn h2_state_bytes(&self) -> usize {
+        self.h2_bytes
+    }
+
+    /// [`Transformer::h2_state_bytes`] counted afresh, connection by
+    /// connection, stream by stream (for tests).
+    pub fn h2_state_bytes_recounted(&self) -> usize {
+        self.h2.values().map(|e| e.conn.state_bytes_recounted() + H2_ENTRY_OVERHEAD).sum()
+    }
+
+    /// Open HTTP/2 streams, all connections together.
+    pub fn h2_open_streams(&self) -> usize {
+        self.h2.values().map(|e| e.conn.open_streams()).sum()
+    }
+
+    /// Pipelined HTTP/1 request heads waiting for their responses.
+    pub fn pipelined_heads(&self) -> usize {
+        self.pipe_heads
+    }
+
+    /// Takes connection `key` out of the table (and its bytes out of the count).
+    fn h2_remove(&mut self, key: &(u64, u64)) -> Option<H2Entry> {
+        let e = self.h2.remove(key)?;
+        self.h2_bytes -= e.bytes;
+        Some(e)
+    }
+
+    /// Counts again what connection `key` holds, after it changed.
+    fn h2_recount(&mut self, key: &(u64, u64)) {
+        if let Some(e) = self.h2.get_mut(key) {
+            let now = e.conn.state_bytes() + H2_ENTRY_OVERHEAD;
+            self.h2_bytes = self.h2_bytes - e.bytes + now;
+            e.bytes = now;
+        }
+    }
+
+    /// Over `pipeline.h2_state_mb`: forgets the connections that hold the
+    /// most until what is left is under 7/8 of it. A flood of never-ended
+    /// streams sits in a few big connections and goes first; the small ones
+    /// of ordinary clients stay. A forgotten connection's open streams are
+    /// dropped (no span: they did not end) and counted; if it goes on, it
+    /// is followed afresh from its next record, as one seen mid-way.
+    fn h2_shed(&mut self) {
+        if self.h2_bytes <= self.h2_budget {
+            return;
+        }
+        let target = self.h2_budget / H2_STATE_LOW_WATER.1 * H2_STATE_LOW_WATER.0;
+        let mut by_size: Vec<(usize, (u64, u64))> = self.h2.iter().map(|(k, e)| (e.bytes, *k)).collect();
+        by_size.sort_unstable_by(|a, b| b.cmp(a));
+        for (_, key) in by_size {
+            if self.h2_bytes <= target {
+                break;
+            }
+            if let Some(mut e) = self.h2_remove(&key) {
+                self.h2_stats.add(&e.conn.take_stats());
+                self.h2_stats.state_full.add(e.conn.open_streams() as u64);
+                self.h2_stats.evicted.inc();
+            }
+        }
     }
 
     /// One HTTP/2 record: feed its connection, make spans of the streams
@@ -254,7 +355,7 @@ impl Transformer {
         let key = (inst, r.conn_id);
         let mut done = Vec::new();
         if r.close {
-            if let Some(mut e) = self.h2.remove(&key) {
+            if let Some(mut e) = self.h2_remove(&key) {
                 e.conn.close(r.mono_ns, &mut done);
                 self.h2_stats.add(&e.conn.take_stats());
                 self.h2_spans(inst, origin, &e.meta, done, offset, now, out, made);
@@ -266,7 +367,7 @@ impl Transformer {
             Err(_) => {
                 // Its frame boundaries are unknown from here: give it up.
                 self.h2_stats.malformed.add(1);
-                if let Some(mut e) = self.h2.remove(&key) {
+                if let Some(mut e) = self.h2_remove(&key) {
                     e.conn.close(r.mono_ns, &mut done);
                     self.h2_stats.add(&e.conn.take_stats());
                     self.h2_spans(inst, origin, &e.meta, done, offset, now, out, made);
@@ -278,7 +379,7 @@ impl Transformer {
             if self.h2.len() >= H2_CONNS {
                 // Bounded: one connection goes (its open streams end now).
                 if let Some(k) = self.h2.keys().next().copied() {
-                    if let Some(mut e) = self.h2.remove(&k) {
+                    if let Some(mut e) = self.h2_remove(&k) {
                         self.h2_stats.evicted.inc();
                         let mut gone = Vec::new();
                         e.conn.close(r.mono_ns, &mut gone);
@@ -318,7 +419,7 @@ impl Transformer {
                 peer: r.peer,
                 tls: r.tls,
             };
-            self.h2.insert(key, H2Entry { conn, meta });
+            self.h2.insert(key, H2Entry { conn, meta, bytes: 0 });
         }
         let Some(e) = self.h2.get_mut(&key) else { return };
         let dir = if r.send { h2::Dir::Send } else { h2::Dir::Recv };
@@ -327,6 +428,8 @@ impl Transformer {
         let stats = e.conn.take_stats();
         let meta = e.meta;
         self.h2_stats.add(&stats);
+        self.h2_recount(&key);
+        self.h2_shed();
         self.h2_spans(inst, origin, &meta, done, offset, now, out, made);
     }
 
@@ -446,16 +549,18 @@ impl Transformer {
             let key = (inst, ev.conn_id);
             if !self.pipes.is_empty() {
                 let left = self.pipes.remove(&key).map_or(0, |p| p.heads.len());
+                self.pipe_heads -= left;
                 self.stats.pipelined_unanswered.add(left as u64);
             }
             if !heads.is_empty() && ev.role == Role::Server {
-                if self.pipes.len() >= PIPELINES {
+                if self.pipes.len() >= PIPELINES || self.pipe_heads + heads.len() > PIPELINED_HEADS {
                     // Bounded: what the forgotten connections still waited
                     // for is counted, not silently lost.
-                    let left: usize = self.pipes.values().map(|p| p.heads.len()).sum();
-                    self.stats.pipelined_unanswered.add(left as u64);
+                    self.stats.pipelined_unanswered.add(self.pipe_heads as u64);
                     self.pipes.clear();
+                    self.pipe_heads = 0;
                 }
+                self.pipe_heads += heads.len();
                 self.pipes.insert(key, Pipe { heads: heads.into(), seq: ev.seq, next_sub: 1, last_end_mono: ev.end_mono_ns });
             }
             self.emit(inst, origin, ev, &first, 0, ev.start_mono_ns, ev.end_mono_ns, offset, now, out, &mut made);
@@ -463,6 +568,9 @@ impl Transformer {
         for r in batch.h2() {
             self.h2_record(inst, origin, &r, offset, now, out, &mut made);
         }
+        self.h2_stats.state_bytes.set(self.h2_bytes as f64);
+        self.stats.route_services_evicted.add(self.router.take_evicted());
+        self.stats.route_services.set(self.router.services() as f64);
         self.stats.spans.add(made.spans as u64);
         made
     }
@@ -503,6 +611,7 @@ impl Transformer {
             self.stats.orphan_unmatched.add(1);
             return;
         };
+        self.pipe_heads -= 1;
         let (sub, start) = (pipe.next_sub, pipe.last_end_mono);
         pipe.next_sub += 1;
         pipe.last_end_mono = ev.end_mono_ns;

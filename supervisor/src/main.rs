@@ -159,7 +159,8 @@ fn main() -> anyhow::Result<()> {
         }
         Command::CheckConfig => {
             check_components(&bin, args.config.as_deref())?;
-            print!("{}", settings.to_toml());
+            // Printed, so without its secrets' values (names kept).
+            print!("{}", settings.redacted().to_toml());
             eprintln!("configuration is valid");
             Ok(())
         }

@@ -1,10 +1,16 @@
 //! One readable line per span on standard output, for trying ringtail out.
 //!
 //! `2026-11-29T23:59:59.123Z SERVER python3.11 "GET /users/*" GET /users/7 404 1.234ms trace=… span=… peer=127.0.0.1:5555`
+//!
+//! One span is one line whatever its text holds: the service name comes
+//! from any local user (`OTEL_SERVICE_NAME`, an executable's name), the
+//! path and query from any client, so every text field is written through
+//! [`Printable`] (a newline or an ESC in them is escaped, never printed).
 
 use std::io::Write;
 
 use ipc_schema::{Attr, SpanKind};
+use runtime_kit::text::Printable;
 
 use crate::batch::Spans;
 
@@ -29,12 +35,12 @@ pub fn rfc3339(ns: u64) -> String {
 /// The line for one span.
 pub fn line(batch: &Spans<'_>, i: usize) -> String {
     let s = &batch.spans[i];
-    let service = batch.resources.get(s.resource as usize).map_or("unknown_service", |r| r.service_name.as_str());
+    let service = Printable(batch.resources.get(s.resource as usize).map_or("unknown_service", |r| r.service_name.as_str()));
     let kind = match s.kind {
         SpanKind::Server => "SERVER",
         SpanKind::Client => "CLIENT",
     };
-    let query = s.query.map(|q| format!("?{q}")).unwrap_or_default();
+    let query = s.query.map(|q| format!("?{}", Printable(q))).unwrap_or_default();
     let dur_ms = s.end_unix_ns.saturating_sub(s.start_unix_ns) as f64 / 1e6;
     let parent = if s.parent_span_id != 0 { format!(" parent={:016x}", s.parent_span_id) } else { String::new() };
     let (peer, port) = match s.kind {
@@ -46,20 +52,21 @@ pub fn line(batch: &Spans<'_>, i: usize) -> String {
         .attributes
         .iter()
         .find_map(|(k, v)| match (*k, v) {
-            ("rpc.status_code", Attr::Str(v)) => Some(format!(" rpc={v}")),
+            ("rpc.status_code", Attr::Str(v)) => Some(format!(" rpc={}", Printable(v))),
             ("rpc.grpc.status_code", Attr::Int(v)) => Some(format!(" rpc={v}")),
             _ => None,
         })
         .unwrap_or_default();
     format!(
-        "{} {kind} {service} {:?} {} {}{query} {} {dur_ms:.3}ms trace={:032x} span={:016x}{parent} peer={peer}:{port}{rpc}",
+        "{} {kind} {service} {:?} {} {}{query} {} {dur_ms:.3}ms trace={:032x} span={:016x}{parent} peer={}:{port}{rpc}",
         rfc3339(s.start_unix_ns),
         s.name,
-        s.method_original.unwrap_or(s.method),
-        s.path,
+        Printable(s.method_original.unwrap_or(s.method)),
+        Printable(s.path),
         s.status,
         s.trace_id,
         s.span_id,
+        Printable(peer),
     )
 }
 
@@ -76,6 +83,34 @@ pub fn write(batch: &Spans<'_>, out: &mut impl Write) -> std::io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use ipc_schema::{ServiceResource, SpanBatch};
+
+    #[test]
+    fn a_hostile_name_or_path_stays_one_line_and_escapes_nothing() {
+        let forged = "web\n2026-01-01T00:00:00.000Z SERVER bank \"GET /pay\" GET /pay 200 1.000ms\x1b[2J\u{9b}1m\u{202e}";
+        let res = ServiceResource {
+            service_name: forged.into(),
+            service_instance_id: "h:1".into(),
+            host_name: "h".into(),
+            pid: 1,
+            executable_name: "x\ny".into(),
+            extra: vec![],
+        };
+        let mut span = crate::meters::tests::span("/a", 1, 200);
+        span.path = "/a\r\nb".into();
+        span.query = Some("q=\x1b]0;t\x07".into());
+        let batch = SpanBatch::of(vec![res], &[span]);
+        let mut out = Vec::new();
+        write(&Spans::of_own(&batch), &mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        assert_eq!(out.lines().count(), 1, "{out:?}");
+        assert!(!out.trim_end().chars().any(runtime_kit::text::needs_escape), "{out:?}");
+        assert!(
+            out.contains(" SERVER web\\n2026-01-01T00:00:00.000Z SERVER bank \"GET /pay\" GET /pay 200 1.000ms\\u{1b}[2J\\u{9b}1m\\u{202e} \"GET /a\" GET /a\\r\\nb?q=\\u{1b}]0;t\\u{7} 200 "),
+            "{out}"
+        );
+    }
 
     #[test]
     fn timestamps() {

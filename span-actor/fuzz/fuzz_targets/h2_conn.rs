@@ -1,6 +1,7 @@
 //! Arbitrary piece sequences, and arbitrary kernel record bytes (through
-//! `h2::record`), into one HTTP/2 connection: no panic, bounded state, and
-//! every stream that comes out is well-formed.
+//! `h2::record`), into one HTTP/2 connection: no panic, bounded state
+//! whose running count is right, and every stream that comes out is
+//! well-formed.
 #![no_main]
 
 use arbitrary::Arbitrary;
@@ -79,6 +80,8 @@ fuzz_target!(|input: Input| {
         let dir = if s.send { Dir::Send } else { Dir::Recv };
         c.feed(dir, u64::from(s.ts), &pieces, &mut out);
         assert!(c.open_streams() <= conn::MAX_STREAMS);
+        // What the span-actor's host-wide budget counts is what is held.
+        assert_eq!(c.state_bytes(), c.state_bytes_recounted());
     }
     for (send, bytes) in &input.records {
         // Refused records are fine; accepted ones must make sense.
@@ -91,6 +94,7 @@ fuzz_target!(|input: Input| {
             let dir = if *send { Dir::Send } else { Dir::Recv };
             c.feed(dir, u64::from(u32::MAX - 1), &pieces, &mut out);
             assert!(c.open_streams() <= conn::MAX_STREAMS);
+            assert_eq!(c.state_bytes(), c.state_bytes_recounted());
         }
     }
     c.close(u64::from(u32::MAX), &mut out);

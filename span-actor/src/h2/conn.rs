@@ -5,6 +5,11 @@
 //! END_HEADERS) and the HPACK decoder of the peer that writes in that
 //! direction. Per connection: the open streams, at most [`MAX_STREAMS`],
 //! keyed by id (ids grow, so the smallest is the oldest).
+//!
+//! What a connection holds is counted as it changes
+//! ([`H2Conn::state_bytes`]: streams with their header values, HPACK
+//! tables, frames and header blocks in progress), so that the span-actor
+//! can bound all connections together, not only each one.
 
 use std::collections::BTreeMap;
 
@@ -57,6 +62,13 @@ impl Val {
         match self {
             Val::Known(s) => Some(s),
             _ => None,
+        }
+    }
+
+    fn heap(&self) -> usize {
+        match self {
+            Val::Known(s) => s.capacity(),
+            _ => 0,
         }
     }
 }
@@ -171,6 +183,27 @@ impl Fields {
     fn incomplete(&self) -> bool {
         self.unknown_pseudo || self.unknown_regular
     }
+
+    /// Heap bytes of its values.
+    fn heap(&self) -> usize {
+        [
+            &self.method,
+            &self.path,
+            &self.scheme,
+            &self.authority,
+            &self.host,
+            &self.status,
+            &self.content_type,
+            &self.user_agent,
+            &self.traceparent,
+            &self.tracestate,
+            &self.grpc_status,
+            &self.grpc_message,
+        ]
+        .into_iter()
+        .map(Val::heap)
+        .sum()
+    }
 }
 
 #[derive(Debug)]
@@ -191,7 +224,20 @@ struct Stream {
     ended: Option<(End, u64)>,
 }
 
+/// What a stream costs besides its header values: its struct and id in the
+/// map, and the map's node overhead (a B-tree node holds 11 of them).
+const STREAM_OVERHEAD: usize = std::mem::size_of::<Stream>() + std::mem::size_of::<u32>() + 16;
+
 impl Stream {
+    /// Bytes it holds (see [`STREAM_OVERHEAD`]).
+    fn bytes(&self) -> usize {
+        STREAM_OVERHEAD
+            + self.req.as_ref().map_or(0, Fields::heap)
+            + self.resp.as_ref().map_or(0, Fields::heap)
+            + self.grpc_status.heap()
+            + self.grpc_message.heap()
+    }
+
     fn new(start_ns: u64, req: Option<Fields>) -> Self {
         let incomplete = req.as_ref().is_some_and(Fields::incomplete);
         Stream {
@@ -248,6 +294,67 @@ impl Side {
     fn new(mid_connection: bool) -> Self {
         Side { frame: None, block: None, hpack: hpack::Decoder::new(mid_connection) }
     }
+
+    /// Heap bytes: the HPACK table and the frame and block in progress.
+    fn bytes(&self) -> usize {
+        self.hpack.bytes() + self.frame.as_ref().map_or(0, |f| f.buf.capacity()) + self.block.as_ref().map_or(0, |b| b.buf.capacity())
+    }
+}
+
+/// The open streams by id, with the bytes they hold kept up to date by
+/// every change (insertions, removals, and changes through [`Streams::with`]).
+#[derive(Debug, Default)]
+struct Streams {
+    map: BTreeMap<u32, Stream>,
+    bytes: usize,
+}
+
+impl Streams {
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn contains_key(&self, id: &u32) -> bool {
+        self.map.contains_key(id)
+    }
+
+    fn range(&self, r: impl std::ops::RangeBounds<u32>) -> impl Iterator<Item = (&u32, &Stream)> {
+        self.map.range(r)
+    }
+
+    fn insert(&mut self, id: u32, s: Stream) {
+        self.bytes += s.bytes();
+        if let Some(old) = self.map.insert(id, s) {
+            self.bytes -= old.bytes();
+        }
+    }
+
+    fn remove(&mut self, id: &u32) -> Option<Stream> {
+        let s = self.map.remove(id)?;
+        self.bytes -= s.bytes();
+        Some(s)
+    }
+
+    fn pop_first(&mut self) -> Option<(u32, Stream)> {
+        let (id, s) = self.map.pop_first()?;
+        self.bytes -= s.bytes();
+        Some((id, s))
+    }
+
+    /// Every stream, taken out.
+    fn take(&mut self) -> BTreeMap<u32, Stream> {
+        self.bytes = 0;
+        std::mem::take(&mut self.map)
+    }
+
+    /// Changes stream `id` with `f`, counting what it holds afterwards.
+    fn with<R>(&mut self, id: u32, f: impl FnOnce(&mut Stream) -> R) -> Option<R> {
+        let s = self.map.get_mut(&id)?;
+        let before = s.bytes();
+        let r = f(s);
+        self.bytes = self.bytes - before + s.bytes();
+        Some(r)
+    }
 }
 
 /// One HTTP/2 connection as seen by the traced process.
@@ -256,7 +363,7 @@ pub struct H2Conn {
     role: Role,
     /// Indexed by [`Dir`]: Recv = 0, Send = 1.
     sides: [Side; 2],
-    streams: BTreeMap<u32, Stream>,
+    streams: Streams,
     /// Highest client-initiated stream id whose request was seen.
     max_request_id: u32,
     /// Streams ended whose request may still come (`Stream::ended`).
@@ -280,7 +387,7 @@ impl H2Conn {
         H2Conn {
             role,
             sides: [Side::new(mid_connection), Side::new(mid_connection)],
-            streams: BTreeMap::new(),
+            streams: Streams::default(),
             max_request_id: 0,
             parked: 0,
             given_up: false,
@@ -301,6 +408,21 @@ impl H2Conn {
     /// Streams open now.
     pub fn open_streams(&self) -> usize {
         self.streams.len()
+    }
+
+    /// Bytes this connection holds: its struct, its open streams with their
+    /// header values, its HPACK tables, the frames and header blocks in
+    /// progress. Kept as they change (no walk over the streams).
+    pub fn state_bytes(&self) -> usize {
+        std::mem::size_of::<H2Conn>() + self.streams.bytes + self.sides.iter().map(Side::bytes).sum::<usize>()
+    }
+
+    /// [`H2Conn::state_bytes`] counted afresh, stream by stream (tests and
+    /// fuzzing check the running count against it).
+    pub fn state_bytes_recounted(&self) -> usize {
+        std::mem::size_of::<H2Conn>()
+            + self.streams.map.values().map(Stream::bytes).sum::<usize>()
+            + self.sides.iter().map(Side::bytes).sum::<usize>()
     }
 
     /// The counts since the last call, reset.
@@ -357,7 +479,7 @@ impl H2Conn {
     /// The connection closed at `ts`: every open stream ends.
     pub fn close(&mut self, ts: u64, out: &mut Vec<StreamDone>) {
         self.parked = 0;
-        for (id, mut s) in std::mem::take(&mut self.streams) {
+        for (id, mut s) in self.streams.take() {
             // A parked stream ends as it ended first; its request will not come.
             let (end, at) = s.ended.take().unwrap_or((End::Closed, ts));
             self.finish(id, s, end, at, out);
@@ -375,7 +497,7 @@ impl H2Conn {
         for _ in 0..self.streams.len() {
             self.stats.drop(DropReason::FramingLost);
         }
-        self.streams.clear();
+        self.streams.take();
         self.parked = 0;
         for s in &mut self.sides {
             s.frame = None;
@@ -536,19 +658,17 @@ impl H2Conn {
 
     fn on_data(&mut self, dir: Dir, ts: u64, flags: u8, stream: u32, len: u32, out: &mut Vec<StreamDone>) {
         let req = dir == self.role.request_dir();
-        let Some(s) = self.streams.get_mut(&stream) else {
-            return;
-        };
-        if req {
-            s.req_body += u64::from(len);
-            if flags & frames::FLAG_END_STREAM != 0 {
-                s.req_ended = true;
+        let end = flags & frames::FLAG_END_STREAM != 0;
+        let seen = self.streams.with(stream, |s| {
+            if req {
+                s.req_body += u64::from(len);
+                s.req_ended |= end;
+            } else {
+                s.resp_body += u64::from(len);
             }
-        } else {
-            s.resp_body += u64::from(len);
-            if flags & frames::FLAG_END_STREAM != 0 {
-                self.end_stream(stream, End::Complete, ts, out);
-            }
+        });
+        if seen.is_some() && !req && end {
+            self.end_stream(stream, End::Complete, ts, out);
         }
     }
 
@@ -576,19 +696,19 @@ impl H2Conn {
         if dir == self.role.request_dir() {
             // A new client stream: odd, above every id seen.
             let new = !id.is_multiple_of(2) && id > self.max_request_id;
-            if let Some(s) = self.streams.get_mut(&id) {
+            if self.streams.contains_key(&id) {
                 if !new {
                     // Request trailers.
-                    if b.end_stream {
-                        s.req_ended = true;
-                    }
+                    self.streams.with(id, |s| s.req_ended |= b.end_stream);
                     return;
                 }
                 // Its response came first (see `end_stream`).
-                s.incomplete |= fields.incomplete();
-                s.req = Some(fields);
-                s.start_ns = s.start_ns.min(b.ts);
-                s.req_ended |= b.end_stream;
+                self.streams.with(id, |s| {
+                    s.incomplete |= fields.incomplete();
+                    s.req = Some(fields);
+                    s.start_ns = s.start_ns.min(b.ts);
+                    s.req_ended |= b.end_stream;
+                });
             } else if new {
                 self.make_room();
                 let mut s = Stream::new(b.ts, Some(fields));
@@ -610,19 +730,22 @@ impl H2Conn {
             self.make_room();
             self.streams.insert(id, Stream::new(b.ts, None));
         }
-        let Some(s) = self.streams.get_mut(&id) else {
-            return;
-        };
-        s.incomplete |= fields.incomplete();
-        if s.resp.is_none() {
-            let informational = fields.status.known().and_then(|v| v.parse::<u16>().ok()).is_some_and(|c| (100..200).contains(&c));
-            if informational && !b.end_stream {
-                return;
+        let informational = fields.status.known().and_then(|v| v.parse::<u16>().ok()).is_some_and(|c| (100..200).contains(&c));
+        let interim = self.streams.with(id, |s| {
+            s.incomplete |= fields.incomplete();
+            if s.resp.is_none() {
+                if informational && !b.end_stream {
+                    return true;
+                }
+                take_grpc(s, &mut fields);
+                s.resp = Some(fields);
+            } else {
+                take_grpc(s, &mut fields);
             }
-            take_grpc(s, &mut fields);
-            s.resp = Some(fields);
-        } else {
-            take_grpc(s, &mut fields);
+            false
+        });
+        if interim != Some(false) {
+            return;
         }
         if b.end_stream {
             self.end_stream(id, End::Complete, ts, out);

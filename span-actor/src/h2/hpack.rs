@@ -31,6 +31,9 @@ pub const MAX_TABLE_SIZE: usize = 64 * 1024;
 /// The initial table size (RFC 7540 SETTINGS_HEADER_TABLE_SIZE default).
 pub const DEFAULT_TABLE_SIZE: usize = 4096;
 
+/// Capacity of a Huffman scratch buffer kept between header blocks.
+const SCRATCH_KEPT: usize = 4096;
+
 /// Integers above this are refused (no legitimate length or index comes
 /// near it; it keeps arithmetic far from overflow).
 const MAX_INT: u64 = 1 << 24;
@@ -134,6 +137,13 @@ impl Decoder {
         self.gapped
     }
 
+    /// Heap bytes held: the table (its RFC size counts each entry's name,
+    /// value and 32 bytes, more than an entry's own overhead) with its
+    /// slots, and the scratch buffers of Huffman-coded strings.
+    pub fn bytes(&self) -> usize {
+        self.size + self.entries.capacity() * std::mem::size_of::<Entry>() + self.name_buf.capacity() + self.value_buf.capacity()
+    }
+
     /// Entries held (for tests).
     pub fn len(&self) -> usize {
         self.entries.len()
@@ -150,6 +160,13 @@ impl Decoder {
     /// were visited, and the table is emptied (see [`Decoder::gap`]).
     pub fn decode(&mut self, block: &[u8], complete: bool, mut visit: impl FnMut(Header<'_>)) -> Result<(), DecodeError> {
         let r = self.decode_inner(block, &mut visit);
+        // One long Huffman string must not stay allocated for the
+        // connection's life.
+        for buf in [&mut self.name_buf, &mut self.value_buf] {
+            if buf.capacity() > SCRATCH_KEPT {
+                *buf = Vec::new();
+            }
+        }
         match r {
             Ok(()) if complete => Ok(()),
             Ok(()) => {

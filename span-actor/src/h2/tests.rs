@@ -528,8 +528,10 @@ fn random_conversations_never_yield_wrong_streams() {
                 pieces
             };
             c.feed(dir, step as u64, &pieces, &mut out);
+            assert_eq!(c.state_bytes(), c.state_bytes_recounted(), "seed {seed} step {step}");
         }
         c.close(1000, &mut out);
+        assert_eq!(c.state_bytes(), c.state_bytes_recounted());
         for d in &out {
             let (req, status) = &truth[&d.stream_id];
             let (m, p) = req.as_ref().unwrap();
@@ -567,8 +569,10 @@ fn random_pieces_never_panic() {
                 .collect();
             let dir = if rng.random() { Dir::Recv } else { Dir::Send };
             c.feed(dir, rng.random(), &pieces, &mut out);
+            assert_eq!(c.state_bytes(), c.state_bytes_recounted());
         }
         c.close(u64::MAX, &mut out);
+        assert_eq!(c.state_bytes(), c.state_bytes_recounted());
     }
 }
 

@@ -444,3 +444,102 @@ fn h2c_upgrade_request_is_stream_one() {
     let unseen = report.points.iter().find(|p| p.labels.iter().any(|(_, v)| v == "h2_request_unseen"));
     assert_eq!(unseen.map(|p| p.value), Some(1.0), "{report:?}");
 }
+
+/// A kernel frame piece of any stream id and a payload up to 64 KiB.
+fn frame_to(typ: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let n = payload.len();
+    let mut v = vec![1, (n >> 16) as u8, (n >> 8) as u8, n as u8, typ, flags];
+    v.extend_from_slice(&stream.to_be_bytes());
+    if n > 0 {
+        v.push(2);
+        v.extend_from_slice(&(n as u16).to_le_bytes());
+        v.extend_from_slice(payload);
+    }
+    v
+}
+
+/// A request header block: GET, http, and a literal (not indexed)
+/// `:path` of `len` bytes.
+fn request_block(len: usize) -> Vec<u8> {
+    let mut b = vec![0x82, 0x86, 0x04];
+    // the length, an HPACK integer with a 7-bit prefix
+    if len < 127 {
+        b.push(len as u8);
+    } else {
+        b.push(127);
+        let mut rest = len - 127;
+        while rest >= 128 {
+            b.push((rest % 128) as u8 | 0x80);
+            rest /= 128;
+        }
+        b.push(rest as u8);
+    }
+    b.push(b'/');
+    b.extend(std::iter::repeat_n(b'a', len - 1));
+    b
+}
+
+/// Many connections full of streams that never end (a remote client's
+/// flood): what every connection holds together stays within
+/// `pipeline.h2_state_mb`, the largest connections are forgotten first,
+/// every stream dropped with them is counted, and a small connection
+/// opened before the flood is still followed after it.
+#[test]
+fn h2_state_is_bounded_host_wide_and_what_is_refused_is_counted() {
+    let mut rig = Rig::new(|s| s.pipeline.h2_state_mb = 1);
+    let budget = 1 << 20;
+    let feed = |rig: &mut Rig, records: Vec<RawH2>| {
+        let mut b = batch(vec![]);
+        for r in &records {
+            b.push_h2(r);
+        }
+        rig.seq += 1;
+        let mut out = Vec::new();
+        rig.t.transform(INST, rig.seq, &b, Instant::now(), &mut out);
+        out
+    };
+    // The ordinary client: one stream, still open.
+    let legit = 1;
+    feed(&mut rig, vec![h2_record(legit, false, true, frame_to(1, 0x5, 1, &request_block(16)), 1)]);
+    let (conns, streams) = (24u64, 100u32);
+    let mut most = 0;
+    for c in 0..conns {
+        for i in 0..streams {
+            // 600-byte paths, no END_STREAM: each stream stays open.
+            let r = h2_record(100 + c, false, i == 0, frame_to(1, 0x4, 2 * i + 1, &request_block(600)), 2);
+            feed(&mut rig, vec![r]);
+            let held = rig.t.h2_state_bytes();
+            assert_eq!(held, rig.t.h2_state_bytes_recounted(), "the running count is what is held");
+            assert!(held <= budget, "{held} bytes held, over the budget after conn {c} stream {i}");
+            most = most.max(held);
+        }
+    }
+    assert!(most > budget / 2, "the flood reached the budget: {most}");
+    let refused = rig.count("ringtail_dropped_events_total", Some("h2_state_full"));
+    let open = rig.t.h2_open_streams() as f64;
+    assert!(refused > 0.0);
+    assert_eq!(refused + open, f64::from(streams) * conns as f64 + 1.0, "every stream is open or counted");
+    assert!(rig.count("ringtail_h2_connections_evicted_total", None) >= 1.0);
+    assert_eq!(rig.count("ringtail_h2_state_bytes", None), rig.t.h2_state_bytes() as f64);
+    // The small connection was never the largest: its stream ends as a span.
+    let out = feed(&mut rig, vec![h2_record(legit, true, false, frame_to(1, 0x5, 1, &[0x88]), 3)]);
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert_eq!((out[0].span.path.len(), out[0].span.status), (16, 200));
+}
+
+/// Pipelined heads waiting for answers are bounded across connections:
+/// past the bound they are forgotten and counted, not kept.
+#[test]
+fn pipelined_heads_are_bounded_host_wide() {
+    let mut rig = Rig::new(|_| {});
+    let one = b"GET /p HTTP/1.1\r\nHost: h\r\n\r\n";
+    let req: Vec<u8> = one.iter().copied().cycle().take(one.len() * 16).collect();
+    let conns = PIPELINED_HEADS / 15 + 10;
+    for c in 0..conns {
+        rig.run(vec![event(Role::Server, c as u64 + 1, 1, &req, 200)]);
+        assert!(rig.t.pipelined_heads() <= PIPELINED_HEADS);
+    }
+    let forgotten = rig.count("ringtail_dropped_events_total", Some("pipelined_unanswered"));
+    assert_eq!(forgotten + rig.t.pipelined_heads() as f64, 15.0 * conns as f64, "every head is waiting or counted");
+    assert!(forgotten > 0.0);
+}

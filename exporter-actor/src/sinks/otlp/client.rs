@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Buf, BufMut, Bytes};
 use http::uri::PathAndQuery;
-use ringtail_config::{OtlpProtocol, RetrySettings};
+use ringtail_config::{OtlpEndpoint, OtlpProtocol, RetrySettings};
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
@@ -67,12 +67,14 @@ pub enum Transport {
 }
 
 impl Transport {
-    /// Connects (lazily) to `url` with the configured protocol, headers and
+    /// Connects (lazily) to `endpoint` with the configured protocol, headers and
     /// per-request timeout. TLS when the scheme is https.
-    pub fn new(url: &str, cfg: &OtlpConfig) -> Result<Transport, OtlpError> {
+    pub fn new(endpoint: &OtlpEndpoint, cfg: &OtlpConfig) -> Result<Transport, OtlpError> {
+        let url = endpoint.as_str();
         match cfg.protocol {
             OtlpProtocol::Grpc => {
-                let err = |source| OtlpError::Endpoint { endpoint: url.to_owned(), source };
+                // Shown without its user information.
+                let err = |source| OtlpError::Endpoint { endpoint: endpoint.to_string(), source };
                 let mut ep = Endpoint::from_str(url)
                     .map_err(err)?
                     .user_agent(USER_AGENT)
@@ -115,7 +117,9 @@ impl Transport {
         match self {
             Transport::Grpc { channel, metadata } => {
                 let mut grpc = tonic::client::Grpc::new(channel.clone());
-                grpc.ready().await.map_err(|e| Failure { retry: Retry::Backoff, reason: format!("gRPC channel not ready: {e}") })?;
+                grpc.ready()
+                    .await
+                    .map_err(|e| Failure { retry: Retry::Backoff, reason: format!("gRPC channel not ready: {}", error_chain(&e)) })?;
                 let mut req = tonic::Request::new(body.clone());
                 *req.metadata_mut() = metadata.clone();
                 let path = PathAndQuery::from_static(signal.grpc_path());
@@ -276,7 +280,8 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         s.push_str(&c.to_string());
         cur = c.source();
     }
-    s
+    // Errors may quote the URL; its user information is a secret.
+    ringtail_config::redact_userinfo(&s).into_owned()
 }
 
 /// The OTLP specification's retryable gRPC codes.

@@ -22,9 +22,10 @@ use ringtail_config::{ConfigError, HeaderName, OtlpEndpoint, OtlpProtocol, OtlpS
 #[derive(Debug, Clone, PartialEq)]
 pub struct OtlpConfig {
     /// Where traces go (full URL for HTTP); `None` = traces not exported.
-    pub traces_endpoint: Option<String>,
+    /// Shown (`Display`, `Debug`) without its user information.
+    pub traces_endpoint: Option<OtlpEndpoint>,
     /// Where metrics go; `None` = metrics not exported over OTLP.
-    pub metrics_endpoint: Option<String>,
+    pub metrics_endpoint: Option<OtlpEndpoint>,
     pub protocol: OtlpProtocol,
     pub headers: BTreeMap<String, String>,
     /// Time limit of one request.
@@ -75,16 +76,16 @@ impl OtlpConfig {
             Some(url) => Some(env_url("OTEL_EXPORTER_OTLP_ENDPOINT", url)?),
             None => s.endpoint.clone(),
         };
-        let signal = |name: &str, file: &Option<OtlpEndpoint>, path: &str| -> Result<Option<String>, ConfigError> {
+        let signal = |name: &str, file: &Option<OtlpEndpoint>, path: &str| -> Result<Option<OtlpEndpoint>, ConfigError> {
             if let Some(url) = var(name) {
-                return Ok(Some(env_url(name, url)?.as_str().to_owned()));
+                return Ok(Some(env_url(name, url)?));
             }
             if let Some(url) = file {
-                return Ok(Some(url.as_str().to_owned()));
+                return Ok(Some(url.clone()));
             }
             Ok(base.as_ref().map(|base| match protocol {
-                OtlpProtocol::Grpc => base.as_str().to_owned(),
-                OtlpProtocol::HttpProtobuf => format!("{}/{path}", base.as_str().trim_end_matches('/')),
+                OtlpProtocol::Grpc => base.clone(),
+                OtlpProtocol::HttpProtobuf => base.join(path),
             }))
         };
         let traces_endpoint = if s.traces { signal("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", &s.traces_endpoint, "v1/traces")? } else { None };

@@ -8,7 +8,7 @@ use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
 use opentelemetry_proto::tonic::metrics::v1::{metric, HistogramDataPoint};
 use opentelemetry_proto::tonic::trace::v1::span;
 use prost::Message as _;
-use ringtail_config::{OtlpProtocol, OtlpSettings};
+use ringtail_config::{OtlpEndpoint, OtlpProtocol, OtlpSettings};
 use runtime_kit::counters::Registry;
 
 use super::config::{parse_pairs, OtlpConfig};
@@ -25,8 +25,8 @@ fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
 fn file_only() {
     let s = OtlpSettings { endpoint: Some("http://collector:4317".parse().unwrap()), ..Default::default() };
     let c = OtlpConfig::resolve(&s, &env(&[])).unwrap();
-    assert_eq!(c.traces_endpoint.as_deref(), Some("http://collector:4317"));
-    assert_eq!(c.metrics_endpoint.as_deref(), Some("http://collector:4317"));
+    assert_eq!(c.traces_endpoint.as_ref().map(OtlpEndpoint::as_str), Some("http://collector:4317"));
+    assert_eq!(c.metrics_endpoint.as_ref().map(OtlpEndpoint::as_str), Some("http://collector:4317"));
     assert_eq!(c.protocol, OtlpProtocol::Grpc);
     // nothing configured: OTLP is off
     let c = OtlpConfig::resolve(&OtlpSettings::default(), &env(&[])).unwrap();
@@ -50,13 +50,26 @@ fn environment_overrides_the_file() {
     )
     .unwrap();
     assert_eq!(c.protocol, OtlpProtocol::HttpProtobuf);
-    assert_eq!(c.traces_endpoint.as_deref(), Some("http://env:4318/v1/traces"));
-    assert_eq!(c.metrics_endpoint.as_deref(), Some("http://m:9/custom"));
+    assert_eq!(c.traces_endpoint.as_ref().map(OtlpEndpoint::as_str), Some("http://env:4318/v1/traces"));
+    assert_eq!(c.metrics_endpoint.as_ref().map(OtlpEndpoint::as_str), Some("http://m:9/custom"));
     assert_eq!(c.headers.get("authorization").map(String::as_str), Some("Bearer abc"));
     assert_eq!(c.headers.get("x-tenant").map(String::as_str), Some("7"));
     assert_eq!(c.timeout, Duration::from_millis(2500));
     assert_eq!(c.metrics_interval, Duration::from_secs(1));
     assert_eq!(c.resource_attributes, vec![("deployment.environment".to_owned(), "prod".to_owned())]);
+}
+
+#[test]
+fn an_endpoints_user_information_is_used_never_shown() {
+    let e = env(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://user:pa55word@env:4318"), ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")]);
+    let c = OtlpConfig::resolve(&OtlpSettings::default(), &e).unwrap();
+    let traces = c.traces_endpoint.as_ref().unwrap();
+    assert_eq!(traces.as_str(), "http://user:pa55word@env:4318/v1/traces", "sent as basic authentication");
+    assert_eq!(traces.to_string(), "http://REDACTED@env:4318/v1/traces");
+    assert!(!format!("{c:?}").contains("pa55word"));
+    let bad = env(&[("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "ftp://user:pa55word@env:1")]);
+    let err = OtlpConfig::resolve(&OtlpSettings::default(), &bad).unwrap_err().to_string();
+    assert!(err.contains("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") && !err.contains("pa55word"), "{err}");
 }
 
 #[test]

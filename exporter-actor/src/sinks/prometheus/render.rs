@@ -34,8 +34,11 @@ fn unit_suffix(unit: &str) -> &'static str {
     }
 }
 
+/// A label value or help text: its control characters (a service name is
+/// any local user's choice) escaped as text first, so a scrape shown on a
+/// terminal carries no escape sequence; then the format's own escapes.
 fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    runtime_kit::text::printable(v).replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 fn labels<'a>(pairs: impl Iterator<Item = (String, String)> + 'a) -> String {
