@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 pub use serde_json::Value;
 
+pub mod cgroups;
 pub mod http1;
 pub mod otlp;
 pub mod tls;
