@@ -6,16 +6,22 @@
 //!   exporter and races its successor from the moment its pid exists
 //!   (`PTRACE_SEIZE`, `/proc/PID/environ`, `/proc/PID/fd/4`,
 //!   `pidfd_getfd`), under the supervisor and as systemd starts it;
+//! - the root loader's `raw.sock`: 1,100 connections held mid-handshake
+//!   (the loader's descriptors limited to systemd's default 1,024), and
+//!   subscribers that never read while traffic flows;
 //!
 //! Every attacker is this test binary started again as another uid (a real
 //! second process, [`role`]); a role is a no-op test unless its variable is
 //! set. The tests need root and skip loudly without it.
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Output};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ringtail_tests::*;
@@ -329,4 +335,380 @@ fn an_execute_only_exporter_exec_d_as_its_user_is_never_readable() {
         }
     }
     assert!(verdicts.last().is_some_and(|v| v.starts_with("WON")), "the racer never won against a readable exporter: {verdicts:#?}");
+}
+
+// ---------------------------------------------------------------------------
+// Items 4 and 6: the root loader's raw.sock.
+
+const FLOOD_PATH: &str = "RT_ATTACK_FLOOD_PATH";
+const FLOOD_CONNS: &str = "RT_ATTACK_FLOOD_CONNS";
+const FLOOD_SUBSCRIBE_EVERY: &str = "RT_ATTACK_FLOOD_SUBSCRIBE_EVERY";
+/// Connections the attacker opens at once: beyond the loader's 1,024
+/// descriptors (systemd's default soft limit, set on it by the test).
+const FLOOD: usize = 1100;
+
+/// A non-blocking connect to `path`; `None` when it is refused or the
+/// backlog is full.
+fn connect_nonblocking(path: &str) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: socket/connect on a zeroed sockaddr_un filled with a path
+    // shorter than sun_path; every result is checked.
+    unsafe {
+        let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return None;
+        }
+        let owned = std::os::fd::OwnedFd::from_raw_fd(fd);
+        let mut addr: libc::sockaddr_un = std::mem::zeroed();
+        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+        for (dst, src) in addr.sun_path.iter_mut().zip(path.as_bytes()) {
+            *dst = *src as libc::c_char;
+        }
+        let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+        (libc::connect(fd, &addr as *const libc::sockaddr_un as *const libc::sockaddr, len) == 0).then_some(owned)
+    }
+}
+
+fn send_all(fd: &std::os::fd::OwnedFd, bytes: &[u8]) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: send from a valid buffer of its length; MSG_NOSIGNAL: a closed
+    // peer is an error, not a SIGPIPE.
+    unsafe { libc::send(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len(), libc::MSG_NOSIGNAL) == bytes.len() as isize }
+}
+
+/// Not a test by itself: the flood, as the actors' uid. Without
+/// [`FLOOD_SUBSCRIBE_EVERY`]: opens [`FLOOD_CONNS`] connections to the
+/// socket, each with the first 10 bytes of a ZMTP greeting (mid-handshake),
+/// prints `FLOOD HOLDING <opened>`. With it: opens that many full
+/// subscribers (greeting, READY as SUB, SUBSCRIBE to everything), one every
+/// that many milliseconds, and never reads. Holds everything until its
+/// standard input closes.
+#[test]
+fn flood_role() {
+    let (Ok(path), Ok(conns)) = (std::env::var(FLOOD_PATH), std::env::var(FLOOD_CONNS)) else {
+        return;
+    };
+    let conns: usize = conns.parse().expect("connection count");
+    let every = std::env::var(FLOOD_SUBSCRIBE_EVERY).ok().and_then(|v| v.parse::<u64>().ok()).map(Duration::from_millis);
+    let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let opener = {
+        let (held, stop) = (held.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for k in 0..conns {
+                if stop.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Some(fd) = connect_nonblocking(&path) else { continue };
+                match every {
+                    None => {
+                        send_all(&fd, &zeromq_hostile_peers::zmtp::greeting()[..10]);
+                    }
+                    Some(gap) => {
+                        let mut hello = zeromq_hostile_peers::zmtp::greeting().to_vec();
+                        hello.extend_from_slice(&zeromq_hostile_peers::zmtp::ready("SUB"));
+                        hello.extend_from_slice(&zeromq_hostile_peers::zmtp::subscribe(b""));
+                        send_all(&fd, &hello);
+                        if k + 1 < conns {
+                            std::thread::sleep(gap);
+                        }
+                    }
+                }
+                held.lock().expect("held").push(fd);
+            }
+            println!("\nFLOOD HOLDING {}", held.lock().expect("held").len());
+        })
+    };
+    // Until the test closes our standard input.
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    stop.store(true, Ordering::Relaxed);
+    let _ = opener.join();
+}
+
+/// The flood role, running; dropping it closes its standard input (it
+/// then lets go of everything) and waits for it.
+struct Flood {
+    child: std::process::Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+impl Flood {
+    fn start(path: &Path, conns: usize, subscribe_every: Option<Duration>) -> Flood {
+        let ids = actors_ids();
+        let mut cmd = Command::new(std::env::current_exe().expect("this test binary"));
+        cmd.args(["--exact", "flood_role", "--nocapture", "--test-threads=1"])
+            .uid(ids.0)
+            .gid(ids.1)
+            .current_dir("/")
+            .env(FLOOD_PATH, path)
+            .env(FLOOD_CONNS, conns.to_string())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped());
+        if let Some(gap) = subscribe_every {
+            cmd.env(FLOOD_SUBSCRIBE_EVERY, gap.as_millis().to_string());
+        }
+        let mut child = cmd.spawn().expect("start the flood");
+        let lines = BufReader::new(child.stdout.take().expect("flood stdout")).lines();
+        Flood { child, lines }
+    }
+
+    /// Waits until every connection is open; how many are.
+    fn holding(&mut self) -> usize {
+        self.lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|l| l.strip_prefix("FLOOD HOLDING ").and_then(|n| n.parse().ok()))
+            .expect("the flood ended before it held its connections")
+    }
+}
+
+impl Drop for Flood {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// CPU time (user + system) of `pid` so far.
+fn cpu_of(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_else(|e| panic!("/proc/{pid}/stat: {e}"));
+    let fields: Vec<&str> = stat.rsplit_once(')').expect("stat").1.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 (1-based), 12 and 13 after the comm.
+    let ticks: u64 = fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+    Duration::from_millis(ticks * 1000 / hz)
+}
+
+/// Sets the soft open-files limit of `pid` (as systemd's default 1,024).
+fn limit_files(pid: u32, soft: u64) {
+    let mut old: libc::rlimit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: prlimit reads and writes the two rlimit structs given.
+    unsafe {
+        assert_eq!(libc::prlimit(pid as i32, libc::RLIMIT_NOFILE, std::ptr::null(), &mut old), 0, "read the loader's limit");
+        let new = libc::rlimit { rlim_cur: soft, rlim_max: old.rlim_max };
+        assert_eq!(libc::prlimit(pid as i32, libc::RLIMIT_NOFILE, &new, std::ptr::null_mut()), 0, "limit the loader's files");
+    }
+}
+
+/// nginx on a traced port, and ringtail with `/metrics` and stdout spans.
+struct Rig {
+    ringtail: Ringtail,
+    _nginx: Proc,
+    _www: TempDir,
+    port: u16,
+    prom: u16,
+}
+
+/// `pipeline` goes into the `[pipeline]` section.
+fn rig(pipeline: &str) -> Option<Rig> {
+    if !can_trace() {
+        return None;
+    }
+    if !have("nginx") {
+        return None;
+    }
+    let www = TempDir::new("atk-www");
+    let port = free_port();
+    let prom = free_port();
+    let nginx = nginx(port, &www.0, "");
+    let ringtail = Ringtail::start(&format!(
+        "[probe]\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n{pipeline}\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n\
+         [discovery]\nopen_ports = [{port}]\n"
+    ));
+    Some(Rig { ringtail, _nginx: nginx, _www: www, port, prom })
+}
+
+impl Rig {
+    fn raw_sock(&self) -> std::path::PathBuf {
+        self.ringtail.dir.join("run/raw.sock")
+    }
+
+    fn refused(&self, reason: &str) -> f64 {
+        metric_value(self.prom, "ringtail_ipc_refused_peers_total", &[("socket", "raw.sock"), ("reason", reason)]).unwrap_or(0.0)
+    }
+
+    /// A request's span reaches standard output.
+    fn traced(&self, path: &str) {
+        http_get(self.port, path, &[]).unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        let spans = self.ringtail.spans_when(Duration::from_secs(30), Duration::ZERO, |s| s.iter().any(|s| s.path == path));
+        assert_eq!(spans.iter().filter(|s| s.path == path).count(), 1, "{path}: {spans:?}");
+    }
+}
+
+/// The actors' uid opens 1,100 connections to the root loader's raw.sock
+/// (whose descriptors are limited to systemd's default 1,024) and holds
+/// them mid-greeting. The loader accepts at most its cap at once and
+/// closes the rest at once (counted), cuts the ones it holds at the
+/// handshake deadline (counted), stays idle-cheap instead of spinning on
+/// EMFILE (it spun at 98% of a CPU), and a span-actor killed meanwhile
+/// reconnects: a new request is traced.
+#[test]
+fn connections_held_mid_handshake_neither_spin_the_loader_nor_lock_out_the_span_actor() {
+    let Some(rig) = rig("") else {
+        return;
+    };
+    rig.traced("/before-the-flood");
+    let loader = rig.ringtail.pid("probe-loader").expect("loader pid");
+    limit_files(loader, 1024);
+    let mut flood = Flood::start(&rig.raw_sock(), FLOOD, None);
+    let opened = flood.holding();
+    eprintln!("the flood holds {opened} connections to raw.sock");
+    assert!(opened >= 1025, "the attack opened only {opened} connections: it must exceed the loader's 1,024 descriptors");
+
+    // Idle-cheap while the flood holds everything it opened.
+    std::thread::sleep(Duration::from_millis(500));
+    let (cpu0, t0) = (cpu_of(loader), Instant::now());
+    std::thread::sleep(Duration::from_secs(3));
+    let share = (cpu_of(loader) - cpu0).as_secs_f64() / t0.elapsed().as_secs_f64();
+    eprintln!("loader CPU while flooded: {:.1}% of a CPU", share * 100.0);
+    assert!(share < 0.2, "the loader used {:.0}% of a CPU while the flood held its connections (spinning?)", share * 100.0);
+
+    // Counted: refused beyond the cap, and cut at the handshake deadline.
+    let counted = wait_until(Duration::from_secs(30), || {
+        (rig.refused("connections") >= (opened - 64) as f64 && rig.refused("handshake_timeout") >= 1.0).then_some(())
+    });
+    assert!(
+        counted.is_some(),
+        "refused connections {} (of {opened}), handshake timeouts {}",
+        rig.refused("connections"),
+        rig.refused("handshake_timeout")
+    );
+
+    // The span-actor, killed while the flood still holds its sockets,
+    // gets back in.
+    let before = rig.ringtail.events("span-actor", "started").len();
+    let actor = rig.ringtail.pid("span-actor").expect("span-actor pid");
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(actor as i32, libc::SIGKILL) };
+    assert!(
+        wait_until(Duration::from_secs(30), || (rig.ringtail.events("span-actor", "started").len() > before).then_some(())).is_some(),
+        "the span-actor was not restarted:\n{}",
+        rig.ringtail.log()
+    );
+    rig.ringtail.wait_ready(Duration::from_secs(30));
+    rig.traced("/after-the-flood");
+    assert_eq!(rig.ringtail.pid("probe-loader"), Some(loader), "the loader restarted:\n{}", rig.ringtail.log());
+    drop(flood);
+}
+
+/// Keep-alive clients sending `GET /ok?pad=…` (a 400-byte query: each
+/// event fills its raw batch) as fast as nginx answers, until dropped.
+struct Traffic {
+    stop: Arc<AtomicBool>,
+    clients: Vec<std::thread::JoinHandle<u64>>,
+}
+
+impl Traffic {
+    fn start(port: u16, clients: usize) -> Traffic {
+        let stop = Arc::new(AtomicBool::new(false));
+        let pad = "p".repeat(400);
+        let clients = (0..clients)
+            .map(|c| {
+                let (stop, pad) = (stop.clone(), pad.clone());
+                std::thread::spawn(move || {
+                    let mut served = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let Ok(stream) = TcpStream::connect(("127.0.0.1", port)) else { continue };
+                        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                        let mut r = BufReader::new(stream);
+                        let mut k = 0u64;
+                        while !stop.load(Ordering::Relaxed) {
+                            let req = format!("GET /ok?c={c}&k={k}&pad={pad} HTTP/1.1\r\nHost: flood\r\n\r\n");
+                            if r.get_mut().write_all(req.as_bytes()).is_err() || !read_response(&mut r) {
+                                break;
+                            }
+                            served += 1;
+                            k += 1;
+                        }
+                    }
+                    served
+                })
+            })
+            .collect();
+        Traffic { stop, clients }
+    }
+
+    /// Stops the clients; how many requests were answered.
+    fn stop(mut self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        std::mem::take(&mut self.clients).into_iter().map(|h| h.join().unwrap_or(0)).sum()
+    }
+}
+
+impl Drop for Traffic {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Reads one response with a Content-Length body; false on any error.
+fn read_response(r: &mut BufReader<TcpStream>) -> bool {
+    let mut len = 0usize;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match r.read_line(&mut line) {
+            Ok(0) | Err(_) => return false,
+            Ok(_) => {}
+        }
+        let l = line.trim_end();
+        if l.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = l.split_once(':') {
+            if k.eq_ignore_ascii_case("content-length") {
+                len = v.trim().parse().unwrap_or(0);
+            }
+        }
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).is_ok()
+}
+
+/// Resident memory the root loader may reach while stalled subscribers
+/// hold on and traffic flows: its own ~30 MiB, its replay window (32
+/// batches here, ~9 MiB) and the subscribers' queues (`ringtail_ipc`
+/// bounds them to 32 MiB a socket, about twice that at worst), with room
+/// to spare (it peaked at 90 MiB). Without those bounds this test's attack
+/// took it to 236 MiB in 40 s, and the issue's to 1,259 MiB in 50 s (a
+/// release build carries more traffic).
+const STALLED_RSS_BOUND_KB: u64 = 128 * 1024;
+
+/// Sixteen subscribers of the actors' uid join raw.sock one after another
+/// while requests flow, and never read. The root loader's memory stays
+/// under [`STALLED_RSS_BOUND_KB`], what it could not queue for them is
+/// dropped and counted, and the real span-actor still gets every new
+/// request through.
+#[test]
+fn subscribers_that_never_read_do_not_grow_the_loader() {
+    // A small replay window (32 batches, ~9 MiB): the loader's own kept
+    // buffer stays small next to what stalled subscribers could pin.
+    let Some(rig) = rig("replay_batches = 32") else {
+        return;
+    };
+    rig.traced("/before-the-stall");
+    let loader = rig.ringtail.pid("probe-loader").expect("loader pid");
+    let base = resident_kb(loader);
+    let traffic = Traffic::start(rig.port, 4);
+    let mut flood = Flood::start(&rig.raw_sock(), 16, Some(Duration::from_millis(1500)));
+    let mut peak = base;
+    let end = Instant::now() + Duration::from_secs(40);
+    while Instant::now() < end {
+        peak = peak.max(resident_kb(loader));
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let held = flood.holding();
+    let served = traffic.stop();
+    let dropped = metric_value(rig.prom, "ringtail_ipc_send_queue_full_total", &[("socket", "raw.sock")]).unwrap_or(0.0);
+    eprintln!(
+        "{served} requests, {held} stalled subscribers: loader VmRSS {base} kB before, peak {peak} kB; {dropped} messages dropped for full queues; refused connections {}",
+        rig.refused("connections")
+    );
+    assert!(served > 10_000, "too little traffic to test anything: {served} requests");
+    assert!(peak < STALLED_RSS_BOUND_KB, "the loader reached {peak} kB with stalled subscribers (bound {STALLED_RSS_BOUND_KB} kB)");
+    assert!(dropped > 0.0, "nothing was dropped for the stalled subscribers: were they subscribed at all?");
+    rig.traced("/after-the-stall");
+    drop(flood);
 }
