@@ -158,7 +158,7 @@ impl Process {
     pub async fn serve_profiles(&self) -> Result<(), StartError> {
         let offset = self.component.info().profiling_offset;
         if let Some(addr) = crate::profiling::address(self.settings.profile.port, offset) {
-            crate::profiling::start(addr, self.component.name(), self.shutdown.clone())
+            crate::profiling::start(addr, self.component.name(), &self.registry, self.shutdown.clone())
                 .await
                 .map_err(|source| StartError::Profiling { source })?;
         }

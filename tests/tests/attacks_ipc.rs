@@ -9,6 +9,10 @@
 //! - the root loader's `raw.sock`: 1,100 connections held mid-handshake
 //!   (the loader's descriptors limited to systemd's default 1,024), and
 //!   subscribers that never read while traffic flows;
+//! - the HTTP endpoints: slow clients (a byte every 4 s) on `/metrics` and
+//!   on a profiling port, a local user asking the root processes for a
+//!   profile, `export.prometheus.listen` on every address, and a `nobody`
+//!   process holding a component's ports before it starts.
 //!
 //! Every attacker is this test binary started again as another uid (a real
 //! second process, [`role`]); a role is a no-op test unless its variable is
@@ -711,4 +715,212 @@ fn subscribers_that_never_read_do_not_grow_the_loader() {
     assert!(dropped > 0.0, "nothing was dropped for the stalled subscribers: were they subscribed at all?");
     rig.traced("/after-the-stall");
     drop(flood);
+}
+
+// ---------------------------------------------------------------------------
+// Item 7: the HTTP endpoints.
+
+/// A uid that is neither root, nor ringtail's, nor nobody.
+const STRANGER: u32 = 54321;
+const PROFILE_ROLE_PORTS: &str = "RT_ATTACK_PROFILE_PORTS";
+
+/// Four consecutive free loopback ports (`profile.port` and the three after).
+fn profile_base() -> u16 {
+    loop {
+        let p = free_port();
+        if p < 65000 && (0..4).all(|k| std::net::TcpListener::bind(("127.0.0.1", p + k)).is_ok()) {
+            return p;
+        }
+    }
+}
+
+/// A client that sends one byte of a request every `gap` and never ends
+/// it; returns how long the server kept the connection.
+fn trickle(port: u16, gap: Duration, give_up: Duration) -> Duration {
+    let start = Instant::now();
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return Duration::ZERO;
+    };
+    let _ = s.set_read_timeout(Some(gap));
+    let request = b"GET /metrics HTTP/1.1\r\nHost: slow\r\nX-Pad: ";
+    for b in request.iter().chain(std::iter::repeat(&b'a')) {
+        if start.elapsed() > give_up || s.write_all(&[*b]).is_err() {
+            break;
+        }
+        let mut buf = [0u8; 256];
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => break,
+        }
+    }
+    start.elapsed()
+}
+
+/// Sixteen clients each send a byte every 4 s to `/metrics` (every slot of
+/// the endpoint), and one to a profiling port: each is cut at the 5 s
+/// request deadline (they kept their slot 60 s), a scrape made while they
+/// hold every slot is answered within seconds (it waited 60 s), and the
+/// cuts are counted.
+#[test]
+fn slow_clients_are_cut_at_the_deadline_and_metrics_answer_meanwhile() {
+    if !can_trace() {
+        return;
+    }
+    let prom = free_port();
+    let base = profile_base();
+    let _ringtail = Ringtail::start(&format!(
+        "[export]\nstdout = false\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n[profile]\nport = {base}\n[discovery]\nopen_ports = [1]\n"
+    ));
+    assert!(wait_port(prom, Duration::from_secs(10)), "/metrics is not served");
+    let give_up = Duration::from_secs(30);
+    let slow: Vec<std::thread::JoinHandle<Duration>> = (0..16)
+        .map(|_| std::thread::spawn(move || trickle(prom, Duration::from_secs(4), give_up)))
+        .chain(std::iter::once(std::thread::spawn(move || trickle(base, Duration::from_secs(4), give_up))))
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let asked = Instant::now();
+    let scrape = http_get(prom, "/metrics", &[]);
+    let waited = asked.elapsed();
+    let kept: Vec<Duration> = slow.into_iter().map(|h| h.join().expect("slow client")).collect();
+    eprintln!("scrape answered after {waited:?}; slow clients kept {kept:?}");
+    let scrape = scrape.unwrap_or_else(|e| panic!("/metrics did not answer while slow clients held its slots ({waited:?}): {e}"));
+    assert_eq!(scrape.status, 200, "{}", scrape.head);
+    assert!(waited < Duration::from_secs(8), "/metrics answered only after {waited:?}");
+    for (i, k) in kept.iter().enumerate() {
+        assert!(*k < Duration::from_secs(8), "slow client {i} kept its connection {k:?} (deadline 5 s)");
+    }
+    let cut = wait_until(Duration::from_secs(10), || {
+        metric_value(prom, "ringtail_http_refused_total", &[("endpoint", "metrics"), ("reason", "deadline")]).filter(|v| *v >= 16.0)
+    });
+    assert!(cut.is_some(), "the cut slow clients were not counted: {:?}", metric_value(prom, "ringtail_http_refused_total", &[]));
+}
+
+/// Not a test by itself: a local user asking each port in
+/// [`PROFILE_ROLE_PORTS`] for a one-second profile; prints the status line
+/// of each answer (or how it failed).
+#[test]
+fn profile_role() {
+    let Ok(ports) = std::env::var(PROFILE_ROLE_PORTS) else {
+        return;
+    };
+    for port in ports.split(',').map(|p| p.parse::<u16>().expect("a port")) {
+        match http_get(port, "/debug/pprof/profile?seconds=1", &[]) {
+            Ok(r) => println!("\nPROFILE {port} {}", r.status),
+            Err(e) => println!("\nPROFILE {port} error {e}"),
+        }
+    }
+}
+
+/// A local user (another uid) asks the root supervisor and the root loader
+/// for a CPU profile: refused with 403 before anything is read (any local
+/// user could take a 120 s profile of them), counted; root still gets one.
+#[test]
+fn a_local_user_cannot_take_a_root_process_s_profile() {
+    if !can_trace() {
+        return;
+    }
+    let prom = free_port();
+    let base = profile_base();
+    let ringtail = Ringtail::start(&format!(
+        "[export]\nstdout = false\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n[profile]\nport = {base}\n[discovery]\nopen_ports = [1]\n"
+    ));
+    // The loader at offset 0, the supervisor at 3.
+    let (loader, supervisor) = (base, base + 3);
+    for port in [loader, supervisor] {
+        assert!(wait_port(port, Duration::from_secs(10)), "profiling port {port}");
+    }
+    let out = role("profile_role", &[(PROFILE_ROLE_PORTS, format!("{loader},{supervisor}"))], (STRANGER, STRANGER));
+    let text = out_text(&out);
+    assert!(out.status.success(), "{text}");
+    for port in [loader, supervisor] {
+        assert!(text.contains(&format!("PROFILE {port} 403")), "port {port} served a profile to uid {STRANGER}:\n{text}");
+    }
+    let refused = wait_until(Duration::from_secs(30), || {
+        metric_value(prom, "ringtail_http_refused_total", &[("component", "probe-loader"), ("endpoint", "profiling"), ("reason", "peer")])
+            .filter(|v| *v >= 1.0)
+    });
+    assert!(refused.is_some(), "the loader's refusal was not counted");
+    for port in [loader, supervisor] {
+        let r = http_get(port, "/debug/pprof/profile?seconds=1", &[]).expect("root asks for a profile");
+        assert_eq!(r.status, 200, "root was refused on {port}: {}", r.head);
+    }
+    drop(ringtail);
+}
+
+/// `export.prometheus.listen = "0.0.0.0:…"` is refused at start with the
+/// rule and the way out (the docs said loopback, and it was served on every
+/// address); with `allow_remote = true` it listens on every address.
+#[test]
+fn prometheus_on_every_address_needs_allow_remote() {
+    if !can_trace() {
+        return;
+    }
+    let prom = free_port();
+    let config = format!("[export]\nstdout = false\n[export.prometheus]\nlisten = \"0.0.0.0:{prom}\"\n[discovery]\nopen_ports = [1]\n");
+    let mut refused = Ringtail::spawn_with_env(&config, &[]);
+    let status = wait_until(Duration::from_secs(60), || refused.proc.child.try_wait().ok().flatten())
+        .unwrap_or_else(|| panic!("ringtail started with prometheus.listen on 0.0.0.0:\n{}", refused.log()));
+    let log = refused.log();
+    assert!(!status.success(), "{log}");
+    for needle in ["export.prometheus.listen: must be a loopback address", "export.prometheus.allow_remote = true", "0.0.0.0"] {
+        assert!(log.contains(needle), "{needle:?} not in:\n{log}");
+    }
+    drop(refused);
+    let allowed = Ringtail::start(&config.replace("[discovery]", "allow_remote = true\n[discovery]"));
+    assert!(wait_port(prom, Duration::from_secs(10)), "/metrics is not served");
+    let exporter = allowed.pid("exporter-actor").expect("exporter pid");
+    let all = format!("00000000:{prom:04X}");
+    let listening = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
+    assert!(
+        listening.lines().any(|l| l.split_whitespace().nth(1) == Some(all.as_str()) && l.split_whitespace().nth(3) == Some("0A")),
+        "exporter {exporter} does not listen on 0.0.0.0:{prom}"
+    );
+}
+
+/// A `nobody` process holds the exporter's `/metrics` port and the
+/// span-actor's profiling port before ringtail starts: both components
+/// get ready and stay up (they were restarted again and again, throttled,
+/// never ready: no span exported), each says once which port is taken, and
+/// the endpoints come up once the ports are free.
+#[test]
+fn a_port_held_by_another_user_keeps_no_component_down() {
+    if !can_trace() || !have("python3") {
+        return;
+    }
+    let prom = free_port();
+    let base = profile_base();
+    let span_actor_profile = base + 1;
+    let hold = format!(
+        "import socket,time\nsockets=[]\nfor p in ({prom},{span_actor_profile}):\n s=socket.socket(); s.bind(('127.0.0.1',p)); s.listen(); sockets.append(s)\nprint('held',flush=True)\ntime.sleep(600)\n"
+    );
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", &hold]).uid(65534).gid(65534).current_dir("/").stdout(std::process::Stdio::piped());
+    let mut holder = Proc::spawn("nobody holding two ports", &mut cmd);
+    let mut line = String::new();
+    BufReader::new(holder.child.stdout.take().expect("holder stdout")).read_line(&mut line).expect("holder says held");
+    assert_eq!(line.trim(), "held");
+    let ringtail = Ringtail::spawn_with_env(
+        &format!("[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n[profile]\nport = {base}\n[discovery]\nopen_ports = [1]\n"),
+        &[],
+    );
+    ringtail.wait_ready(Duration::from_secs(60));
+    // Over 10 s: nobody restarts.
+    std::thread::sleep(Duration::from_secs(10));
+    let log = ringtail.log();
+    for c in ["probe-loader", "span-actor", "exporter-actor"] {
+        assert_eq!(ringtail.events(c, "started").len(), 1, "{c} was restarted while a port was held:\n{log}");
+    }
+    for (endpoint, port) in [("metrics", prom), ("profiling", span_actor_profile)] {
+        let said = log.lines().filter(|l| l.contains("event=\"listen_failed\"") && l.contains(&format!("127.0.0.1:{port}"))).count();
+        assert_eq!(said, 1, "{endpoint} on {port}: the taken port must be said once:\n{log}");
+    }
+    drop(holder);
+    let back = wait_until(Duration::from_secs(70), || http_get(prom, "/metrics", &[]).ok().filter(|r| r.status == 200));
+    assert!(back.is_some(), "/metrics never came up once its port was free:\n{}", ringtail.log());
+    let profile = wait_until(Duration::from_secs(70), || {
+        http_get(span_actor_profile, "/debug/pprof/profile?seconds=1", &[]).ok().filter(|r| r.status == 200)
+    });
+    assert!(profile.is_some(), "the span-actor's profiling never came up:\n{}", ringtail.log());
 }
