@@ -282,7 +282,9 @@ fn race_lone_exporter(exporter: &Path, config: &Path, dir: &TempDir, secret: &st
         .stdout(std::process::Stdio::null())
         .stderr(std::fs::File::create(&log).expect("exporter log"));
     let mut exporter = Proc::spawn("exporter-actor as its unit starts it", &mut cmd);
-    let verdict = lines.map_while(Result::ok).find_map(|l| l.strip_prefix("RACE ").map(str::to_owned)).unwrap_or_default();
+    let mut lines = lines.map_while(Result::ok);
+    let verdict = lines.by_ref().find_map(|l| l.strip_prefix("RACE ").map(str::to_owned)).unwrap_or_default();
+    lines.for_each(drop); // to its end: the racer finishes its output
     let _ = racer.wait();
     // The warning, if any, comes before it reports ready.
     let warned = wait_until(Duration::from_secs(20), || std::fs::read_to_string(&log).ok().filter(|l| l.contains("event=\"ready\"")))
