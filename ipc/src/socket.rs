@@ -86,9 +86,10 @@ pub const MAX_CONNECTIONS: usize = 8;
 /// Time an accepted peer has for its greeting and READY (ringtail's own
 /// take milliseconds; the connecting side gives up after 2 s too).
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
-/// Bytes all subscribers' send queues of one PUB socket may hold together
-/// (each its share: this divided by the subscribers; about twice this at
-/// worst while subscribers join). The replay window's batches are shared
+/// Bytes all subscribers' send queues of one PUB socket share (each its
+/// share: this divided by the subscribers when a message is queued; with
+/// at most [`MAX_CONNECTIONS`] subscribers, all together hold at most this
+/// times 1 + 1/2 + … + 1/8, ~87 MiB). The replay window's batches are shared
 /// with the producer's kept buffer, so what this bounds is what stalled
 /// subscribers pin after the producer let go of it: a full window of
 /// typical raw batches for one consumer, beyond which it gets drops that

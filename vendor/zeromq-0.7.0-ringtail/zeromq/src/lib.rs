@@ -597,12 +597,14 @@ impl SocketOptions {
     }
 
     /// How many bytes of messages the send queues of all peers of a PUB
-    /// socket may hold together. Each peer may hold its share (this divided
-    /// by the peers connected), at least one message: a peer that never
-    /// reads cannot take the others' share, and peers that never read
-    /// cannot make the socket hold more than about twice this, however
-    /// many they are and whenever they stopped reading. What does not fit
-    /// is dropped for that peer and reported ([`LimitEvent::SendQueueFull`]).
+    /// socket share. Each peer may hold its share (this divided by the
+    /// peers connected when a message is queued), at least one message: a
+    /// peer that never reads cannot take the others' share. A peer keeps
+    /// what it queued while there were fewer peers, so `n` peers that never
+    /// read hold at most this times (1 + 1/2 + … + 1/n), whenever they
+    /// stopped reading; [`SocketOptions::max_connections`] bounds `n`. What
+    /// does not fit is dropped for that peer and reported
+    /// ([`LimitEvent::SendQueueFull`]).
     /// Defaults to [`DEFAULT_SEND_QUEUE_BYTES`].
     ///
     /// # Panics
