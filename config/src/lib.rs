@@ -444,6 +444,26 @@ mod tests {
     }
 
     #[test]
+    fn prometheus_listens_on_loopback_unless_remote_is_allowed() {
+        for local in ["127.0.0.1:9400", "127.0.0.2:9400", "[::1]:9400"] {
+            assert!(load(&format!("[export.prometheus]\nlisten = \"{local}\"\n"), &[]).is_ok(), "{local}");
+        }
+        for remote in ["0.0.0.0:9400", "[::]:9400", "192.0.2.7:9400"] {
+            let err = load(&format!("[export.prometheus]\nlisten = \"{remote}\"\n"), &[]).unwrap_err().to_string();
+            assert!(
+                err.contains("export.prometheus.listen: must be a loopback address")
+                    && err.contains("export.prometheus.allow_remote = true")
+                    && err.contains(remote),
+                "{remote}: {err}"
+            );
+            let s = load(&format!("[export.prometheus]\nlisten = \"{remote}\"\nallow_remote = true\n"), &[]).unwrap();
+            assert!(s.export.prometheus.allow_remote);
+        }
+        let err = load("", &[("RINGTAIL_EXPORT__PROMETHEUS__LISTEN", "0.0.0.0:9400")]).unwrap_err().to_string();
+        assert!(err.contains("loopback"), "the environment is held to the same rule: {err}");
+    }
+
+    #[test]
     fn redaction_keys_from_file_and_env() {
         let s = load("[redaction]\nquery_keys = [\"Token\"]\ndrop_query = true\n", &[]).unwrap();
         assert_eq!(s.redaction.query_keys.iter().map(|k| k.as_str()).collect::<Vec<_>>(), ["token"], "kept lowercase");

@@ -175,15 +175,15 @@ fn a_component_failing_at_start_is_throttled_not_looped() {
     if !can_trace() {
         return;
     }
-    // The exporter cannot bind its Prometheus port: it dies before ready.
-    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
-    let busy = taken.local_addr().unwrap().port();
+    // The exporter cannot bind its Prometheus address (not this host's:
+    // EADDRNOTAVAIL; a port someone holds is retried, not fatal): it dies
+    // before ready.
     ensure_actors_user();
     let dir = TempDir::new("throttle");
     std::fs::write(
         dir.join("c.toml"),
         format!(
-            "[export.prometheus]\nlisten = \"127.0.0.1:{busy}\"\n[discovery]\nopen_ports = [1]\n[pipeline]\nruntime_dir = \"{}\"\n[probe]\npin_dir = \"{}\"\n",
+            "[export.prometheus]\nlisten = \"192.0.2.1:9400\"\nallow_remote = true\n[discovery]\nopen_ports = [1]\n[pipeline]\nruntime_dir = \"{}\"\n[probe]\npin_dir = \"{}\"\n",
             dir.join("run").display(),
             test_pin_dir().display()
         ),
