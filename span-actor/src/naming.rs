@@ -140,8 +140,9 @@ impl Naming {
         let extra = attrs
             .into_iter()
             .filter(|(k, _)| {
-                !matches!(k.as_str(), "service.name" | "service.instance.id" | "host.name" | "process.pid")
-                    && !(in_container && k == "container.id")
+                let ours = matches!(k.as_str(), "service.name" | "service.instance.id" | "host.name" | "process.pid");
+                let kernels = in_container && k == "container.id";
+                !(ours || kernels)
             })
             .chain(container)
             .collect();
