@@ -3,7 +3,7 @@
 //! Debian's own 5.10, 6.1 and 6.12 kernels (tests/kernels/) and runs them
 //! again inside each, against the same binaries.
 //!
-//! What each kernel should offer is README's kernel table, written here as
+//! What each kernel should offer is the kernel table (README, docs/kernels.md), written here as
 //! the version rules it states ([`Expect::of`]): the socket backend from
 //! 6.3 (where `auto` takes it), the syscall backend everywhere else, and
 //! pins for the syscall backend from 5.15 (tracefs tracepoints make BPF
@@ -38,7 +38,7 @@ fn wait() -> Duration {
     Duration::from_secs(30).mul_f64(time_scale())
 }
 
-/// What this kernel should offer, by README's kernel table.
+/// What this kernel should offer, by the kernel table (docs/kernels.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Expect {
     /// What `probe.backend = "auto"` becomes.
