@@ -18,7 +18,6 @@ use std::time::Duration;
 use ringtail_tests::cgroups::{container_id, v1_memory_root, v2_root, Cgroup};
 use ringtail_tests::*;
 
-const SETTLE: Duration = Duration::from_millis(1500);
 const WAIT: Duration = Duration::from_secs(30);
 
 /// A runtime's cgroup for container `id` (relative to its hierarchy).

@@ -30,9 +30,6 @@ use std::time::Duration;
 
 use ringtail_tests::*;
 
-/// Lets spans arrive after the expected ones (a span too many fails).
-const SETTLE: Duration = Duration::from_millis(1500);
-
 /// How long spans may take (scaled for the emulated CPU of the matrix).
 fn wait() -> Duration {
     Duration::from_secs(30).mul_f64(time_scale())
