@@ -543,9 +543,11 @@ mod tests {
     #[test]
     fn list_and_enum_key_tables_match_the_types() {
         use serde_reflection::{ContainerFormat, Format, Named, Registry, Samples, Tracer, TracerConfig};
-        let mut sample = Settings::default();
         // A sequence of tables shows as one only with an element.
-        sample.services = toml::from_str("rules = [{ name = \"a\", ports = [1] }]").expect("a services section");
+        let sample = Settings {
+            services: toml::from_str("rules = [{ name = \"a\", ports = [1] }]").expect("a services section"),
+            ..Settings::default()
+        };
         let mut tracer = Tracer::new(TracerConfig::default());
         let mut samples = Samples::new();
         let (root, _) = tracer.trace_value(&mut samples, &sample).expect("trace the settings");
