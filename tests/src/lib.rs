@@ -465,6 +465,14 @@ impl Ringtail {
             None => Command::new(bin_dir().join("ringtail")),
         };
         cmd.arg("--config").arg(&cfg).stdout(out).stderr(err).env("RUST_LOG", "info").env_remove("RUST_BACKTRACE");
+        // The harness's own `RINGTAIL_…` variables (RINGTAIL_REQUIRE_ALL,
+        // RINGTAIL_KEEP_TEST_DIRS…) are not ringtail's configuration: only
+        // what the test gives reaches it.
+        for (k, _) in std::env::vars_os() {
+            if k.to_str().is_some_and(|k| k.starts_with("RINGTAIL_")) {
+                cmd.env_remove(&k);
+            }
+        }
         for (k, v) in env {
             cmd.env(k, v);
         }
