@@ -19,7 +19,7 @@
 //! (`rpc.*.call.duration`, s), `rpc.system` the experimental one
 //! (`rpc.*.duration`, ms), both means `rpc/dup`. A series' attributes are
 //! those the conventions list for the metric, taken from the span's:
-//! stable `rpc.system.name`, `rpc.method`, `rpc.status_code`, `error.type`;
+//! stable `rpc.system.name`, `rpc.method`, `rpc.response.status_code`, `error.type`;
 //! experimental `rpc.system`, `rpc.service`, `rpc.method`,
 //! `rpc.grpc.status_code`; plus `server.address` and `server.port` on
 //! client metrics only (on a server they would come from the peer's
@@ -289,7 +289,7 @@ fn rpc_attributes<'a>(set: Set, s: &'a HttpSpan<&'a str>) -> RpcAttrs<'a> {
         Set::Stable => {
             put("error.type", rpc_attr(s, "error.type"));
             put("rpc.method", method);
-            put("rpc.status_code", rpc_attr(s, "rpc.status_code"));
+            put("rpc.response.status_code", rpc_attr(s, "rpc.response.status_code"));
             put("rpc.system.name", rpc_attr(s, "rpc.system.name"));
         }
         Set::Experimental => {
@@ -905,7 +905,7 @@ pub(crate) mod tests {
             };
             s.attributes.push(str("rpc.system.name", "grpc"));
             s.attributes.push(str("rpc.method", if kind == SpanKind::Server && code == 12 { "_OTHER" } else { method }));
-            s.attributes.push(str("rpc.status_code", name));
+            s.attributes.push(str("rpc.response.status_code", name));
             if code != 0 {
                 s.attributes.push(str("error.type", name));
             }
@@ -956,7 +956,7 @@ pub(crate) mod tests {
         let server = rpc_series(&m, index("rpc.server.call.duration"));
         assert_eq!(server.len(), 2, "{server:?}");
         let ok = &server[1];
-        assert_eq!(ok.0, ["rpc.method=Str(\"demo.Items/Get\")", "rpc.status_code=Str(\"OK\")", "rpc.system.name=Str(\"grpc\")"]);
+        assert_eq!(ok.0, ["rpc.method=Str(\"demo.Items/Get\")", "rpc.response.status_code=Str(\"OK\")", "rpc.system.name=Str(\"grpc\")"]);
         assert_eq!(ok.1, 2);
         assert!((ok.2 - 0.010).abs() < 1e-12, "seconds: {ok:?}");
         assert_eq!(server[0].0[0], "error.type=Str(\"NOT_FOUND\")");

@@ -52,7 +52,7 @@ pub fn line(batch: &Spans<'_>, i: usize) -> String {
         .attributes
         .iter()
         .find_map(|(k, v)| match (*k, v) {
-            ("rpc.status_code", Attr::Str(v)) => Some(format!(" rpc={}", Printable(v))),
+            ("rpc.response.status_code", Attr::Str(v)) => Some(format!(" rpc={}", Printable(v))),
             ("rpc.grpc.status_code", Attr::Int(v)) => Some(format!(" rpc={v}")),
             _ => None,
         })

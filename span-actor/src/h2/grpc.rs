@@ -7,12 +7,12 @@
 //! ringtail emitted no RPC spans before, so the caller picks the default
 //! ([`Mode::from_opt_in`]); the natural one is [`Mode::Stable`].
 //!
-//! **Stable** (semconv 1.45 made RPC stable; the release candidate before
-//! it named the status attribute `rpc.response.status_code`, deprecated
-//! since in favour of [`STABLE_STATUS_CODE`]):
+//! **Stable** (the conventions' registry names the status attribute
+//! `rpc.response.status_code`, a string: [`STABLE_STATUS_CODE`];
+//! `tests/tests/semconv.rs` checks every key against the registry):
 //! - `rpc.system.name = "grpc"`; `rpc.method` fully qualified
 //!   (`package.Service/Method`), `_OTHER` when the method is not
-//!   recognised (then `rpc.method_original`); `rpc.status_code` = the
+//!   recognised (then `rpc.method_original`); `rpc.response.status_code` = the
 //!   status name (`OK`, `NOT_FOUND`); `error.type` = that name when the
 //!   status is an error, else a low-cardinality identifier.
 //! - Span name: `{rpc.method}`, or `{rpc.system.name}` when the method is
@@ -86,7 +86,7 @@ impl Mode {
 /// `rpc.system.name` (stable) and `rpc.system` (experimental).
 pub const SYSTEM: &str = "grpc";
 /// The stable status attribute.
-pub const STABLE_STATUS_CODE: &str = "rpc.status_code";
+pub const STABLE_STATUS_CODE: &str = "rpc.response.status_code";
 /// The experimental (integer) status attribute.
 pub const EXPERIMENTAL_STATUS_CODE: &str = "rpc.grpc.status_code";
 /// `rpc.method` when the method is not recognised.
@@ -384,7 +384,7 @@ mod tests {
         let a = span_attributes(Mode::Stable, &o);
         assert_eq!(get(&a, "rpc.system.name"), Some(&s("grpc")));
         assert_eq!(get(&a, "rpc.method"), Some(&s("helloworld.Greeter/SayHello")));
-        assert_eq!(get(&a, "rpc.status_code"), Some(&s("NOT_FOUND")));
+        assert_eq!(get(&a, "rpc.response.status_code"), Some(&s("NOT_FOUND")));
         assert_eq!(get(&a, "error.type"), None);
         assert_eq!(get(&a, "rpc.system"), None);
         assert_eq!(get(&a, "network.protocol.version"), Some(&s("2")));
@@ -411,7 +411,7 @@ mod tests {
         assert_eq!(get(&a, "rpc.method"), Some(&s("helloworld.Greeter/SayHello")));
         assert_eq!(a.iter().filter(|(k, _)| *k == "rpc.method").count(), 1);
         assert_eq!(get(&a, "rpc.grpc.status_code"), Some(&Value::Int(13)));
-        assert_eq!(get(&a, "rpc.status_code"), Some(&s("INTERNAL")));
+        assert_eq!(get(&a, "rpc.response.status_code"), Some(&s("INTERNAL")));
         assert_eq!(get(&a, "error.type"), Some(&s("INTERNAL")));
     }
 
