@@ -26,7 +26,7 @@ use exporter_actor::meters::Meters;
 use exporter_actor::sinks::otlp::spans::TraceEncoder;
 use exporter_actor::sinks::otlp::traces::TraceSink;
 use exporter_actor::sinks::otlp::{OtlpConfig, Transport};
-use ipc_schema::{Attr, Body, Component, Envelope, HttpSpan, Producer, ServiceResource, SpanBatch, SpanKind};
+use ipc_schema::{Body, Component, Envelope, HttpSpan, Producer, RpcCall, ServiceResource, SpanBatch, SpanKind, Value};
 use ringtail_config::{OtlpProtocol, OtlpSettings};
 use runtime_kit::counters::Registry;
 use runtime_kit::profiling::cpu_time;
@@ -76,6 +76,7 @@ fn batch(n: usize, k: u64, grpc: bool) -> SpanBatch {
             export_trace: true,
             export_metrics: true,
             attributes: Vec::new(),
+            rpc: None,
         })
         .map(|mut s| {
             if grpc {
@@ -99,12 +100,23 @@ fn grpc_span(s: &mut HttpSpan) {
     s.status = 200;
     s.protocol_version = "2".into();
     let status = if error { "UNAVAILABLE" } else { "OK" };
-    let str = |k: &str, v: &str| (k.to_owned(), Attr::Str(v.to_owned()));
+    let str = |k: &str, v: &str| (k.to_owned(), Value::Str(v.to_owned()));
     s.attributes = vec![str("rpc.system.name", "grpc"), str("rpc.method", method), str("rpc.response.status_code", status)];
     if error {
         s.attributes.push(str("error.type", status));
     }
     s.attributes.push(str("network.protocol.name", "http"));
+    let (service, short) = method.split_once('/').unwrap_or_default();
+    s.rpc = Some(RpcCall {
+        stable: true,
+        experimental: false,
+        system: "grpc".into(),
+        method: method.into(),
+        service_method: Some((service.into(), short.into())),
+        code: Some(if error { 14 } else { 0 }),
+        status: Some(status.into()),
+        error_type: error.then(|| status.into()),
+    });
 }
 
 fn rotel(port: u16, http: u16) -> Option<Child> {

@@ -40,10 +40,11 @@
 
 use std::borrow::Cow;
 
-use ipc_schema::SpanKind;
+use ipc_schema::{RpcCall, SpanKind};
 
 use super::conn::grpc_path;
 use super::{End, Role, StreamDone};
+use crate::operation::RpcSpan;
 
 /// Which set of conventions to emit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -240,22 +241,16 @@ pub fn span_name(o: &Outcome) -> Cow<'static, str> {
     }
 }
 
-/// An attribute value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    /// A string.
-    Str(Cow<'static, str>),
-    /// An integer.
-    Int(i64),
-}
+/// An attribute value, borrowed from the outcome or static.
+pub type Value = ipc_schema::Value<Cow<'static, str>>;
 
 fn s(v: impl Into<Cow<'static, str>>) -> Value {
     Value::Str(v.into())
 }
 
-/// Span attributes of the RPC conventions for `mode` (the caller adds the
-/// connection ones: `server.address`, `server.port`, `client.address`,
-/// `network.peer.*`).
+/// Span attributes of the RPC conventions for `mode` (the HTTP call adds
+/// the connection ones, `server.address`, `server.port`, `client.address`,
+/// `network.peer.*`, and `network.protocol.version`).
 pub fn span_attributes(mode: Mode, o: &Outcome) -> Vec<(&'static str, Value)> {
     let mut a = Vec::with_capacity(10);
     if mode.experimental() {
@@ -286,8 +281,34 @@ pub fn span_attributes(mode: Mode, o: &Outcome) -> Vec<(&'static str, Value)> {
         }
     }
     a.push(("network.protocol.name", s("http")));
-    a.push(("network.protocol.version", s(super::PROTOCOL_VERSION)));
     a
+}
+
+/// What the conventions make of a finished stream, for its span and the
+/// RPC metrics; `None` when it is not gRPC. Every gRPC rule is applied
+/// here, once: the exporter takes the [`RpcCall`] as it is.
+pub fn describe(mode: Mode, d: &StreamDone) -> Option<RpcSpan> {
+    let o = outcome(d)?;
+    let recognised = o.full_method != OTHER;
+    let call = RpcCall {
+        stable: mode.stable(),
+        experimental: mode.experimental(),
+        system: SYSTEM.to_owned(),
+        method: o.full_method.clone().into_owned(),
+        service_method: match (&o.service, &o.method) {
+            (Some(sv), Some(m)) if recognised => Some((sv.clone(), m.clone())),
+            _ => None,
+        },
+        code: o.status_code,
+        status: o.status_code.map(|c| status_text(c).into_owned()),
+        error_type: o.error_type.as_ref().map(|e| e.clone().into_owned()),
+    };
+    Some(RpcSpan {
+        name: span_name(&o).into_owned(),
+        error: o.is_error,
+        attributes: span_attributes(mode, &o).into_iter().map(|(k, v)| (k.to_owned(), v.map_str(str::to_owned))).collect(),
+        call,
+    })
 }
 
 // The metrics' definitions live in `ipc_schema::rpc`, read by the exporter
@@ -387,7 +408,7 @@ mod tests {
         assert_eq!(get(&a, "rpc.response.status_code"), Some(&s("NOT_FOUND")));
         assert_eq!(get(&a, "error.type"), None);
         assert_eq!(get(&a, "rpc.system"), None);
-        assert_eq!(get(&a, "network.protocol.version"), Some(&s("2")));
+        assert_eq!(get(&a, "network.protocol.name"), Some(&s("http")));
         // The client side of the same call is an error.
         let d = stream(Role::Client, "/helloworld.Greeter/SayHello", Some(200), Some(5), End::Complete);
         let o = outcome(&d).unwrap();

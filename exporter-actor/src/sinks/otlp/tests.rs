@@ -131,6 +131,7 @@ fn span(kind: SpanKind) -> HttpSpan {
         export_trace: true,
         export_metrics: true,
         attributes: Vec::new(),
+        rpc: None,
     }
 }
 
