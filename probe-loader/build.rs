@@ -18,6 +18,7 @@ use std::process::Command;
 fn rust_type(name: &str) -> &'static str {
     const BY_PREFIX: &[(&str, &str)] = &[
         ("CNT_", "usize"),
+        ("CGROUP_", "usize"),
         ("SEL_", "u8"),
         ("ROLE_", "u8"),
         ("EVF_", "u8"),
@@ -184,7 +185,7 @@ int main(void) {
     OFF(http_event, laddr); OFF(http_event, raddr); OFF(http_event, comm); OFF(http_event, buf);
     OFF(proc_head, kind); OFF(proc_head, proc_start_ns);
     OFF(exec_event, env_len); OFF(exec_event, env_total); OFF(exec_event, path);
-    OFF(exec_event, exe); OFF(exec_event, env);
+    OFF(exec_event, exe); OFF(exec_event, cgroups); OFF(exec_event, env);
     OFF(fork_event, parent_tgid); OFF(fork_event, parent_start_ns);
     return 0;
 }

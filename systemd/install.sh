@@ -53,10 +53,17 @@ say() { printf '  %s\n' "$*"; }
 
 # install(1) replaces files atomically enough for binaries that may be running:
 # it unlinks first, so a running ringtail keeps its old inode.
+# The components are execute-only (0711): a process exec'd from a file its
+# user cannot read is non-dumpable from its exec (the kernel's would_dump),
+# so the exporter, which systemd execs as ringtail with otel.env's secrets in
+# its environment, is never readable by another process of that user, not
+# even before its main() runs (docs/systemd.md, "Secrets").
 install -d -m 0755 "$root/usr/local/bin"
 for b in $binaries; do
-	install -m 0755 "$bin_dir/$b" "$root/usr/local/bin/$b"
-	say "/usr/local/bin/$b"
+	mode=0711
+	[ "$b" = ringtail ] && mode=0755
+	install -m "$mode" "$bin_dir/$b" "$root/usr/local/bin/$b"
+	say "/usr/local/bin/$b ($mode)"
 done
 
 install -d -m 0755 "$root/etc/systemd/system"

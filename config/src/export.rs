@@ -112,8 +112,14 @@ impl Default for OtlpSettings {
 #[serde(deny_unknown_fields, default)]
 pub struct PrometheusSettings {
     /// Address to serve `/metrics` on, e.g. `127.0.0.1:9400`; empty = off.
+    /// A loopback address unless `allow_remote`.
     #[serde(with = "empty_is_none")]
     pub listen: Option<ListenAddr>,
+    /// Accept a `listen` address other hosts can reach (`0.0.0.0:9400`, a
+    /// LAN address). Off by default: `/metrics` has no authentication and
+    /// no TLS, and names the host's services, routes and peers; a remote
+    /// scraper is better served through a proxy that adds both, or by OTLP.
+    pub allow_remote: bool,
 }
 
 /// Where spans and metrics go.
@@ -161,6 +167,17 @@ impl ExportSettings {
                 "\"60s\"",
                 humantime::format_duration(r.max_elapsed),
             ));
+        }
+        if let Some(listen) = e.prometheus.listen {
+            if !listen.get().ip().is_loopback() && !e.prometheus.allow_remote {
+                return Err(invalid(
+                    "export.prometheus.listen",
+                    "must be a loopback address (127.0.0.0/8, ::1) unless export.prometheus.allow_remote = true: \
+                     /metrics has no authentication and names this host's services, routes and peers",
+                    "\"127.0.0.1:9400\"",
+                    listen,
+                ));
+            }
         }
         if e.otlp.metrics_interval < Duration::from_millis(100) {
             return Err(invalid(

@@ -80,6 +80,7 @@ const ENUM_RULES: &[(&str, &str, &str)] = &[
     ("export.otlp.protocol", "must be grpc or http/protobuf", "\"grpc\""),
     ("routes.unmatched", "must be path, wildcard or heuristic", "\"heuristic\""),
     ("routes.ignore_mode", "must be all, traces or metrics", "\"all\""),
+    ("probe.backend", "must be auto, socket or syscalls", "\"auto\""),
 ];
 
 /// The whole configuration.
@@ -444,6 +445,26 @@ mod tests {
     }
 
     #[test]
+    fn prometheus_listens_on_loopback_unless_remote_is_allowed() {
+        for local in ["127.0.0.1:9400", "127.0.0.2:9400", "[::1]:9400"] {
+            assert!(load(&format!("[export.prometheus]\nlisten = \"{local}\"\n"), &[]).is_ok(), "{local}");
+        }
+        for remote in ["0.0.0.0:9400", "[::]:9400", "192.0.2.7:9400"] {
+            let err = load(&format!("[export.prometheus]\nlisten = \"{remote}\"\n"), &[]).unwrap_err().to_string();
+            assert!(
+                err.contains("export.prometheus.listen: must be a loopback address")
+                    && err.contains("export.prometheus.allow_remote = true")
+                    && err.contains(remote),
+                "{remote}: {err}"
+            );
+            let s = load(&format!("[export.prometheus]\nlisten = \"{remote}\"\nallow_remote = true\n"), &[]).unwrap();
+            assert!(s.export.prometheus.allow_remote);
+        }
+        let err = load("", &[("RINGTAIL_EXPORT__PROMETHEUS__LISTEN", "0.0.0.0:9400")]).unwrap_err().to_string();
+        assert!(err.contains("loopback"), "the environment is held to the same rule: {err}");
+    }
+
+    #[test]
     fn redaction_keys_from_file_and_env() {
         let s = load("[redaction]\nquery_keys = [\"Token\"]\ndrop_query = true\n", &[]).unwrap();
         assert_eq!(s.redaction.query_keys.iter().map(|k| k.as_str()).collect::<Vec<_>>(), ["token"], "kept lowercase");
@@ -513,5 +534,64 @@ mod tests {
         let s = load("[discovery]\nopen_ports = [1, 2]\n[services]\nrules = [{ name = \"web\", ports = [80] }]\n", &[]).unwrap();
         let again = load(&s.to_toml(), &[]).unwrap();
         assert_eq!(s, again);
+    }
+
+    /// LIST_KEYS and ENUM_RULES are written by hand (the `config` crate
+    /// needs them by name): they must name exactly the keys whose type is a
+    /// list of values, and exactly those whose type is an enum, as the
+    /// types themselves say (their serialized shape, traced).
+    #[test]
+    fn list_and_enum_key_tables_match_the_types() {
+        use serde_reflection::{ContainerFormat, Format, Named, Registry, Samples, Tracer, TracerConfig};
+        // A sequence of tables shows as one only with an element.
+        let sample = Settings {
+            services: toml::from_str("rules = [{ name = \"a\", ports = [1] }]").expect("a services section"),
+            ..Settings::default()
+        };
+        let mut tracer = Tracer::new(TracerConfig::default());
+        let mut samples = Samples::new();
+        let (root, _) = tracer.trace_value(&mut samples, &sample).expect("trace the settings");
+        // (unchecked: an empty list of the defaults has an unknown element type)
+        let registry: Registry = tracer.registry_unchecked();
+        fn fields<'a>(f: &'a Format, registry: &'a Registry) -> Option<&'a Vec<Named<Format>>> {
+            match f {
+                Format::TypeName(name) => match registry.get(name)? {
+                    ContainerFormat::Struct(fields) => Some(fields),
+                    _ => None,
+                },
+                _ => None,
+            }
+        }
+        fn is_enum(f: &Format, registry: &Registry) -> bool {
+            let f = if let Format::Option(inner) = f { inner } else { f };
+            matches!(f, Format::TypeName(n) if matches!(registry.get(n), Some(ContainerFormat::Enum(_))))
+        }
+        let (mut lists, mut enums) = (Vec::new(), Vec::new());
+        let mut walk = vec![(String::new(), root)];
+        while let Some((prefix, format)) = walk.pop() {
+            let Some(fs) = fields(&format, &registry) else { continue };
+            for Named { name, value } in fs {
+                let key = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
+                match value {
+                    Format::Seq(elem) if fields(elem, &registry).is_none() => lists.push(key),
+                    v if is_enum(v, &registry) => enums.push(key),
+                    v => walk.push((key, v.clone())),
+                }
+            }
+        }
+        lists.sort();
+        enums.sort();
+        let mut want_lists: Vec<String> = LIST_KEYS.iter().map(|k| k.to_string()).collect();
+        want_lists.sort();
+        assert_eq!(lists, want_lists, "LIST_KEYS");
+        let mut want_enums: Vec<String> = ENUM_RULES.iter().map(|(k, _, _)| k.to_string()).collect();
+        want_enums.sort();
+        assert_eq!(enums, want_enums, "ENUM_RULES");
+    }
+
+    #[test]
+    fn a_bad_backend_names_the_allowed_values() {
+        let err = Settings::from_toml("[probe]\nbackend = \"kprobes\"\n").unwrap_err().to_string();
+        assert_eq!(err, "probe.backend: must be auto, socket or syscalls, e.g. \"auto\" (got \"kprobes\")");
     }
 }

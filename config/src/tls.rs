@@ -21,7 +21,7 @@ pub struct TlsSettings {
     /// of those processes that exports the OpenSSL symbols (Node's `node`),
     /// and `libraries`. Off: no uprobe, TLS connections are not traced
     /// (their ciphertext is never taken for HTTP either way). Each uprobe hit
-    /// is a trap into the kernel: see README "TLS" for the cost per request.
+    /// is a trap into the kernel: see docs/tls.md for the cost per request.
     pub enabled: bool,
     /// More files to attach to (absolute paths): a `libssl` or an
     /// executable exporting the OpenSSL symbols that the search above does
@@ -35,8 +35,8 @@ pub struct TlsSettings {
     /// the kernel, and the loader attaches to the new OpenSSL files it maps
     /// (and its executable, when it exports the symbols). The price: the
     /// loader keeps CAP_SYS_ADMIN, CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE and
-    /// CAP_DAC_READ_SEARCH for its whole life instead of none (README
-    /// "Privileges"). Off (the default): the files found at start only.
+    /// CAP_DAC_READ_SEARCH for its whole life instead of none
+    /// (docs/security.md, "Privileges"). Off (the default): the files found at start only.
     pub attach_later: bool,
 }
 

@@ -38,7 +38,7 @@ async fn run(p: Process, otlp: OtlpConfig) -> anyhow::Result<()> {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_default();
     let meters = Meters::new(otlp.resource_attributes.clone(), &host, registry).evict_idle_after(meters::idle_limit(otlp.metrics_interval));
     if let Some(listen) = settings.export.prometheus.listen {
-        prometheus::start(listen.get(), meters.view(), p.shutdown.clone()).await?;
+        prometheus::start(listen.get(), meters.view(), registry, p.shutdown.clone()).await?;
     }
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
     let traces = match &otlp.traces_endpoint {

@@ -163,6 +163,9 @@ pub struct ProcessInfo {
     pub env_service_name: Option<String>,
     /// `OTEL_RESOURCE_ATTRIBUTES` from the process environment, when readable.
     pub env_resource_attributes: Option<String>,
+    /// The id of the container the process runs in (`container.id`), from
+    /// its cgroups; None outside containers.
+    pub container_id: Option<String>,
 }
 
 /// A batch of events from one loader instance. The records are kept in
@@ -365,6 +368,7 @@ pub(crate) mod tests {
                 exe_path: Some("/usr/bin/python3.11".into()),
                 env_service_name: None,
                 env_resource_attributes: Some("team=ü".into()),
+                container_id: Some("3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a".into()),
             }],
             epoch: u64::MAX,
             ..RawBatch::default()

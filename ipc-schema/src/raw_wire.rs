@@ -14,6 +14,7 @@
 //! processes = count(process) process*
 //! process   = uint(pid) u64le(proc_start_ns) str(comm) opt(exe_name)
 //!             opt(exe_path) opt(env_service_name) opt(env_resource_attributes)
+//!             opt(container_id)
 //! event     = u8(flags) u32le(pid) u32le(tid) u32le(fd) u64le(proc_start_ns)
 //!             u64le(conn_id) u32le(seq) u64le(start_mono_ns) u64le(end_mono_ns)
 //!             u16le(status) addr(local) addr(peer) u32le(request_len)
@@ -65,7 +66,7 @@ const H2_UPGRADE: u8 = 32;
 
 /// The fewest bytes a process takes (a one-byte pid, its start, five empty
 /// strings or absent options).
-const MIN_PROCESS: usize = 1 + 8 + 5;
+const MIN_PROCESS: usize = 1 + 8 + 6;
 
 fn bit(on: bool, flag: u8) -> u8 {
     if on {
@@ -168,7 +169,7 @@ pub(crate) fn write_h2<B: AsRef<[u8]>>(r: &RawH2<B>, out: &mut Vec<u8>) {
 fn write_processes(ps: &[ProcessInfo], out: &mut Vec<u8>) {
     put_uint(out, ps.len() as u64);
     for p in ps {
-        let ProcessInfo { pid, proc_start_ns, comm, exe_name, exe_path, env_service_name, env_resource_attributes } = p;
+        let ProcessInfo { pid, proc_start_ns, comm, exe_name, exe_path, env_service_name, env_resource_attributes, container_id } = p;
         put_uint(out, u64::from(*pid));
         out.extend_from_slice(&proc_start_ns.to_le_bytes());
         put_str(out, comm);
@@ -176,6 +177,7 @@ fn write_processes(ps: &[ProcessInfo], out: &mut Vec<u8>) {
         put_opt(out, exe_path.as_deref());
         put_opt(out, env_service_name.as_deref());
         put_opt(out, env_resource_attributes.as_deref());
+        put_opt(out, container_id.as_deref());
     }
 }
 
@@ -284,6 +286,7 @@ fn read_processes(bytes: &[u8]) -> Result<Vec<ProcessInfo>, WireError> {
             exe_path: rd.opt("exe_path")?,
             env_service_name: rd.opt("env_service_name")?,
             env_resource_attributes: rd.opt("env_resource_attributes")?,
+            container_id: rd.opt("container_id")?,
         });
     }
     rd.end()?;

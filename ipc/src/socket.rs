@@ -7,18 +7,29 @@
 //!
 //! Every socket is bounded against its peer (issue 12): the largest message
 //! it accepts (a PUB receives only handshakes and subscriptions; an ack
-//! subscription only acks), its send queue (the replay window), the
-//! subscriptions it keeps, and who may be on the other end: `SO_PEERCRED`
-//! must show this process's uid, root, or [`Access::peer`]. A refused peer is
-//! closed before any byte is read and counted in
-//! `ringtail_ipc_refused_peers_total{socket,reason}`. A subscription
-//! connects only to a socket file that is a socket (a symlink there is not
-//! followed) bound by whom it expects ([`Access::owner_allowed`]), through a
-//! descriptor of that file (`/proc/self/fd/N`), so that a name replaced in a
-//! directory its peer owns cannot send it elsewhere (`reason="socket_file"`);
-//! messages a PUB drops
+//! subscription only acks), its send queue (the replay window, and its share
+//! of [`SEND_QUEUE_BYTES`]), the subscriptions it keeps, and who may be on
+//! the other end: `SO_PEERCRED` must show this process's uid, root, or
+//! [`Access::peer`]. A refused peer is closed before any byte is read and
+//! counted in `ringtail_ipc_refused_peers_total{socket,reason}`. A
+//! subscription connects only to a socket file that is a socket (a symlink
+//! there is not followed) bound by whom it expects
+//! ([`Access::owner_allowed`]), through a descriptor of that file
+//! (`/proc/self/fd/N`), so that a name replaced in a directory its peer owns
+//! cannot send it elsewhere (`reason="socket_file"`); messages a PUB drops
 //! for a subscriber whose queue is full in
 //! `ringtail_ipc_send_queue_full_total{socket}` (the replay resends them).
+//!
+//! And against the peers together (issue 26: the actors' uid passes the
+//! credential check, and the loader is root): a bound socket keeps at most
+//! [`MAX_CONNECTIONS`] connections open (`reason="connections"` for the
+//! next ones, closed as soon as accepted), each must finish its handshake
+//! within [`HANDSHAKE_TIMEOUT`] (`reason="handshake_timeout"`), a failed
+//! accept (out of descriptors) pauses the listener instead of spinning
+//! (`ringtail_ipc_accept_failed_total{socket}`), and all subscribers'
+//! queues together hold about [`SEND_QUEUE_BYTES`] at most, each its share:
+//! subscribers that never read cannot grow the process nor starve the
+//! others.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -83,6 +94,22 @@ const PUB_INBOUND_BYTES: usize = 256;
 const SEND_QUEUE: usize = WINDOW as usize + 64;
 /// ringtail subscribes to everything, once: room for a few.
 const SUBSCRIPTIONS: (usize, usize) = (4, 64);
+/// Connections a bound socket keeps open at once. Each has one consumer
+/// (one connection, two for a moment while it resubscribes); the rest is
+/// room for a restart overlapping a dying connection.
+pub const MAX_CONNECTIONS: usize = 8;
+/// Time an accepted peer has for its greeting and READY (ringtail's own
+/// take milliseconds; the connecting side gives up after 2 s too).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Bytes all subscribers' send queues of one PUB socket share (each its
+/// share: this divided by the subscribers when a message is queued; with
+/// at most [`MAX_CONNECTIONS`] subscribers, all together hold at most this
+/// times 1 + 1/2 + … + 1/8, ~87 MiB). The replay window's batches are shared
+/// with the producer's kept buffer, so what this bounds is what stalled
+/// subscribers pin after the producer let go of it: a full window of
+/// typical raw batches for one consumer, beyond which it gets drops that
+/// the protocol resends.
+pub const SEND_QUEUE_BYTES: usize = 32 << 20;
 
 /// Which end of which stream a socket is: sets its message limit.
 #[derive(Debug, Clone, Copy)]
@@ -111,7 +138,9 @@ fn socket_label(path: &Path) -> &'static str {
 fn options(role: Role, access: Access, socket: &'static str, registry: &Registry) -> SocketOptions {
     let refused = |reason| registry.counter("ringtail_ipc_refused_peers_total", &[("socket", socket), ("reason", reason)]);
     let (uid, too_large, subscriptions) = (refused("uid"), refused("message_too_large"), refused("subscriptions"));
+    let (connections, handshake) = (refused("connections"), refused("handshake_timeout"));
     let queue_full = registry.counter("ringtail_ipc_send_queue_full_total", &[("socket", socket)]);
+    let accept_failed = registry.counter("ringtail_ipc_accept_failed_total", &[("socket", socket)]);
     let mut o = SocketOptions::default();
     // Batches are tens to hundreds of KiB: read in chunks up to 256 KiB
     // (each socket keeps its largest chunk: bigger costs resident memory).
@@ -119,6 +148,9 @@ fn options(role: Role, access: Access, socket: &'static str, registry: &Registry
         .connect_timeout(Duration::from_secs(2))
         .max_message_size(role.max_message())
         .send_queue_capacity(SEND_QUEUE)
+        .send_queue_bytes(SEND_QUEUE_BYTES)
+        .max_connections(MAX_CONNECTIONS)
+        .handshake_timeout(HANDSHAKE_TIMEOUT)
         .subscription_limit(SUBSCRIPTIONS.0, SUBSCRIPTIONS.1)
         .peer_filter(std::sync::Arc::new(move |cred: &PeerCred| access.allows(cred)))
         .limit_hook(std::sync::Arc::new(move |event: &LimitEvent| match event {
@@ -132,6 +164,21 @@ fn options(role: Role, access: Access, socket: &'static str, registry: &Registry
             }
             LimitEvent::SubscriptionRefused => subscriptions.inc(),
             LimitEvent::SendQueueFull | LimitEvent::FanoutQueueFull => queue_full.inc(),
+            LimitEvent::ConnectionRefused { limit } => {
+                connections.inc();
+                tracing::debug!(socket, limit, "connection refused: too many open");
+            }
+            LimitEvent::HandshakeTimeout { after } => {
+                handshake.inc();
+                tracing::debug!(socket, ?after, "peer closed: no handshake in time");
+            }
+            LimitEvent::AcceptFailed { kind } => {
+                accept_failed.inc();
+                // Every 100 ms at most (the listener pauses): say it now and then.
+                if accept_failed.get() % 100 == 1 {
+                    tracing::warn!(socket, ?kind, failed = accept_failed.get(), "accept failed; pausing the listener");
+                }
+            }
             _ => {}
         }));
     o

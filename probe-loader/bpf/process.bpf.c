@@ -70,6 +70,52 @@ int BPF_PROG(process_exit, struct task_struct *p)
 	return 0;
 }
 
+/* kernfs_node before Linux 6.15, which renamed `parent` to `__parent`. */
+struct kernfs_node___pre615 {
+	struct kernfs_node___pre615 *parent;
+} __attribute__((preserve_access_index));
+
+static __always_inline struct kernfs_node *kn_parent(struct kernfs_node *kn)
+{
+	if (bpf_core_field_exists(struct kernfs_node___pre615, parent))
+		return (struct kernfs_node *)BPF_CORE_READ((struct kernfs_node___pre615 *)kn, parent);
+	return BPF_CORE_READ(kn, __parent);
+}
+
+/* The names of cgroup `cg` and of its parent (a container runtime names
+ * the cgroup of a container, or its parent: the loader finds the id). */
+static __always_inline void cgroup_names(struct cgroup *cg, char *name, char *parent)
+{
+	struct kernfs_node *kn = BPF_CORE_READ(cg, kn);
+	if (!kn)
+		return;
+	bpf_probe_read_kernel_str(name, CGROUP_NAME_LEN, BPF_CORE_READ(kn, name));
+	struct kernfs_node *up = kn_parent(kn);
+	if (up)
+		bpf_probe_read_kernel_str(parent, CGROUP_NAME_LEN, BPF_CORE_READ(up, name));
+}
+
+/* The process's cgroups into ev->cgroups: the unified hierarchy's, then the
+ * memory controller's (cgroup v1 hosts put containers there). Read at exec
+ * (the runtime has put the container's first process in place by then),
+ * so even a process that is gone before the loader reads the record is
+ * named with its container. */
+static __always_inline void read_cgroups(struct exec_event *ev, struct task_struct *p)
+{
+	__builtin_memset(ev->cgroups, 0, sizeof(ev->cgroups));
+	struct css_set *cs = BPF_CORE_READ(p, cgroups);
+	if (!cs)
+		return;
+	cgroup_names(BPF_CORE_READ(cs, dfl_cgrp), ev->cgroups[0], ev->cgroups[1]);
+	if (!bpf_core_enum_value_exists(enum cgroup_subsys_id, memory_cgrp_id))
+		return;
+	__u32 id = bpf_core_enum_value(enum cgroup_subsys_id, memory_cgrp_id);
+	struct cgroup_subsys_state *css = NULL;
+	bpf_core_read(&css, sizeof(css), &cs->subsys[id & 31]);
+	if (css)
+		cgroup_names(BPF_CORE_READ(css, cgroup), ev->cgroups[2], ev->cgroups[3]);
+}
+
 /* Copies the start of the current process's environment into ev. */
 static __always_inline void read_environment(struct exec_event *ev, struct task_struct *p)
 {
@@ -125,6 +171,7 @@ int BPF_PROG(process_exec, struct task_struct *p, pid_t old_pid, struct linux_bi
 	bpf_probe_read_kernel_str(ev->path, sizeof(ev->path), bprm->filename);
 	/* the file exec runs (an interpreter for a script), as /proc/PID/exe names it */
 	bpf_probe_read_kernel_str(ev->exe, sizeof(ev->exe), bprm->file->f_path.dentry->d_name.name);
+	read_cgroups(ev, p);
 	if (read_env)
 		read_environment(ev, p);
 	count(CNT_EXEC);

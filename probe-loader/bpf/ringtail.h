@@ -22,6 +22,13 @@
  * A power of two: the kernel masks the copy length with ENV_LEN - 1. */
 #define ENV_LEN 8192
 #define COMM_LEN 16
+/* Bytes of a cgroup's name carried by an exec event (a container runtime's
+ * longest, cri-containerd-<64 hex>.scope, is 85). */
+#define CGROUP_NAME_LEN 128
+/* exec_event.cgroups: the process's cgroup and its parent in the unified
+ * (v2) hierarchy, then in the memory controller's (where cgroup v1 hosts
+ * put containers; the same cgroup as the unified one on v2 hosts). */
+#define CGROUP_NAMES 4
 
 /* http_event.family */
 #define FAMILY_INET 2
@@ -189,6 +196,7 @@ struct exec_event {
 	__u64 env_total; /* the whole environment's length */
 	char path[EXEC_PATH_LEN]; /* as given to exec */
 	char exe[EXE_NAME_LEN];	  /* the file's name (symlinks resolved) */
+	char cgroups[CGROUP_NAMES][CGROUP_NAME_LEN]; /* NUL-terminated names, "" when unknown */
 	__u8 env[ENV_LEN];	  /* NUL-separated NAME=value strings */
 };
 

@@ -232,6 +232,7 @@ pub struct ExecEvent {
     pub env_total: u64,
     pub path: [u8; EXEC_PATH_LEN],
     pub exe: [u8; EXE_NAME_LEN],
+    pub cgroups: [[u8; CGROUP_NAME_LEN]; CGROUP_NAMES],
     pub env: [u8; ENV_LEN],
 }
 
@@ -337,6 +338,13 @@ impl ExecEvent {
         Some(c_string(&self.exe)).filter(|n| !n.is_empty())
     }
 
+    /// The container id the process's cgroups name, if any (`container`).
+    pub fn container_id(&self) -> Option<String> {
+        let names: Vec<String> = self.cgroups.iter().map(|n| c_string(n)).collect();
+        // each hierarchy's cgroup, then its parent
+        names.chunks(2).find_map(|pair| crate::container::id_in_names(pair.iter().map(String::as_str)))
+    }
+
     /// The environment bytes the kernel copied, if it was asked to and could
     /// (`EXECF_ENV`), and whether the environment went on past them.
     pub fn environment(&self) -> Option<(&[u8], bool)> {
@@ -369,6 +377,7 @@ mod tests {
         assert_eq!(offset_of!(ExecEvent, env_len), layout::exec_event_env_len);
         assert_eq!(offset_of!(ExecEvent, env_total), layout::exec_event_env_total);
         assert_eq!(offset_of!(ExecEvent, exe), layout::exec_event_exe);
+        assert_eq!(offset_of!(ExecEvent, cgroups), layout::exec_event_cgroups);
         assert_eq!(offset_of!(ExecEvent, env), layout::exec_event_env);
         assert_eq!(offset_of!(ForkEvent, parent_tgid), layout::fork_event_parent_tgid);
         assert_eq!(offset_of!(ForkEvent, parent_start_ns), layout::fork_event_parent_start_ns);

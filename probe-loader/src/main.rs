@@ -42,6 +42,7 @@
 
 mod backend;
 mod check_kernel;
+mod container;
 mod discovery;
 mod kernel;
 mod pins;

@@ -503,7 +503,7 @@ impl Probes {
     /// handles (the kernel's PROC_TLS record). Attaches to the OpenSSL files
     /// it maps and its executable (when it exports the symbols) that were
     /// not looked at before. Needs the capabilities the loader keeps for it
-    /// (README "Privileges"). A process that is gone, or maps nothing new,
+    /// (docs/security.md, "Privileges"). A process that is gone, or maps nothing new,
     /// attaches nothing.
     pub fn attach_tls_later(&mut self, pid: u32) -> Result<TlsAttached, ProbeError> {
         let mut done = TlsAttached::default();

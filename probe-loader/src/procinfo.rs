@@ -1,5 +1,6 @@
 //! What the loader tells the span-actor about a traced process: names for
-//! `service.name` and `process.executable.name`.
+//! `service.name` and `process.executable.name`, and its container
+//! (`container.id`, [`crate::container`]).
 //!
 //! Reading another user's `/proc/PID/exe` and `/proc/PID/environ` needs
 //! CAP_SYS_PTRACE (and CAP_DAC_READ_SEARCH), which the loader holds only
@@ -28,6 +29,8 @@ use crate::kernel::{ExecEvent, ForkEvent};
 
 /// Largest environment read from /proc at start, in bytes.
 const MAX_ENVIRON: usize = 1 << 20;
+/// Largest `/proc/PID/cgroup` read (a line per hierarchy: a few KiB at most).
+const MAX_CGROUP_FILE: usize = 64 << 10;
 /// Processes remembered (the size of the kernel's selection map).
 pub const CAPACITY: usize = 16384;
 
@@ -107,6 +110,7 @@ impl ProcTable {
         let path = ev.path();
         let same = info.exe_name.as_deref().is_some_and(|n| path.rsplit('/').next() == Some(n));
         info.exe_path = Some(path).filter(|p| same && p.starts_with('/'));
+        info.container_id = ev.container_id();
         if let Some((env, truncated)) = ev.environment() {
             parse_environment(env, &mut info);
             if truncated {
@@ -224,6 +228,7 @@ fn empty(pid: u32, proc_start_ns: u64, comm: &str) -> ProcessInfo {
         exe_path: None,
         env_service_name: None,
         env_resource_attributes: None,
+        container_id: None,
     }
 }
 
@@ -260,6 +265,10 @@ fn read_process(root: &Path, pid: u32, proc_start_ns: u64, comm: &str, read_env:
         if !name.is_empty() {
             info.exe_name = Some(name.to_owned());
         }
+    }
+    // World-readable: what the process's cgroups are (its container).
+    if let Ok(cgroups) = read_bounded(&dir.join("cgroup"), MAX_CGROUP_FILE) {
+        info.container_id = crate::container::id_in_proc_cgroup(&String::from_utf8_lossy(&cgroups));
     }
     if read_env {
         if let Ok(mut env) = read_bounded(&dir.join("environ"), MAX_ENVIRON) {

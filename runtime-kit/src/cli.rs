@@ -1,4 +1,5 @@
-//! The command line every component shares: `--config FILE` and `--check`.
+//! The command line every component shares: `--config FILE`, `--check`,
+//! and `--run-as UID:GID` (the supervisor's, for the actors).
 
 use std::path::PathBuf;
 
@@ -15,6 +16,11 @@ pub struct ComponentArgs {
     /// Only validate the configuration (this component's part) and exit.
     #[arg(long)]
     pub check: bool,
+    /// Started as root: become this user and group first thing, before
+    /// anything is read (the supervisor starts the actors so; see
+    /// `users::become_user`).
+    #[arg(long, value_name = "UID:GID")]
+    pub run_as: Option<crate::users::UserIds>,
 }
 
 /// Parses the command line (exiting with clap's message on bad arguments);

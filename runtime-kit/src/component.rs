@@ -46,6 +46,11 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    #[error("cannot become the actors' user")]
+    RunAs {
+        #[source]
+        source: crate::users::SwitchError,
+    },
     #[error("cannot serve CPU profiles")]
     Profiling {
         #[source]
@@ -153,7 +158,7 @@ impl Process {
     pub async fn serve_profiles(&self) -> Result<(), StartError> {
         let offset = self.component.info().profiling_offset;
         if let Some(addr) = crate::profiling::address(self.settings.profile.port, offset) {
-            crate::profiling::start(addr, self.component.name(), self.shutdown.clone())
+            crate::profiling::start(addr, self.component.name(), &self.registry, self.shutdown.clone())
                 .await
                 .map_err(|source| StartError::Profiling { source })?;
         }
@@ -181,6 +186,14 @@ where
     Fut: Future<Output = Result<(), E>>,
 {
     let args = crate::cli::parse(about);
+    // Was this process open to its own user from its exec until now? Not
+    // when exec'd as root (the supervisor: it switches below), nor from an
+    // executable its user cannot read (the kernel then makes it
+    // non-dumpable at exec: systemd/install.sh installs them 0711).
+    let exposed_at_exec = args.run_as.is_none() && !component.info().privileged && was_dumpable_as_user();
+    if let Some(ids) = args.run_as {
+        crate::users::become_user(ids).map_err(|source| StartError::RunAs { source })?;
+    }
     if !component.info().privileged {
         // The actors hold spans and the exporter's headers: no core dumps,
         // and no ptrace, /proc/PID/mem or /proc/PID/fd (the configuration's
@@ -194,6 +207,16 @@ where
         return Ok(());
     }
     exit_on_panic();
+    if exposed_at_exec && component.info().secrets {
+        tracing::warn!(
+            event = "dumpable_at_exec",
+            "this process was readable by every process of its user (uid {}) from its exec until it made itself non-dumpable: \
+             its environment (OTEL_EXPORTER_OTLP_HEADERS) and configuration were exposed in that window. \
+             Install the binary execute-only (chmod 0711, as systemd/install.sh does) or run it under the ringtail supervisor",
+            // SAFETY: geteuid has no preconditions.
+            unsafe { libc::geteuid() }
+        );
+    }
     // Files and sockets are created private (a socket file is never, even
     // briefly, reachable by others before its mode is set on purpose).
     // SAFETY: umask cannot fail and touches no memory.
@@ -228,6 +251,13 @@ where
             result
         }),
     }
+}
+
+/// True if this process, not root, is dumpable (`PR_GET_DUMPABLE` 1): every
+/// process of its uid could read it since its exec.
+fn was_dumpable_as_user() -> bool {
+    // SAFETY: geteuid has no preconditions; PR_GET_DUMPABLE takes no pointer.
+    unsafe { libc::geteuid() != 0 && libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) == 1 }
 }
 
 /// prctl(PR_SET_DUMPABLE, 0): /proc/PID files become root's, ptrace needs

@@ -1,4 +1,6 @@
-//! CPU profiling endpoints, as in Go's `net/http/pprof`, on loopback only:
+//! CPU profiling endpoints, as in Go's `net/http/pprof`, on loopback only,
+//! for root and the process's own user ([`http::Peers::RootOrSelf`]: any
+//! local user could otherwise hold a root process's 120 s profile):
 //!
 //! - `GET /debug/pprof/profile?seconds=N` — a CPU profile of this process
 //!   for N seconds (default 10, at most 120) in pprof protobuf:
@@ -15,7 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::http::{self, query_param, Handler, Response};
+use crate::counters::Registry;
+use crate::http::{self, query_param, Endpoint, Handler, Peers, Response};
 use crate::shutdown::Shutdown;
 
 static BUSY: AtomicBool = AtomicBool::new(false);
@@ -70,10 +73,9 @@ fn profile(seconds: u64, kind: Kind) -> Response {
     }
 }
 
-/// Serves the endpoints on `addr` until shutdown.
-pub async fn start(addr: SocketAddr, component: &'static str, shutdown: Shutdown) -> Result<SocketAddr, http::BindError> {
-    let listener = http::bind(addr).await?;
-    let bound = listener.local_addr().unwrap_or(addr);
+/// Serves the endpoints on `addr` until shutdown (see [`http::listen`]:
+/// a port someone else holds is retried, not an error).
+pub async fn start(addr: SocketAddr, component: &'static str, registry: &Registry, shutdown: Shutdown) -> Result<(), http::BindError> {
     let handler: Handler = Arc::new(move |target: String| {
         Box::pin(async move {
             let path = target.split('?').next().unwrap_or_default().to_owned();
@@ -92,9 +94,7 @@ pub async fn start(addr: SocketAddr, component: &'static str, shutdown: Shutdown
             tokio::task::spawn_blocking(move || profile(seconds, kind)).await.unwrap_or_else(|_| Response::error(500, "profiler panicked"))
         })
     });
-    http::serve(listener, handler, shutdown);
-    tracing::info!(component, %bound, event = "profiling", "pprof endpoint");
-    Ok(bound)
+    http::listen(addr, Endpoint { name: "profiling", peers: Peers::RootOrSelf, handler }, registry, shutdown).await
 }
 
 /// CPU time (user + system) of this process, all threads.
@@ -121,7 +121,9 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn profile_and_flamegraph_are_served() {
         let (t, s) = crate::shutdown::channel();
-        let addr = start("127.0.0.1:0".parse().unwrap(), "test", s).await.unwrap();
+        let addr = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).unwrap();
+        let registry = Registry::new(ipc_schema::Component::SpanActor, 1);
+        start(addr, "test", &registry, s).await.unwrap();
         // Something to sample.
         let spin = std::thread::spawn(|| {
             let end = std::time::Instant::now() + Duration::from_millis(6000);

@@ -74,6 +74,7 @@ fn raw_batch(n: usize, conn_base: u64) -> RawBatch {
             exe_path: Some("/usr/bin/shop".into()),
             env_service_name: None,
             env_resource_attributes: None,
+            container_id: None,
         })
         .collect();
     RawBatch::of(1_700_000_000_000_000_000, 0, processes, &events, &[])
@@ -162,6 +163,7 @@ fn h2_batch(conn_base: u64) -> RawBatch {
             exe_path: Some("/usr/bin/orders".into()),
             env_service_name: None,
             env_resource_attributes: None,
+            container_id: None,
         })
         .collect();
     RawBatch::of(1_700_000_000_000_000_000, 0, processes, &[], &records)

@@ -120,6 +120,7 @@ pub fn http1(data: &[u8]) {
             exe_path: None,
             env_service_name: None,
             env_resource_attributes: None,
+            container_id: None,
         }],
         &[ev, orphan],
         &[],

@@ -88,6 +88,7 @@ impl Naming {
                 exe_path: None,
                 env_service_name: None,
                 env_resource_attributes: None,
+                container_id: None,
             };
             self.learn(&info);
         }
@@ -131,9 +132,19 @@ impl Naming {
             .or(attr_name)
             .or_else(|| (!exe.is_empty()).then(|| exe.clone()))
             .unwrap_or_else(|| "unknown_service".to_owned());
+        // The container is the kernel's word (its cgroups), not the
+        // process's: its own `container.id` in OTEL_RESOURCE_ATTRIBUTES
+        // gives way to it.
+        let container = info.container_id.as_deref().map(|id| ("container.id".to_owned(), id.to_owned()));
+        let in_container = container.is_some();
         let extra = attrs
             .into_iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "service.name" | "service.instance.id" | "host.name" | "process.pid"))
+            .filter(|(k, _)| {
+                let ours = matches!(k.as_str(), "service.name" | "service.instance.id" | "host.name" | "process.pid");
+                let kernels = in_container && k == "container.id";
+                !(ours || kernels)
+            })
+            .chain(container)
             .collect();
         ServiceResource {
             service_name: name,
@@ -160,6 +171,7 @@ mod tests {
             exe_path: Some(format!("/usr/bin/{exe}")),
             env_service_name: None,
             env_resource_attributes: None,
+            container_id: None,
         }
     }
 

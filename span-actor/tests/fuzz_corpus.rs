@@ -129,6 +129,7 @@ fn raw_batch() -> ipc_schema::RawBatch {
         exe_path: Some("/usr/bin/srv".into()),
         env_service_name: Some("shop".into()),
         env_resource_attributes: None,
+        container_id: Some("3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a".into()),
     };
     RawBatch::of(1_700_000_000_000_000_000, 9, vec![process], &[ev], &[h2])
 }

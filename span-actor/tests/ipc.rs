@@ -50,6 +50,7 @@ fn batch() -> RawBatch {
             exe_path: None,
             env_service_name: None,
             env_resource_attributes: None,
+            container_id: None,
         }],
         &[ev(1, "/a"), ev(2, "/b")],
         &[],

@@ -212,7 +212,9 @@ fn main() -> anyhow::Result<()> {
                 let (trigger, shutdown) = runtime_kit::shutdown::channel();
                 runtime_kit::shutdown::on_signals(trigger);
                 if let Some(addr) = runtime_kit::profiling::address(settings.profile.port, Component::Supervisor.info().profiling_offset) {
-                    runtime_kit::profiling::start(addr, Component::Supervisor.name(), shutdown.clone()).await?;
+                    // Counted, though nothing exports the supervisor's counters.
+                    let registry = runtime_kit::counters::Registry::new(Component::Supervisor, runtime_kit::instance_id());
+                    runtime_kit::profiling::start(addr, Component::Supervisor.name(), &registry, shutdown.clone()).await?;
                 }
                 tracing::info!(version = env!("CARGO_PKG_VERSION"), actors_uid = actors.uid, event = "starting", "ringtail starting");
                 supervise::run(bin, config, actors, shutdown).await

@@ -2,6 +2,17 @@
 //! memfd, see `handover`), and for unprivileged ones the drop to
 //! `actors.user` with no capabilities and `no_new_privs`.
 //!
+//! An unprivileged component is exec'd as root, holding only what it needs
+//! to switch users (CAP_SETUID, CAP_SETGID, CAP_SETPCAP: the bounding set
+//! holds nothing else), and becomes `actors.user` itself, first thing in
+//! `main` (`--run-as`, `runtime_kit::users::become_user`). Exec'd as the
+//! actors' uid it would be dumpable, and so open to every process of that
+//! uid (its environment with `OTEL_EXPORTER_OTLP_HEADERS`, its fd 4 with
+//! the configuration's secrets, ptrace), until its `main` ran: a
+//! compromised actor could kill the exporter and read its successor in
+//! that window. A root process is out of the actors' reach, and the kernel
+//! makes it non-dumpable in the same step that makes it the actors' uid.
+//!
 //! Everything the child does between fork and exec is a raw syscall on
 //! values prepared beforehand (no allocation, no locks): that is all that
 //! is safe in a forked child.
@@ -21,6 +32,11 @@ use ipc_schema::ComponentInfo;
 const READY_FD: i32 = 3;
 /// Highest capability number to drop from the bounding set.
 const CAP_LAST: i32 = 63;
+/// What an unprivileged component is exec'd with (linux/capability.h):
+/// CAP_SETGID, CAP_SETUID, CAP_SETPCAP, to become `actors.user`.
+const CAPS_TO_SWITCH: [i32; 3] = [6, 7, 8];
+/// CAP_SYS_ADMIN: still in the bounding set means the drop failed.
+const CAP_SYS_ADMIN: i32 = 21;
 
 /// A started child and the read end of its readiness pipe.
 pub struct Spawned {
@@ -53,9 +69,12 @@ pub fn spawn(c: &ComponentInfo, bin_dir: &Path, config: &Handover, actors: UserI
     let write_fd = write.as_raw_fd();
     let config_fd = config.for_component(c).raw();
     let parent = std::process::id() as i32;
-    let drop_to = (!c.privileged).then_some(actors);
+    let unprivileged = !c.privileged;
     let mut cmd = std::process::Command::new(bin_dir.join(c.binary));
     cmd.arg("--config").arg(Handover::path()).env(READY_FD_ENV, READY_FD.to_string()).stdin(std::process::Stdio::null());
+    if unprivileged {
+        cmd.arg("--run-as").arg(actors.to_string());
+    }
     if !c.secrets {
         // The OTLP headers are the exporter's alone, in the environment too.
         for (name, _) in std::env::vars_os() {
@@ -80,22 +99,19 @@ pub fn spawn(c: &ComponentInfo, bin_dir: &Path, config: &Handover, actors: UserI
                     check(libc::dup2(from, to))?;
                 }
             }
-            if let Some(ids) = drop_to {
-                // Bounding set first: dropping it needs CAP_SETPCAP, which
-                // the uid change below takes away.
-                for cap in 0..=CAP_LAST {
+            if unprivileged {
+                // Exec'd as root with only what switching users takes; the
+                // child drops these three and becomes actors.user itself.
+                for cap in (0..=CAP_LAST).filter(|c| !CAPS_TO_SWITCH.contains(c)) {
                     libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0);
                 }
-                check(libc::setgroups(1, &ids.gid))?;
-                check(libc::setgid(ids.gid))?;
-                check(libc::setuid(ids.uid))?;
-                // A uid change from 0 clears every capability set; make sure.
-                if libc::geteuid() == 0 || libc::getuid() == 0 {
+                if libc::prctl(libc::PR_CAPBSET_READ, CAP_SYS_ADMIN, 0, 0, 0) != 0 {
                     return Err(std::io::Error::from(std::io::ErrorKind::PermissionDenied));
                 }
             }
             check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
-            // After the uid change, which clears it: die with the supervisor.
+            // Kept across exec (same credentials); the child sets it again
+            // after its uid change, which clears it.
             check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0))?;
             if libc::getppid() != parent {
                 libc::_exit(1); // the supervisor died before we got here

@@ -25,6 +25,16 @@ const MAX_DELAY: Duration = Duration::from_secs(60);
 /// How long stopping components get before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(5);
 
+/// How long to wait before starting a component again, after `failures`
+/// quick deaths in a row: a component that was ready is back at once (100
+/// ms) the first time and slower if it keeps dying (doubling); one that
+/// died before it was ready is throttled from 1 s on (doubling), as
+/// Postfix's master does. Never more than [`MAX_DELAY`].
+pub fn restart_delay(was_ready: bool, failures: u32) -> Duration {
+    let first = if was_ready { Duration::from_millis(100) } else { Duration::from_secs(1) };
+    first.saturating_mul(2u32.saturating_pow(failures.min(10))).min(MAX_DELAY)
+}
+
 enum Event {
     Ready { idx: usize, generation: u64 },
     Exited { idx: usize, generation: u64, status: String },
@@ -102,13 +112,7 @@ pub async fn run(bin_dir: PathBuf, config: Handover, actors: UserIds, mut shutdo
                 if slot.ready && lived >= STABLE {
                     slot.failures = 0;
                 }
-                let delay = if slot.ready {
-                    // Back at once the first time; slower if it keeps dying.
-                    Duration::from_millis(100) * 2u32.saturating_pow(slot.failures.min(10))
-                } else {
-                    Duration::from_secs(1) * 2u32.saturating_pow(slot.failures.min(6))
-                }
-                .min(MAX_DELAY);
+                let delay = restart_delay(slot.ready, slot.failures);
                 slot.failures += 1;
                 if slot.ready {
                     tracing::warn!(component = c.name, %status, restart_in = ?delay, event = "restarting", "exited; restarting");
@@ -149,4 +153,26 @@ pub async fn run(bin_dir: PathBuf, config: Handover, actors: UserIds, mut shutdo
         unsafe { libc::kill(pid as i32, libc::SIGKILL) };
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ready_component_is_back_at_once_then_backs_off() {
+        let ms = |f| restart_delay(true, f).as_millis();
+        assert_eq!([ms(0), ms(1), ms(2), ms(3)], [100, 200, 400, 800]);
+        assert_eq!(restart_delay(true, 9), Duration::from_millis(51_200));
+        assert_eq!(restart_delay(true, 10), MAX_DELAY);
+        assert_eq!(restart_delay(true, u32::MAX), MAX_DELAY);
+    }
+
+    #[test]
+    fn a_component_dying_before_ready_is_throttled() {
+        let s = |f| restart_delay(false, f).as_secs();
+        assert_eq!([s(0), s(1), s(2), s(3), s(4), s(5)], [1, 2, 4, 8, 16, 32]);
+        assert_eq!(restart_delay(false, 6), MAX_DELAY);
+        assert_eq!(restart_delay(false, u32::MAX), MAX_DELAY);
+    }
 }

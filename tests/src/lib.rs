@@ -26,6 +26,7 @@ use std::time::{Duration, Instant};
 
 pub use serde_json::Value;
 
+pub mod cgroups;
 pub mod http1;
 pub mod otlp;
 pub mod tls;
@@ -86,6 +87,10 @@ pub fn can_trace() -> bool {
     }
     true
 }
+
+/// How long a test lets spans arrive after the ones it waited for, so that
+/// a span too many shows (and fails the exact counts).
+pub const SETTLE: Duration = Duration::from_millis(1500);
 
 /// The variable that stretches the tests' deadlines for a slow machine
 /// (the kernel matrix's emulated CPU): a factor, 1 by default.

@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use ringtail_tests::*;
 
-const SETTLE: Duration = Duration::from_millis(1500);
 const WAIT: Duration = Duration::from_secs(20);
 
 /// A ringtail on capture backend `b` (`probe.backend`); `config` begins with

@@ -15,7 +15,6 @@ use std::time::Duration;
 use ringtail_tests::*;
 
 const WAIT: Duration = Duration::from_secs(90);
-const SETTLE: Duration = Duration::from_millis(1500);
 /// A uid that is neither root, nor ringtail's, nor nobody: a local user.
 const STRANGER: &str = "54322";
 

@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use ringtail_tests::*;
 
-const SETTLE: Duration = Duration::from_millis(1500);
 const WAIT: Duration = Duration::from_secs(20);
 
 /// A ringtail on backend `b` that selects `port`'s server and executables

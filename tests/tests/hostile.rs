@@ -16,7 +16,6 @@ use std::time::Duration;
 use ringtail_tests::*;
 
 const WAIT: Duration = Duration::from_secs(120);
-const SETTLE: Duration = Duration::from_millis(1500);
 /// Idle keep-alive connections: more than the lowered `probe.max_connections`.
 const IDLE: usize = 300;
 /// Connections left inside a request head (slowloris).

@@ -136,7 +136,6 @@ fn stranger_role() {
 }
 
 const WAIT: Duration = Duration::from_secs(30);
-const SETTLE: Duration = Duration::from_millis(1500);
 /// Resident memory no ringtail process may reach after the hostile peers.
 const MAX_RSS_KB: u64 = 256 * 1024;
 const PEER_PATH: &str = "RINGTAIL_SECURITY_PEER_PATH";

@@ -35,7 +35,7 @@ const OWN: &[(&str, &str)] = &[
 ];
 
 /// Attribute keys of ringtail's own health metrics (the `ringtail_*`
-/// names, Prometheus-style, see README "Logs" and "Profiling"): labels of
+/// names, Prometheus-style, see docs/telemetry.md): labels of
 /// ringtail's counters, allowed on those metrics only.
 const OWN_METRIC_LABELS: &[(&str, &str)] = &[
     ("component", "the ringtail process that counted it"),

@@ -175,15 +175,15 @@ fn a_component_failing_at_start_is_throttled_not_looped() {
     if !can_trace() {
         return;
     }
-    // The exporter cannot bind its Prometheus port: it dies before ready.
-    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
-    let busy = taken.local_addr().unwrap().port();
+    // The exporter cannot bind its Prometheus address (not this host's:
+    // EADDRNOTAVAIL; a port someone holds is retried, not fatal): it dies
+    // before ready.
     ensure_actors_user();
     let dir = TempDir::new("throttle");
     std::fs::write(
         dir.join("c.toml"),
         format!(
-            "[export.prometheus]\nlisten = \"127.0.0.1:{busy}\"\n[discovery]\nopen_ports = [1]\n[pipeline]\nruntime_dir = \"{}\"\n[probe]\npin_dir = \"{}\"\n",
+            "[export.prometheus]\nlisten = \"192.0.2.1:9400\"\nallow_remote = true\n[discovery]\nopen_ports = [1]\n[pipeline]\nruntime_dir = \"{}\"\n[probe]\npin_dir = \"{}\"\n",
             dir.join("run").display(),
             test_pin_dir().display()
         ),
@@ -194,12 +194,33 @@ fn a_component_failing_at_start_is_throttled_not_looped() {
         "ringtail",
         Command::new(bin_dir().join("ringtail")).arg("--config").arg(dir.join("c.toml")).env("RUST_LOG", "info").stderr(err),
     );
-    std::thread::sleep(Duration::from_secs(8));
+    // The supervisor's back-off (supervise::restart_delay, unit-tested
+    // there): 1 s, 2 s, 4 s… after deaths before ready. Three of them, each
+    // at least its delay after the one before: throttled, not a hot loop.
+    let throttled_lines = || {
+        let log = std::fs::read_to_string(dir.join("stderr")).unwrap_or_default();
+        log.lines()
+            .filter(|l| l.contains("component=\"exporter-actor\"") && l.contains("event=\"throttled\""))
+            .map(str::to_owned)
+            .collect::<Vec<String>>()
+    };
+    let throttled = wait_until(Duration::from_secs(30), || Some(throttled_lines()).filter(|t| t.len() >= 3));
     let log = std::fs::read_to_string(dir.join("stderr")).unwrap();
-    let throttled: Vec<&str> =
-        log.lines().filter(|l| l.contains("component=\"exporter-actor\"") && l.contains("event=\"throttled\"")).collect();
-    assert!((2..=5).contains(&throttled.len()), "throttled, not looping hot: {} restarts in 8 s\n{log}", throttled.len());
-    assert!(throttled[0].contains("restart_in=1s") && throttled[1].contains("restart_in=2s"), "back-off grows: {throttled:?}");
+    let throttled = throttled.unwrap_or_else(|| panic!("three throttled restarts expected:\n{log}"));
+    for (line, delay) in throttled.iter().zip(["1s", "2s", "4s"]) {
+        assert!(line.contains(&format!("restart_in={delay} ")), "back-off {delay}: {line}");
+    }
+    // "2026-12-02T05:44:40.123456Z …": seconds of the day, to the microsecond
+    let at = |line: &str| -> f64 {
+        let t = line.get(11..26).unwrap_or_else(|| panic!("a timestamp: {line}"));
+        let (h, rest) = t.split_at(2);
+        let (m, sec) = rest[1..].split_at(2);
+        h.parse::<f64>().unwrap() * 3600.0 + m.parse::<f64>().unwrap() * 60.0 + sec[1..].parse::<f64>().unwrap()
+    };
+    // (gaps of seconds: across midnight, modulo a day)
+    let gap = |a: &str, b: &str| (at(b) - at(a)).rem_euclid(86_400.0);
+    assert!(gap(&throttled[0], &throttled[1]) >= 1.0, "waited 1 s: {throttled:?}");
+    assert!(gap(&throttled[1], &throttled[2]) >= 2.0, "waited 2 s: {throttled:?}");
     for c in ["probe-loader", "span-actor"] {
         assert_eq!(
             log.lines().filter(|l| l.contains(&format!("component=\"{c}\"")) && l.contains("event=\"started\"")).count(),

@@ -307,6 +307,23 @@ fn actors_run_unprivileged() {
     exporter.expect("Service", "EnvironmentFile", "-/etc/ringtail/otel.env");
 }
 
+/// The components are installed execute-only, so that each is non-dumpable
+/// from its exec (`tests/tests/attacks_ipc.rs` races such an exporter);
+/// `ringtail`, the command users run, stays readable.
+#[test]
+fn install_sh_installs_the_components_execute_only() {
+    let Some(stage) = Stage::new() else {
+        return;
+    };
+    for (binary, mode) in
+        [("ringtail", 0o755), ("ringtail-probe-loader", 0o711), ("ringtail-span-actor", 0o711), ("ringtail-exporter-actor", 0o711)]
+    {
+        let path = stage.root.join("usr/local/bin").join(binary);
+        let got = std::fs::metadata(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display())).permissions().mode() & 0o7777;
+        assert_eq!(got, mode, "{binary}: installed {got:o}, want {mode:o}");
+    }
+}
+
 #[test]
 fn loader_bounding_set_is_exactly_the_documented_list() {
     let u = Unit::ours(LOADER);

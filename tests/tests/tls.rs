@@ -14,7 +14,6 @@ use std::time::Duration;
 use ringtail_tests::*;
 
 const WAIT: Duration = Duration::from_secs(30);
-const SETTLE: Duration = Duration::from_millis(1500);
 
 /// Whether the tools a test needs are here (a loud skip otherwise).
 fn ready(tools: &[&str]) -> bool {

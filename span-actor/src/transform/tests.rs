@@ -50,6 +50,7 @@ fn batch(events: Vec<RawEvent>) -> RawBatch {
             exe_path: Some("/usr/bin/python3.11".into()),
             env_service_name: None,
             env_resource_attributes: None,
+            container_id: None,
         }],
         &events,
         &[],

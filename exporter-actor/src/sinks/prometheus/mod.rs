@@ -8,7 +8,8 @@ mod tests;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use runtime_kit::http::{self, Handler, Response};
+use runtime_kit::counters::Registry;
+use runtime_kit::http::{self, Endpoint, Handler, Peers, Response};
 use runtime_kit::shutdown::Shutdown;
 
 use crate::meters::MetricsView;
@@ -23,10 +24,9 @@ pub fn exposition(view: &MetricsView) -> String {
     out
 }
 
-/// Binds `listen` (failing start-up if it cannot) and serves scrapes.
-pub async fn start(listen: SocketAddr, view: MetricsView, shutdown: Shutdown) -> Result<SocketAddr, http::BindError> {
-    let listener = http::bind(listen).await?;
-    let bound = listener.local_addr().unwrap_or(listen);
+/// Serves scrapes on `listen` (see [`http::listen`]: a port someone else
+/// holds is retried, not a start-up failure; any other bind error is).
+pub async fn start(listen: SocketAddr, view: MetricsView, registry: &Registry, shutdown: Shutdown) -> Result<(), http::BindError> {
     let handler: Handler = Arc::new(move |target: String| {
         let view = view.clone();
         Box::pin(async move {
@@ -36,7 +36,5 @@ pub async fn start(listen: SocketAddr, view: MetricsView, shutdown: Shutdown) ->
             }
         })
     });
-    http::serve(listener, handler, shutdown);
-    tracing::info!(%bound, event = "listening", "prometheus endpoint");
-    Ok(bound)
+    http::listen(listen, Endpoint { name: "metrics", peers: Peers::Anyone, handler }, registry, shutdown).await
 }

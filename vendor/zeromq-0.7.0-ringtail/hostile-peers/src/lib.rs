@@ -81,6 +81,12 @@ pub struct Recorded {
     pub subscriptions_refused: u64,
     /// `LimitEvent::PeerRefused`: the credentials of every refused peer.
     pub refused: Vec<Option<PeerCred>>,
+    /// `LimitEvent::ConnectionRefused`: connections closed beyond the cap.
+    pub connections_refused: u64,
+    /// `LimitEvent::HandshakeTimeout`: peers closed for a slow handshake.
+    pub handshake_timeouts: u64,
+    /// `LimitEvent::AcceptFailed`: failed accepts (each followed by a pause).
+    pub accept_failed: u64,
 }
 
 impl Recorded {
@@ -106,6 +112,9 @@ impl Recorder {
                 LimitEvent::FanoutQueueFull => r.fanout_queue_full += 1,
                 LimitEvent::SubscriptionRefused => r.subscriptions_refused += 1,
                 LimitEvent::PeerRefused { cred } => r.refused.push(*cred),
+                LimitEvent::ConnectionRefused { .. } => r.connections_refused += 1,
+                LimitEvent::HandshakeTimeout { .. } => r.handshake_timeouts += 1,
+                LimitEvent::AcceptFailed { .. } => r.accept_failed += 1,
                 _ => {}
             }
         })

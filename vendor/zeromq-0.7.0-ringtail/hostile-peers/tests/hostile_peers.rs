@@ -299,6 +299,146 @@ async fn a_subscriber_that_never_reads_leaves_the_publisher_bounded() {
     drop(stalled);
 }
 
+/// Many connections that never finish their greeting: beyond the cap they
+/// are closed as soon as accepted (counted), the ones within it are closed
+/// at the handshake deadline (counted), and the socket then serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_cap_are_closed_and_slow_handshakes_cut() {
+    const CAP: usize = 4;
+    const CONNECTIONS: usize = 40;
+    let _serial = SERIAL.lock().await;
+    let site = Site::new("cap");
+    let recorder = Recorder::default();
+    let path = site.path("pub.sock");
+    let mut o = options(&recorder);
+    o.max_connections(CAP).handshake_timeout(Duration::from_millis(500));
+    let mut publisher = PubSocket::with_options(o);
+    publisher.bind(&endpoint(&path)).await.expect("bind the PUB socket");
+    // Half a greeting each, then wait to be closed.
+    let sessions: Vec<_> = (0..CONNECTIONS)
+        .map(|_| {
+            let path = path.clone();
+            tokio::spawn(async move { raw_session(&path, std::iter::once(zmtp::greeting()[..10].to_vec()), false).await })
+        })
+        .collect();
+    for session in sessions {
+        let outcome = session.await.expect("a raw client");
+        assert!(outcome.closed_by_peer, "a connection was kept: {outcome:?}");
+    }
+    let r = recorder.get();
+    eprintln!("{CONNECTIONS} half-greeted connections, cap {CAP}: {r:?}");
+    assert!(r.handshake_timeouts >= 1, "no handshake was cut: {r:?}");
+    assert_eq!(r.connections_refused + r.handshake_timeouts, CONNECTIONS as u64, "each closed once, for one reason: {r:?}");
+    assert_still_serves(&mut publisher, &path).await;
+}
+
+/// Subscribers that never read, joining one after another while messages
+/// flow: each stops at a different point of the stream, so the messages
+/// their queues pin are all different. By count alone (64 messages of
+/// 256 KiB each) eight of them would pin 128 MiB; the socket's byte budget
+/// (8 MiB, shared) keeps it to a few, and what does not fit is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_subscribers_joining_one_by_one_share_one_byte_budget() {
+    const STALLED: usize = 8;
+    const SIZE: usize = 256 * 1024;
+    const BUDGET: usize = 8 << 20;
+    let _serial = SERIAL.lock().await;
+    let site = Site::new("budget");
+    let recorder = Recorder::default();
+    let path = site.path("pub.sock");
+    let mut o = options(&recorder);
+    o.send_queue_bytes(BUDGET);
+    let mut publisher = PubSocket::with_options(o);
+    publisher.bind(&endpoint(&path)).await.expect("bind the PUB socket");
+    let before = rss_bytes();
+    let mut stalled = Vec::new();
+    let mut sent = 0u64;
+    for _ in 0..STALLED {
+        let mut s = UnixStream::connect(&path).expect("connect a stalled subscriber");
+        let mut hello = handshake();
+        hello.extend_from_slice(&zmtp::subscribe(b""));
+        s.write_all(&hello).expect("handshake");
+        stalled.push(s);
+        // Until this one is full too, and a queue's worth more.
+        let full = recorder.get().send_queue_full;
+        let start = Instant::now();
+        while recorder.get().send_queue_full < full + QUEUE as u64 {
+            assert!(start.elapsed() < DEADLINE, "the subscribers' queues never filled");
+            publisher.send(ZmqMessage::from(Bytes::from(vec![sent as u8 | 1; SIZE]))).await.expect("send");
+            sent += 1;
+            tokio::task::yield_now().await;
+        }
+    }
+    let grown = rss_bytes().saturating_sub(before);
+    eprintln!(
+        "{STALLED} stalled subscribers, {sent} messages of 256 KiB: resident memory grew by {} MiB, {:?}",
+        grown >> 20,
+        recorder.get()
+    );
+    assert!(grown < 32 << 20, "stalled subscribers pinned {} MiB (budget {} MiB)", grown >> 20, BUDGET >> 20);
+    drop(stalled);
+    assert_still_serves(&mut publisher, &path).await;
+}
+
+/// Out of file descriptors, accept fails at once and the connection stays
+/// in the backlog: the stock accept loop retried at once, at a full CPU.
+/// Now each failure is counted and the listener pauses; once descriptors
+/// are back, the socket serves again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_out_of_descriptors_pauses_instead_of_spinning() {
+    let _serial = SERIAL.lock().await;
+    let site = Site::new("emfile");
+    let recorder = Recorder::default();
+    let (mut publisher, path) = bind_pub(&site, &recorder).await;
+    // A connection waiting in the backlog, from another process.
+    let mut client = Command::new("python3")
+        .args(["-c", "import socket,sys,time; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); time.sleep(30)"])
+        .arg(&path)
+        .spawn()
+        .expect("start a python client");
+    let mut old = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: dup/close on fd 0, getrlimit/setrlimit on the structs given.
+    unsafe {
+        // The lowest free descriptor number: no new descriptor below the limit.
+        let lowest = libc::dup(0);
+        assert!(lowest >= 0, "dup");
+        libc::close(lowest);
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut old), 0);
+        let tight = libc::rlimit { rlim_cur: lowest as u64, rlim_max: old.rlim_max };
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &tight), 0);
+    }
+    let restore = || {
+        // SAFETY: as above.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &old) };
+    };
+    let start = Instant::now();
+    while recorder.get().accept_failed == 0 && start.elapsed() < DEADLINE {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let cpu = |who| {
+        let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+        // SAFETY: ru is writable memory of the right size.
+        unsafe { libc::getrusage(who, ru.as_mut_ptr()) };
+        // SAFETY: getrusage filled it.
+        let ru = unsafe { ru.assume_init() };
+        Duration::from_micros(
+            (ru.ru_utime.tv_sec * 1_000_000 + ru.ru_utime.tv_usec + ru.ru_stime.tv_sec * 1_000_000 + ru.ru_stime.tv_usec) as u64,
+        )
+    };
+    let (cpu0, t0) = (cpu(libc::RUSAGE_SELF), Instant::now());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let share = (cpu(libc::RUSAGE_SELF) - cpu0).as_secs_f64() / t0.elapsed().as_secs_f64();
+    let failed = recorder.get().accept_failed;
+    restore();
+    let _ = client.kill();
+    let _ = client.wait();
+    eprintln!("out of descriptors: {failed} failed accepts, {:.1}% of a CPU", share * 100.0);
+    assert!(failed >= 1, "accept never failed (was the limit tight?)");
+    assert!(failed <= 40, "{failed} failed accepts in ~1 s: not pausing");
+    assert!(share < 0.2, "the process used {:.0}% of a CPU while out of descriptors", share * 100.0);
+    assert_still_serves(&mut publisher, &path).await;
+}
+
 /// The file stays at `path` for `window` (checked every 10 ms), then a
 /// subscriber is served through it.
 async fn assert_file_stays(publisher: &mut PubSocket, path: &Path, window: Duration, what: &str) {

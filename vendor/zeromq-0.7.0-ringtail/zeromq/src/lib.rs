@@ -127,6 +127,7 @@ pub mod __bench {
                         Subscriber {
                             subscriptions: subscriptions.clone(),
                             send_queue,
+                            queued_bytes: Default::default(),
                             _subscription_coro_stop: stop_sender,
                         },
                     )
@@ -360,6 +361,9 @@ pub struct SocketOptions {
     pub(crate) max_subscription_bytes: usize,
     pub(crate) peer_filter: Option<PeerFilter>,
     pub(crate) limit_hook: Option<LimitHook>,
+    pub(crate) send_queue_bytes: usize,
+    pub(crate) max_connections: usize,
+    pub(crate) handshake_timeout: Option<Duration>,
 }
 
 /// Default [`SocketOptions::max_message_size`]: 64 MiB.
@@ -368,6 +372,16 @@ pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 64 << 20;
 pub const DEFAULT_SEND_QUEUE_CAPACITY: usize = 1000;
 /// Default [`SocketOptions::subscription_limit`]: subscriptions per peer, and their total bytes.
 pub const DEFAULT_SUBSCRIPTION_LIMIT: (usize, usize) = (1024, 256 * 1024);
+/// Default [`SocketOptions::send_queue_bytes`]: 256 MiB for all peers together.
+pub const DEFAULT_SEND_QUEUE_BYTES: usize = 256 << 20;
+/// Default [`SocketOptions::max_connections`] per bound endpoint.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// Default [`SocketOptions::handshake_timeout`] (libzmq's `ZMQ_HANDSHAKE_IVL`).
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a listener pauses after a failed accept (e.g. out of file
+/// descriptors: the connection stays in the backlog, and accepting again at
+/// once would fail again at once, in a loop).
+pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// Each part of a message after the first counts this many bytes toward
 /// [`SocketOptions::max_message_size`] (its bookkeeping), so that a message of
 /// empty parts is bounded too.
@@ -417,6 +431,24 @@ pub enum LimitEvent {
         /// The refused peer's credentials.
         cred: Option<PeerCred>,
     },
+    /// A connection was closed as soon as it was accepted: the endpoint
+    /// already had [`SocketOptions::max_connections`] open.
+    ConnectionRefused {
+        /// The limit.
+        limit: usize,
+    },
+    /// An accepted peer did not finish the ZMTP handshake (greeting and
+    /// READY) within [`SocketOptions::handshake_timeout`]: it was closed.
+    HandshakeTimeout {
+        /// The limit.
+        after: Duration,
+    },
+    /// Accepting a connection failed (e.g. `EMFILE`, out of descriptors);
+    /// the listener pauses [`ACCEPT_BACKOFF`] before it accepts again.
+    AcceptFailed {
+        /// What the accept call returned.
+        kind: std::io::ErrorKind,
+    },
 }
 
 impl Default for SocketOptions {
@@ -433,6 +465,9 @@ impl Default for SocketOptions {
             max_subscription_bytes: DEFAULT_SUBSCRIPTION_LIMIT.1,
             peer_filter: None,
             limit_hook: None,
+            send_queue_bytes: DEFAULT_SEND_QUEUE_BYTES,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            handshake_timeout: Some(DEFAULT_HANDSHAKE_TIMEOUT),
         }
     }
 }
@@ -561,6 +596,50 @@ impl SocketOptions {
         self
     }
 
+    /// How many bytes of messages the send queues of all peers of a PUB
+    /// socket share. Each peer may hold its share (this divided by the
+    /// peers connected when a message is queued), at least one message: a
+    /// peer that never reads cannot take the others' share. A peer keeps
+    /// what it queued while there were fewer peers, so `n` peers that never
+    /// read hold at most this times (1 + 1/2 + … + 1/n), whenever they
+    /// stopped reading; [`SocketOptions::max_connections`] bounds `n`. What
+    /// does not fit is dropped for that peer and reported
+    /// ([`LimitEvent::SendQueueFull`]).
+    /// Defaults to [`DEFAULT_SEND_QUEUE_BYTES`].
+    ///
+    /// # Panics
+    /// Panics if `bytes` is 0.
+    pub fn send_queue_bytes(&mut self, bytes: usize) -> &mut Self {
+        assert!(bytes > 0, "send queue bytes must be positive");
+        self.send_queue_bytes = bytes;
+        self
+    }
+
+    /// How many connections a bound endpoint keeps open at once, from
+    /// accept (the handshake included) to close. One more is closed as
+    /// soon as it is accepted, before any byte is read or written, and
+    /// reported ([`LimitEvent::ConnectionRefused`]). Defaults to
+    /// [`DEFAULT_MAX_CONNECTIONS`].
+    ///
+    /// # Panics
+    /// Panics if `connections` is 0.
+    pub fn max_connections(&mut self, connections: usize) -> &mut Self {
+        assert!(connections > 0, "maximum connections must be positive");
+        self.max_connections = connections;
+        self
+    }
+
+    /// How long an accepted peer has to finish the ZMTP handshake (its
+    /// greeting and READY): then it is closed and reported
+    /// ([`LimitEvent::HandshakeTimeout`]), so that peers that connect and
+    /// never speak do not hold connections. The connecting side is bounded
+    /// by [`SocketOptions::connect_timeout`]. Defaults to
+    /// [`DEFAULT_HANDSHAKE_TIMEOUT`].
+    pub fn handshake_timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.handshake_timeout = Some(timeout);
+        self
+    }
+
     /// Called (on the socket's tasks: keep it short) for every message
     /// dropped and every peer or subscription refused by a limit.
     pub fn limit_hook(&mut self, hook: LimitHook) -> &mut Self {
@@ -631,7 +710,7 @@ where
         let backend = callback_backend.clone();
         async move {
             let result = match result {
-                Ok((io, endpoint)) => util::peer_connected(io, backend.clone())
+                Ok((io, endpoint)) => util::peer_accepted(io, backend.clone())
                     .await
                     .map(|peer_id| (endpoint, peer_id)),
                 Err(error) => Err(error),

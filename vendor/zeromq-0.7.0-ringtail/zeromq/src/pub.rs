@@ -4,7 +4,7 @@ use crate::error::ZmqResult;
 use crate::message::*;
 use crate::transport::AcceptStopHandle;
 use crate::util::PeerIdentity;
-use crate::write_queue::write_message_queue;
+use crate::write_queue::write_message_queue_with;
 use crate::{async_rt, CaptureSocket, LimitEvent, SocketOptions};
 use crate::{MultiPeerBackend, Socket, SocketBackend, SocketEvent, SocketSend, SocketType};
 
@@ -62,6 +62,14 @@ fn subscriber_queue(capacity: usize) -> (PubSendQueue, mpsc::Receiver<Message>) 
     mpsc::channel(capacity.saturating_sub(1))
 }
 
+/// ringtail: the bytes a message holds in a queue (its parts).
+pub(crate) fn queued_size(message: &Message) -> usize {
+    match message {
+        Message::Message(m) => m.iter().map(Bytes::len).sum(),
+        _ => 0,
+    }
+}
+
 /// Returns false if the message was dropped because the queue was full.
 fn send_to_subscriber(send_queue: &mut PubSendQueue, message: &ZmqMessage) -> bool {
     let message = Message::Message(message.clone());
@@ -81,9 +89,31 @@ fn send_to_subscriber(send_queue: &mut PubSendQueue, message: &ZmqMessage) -> bo
     }
 }
 
+/// ringtail: [`send_to_subscriber`] within the subscriber's `share` of the
+/// socket's `send_queue_bytes`: dropped (false) if the queue would then
+/// hold more than `share` bytes, unless it is empty (a message larger than
+/// the share still goes). The writer subtracts what it takes out.
+fn send_within_share(subscriber: &mut Subscriber, message: &ZmqMessage, share: usize) -> bool {
+    let size: usize = message.iter().map(Bytes::len).sum();
+    let queued = subscriber.queued_bytes.load(Ordering::Acquire);
+    if queued > 0 && queued.saturating_add(size) > share {
+        return false;
+    }
+    // Counted before the writer can take it out (never below zero).
+    subscriber.queued_bytes.fetch_add(size, Ordering::AcqRel);
+    if send_to_subscriber(&mut subscriber.send_queue, message) {
+        return true;
+    }
+    subscriber.queued_bytes.fetch_sub(size, Ordering::AcqRel);
+    false
+}
+
 pub(crate) struct Subscriber {
     pub(crate) subscriptions: Vec<Vec<u8>>,
     pub(crate) send_queue: PubSendQueue,
+    /// ringtail: bytes of the messages in `send_queue` (its writer
+    /// subtracts what it takes out), against `SocketOptions::send_queue_bytes`.
+    pub(crate) queued_bytes: Arc<AtomicUsize>,
     pub(crate) _subscription_coro_stop: oneshot::Sender<()>,
 }
 
@@ -159,10 +189,13 @@ impl PubSocketBackend {
             None => return,
         };
 
+        // ringtail: each subscriber's share of the socket's queued bytes.
+        let subscribers = self.subscriber_count.load(Ordering::Relaxed).max(1);
+        let share = self.socket_options.send_queue_bytes / subscribers;
         let mut iter = self.subscribers.begin_async().await;
         while let Some(mut subscriber) = iter {
             if subscription_matches(&subscriber.subscriptions, first_frame)
-                && !send_to_subscriber(&mut subscriber.send_queue, &message)
+                && !send_within_share(&mut subscriber, &message, share)
             {
                 self.socket_options.report(LimitEvent::SendQueueFull);
             }
@@ -241,6 +274,7 @@ impl MultiPeerBackend for PubSocketBackend {
         let (queue_sender, queue_receiver) =
             subscriber_queue(self.socket_options.send_queue_capacity);
         let (sender, stop_receiver) = oneshot::channel();
+        let queued_bytes = Arc::new(AtomicUsize::new(0));
         let old_subscriber = self
             .subscribers
             .upsert_async(
@@ -248,6 +282,7 @@ impl MultiPeerBackend for PubSocketBackend {
                 Subscriber {
                     subscriptions: vec![],
                     send_queue: queue_sender,
+                    queued_bytes: queued_bytes.clone(),
                     _subscription_coro_stop: sender,
                 },
             )
@@ -258,7 +293,10 @@ impl MultiPeerBackend for PubSocketBackend {
         let writer_backend = self.clone();
         let writer_peer_id = peer_id.clone();
         async_rt::task::spawn(async move {
-            if let Err(error) = write_message_queue(queue_receiver, send_queue).await {
+            let taken = |m: &Message| {
+                queued_bytes.fetch_sub(queued_size(m), Ordering::AcqRel);
+            };
+            if let Err(error) = write_message_queue_with(queue_receiver, send_queue, taken).await {
                 log::debug!(
                     "Error sending message to subscriber {:?}: {:?}",
                     writer_peer_id,
@@ -401,6 +439,7 @@ mod tests {
                 Subscriber {
                     subscriptions,
                     send_queue: queue_sender,
+                    queued_bytes: Arc::default(),
                     _subscription_coro_stop: stop_sender,
                 },
             )

@@ -187,11 +187,26 @@ pub(crate) async fn ready_exchange(
     }
 }
 
-pub(crate) async fn peer_connected(
+/// ringtail: the handshake of an accepted peer, which must end within
+/// `SocketOptions::handshake_timeout`, then the peer handed to the backend
+/// (stock: `peer_connected`, no deadline: a peer that connected and never
+/// spoke held its connection and task forever).
+pub(crate) async fn peer_accepted(
     mut raw_socket: FramedIo,
     backend: Arc<dyn MultiPeerBackend>,
 ) -> ZmqResult<PeerIdentity> {
-    let peer_id = peer_handshake(&mut raw_socket, backend.clone()).await?;
+    let options = backend.socket_options().clone();
+    let handshake = peer_handshake(&mut raw_socket, backend.clone());
+    let peer_id = match options.handshake_timeout {
+        None => handshake.await?,
+        Some(after) => match async_rt::task::timeout(after, handshake).await {
+            Ok(result) => result?,
+            Err(_) => {
+                options.report(crate::LimitEvent::HandshakeTimeout { after });
+                return Err(ZmqError::Other("peer did not finish its handshake in time"));
+            }
+        },
+    };
     backend.peer_connected(&peer_id, raw_socket).await;
     Ok(peer_id)
 }

@@ -8,10 +8,21 @@ const WRITE_BATCH_LIMIT: usize = 128;
 /// Writes queued socket messages into the underlying framed sink in small batches.
 #[inline]
 pub(crate) async fn write_message_queue(
+    queue_receiver: mpsc::Receiver<Message>,
+    send_queue: ZmqFramedWrite,
+) -> CodecResult<()> {
+    write_message_queue_with(queue_receiver, send_queue, |_| {}).await
+}
+
+/// ringtail: [`write_message_queue`], telling `taken` of each message as it
+/// leaves the queue (a PUB subscriber's queued bytes).
+pub(crate) async fn write_message_queue_with(
     mut queue_receiver: mpsc::Receiver<Message>,
     mut send_queue: ZmqFramedWrite,
+    mut taken: impl FnMut(&Message),
 ) -> CodecResult<()> {
     while let Some(message) = queue_receiver.next().await {
+        taken(&message);
         // When backlog already exists, feed a batch before flushing once to avoid per-message flush cost during bursts.
         send_queue.feed(message).await?;
 
@@ -20,6 +31,7 @@ pub(crate) async fn write_message_queue(
                 Ok(message) => message,
                 Err(_) => break,
             };
+            taken(&message);
             send_queue.feed(message).await?;
         }
 

@@ -176,25 +176,41 @@ where
     let listener_addr = resolved_addr.clone();
     let bound = resolved_addr.clone().and_then(super::BoundPath::new);
     let (stop_channel, stop_callback) = oneshot::channel::<()>();
+    // ringtail: at most `max_connections` open at once.
+    let slots = super::ConnectionSlots::new(options.max_connections);
     let task_handle = async_rt::task::spawn(async move {
         let mut stop_callback = stop_callback.fuse();
         loop {
             select! {
                 incoming = listener.accept().fuse() => {
-                    let maybe_accepted: Result<_, _> = incoming.and_then(|(raw_socket, peer_addr)| {
-                        admit_peer(&raw_socket, &options)?;
-                        Ok((raw_socket, peer_addr))
-                    }).map(|(raw_socket, peer_addr)| {
-                        #[cfg(target_family = "unix")]
-                        let peer_addr = pathname_from_unix_addr(peer_addr);
-                        #[cfg(windows)]
-                        let peer_addr = {
-                            let _ = peer_addr;
-                            None
-                        };
-                        (make_framed(raw_socket, Arc::clone(&options)), Endpoint::Ipc(peer_addr))
-                    }).map_err(|err| err.into());
-                    async_rt::task::spawn(cback(maybe_accepted));
+                    let (raw_socket, peer_addr) = match incoming {
+                        Ok(accepted) => accepted,
+                        Err(error) => {
+                            let paused = super::pause_after_failed_accept(&error, &options, &mut stop_callback).await;
+                            async_rt::task::spawn(cback(Err(error.into())));
+                            if paused {
+                                continue;
+                            }
+                            break;
+                        }
+                    };
+                    if let Err(error) = admit_peer(&raw_socket, &options) {
+                        async_rt::task::spawn(cback(Err(error.into())));
+                        continue;
+                    }
+                    // Closed at once beyond the limit (reported by `take`).
+                    let Some(slot) = slots.take(&options) else {
+                        continue;
+                    };
+                    #[cfg(target_family = "unix")]
+                    let peer_addr = pathname_from_unix_addr(peer_addr);
+                    #[cfg(windows)]
+                    let peer_addr = {
+                        let _ = peer_addr;
+                        None
+                    };
+                    let framed = make_framed(super::Counted::new(raw_socket, slot), Arc::clone(&options));
+                    async_rt::task::spawn(cback(Ok((framed, Endpoint::Ipc(peer_addr)))));
                 },
                 _ = stop_callback => {
                     log::debug!("Accept task received stop signal. {:?}", listener_addr);

@@ -197,6 +197,173 @@ where
     }
 }
 
+/// ringtail: the connections a bound endpoint has open (accepted, until
+/// closed), against `SocketOptions::max_connections`.
+#[derive(Clone)]
+pub(crate) struct ConnectionSlots {
+    open: Arc<std::sync::atomic::AtomicUsize>,
+    limit: usize,
+}
+
+impl ConnectionSlots {
+    #[cfg_attr(
+        not(any(feature = "ipc-transport", feature = "tcp-transport")),
+        allow(dead_code)
+    )]
+    pub(crate) fn new(limit: usize) -> Self {
+        Self {
+            open: Arc::default(),
+            limit,
+        }
+    }
+
+    /// A slot for one more connection, or `None` (reported) at the limit.
+    #[cfg_attr(
+        not(any(feature = "ipc-transport", feature = "tcp-transport")),
+        allow(dead_code)
+    )]
+    pub(crate) fn take(&self, options: &crate::SocketOptions) -> Option<Slot> {
+        use std::sync::atomic::Ordering;
+        let taken = self
+            .open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.limit).then_some(n + 1)
+            })
+            .is_ok();
+        if !taken {
+            options.report(crate::LimitEvent::ConnectionRefused { limit: self.limit });
+            return None;
+        }
+        Some(Slot(self.open.clone()))
+    }
+}
+
+/// One open connection; dropping it frees the slot.
+pub(crate) struct Slot(Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// ringtail: an accepted stream and its [`Slot`]: the slot is freed when the
+/// stream is closed, i.e. when both halves the codec splits it into are gone.
+pub(crate) struct Counted<S> {
+    stream: S,
+    _slot: Slot,
+}
+
+impl<S> Counted<S> {
+    #[cfg_attr(
+        not(any(feature = "ipc-transport", feature = "tcp-transport")),
+        allow(dead_code)
+    )]
+    pub(crate) fn new(stream: S, slot: Slot) -> Self {
+        Self {
+            stream,
+            _slot: slot,
+        }
+    }
+}
+
+#[cfg(feature = "tokio-runtime")]
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Counted<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+#[cfg(feature = "tokio-runtime")]
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Counted<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_shutdown(cx)
+    }
+}
+
+#[cfg(any(feature = "async-std-runtime", feature = "async-dispatcher-runtime"))]
+impl<S: futures::AsyncRead + Unpin> futures::AsyncRead for Counted<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut [u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_read(cx, buf)
+    }
+}
+
+#[cfg(any(feature = "async-std-runtime", feature = "async-dispatcher-runtime"))]
+impl<S: futures::AsyncWrite + Unpin> futures::AsyncWrite for Counted<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_flush(cx)
+    }
+
+    fn poll_close(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.stream).poll_close(cx)
+    }
+}
+
+/// ringtail: after a failed accept, reports it and pauses
+/// [`crate::ACCEPT_BACKOFF`]; false if the listener was told to stop
+/// meanwhile. A failed accept (`EMFILE`) leaves the connection in the
+/// backlog, so accepting again at once fails again at once: the stock
+/// accept loop spun at a full CPU while out of descriptors.
+#[cfg_attr(
+    not(any(feature = "ipc-transport", feature = "tcp-transport")),
+    allow(dead_code)
+)]
+pub(crate) async fn pause_after_failed_accept(
+    error: &std::io::Error,
+    options: &crate::SocketOptions,
+    mut stop: &mut futures::future::Fuse<futures::channel::oneshot::Receiver<()>>,
+) -> bool {
+    use futures::FutureExt;
+    options.report(crate::LimitEvent::AcceptFailed { kind: error.kind() });
+    let mut pause = crate::async_rt::task::sleep(crate::ACCEPT_BACKOFF)
+        .boxed()
+        .fuse();
+    futures::select! {
+        _ = pause => true,
+        _ = stop => false,
+    }
+}
+
 #[allow(unused)]
 #[cfg(feature = "tokio-runtime")]
 fn make_framed<T>(stream: T, options: Arc<crate::SocketOptions>) -> FramedIo

@@ -103,24 +103,38 @@ where
     T: std::future::Future<Output = ()> + Send + 'static,
 {
     let (stop_channel, stop_callback) = futures::channel::oneshot::channel::<()>();
+    // ringtail: at most `max_connections` open at once.
+    let slots = super::ConnectionSlots::new(options.max_connections);
     let task_handle = async_rt::task::spawn(async move {
         let mut stop_callback = stop_callback.fuse();
         loop {
             select! {
                 incoming = listener.accept().fuse() => {
-                    let maybe_accepted: Result<_, _> = incoming
-                        .and_then(|accepted| admit_peer(&options).map(|()| accepted))
-                        .and_then(|(raw_socket, remote_addr)| {
-                            raw_socket
-                                .set_nodelay(true)
-                                .map(|_| {
-                                    tune_socket_buffers(&raw_socket);
-                                    (raw_socket, remote_addr)
-                                })
-                        })
-                        .map(|(raw_socket, remote_addr)| {
+                    let (raw_socket, remote_addr) = match incoming {
+                        Ok(accepted) => accepted,
+                        Err(error) => {
+                            let paused = super::pause_after_failed_accept(&error, &options, &mut stop_callback).await;
+                            async_rt::task::spawn(cback(Err(error.into())));
+                            if paused {
+                                continue;
+                            }
+                            break;
+                        }
+                    };
+                    if let Err(error) = admit_peer(&options) {
+                        async_rt::task::spawn(cback(Err(error.into())));
+                        continue;
+                    }
+                    // Closed at once beyond the limit (reported by `take`).
+                    let Some(slot) = slots.take(&options) else {
+                        continue;
+                    };
+                    let maybe_accepted: Result<_, _> = raw_socket
+                        .set_nodelay(true)
+                        .map(|_| {
+                            tune_socket_buffers(&raw_socket);
                             (
-                                make_framed(raw_socket, Arc::clone(&options)),
+                                make_framed(super::Counted::new(raw_socket, slot), Arc::clone(&options)),
                                 Endpoint::from_tcp_addr(remote_addr),
                             )
                         })
