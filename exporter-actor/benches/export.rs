@@ -8,6 +8,9 @@
 //!
 //! `cargo bench -p exporter-actor --bench export` (figures go to BENCHMARKS.md);
 //! `BENCH_PROTOCOL=http/protobuf` exports over HTTP instead of gRPC,
+//! `BENCH_SPANS=grpc` sends gRPC spans (HTTP/2, the stable RPC
+//! conventions' attributes, recorded in the RPC histograms) instead of
+//! HTTP/1.1 ones,
 //! `BENCH_SECS` sets the measured time (5 s), `BENCH_STEPS=0` leaves out the
 //! steps measured alone (for instruction counts under callgrind: two runs of
 //! different lengths, the difference divided by the difference in "spans in
@@ -23,7 +26,7 @@ use exporter_actor::meters::Meters;
 use exporter_actor::sinks::otlp::spans::TraceEncoder;
 use exporter_actor::sinks::otlp::traces::TraceSink;
 use exporter_actor::sinks::otlp::{OtlpConfig, Transport};
-use ipc_schema::{Body, Component, Envelope, HttpSpan, Producer, ServiceResource, SpanBatch, SpanKind};
+use ipc_schema::{Body, Component, Envelope, HttpSpan, Producer, RpcCall, ServiceResource, SpanBatch, SpanKind, Value};
 use ringtail_config::{OtlpProtocol, OtlpSettings};
 use runtime_kit::counters::Registry;
 use runtime_kit::profiling::cpu_time;
@@ -31,7 +34,7 @@ use runtime_kit::profiling::cpu_time;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-fn batch(n: usize, k: u64) -> SpanBatch {
+fn batch(n: usize, k: u64, grpc: bool) -> SpanBatch {
     let resources: Vec<ServiceResource> = (0..4)
         .map(|i| ServiceResource {
             service_name: format!("svc-{i}"),
@@ -73,9 +76,47 @@ fn batch(n: usize, k: u64) -> SpanBatch {
             export_trace: true,
             export_metrics: true,
             attributes: Vec::new(),
+            rpc: None,
+        })
+        .map(|mut s| {
+            if grpc {
+                grpc_span(&mut s);
+            }
+            s
         })
         .collect();
     SpanBatch::of(resources, &spans)
+}
+
+/// Makes `s` a gRPC server span as the span-actor makes them (stable
+/// conventions): one call in 50 fails with UNAVAILABLE.
+fn grpc_span(s: &mut HttpSpan) {
+    let method = if s.span_id % 2 == 0 { "shop.Orders/Get" } else { "helloworld.Greeter/SayHello" };
+    let error = s.error;
+    s.name = method.into();
+    s.method = "POST".into();
+    s.path = format!("/{method}");
+    s.route = Some(s.path.clone());
+    s.status = 200;
+    s.protocol_version = "2".into();
+    let status = if error { "UNAVAILABLE" } else { "OK" };
+    let str = |k: &str, v: &str| (k.to_owned(), Value::Str(v.to_owned()));
+    s.attributes = vec![str("rpc.system.name", "grpc"), str("rpc.method", method), str("rpc.response.status_code", status)];
+    if error {
+        s.attributes.push(str("error.type", status));
+    }
+    s.attributes.push(str("network.protocol.name", "http"));
+    let (service, short) = method.split_once('/').unwrap_or_default();
+    s.rpc = Some(RpcCall {
+        stable: true,
+        experimental: false,
+        system: "grpc".into(),
+        method: method.into(),
+        service_method: Some((service.into(), short.into())),
+        code: Some(if error { 14 } else { 0 }),
+        status: Some(status.into()),
+        error_type: error.then(|| status.into()),
+    });
 }
 
 fn rotel(port: u16, http: u16) -> Option<Child> {
@@ -124,6 +165,7 @@ fn main() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
     let protocol = std::env::var("BENCH_PROTOCOL").unwrap_or_else(|_| "grpc".into());
     let steps = std::env::var("BENCH_STEPS").as_deref() != Ok("0");
+    let grpc = std::env::var("BENCH_SPANS").as_deref() == Ok("grpc");
     let secs: f64 = std::env::var("BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0);
     let result = tokio::task::LocalSet::new().block_on(&rt, async {
         let settings = match protocol.as_str() {
@@ -140,7 +182,7 @@ fn main() {
         let mut meters = Meters::new(Vec::new(), "host", &registry);
         let me = Producer { component: Component::SpanActor, instance: 3 };
         let inputs: Vec<Vec<u8>> =
-            (0..16).map(|k| ipc_schema::encode(&Envelope::new(me, k + 1, Body::Spans(batch(512, k)))).expect("encode")).collect();
+            (0..16).map(|k| ipc_schema::encode(&Envelope::new(me, k + 1, Body::Spans(batch(512, k, grpc)))).expect("encode")).collect();
         let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
         let queue = 65_536;
         let mut sink = TraceSink::start(transport, &cfg, queue, &registry, done_tx);

@@ -25,6 +25,7 @@
 //! - [`sinks::stdout`]: one line per span.
 
 pub mod batch;
+pub mod digits;
 pub mod meters;
 pub mod receiver;
 pub mod resource;

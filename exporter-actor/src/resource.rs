@@ -3,10 +3,10 @@
 
 use ipc_schema::ServiceResource;
 
-use crate::sinks::otlp::wire::Value;
+use ipc_schema::Value;
 
 /// The resource attribute list, in the order it is exported.
-pub type Attributes<'a> = Vec<(&'a str, Value<'a>)>;
+pub type Attributes<'a> = Vec<(&'a str, Value<&'a str>)>;
 
 /// `telemetry.sdk.language` guessed from the executable name, as the spec
 /// requires one; `unknown` when the name says nothing.
@@ -34,18 +34,18 @@ pub fn service<'a>(res: &'a ServiceResource, extra: &'a [(String, String)]) -> A
 fn with_language<'a>(res: &'a ServiceResource, extra: &'a [(String, String)], lang: &'static str) -> Attributes<'a> {
     let mut attrs: Attributes<'a> = Vec::with_capacity(8 + res.extra.len() + extra.len());
     attrs.extend([
-        ("service.name", Value::Str(&res.service_name)),
-        ("service.instance.id", Value::Str(&res.service_instance_id)),
-        ("host.name", Value::Str(&res.host_name)),
+        ("service.name", Value::Str(res.service_name.as_str())),
+        ("service.instance.id", Value::Str(res.service_instance_id.as_str())),
+        ("host.name", Value::Str(res.host_name.as_str())),
         ("process.pid", Value::Int(i64::from(res.pid))),
-        ("process.executable.name", Value::Str(&res.executable_name)),
+        ("process.executable.name", Value::Str(res.executable_name.as_str())),
         ("telemetry.sdk.name", Value::Str("ringtail")),
         ("telemetry.sdk.version", Value::Str(env!("CARGO_PKG_VERSION"))),
         ("telemetry.sdk.language", Value::Str(lang)),
     ]);
     for (k, v) in res.extra.iter().chain(extra) {
         if !attrs.iter().any(|(key, _)| key == k) {
-            attrs.push((k.as_str(), Value::Str(v)));
+            attrs.push((k.as_str(), Value::Str(v.as_str())));
         }
     }
     attrs

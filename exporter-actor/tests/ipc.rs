@@ -42,6 +42,7 @@ fn span(id: u64, path: &str) -> HttpSpan {
         export_trace: true,
         export_metrics: true,
         attributes: Vec::new(),
+        rpc: None,
     }
 }
 

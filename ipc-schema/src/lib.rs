@@ -42,12 +42,12 @@ pub use component::{Component, ComponentInfo, COMPONENTS};
 pub use envelope::{decode, decode_ack, encode, Ack, Body, DecodeError, Envelope, Producer};
 pub use health::{HealthReport, MetricPoint};
 pub use raw::{ProcessInfo, RawBatch, RawEvent, RawH2, Role, SockAddr};
-pub use span::{Attr, HttpSpan, ServiceResource, SpanBatch, SpanKind};
+pub use span::{HttpSpan, RpcCall, ServiceResource, SpanBatch, SpanKind, Value};
 pub use wire::WireError;
 
 /// Version of the message layout. A receiver rejects any other version with
 /// [`DecodeError::Version`] instead of misreading it.
-pub const SCHEMA_VERSION: u16 = 6;
+pub const SCHEMA_VERSION: u16 = 7;
 
 /// Largest message any receiver accepts, in bytes. A batch of the largest
 /// configurable length with every capture full stays well below it.

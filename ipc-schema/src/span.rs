@@ -1,4 +1,4 @@
-//! Finished HTTP spans: published by `span-actor`, exported by `exporter-actor`.
+//! Finished spans: published by `span-actor`, exported by `exporter-actor`.
 //!
 //! Spans are typed (not bags of attributes): encoding, decoding and turning
 //! them into OTLP or Prometheus samples stays cheap, and the attribute names
@@ -83,16 +83,88 @@ pub struct HttpSpan<S = String> {
     /// Attributes of other conventions the span also follows (gRPC's
     /// `rpc.*`), from a closed set of names chosen by the span-actor. An
     /// `error.type` here replaces the HTTP one.
-    pub attributes: Vec<(S, Attr<S>)>,
+    pub attributes: Vec<(S, Value<S>)>,
+    /// Set for a remote procedure call (gRPC): what the span-actor decided
+    /// of it, for the RPC duration metrics (the exporter records the call
+    /// from these values, and never reads them back out of `attributes`).
+    pub rpc: Option<RpcCall<S>>,
 }
 
-/// The value of an attribute in [`HttpSpan::attributes`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Attr<S = String> {
+/// An attribute value: of a span's [`HttpSpan::attributes`], of a metric
+/// series, of what every sink writes. `S` holds its string, as in
+/// [`HttpSpan`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Value<S = String> {
     /// A string.
     Str(S),
     /// An integer.
     Int(i64),
+    /// A boolean.
+    Bool(bool),
+}
+
+impl<S: AsRef<str>> Value<S> {
+    /// The same value, borrowing its string.
+    pub fn as_borrowed(&self) -> Value<&str> {
+        match self {
+            Value::Str(s) => Value::Str(s.as_ref()),
+            Value::Int(i) => Value::Int(*i),
+            Value::Bool(b) => Value::Bool(*b),
+        }
+    }
+
+    /// The same value, with its string in `T` (owned, boxed...).
+    pub fn map_str<T>(&self, f: impl FnOnce(&str) -> T) -> Value<T> {
+        match self {
+            Value::Str(s) => Value::Str(f(s.as_ref())),
+            Value::Int(i) => Value::Int(*i),
+            Value::Bool(b) => Value::Bool(*b),
+        }
+    }
+}
+
+/// What the span-actor decided of a remote procedure call under the RPC
+/// semantic conventions (the status rules, which methods are `_OTHER`),
+/// carried as data to the exporter, which records the call in the RPC
+/// duration histograms of each set it follows ([`crate::rpc::METRICS`])
+/// with these values as their attributes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RpcCall<S = String> {
+    /// Measured in the stable set's histograms (`rpc.*.call.duration`).
+    pub stable: bool,
+    /// Measured in the experimental set's histograms (`rpc.*.duration`).
+    pub experimental: bool,
+    /// `rpc.system.name` (stable) and `rpc.system` (experimental): `grpc`.
+    pub system: S,
+    /// The stable `rpc.method`: `package.Service/Method`, or `_OTHER` when
+    /// the method is not recognised.
+    pub method: S,
+    /// The experimental `rpc.service` and `rpc.method` (`Method`); `None`
+    /// when the method is not recognised (the metric names none).
+    pub service_method: Option<(S, S)>,
+    /// The status code (`grpc-status`, or what a gRPC library derives from
+    /// a reset or an HTTP status): the experimental `rpc.grpc.status_code`.
+    pub code: Option<i32>,
+    /// Its name: the stable `rpc.response.status_code`.
+    pub status: Option<S>,
+    /// `error.type` when the call failed (stable set).
+    pub error_type: Option<S>,
+}
+
+impl<S: AsRef<str>> RpcCall<S> {
+    /// The same call, with its strings in `T`.
+    pub fn map_str<'a, T>(&'a self, f: impl Fn(&'a str) -> T) -> RpcCall<T> {
+        RpcCall {
+            stable: self.stable,
+            experimental: self.experimental,
+            system: f(self.system.as_ref()),
+            method: f(self.method.as_ref()),
+            service_method: self.service_method.as_ref().map(|(s, m)| (f(s.as_ref()), f(m.as_ref()))),
+            code: self.code,
+            status: self.status.as_ref().map(|v| f(v.as_ref())),
+            error_type: self.error_type.as_ref().map(|v| f(v.as_ref())),
+        }
+    }
 }
 
 /// A batch of spans and the resources they refer to. The spans are kept
@@ -183,17 +255,8 @@ impl<S: AsRef<str>> HttpSpan<S> {
             user_agent: o(&self.user_agent),
             export_trace: self.export_trace,
             export_metrics: self.export_metrics,
-            attributes: self
-                .attributes
-                .iter()
-                .map(|(k, v)| {
-                    let v = match v {
-                        Attr::Str(t) => Attr::Str(t.as_ref()),
-                        Attr::Int(i) => Attr::Int(*i),
-                    };
-                    (k.as_ref(), v)
-                })
-                .collect(),
+            attributes: self.attributes.iter().map(|(k, v)| (k.as_ref(), v.as_borrowed())).collect(),
+            rpc: self.rpc.as_ref().map(|r| r.map_str(|v| v)),
         }
     }
 
@@ -230,17 +293,8 @@ impl<S: AsRef<str>> HttpSpan<S> {
             user_agent: oo(b.user_agent),
             export_trace: b.export_trace,
             export_metrics: b.export_metrics,
-            attributes: b
-                .attributes
-                .iter()
-                .map(|(k, v)| {
-                    let v = match v {
-                        Attr::Str(t) => Attr::Str(o(t)),
-                        Attr::Int(i) => Attr::Int(*i),
-                    };
-                    (o(k), v)
-                })
-                .collect(),
+            attributes: b.attributes.iter().map(|(k, v)| (o(k), v.map_str(o))).collect(),
+            rpc: b.rpc.as_ref().map(|r| r.map_str(o)),
         }
     }
 }
@@ -289,7 +343,17 @@ mod tests {
                 user_agent: Some("curl/8".into()),
                 export_trace: true,
                 export_metrics: false,
-                attributes: vec![("rpc.system".into(), Attr::Str("grpc".into()))],
+                attributes: vec![("rpc.system".into(), Value::Str("grpc".into())), ("x".into(), Value::Bool(true))],
+                rpc: Some(RpcCall {
+                    stable: true,
+                    experimental: false,
+                    system: "grpc".into(),
+                    method: "_OTHER".into(),
+                    service_method: None,
+                    code: Some(12),
+                    status: Some("UNIMPLEMENTED".into()),
+                    error_type: Some("UNIMPLEMENTED".into()),
+                }),
             }],
         );
         let env = Envelope::new(Producer { component: Component::SpanActor, instance: 2 }, 3, Body::Spans(batch.clone()));
@@ -300,7 +364,8 @@ mod tests {
         let spans = got.read().expect("reads");
         let span = spans[0].clone();
         assert_eq!((span.method, span.method_original, span.path), ("_OTHER", Some("PURGE"), "/users/12"));
-        assert_eq!(span.attributes, vec![("rpc.system", Attr::Str("grpc"))]);
+        assert_eq!(span.attributes, vec![("rpc.system", Value::Str("grpc")), ("x", Value::Bool(true))]);
+        assert_eq!(span.rpc.as_ref().map(|r| (r.method, r.code, r.status)), Some(("_OTHER", Some(12), Some("UNIMPLEMENTED"))));
         assert_eq!(span.to_owned_span().as_borrowed(), span);
     }
 }

@@ -21,8 +21,12 @@
 //!            opt(server_address) uint(server_port) str(client_address)
 //!            uint(client_port) str(peer_address) uint(peer_port)
 //!            str(protocol_version) opt(user_agent) count(attributes)
-//!            (str(key) attr)*
-//! attr     = u8(0) str | u8(1) zigzag-uint (an i64)
+//!            (str(key) attr)* rpc
+//! attr     = u8(0) str | u8(1) int | u8(2) u8(0 false, 1 true)
+//! rpc      = u8(0) | u8(1) u8(bit 0 stable, 1 experimental) str(system)
+//!            str(method) (u8(0) | u8(1) str(service) str(method))
+//!            (u8(0) | u8(1) int(code)) opt(status) opt(error_type)
+//! int      = zigzag uint (an i64; a status code is range-checked as i32)
 //! uint     = LEB128, at most 10 bytes, range-checked for its field
 //! count    = uint, never more than the bytes left could hold
 //! str      = uint(length) UTF-8 bytes
@@ -45,16 +49,18 @@ use serde::de::{self, SeqAccess, Visitor};
 use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::span::{Attr, HttpSpan, ServiceResource, SpanBatch, SpanKind};
+use crate::span::{HttpSpan, RpcCall, ServiceResource, SpanBatch, SpanKind, Value};
 pub use crate::wire::WireError;
-use crate::wire::{put_opt, put_str, put_uint, Reader, Section};
+use crate::wire::{put_int, put_opt, put_str, put_uint, Reader, Section};
 
 /// The fewest bytes a resource takes (three empty strings, a pid, an empty
 /// name, no extras): bounds a declared count by the bytes left.
 const MIN_RESOURCE: usize = 6;
 /// The fewest bytes a span takes (fixed-width fields and one-byte
 /// integers, counts, empty strings and absent options).
-const MIN_SPAN: usize = 1 + 1 + 16 + 8 + 8 + 1 + 1 + 8 + 8 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1;
+const MIN_SPAN: usize = 1 + 1 + 16 + 8 + 8 + 1 + 1 + 8 + 8 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1;
+const RPC_STABLE: u8 = 1;
+const RPC_EXPERIMENTAL: u8 = 2;
 const FLAG_ERROR: u8 = 1;
 const FLAG_EXPORT_TRACE: u8 = 2;
 const FLAG_EXPORT_METRICS: u8 = 4;
@@ -109,6 +115,7 @@ pub(crate) fn write_span<S: AsRef<str>>(s: &HttpSpan<S>, out: &mut Vec<u8>) {
         export_trace,
         export_metrics,
         attributes,
+        rpc,
     } = s;
     put_uint(out, u64::from(*resource));
     out.push(match kind {
@@ -144,16 +151,85 @@ pub(crate) fn write_span<S: AsRef<str>>(s: &HttpSpan<S>, out: &mut Vec<u8>) {
     for (k, v) in attributes {
         put_str(out, k.as_ref());
         match v {
-            Attr::Str(s) => {
+            Value::Str(s) => {
                 out.push(0);
                 put_str(out, s.as_ref());
             }
-            Attr::Int(i) => {
+            Value::Int(i) => {
                 out.push(1);
-                put_uint(out, ((i << 1) ^ (i >> 63)) as u64);
+                put_int(out, *i);
+            }
+            Value::Bool(b) => {
+                out.push(2);
+                out.push(u8::from(*b));
             }
         }
     }
+    write_rpc(rpc.as_ref(), out);
+}
+
+fn write_rpc<S: AsRef<str>>(rpc: Option<&RpcCall<S>>, out: &mut Vec<u8>) {
+    let Some(RpcCall { stable, experimental, system, method, service_method, code, status, error_type }) = rpc else {
+        out.push(0);
+        return;
+    };
+    out.push(1);
+    out.push((u8::from(*stable) * RPC_STABLE) | (u8::from(*experimental) * RPC_EXPERIMENTAL));
+    put_str(out, system.as_ref());
+    put_str(out, method.as_ref());
+    match service_method {
+        None => out.push(0),
+        Some((service, method)) => {
+            out.push(1);
+            put_str(out, service.as_ref());
+            put_str(out, method.as_ref());
+        }
+    }
+    match code {
+        None => out.push(0),
+        Some(c) => {
+            out.push(1);
+            put_int(out, i64::from(*c));
+        }
+    }
+    put_opt(out, status.as_ref().map(AsRef::as_ref));
+    put_opt(out, error_type.as_ref().map(AsRef::as_ref));
+}
+
+fn read_rpc<'a>(rd: &mut Reader<'a>) -> Result<Option<RpcCall<&'a str>>, WireError> {
+    match rd.u8("rpc")? {
+        0 => return Ok(None),
+        1 => {}
+        _ => return Err(WireError::Range { field: "rpc" }),
+    }
+    let sets = rd.u8("rpc sets")?;
+    if sets & !(RPC_STABLE | RPC_EXPERIMENTAL) != 0 {
+        return Err(WireError::Range { field: "rpc sets" });
+    }
+    let system = rd.str_ref("rpc system")?;
+    let method = rd.str_ref("rpc method")?;
+    let service_method = match rd.u8("rpc service")? {
+        0 => None,
+        1 => Some((rd.str_ref("rpc service")?, rd.str_ref("rpc service method")?)),
+        _ => return Err(WireError::Range { field: "rpc service" }),
+    };
+    let code = match rd.u8("rpc code")? {
+        0 => None,
+        1 => Some(i32::try_from(rd.int64("rpc code")?).map_err(|_| WireError::Range { field: "rpc code" })?),
+        _ => return Err(WireError::Range { field: "rpc code" }),
+    };
+    let status = rd.opt_ref("rpc status")?;
+    let error_type = rd.opt_ref("rpc error_type")?;
+    Ok(Some(RpcCall {
+        stable: sets & RPC_STABLE != 0,
+        experimental: sets & RPC_EXPERIMENTAL != 0,
+        system,
+        method,
+        service_method,
+        code,
+        status,
+        error_type,
+    }))
 }
 
 /// The first part of a batch: its resources and the number of spans it
@@ -235,15 +311,18 @@ pub(crate) fn read_span<'a>(rd: &mut Reader<'a>) -> Result<HttpSpan<&'a str>, Wi
     for _ in 0..n {
         let key = rd.str_ref("attribute key")?;
         let value = match rd.u8("attribute value")? {
-            0 => Attr::Str(rd.str_ref("attribute value")?),
-            1 => {
-                let z = rd.uint("attribute value")?;
-                Attr::Int(((z >> 1) as i64) ^ -((z & 1) as i64))
-            }
+            0 => Value::Str(rd.str_ref("attribute value")?),
+            1 => Value::Int(rd.int64("attribute value")?),
+            2 => match rd.u8("attribute value")? {
+                0 => Value::Bool(false),
+                1 => Value::Bool(true),
+                _ => return Err(WireError::Range { field: "attribute value" }),
+            },
             _ => return Err(WireError::Range { field: "attribute value" }),
         };
         attributes.push((key, value));
     }
+    let rpc = read_rpc(rd)?;
     Ok(HttpSpan {
         resource,
         kind,
@@ -273,6 +352,7 @@ pub(crate) fn read_span<'a>(rd: &mut Reader<'a>) -> Result<HttpSpan<&'a str>, Wi
         export_trace: flags & FLAG_EXPORT_TRACE != 0,
         export_metrics: flags & FLAG_EXPORT_METRICS != 0,
         attributes,
+        rpc,
     })
 }
 
@@ -362,11 +442,23 @@ mod tests {
             export_trace: false,
             export_metrics: true,
             attributes: vec![
-                ("rpc.method".into(), Attr::Str("pkg.Svc/Get".into())),
-                ("min".into(), Attr::Int(i64::MIN)),
-                ("max".into(), Attr::Int(i64::MAX)),
-                ("neg".into(), Attr::Int(-1)),
+                ("rpc.method".into(), Value::Str("pkg.Svc/Get".into())),
+                ("min".into(), Value::Int(i64::MIN)),
+                ("max".into(), Value::Int(i64::MAX)),
+                ("neg".into(), Value::Int(-1)),
+                ("t".into(), Value::Bool(true)),
+                ("f".into(), Value::Bool(false)),
             ],
+            rpc: Some(RpcCall {
+                stable: true,
+                experimental: true,
+                system: "grpc".into(),
+                method: "pkg.Svc/Get".into(),
+                service_method: Some(("pkg.Svc".into(), "Get".into())),
+                code: Some(i32::MIN),
+                status: Some("NOT_FOUND".into()),
+                error_type: None,
+            }),
         }
     }
 
@@ -449,6 +541,7 @@ mod tests {
             export_trace: false,
             export_metrics: false,
             attributes: Vec::new(),
+            rpc: None,
         };
         let mut out = Vec::new();
         write_span(&s, &mut out);
@@ -478,7 +571,9 @@ mod tests {
         // as many attributes as a u32 holds, in a span of a few bytes
         let mut s = span(0);
         s.attributes.clear();
+        s.rpc = None;
         let mut bytes = span_bytes(&s);
+        bytes.pop(); // rpc: none
         bytes.pop(); // the count: 0
         put_uint(&mut bytes, u64::from(u32::MAX));
         assert_eq!(read_all(&res_bytes(&[resource("a")], 1), bytes), Err(WireError::Count { field: "attributes" }));
@@ -504,6 +599,24 @@ mod tests {
         let mut b = zero;
         b.splice(at..=at, [0x80, 0x80, 0x04]);
         assert_eq!(read_all(&res_bytes(&[resource("a")], 1), b), Err(WireError::Range { field: "server_port" }));
+    }
+
+    #[test]
+    fn a_status_code_out_of_i32_range_is_refused() {
+        let mut s = span(0);
+        s.rpc.as_mut().unwrap().code = Some(7);
+        let mut b = span_bytes(&s);
+        // code 7 is zigzag 14, right before the status: made i32::MAX + 1.
+        let at = b.iter().rposition(|&c| c == 14).unwrap();
+        let mut big = Vec::new();
+        put_int(&mut big, i64::from(i32::MAX) + 1);
+        b.splice(at..=at, big);
+        assert_eq!(read_all(&res_bytes(&[resource("a")], 1), b), Err(WireError::Range { field: "rpc code" }));
+        // an unknown set bit: the byte after the rpc tag, which stands
+        // where a span without rpc ends
+        let mut bad = span_bytes(&span(0));
+        bad[span_bytes(&HttpSpan { rpc: None, ..span(0) }).len()] |= 8;
+        assert_eq!(read_all(&res_bytes(&[resource("a")], 1), bad), Err(WireError::Range { field: "rpc sets" }));
     }
 
     #[test]

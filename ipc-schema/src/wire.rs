@@ -30,6 +30,11 @@ pub(crate) fn put_uint(out: &mut Vec<u8>, mut v: u64) {
     out.push(v as u8);
 }
 
+/// Zigzag LEB128 (an i64).
+pub(crate) fn put_int(out: &mut Vec<u8>, i: i64) {
+    put_uint(out, ((i << 1) ^ (i >> 63)) as u64);
+}
+
 pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) {
     put_uint(out, s.len() as u64);
     out.extend_from_slice(s.as_bytes());
@@ -115,6 +120,12 @@ impl<'a> Reader<'a> {
             }
         }
         Err(WireError::Range { field })
+    }
+
+    /// A zigzag-encoded i64.
+    pub(crate) fn int64(&mut self, field: &'static str) -> Result<i64, WireError> {
+        let z = self.uint(field)?;
+        Ok(((z >> 1) as i64) ^ -((z & 1) as i64))
     }
 
     pub(crate) fn int<T: TryFrom<u64>>(&mut self, field: &'static str) -> Result<T, WireError> {

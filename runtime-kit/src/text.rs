@@ -75,6 +75,27 @@ impl<W: fmt::Write> fmt::Write for Escaping<W> {
     }
 }
 
+/// `%XX` escapes decoded (RFC 3986); anything else, a `%` without two hex
+/// digits after it included, kept as it is. The bytes may be any: the
+/// caller says what text they become.
+pub fn percent_decode(b: &[u8]) -> Vec<u8> {
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push(h << 4 | l);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,13 +4,22 @@
 //! socket reads and writes are left out.
 //!
 //! `cargo bench -p span-actor --bench transform` (figures go to BENCHMARKS.md).
+//! `BENCH_PROTOCOL=h2` feeds HTTP/2 instead: gRPC unary calls, 16
+//! connections of 16 calls a batch, each connection opened and closed
+//! within its batch (the records a kernel would send: request HEADERS +
+//! DATA read, response HEADERS + DATA + trailers written, HPACK by the
+//! `hpack` crate). `BENCH_SECS` sets the measured time (5 s);
+//! `BENCH_PASSES=n` runs exactly one warm-up pass and `n` measured passes
+//! over the 64 input batches instead (deterministic: for instruction
+//! counts under callgrind, two runs of different `n`, the difference
+//! divided by the difference in spans).
 
 use std::time::{Duration, Instant};
 
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use ipc_schema::{Body, Component, Envelope, ProcessInfo, Producer, RawBatch, RawEvent, Role, SockAddr};
+use ipc_schema::{Body, Component, Envelope, ProcessInfo, Producer, RawBatch, RawEvent, RawH2, Role, SockAddr};
 use ringtail_config::Settings;
 use ringtail_ipc::protocol::InboundSeq;
 use runtime_kit::counters::Registry;
@@ -71,6 +80,95 @@ fn raw_batch(n: usize, conn_base: u64) -> RawBatch {
     RawBatch::of(1_700_000_000_000_000_000, 0, processes, &events, &[])
 }
 
+/// A kernel h2 record's pieces (see `span_actor::h2::record`): each frame
+/// header, then its payload as one `MORE` piece.
+fn pieces(frames: &[(u8, u8, u32, Vec<u8>, u32)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (typ, flags, stream, payload, len) in frames {
+        out.push(1);
+        out.extend_from_slice(&len.to_be_bytes()[1..]);
+        out.extend_from_slice(&[*typ, *flags]);
+        out.extend_from_slice(&stream.to_be_bytes());
+        if !payload.is_empty() {
+            out.push(2);
+            out.extend_from_slice(&(payload.len() as u16).to_le_bytes());
+            out.extend_from_slice(payload);
+        }
+    }
+    out
+}
+
+/// A batch of HTTP/2 records: 16 server connections, each with 16 gRPC
+/// unary calls (8 at a time), opened and closed within the batch.
+fn h2_batch(conn_base: u64) -> RawBatch {
+    let mut records = Vec::new();
+    let mut t = 1_000_000u64;
+    for c in 0..16u64 {
+        let (mut req, mut resp) = (hpack::Encoder::new(), hpack::Encoder::new());
+        let record = |send: bool, start: bool, close: bool, mono_ns: u64, pieces: Vec<u8>| RawH2 {
+            role: Role::Server,
+            pid: 2000 + (c % 4) as u32,
+            tid: 2000,
+            fd: 7,
+            proc_start_ns: 1,
+            conn_id: conn_base + c,
+            mono_ns,
+            send,
+            start,
+            close,
+            tls: false,
+            upgrade: false,
+            local: addr(50051),
+            peer: addr(40000 + c as u16),
+            pieces,
+        };
+        for group in 0..2u32 {
+            let ids: Vec<u32> = (0..8).map(|i| 1 + 2 * (group * 8 + i)).collect();
+            for (k, &id) in ids.iter().enumerate() {
+                let tp = format!("00-{:032x}-{:016x}-01", u128::from(conn_base + c) << 16 | u128::from(id), 7 + k);
+                let path = if k % 2 == 0 { "/helloworld.Greeter/SayHello" } else { "/shop.Orders/Get" };
+                let h: Vec<(&[u8], &[u8])> = vec![
+                    (b":method", b"POST"),
+                    (b":scheme", b"http"),
+                    (b":path", path.as_bytes()),
+                    (b":authority", b"orders.internal:50051"),
+                    (b"content-type", b"application/grpc"),
+                    (b"te", b"trailers"),
+                    (b"user-agent", b"grpc-python/1.85.3 grpc-c/50.0.0 (linux; chttp2)"),
+                    (b"traceparent", tp.as_bytes()),
+                ];
+                let block = req.encode(h);
+                let n = block.len() as u32;
+                t += 1000;
+                records.push(record(false, group == 0 && k == 0, false, t, pieces(&[(1, 4, id, block, n), (0, 1, id, Vec::new(), 12)])));
+            }
+            for &id in &ids {
+                let h: Vec<(&[u8], &[u8])> = vec![(b":status", b"200"), (b"content-type", b"application/grpc")];
+                let tr: Vec<(&[u8], &[u8])> = vec![(b"grpc-status", if id % 7 == 0 { b"5" } else { b"0" }), (b"grpc-message", b"")];
+                let (hb, tb) = (resp.encode(h), resp.encode(tr));
+                let (hn, tn) = (hb.len() as u32, tb.len() as u32);
+                t += 1000;
+                records.push(record(true, false, false, t, pieces(&[(1, 4, id, hb, hn), (0, 0, id, Vec::new(), 17), (1, 5, id, tb, tn)])));
+            }
+        }
+        t += 1000;
+        records.push(record(false, false, true, t, Vec::new()));
+    }
+    let processes = (0..4)
+        .map(|k| ProcessInfo {
+            pid: 2000 + k,
+            proc_start_ns: 1,
+            comm: "orders".into(),
+            exe_name: Some("orders".into()),
+            exe_path: Some("/usr/bin/orders".into()),
+            env_service_name: None,
+            env_resource_attributes: None,
+            container_id: None,
+        })
+        .collect();
+    RawBatch::of(1_700_000_000_000_000_000, 0, processes, &[], &records)
+}
+
 fn main() {
     let settings = Settings::default();
     let batch_len = settings.pipeline.batch_length;
@@ -81,17 +179,21 @@ fn main() {
     let loader = Producer { component: Component::ProbeLoader, instance: 7 };
     ledger.0.observe(loader, 1);
     // Pre-encoded input, as it arrives off the socket.
-    let inputs: Vec<Vec<u8>> =
-        (0..64).map(|k| ipc_schema::encode(&Envelope::new(loader, k + 1, Body::Raw(raw_batch(batch_len, k * 10_000)))).unwrap()).collect();
+    let h2 = std::env::var("BENCH_PROTOCOL").as_deref() == Ok("h2");
+    let batch = |k: u64| if h2 { h2_batch(k * 10_000) } else { raw_batch(batch_len, k * 10_000) };
+    let inputs: Vec<Vec<u8>> = (0..64).map(|k| ipc_schema::encode(&Envelope::new(loader, k + 1, Body::Raw(batch(k)))).unwrap()).collect();
     let me = Producer { component: Component::SpanActor, instance: 8 };
 
-    let run = |secs: f64, t: &mut Transformer, (inbound, ledger): &mut (InboundSeq, Ledger)| {
+    let mut seq = 0u64;
+    // Until `secs` have passed, or exactly `passes` passes over the inputs.
+    let mut run = |secs: f64, passes: Option<u64>, t: &mut Transformer, (inbound, ledger): &mut (InboundSeq, Ledger)| {
         let start = Instant::now();
         let cpu0 = cpu_time();
-        let mut events = 0u64;
-        let mut seq = 0u64;
+        let (mut events, mut spans_made) = (0u64, 0u64);
         let mut bytes_out = 0usize;
-        while start.elapsed() < Duration::from_secs_f64(secs) {
+        let mut pass = 0;
+        while passes.map_or(start.elapsed() < Duration::from_secs_f64(secs), |n| pass < n) {
+            pass += 1;
             for input in &inputs {
                 seq += 1;
                 let env = ipc_schema::decode(input).expect("decode");
@@ -102,7 +204,8 @@ fn main() {
                 if ledger.made((loader.instance, seq), made.total()) {
                     inbound.done(seq);
                 }
-                events += b.event_count() as u64;
+                events += (b.event_count() + b.h2_count()) as u64;
+                spans_made += made.total() as u64;
                 let (spans, comp) = assemble(out);
                 for (origin, n) in comp {
                     if ledger.release(origin, n) {
@@ -112,12 +215,21 @@ fn main() {
                 bytes_out += ipc_schema::encode(&Envelope::new(me, seq, Body::Spans(spans))).expect("encode").len();
             }
         }
-        (events, start.elapsed(), cpu_time() - cpu0, bytes_out)
+        (events, spans_made, start.elapsed(), cpu_time() - cpu0, bytes_out)
     };
-    // BENCH_SECS shortens the run (e.g. under callgrind).
     let secs: f64 = std::env::var("BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0);
-    run(secs / 5.0, &mut t, &mut ledger); // warm up
-    let (events, wall, cpu, bytes) = run(secs, &mut t, &mut ledger);
+    let passes: Option<u64> = std::env::var("BENCH_PASSES").ok().and_then(|s| s.parse().ok());
+    run(secs / 5.0, passes.map(|_| 1), &mut t, &mut ledger); // warm up
+    let (events, spans, wall, cpu, bytes) = run(secs, passes, &mut t, &mut ledger);
+    if h2 {
+        println!("span-actor transform, HTTP/2 (gRPC unary), batches of 16 connections x 16 calls, one thread:");
+        println!("  spans/s (wall):       {:>12.0}", spans as f64 / wall.as_secs_f64());
+        println!("  CPU per span:         {:>12.3} µs", cpu.as_secs_f64() * 1e6 / spans as f64);
+        println!("  span bytes per span:  {:>12.1}", bytes as f64 / spans as f64);
+        println!("  records measured:     {events:>12}");
+        println!("  spans measured:       {spans:>12}");
+        return;
+    }
     println!("span-actor transform, batches of {batch_len} events, one thread:");
     println!("  events/s (wall):      {:>12.0}", events as f64 / wall.as_secs_f64());
     println!("  CPU per event:        {:>12.3} µs", cpu.as_secs_f64() * 1e6 / events as f64);

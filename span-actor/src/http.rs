@@ -20,8 +20,6 @@
 pub enum Version {
     Http10,
     Http11,
-    /// HTTP/2 (streams of `h2`, never parsed from bytes here).
-    Http2,
 }
 
 impl Version {
@@ -30,7 +28,6 @@ impl Version {
         match self {
             Version::Http10 => "1.0",
             Version::Http11 => "1.1",
-            Version::Http2 => crate::h2::PROTOCOL_VERSION,
         }
     }
 }
@@ -61,38 +58,11 @@ pub struct RequestHead {
     pub len: Option<usize>,
 }
 
-/// RFC 9110 `tchar`, one lookup a byte (a search of the symbol list for
-/// every byte of every method showed in the live profile).
-const TOKEN: [bool; 256] = {
-    let mut t = [false; 256];
-    let mut i = 0;
-    while i < 256 {
-        let b = i as u8;
-        t[i] = b.is_ascii_alphanumeric();
-        i += 1;
-    }
-    let symbols = b"!#$%&'*+-.^_`|~";
-    let mut j = 0;
-    while j < symbols.len() {
-        t[symbols[j] as usize] = true;
-        j += 1;
-    }
-    t
-};
+use crate::text::{clean, is_token};
 
-fn is_token(b: u8) -> bool {
-    TOKEN[usize::from(b)]
-}
-
-/// Bytes as text: invalid UTF-8 replaced, control characters removed (they
-/// would corrupt logs and terminals downstream).
+/// Bytes as text (see [`clean`]): the capture bounds them.
 fn text(bytes: &[u8]) -> String {
-    // The common case, printable ASCII, needs neither pass.
-    if bytes.iter().all(|b| (0x20..0x7f).contains(b)) {
-        // Printable ASCII is valid UTF-8.
-        return String::from_utf8(bytes.to_vec()).unwrap_or_default();
-    }
-    String::from_utf8_lossy(bytes).chars().filter(|c| !c.is_control()).collect()
+    clean(bytes, usize::MAX)
 }
 
 /// Splits a host header value into host and port.
@@ -300,14 +270,6 @@ pub fn parse_traceparent(v: &str) -> Option<TraceParent> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn token_bytes_are_rfc_9110_tchar() {
-        for b in 0..=255u8 {
-            let tchar = b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
-            assert_eq!(is_token(b), tchar, "byte {b:#04x}");
-        }
-    }
 
     #[test]
     fn full_request() {

@@ -1,34 +1,76 @@
-//! The span-actor: raw request events in, OpenTelemetry HTTP spans out.
+//! The span-actor: raw request events in, OpenTelemetry spans out.
 //!
 //! Runs unprivileged. Subscribes to the loader's raw batches, turns each
-//! request into a SERVER or CLIENT span following the stable HTTP semantic
-//! conventions, and publishes span batches to the exporter-actor.
+//! request into a SERVER or CLIENT span following the stable semantic
+//! conventions (HTTP, and RPC for gRPC), and publishes span batches to the
+//! exporter-actor.
 //!
 //! # Layout
-//! - [`http`]: request heads (and pipelined ones) out of captured bytes;
+//! - [`operation`]: [`operation::Operation`], the one type every protocol
+//!   module makes of its events.
+//! - [`http1`]: the HTTP/1.x module (pipelining, the `Upgrade: h2c`
+//!   hand-over); [`http`]: request heads out of captured bytes,
 //!   `traceparent`.
-//! - [`semconv`]: method, status and naming rules of the conventions.
+//! - [`h2`]: the HTTP/2 and gRPC module: frames, HPACK, streams
+//!   ([`h2::table`] follows every connection and makes operations of the
+//!   streams; [`h2::grpc`] applies the RPC conventions).
+//! - [`transform`]: batch by batch, the protocol modules' operations into
+//!   spans by one path ([`transform::Transformer`]'s `emit`): resource,
+//!   route, name, status, ids, parent/child linking.
+//! - [`semconv`]: method, status and naming rules of the HTTP conventions.
 //! - [`redact`]: query values under secret keys become `REDACTED` (or the
 //!   query is dropped); what is exported of a request and what never is.
 //! - [`routes`]: `http.route` from templates or the path heuristic, ignored
 //!   routes, and the per-service cardinality cap.
 //! - [`naming`]: `service.name` and the resource, cached per process.
 //! - [`ids`]: deterministic span and trace ids.
-//! - [`transform`]: the whole conversion, batch by batch, including
-//!   parent/child linking and pipelining.
+//! - [`text`]: bytes from traced processes made safe text (one home).
 //! - [`ledger`]: which raw batches are safe to acknowledge (owned by the
 //!   publisher actor).
 //! - [`actors`]: the actix actors (ingest → builder → publisher) and their
 //!   bounded mailboxes, between the raw consumer and the spans producer
 //!   (`ringtail_ipc`).
+//!
+//! # How a protocol plugs in
+//! A protocol is a module that turns the kernel's records of its traffic
+//! into [`operation::Operation`]s; it never builds another protocol's event
+//! and nothing patches its spans afterwards. A new one (PostgreSQL, MySQL,
+//! Redis, memcached...) implements:
+//! 1. **Its records**: what the loader ships for it (a record type in
+//!    `ipc_schema::raw` and `raw_wire`, read as hostile bytes), and its
+//!    parser, with unit tests and a fuzz target (`fuzz/`).
+//! 2. **Its state, bounded**: what it keeps between records (connections,
+//!    requests waiting for answers), with a host-wide bound and a counter
+//!    (`ringtail_dropped_events_total{reason}`) for everything it forgets,
+//!    like [`http1::Http1`] and [`h2::table::H2Table`].
+//! 3. **`fn(record) -> Vec<Operation>`**: each finished exchange as an
+//!    operation: `role` (SERVER/CLIENT), the [`operation::Conn`] (process,
+//!    addresses: the peer), `seq`/`sub` (its place on the connection: the
+//!    ids), its start and end, the kernel's `parent` hint and any
+//!    propagated `traceparent`, and a [`operation::Call`]: the protocol's
+//!    facts already judged by its conventions (for a database: the span
+//!    name, error and `error.type`, and `db.system.name`,
+//!    `db.operation.name`, `db.query.text`... as attributes; for its
+//!    metrics, a typed decision in the span batch, like `ipc_schema::RpcCall`,
+//!    so that the exporter re-derives nothing).
+//! 4. **Its arm in [`transform`]**: a `Call` variant, and its arm in
+//!    `Transformer::emit` (which fields of the span it fills); the
+//!    resource, ids, timing, addresses and trace linking are shared.
+//! 5. **Its tests**: unit tests of the module, a transform test through
+//!    [`transform::Transformer`], an end-to-end test in `tests/tests/`,
+//!    and `tests/tests/semconv.rs` extended to exercise it (every key it
+//!    emits is then checked against the conventions' registry).
 
 pub mod actors;
 pub mod h2;
 pub mod http;
+pub mod http1;
 pub mod ids;
 pub mod ledger;
 pub mod naming;
+pub mod operation;
 pub mod redact;
 pub mod routes;
 pub mod semconv;
+pub mod text;
 pub mod transform;

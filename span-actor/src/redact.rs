@@ -90,27 +90,9 @@ fn split_params(q: &str) -> impl Iterator<Item = (usize, &str)> {
 /// `%XX` decoded and `+` as a space, ASCII-lowercased; bytes that do not
 /// decode to UTF-8 are replaced (such a key matches nothing configured).
 fn percent_decode_lower(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let c = b[i];
-        let hex = |x: u8| (x as char).to_digit(16);
-        match c {
-            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push((h * 16 + l) as u8);
-                    i += 3;
-                    continue;
-                }
-                _ => out.push(c),
-            },
-            b'+' => out.push(b' '),
-            _ => out.push(c),
-        }
-        i += 1;
-    }
-    let mut s = String::from_utf8_lossy(&out).into_owned();
+    // `+` is a space in a query (and `%2B` a plus: decoded after).
+    let plus_as_space: Vec<u8> = s.bytes().map(|b| if b == b'+' { b' ' } else { b }).collect();
+    let mut s = String::from_utf8_lossy(&runtime_kit::text::percent_decode(&plus_as_space)).into_owned();
     s.make_ascii_lowercase();
     s
 }

@@ -239,7 +239,7 @@ fn grpc_python(b: &str) {
     let port_s = port.to_string();
     let rpc = |side: &str, method: &str, status: &str| {
         let name = format!("rpc_{side}_call_duration_seconds_count");
-        let mut labels = vec![("rpc_system_name", "grpc"), ("rpc_method", method), ("rpc_status_code", status)];
+        let mut labels = vec![("rpc_system_name", "grpc"), ("rpc_method", method), ("rpc_response_status_code", status)];
         if side == "client" {
             labels.push(("server_port", port_s.as_str()));
         }

@@ -9,7 +9,7 @@
 
 use std::io::Write;
 
-use ipc_schema::{Attr, SpanKind};
+use ipc_schema::SpanKind;
 use runtime_kit::text::Printable;
 
 use crate::batch::Spans;
@@ -47,13 +47,14 @@ pub fn line(batch: &Spans<'_>, i: usize) -> String {
         SpanKind::Server => (s.client_address, s.client_port),
         SpanKind::Client => (s.peer_address, s.peer_port),
     };
-    // The RPC status of gRPC spans (the stable or the experimental attribute).
+    // The RPC status of gRPC spans: the experimental code when that set is
+    // followed (alone or with the stable one), else the stable name.
     let rpc = s
-        .attributes
-        .iter()
-        .find_map(|(k, v)| match (*k, v) {
-            ("rpc.status_code", Attr::Str(v)) => Some(format!(" rpc={}", Printable(v))),
-            ("rpc.grpc.status_code", Attr::Int(v)) => Some(format!(" rpc={v}")),
+        .rpc
+        .as_ref()
+        .and_then(|r| match (r.experimental, r.code, r.status) {
+            (true, Some(code), _) => Some(format!(" rpc={code}")),
+            (false, _, Some(name)) => Some(format!(" rpc={}", Printable(name))),
             _ => None,
         })
         .unwrap_or_default();

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 
 use super::frames::{self, CONTINUATION, DATA, GOAWAY, HEADERS, PUSH_PROMISE, RST_STREAM, SETTINGS};
 use super::hpack::{self, DecodeError, Header};
-use super::{Dir, DropReason, End, Grpc, H2Stats, Piece, Role, StreamDone};
+use super::{request_dir, Dir, DropReason, End, Grpc, H2Stats, Piece, Role, StreamDone};
 
 /// Open streams kept per connection; past it the oldest is dropped
 /// (counted), so streams whose end was never seen cannot pile up.
@@ -95,24 +95,7 @@ struct Fields {
     unknown_regular: bool,
 }
 
-/// Bytes as text: invalid UTF-8 replaced, control characters removed
-/// (they would corrupt logs downstream), at most `max` bytes.
-fn text(bytes: &[u8], max: usize) -> String {
-    let mut s = if bytes.iter().all(|b| (0x20..0x7f).contains(b)) {
-        // Printable ASCII is UTF-8.
-        String::from_utf8(bytes.to_vec()).unwrap_or_default()
-    } else {
-        String::from_utf8_lossy(bytes).chars().filter(|c| !c.is_control()).collect()
-    };
-    if s.len() > max {
-        let mut cut = max;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-    }
-    s
-}
+use crate::text::{clean as text, is_token};
 
 impl Fields {
     fn visit(&mut self, h: Header<'_>) {
@@ -636,7 +619,7 @@ impl H2Conn {
             }
             // Sent by the server: client streams above the last id were
             // never processed.
-            GOAWAY if dir != self.role.request_dir() => {
+            GOAWAY if dir != request_dir(self.role) => {
                 if let Some((last, code)) = frames::goaway(&f.buf) {
                     let refused: Vec<u32> = self.streams.range(last.saturating_add(1)..).map(|(id, _)| *id).collect();
                     for id in refused {
@@ -657,7 +640,7 @@ impl H2Conn {
     }
 
     fn on_data(&mut self, dir: Dir, ts: u64, flags: u8, stream: u32, len: u32, out: &mut Vec<StreamDone>) {
-        let req = dir == self.role.request_dir();
+        let req = dir == request_dir(self.role);
         let end = flags & frames::FLAG_END_STREAM != 0;
         let seen = self.streams.with(stream, |s| {
             if req {
@@ -693,7 +676,7 @@ impl H2Conn {
             return;
         }
         let id = b.stream;
-        if dir == self.role.request_dir() {
+        if dir == request_dir(self.role) {
             // A new client stream: odd, above every id seen.
             let new = !id.is_multiple_of(2) && id > self.max_request_id;
             if self.streams.contains_key(&id) {
@@ -836,10 +819,6 @@ fn take_grpc(s: &mut Stream, f: &mut Fields) {
     }
 }
 
-fn is_token(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
-}
-
 /// Whether a content-type is gRPC's (`application/grpc`, `+proto`, ...).
 pub fn is_grpc_content_type(ct: &str) -> bool {
     let ct = ct.trim().to_ascii_lowercase();
@@ -858,22 +837,7 @@ pub fn grpc_path(path: &str) -> Option<(&str, &str)> {
 
 /// `grpc-message` is percent-encoded (gRPC over HTTP/2 spec).
 fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' && i + 2 < b.len() {
-            let hex = |c: u8| (c as char).to_digit(16);
-            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b[i]);
-        i += 1;
-    }
-    text(&out, MAX_GRPC_MESSAGE)
+    text(&runtime_kit::text::percent_decode(s.as_bytes()), MAX_GRPC_MESSAGE)
 }
 
 /// The finished stream, or why it yields nothing.
@@ -980,12 +944,5 @@ mod unit {
         assert_eq!(percent_decode("%zz%4"), "%zz%4");
         assert_eq!(percent_decode("%E2%9C%93"), "\u{2713}");
         assert_eq!(percent_decode("%0a"), "");
-    }
-
-    #[test]
-    fn text_is_bounded_and_clean() {
-        assert_eq!(text(b"abc", 2), "ab");
-        assert_eq!(text("é".as_bytes(), 1), "");
-        assert_eq!(text(b"a\x01b\xff", 10), "ab\u{fffd}");
     }
 }

@@ -7,12 +7,12 @@
 //! ringtail emitted no RPC spans before, so the caller picks the default
 //! ([`Mode::from_opt_in`]); the natural one is [`Mode::Stable`].
 //!
-//! **Stable** (semconv 1.45 made RPC stable; the release candidate before
-//! it named the status attribute `rpc.response.status_code`, deprecated
-//! since in favour of [`STABLE_STATUS_CODE`]):
+//! **Stable** (the conventions' registry names the status attribute
+//! `rpc.response.status_code`, a string: [`STABLE_STATUS_CODE`];
+//! `tests/tests/semconv.rs` checks every key against the registry):
 //! - `rpc.system.name = "grpc"`; `rpc.method` fully qualified
 //!   (`package.Service/Method`), `_OTHER` when the method is not
-//!   recognised (then `rpc.method_original`); `rpc.status_code` = the
+//!   recognised (then `rpc.method_original`); `rpc.response.status_code` = the
 //!   status name (`OK`, `NOT_FOUND`); `error.type` = that name when the
 //!   status is an error, else a low-cardinality identifier.
 //! - Span name: `{rpc.method}`, or `{rpc.system.name}` when the method is
@@ -40,10 +40,11 @@
 
 use std::borrow::Cow;
 
-use ipc_schema::SpanKind;
+use ipc_schema::{RpcCall, SpanKind};
 
 use super::conn::grpc_path;
 use super::{End, Role, StreamDone};
+use crate::operation::RpcSpan;
 
 /// Which set of conventions to emit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,7 +87,7 @@ impl Mode {
 /// `rpc.system.name` (stable) and `rpc.system` (experimental).
 pub const SYSTEM: &str = "grpc";
 /// The stable status attribute.
-pub const STABLE_STATUS_CODE: &str = "rpc.status_code";
+pub const STABLE_STATUS_CODE: &str = "rpc.response.status_code";
 /// The experimental (integer) status attribute.
 pub const EXPERIMENTAL_STATUS_CODE: &str = "rpc.grpc.status_code";
 /// `rpc.method` when the method is not recognised.
@@ -240,22 +241,16 @@ pub fn span_name(o: &Outcome) -> Cow<'static, str> {
     }
 }
 
-/// An attribute value.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    /// A string.
-    Str(Cow<'static, str>),
-    /// An integer.
-    Int(i64),
-}
+/// An attribute value, borrowed from the outcome or static.
+pub type Value = ipc_schema::Value<Cow<'static, str>>;
 
 fn s(v: impl Into<Cow<'static, str>>) -> Value {
     Value::Str(v.into())
 }
 
-/// Span attributes of the RPC conventions for `mode` (the caller adds the
-/// connection ones: `server.address`, `server.port`, `client.address`,
-/// `network.peer.*`).
+/// Span attributes of the RPC conventions for `mode` (the HTTP call adds
+/// the connection ones, `server.address`, `server.port`, `client.address`,
+/// `network.peer.*`, and `network.protocol.version`).
 pub fn span_attributes(mode: Mode, o: &Outcome) -> Vec<(&'static str, Value)> {
     let mut a = Vec::with_capacity(10);
     if mode.experimental() {
@@ -286,8 +281,34 @@ pub fn span_attributes(mode: Mode, o: &Outcome) -> Vec<(&'static str, Value)> {
         }
     }
     a.push(("network.protocol.name", s("http")));
-    a.push(("network.protocol.version", s(super::PROTOCOL_VERSION)));
     a
+}
+
+/// What the conventions make of a finished stream, for its span and the
+/// RPC metrics; `None` when it is not gRPC. Every gRPC rule is applied
+/// here, once: the exporter takes the [`RpcCall`] as it is.
+pub fn describe(mode: Mode, d: &StreamDone) -> Option<RpcSpan> {
+    let o = outcome(d)?;
+    let recognised = o.full_method != OTHER;
+    let call = RpcCall {
+        stable: mode.stable(),
+        experimental: mode.experimental(),
+        system: SYSTEM.to_owned(),
+        method: o.full_method.clone().into_owned(),
+        service_method: match (&o.service, &o.method) {
+            (Some(sv), Some(m)) if recognised => Some((sv.clone(), m.clone())),
+            _ => None,
+        },
+        code: o.status_code,
+        status: o.status_code.map(|c| status_text(c).into_owned()),
+        error_type: o.error_type.as_ref().map(|e| e.clone().into_owned()),
+    };
+    Some(RpcSpan {
+        name: span_name(&o).into_owned(),
+        error: o.is_error,
+        attributes: span_attributes(mode, &o).into_iter().map(|(k, v)| (k.to_owned(), v.map_str(str::to_owned))).collect(),
+        call,
+    })
 }
 
 // The metrics' definitions live in `ipc_schema::rpc`, read by the exporter
@@ -384,10 +405,10 @@ mod tests {
         let a = span_attributes(Mode::Stable, &o);
         assert_eq!(get(&a, "rpc.system.name"), Some(&s("grpc")));
         assert_eq!(get(&a, "rpc.method"), Some(&s("helloworld.Greeter/SayHello")));
-        assert_eq!(get(&a, "rpc.status_code"), Some(&s("NOT_FOUND")));
+        assert_eq!(get(&a, "rpc.response.status_code"), Some(&s("NOT_FOUND")));
         assert_eq!(get(&a, "error.type"), None);
         assert_eq!(get(&a, "rpc.system"), None);
-        assert_eq!(get(&a, "network.protocol.version"), Some(&s("2")));
+        assert_eq!(get(&a, "network.protocol.name"), Some(&s("http")));
         // The client side of the same call is an error.
         let d = stream(Role::Client, "/helloworld.Greeter/SayHello", Some(200), Some(5), End::Complete);
         let o = outcome(&d).unwrap();
@@ -411,7 +432,7 @@ mod tests {
         assert_eq!(get(&a, "rpc.method"), Some(&s("helloworld.Greeter/SayHello")));
         assert_eq!(a.iter().filter(|(k, _)| *k == "rpc.method").count(), 1);
         assert_eq!(get(&a, "rpc.grpc.status_code"), Some(&Value::Int(13)));
-        assert_eq!(get(&a, "rpc.status_code"), Some(&s("INTERNAL")));
+        assert_eq!(get(&a, "rpc.response.status_code"), Some(&s("INTERNAL")));
         assert_eq!(get(&a, "error.type"), Some(&s("INTERNAL")));
     }
 

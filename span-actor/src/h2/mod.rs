@@ -25,6 +25,9 @@
 //! - [`frames`]: frame types, flags and payload parsing (RFC 9113).
 //! - [`record`]: the kernel record's piece bytes into [`Piece`]s (hostile input).
 //! - [`conn`]: [`H2Conn`], pieces in, streams out.
+//! - [`table`]: every followed connection, bounded (host-wide bytes, the
+//!   oldest connection evicted first); records in,
+//!   [`Operation`](crate::operation::Operation)s out.
 //! - [`grpc`]: the RPC semantic conventions (stable, experimental, dup)
 //!   as pure functions: status names, span name, error rules, attributes,
 //!   duration metrics.
@@ -35,6 +38,7 @@ pub mod grpc;
 pub mod hpack;
 pub mod huffman;
 pub mod record;
+pub mod table;
 #[cfg(test)]
 mod testenc;
 #[cfg(test)]
@@ -64,23 +68,15 @@ impl Dir {
     }
 }
 
-/// The traced process's side of the connection. The side that sent the
-/// client preface is the client: its direction carries the requests.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Role {
-    /// The traced process received the preface: SERVER spans.
-    Server,
-    /// The traced process sent the preface: CLIENT spans.
-    Client,
-}
+/// The traced process's side of the connection: the side that sent the
+/// client preface is the client, and its direction carries the requests.
+pub use ipc_schema::Role;
 
-impl Role {
-    /// The direction requests travel in, seen from the traced process.
-    pub fn request_dir(self) -> Dir {
-        match self {
-            Role::Server => Dir::Recv,
-            Role::Client => Dir::Send,
-        }
+/// The direction requests travel in, seen from the traced process.
+pub fn request_dir(role: Role) -> Dir {
+    match role {
+        Role::Server => Dir::Recv,
+        Role::Client => Dir::Send,
     }
 }
 

@@ -481,7 +481,7 @@ fn random_conversations_never_yield_wrong_streams() {
     for seed in 0..200u64 {
         let mut rng = StdRng::seed_from_u64(seed);
         let role = if seed % 2 == 0 { Role::Server } else { Role::Client };
-        let (req_dir, resp_dir) = (role.request_dir(), role.request_dir().flip());
+        let (req_dir, resp_dir) = (super::request_dir(role), super::request_dir(role).flip());
         let mut client = Peer::new(seed * 2 + 100);
         let mut srv = Peer::new(seed * 2 + 101);
         let start = rng.random_range(0..30);

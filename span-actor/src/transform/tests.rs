@@ -1,6 +1,8 @@
 use super::*;
+use crate::http1::PIPELINED_HEADS;
 use crate::ledger::Ledger;
 use ipc_schema::{ProcessInfo, SockAddr};
+use ipc_schema::{RawEvent, RawH2};
 use ringtail_ipc::protocol::{InboundSeq, Verdict};
 
 const INST: u64 = 0xabcdef;

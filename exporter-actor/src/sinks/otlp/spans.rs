@@ -9,10 +9,11 @@
 
 use std::fmt::Write as _;
 
-use ipc_schema::{Attr, HttpSpan, SpanKind};
+use ipc_schema::{HttpSpan, SpanKind};
 
-use super::wire::{self, decimal, key, kv, kv_known, len_field, Key, Out, Value, LEN, VARINT};
+use super::wire::{self, key, kv, kv_known, len_field, Key, Out, Value, LEN, VARINT};
 use crate::batch::Spans;
+use crate::digits::decimal;
 use crate::resource;
 
 /// The instrumentation scope of every ringtail span and metric.
@@ -79,7 +80,7 @@ pub fn url_full(s: &HttpSpan<&str>, out: &mut String) {
 /// The span's attributes, in the order they are exported. `url` is the
 /// client span's `url.full` (see [`url_full`]).
 #[inline(always)]
-pub fn attributes(s: &HttpSpan<&str>, url: &str, mut f: impl FnMut(&Key, Value<'_>)) {
+pub fn attributes(s: &HttpSpan<&str>, url: &str, mut f: impl FnMut(&Key, Value<&str>)) {
     let mut digits = [0u8; 20];
     f(&key!("http.request.method"), Value::Str(s.method));
     if let Some(m) = &s.method_original {
@@ -138,11 +139,7 @@ fn span(o: &mut Vec<u8>, s: &HttpSpan<&str>, url: &str) {
     wire::fixed64(o, SPAN_END, s.end_unix_ns);
     attributes(s, url, |k, v| kv_known(o, SPAN_ATTRIBUTES, k, v));
     for (k, v) in &s.attributes {
-        let v = match v {
-            Attr::Str(t) => Value::Str(t),
-            Attr::Int(i) => Value::Int(*i),
-        };
-        kv(o, SPAN_ATTRIBUTES, k, v);
+        kv(o, SPAN_ATTRIBUTES, k, *v);
     }
     // The status is always present: unset, or ERROR with no message.
     o.key(SPAN_STATUS, LEN);

@@ -131,6 +131,7 @@ fn span(kind: SpanKind) -> HttpSpan {
         export_trace: true,
         export_metrics: true,
         attributes: Vec::new(),
+        rpc: None,
     }
 }
 
@@ -511,7 +512,10 @@ fn grpc_calls_are_exported_as_the_rpc_duration_metrics_of_their_mode() {
         ..Default::default()
     };
     let server = point(0);
-    assert_eq!(server.attributes, [str("rpc.method", "demo.Items/Get"), str("rpc.status_code", "OK"), str("rpc.system.name", "grpc")]);
+    assert_eq!(
+        server.attributes,
+        [str("rpc.method", "demo.Items/Get"), str("rpc.response.status_code", "OK"), str("rpc.system.name", "grpc")]
+    );
     assert_eq!(server.count, 2);
     assert_eq!(server.explicit_bounds, ipc_schema::rpc::STABLE_BUCKETS);
     assert_eq!(server.bucket_counts.len(), server.explicit_bounds.len() + 1);

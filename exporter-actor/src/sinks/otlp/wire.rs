@@ -230,53 +230,37 @@ impl<O: Out + ?Sized> Out for DynOut<'_, O> {
 
 // --- OpenTelemetry common types (opentelemetry/proto/common/v1) ---
 
+pub use ipc_schema::Value;
+
 /// `AnyValue.string_value`.
 const ANY_STRING: u32 = 1;
 /// `AnyValue.bool_value`.
 const ANY_BOOL: u32 = 2;
 /// `AnyValue.int_value`.
 const ANY_INT: u32 = 3;
-/// `AnyValue.double_value`.
-const ANY_DOUBLE: u32 = 4;
 /// `KeyValue.key`.
 const KV_KEY: u32 = 1;
 /// `KeyValue.value`.
 const KV_VALUE: u32 = 2;
 
-/// An attribute value.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Value<'a> {
-    /// `string_value`.
-    Str(&'a str),
-    /// `bool_value`.
-    Bool(bool),
-    /// `int_value`.
-    Int(i64),
-    /// `double_value`.
-    Double(f64),
-}
-
-impl Value<'_> {
-    /// Bytes the `AnyValue` message takes. A oneof member is written even
-    /// when it holds the default value.
-    fn any_len(&self) -> usize {
-        match self {
-            Value::Str(s) => len_field(ANY_STRING, s.len()),
-            Value::Bool(_) => key_len(ANY_BOOL) + 1,
-            Value::Int(i) => key_len(ANY_INT) + varint_len(*i as u64),
-            Value::Double(_) => key_len(ANY_DOUBLE) + 8,
-        }
+/// Bytes the `AnyValue` message of `v` takes. A oneof member is written
+/// even when it holds the default value.
+fn any_len(v: &Value<&str>) -> usize {
+    match v {
+        Value::Str(s) => len_field(ANY_STRING, s.len()),
+        Value::Bool(_) => key_len(ANY_BOOL) + 1,
+        Value::Int(i) => key_len(ANY_INT) + varint_len(*i as u64),
     }
 }
 
 /// Bytes a `KeyValue` message takes (without its own key and length).
-pub fn kv_len(key: &str, v: Value<'_>) -> usize {
+pub fn kv_len(key: &str, v: Value<&str>) -> usize {
     let key_part = if key.is_empty() { 0 } else { len_field(KV_KEY, key.len()) };
-    key_part + len_field(KV_VALUE, v.any_len())
+    key_part + len_field(KV_VALUE, any_len(&v))
 }
 
 /// A `KeyValue` as field `field` of the enclosing message.
-pub fn kv<O: Out + ?Sized>(o: &mut O, field: u32, key: &str, v: Value<'_>) {
+pub fn kv<O: Out + ?Sized>(o: &mut O, field: u32, key: &str, v: Value<&str>) {
     let n = kv_len(key, v);
     o.key(field, LEN);
     o.varint(n as u64);
@@ -285,7 +269,7 @@ pub fn kv<O: Out + ?Sized>(o: &mut O, field: u32, key: &str, v: Value<'_>) {
     }
     opt_bytes(o, KV_KEY, key.as_bytes());
     o.key(KV_VALUE, LEN);
-    o.varint(v.any_len() as u64);
+    o.varint(any_len(&v) as u64);
     match v {
         Value::Str(s) => bytes(o, ANY_STRING, s.as_bytes()),
         Value::Bool(b) => {
@@ -295,10 +279,6 @@ pub fn kv<O: Out + ?Sized>(o: &mut O, field: u32, key: &str, v: Value<'_>) {
         Value::Int(i) => {
             o.key(ANY_INT, VARINT);
             o.varint(i as u64);
-        }
-        Value::Double(d) => {
-            o.key(ANY_DOUBLE, FIXED64);
-            o.put(&d.to_le_bytes());
         }
     }
 }
@@ -345,8 +325,8 @@ pub(crate) use key;
 /// 16, so its key is one byte) of the enclosing message: the hot path of
 /// span attributes, same bytes as [`kv`].
 #[inline(always)]
-pub fn kv_known(out: &mut Vec<u8>, field: u32, key: &Key, v: Value<'_>) {
-    let any = v.any_len();
+pub fn kv_known(out: &mut Vec<u8>, field: u32, key: &Key, v: Value<&str>) {
+    let any = any_len(&v);
     let n = key.head.len() + varint_len(any as u64) + any;
     out.reserve(2 + varint_len(n as u64) + n);
     out.push((field << 3 | LEN) as u8);
@@ -367,10 +347,6 @@ pub fn kv_known(out: &mut Vec<u8>, field: u32, key: &Key, v: Value<'_>) {
             out.push((ANY_INT << 3 | VARINT) as u8);
             out.varint(i as u64);
         }
-        Value::Double(d) => {
-            out.push((ANY_DOUBLE << 3 | FIXED64) as u8);
-            out.extend_from_slice(&d.to_le_bytes());
-        }
     }
 }
 
@@ -380,22 +356,6 @@ pub fn scope<O: Out + ?Sized>(o: &mut O, field: u32, name: &str, version: &str) 
         opt_bytes(o, 1, name.as_bytes());
         opt_bytes(o, 2, version.as_bytes());
     });
-}
-
-/// Writes a decimal number into `buf`, returning the digits (no allocation).
-pub fn decimal(v: u64, buf: &mut [u8; 20]) -> &str {
-    let mut i = buf.len();
-    let mut v = v;
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    // Only ASCII digits were written.
-    std::str::from_utf8(&buf[i..]).unwrap_or("0")
 }
 
 #[cfg(test)]
@@ -424,7 +384,6 @@ mod tests {
             Value::Int(0),
             Value::Int(-1),
             Value::Int(8080),
-            Value::Double(0.5),
             Value::Bool(false),
         ] {
             let mut b = Vec::new();
@@ -440,15 +399,7 @@ mod tests {
     fn known_keys_write_what_kv_writes() {
         let k = key!("http.request.method");
         assert_eq!(k.name, "http.request.method");
-        for v in [
-            Value::Str(""),
-            Value::Str("GET"),
-            Value::Str(&"x".repeat(200)),
-            Value::Int(-7),
-            Value::Int(443),
-            Value::Bool(true),
-            Value::Double(1.5),
-        ] {
+        for v in [Value::Str(""), Value::Str("GET"), Value::Str(&"x".repeat(200)), Value::Int(-7), Value::Int(443), Value::Bool(true)] {
             let (mut a, mut b) = (vec![1u8], vec![1u8]);
             kv(&mut a, 9, k.name, v);
             kv_known(&mut b, 9, &k, v);
@@ -466,13 +417,5 @@ mod tests {
             two.extend(std::iter::repeat_n(0xab, n));
             assert!(one == two, "{n}");
         }
-    }
-
-    #[test]
-    fn decimals() {
-        let mut buf = [0; 20];
-        assert_eq!(decimal(0, &mut buf), "0");
-        assert_eq!(decimal(503, &mut buf), "503");
-        assert_eq!(decimal(u64::MAX, &mut buf), "18446744073709551615");
     }
 }

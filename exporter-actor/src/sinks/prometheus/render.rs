@@ -14,7 +14,7 @@ use ipc_schema::health::PointKind;
 use ipc_schema::{Component, HealthReport};
 
 use crate::meters::{instruments, Metrics, OVERFLOW_ATTRIBUTE};
-use crate::sinks::otlp::wire::Value;
+use ipc_schema::Value;
 
 /// A metric or label name made Prometheus-safe.
 pub fn sanitize(name: &str) -> String {
@@ -64,12 +64,11 @@ fn fmt_f64(v: f64) -> String {
     }
 }
 
-fn value_text(v: Value<'_>) -> String {
+fn value_text(v: Value<&str>) -> String {
     match v {
         Value::Str(s) => s.to_owned(),
         Value::Bool(b) => b.to_string(),
         Value::Int(i) => i.to_string(),
-        Value::Double(d) => d.to_string(),
     }
 }
 

@@ -122,12 +122,12 @@ fn rpc_histograms_are_named_with_their_units() {
     assert!(text.contains("# HELP rpc_server_duration_milliseconds Measures the duration of inbound RPC."), "{text}");
     let base = "service_name=\"shop\",service_instance_id=\"h:1\"";
     let lines = [
-        format!("rpc_server_call_duration_seconds_count{{{base},rpc_method=\"demo.Items/Get\",rpc_status_code=\"OK\",rpc_system_name=\"grpc\"}} 3"),
-        format!("rpc_server_call_duration_seconds_bucket{{{base},rpc_method=\"demo.Items/Get\",rpc_status_code=\"OK\",rpc_system_name=\"grpc\",le=\"0.005\"}} 3"),
+        format!("rpc_server_call_duration_seconds_count{{{base},rpc_method=\"demo.Items/Get\",rpc_response_status_code=\"OK\",rpc_system_name=\"grpc\"}} 3"),
+        format!("rpc_server_call_duration_seconds_bucket{{{base},rpc_method=\"demo.Items/Get\",rpc_response_status_code=\"OK\",rpc_system_name=\"grpc\",le=\"0.005\"}} 3"),
         format!("rpc_server_duration_milliseconds_bucket{{{base},rpc_grpc_status_code=\"0\",rpc_method=\"Get\",rpc_service=\"demo.Items\",rpc_system=\"grpc\",le=\"0\"}} 0"),
         format!("rpc_server_duration_milliseconds_bucket{{{base},rpc_grpc_status_code=\"0\",rpc_method=\"Get\",rpc_service=\"demo.Items\",rpc_system=\"grpc\",le=\"5\"}} 3"),
         format!("rpc_server_duration_milliseconds_sum{{{base},rpc_grpc_status_code=\"0\",rpc_method=\"Get\",rpc_service=\"demo.Items\",rpc_system=\"grpc\"}} 9"),
-        format!("rpc_client_call_duration_seconds_count{{{base},rpc_method=\"demo.Items/List\",rpc_status_code=\"OK\",rpc_system_name=\"grpc\",server_address=\"api\",server_port=\"50051\"}} 1"),
+        format!("rpc_client_call_duration_seconds_count{{{base},rpc_method=\"demo.Items/List\",rpc_response_status_code=\"OK\",rpc_system_name=\"grpc\",server_address=\"api\",server_port=\"50051\"}} 1"),
     ];
     for l in &lines {
         assert!(text.lines().any(|t| t == l), "{l} in\n{text}");

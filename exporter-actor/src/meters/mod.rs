@@ -9,23 +9,15 @@
 //! found with one hash lookup per span; its counts are cumulative from the
 //! series' start. Reading (push or scrape) changes nothing.
 //!
-//! gRPC spans (those carrying `rpc.system.name` or `rpc.system`) go to the
-//! RPC duration histograms of [`ipc_schema::rpc::METRICS`] instead, not to
-//! the HTTP ones: the conventions' gRPC instrumentations record a call as
-//! an RPC, and counting it twice would double every HTTP/2 dashboard. The
-//! exporter is another process than the span-actor, which reads
-//! `OTEL_SEMCONV_STABILITY_OPT_IN`; it learns the mode from the attributes
-//! the span-actor chose for it: `rpc.system.name` means the stable set
-//! (`rpc.*.call.duration`, s), `rpc.system` the experimental one
-//! (`rpc.*.duration`, ms), both means `rpc/dup`. A series' attributes are
-//! those the conventions list for the metric, taken from the span's:
-//! stable `rpc.system.name`, `rpc.method`, `rpc.status_code`, `error.type`;
-//! experimental `rpc.system`, `rpc.service`, `rpc.method`,
-//! `rpc.grpc.status_code`; plus `server.address` and `server.port` on
-//! client metrics only (on a server they would come from the peer's
-//! `:authority`, as unbounded as a Host header). Methods the span-actor
-//! calls `_OTHER` (and, in the experimental set, those a server answered
-//! `UNIMPLEMENTED`) carry no service or method name.
+//! gRPC spans (those with an [`ipc_schema::RpcCall`]) go to the RPC
+//! duration histograms of [`ipc_schema::rpc::METRICS`] instead, not to the
+//! HTTP ones: the conventions' gRPC instrumentations record a call as an
+//! RPC, and counting it twice would double every HTTP/2 dashboard. The
+//! span-actor (another process, which reads
+//! `OTEL_SEMCONV_STABILITY_OPT_IN`) says in the call which sets to record
+//! it in (stable `rpc.*.call.duration` in s, experimental
+//! `rpc.*.duration` in ms, both for `rpc/dup`) and every value of their
+//! attributes ([`rpc`]).
 //!
 //! Bounded, and degrading gracefully rather than filling up for good:
 //! - at most [`MAX_SERVICES`] services; a new one evicts the least
@@ -44,20 +36,35 @@
 //!   service left with none; if it comes back it starts again from zero
 //!   with a new start time (a cumulative reset, which backends expect).
 
+//!
+//! # Layout
+//! - [`http`]: the HTTP histograms' instruments and series keys.
+//! - [`rpc`]: the RPC histograms' series keys, from the span's call.
+//! - [`store`]: the series store and its cardinality limits.
+//! - [`health`]: the components' health reports.
+//! - here: [`Meters`] (recording, eviction), [`Metrics`] and
+//!   [`MetricsView`] (what the sinks read).
+
 use std::collections::BTreeMap;
-use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use hashbrown::HashTable;
 use ipc_schema::rpc::{Set, METRICS};
-use ipc_schema::{Attr, Component, HealthReport, HttpSpan, ServiceResource, SpanBatch, SpanKind};
+use ipc_schema::{Component, HealthReport, HttpSpan, ServiceResource, SpanBatch, SpanKind, Value};
 use runtime_kit::counters::{Counter, Gauge, Registry};
-use rustc_hash::{FxHashMap, FxHasher};
+use rustc_hash::FxHashMap;
 
 use crate::batch::Spans;
 use crate::resource;
-use crate::sinks::otlp::wire::{decimal, Value};
+
+pub mod health;
+pub mod http;
+pub mod rpc;
+pub mod store;
+
+pub use http::{SeriesKey, CLIENT_DURATION, SERVER_DURATION};
+pub use rpc::RpcKey;
+pub use store::{Histogram, Point, ServiceHistograms};
 
 /// The spec's default buckets for HTTP request durations, in seconds.
 pub const DURATION_BUCKETS: [f64; 14] = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0];
@@ -99,13 +106,6 @@ pub struct Instrument {
     pub unit: &'static str,
 }
 
-/// `http.server.request.duration`.
-pub const SERVER_DURATION: Instrument =
-    Instrument { name: "http.server.request.duration", description: "Duration of HTTP server requests.", unit: "s" };
-/// `http.client.request.duration`.
-pub const CLIENT_DURATION: Instrument =
-    Instrument { name: "http.client.request.duration", description: "Duration of HTTP client requests.", unit: "s" };
-
 /// Every histogram of a service, in the order [`ServiceHistograms::histogram`]
 /// takes: the two HTTP ones, then [`METRICS`]' RPC ones.
 pub fn instruments() -> impl Iterator<Item = Instrument> {
@@ -114,254 +114,6 @@ pub fn instruments() -> impl Iterator<Item = Instrument> {
         description: m.description,
         unit: m.unit,
     }))
-}
-
-/// A cumulative histogram's numbers.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Point {
-    /// The explicit bucket boundaries, in the instrument's unit.
-    pub bounds: &'static [f64],
-    /// When counting began (Unix ns).
-    pub start_ns: u64,
-    /// The last update (Unix ns, the batch's arrival).
-    pub last_ns: u64,
-    /// Measurements.
-    pub count: u64,
-    /// Their sum, in the instrument's unit.
-    pub sum: f64,
-    /// The smallest and largest.
-    pub min: f64,
-    pub max: f64,
-    /// Per bucket (not cumulative, `bounds.len() + 1` of them):
-    /// `buckets[i]` counts values in `(bounds[i-1], bounds[i]]`.
-    pub buckets: Vec<u64>,
-}
-
-impl Point {
-    fn new(now: u64, bounds: &'static [f64]) -> Point {
-        Point {
-            bounds,
-            start_ns: now,
-            last_ns: now,
-            count: 0,
-            sum: 0.0,
-            min: f64::INFINITY,
-            max: f64::NEG_INFINITY,
-            buckets: vec![0; bounds.len() + 1],
-        }
-    }
-
-    fn record(&mut self, v: f64, now: u64) {
-        // Upper bounds are inclusive, as in the OpenTelemetry SDKs.
-        let i = self.bounds.partition_point(|&b| b < v);
-        self.buckets[i] += 1;
-        self.count += 1;
-        self.sum += v;
-        self.min = self.min.min(v);
-        self.max = self.max.max(v);
-        self.last_ns = now;
-    }
-}
-
-/// What of a span makes up its histogram attributes: the spec's list,
-/// never `url.path`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SeriesKey {
-    method: Box<str>,
-    status: u16,
-    version: Box<str>,
-    scheme: Box<str>,
-    error: bool,
-    /// `http.route` (server) or `server.address` (client).
-    label: Option<Box<str>>,
-    /// `server.port` (client spans only; 0 for server spans).
-    port: u16,
-    kind: SpanKind,
-}
-
-fn label<'a>(s: &HttpSpan<&'a str>) -> Option<&'a str> {
-    match s.kind {
-        SpanKind::Server => s.route,
-        SpanKind::Client => s.server_address,
-    }
-}
-
-fn port(s: &HttpSpan<&str>) -> u16 {
-    if s.kind == SpanKind::Client {
-        s.server_port
-    } else {
-        0
-    }
-}
-
-fn span_hash(s: &HttpSpan<&str>) -> u64 {
-    let mut h = FxHasher::default();
-    (&s.method, s.status, &s.protocol_version, &s.scheme, s.error, label(s), port(s)).hash(&mut h);
-    h.finish()
-}
-
-impl SeriesKey {
-    fn new(s: &HttpSpan<&str>) -> SeriesKey {
-        SeriesKey {
-            method: s.method.into(),
-            status: s.status,
-            version: s.protocol_version.into(),
-            scheme: s.scheme.into(),
-            error: s.error,
-            label: label(s).map(Into::into),
-            port: port(s),
-            kind: s.kind,
-        }
-    }
-
-    fn matches(&self, s: &HttpSpan<&str>) -> bool {
-        self.status == s.status
-            && self.error == s.error
-            && self.port == port(s)
-            && *self.method == *s.method
-            && *self.version == *s.protocol_version
-            && *self.scheme == *s.scheme
-            && self.label.as_deref() == label(s)
-    }
-
-    /// The series' attributes, sorted by key (as the OpenTelemetry SDKs
-    /// export them).
-    pub fn attributes(&self, mut f: impl FnMut(&'static str, Value<'_>)) {
-        let mut digits = [0u8; 20];
-        if self.error {
-            f("error.type", Value::Str(decimal(u64::from(self.status), &mut digits)));
-        }
-        f("http.request.method", Value::Str(&self.method));
-        f("http.response.status_code", Value::Int(i64::from(self.status)));
-        match self.kind {
-            SpanKind::Server => {
-                if let Some(r) = &self.label {
-                    f("http.route", Value::Str(r));
-                }
-                f("network.protocol.version", Value::Str(&self.version));
-            }
-            SpanKind::Client => {
-                f("network.protocol.version", Value::Str(&self.version));
-                if let Some(a) = &self.label {
-                    f("server.address", Value::Str(a));
-                }
-                f("server.port", Value::Int(i64::from(self.port)));
-            }
-        }
-        f("url.scheme", Value::Str(&self.scheme));
-    }
-}
-
-/// A value of an RPC series' attribute, borrowed from a span.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum RpcValue<'a> {
-    Str(&'a str),
-    Int(i64),
-}
-
-/// An RPC series' attributes as the span has them, sorted by key.
-type RpcAttrs<'a> = Vec<(&'static str, RpcValue<'a>)>;
-
-fn rpc_attr<'a>(s: &'a HttpSpan<&'a str>, key: &str) -> Option<RpcValue<'a>> {
-    s.attributes.iter().find(|(k, _)| *k == key).map(|(_, v)| match v {
-        Attr::Str(v) => RpcValue::Str(v),
-        Attr::Int(i) => RpcValue::Int(*i),
-    })
-}
-
-/// Which RPC sets the span-actor chose for `s` (none: not a gRPC span).
-fn rpc_sets(s: &HttpSpan<&str>) -> (bool, bool) {
-    let has = |key: &str| s.attributes.iter().any(|(k, _)| *k == key);
-    (has("rpc.system.name"), has("rpc.system"))
-}
-
-/// The attributes of `s`'s measurement in the histogram of `set`, sorted by
-/// key (see the module doc for which, and why).
-fn rpc_attributes<'a>(set: Set, s: &'a HttpSpan<&'a str>) -> RpcAttrs<'a> {
-    let mut a = Vec::with_capacity(6);
-    let mut put = |k: &'static str, v: Option<RpcValue<'a>>| {
-        if let Some(v) = v {
-            a.push((k, v));
-        }
-    };
-    let method = rpc_attr(s, "rpc.method");
-    match set {
-        Set::Stable => {
-            put("error.type", rpc_attr(s, "error.type"));
-            put("rpc.method", method);
-            put("rpc.status_code", rpc_attr(s, "rpc.status_code"));
-            put("rpc.system.name", rpc_attr(s, "rpc.system.name"));
-        }
-        Set::Experimental => {
-            let code = rpc_attr(s, "rpc.grpc.status_code");
-            // What the span-actor calls `_OTHER`: in `rpc/dup` the shared
-            // `rpc.method` says so; a server's UNIMPLEMENTED (12) does in any mode.
-            let unimplemented = s.kind == SpanKind::Server && code == Some(RpcValue::Int(12));
-            let (service, method) = match method {
-                Some(RpcValue::Str(m)) if m != "_OTHER" && !unimplemented => {
-                    // In `rpc/dup` the span's `rpc.method` is the stable,
-                    // fully qualified one; the experimental one is its last part.
-                    let short = m.rsplit_once('/').map_or(m, |(_, short)| short);
-                    (rpc_attr(s, "rpc.service"), Some(RpcValue::Str(short)))
-                }
-                _ => (None, None),
-            };
-            put("rpc.grpc.status_code", code);
-            put("rpc.method", method);
-            put("rpc.service", service);
-            put("rpc.system", rpc_attr(s, "rpc.system"));
-        }
-    }
-    if s.kind == SpanKind::Client {
-        put("server.address", s.server_address.map(RpcValue::Str));
-        put("server.port", Some(RpcValue::Int(i64::from(s.server_port))));
-    }
-    a
-}
-
-fn rpc_hash(a: &RpcAttrs<'_>) -> u64 {
-    let mut h = FxHasher::default();
-    a.hash(&mut h);
-    h.finish()
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum OwnedValue {
-    Str(Box<str>),
-    Int(i64),
-}
-
-impl OwnedValue {
-    fn borrow(&self) -> RpcValue<'_> {
-        match self {
-            OwnedValue::Str(s) => RpcValue::Str(s),
-            OwnedValue::Int(i) => RpcValue::Int(*i),
-        }
-    }
-}
-
-/// An RPC series' attributes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RpcKey(Vec<(&'static str, OwnedValue)>);
-
-impl RpcKey {
-    fn new(a: &RpcAttrs<'_>) -> RpcKey {
-        RpcKey(
-            a.iter()
-                .map(|(k, v)| {
-                    let v = match v {
-                        RpcValue::Str(s) => OwnedValue::Str((*s).into()),
-                        RpcValue::Int(i) => OwnedValue::Int(*i),
-                    };
-                    (*k, v)
-                })
-                .collect(),
-        )
-    }
-
-    fn matches(&self, a: &RpcAttrs<'_>) -> bool {
-        self.0.len() == a.len() && self.0.iter().zip(a).all(|((k1, v1), (k2, v2))| k1 == k2 && v1.borrow() == *v2)
-    }
 }
 
 /// A series' attributes: of an HTTP or an RPC histogram.
@@ -376,172 +128,16 @@ pub enum Key {
 impl Key {
     /// The series' attributes, sorted by key (as the OpenTelemetry SDKs
     /// export them).
-    pub fn attributes(&self, mut f: impl FnMut(&'static str, Value<'_>)) {
+    pub fn attributes(&self, f: impl FnMut(&'static str, Value<&str>)) {
         match self {
             Key::Http(k) => k.attributes(f),
-            Key::Rpc(k) => {
-                for (name, v) in &k.0 {
-                    match v {
-                        OwnedValue::Str(s) => f(name, Value::Str(s)),
-                        OwnedValue::Int(i) => f(name, Value::Int(*i)),
-                    }
-                }
-            }
+            Key::Rpc(k) => k.attributes(f),
         }
     }
 }
 
 /// The attribute of an overflow series.
-pub const OVERFLOW_ATTRIBUTE: (&str, Value<'static>) = ("otel.metric.overflow", Value::Bool(true));
-
-#[derive(Debug)]
-struct Series {
-    hash: u64,
-    key: Key,
-    point: Point,
-}
-
-/// One histogram of one service.
-#[derive(Debug)]
-pub struct Histogram {
-    bounds: &'static [f64],
-    table: HashTable<Series>,
-    overflow: Option<Point>,
-}
-
-impl Histogram {
-    fn new(bounds: &'static [f64]) -> Histogram {
-        Histogram { bounds, table: HashTable::new(), overflow: None }
-    }
-
-    /// Every series: its attributes (`None` for the overflow series) and numbers.
-    pub fn series(&self) -> impl Iterator<Item = (Option<&Key>, &Point)> {
-        self.table.iter().map(|s| (Some(&s.key), &s.point)).chain(self.overflow.iter().map(|p| (None, p)))
-    }
-
-    /// True when it has no series.
-    pub fn is_empty(&self) -> bool {
-        self.table.is_empty() && self.overflow.is_none()
-    }
-
-    fn len(&self) -> usize {
-        self.table.len() + usize::from(self.overflow.is_some())
-    }
-
-    /// Records `v` for HTTP span `s`; false if it went to the overflow series.
-    fn record(&mut self, s: &HttpSpan<&str>, v: f64, now: u64, total: &mut usize) -> bool {
-        let matches = |k: &Key| matches!(k, Key::Http(k) if k.matches(s));
-        self.record_keyed(span_hash(s), matches, || Key::Http(SeriesKey::new(s)), v, now, total)
-    }
-
-    /// Records `v` in the series of RPC attributes `a`; false if it went
-    /// to the overflow series.
-    fn record_rpc(&mut self, a: &RpcAttrs<'_>, v: f64, now: u64, total: &mut usize) -> bool {
-        let matches = |k: &Key| matches!(k, Key::Rpc(k) if k.matches(a));
-        self.record_keyed(rpc_hash(a), matches, || Key::Rpc(RpcKey::new(a)), v, now, total)
-    }
-
-    fn record_keyed(
-        &mut self,
-        hash: u64,
-        matches: impl Fn(&Key) -> bool,
-        key: impl FnOnce() -> Key,
-        v: f64,
-        now: u64,
-        total: &mut usize,
-    ) -> bool {
-        if let Some(series) = self.table.find_mut(hash, |x| matches(&x.key)) {
-            series.point.record(v, now);
-            return true;
-        }
-        let bounds = self.bounds;
-        if self.table.len() < MAX_SERIES_PER_INSTRUMENT && *total < MAX_SERIES {
-            let mut point = Point::new(now, bounds);
-            point.record(v, now);
-            self.table.insert_unique(hash, Series { hash, key: key(), point }, |x| x.hash);
-            *total += 1;
-            return true;
-        }
-        if self.overflow.is_none() {
-            *total += 1;
-        }
-        self.overflow.get_or_insert_with(|| Point::new(now, bounds)).record(v, now);
-        false
-    }
-
-    /// Forgets series last updated before `cutoff`; how many were forgotten.
-    fn evict(&mut self, cutoff: u64) -> usize {
-        let before = self.len();
-        self.table.retain(|s| s.point.last_ns >= cutoff);
-        if self.overflow.as_ref().is_some_and(|p| p.last_ns < cutoff) {
-            self.overflow = None;
-        }
-        before - self.len()
-    }
-}
-
-/// The histograms of one traced service.
-#[derive(Debug)]
-pub struct ServiceHistograms {
-    /// The service, as the span-actor described it.
-    pub resource: ServiceResource,
-    /// `http.server.request.duration`.
-    pub server: Histogram,
-    /// `http.client.request.duration`.
-    pub client: Histogram,
-    /// The RPC histograms, in [`METRICS`]' order.
-    pub rpc: [Histogram; METRICS.len()],
-    /// The last update (Unix ns): the least recent goes first when full.
-    last_ns: u64,
-}
-
-impl ServiceHistograms {
-    fn new(resource: ServiceResource, now: u64) -> ServiceHistograms {
-        ServiceHistograms {
-            resource,
-            server: Histogram::new(&DURATION_BUCKETS),
-            client: Histogram::new(&DURATION_BUCKETS),
-            rpc: std::array::from_fn(|i| Histogram::new(METRICS[i].buckets)),
-            last_ns: now,
-        }
-    }
-
-    /// The `i`th histogram of [`instruments`].
-    pub fn histogram(&self, i: usize) -> Option<&Histogram> {
-        match i {
-            0 => Some(&self.server),
-            1 => Some(&self.client),
-            _ => self.rpc.get(i - 2),
-        }
-    }
-
-    /// Every histogram with its instrument, in [`instruments`]' order.
-    pub fn histograms(&self) -> impl Iterator<Item = (Instrument, &Histogram)> {
-        instruments().enumerate().filter_map(|(i, inst)| Some((inst, self.histogram(i)?)))
-    }
-
-    /// True when no histogram has a series.
-    pub fn is_empty(&self) -> bool {
-        self.server.is_empty() && self.client.is_empty() && self.rpc.iter().all(Histogram::is_empty)
-    }
-
-    fn len(&self) -> usize {
-        self.server.len() + self.client.len() + self.rpc.iter().map(Histogram::len).sum::<usize>()
-    }
-
-    fn evict(&mut self, cutoff: u64) -> usize {
-        self.server.evict(cutoff) + self.client.evict(cutoff) + self.rpc.iter_mut().map(|h| h.evict(cutoff)).sum::<usize>()
-    }
-}
-
-/// Health reports, with the time each component's counting began.
-#[derive(Debug, Default)]
-struct Health {
-    reports: BTreeMap<Component, HealthReport>,
-    /// Per component: (instance, start time in Unix ns). A new instance
-    /// (a restart) counts from zero again.
-    starts: BTreeMap<Component, (u64, u64)>,
-}
+pub const OVERFLOW_ATTRIBUTE: (&str, Value<&'static str>) = ("otel.metric.overflow", Value::Bool(true));
 
 /// Every metric the exporter holds: what readers see.
 #[derive(Debug)]
@@ -550,7 +146,7 @@ pub struct Metrics {
     index: FxHashMap<ServiceResource, usize>,
     free: Vec<usize>,
     series: usize,
-    health: Health,
+    health: health::Health,
     /// ringtail itself, as a resource of its own metrics.
     me: ServiceResource,
     /// Attributes added to every resource (ringtail's `OTEL_RESOURCE_ATTRIBUTES`).
@@ -695,7 +291,7 @@ impl Meters {
             index: FxHashMap::default(),
             free: Vec::new(),
             series: 0,
-            health: Health::default(),
+            health: health::Health::default(),
             me: resource::ringtail_process(host),
             extra,
         };
@@ -757,14 +353,13 @@ impl Meters {
             };
             svc.last_ns = now;
             recorded += 1;
-            let (stable, experimental) = rpc_sets(s);
-            if stable || experimental {
+            if let Some(call) = &s.rpc {
                 for (m, hist) in METRICS.iter().zip(&mut svc.rpc) {
                     let wanted = match m.set {
-                        Set::Stable => stable,
-                        Set::Experimental => experimental,
+                        Set::Stable => call.stable,
+                        Set::Experimental => call.experimental,
                     };
-                    if wanted && m.kind == s.kind && !hist.record_rpc(&rpc_attributes(m.set, s), ns / m.ns_per_unit, now, series) {
+                    if wanted && m.kind == s.kind && !hist.record_rpc(&rpc::attributes(m.set, s, call), ns / m.ns_per_unit, now, series) {
                         overflow += 1;
                     }
                 }
@@ -872,6 +467,7 @@ pub(crate) mod tests {
             export_trace: true,
             export_metrics: true,
             attributes: Vec::new(),
+            rpc: None,
         }
     }
 
@@ -887,25 +483,37 @@ pub(crate) mod tests {
         s.server_address = Some("api".into());
         s.server_port = 50051;
         let (service, short) = method.split_once('/').unwrap_or(("", method));
-        let str = |k: &str, v: &str| (k.to_owned(), Attr::Str(v.to_owned()));
+        let str = |k: &str, v: &str| (k.to_owned(), Value::Str(v.to_owned()));
+        // What the span-actor decides: UNIMPLEMENTED on a server is _OTHER.
+        let name = match code {
+            0 => "OK",
+            5 => "NOT_FOUND",
+            12 => "UNIMPLEMENTED",
+            _ => "INTERNAL",
+        };
+        let recognised = !(kind == SpanKind::Server && code == 12);
+        s.rpc = Some(ipc_schema::RpcCall {
+            stable,
+            experimental,
+            system: "grpc".to_owned(),
+            method: if recognised { method.to_owned() } else { "_OTHER".to_owned() },
+            service_method: recognised.then(|| (service.to_owned(), short.to_owned())),
+            code: Some(code as i32),
+            status: Some(name.to_owned()),
+            error_type: (code != 0).then(|| name.to_owned()),
+        });
         if experimental {
             s.attributes.push(str("rpc.system", "grpc"));
             s.attributes.push(str("rpc.service", service));
             if !stable {
                 s.attributes.push(str("rpc.method", short));
             }
-            s.attributes.push(("rpc.grpc.status_code".to_owned(), Attr::Int(code)));
+            s.attributes.push(("rpc.grpc.status_code".to_owned(), Value::Int(code)));
         }
         if stable {
-            let name = match code {
-                0 => "OK",
-                5 => "NOT_FOUND",
-                12 => "UNIMPLEMENTED",
-                _ => "INTERNAL",
-            };
             s.attributes.push(str("rpc.system.name", "grpc"));
-            s.attributes.push(str("rpc.method", if kind == SpanKind::Server && code == 12 { "_OTHER" } else { method }));
-            s.attributes.push(str("rpc.status_code", name));
+            s.attributes.push(str("rpc.method", if recognised { method } else { "_OTHER" }));
+            s.attributes.push(str("rpc.response.status_code", name));
             if code != 0 {
                 s.attributes.push(str("error.type", name));
             }
@@ -956,7 +564,7 @@ pub(crate) mod tests {
         let server = rpc_series(&m, index("rpc.server.call.duration"));
         assert_eq!(server.len(), 2, "{server:?}");
         let ok = &server[1];
-        assert_eq!(ok.0, ["rpc.method=Str(\"demo.Items/Get\")", "rpc.status_code=Str(\"OK\")", "rpc.system.name=Str(\"grpc\")"]);
+        assert_eq!(ok.0, ["rpc.method=Str(\"demo.Items/Get\")", "rpc.response.status_code=Str(\"OK\")", "rpc.system.name=Str(\"grpc\")"]);
         assert_eq!(ok.1, 2);
         assert!((ok.2 - 0.010).abs() < 1e-12, "seconds: {ok:?}");
         assert_eq!(server[0].0[0], "error.type=Str(\"NOT_FOUND\")");

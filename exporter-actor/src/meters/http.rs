@@ -1,0 +1,107 @@
+//! The HTTP request-duration histograms' series: their instruments and
+//! the key of a series, taken from the span's typed HTTP fields (the
+//! conventions' attribute list for the metric, never `url.path`).
+
+use std::hash::{Hash, Hasher};
+
+use ipc_schema::{HttpSpan, SpanKind, Value};
+use rustc_hash::FxHasher;
+
+use super::Instrument;
+use crate::digits::decimal;
+
+/// `http.server.request.duration`.
+pub const SERVER_DURATION: Instrument =
+    Instrument { name: "http.server.request.duration", description: "Duration of HTTP server requests.", unit: "s" };
+/// `http.client.request.duration`.
+pub const CLIENT_DURATION: Instrument =
+    Instrument { name: "http.client.request.duration", description: "Duration of HTTP client requests.", unit: "s" };
+
+/// What of a span makes up its histogram attributes: the spec's list,
+/// never `url.path`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeriesKey {
+    method: Box<str>,
+    status: u16,
+    version: Box<str>,
+    scheme: Box<str>,
+    error: bool,
+    /// `http.route` (server) or `server.address` (client).
+    label: Option<Box<str>>,
+    /// `server.port` (client spans only; 0 for server spans).
+    port: u16,
+    kind: SpanKind,
+}
+
+fn label<'a>(s: &HttpSpan<&'a str>) -> Option<&'a str> {
+    match s.kind {
+        SpanKind::Server => s.route,
+        SpanKind::Client => s.server_address,
+    }
+}
+
+fn port(s: &HttpSpan<&str>) -> u16 {
+    if s.kind == SpanKind::Client {
+        s.server_port
+    } else {
+        0
+    }
+}
+
+pub(super) fn span_hash(s: &HttpSpan<&str>) -> u64 {
+    let mut h = FxHasher::default();
+    (&s.method, s.status, &s.protocol_version, &s.scheme, s.error, label(s), port(s)).hash(&mut h);
+    h.finish()
+}
+
+impl SeriesKey {
+    pub(super) fn new(s: &HttpSpan<&str>) -> SeriesKey {
+        SeriesKey {
+            method: s.method.into(),
+            status: s.status,
+            version: s.protocol_version.into(),
+            scheme: s.scheme.into(),
+            error: s.error,
+            label: label(s).map(Into::into),
+            port: port(s),
+            kind: s.kind,
+        }
+    }
+
+    pub(super) fn matches(&self, s: &HttpSpan<&str>) -> bool {
+        self.status == s.status
+            && self.error == s.error
+            && self.port == port(s)
+            && *self.method == *s.method
+            && *self.version == *s.protocol_version
+            && *self.scheme == *s.scheme
+            && self.label.as_deref() == label(s)
+    }
+
+    /// The series' attributes, sorted by key (as the OpenTelemetry SDKs
+    /// export them).
+    pub fn attributes(&self, mut f: impl FnMut(&'static str, Value<&str>)) {
+        let mut digits = [0u8; 20];
+        if self.error {
+            f("error.type", Value::Str(decimal(u64::from(self.status), &mut digits)));
+        }
+        f("http.request.method", Value::Str(&self.method));
+        f("http.response.status_code", Value::Int(i64::from(self.status)));
+        match self.kind {
+            SpanKind::Server => {
+                if let Some(r) = &self.label {
+                    f("http.route", Value::Str(r));
+                }
+                f("network.protocol.version", Value::Str(&self.version));
+            }
+            SpanKind::Client => {
+                f("network.protocol.version", Value::Str(&self.version));
+                if let Some(a) = &self.label {
+                    f("server.address", Value::Str(a));
+                }
+                f("server.port", Value::Int(i64::from(self.port)));
+            }
+        }
+        f("url.scheme", Value::Str(&self.scheme));
+    }
+}

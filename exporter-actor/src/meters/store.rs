@@ -1,0 +1,200 @@
+//! The series store, independent of any sink: one cumulative histogram
+//! per series, series per instrument per service, with the cardinality
+//! limits ([`MAX_SERIES_PER_INSTRUMENT`], [`MAX_SERIES`]: past them an
+//! instrument's overflow series) and the idle eviction the module doc
+//! describes. Sinks read it through [`super::MetricsView`].
+
+use hashbrown::HashTable;
+use ipc_schema::rpc::METRICS;
+use ipc_schema::{HttpSpan, ServiceResource};
+
+use super::http::{self, SeriesKey};
+use super::rpc::{self, RpcAttrs, RpcKey};
+use super::{instruments, Instrument, Key, DURATION_BUCKETS, MAX_SERIES, MAX_SERIES_PER_INSTRUMENT};
+
+/// A cumulative histogram's numbers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Point {
+    /// The explicit bucket boundaries, in the instrument's unit.
+    pub bounds: &'static [f64],
+    /// When counting began (Unix ns).
+    pub start_ns: u64,
+    /// The last update (Unix ns, the batch's arrival).
+    pub last_ns: u64,
+    /// Measurements.
+    pub count: u64,
+    /// Their sum, in the instrument's unit.
+    pub sum: f64,
+    /// The smallest and largest.
+    pub min: f64,
+    pub max: f64,
+    /// Per bucket (not cumulative, `bounds.len() + 1` of them):
+    /// `buckets[i]` counts values in `(bounds[i-1], bounds[i]]`.
+    pub buckets: Vec<u64>,
+}
+
+impl Point {
+    pub(super) fn new(now: u64, bounds: &'static [f64]) -> Point {
+        Point {
+            bounds,
+            start_ns: now,
+            last_ns: now,
+            count: 0,
+            sum: 0.0,
+            min: f64::INFINITY,
+            max: f64::NEG_INFINITY,
+            buckets: vec![0; bounds.len() + 1],
+        }
+    }
+
+    pub(super) fn record(&mut self, v: f64, now: u64) {
+        // Upper bounds are inclusive, as in the OpenTelemetry SDKs.
+        let i = self.bounds.partition_point(|&b| b < v);
+        self.buckets[i] += 1;
+        self.count += 1;
+        self.sum += v;
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+        self.last_ns = now;
+    }
+}
+
+#[derive(Debug)]
+struct Series {
+    hash: u64,
+    key: Key,
+    point: Point,
+}
+
+/// One histogram of one service.
+#[derive(Debug)]
+pub struct Histogram {
+    bounds: &'static [f64],
+    table: HashTable<Series>,
+    overflow: Option<Point>,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Histogram {
+        Histogram { bounds, table: HashTable::new(), overflow: None }
+    }
+
+    /// Every series: its attributes (`None` for the overflow series) and numbers.
+    pub fn series(&self) -> impl Iterator<Item = (Option<&Key>, &Point)> {
+        self.table.iter().map(|s| (Some(&s.key), &s.point)).chain(self.overflow.iter().map(|p| (None, p)))
+    }
+
+    /// True when it has no series.
+    pub fn is_empty(&self) -> bool {
+        self.table.is_empty() && self.overflow.is_none()
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.table.len() + usize::from(self.overflow.is_some())
+    }
+
+    /// Records `v` for HTTP span `s`; false if it went to the overflow series.
+    pub(super) fn record(&mut self, s: &HttpSpan<&str>, v: f64, now: u64, total: &mut usize) -> bool {
+        let matches = |k: &Key| matches!(k, Key::Http(k) if k.matches(s));
+        self.record_keyed(http::span_hash(s), matches, || Key::Http(SeriesKey::new(s)), v, now, total)
+    }
+
+    /// Records `v` in the series of RPC attributes `a`; false if it went
+    /// to the overflow series.
+    pub(super) fn record_rpc(&mut self, a: &RpcAttrs<'_>, v: f64, now: u64, total: &mut usize) -> bool {
+        let matches = |k: &Key| matches!(k, Key::Rpc(k) if k.matches(a));
+        self.record_keyed(rpc::hash(a), matches, || Key::Rpc(RpcKey::new(a)), v, now, total)
+    }
+
+    fn record_keyed(
+        &mut self,
+        hash: u64,
+        matches: impl Fn(&Key) -> bool,
+        key: impl FnOnce() -> Key,
+        v: f64,
+        now: u64,
+        total: &mut usize,
+    ) -> bool {
+        if let Some(series) = self.table.find_mut(hash, |x| matches(&x.key)) {
+            series.point.record(v, now);
+            return true;
+        }
+        let bounds = self.bounds;
+        if self.table.len() < MAX_SERIES_PER_INSTRUMENT && *total < MAX_SERIES {
+            let mut point = Point::new(now, bounds);
+            point.record(v, now);
+            self.table.insert_unique(hash, Series { hash, key: key(), point }, |x| x.hash);
+            *total += 1;
+            return true;
+        }
+        if self.overflow.is_none() {
+            *total += 1;
+        }
+        self.overflow.get_or_insert_with(|| Point::new(now, bounds)).record(v, now);
+        false
+    }
+
+    /// Forgets series last updated before `cutoff`; how many were forgotten.
+    pub(super) fn evict(&mut self, cutoff: u64) -> usize {
+        let before = self.len();
+        self.table.retain(|s| s.point.last_ns >= cutoff);
+        if self.overflow.as_ref().is_some_and(|p| p.last_ns < cutoff) {
+            self.overflow = None;
+        }
+        before - self.len()
+    }
+}
+
+/// The histograms of one traced service.
+#[derive(Debug)]
+pub struct ServiceHistograms {
+    /// The service, as the span-actor described it.
+    pub resource: ServiceResource,
+    /// `http.server.request.duration`.
+    pub server: Histogram,
+    /// `http.client.request.duration`.
+    pub client: Histogram,
+    /// The RPC histograms, in [`METRICS`]' order.
+    pub rpc: [Histogram; METRICS.len()],
+    /// The last update (Unix ns): the least recent goes first when full.
+    pub(super) last_ns: u64,
+}
+
+impl ServiceHistograms {
+    pub(super) fn new(resource: ServiceResource, now: u64) -> ServiceHistograms {
+        ServiceHistograms {
+            resource,
+            server: Histogram::new(&DURATION_BUCKETS),
+            client: Histogram::new(&DURATION_BUCKETS),
+            rpc: std::array::from_fn(|i| Histogram::new(METRICS[i].buckets)),
+            last_ns: now,
+        }
+    }
+
+    /// The `i`th histogram of [`instruments`].
+    pub fn histogram(&self, i: usize) -> Option<&Histogram> {
+        match i {
+            0 => Some(&self.server),
+            1 => Some(&self.client),
+            _ => self.rpc.get(i - 2),
+        }
+    }
+
+    /// Every histogram with its instrument, in [`instruments`]' order.
+    pub fn histograms(&self) -> impl Iterator<Item = (Instrument, &Histogram)> {
+        instruments().enumerate().filter_map(|(i, inst)| Some((inst, self.histogram(i)?)))
+    }
+
+    /// True when no histogram has a series.
+    pub fn is_empty(&self) -> bool {
+        self.server.is_empty() && self.client.is_empty() && self.rpc.iter().all(Histogram::is_empty)
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.server.len() + self.client.len() + self.rpc.iter().map(Histogram::len).sum::<usize>()
+    }
+
+    pub(super) fn evict(&mut self, cutoff: u64) -> usize {
+        self.server.evict(cutoff) + self.client.evict(cutoff) + self.rpc.iter_mut().map(|h| h.evict(cutoff)).sum::<usize>()
+    }
+}

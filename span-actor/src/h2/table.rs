@@ -1,0 +1,327 @@
+//! [`H2Table`]: every HTTP/2 connection followed, the kernel's records in,
+//! [`Operation`]s out (one per finished stream).
+//!
+//! Bounded host-wide, whatever clients do: at most [`H2_CONNS`]
+//! connections (a new one past it evicts the oldest, whose open streams
+//! end as `Closed`), and at most `pipeline.h2_state_mb` of state in all
+//! (past it the connections that hold the most are forgotten, their open
+//! streams dropped and counted). A connection that ends, for any reason
+//! (its close, a record whose frames cannot be read, eviction), goes
+//! through [`H2Table::close`]: its open streams end, its counts are taken,
+//! its streams become operations.
+
+use std::collections::VecDeque;
+
+use ipc_schema::{RawH2, Role};
+use runtime_kit::counters::{Counter, Drops, Gauge, Registry};
+use rustc_hash::FxHashMap as HashMap;
+
+use super::{grpc, record, Dir, DropReason, H2Conn, H2Stats, StreamDone, PROTOCOL_VERSION};
+use crate::http::RequestHead;
+use crate::operation::{Call, Conn, HttpCall, Operation};
+
+/// HTTP/2 connections followed at once; past it the oldest is closed (its
+/// open streams end as `Closed`) and counted.
+pub const H2_CONNS: usize = 16_384;
+/// The `sub` of every HTTP/2 span's ids (its `seq` is the stream id): never
+/// that of an HTTP/1 request on the same connection (an `Upgrade: h2c`).
+pub const H2_SUB: u32 = u32::MAX;
+/// `Upgrade: h2c` requests whose connection's first HTTP/2 record has not
+/// come yet (it follows at once, in the same or the next batch). A head
+/// comes from at most a capture's bytes (512): at most ~1 MiB in all.
+const H2C_PENDING: usize = 1024;
+/// What the state budget is brought down to once exceeded (7/8 of it), so
+/// that the connections to forget are chosen once in a while, not at
+/// every record.
+const LOW_WATER: (usize, usize) = (7, 8);
+
+/// A connection (loader instance or epoch, connection number).
+type Key = (u64, u64);
+
+/// One connection being followed, and who it belongs to.
+struct Entry {
+    conn: H2Conn,
+    role: Role,
+    who: Conn,
+    /// When it was first seen, in table order (the oldest is evicted first).
+    born: u64,
+    /// What it holds ([`H2Conn::state_bytes`] and this entry), as last
+    /// counted into [`H2Table::bytes`].
+    bytes: usize,
+}
+
+/// What an entry costs besides its connection's state: its key, its entry
+/// and its place in the eviction order, and the table's slot overhead.
+const ENTRY_OVERHEAD: usize = std::mem::size_of::<Key>() * 2 + std::mem::size_of::<Entry>() - std::mem::size_of::<H2Conn>() + 16;
+
+/// What is not traced of HTTP/2, counted.
+struct Counters {
+    /// By [`DropReason::ALL`] order.
+    dropped: Vec<Drops>,
+    header_blocks_truncated: Counter,
+    hpack_errors: Counter,
+    given_up: Counter,
+    malformed: Drops,
+    evicted: Counter,
+    /// Streams dropped with the connections forgotten to keep within
+    /// `pipeline.h2_state_mb`.
+    state_full: Drops,
+    /// The bytes all connections hold.
+    state_bytes: Gauge,
+    /// `Upgrade: h2c` requests whose HTTP/2 start never came.
+    h2c_unfollowed: Drops,
+}
+
+impl Counters {
+    fn add(&self, s: &H2Stats) {
+        for (d, r) in self.dropped.iter().zip(DropReason::ALL) {
+            d.add(s.dropped(r));
+        }
+        self.header_blocks_truncated.add(s.header_blocks_truncated);
+        self.hpack_errors.add(s.hpack_errors);
+        self.given_up.add(s.connections_given_up);
+    }
+}
+
+/// Every HTTP/2 connection followed.
+pub struct H2Table {
+    conns: HashMap<Key, Entry>,
+    /// Connections by age (`born`); entries of connections gone since are
+    /// skipped, and dropped once they outnumber the live ones.
+    order: VecDeque<(Key, u64)>,
+    born: u64,
+    /// Bytes every connection holds (the sum of their [`Entry::bytes`]),
+    /// and the most they may (`pipeline.h2_state_mb`).
+    bytes: usize,
+    budget: usize,
+    /// `Upgrade: h2c` requests by connection, with their start, waiting for
+    /// the connection's first HTTP/2 record (they become its stream 1).
+    upgrades: HashMap<Key, (RequestHead, u64)>,
+    /// The RPC conventions to follow (`OTEL_SEMCONV_STABILITY_OPT_IN`).
+    rpc_mode: grpc::Mode,
+    stats: Counters,
+    /// Streams finished by the record being read.
+    done: Vec<StreamDone>,
+}
+
+impl H2Table {
+    /// A table holding at most `budget` bytes of connection state.
+    pub fn new(budget: usize, rpc_mode: grpc::Mode, registry: &Registry) -> H2Table {
+        H2Table {
+            conns: HashMap::default(),
+            order: VecDeque::new(),
+            born: 0,
+            bytes: 0,
+            budget,
+            upgrades: HashMap::default(),
+            rpc_mode,
+            stats: Counters {
+                dropped: DropReason::ALL.iter().map(|r| registry.drops("ringtail_dropped_events_total", r.as_str())).collect(),
+                header_blocks_truncated: registry.counter("ringtail_h2_header_blocks_truncated_total", &[]),
+                hpack_errors: registry.counter("ringtail_h2_hpack_errors_total", &[]),
+                given_up: registry.counter("ringtail_h2_connections_given_up_total", &[]),
+                malformed: registry.drops("ringtail_dropped_events_total", "h2_malformed_record"),
+                evicted: registry.counter("ringtail_h2_connections_evicted_total", &[]),
+                state_full: registry.drops("ringtail_dropped_events_total", "h2_state_full"),
+                state_bytes: registry.gauge("ringtail_h2_state_bytes", &[]),
+                h2c_unfollowed: registry.drops("ringtail_dropped_events_total", "h2c_unfollowed"),
+            },
+            done: Vec::new(),
+        }
+    }
+
+    /// Connections followed.
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Bytes they hold, all together.
+    pub fn state_bytes(&self) -> usize {
+        self.bytes
+    }
+
+    /// [`H2Table::state_bytes`] counted afresh, connection by connection,
+    /// stream by stream (for tests).
+    pub fn state_bytes_recounted(&self) -> usize {
+        self.conns.values().map(|e| e.conn.state_bytes_recounted() + ENTRY_OVERHEAD).sum()
+    }
+
+    /// Open streams, all connections together.
+    pub fn open_streams(&self) -> usize {
+        self.conns.values().map(|e| e.conn.open_streams()).sum()
+    }
+
+    /// Publishes the state gauge (once a batch).
+    pub fn publish(&self) {
+        self.stats.state_bytes.set(self.bytes as f64);
+    }
+
+    /// The `101` of an `Upgrade: h2c`: its request (an HTTP/1 request, which
+    /// HTTP/2 continues as stream 1) waits for the connection's first record.
+    pub fn upgrade_request(&mut self, key: Key, head: RequestHead, start_ns: u64) {
+        if self.upgrades.len() >= H2C_PENDING {
+            self.stats.h2c_unfollowed.add(self.upgrades.len() as u64);
+            self.upgrades.clear();
+        }
+        if self.upgrades.insert(key, (head, start_ns)).is_some() {
+            self.stats.h2c_unfollowed.add(1);
+        }
+    }
+
+    /// One record of loader instance (or epoch) `inst`: its connection is
+    /// fed; the streams that ended become operations in `out`.
+    pub fn record(&mut self, inst: u64, r: &RawH2<&[u8]>, out: &mut Vec<Operation>) {
+        let key = (inst, r.conn_id);
+        if r.close {
+            self.close(key, r.mono_ns, out);
+            return;
+        }
+        let Ok(pieces) = record::pieces(r.pieces) else {
+            // Its frame boundaries are unknown from here: give it up.
+            self.stats.malformed.add(1);
+            self.close(key, r.mono_ns, out);
+            return;
+        };
+        if !self.conns.contains_key(&key) {
+            if self.conns.len() >= H2_CONNS {
+                self.evict_oldest(r.mono_ns, out);
+            }
+            self.open(key, r);
+        }
+        let Some(e) = self.conns.get_mut(&key) else { return };
+        let dir = if r.send { Dir::Send } else { Dir::Recv };
+        e.conn.feed(dir, r.mono_ns, &pieces, &mut self.done);
+        let (role, who) = (e.role, e.who);
+        self.stats.add(&e.conn.take_stats());
+        self.operations(role, who, out);
+        self.recount(&key);
+        self.shed();
+    }
+
+    /// Starts following connection `key` at record `r`.
+    fn open(&mut self, key: Key, r: &RawH2<&[u8]>) {
+        // Without its start (the span-actor restarted, or the table
+        // evicted it) the HPACK tables' past is unknown.
+        let mut conn = H2Conn::new(r.role, !r.start);
+        if let Some((head, start)) = r.upgrade.then(|| self.upgrades.remove(&key)).flatten() {
+            let target = match &head.query {
+                Some(q) => format!("{}?{q}", head.path),
+                None => head.path.clone(),
+            };
+            let mut headers: Vec<(&[u8], &[u8])> = Vec::new();
+            for (name, value) in [("host", &head.host), ("user-agent", &head.user_agent), ("traceparent", &head.traceparent)] {
+                if let Some(v) = value {
+                    headers.push((name.as_bytes(), v.as_bytes()));
+                }
+            }
+            conn.seed_upgrade(start, head.method.as_bytes(), target.as_bytes(), &headers);
+        }
+        let who = Conn { id: r.conn_id, pid: r.pid, proc_start_ns: r.proc_start_ns, local: r.local, peer: r.peer, tls: r.tls };
+        self.born += 1;
+        self.conns.insert(key, Entry { conn, role: r.role, who, born: self.born, bytes: 0 });
+        self.order.push_back((key, self.born));
+        if self.order.len() > 2 * self.conns.len() + 64 {
+            let conns = &self.conns;
+            self.order.retain(|(k, born)| conns.get(k).is_some_and(|e| e.born == *born));
+        }
+    }
+
+    /// The connection ends: out of the table, its counts taken, and its
+    /// open streams either ended at `ts` as `Closed` (operations in `out`:
+    /// it closed, could no longer be read, or was evicted) or, without a
+    /// `ts` (shed to keep within the budget), dropped and counted.
+    fn end(&mut self, key: Key, ts: Option<u64>, out: &mut Vec<Operation>) -> bool {
+        let Some(mut e) = self.conns.remove(&key) else { return false };
+        self.bytes -= e.bytes;
+        match ts {
+            Some(ts) => e.conn.close(ts, &mut self.done),
+            None => self.stats.state_full.add(e.conn.open_streams() as u64),
+        }
+        self.stats.add(&e.conn.take_stats());
+        self.operations(e.role, e.who, out);
+        true
+    }
+
+    /// The connection closed (or can no longer be read) at `ts`.
+    fn close(&mut self, key: Key, ts: u64, out: &mut Vec<Operation>) {
+        self.end(key, Some(ts), out);
+    }
+
+    /// Bounded: the oldest connection goes (its open streams end now).
+    fn evict_oldest(&mut self, ts: u64, out: &mut Vec<Operation>) {
+        while let Some((key, born)) = self.order.pop_front() {
+            if self.conns.get(&key).is_some_and(|e| e.born == born) {
+                self.stats.evicted.inc();
+                self.end(key, Some(ts), out);
+                return;
+            }
+        }
+    }
+
+    /// Counts again what connection `key` holds, after it changed.
+    fn recount(&mut self, key: &Key) {
+        if let Some(e) = self.conns.get_mut(key) {
+            let now = e.conn.state_bytes() + ENTRY_OVERHEAD;
+            self.bytes = self.bytes - e.bytes + now;
+            e.bytes = now;
+        }
+    }
+
+    /// Over `pipeline.h2_state_mb`: forgets the connections that hold the
+    /// most until what is left is under 7/8 of it. A flood of never-ended
+    /// streams sits in a few big connections and goes first; the small ones
+    /// of ordinary clients stay. A forgotten connection's open streams are
+    /// dropped (no span: they did not end) and counted; if it goes on, it
+    /// is followed afresh from its next record, as one seen mid-way.
+    fn shed(&mut self) {
+        if self.bytes <= self.budget {
+            return;
+        }
+        let target = self.budget / LOW_WATER.1 * LOW_WATER.0;
+        let mut by_size: Vec<(usize, Key)> = self.conns.iter().map(|(k, e)| (e.bytes, *k)).collect();
+        by_size.sort_unstable_by(|a, b| b.cmp(a));
+        let mut none = Vec::new();
+        for (_, key) in by_size {
+            if self.bytes <= target {
+                break;
+            }
+            if self.end(key, None, &mut none) {
+                self.stats.evicted.inc();
+            }
+        }
+    }
+
+    /// The streams finished on a connection of `role`, `who`'s: operations.
+    fn operations(&mut self, role: Role, who: Conn, out: &mut Vec<Operation>) {
+        for d in self.done.drain(..) {
+            out.push(operation(role, who, d, self.rpc_mode));
+        }
+    }
+}
+
+/// A finished stream as an operation: an HTTP call with version "2" (and
+/// the gRPC conventions' view when it is a gRPC call).
+pub fn operation(role: Role, conn: Conn, d: StreamDone, rpc_mode: grpc::Mode) -> Operation {
+    let rpc = grpc::describe(rpc_mode, &d);
+    Operation {
+        role,
+        conn,
+        seq: d.stream_id,
+        sub: H2_SUB,
+        start_mono_ns: d.start_ns,
+        end_mono_ns: d.end_ns,
+        parent: None,
+        traceparent: d.traceparent,
+        call: Call::Http(HttpCall {
+            method: d.method,
+            path: d.path,
+            query: d.query,
+            authority: d.authority,
+            scheme: d.scheme,
+            version: PROTOCOL_VERSION,
+            user_agent: d.user_agent,
+            status: d.status,
+            rpc,
+        }),
+    }
+}

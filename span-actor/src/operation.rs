@@ -1,0 +1,104 @@
+//! [`Operation`]: what every protocol module makes of its events, and the
+//! one thing [`crate::transform`] turns into spans.
+//!
+//! An operation is one exchange seen from one side (the traced process is
+//! the server or the client), finished: who did it ([`Conn`]), where it
+//! sits on its connection (what its span and trace ids derive from), when,
+//! which server operation it was made while serving (the kernel's parent
+//! hint), the trace context it carried in, and what it was ([`Call`]): the
+//! protocol's own facts, already judged by the protocol's conventions.
+//! Nothing in it is a disguise: an HTTP/2 stream is an HTTP call with
+//! version "2", a gRPC call is that plus its [`RpcSpan`].
+
+use ipc_schema::{Role, RpcCall, SockAddr, Value};
+
+/// The traced process's end of the connection an operation went over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Conn {
+    /// The connection's number (the loader's, unique in its epoch).
+    pub id: u64,
+    /// The traced process (tgid) and its start time: with `pid`, a
+    /// process's name (pids are reused).
+    pub pid: u32,
+    pub proc_start_ns: u64,
+    /// Its end of the connection, and the other end.
+    pub local: SockAddr,
+    pub peer: SockAddr,
+    /// Over TLS (the plaintext came from the TLS hooks).
+    pub tls: bool,
+}
+
+/// One finished operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Operation {
+    /// The traced process's side: a SERVER or a CLIENT span.
+    pub role: Role,
+    pub conn: Conn,
+    /// Its place on the connection: its span and trace ids derive from
+    /// (connection, `seq`, `sub`), so the same operation seen again (a
+    /// replay) gets the same ids. `sub` 0 is the first request of a
+    /// capture: only those are remembered as parents.
+    pub seq: u32,
+    pub sub: u32,
+    /// CLOCK_MONOTONIC ns of its start and end.
+    pub start_mono_ns: u64,
+    pub end_mono_ns: u64,
+    /// The server operation (connection, seq) this client operation was
+    /// made while serving, as the kernel saw it (same thread, in between).
+    pub parent: Option<(u64, u32)>,
+    /// The W3C `traceparent` it carried in, if any.
+    pub traceparent: Option<String>,
+    /// What it was.
+    pub call: Call,
+}
+
+/// What an operation was, by family: each family names its spans, routes
+/// them and says whether they failed by its own conventions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call {
+    /// An HTTP exchange (HTTP/1.x, or an HTTP/2 stream).
+    Http(HttpCall),
+}
+
+/// An HTTP request and its answer, of any version.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpCall {
+    /// The method as sent (`semconv::method` makes `_OTHER` of the rest).
+    pub method: String,
+    /// `url.path` (empty for CONNECT).
+    pub path: String,
+    /// `url.query`, without `?`, not yet redacted.
+    pub query: Option<String>,
+    /// The authority the client addressed (an absolute-form target's or
+    /// CONNECT's, else `Host` or `:authority`), without user information:
+    /// `server.address` and `server.port`.
+    pub authority: Option<String>,
+    /// `url.scheme` when the request says it (`:scheme`); else `https`
+    /// over TLS, `http` otherwise.
+    pub scheme: Option<String>,
+    /// `network.protocol.version`.
+    pub version: &'static str,
+    /// `user_agent.original`.
+    pub user_agent: Option<String>,
+    /// The final status; `None` when the exchange ended (reset, refused,
+    /// closed) before one: an error of type `_OTHER`.
+    pub status: Option<u16>,
+    /// Set for a remote procedure call over it (gRPC): its conventions
+    /// name the span and say whether it failed, instead of HTTP's.
+    pub rpc: Option<RpcSpan>,
+}
+
+/// What the RPC conventions make of a call: decided once, by the protocol
+/// module ([`crate::h2::grpc`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RpcSpan {
+    /// The span name.
+    pub name: String,
+    /// Span status ERROR.
+    pub error: bool,
+    /// The span's RPC attributes (they replace any other protocol
+    /// attribute; `error.type` among them replaces HTTP's).
+    pub attributes: Vec<(String, Value)>,
+    /// The decisions the exporter's RPC metrics take as data.
+    pub call: RpcCall,
+}
