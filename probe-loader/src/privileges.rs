@@ -16,10 +16,11 @@
 //! for the loader's whole life: only with `tls.attach_later = true`, which
 //! keeps [`ATTACH_LATER`] (and nothing else) instead of none. On Linux 6.18
 //! `perf_event_open` of a uprobe is refused (EACCES) to CAP_BPF +
-//! CAP_PERFMON alone: it takes CAP_SYS_ADMIN. Without it (the systemd unit)
-//! the loader starts without the TLS uprobes and warns
-//! (`event=tls_attach_failed`); it is not required here, so that the unit
-//! need not grant it.
+//! CAP_PERFMON alone: it takes CAP_SYS_ADMIN, which the shipped systemd
+//! unit and the DaemonSet grant for start-up (HTTPS by default). It is not
+//! required here: without it the loader starts without the TLS uprobes and
+//! warns (`event=tls_attach_failed`), so that a unit trading HTTPS for
+//! CAP_SYS_ADMIN (`tls.enabled = false`, the capability removed) still runs.
 //!
 //! After start the loader holds no capability at all (unless
 //! `tls.attach_later`: then [`ATTACH_LATER`] alone; or, on a kernel that

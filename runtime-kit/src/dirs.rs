@@ -68,12 +68,24 @@ pub fn ensure(path: &Path, uid: u32, gid: u32, mode: u32) -> Result<(), DirError
         .open(path)
         .map_err(|source| DirError::Open { path: path.to_owned(), source })?;
     let perm = |source| DirError::Permissions { path: path.to_owned(), source };
-    let owner = dir.metadata().map_err(perm)?.uid();
+    let meta = dir.metadata().map_err(perm)?;
+    let (mut owner, group) = (meta.uid(), meta.gid());
     if owner != 0 && owner != uid {
         return Err(DirError::Owner { path: path.to_owned(), owner, expected: uid });
     }
-    std::os::unix::fs::fchown(&dir, Some(uid), Some(gid)).map_err(perm)?;
-    dir.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(perm)?;
+    // The mode is set while root owns the directory, and only what differs
+    // is changed: root changing the mode of a directory it gave away would
+    // need CAP_FOWNER, which a container (the DaemonSet) does not grant.
+    if meta.mode() & 0o7777 != mode {
+        if owner != 0 {
+            std::os::unix::fs::fchown(&dir, Some(0), None).map_err(perm)?;
+            owner = 0;
+        }
+        dir.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(perm)?;
+    }
+    if (owner, group) != (uid, gid) {
+        std::os::unix::fs::fchown(&dir, Some(uid), Some(gid)).map_err(perm)?;
+    }
     Ok(())
 }
 
@@ -156,6 +168,75 @@ mod tests {
         std::os::unix::fs::symlink(&target, &link).unwrap();
         assert!(matches!(ensure(&link, me, gid, 0o755), Err(DirError::Open { .. })));
         assert_eq!(std::fs::symlink_metadata(&target).unwrap().mode() & 0o777, 0o700);
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    /// Clears `cap` from this thread's effective set (capabilities are per
+    /// thread: the rest of the test process keeps it).
+    fn drop_effective(cap: u32) {
+        #[repr(C)]
+        struct Header {
+            version: u32,
+            pid: i32,
+        }
+        #[repr(C)]
+        #[derive(Clone, Copy, Default)]
+        struct Data {
+            effective: u32,
+            permitted: u32,
+            inheritable: u32,
+        }
+        let mut header = Header { version: 0x2008_0522, pid: 0 };
+        let mut data = [Data::default(); 2];
+        // SAFETY: capget/capset read and write a valid header and two data
+        // structs (the _LINUX_CAPABILITY_VERSION_3 layout).
+        unsafe {
+            assert_eq!(libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()), 0, "capget");
+            data[(cap / 32) as usize].effective &= !(1 << (cap % 32));
+            assert_eq!(libc::syscall(libc::SYS_capset, &header, data.as_ptr()), 0, "capset");
+        }
+    }
+
+    /// A container gives root CAP_CHOWN but not CAP_FOWNER: giving a
+    /// directory away, and finding it given away on a restart (an emptyDir
+    /// outlives the container), must not need CAP_FOWNER.
+    #[test]
+    fn giving_a_directory_away_needs_no_cap_fowner() {
+        if euid() != 0 {
+            eprintln!("SKIPPED: needs root (a directory given to another uid)");
+            return;
+        }
+        const CAP_FOWNER: u32 = 3;
+        let base = std::env::temp_dir().join(format!("rk-fowner-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let dir = base.join("actors");
+        std::thread::spawn({
+            let dir = dir.clone();
+            move || {
+                drop_effective(CAP_FOWNER);
+                ensure(&dir, 65534, 65534, 0o750).expect("give a new directory away without CAP_FOWNER");
+                ensure(&dir, 65534, 65534, 0o750).expect("find it given away, without CAP_FOWNER");
+                // The drop took: this thread cannot chmod another's directory.
+                std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap_err();
+            }
+        })
+        .join()
+        .expect("the thread without CAP_FOWNER");
+        let meta = std::fs::symlink_metadata(&dir).unwrap();
+        assert_eq!((meta.uid(), meta.gid(), meta.mode() & 0o7777), (65534, 65534, 0o750));
+        // Its owner opened it up: repaired without CAP_FOWNER too.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::thread::spawn({
+            let dir = dir.clone();
+            move || {
+                drop_effective(CAP_FOWNER);
+                ensure(&dir, 65534, 65534, 0o750).expect("repair a given-away directory's mode without CAP_FOWNER");
+            }
+        })
+        .join()
+        .expect("the thread without CAP_FOWNER");
+        let meta = std::fs::symlink_metadata(&dir).unwrap();
+        assert_eq!((meta.uid(), meta.gid(), meta.mode() & 0o7777), (65534, 65534, 0o750));
         let _ = std::fs::remove_dir_all(&base);
     }
 

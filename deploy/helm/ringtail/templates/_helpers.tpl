@@ -1,0 +1,109 @@
+{{/* The release's name, cut to what a label value and a DNS name allow. */}}
+{{- define "ringtail.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "ringtail.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "ringtail.labels" -}}
+{{ include "ringtail.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: agent
+{{- end -}}
+
+{{- define "ringtail.serviceAccountName" -}}
+{{- default (include "ringtail.fullname" .) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{/* Whether the Kubernetes metadata actor may run: RBAC and the token. */}}
+{{- define "ringtail.kubernetes" -}}
+{{- $e := toString .Values.kubernetes.enabled -}}
+{{- if not (has $e (list "auto" "true" "false")) -}}
+{{- fail (printf "kubernetes.enabled: auto, true or false (got %s)" $e) -}}
+{{- end -}}
+{{- if ne $e "false" -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The pod's capabilities, each for a reason (docs/kubernetes.md, "Privileges").
+The supervisor (`ringtail run`, root) starts the loader with them; the
+loader drops all of them before it reads a single event, the actors are
+exec'd with CAP_SETUID, CAP_SETGID and CAP_SETPCAP only and become the
+actors' user with none.
+*/}}
+{{- define "ringtail.capabilities" -}}
+{{- if and .Values.tls.attachLater (not .Values.tls.enabled) -}}
+{{- fail "tls.attachLater needs tls.enabled" -}}
+{{- end -}}
+# the loader: create maps, load programs (bpf(2))
+- BPF
+# the loader: tracing programs and the kernel memory they read
+- PERFMON
+# the loader at start: /proc/PID/{exe,environ,fd,maps,root} of the
+# node's other processes (discovery, names, the OpenSSL files they map)
+- SYS_PTRACE
+# the loader at start: the same files' modes (0400/0500, other owners)
+- DAC_READ_SEARCH
+# the supervisor: the actors become the image's user ringtail
+- SETUID
+# the actors' groups; the loader joins the actors' group
+- SETGID
+# dropping bounding sets (the loader's, the actors')
+- SETPCAP
+# the supervisor gives /run/ringtail/actors to the actors' user
+- CHOWN
+# the supervisor stops the actors (SIGTERM, SIGKILL after 5 s): another
+# uid; their parent-death signal is checked against its credentials too
+- KILL
+{{- if .Values.tls.enabled }}
+# the TLS uprobes (HTTPS, tls.enabled): Linux 6.x refuses their
+# perf_event_open(2) to BPF + PERFMON alone; the loader drops it after
+# start. tls.enabled=false removes it (and HTTPS capture).
+- SYS_ADMIN
+{{- end -}}
+{{- end -}}
+
+{{/* A TOML value: a string, number, boolean or a list of those. */}}
+{{- define "ringtail.tomlValue" -}}
+{{- if kindIs "map" .value -}}
+{{- fail (printf "%s: a table is not a value here; give it a section of its own in config (\"%s\": {...})" .key .key) -}}
+{{- end -}}
+{{- toJson .value -}}
+{{- end -}}
+
+{{/* ringtail.toml: the chart's sections, then .Values.config over them. */}}
+{{- define "ringtail.toml" -}}
+{{- $stdout := .Values.stdout -}}
+{{- if kindIs "invalid" $stdout -}}{{- $stdout = not .Values.otlp.endpoint -}}{{- end -}}
+{{- $s := dict
+  "actors" (dict "user" "ringtail" "group" "ringtail")
+  "pipeline" (dict "runtime_dir" "/run/ringtail")
+  "probe" (dict "backend" .Values.probe.backend)
+  "tls" (dict "enabled" .Values.tls.enabled "attach_later" .Values.tls.attachLater)
+  "export" (dict "stdout" $stdout)
+-}}
+{{- if .Values.discovery -}}{{- $_ := set $s "discovery" (deepCopy .Values.discovery) -}}{{- end -}}
+{{- $k := dict -}}
+{{- $e := toString .Values.kubernetes.enabled -}}
+{{- if ne $e "auto" -}}{{- $_ := set $k "enabled" $e -}}{{- end -}}
+{{- if not (kindIs "invalid" .Values.kubernetes.maxPods) -}}{{- $_ := set $k "max_pods" .Values.kubernetes.maxPods -}}{{- end -}}
+{{- if $k -}}{{- $_ := set $s "kubernetes" $k -}}{{- end -}}
+{{- $s = mergeOverwrite $s (deepCopy .Values.config) -}}
+# Rendered by the ringtail Helm chart; README "Configuration" has every key.
+{{- range $section, $values := $s }}
+
+[{{ $section }}]
+{{- range $key, $value := $values }}
+{{- if not (kindIs "invalid" $value) }}
+{{ $key }} = {{ include "ringtail.tomlValue" (dict "key" (printf "%s.%s" $section $key) "value" $value) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
