@@ -15,7 +15,8 @@
 //! One module per section, each with its struct, defaults, a doc comment on
 //! every field, and its rules:
 //! [`probe`], [`pipeline`], [`discovery`], [`routes`], [`services`],
-//! [`redaction`], [`export`], [`actors`], [`profile`], [`log`], [`tls`].
+//! [`redaction`], [`export`], [`actors`], [`profile`], [`log`], [`tls`],
+//! [`kubernetes`].
 //! - [`types`]: the parsed value types and their rules.
 //! - this file: [`Settings`] (the whole file), loading with the
 //!   environment, and [`ConfigError`].
@@ -23,6 +24,7 @@
 pub mod actors;
 pub mod discovery;
 pub mod export;
+pub mod kubernetes;
 pub mod log;
 pub mod pipeline;
 pub mod probe;
@@ -40,6 +42,7 @@ use serde::{Deserialize, Serialize};
 pub use actors::ActorSettings;
 pub use discovery::DiscoverySettings;
 pub use export::{ExportSettings, OtlpProtocol, OtlpSettings, PrometheusSettings, RetrySettings};
+pub use kubernetes::KubernetesSettings;
 pub use log::LogSettings;
 pub use pipeline::PipelineSettings;
 pub use probe::{Backend, ProbeSettings};
@@ -80,6 +83,7 @@ const ENUM_RULES: &[(&str, &str, &str)] = &[
     ("export.otlp.protocol", "must be grpc or http/protobuf", "\"grpc\""),
     ("routes.unmatched", "must be path, wildcard or heuristic", "\"heuristic\""),
     ("routes.ignore_mode", "must be all, traces or metrics", "\"all\""),
+    ("kubernetes.enabled", "must be auto, true or false", "\"auto\""),
 ];
 
 /// The whole configuration.
@@ -108,6 +112,8 @@ pub struct Settings {
     pub log: LogSettings,
     /// TLS (HTTPS) capture.
     pub tls: TlsSettings,
+    /// Kubernetes metadata (the k8s-actor).
+    pub kubernetes: KubernetesSettings,
 }
 
 /// Why a configuration was refused.
@@ -259,6 +265,7 @@ impl Settings {
         self.actors.validate()?;
         self.profile.validate()?;
         self.tls.validate()?;
+        self.kubernetes.validate()?;
         self.log.validate()
     }
 
