@@ -332,3 +332,67 @@ fn off_it_publishes_nothing_and_removes_what_an_earlier_run_left() {
     assert!(actor.log().contains("event=\"disabled\""), "{}", actor.log());
     assert_eq!(std::fs::read_dir(&k8s).unwrap().count(), 0, "an earlier run's metadata is not taken for this node's");
 }
+
+fn status_field(pid: u32, name: &str) -> String {
+    let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    st.lines().find_map(|l| l.strip_prefix(name)).map(|v| v.trim().to_owned()).unwrap_or_else(|| panic!("{name} missing"))
+}
+
+#[test]
+fn the_supervisor_starts_it_only_when_on_restarts_it_alone_and_it_runs_unprivileged() {
+    use std::os::unix::fs::MetadataExt;
+    if !can_trace() {
+        return;
+    }
+    // auto, outside a cluster: no k8s-actor at all.
+    let rt = Ringtail::start("[discovery]\nopen_ports = [1]\n");
+    assert!(rt.events("k8s-actor", "started").is_empty(), "started while off:\n{}", rt.log());
+    assert!(rt.log().contains("event=\"k8s_off\""), "{}", rt.log());
+    drop(rt);
+
+    let mut api = StandIn::new();
+    api.start();
+    api.pod(json!({"namespace": "shop", "name": "web-0", "node": NODE, "owner": {"kind": "StatefulSet", "name": "web"}, "containers": [container("app", &id(40), "web:1")]}));
+    let rt = Ringtail::start(&format!(
+        "[discovery]\nopen_ports = [1]\n[kubernetes]\nkubeconfig = \"{}\"\nnode_name = \"{NODE}\"\n",
+        api.kubeconfig().display()
+    ));
+    let pid = rt.pid("k8s-actor").unwrap_or_else(|| panic!("no k8s-actor:\n{}", rt.log()));
+    for uid in status_field(pid, "Uid:").split_whitespace() {
+        assert_ne!(uid, "0", "the k8s-actor runs as root");
+    }
+    for g in status_field(pid, "Gid:").split_whitespace() {
+        assert_ne!(g, "0", "the k8s-actor has gid 0");
+    }
+    for cap in ["CapEff:", "CapPrm:", "CapBnd:", "CapAmb:"] {
+        assert_eq!(status_field(pid, cap), "0000000000000000", "{cap}");
+    }
+    assert_eq!(status_field(pid, "NoNewPrivs:"), "1");
+    let actors_uid: u32 = status_field(pid, "Uid:").split_whitespace().next().unwrap().parse().unwrap();
+
+    // Its snapshot: the actors' uid's, private, with the node's pod.
+    let run = rt.dir.join("run");
+    let path = ipc_schema::endpoints::k8s_snapshot(&run);
+    let snapshot = || std::fs::read(&path).ok().and_then(|b| ipc_schema::k8s::decode(&b).ok());
+    let s = wait_until(Duration::from_secs(30), || snapshot().filter(|s| s.synced && !s.pods.is_empty()))
+        .unwrap_or_else(|| panic!("no snapshot with the pod:\n{}", rt.log()));
+    assert_eq!(Table::new(s.clone()).lookup(&id(40)).map(|v| v.pod.name.clone()).as_deref(), Some("web-0"));
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!((meta.uid(), meta.mode() & 0o777), (actors_uid, 0o600));
+    let dir = std::fs::metadata(ipc_schema::endpoints::k8s_dir(&run)).unwrap();
+    assert_eq!((dir.uid(), dir.mode() & 0o777), (actors_uid, 0o700));
+
+    // kill -9: it alone comes back, and publishes a new instance's table.
+    let others: Vec<(&str, u32)> = ["probe-loader", "span-actor", "exporter-actor"].into_iter().map(|c| (c, rt.pid(c).unwrap())).collect();
+    let readies = rt.events("k8s-actor", "ready").len();
+    // SAFETY: kill has no memory-safety preconditions.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    wait_until(Duration::from_secs(10), || (rt.events("k8s-actor", "ready").len() > readies).then_some(()))
+        .unwrap_or_else(|| panic!("the k8s-actor did not come back:\n{}", rt.log()));
+    assert_ne!(rt.pid("k8s-actor"), Some(pid));
+    for (c, p) in others {
+        assert_eq!(rt.pid(c), Some(p), "{c} was restarted too");
+    }
+    wait_until(Duration::from_secs(30), || snapshot().filter(|n| n.stamp.instance != s.stamp.instance && n.synced && !n.pods.is_empty()))
+        .unwrap_or_else(|| panic!("no table from the restarted k8s-actor:\n{}", rt.log()));
+}
