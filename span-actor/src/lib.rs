@@ -13,6 +13,7 @@
 //! - [`routes`]: `http.route` from templates or the path heuristic, ignored
 //!   routes, and the per-service cardinality cap.
 //! - [`naming`]: `service.name` and the resource, cached per process.
+//! - [`k8s`]: Kubernetes metadata on the resource, selection by it.
 //! - [`ids`]: deterministic span and trace ids.
 //! - [`transform`]: the whole conversion, batch by batch, including
 //!   parent/child linking and pipelining.
@@ -26,6 +27,7 @@ pub mod actors;
 pub mod h2;
 pub mod http;
 pub mod ids;
+pub mod k8s;
 pub mod ledger;
 pub mod naming;
 pub mod redact;

@@ -232,7 +232,7 @@ impl Transformer {
     /// A transformer for these settings.
     pub fn new(settings: &Settings, registry: &Registry) -> Transformer {
         Transformer {
-            naming: Naming::new(&settings.services, host_name()),
+            naming: Naming::new(&settings.services, host_name()).with_kubernetes(crate::k8s::Metadata::new(settings, registry)),
             router: Router::new(&settings.routes),
             redactor: Redactor::new(&settings.redaction),
             parent_wait: settings.pipeline.parent_wait,
@@ -512,6 +512,12 @@ impl Transformer {
         }
     }
 
+    /// The naming of processes (the builder asks its Kubernetes metadata
+    /// whether a batch should wait).
+    pub fn naming_mut(&mut self) -> &mut Naming {
+        &mut self.naming
+    }
+
     /// Client spans waiting for their parent server span.
     pub fn held(&self) -> usize {
         self.held.values().map(Vec::len).sum()
@@ -642,7 +648,8 @@ impl Transformer {
             Role::Server => SpanKind::Server,
             Role::Client => SpanKind::Client,
         };
-        let resource = self.naming.resource(ev.pid, ev.proc_start_ns, (kind == SpanKind::Server).then_some(ev.local.port));
+        let served = (kind == SpanKind::Server).then_some(ev.local.port);
+        let Some(resource) = self.naming.selected_resource(ev.pid, ev.proc_start_ns, served) else { return };
         let (route, export_trace, export_metrics) = if kind == SpanKind::Server {
             let Some(routed) = self.router.route(&resource.service_name, &head.path, ev.status) else {
                 self.stats.ignored.inc();

@@ -160,7 +160,12 @@ fn remove_pins(settings: &Settings) -> anyhow::Result<bool> {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let settings = Settings::load(args.config.as_deref()).context("invalid configuration")?;
+    let mut settings = Settings::load(args.config.as_deref()).context("invalid configuration")?;
+    // `auto` decided once, here, from this process's environment: the
+    // components get the decision (the span-actor waits for metadata only
+    // when the k8s-actor runs).
+    settings.kubernetes.enabled =
+        if settings.kubernetes.active() { ringtail_config::kubernetes::Enabled::On } else { ringtail_config::kubernetes::Enabled::Off };
     let bin = bin_dir()?;
     match args.command.unwrap_or(Command::Run) {
         Command::CheckKernel => {
