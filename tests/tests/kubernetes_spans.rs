@@ -89,7 +89,7 @@ fn uid_of(obj: &Value) -> String {
 fn config(api: &StandIn, rotel: &Rotel, prom: u16, extra: &str) -> String {
     format!(
         "[probe]\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nexe_names = [\"^python3\"]\n{extra}\n\
-         [export.otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n\
+         [export.otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\nmetrics_interval = \"500ms\"\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n\
          [kubernetes]\nkubeconfig = \"{}\"\nnode_name = \"{NODE}\"\nwell_known_labels = true\nmetadata_wait = \"1500ms\"\n",
         rotel.grpc,
         api.kubeconfig().display()
@@ -169,6 +169,17 @@ fn spans_carry_their_pod_s_identity_by_container_id_through_relabels_deletes_and
     for s in &spans {
         assert_eq!(identity(s), want, "{s}");
     }
+    // The metrics of its spans: under the same resource.
+    let metric = wait_until(WAIT, || {
+        rotel
+            .metrics()
+            .into_iter()
+            .find(|m| m["name"] == "http.server.request.duration" && res_attr(m, "container.id").as_deref() == Some(a.as_str()))
+    })
+    .unwrap_or_else(|| {
+        panic!("no metric with the pod's resource: {:?}", rotel.metrics().iter().map(|m| m["resource"].clone()).collect::<Vec<_>>())
+    });
+    assert_eq!(identity(&metric), want, "{metric}");
     // The container's own OTEL_SERVICE_NAME comes first; the rest is its pod's.
     let side_span = spans_of(&rotel, &rt, "/side", 1);
     assert_eq!(
