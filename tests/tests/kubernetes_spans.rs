@@ -252,7 +252,7 @@ fn spans_carry_their_pod_s_identity_by_container_id_through_relabels_deletes_and
 }
 
 #[test]
-fn the_api_server_down_at_start_spans_flow_counted_undecorated_then_decorated_when_it_is_up() {
+fn the_api_server_down_at_start_and_mid_run_spans_flow_counted_undecorated_and_are_decorated_once_it_is_up() {
     let Some(v2) = ready() else { return };
     let www = TempDir::new("k8s-www");
     let mut api = StandIn::new();
@@ -287,7 +287,7 @@ fn the_api_server_down_at_start_spans_flow_counted_undecorated_then_decorated_wh
     assert!(waited >= 1.0, "the first batch waited for metadata: {}", scrape(prom));
 
     api.start();
-    let mut n = 0;
+    let mut n: u32 = 0;
     wait_until(Duration::from_secs(60), || {
         n += 1;
         let path = format!("/probe-up-{n}");
@@ -316,6 +316,32 @@ fn the_api_server_down_at_start_spans_flow_counted_undecorated_then_decorated_wh
     for s in spans_of(&rotel, &rt, "/up", 2) {
         assert_eq!(identity(&s), want, "{s}");
     }
+
+    // Down mid-run: the pods known keep their metadata, a container the
+    // API server never told of still has its spans go out, counted.
+    // Undecorated so far: the 3 above and every probe before the last.
+    let before = f64::from(3 + n - 1);
+    api.kill();
+    let other = id(7);
+    let other_cg = pod_cgroup(&v2, "1e2d3c4b-5a69-4788-9796-a5b4c3d2e1f0", &other);
+    let other_port = free_port();
+    let _other = server_in(&other_cg, other_port, &www, &[]);
+    for _ in 0..2 {
+        get(port, "/known-while-down");
+        get(other_port, "/unknown-while-down");
+    }
+    for s in spans_of(&rotel, &rt, "/known-while-down", 2) {
+        assert_eq!(identity(&s), want, "{s}");
+    }
+    for s in spans_of(&rotel, &rt, "/unknown-while-down", 2) {
+        assert_eq!(res_attr(&s, "container.id").as_deref(), Some(other.as_str()));
+        assert_eq!(res_attr(&s, "k8s.pod.name"), None, "{s}");
+    }
+    let counted = wait_until(WAIT, || {
+        let n = counter(prom, "ringtail_k8s_undecorated_spans_total", &[]);
+        (n >= before + 2.0).then_some(n)
+    });
+    assert_eq!(counted, Some(before + 2.0), "{}", scrape(prom));
 }
 
 #[test]
