@@ -6,7 +6,8 @@
 //! resource attributes on exact span counts: a pod's, a relabelled pod's, a
 //! pod deleted and created again under its name with a new container (never
 //! the old identity), the API server down at start then up (spans flow,
-//! counted undecorated, then decorated), and selection by namespace.
+//! counted undecorated, then decorated; and down mid-run), a Deployment's
+//! pod named by its annotation, and selection by namespace.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -345,13 +346,19 @@ fn the_api_server_down_at_start_and_mid_run_spans_flow_counted_undecorated_and_a
 }
 
 #[test]
-fn selection_by_namespace_keeps_one_pod_s_spans_and_counts_the_others() {
+fn selection_by_namespace_keeps_a_deployment_s_pod_named_by_its_annotation_and_counts_the_others() {
     let Some(v2) = ready() else { return };
     let www = TempDir::new("k8s-www");
     let mut api = StandIn::new();
     api.start();
     let (web, dns) = (id(5), id(6));
-    let w = api.pod(json!({"namespace": "shop", "name": "web-1", "node": NODE, "containers": [container("web", &web, "web:1")]}));
+    let w = api.pod(json!({
+        "namespace": "shop", "name": "checkout-7d9f8c6b5-x2x4q", "node": NODE,
+        "owner": {"kind": "ReplicaSet", "name": "checkout-7d9f8c6b5"},
+        "labels": {"pod-template-hash": "7d9f8c6b5", "app.kubernetes.io/name": "by-label"},
+        "annotations": {"resource.opentelemetry.io/service.name": "checkout-svc", "resource.opentelemetry.io/k8s.namespace.name": "kube-system"},
+        "containers": [container("web", &web, "web:1")]
+    }));
     let d = api.pod(json!({"namespace": "kube-system", "name": "dns-1", "node": NODE, "containers": [container("dns", &dns, "dns:1")]}));
     let rotel = Rotel::start();
     let prom = free_port();
@@ -371,8 +378,25 @@ fn selection_by_namespace_keeps_one_pod_s_spans_and_counts_the_others() {
         get(dp, "/excluded");
         get(hp, "/host");
     }
-    let kept = spans_of(&rotel, &rt, "/selected", 3);
-    assert!(kept.iter().all(|s| res_attr(s, "k8s.pod.name").as_deref() == Some("web-1")), "{kept:?}");
+    // A Deployment's pod (via its ReplicaSet), named by its annotation
+    // before its label; an annotation cannot claim another namespace.
+    let want = pairs(&[
+        ("k8s.namespace.name", "shop"),
+        ("k8s.pod.name", "checkout-7d9f8c6b5-x2x4q"),
+        ("k8s.pod.uid", &uid_of(&w)),
+        ("k8s.node.name", NODE),
+        ("k8s.replicaset.name", "checkout-7d9f8c6b5"),
+        ("k8s.deployment.name", "checkout"),
+        ("k8s.container.name", "web"),
+        ("service.name", "checkout-svc"),
+        ("service.namespace", "shop"),
+        ("service.version", "1"),
+        ("service.instance.id", "shop.checkout-7d9f8c6b5-x2x4q.web"),
+        ("container.id", &web),
+    ]);
+    for s in spans_of(&rotel, &rt, "/selected", 3) {
+        assert_eq!(identity(&s), want, "{s}");
+    }
     let counted = wait_until(WAIT, || {
         let e = counter(prom, "ringtail_k8s_unselected_spans_total", &[("reason", "excluded")]);
         let u = counter(prom, "ringtail_k8s_unselected_spans_total", &[("reason", "pod_unknown")]);
