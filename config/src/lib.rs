@@ -15,7 +15,8 @@
 //! One module per section, each with its struct, defaults, a doc comment on
 //! every field, and its rules:
 //! [`probe`], [`pipeline`], [`discovery`], [`routes`], [`services`],
-//! [`redaction`], [`export`], [`actors`], [`profile`], [`log`], [`tls`].
+//! [`redaction`], [`export`], [`actors`], [`profile`], [`log`], [`tls`],
+//! [`kubernetes`].
 //! - [`types`]: the parsed value types and their rules.
 //! - this file: [`Settings`] (the whole file), loading with the
 //!   environment, and [`ConfigError`].
@@ -23,6 +24,7 @@
 pub mod actors;
 pub mod discovery;
 pub mod export;
+pub mod kubernetes;
 pub mod log;
 pub mod pipeline;
 pub mod probe;
@@ -40,6 +42,7 @@ use serde::{Deserialize, Serialize};
 pub use actors::ActorSettings;
 pub use discovery::DiscoverySettings;
 pub use export::{ExportSettings, OtlpProtocol, OtlpSettings, PrometheusSettings, RetrySettings};
+pub use kubernetes::KubernetesSettings;
 pub use log::LogSettings;
 pub use pipeline::PipelineSettings;
 pub use probe::{Backend, ProbeSettings};
@@ -69,6 +72,12 @@ const LIST_KEYS: &[&str] = &[
     "discovery.open_ports",
     "discovery.exe_names",
     "discovery.pids",
+    "discovery.k8s_namespaces",
+    "discovery.k8s_pod_labels",
+    "discovery.k8s_owners",
+    "discovery.k8s_containers",
+    "discovery.k8s_exclude_namespaces",
+    "discovery.k8s_exclude_pod_labels",
     "routes.patterns",
     "routes.ignored",
     "redaction.query_keys",
@@ -81,6 +90,7 @@ const ENUM_RULES: &[(&str, &str, &str)] = &[
     ("routes.unmatched", "must be path, wildcard or heuristic", "\"heuristic\""),
     ("routes.ignore_mode", "must be all, traces or metrics", "\"all\""),
     ("probe.backend", "must be auto, socket or syscalls", "\"auto\""),
+    ("kubernetes.enabled", "must be auto, true or false", "\"auto\""),
 ];
 
 /// The whole configuration.
@@ -109,6 +119,8 @@ pub struct Settings {
     pub log: LogSettings,
     /// TLS (HTTPS) capture.
     pub tls: TlsSettings,
+    /// Kubernetes metadata (the k8s-actor).
+    pub kubernetes: KubernetesSettings,
 }
 
 /// Why a configuration was refused.
@@ -260,6 +272,7 @@ impl Settings {
         self.actors.validate()?;
         self.profile.validate()?;
         self.tls.validate()?;
+        self.kubernetes.validate()?;
         self.log.validate()
     }
 

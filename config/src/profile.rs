@@ -8,17 +8,17 @@ use crate::{invalid, ConfigError};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(deny_unknown_fields, default)]
 pub struct ProfileSettings {
-    /// First of four consecutive loopback ports (one per component, at its
+    /// First of five consecutive loopback ports (one per component, at its
     /// `profiling_offset`: probe-loader, span-actor, exporter-actor,
-    /// supervisor) serving `/debug/pprof/profile`; 0 = off.
+    /// supervisor, k8s-actor) serving `/debug/pprof/profile`; 0 = off.
     /// `PROFILE_PORT` in the environment sets it too.
     pub port: u16,
 }
 
 impl ProfileSettings {
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
-        if self.port != 0 && !(1024..=65532).contains(&self.port) {
-            return Err(invalid("profile.port", "must be 0 (off) or 1024..=65532 (four consecutive ports)", "6060", self.port));
+        if self.port != 0 && !(1024..=65531).contains(&self.port) {
+            return Err(invalid("profile.port", "must be 0 (off) or 1024..=65531 (five consecutive ports)", "6060", self.port));
         }
         Ok(())
     }

@@ -14,9 +14,12 @@ pub enum Component {
     SpanActor,
     /// Exports spans and metrics.
     ExporterActor,
-    /// `ringtail`: starts and restarts the others. (Last: new variants go
-    /// at the end, so the wire form of the others never changes.)
+    /// `ringtail`: starts and restarts the others.
     Supervisor,
+    /// Watches the Kubernetes API for the node's pods and publishes their
+    /// metadata (only when `kubernetes` is on). (New variants go at the
+    /// end, so the wire form of the others never changes.)
+    K8sActor,
 }
 
 /// One row of the component table.
@@ -38,10 +41,11 @@ pub struct ComponentInfo {
     pub secrets: bool,
 }
 
-/// Every component, in start order: the loader first (it owns the runtime
-/// directory's socket the others read); the supervisor, which starts the
-/// others, last.
-pub const COMPONENTS: [ComponentInfo; 4] = [
+/// Every component, indexed by [`Component`]; the supervised ones start in
+/// this order: the loader first (it owns the runtime directory's socket the
+/// others read); the k8s-actor, which nothing waits for, after the
+/// supervisor's row.
+pub const COMPONENTS: [ComponentInfo; 5] = [
     ComponentInfo {
         component: Component::ProbeLoader,
         name: "probe-loader",
@@ -74,6 +78,14 @@ pub const COMPONENTS: [ComponentInfo; 4] = [
         profiling_offset: 3,
         secrets: true,
     },
+    ComponentInfo {
+        component: Component::K8sActor,
+        name: "k8s-actor",
+        binary: "ringtail-k8s-actor",
+        privileged: false,
+        profiling_offset: 4,
+        secrets: false,
+    },
 ];
 
 impl Component {
@@ -104,7 +116,7 @@ mod tests {
             assert_eq!(c.component.info(), c);
         }
         let offsets: Vec<u16> = COMPONENTS.iter().map(|c| c.profiling_offset).collect();
-        assert_eq!(offsets, [0, 1, 2, 3], "profile.port documents four consecutive ports");
+        assert_eq!(offsets, [0, 1, 2, 3, 4], "profile.port documents five consecutive ports");
     }
 
     #[test]

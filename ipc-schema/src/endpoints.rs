@@ -36,6 +36,29 @@ pub fn span_acks(runtime_dir: &Path) -> PathBuf {
     actors_dir(runtime_dir).join("span-ack.sock")
 }
 
+/// The k8s-actor's directory under the actors' own (theirs, 0700): the
+/// Kubernetes metadata snapshot and the k8s-actor's health.
+pub fn k8s_dir(runtime_dir: &Path) -> PathBuf {
+    actors_dir(runtime_dir).join("k8s")
+}
+
+/// The Kubernetes metadata of the node's containers (`crate::k8s::Snapshot`),
+/// replaced whole by a rename at each change.
+pub fn k8s_snapshot(runtime_dir: &Path) -> PathBuf {
+    k8s_dir(runtime_dir).join(K8S_SNAPSHOT)
+}
+
+/// The k8s-actor's health: an `Envelope` with a `Body::Health`, replaced
+/// whole when it changes, for the span-actor to forward downhill.
+pub fn k8s_health(runtime_dir: &Path) -> PathBuf {
+    k8s_dir(runtime_dir).join(K8S_HEALTH)
+}
+
+/// File name of [`k8s_snapshot`] in [`k8s_dir`].
+pub const K8S_SNAPSHOT: &str = "pods.msgpack";
+/// File name of [`k8s_health`] in [`k8s_dir`].
+pub const K8S_HEALTH: &str = "health.msgpack";
+
 /// The ZeroMQ endpoint string for a socket path.
 pub fn ipc(path: &Path) -> String {
     format!("ipc://{}", path.display())

@@ -26,11 +26,14 @@
 //!   `wire` holds the primitives both layouts share.
 //! - [`health`]: each process's own counters, carried downhill to the exporter.
 //! - [`endpoints`]: where each process binds its sockets under the runtime dir.
+//! - [`k8s`]: the Kubernetes metadata of the node's containers, as the
+//!   k8s-actor publishes it (a snapshot file) and the span-actor reads it.
 
 pub mod component;
 pub mod endpoints;
 pub mod envelope;
 pub mod health;
+pub mod k8s;
 pub mod raw;
 pub mod raw_wire;
 pub mod rpc;

@@ -25,12 +25,11 @@
 /// Runtimes' prefixes of a container's cgroup name (`<prefix>-<id>.scope`).
 const SCOPE_PREFIXES: [&str; 4] = ["docker", "cri-containerd", "crio", "libpod"];
 
-/// Length of a container id.
-const ID_LEN: usize = 64;
-
-/// The container id one cgroup name carries, if any.
+/// The container id one cgroup name carries, if any (an id's form is
+/// `ipc_schema::k8s::is_container_id`'s: the Kubernetes metadata is
+/// looked up by the same ids).
 fn id_in_name(name: &str) -> Option<&str> {
-    let is_id = |s: &str| s.len() == ID_LEN && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    let is_id = ipc_schema::k8s::is_container_id;
     if is_id(name) {
         return Some(name);
     }

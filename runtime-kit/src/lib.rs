@@ -29,6 +29,8 @@
 //! - [`text`]: text other users or the network chose, escaped for printing
 //!   (logs, the stdout span line).
 //! - [`http`]: a minimal GET server for `/metrics` and pprof.
+//! - [`k8s`]: reading what the k8s-actor publishes (the Kubernetes
+//!   metadata snapshot, its health), safely and bounded.
 
 pub mod cli;
 pub mod component;
@@ -36,6 +38,7 @@ pub mod counters;
 pub mod dirs;
 pub mod files;
 pub mod http;
+pub mod k8s;
 pub mod logging;
 pub mod memory;
 pub mod otel;

@@ -23,6 +23,7 @@
 //! - [`routes`]: `http.route` from templates or the path heuristic, ignored
 //!   routes, and the per-service cardinality cap.
 //! - [`naming`]: `service.name` and the resource, cached per process.
+//! - [`k8s`]: Kubernetes metadata on the resource, selection by it.
 //! - [`ids`]: deterministic span and trace ids.
 //! - [`text`]: bytes from traced processes made safe text (one home).
 //! - [`ledger`]: which raw batches are safe to acknowledge (owned by the
@@ -66,6 +67,7 @@ pub mod h2;
 pub mod http;
 pub mod http1;
 pub mod ids;
+pub mod k8s;
 pub mod ledger;
 pub mod naming;
 pub mod operation;

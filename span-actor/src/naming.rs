@@ -9,8 +9,11 @@
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
+use ipc_schema::k8s::Stamp;
 use ipc_schema::{ProcessInfo, ServiceResource};
 use ringtail_config::{ExeRegex, ServiceSettings};
+
+use crate::k8s::{Metadata, Outcome, Unselected};
 
 /// Processes remembered before the cache starts over.
 const CAPACITY: usize = 8192;
@@ -26,6 +29,17 @@ struct Entry {
     /// Set once the process is seen serving on a rule's port.
     port_name: Option<String>,
     resource: Arc<ServiceResource>,
+    /// The Kubernetes snapshot it was built with.
+    stamp: Option<Stamp>,
+    outcome: Outcome,
+    selected: Result<(), Unselected>,
+}
+
+/// A process's resource as built: what [`Entry`] caches.
+struct Built {
+    resource: Arc<ServiceResource>,
+    outcome: Outcome,
+    selected: Result<(), Unselected>,
 }
 
 /// Service resources by process.
@@ -33,6 +47,8 @@ pub struct Naming {
     rules: Vec<Rule>,
     host: String,
     known: HashMap<(u32, u64), Entry>,
+    /// Kubernetes metadata, when on.
+    k8s: Option<Metadata>,
 }
 
 /// The host's name (`host.name`).
@@ -56,7 +72,18 @@ impl Naming {
     /// Naming by the (already compiled) rules.
     pub fn new(settings: &ServiceSettings, host: String) -> Naming {
         let rules = settings.rules.iter().map(|r| Rule { name: r.name.clone(), ports: r.ports.clone(), exe: r.exe_name.clone() }).collect();
-        Naming { rules, host, known: HashMap::default() }
+        Naming { rules, host, known: HashMap::default(), k8s: None }
+    }
+
+    /// This naming with Kubernetes metadata (`None`: off).
+    pub fn with_kubernetes(mut self, k8s: Option<Metadata>) -> Naming {
+        self.k8s = k8s;
+        self
+    }
+
+    /// The Kubernetes metadata, when on.
+    pub fn k8s_mut(&mut self) -> Option<&mut Metadata> {
+        self.k8s.as_mut()
     }
 
     /// Learns (or refreshes) what the loader said about a process.
@@ -69,8 +96,31 @@ impl Naming {
             self.known.clear();
         }
         let port_name = self.known.get(&key).and_then(|e| e.port_name.clone());
-        let resource = Arc::new(self.build(info, port_name.as_deref()));
-        self.known.insert(key, Entry { info: info.clone(), port_name, resource });
+        let built = self.build(info, port_name.as_deref());
+        let stamp = self.stamp();
+        self.known.insert(
+            key,
+            Entry { info: info.clone(), port_name, resource: built.resource, stamp, outcome: built.outcome, selected: built.selected },
+        );
+    }
+
+    fn stamp(&self) -> Option<Stamp> {
+        self.k8s.as_ref().and_then(Metadata::stamp)
+    }
+
+    /// The resource of process (`pid`, `start`) as [`Naming::resource`],
+    /// or `None` if the Kubernetes selection drops its spans (counted).
+    pub fn selected_resource(&mut self, pid: u32, start: u64, served_port: Option<u16>) -> Option<Arc<ServiceResource>> {
+        let resource = self.resource(pid, start, served_port);
+        let (Some(k8s), Some(e)) = (&self.k8s, self.known.get(&(pid, start))) else { return Some(resource) };
+        if let Err(why) = e.selected {
+            k8s.count_unselected(why);
+            return None;
+        }
+        if let Outcome::Undecorated(why) = e.outcome {
+            k8s.count_undecorated(why, 1);
+        }
+        Some(resource)
     }
 
     /// The resource of process (`pid`, `start`); `served_port` is the
@@ -92,16 +142,28 @@ impl Naming {
             };
             self.learn(&info);
         }
+        if let Some(e) = self.known.get(&key) {
+            // The snapshot changed since: the pod may be known now, or
+            // relabelled, or gone.
+            if self.k8s.is_some() && e.stamp != self.stamp() {
+                let (info, port_name) = (e.info.clone(), e.port_name.clone());
+                let built = self.build(&info, port_name.as_deref());
+                let stamp = self.stamp();
+                if let Some(e) = self.known.get_mut(&key) {
+                    (e.resource, e.outcome, e.selected, e.stamp) = (built.resource, built.outcome, built.selected, stamp);
+                }
+            }
+        }
         if let Some(port) = served_port {
             let rule_name = self.rules.iter().find(|r| r.ports.contains(&port)).map(|r| r.name.clone());
             if let Some(name) = rule_name {
                 let stale = self.known.get(&key).is_some_and(|e| e.port_name.as_deref() != Some(name.as_str()));
                 if stale {
                     let info = self.known[&key].info.clone();
-                    let resource = Arc::new(self.build(&info, Some(&name)));
+                    let built = self.build(&info, Some(&name));
                     if let Some(e) = self.known.get_mut(&key) {
                         e.port_name = Some(name);
-                        e.resource = resource;
+                        (e.resource, e.outcome, e.selected) = (built.resource, built.outcome, built.selected);
                     }
                 }
             }
@@ -121,17 +183,28 @@ impl Naming {
         }
     }
 
-    fn build(&self, info: &ProcessInfo, port_name: Option<&str>) -> ServiceResource {
+    fn build(&self, info: &ProcessInfo, port_name: Option<&str>) -> Built {
+        let (base, explicit) = self.build_base(info, port_name);
+        let Some(k8s) = &self.k8s else {
+            return Built { resource: Arc::new(base), outcome: Outcome::NotApplicable, selected: Ok(()) };
+        };
+        let Some(id) = info.container_id.as_deref() else {
+            return Built { resource: Arc::new(base), outcome: Outcome::NotApplicable, selected: k8s.judge_host() };
+        };
+        let (resource, selected, outcome) = k8s.decorate(base, id, explicit);
+        Built { resource: Arc::new(resource), outcome, selected }
+    }
+
+    /// The resource from the rules and the process alone, and whether its
+    /// `service.name` came from a rule or the process's environment.
+    fn build_base(&self, info: &ProcessInfo, port_name: Option<&str>) -> (ServiceResource, bool) {
         let exe = info.exe_name.clone().filter(|e| !e.is_empty()).unwrap_or_else(|| info.comm.clone());
         let attrs = info.env_resource_attributes.as_deref().map(parse_resource_attributes).unwrap_or_default();
         let attr_name = attrs.iter().find(|(k, _)| k == "service.name").map(|(_, v)| v.clone());
         let by_exe = self.rules.iter().find(|r| r.exe.as_ref().is_some_and(|re| re.is_match(&exe))).map(|r| r.name.clone());
-        let name = by_exe
-            .or_else(|| port_name.map(str::to_owned))
-            .or_else(|| info.env_service_name.clone())
-            .or(attr_name)
-            .or_else(|| (!exe.is_empty()).then(|| exe.clone()))
-            .unwrap_or_else(|| "unknown_service".to_owned());
+        let explicit = by_exe.or_else(|| port_name.map(str::to_owned)).or_else(|| info.env_service_name.clone()).or(attr_name);
+        let is_explicit = explicit.is_some();
+        let name = explicit.or_else(|| (!exe.is_empty()).then(|| exe.clone())).unwrap_or_else(|| "unknown_service".to_owned());
         // The container is the kernel's word (its cgroups), not the
         // process's: its own `container.id` in OTEL_RESOURCE_ATTRIBUTES
         // gives way to it.
@@ -146,14 +219,15 @@ impl Naming {
             })
             .chain(container)
             .collect();
-        ServiceResource {
+        let resource = ServiceResource {
             service_name: name,
             service_instance_id: format!("{}:{}", self.host, info.pid),
             host_name: self.host.clone(),
             pid: info.pid,
             executable_name: exe,
             extra,
-        }
+        };
+        (resource, is_explicit)
     }
 }
 

@@ -174,7 +174,7 @@ impl Transformer {
     pub fn new(settings: &Settings, registry: &Registry) -> Transformer {
         let rpc_mode = grpc::Mode::from_opt_in(std::env::var("OTEL_SEMCONV_STABILITY_OPT_IN").ok().as_deref(), grpc::Mode::Stable);
         Transformer {
-            naming: Naming::new(&settings.services, host_name()),
+            naming: Naming::new(&settings.services, host_name()).with_kubernetes(crate::k8s::Metadata::new(settings, registry)),
             router: Router::new(&settings.routes),
             redactor: Redactor::new(&settings.redaction),
             parent_wait: settings.pipeline.parent_wait,
@@ -222,6 +222,12 @@ impl Transformer {
         self.http1.pipelined_heads()
     }
 
+    /// The naming of processes (the builder asks its Kubernetes metadata
+    /// whether a batch should wait).
+    pub fn naming_mut(&mut self) -> &mut Naming {
+        &mut self.naming
+    }
+
     /// Client spans waiting for their parent server span.
     pub fn held(&self) -> usize {
         self.held.values().map(Vec::len).sum()
@@ -266,7 +272,8 @@ impl Transformer {
         let Call::Http(http) = call;
         let kind = kind(role);
         let status = http.status.unwrap_or(0);
-        let resource = self.naming.resource(conn.pid, conn.proc_start_ns, (kind == SpanKind::Server).then_some(conn.local.port));
+        let served = (kind == SpanKind::Server).then_some(conn.local.port);
+        let Some(resource) = self.naming.selected_resource(conn.pid, conn.proc_start_ns, served) else { return };
         let (route, export_trace, export_metrics) = if kind == SpanKind::Server {
             let Some(routed) = self.router.route(&resource.service_name, &http.path, status) else {
                 self.stats.ignored.inc();

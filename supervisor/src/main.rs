@@ -1,8 +1,9 @@
 //! `ringtail`: what users run. Reads the configuration, has every component
 //! check its part, prepares the runtime directory, starts the probe-loader
-//! (privileged) and the two actors (as `actors.user`, no capabilities,
-//! `no_new_privs`), restarts each on its own, and stops them all on
-//! SIGINT/SIGTERM.
+//! (privileged) and the actors (as `actors.user`, no capabilities,
+//! `no_new_privs`: the span-actor, the exporter-actor, and the k8s-actor
+//! when Kubernetes metadata is on), restarts each on its own, and stops
+//! them all on SIGINT/SIGTERM.
 //!
 //! # Layout
 //! - `spawn`: starting one component: readiness pipe, privilege drop,
@@ -23,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand};
-use ipc_schema::{endpoints, Component};
+use ipc_schema::{endpoints, Component, ComponentInfo};
 use ringtail_config::Settings;
 use runtime_kit::users::{self, UserIds};
 
@@ -89,6 +90,14 @@ fn check_components(bin: &Path, config: Option<&Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The components to run: every supervised one, but the k8s-actor only
+/// when Kubernetes metadata is on (`kubernetes.enabled`, and for `auto`
+/// this process's environment: `KUBERNETES_SERVICE_HOST`).
+fn wanted(settings: &Settings) -> Vec<&'static ComponentInfo> {
+    let k8s = settings.kubernetes.active();
+    Component::supervised().filter(|c| c.component != Component::K8sActor || k8s).collect()
+}
+
 /// Creates the runtime directory (root, 0755) and the actors' directory
 /// (theirs, 0750: the loader reads their acks through the group). The
 /// configuration is not written there (see `handover`).
@@ -101,9 +110,17 @@ fn prepare_runtime_dir(settings: &Settings, actors: UserIds) -> anyhow::Result<(
         .with_context(|| format!("cannot give {} to the actors", own.display()))?;
     // Stale sockets of a previous run would only confuse a connect; the
     // effective configuration earlier versions wrote here held secrets.
-    for p in
-        [endpoints::raw_events(dir), endpoints::spans(dir), endpoints::raw_acks(dir), endpoints::span_acks(dir), dir.join(STALE_CONFIG)]
-    {
+    // A previous run's Kubernetes metadata is not this one's (metadata
+    // may be off now, or the node another).
+    for p in [
+        endpoints::raw_events(dir),
+        endpoints::spans(dir),
+        endpoints::raw_acks(dir),
+        endpoints::span_acks(dir),
+        dir.join(STALE_CONFIG),
+        endpoints::k8s_snapshot(dir),
+        endpoints::k8s_health(dir),
+    ] {
         let _ = std::fs::remove_file(p);
     }
     Ok(())
@@ -143,7 +160,12 @@ fn remove_pins(settings: &Settings) -> anyhow::Result<bool> {
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let settings = Settings::load(args.config.as_deref()).context("invalid configuration")?;
+    let mut settings = Settings::load(args.config.as_deref()).context("invalid configuration")?;
+    // `auto` decided once, here, from this process's environment: the
+    // components get the decision (the span-actor waits for metadata only
+    // when the k8s-actor runs).
+    settings.kubernetes.enabled =
+        if settings.kubernetes.active() { ringtail_config::kubernetes::Enabled::On } else { ringtail_config::kubernetes::Enabled::Off };
     let bin = bin_dir()?;
     match args.command.unwrap_or(Command::Run) {
         Command::CheckKernel => {
@@ -217,10 +239,21 @@ fn main() -> anyhow::Result<()> {
                     runtime_kit::profiling::start(addr, Component::Supervisor.name(), &registry, shutdown.clone()).await?;
                 }
                 tracing::info!(version = env!("CARGO_PKG_VERSION"), actors_uid = actors.uid, event = "starting", "ringtail starting");
-                supervise::run(bin, config, actors, shutdown).await
+                let components = wanted(&settings);
+                if !components.iter().any(|c| c.component == Component::K8sActor) {
+                    tracing::info!(event = "k8s_off", "Kubernetes metadata is off (kubernetes.enabled; not in a cluster): no k8s-actor");
+                }
+                supervise::run(bin, components, config, actors, shutdown).await
             })?;
             let dir = &settings.pipeline.runtime_dir;
-            for p in [endpoints::raw_events(dir), endpoints::spans(dir), endpoints::raw_acks(dir), endpoints::span_acks(dir)] {
+            for p in [
+                endpoints::raw_events(dir),
+                endpoints::spans(dir),
+                endpoints::raw_acks(dir),
+                endpoints::span_acks(dir),
+                endpoints::k8s_snapshot(dir),
+                endpoints::k8s_health(dir),
+            ] {
                 let _ = std::fs::remove_file(p);
             }
             if settings.probe.keep_pins_on_stop {

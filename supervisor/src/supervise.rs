@@ -16,7 +16,7 @@ use tokio::sync::mpsc;
 
 use crate::handover::Handover;
 use crate::spawn::{spawn, wait_ready};
-use ipc_schema::{Component, ComponentInfo};
+use ipc_schema::ComponentInfo;
 
 /// How long a ready component must live for its back-off to reset.
 const STABLE: Duration = Duration::from_secs(30);
@@ -50,11 +50,16 @@ struct Slot {
     failures: u32,
 }
 
-/// Runs the components until `shutdown` fires.
-pub async fn run(bin_dir: PathBuf, config: Handover, actors: UserIds, mut shutdown: Shutdown) -> anyhow::Result<()> {
+/// Runs `components` (rows of the component table, in start order) until
+/// `shutdown` fires.
+pub async fn run(
+    bin_dir: PathBuf,
+    components: Vec<&'static ComponentInfo>,
+    config: Handover,
+    actors: UserIds,
+    mut shutdown: Shutdown,
+) -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
-    // The supervised rows of the component table, in start order.
-    let components: Vec<&'static ComponentInfo> = Component::supervised().collect();
     let mut slots: Vec<Slot> =
         components.iter().map(|_| Slot { pid: None, generation: 0, started: Instant::now(), ready: false, failures: 0 }).collect();
     let start = |idx: usize, slot: &mut Slot, tx: &mpsc::UnboundedSender<Event>| {

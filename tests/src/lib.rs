@@ -6,6 +6,8 @@
 //! - [`Rotel`]: a real OTLP collector (rotel, from PyPI in `.venv`) whose
 //!   processor hook writes every span and metric it receives as JSON lines.
 //! - [`Proc`]: any other process (HTTP servers, load generators).
+//! - [`kube`]: the stand-in Kubernetes API server and the k8s-actor
+//!   run alone.
 //! - [`http_get`]: a raw HTTP/1.1 client, so requests are exactly what the
 //!   test says.
 //! - [`http1`]: keep-alive and pipelined HTTP/1.1 exchanges, responses read
@@ -28,6 +30,7 @@ pub use serde_json::Value;
 
 pub mod cgroups;
 pub mod http1;
+pub mod kube;
 pub mod otlp;
 pub mod tls;
 
@@ -360,7 +363,7 @@ pub struct Ringtail {
 
 impl Drop for Ringtail {
     fn drop(&mut self) {
-        let pids: Vec<u32> = ["probe-loader", "span-actor", "exporter-actor"]
+        let pids: Vec<u32> = ["probe-loader", "span-actor", "exporter-actor", "k8s-actor"]
             .iter()
             .flat_map(|c| self.events(c, "started"))
             .filter_map(|l| l.split(" pid=").nth(1)?.split(' ').next()?.parse().ok())
@@ -506,16 +509,16 @@ impl Ringtail {
         self.events(component, "started").last().and_then(|l| l.split(" pid=").nth(1)?.split(' ').next()?.parse().ok())
     }
 
-    /// Waits until every component's latest start has reported ready.
+    /// Waits until every component's latest start has reported ready (the
+    /// k8s-actor's too, when Kubernetes metadata is on and it was started).
     pub fn wait_ready(&self, timeout: Duration) {
         let ok = wait_until(timeout, || {
-            ["probe-loader", "span-actor", "exporter-actor"]
-                .iter()
-                .all(|c| {
-                    let started = self.events(c, "started").len();
-                    started > 0 && self.events(c, "ready").len() >= started
-                })
-                .then_some(())
+            let ready = |c: &str| {
+                let started = self.events(c, "started").len();
+                started > 0 && self.events(c, "ready").len() >= started
+            };
+            let k8s = self.events("k8s-actor", "started").is_empty() || ready("k8s-actor");
+            (["probe-loader", "span-actor", "exporter-actor"].iter().all(|c| ready(c)) && k8s).then_some(())
         });
         if ok.is_none() {
             panic!("ringtail did not become ready; log:\n{}", self.log());
