@@ -165,14 +165,17 @@ pub(crate) fn write_span<S: AsRef<str>>(s: &HttpSpan<S>, out: &mut Vec<u8>) {
             }
         }
     }
-    write_rpc(rpc.as_ref(), out);
+    match rpc {
+        None => out.push(0),
+        Some(r) => write_rpc(r, out),
+    }
 }
 
-fn write_rpc<S: AsRef<str>>(rpc: Option<&RpcCall<S>>, out: &mut Vec<u8>) {
-    let Some(RpcCall { stable, experimental, system, method, service_method, code, status, error_type }) = rpc else {
-        out.push(0);
-        return;
-    };
+/// Out of line: most spans are not calls, and [`write_span`] stays small
+/// enough for its writes to be inlined.
+#[inline(never)]
+fn write_rpc<S: AsRef<str>>(rpc: &RpcCall<S>, out: &mut Vec<u8>) {
+    let RpcCall { stable, experimental, system, method, service_method, code, status, error_type } = rpc;
     out.push(1);
     out.push((u8::from(*stable) * RPC_STABLE) | (u8::from(*experimental) * RPC_EXPERIMENTAL));
     put_str(out, system.as_ref());

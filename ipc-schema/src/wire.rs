@@ -22,6 +22,7 @@ pub enum WireError {
 }
 
 /// LEB128.
+#[inline]
 pub(crate) fn put_uint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);
@@ -31,15 +32,18 @@ pub(crate) fn put_uint(out: &mut Vec<u8>, mut v: u64) {
 }
 
 /// Zigzag LEB128 (an i64).
+#[inline]
 pub(crate) fn put_int(out: &mut Vec<u8>, i: i64) {
     put_uint(out, ((i << 1) ^ (i >> 63)) as u64);
 }
 
+#[inline]
 pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) {
     put_uint(out, s.len() as u64);
     out.extend_from_slice(s.as_bytes());
 }
 
+#[inline]
 pub(crate) fn put_opt(out: &mut Vec<u8>, s: Option<&str>) {
     match s {
         None => out.push(0),

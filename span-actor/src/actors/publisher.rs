@@ -176,13 +176,16 @@ impl Publisher {
 
 /// A span batch from produced spans (resources deduplicated), and how many
 /// spans of each raw batch it holds.
-pub fn assemble(spans: Vec<Produced>) -> (SpanBatch, Vec<(Origin, usize)>) {
+pub fn assemble(mut spans: Vec<Produced>) -> (SpanBatch, Vec<(Origin, usize)>) {
     // ~200 bytes a span in the wire layout: sized once, rarely grown.
     let mut batch = SpanBatch::with_capacity(256 * spans.len());
     let mut index: HashMap<*const ServiceResource, u32> = HashMap::default();
     let mut by_value: HashMap<Arc<ServiceResource>, u32> = HashMap::default();
     let mut comp: Vec<(Origin, usize)> = Vec::new();
-    for p in spans {
+    // By reference: a span is written where it lies, never moved (a move
+    // copies the whole struct, the RPC fields included: 2.6% of an HTTP/1
+    // event's instructions in the transform bench).
+    for p in &mut spans {
         let ptr = Arc::as_ptr(&p.resource);
         let idx = match index.get(&ptr) {
             Some(i) => *i,
@@ -195,9 +198,8 @@ pub fn assemble(spans: Vec<Produced>) -> (SpanBatch, Vec<(Origin, usize)>) {
                 i
             }
         };
-        let mut span = p.span;
-        span.resource = idx;
-        batch.push(&span);
+        p.span.resource = idx;
+        batch.push(&p.span);
         match comp.last_mut() {
             Some((o, n)) if *o == p.origin => *n += 1,
             _ => comp.push((p.origin, 1)),

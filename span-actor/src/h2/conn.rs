@@ -238,6 +238,16 @@ impl Stream {
     }
 }
 
+/// A frame header as the kernel shipped it (the stream's reserved bit
+/// cleared).
+#[derive(Debug, Clone, Copy)]
+struct FrameHead {
+    typ: u8,
+    flags: u8,
+    stream: u32,
+    len: u32,
+}
+
 /// The frame whose payload is being received.
 #[derive(Debug)]
 struct Frame {
@@ -451,7 +461,8 @@ impl H2Conn {
                         // this one's payload went by uncaptured.
                         self.finish_frame(dir, ts, true, out);
                     }
-                    self.start_frame(dir, ts, *typ, *flags, *stream & 0x7fff_ffff, *len, payload, out);
+                    let head = FrameHead { typ: *typ, flags: *flags, stream: *stream & 0x7fff_ffff, len: *len };
+                    self.start_frame(dir, ts, head, payload, out);
                 }
                 Piece::More { payload } => self.more(dir, ts, payload, out),
                 Piece::Lost { bytes } => self.lost(dir, ts, *bytes, out),
@@ -488,8 +499,8 @@ impl H2Conn {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn start_frame(&mut self, dir: Dir, ts: u64, typ: u8, flags: u8, stream: u32, len: u32, payload: &[u8], out: &mut Vec<StreamDone>) {
+    fn start_frame(&mut self, dir: Dir, ts: u64, head: FrameHead, payload: &[u8], out: &mut Vec<StreamDone>) {
+        let FrameHead { typ, flags, stream, len } = head;
         if len > frames::MAX_FRAME_LEN || payload.len() as u64 > u64::from(len) {
             self.give_up();
             return;
