@@ -154,7 +154,7 @@ case "$cmd" in
         say "fuzz: a short run of every target"
         fuzz_short
         say "end-to-end tests (serial: they share the kernel and the CPUs; a skip is a failure here)"
-        RINGTAIL_REQUIRE_ALL=1 cargo test -p ringtail-tests -- --test-threads=1
+        RINGTAIL_REQUIRE_ALL=1 cargo test -p ringtail-tests --no-fail-fast -- --test-threads=1
         say "kernel matrix: tests/tests/kernels.rs inside Debian's 5.10, 6.1 and 6.12 kernels"
         kernels_test="$(cargo test -p ringtail-tests --test kernels --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys

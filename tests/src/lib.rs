@@ -247,8 +247,15 @@ pub struct Response {
 
 /// Sends raw bytes to 127.0.0.1:`port` and reads until the server closes.
 pub fn raw_request(port: u16, bytes: &[u8]) -> std::io::Result<Vec<u8>> {
+    raw_request_within(port, bytes, Duration::from_secs(10))
+}
+
+/// [`raw_request`] with its own read timeout (scaled by [`time_scale`]),
+/// for answers that take long to make (a CPU profile symbolised from a
+/// debug build takes seconds more than its sampling time).
+pub fn raw_request_within(port: u16, bytes: &[u8], timeout: Duration) -> std::io::Result<Vec<u8>> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.set_read_timeout(Some(timeout.mul_f64(time_scale())))?;
     s.write_all(bytes)?;
     let mut out = Vec::new();
     s.read_to_end(&mut out)?;
