@@ -250,9 +250,7 @@ pub fn raw_request(port: u16, bytes: &[u8]) -> std::io::Result<Vec<u8>> {
     raw_request_within(port, bytes, Duration::from_secs(10))
 }
 
-/// [`raw_request`] with its own read timeout (scaled by [`time_scale`]),
-/// for answers that take long to make (a CPU profile symbolised from a
-/// debug build takes seconds more than its sampling time).
+/// [`raw_request`] with its own read timeout (scaled by [`time_scale`]).
 pub fn raw_request_within(port: u16, bytes: &[u8], timeout: Duration) -> std::io::Result<Vec<u8>> {
     let mut s = TcpStream::connect(("127.0.0.1", port))?;
     s.set_read_timeout(Some(timeout.mul_f64(time_scale())))?;
@@ -262,14 +260,25 @@ pub fn raw_request_within(port: u16, bytes: &[u8], timeout: Duration) -> std::io
     Ok(out)
 }
 
+/// How long a 1 s CPU profile may take to come back: it is symbolised from a
+/// debug build (2–5 s here on an idle machine, over 10 s seen in a full run).
+pub const PROFILE_TIME: Duration = Duration::from_secs(60);
+
 /// `GET path` with `Connection: close` and extra header lines.
 pub fn http_get(port: u16, path: &str, extra_headers: &[(&str, &str)]) -> std::io::Result<Response> {
+    http_get_within(port, path, extra_headers, Duration::from_secs(10))
+}
+
+/// [`http_get`] with its own read timeout (scaled by [`time_scale`]), for
+/// answers that take long to make: a CPU profile symbolised from a debug
+/// build takes seconds more than its sampling time.
+pub fn http_get_within(port: u16, path: &str, extra_headers: &[(&str, &str)], timeout: Duration) -> std::io::Result<Response> {
     let mut req = format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUser-Agent: ringtail-tests\r\nConnection: close\r\n");
     for (k, v) in extra_headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
     req.push_str("\r\n");
-    let out = raw_request(port, req.as_bytes())?;
+    let out = raw_request_within(port, req.as_bytes(), timeout)?;
     let split = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap_or(out.len());
     let head = String::from_utf8_lossy(&out[..split]).into_owned();
     let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);

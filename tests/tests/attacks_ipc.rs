@@ -871,11 +871,8 @@ fn a_local_user_cannot_take_a_root_process_s_profile() {
     });
     assert!(refused.is_some(), "the loader's refusal was not counted");
     for port in [loader, supervisor] {
-        // A 1 s profile, symbolised from a debug build: seconds more on a busy machine.
-        let request = "GET /debug/pprof/profile?seconds=1 HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
-        let r = raw_request_within(port, request.as_bytes(), Duration::from_secs(60)).expect("root asks for a profile");
-        let head = String::from_utf8_lossy(&r[..r.len().min(200)]).into_owned();
-        assert!(head.starts_with("HTTP/1.1 200"), "root was refused on {port}: {head}");
+        let r = http_get_within(port, "/debug/pprof/profile?seconds=1", &[], PROFILE_TIME).expect("root asks for a profile");
+        assert_eq!(r.status, 200, "root was refused on {port}: {}", r.head);
     }
     drop(ringtail);
 }
@@ -951,7 +948,7 @@ fn a_port_held_by_another_user_keeps_no_component_down() {
     let back = wait_until(Duration::from_secs(70), || http_get(prom, "/metrics", &[]).ok().filter(|r| r.status == 200));
     assert!(back.is_some(), "/metrics never came up once its port was free:\n{}", ringtail.log());
     let profile = wait_until(Duration::from_secs(70), || {
-        http_get(span_actor_profile, "/debug/pprof/profile?seconds=1", &[]).ok().filter(|r| r.status == 200)
+        http_get_within(span_actor_profile, "/debug/pprof/profile?seconds=1", &[], PROFILE_TIME).ok().filter(|r| r.status == 200)
     });
     assert!(profile.is_some(), "the span-actor's profiling never came up:\n{}", ringtail.log());
 }

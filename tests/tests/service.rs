@@ -340,11 +340,11 @@ fn every_process_serves_cpu_profiles() {
     for (k, who) in ["probe-loader", "span-actor", "exporter-actor", "supervisor"].iter().enumerate() {
         let port = base + k as u16;
         assert!(wait_port(port, Duration::from_secs(5)), "{who} profiling port {port}");
-        let r = http_get(port, "/debug/pprof/profile?seconds=1", &[]).unwrap();
+        let r = http_get_within(port, "/debug/pprof/profile?seconds=1", &[], PROFILE_TIME).unwrap();
         assert_eq!(r.status, 200, "{who}: {}", r.head);
         assert!(r.head.to_ascii_lowercase().contains("application/octet-stream"), "{who}");
         assert!(!r.body.is_empty(), "{who}: empty profile");
-        let svg = http_get(port, "/debug/pprof/flamegraph?seconds=1", &[]).unwrap();
+        let svg = http_get_within(port, "/debug/pprof/flamegraph?seconds=1", &[], PROFILE_TIME).unwrap();
         assert!(String::from_utf8_lossy(&svg.body).contains("<svg"), "{who}: flamegraph");
     }
     drop(rt);
