@@ -2,11 +2,15 @@
 //! producer and the socket its acks go out on.
 //!
 //! It drops what it already delivered (a replay, a resend), delivers each
-//! data message once, and acks — contiguously, paced as
+//! data message once and in the producer's order (a message that arrives
+//! after a gap waits for the gap to be filled by the producer's resend or
+//! replay: a stream such as HTTP/2's, whose header compression is a state
+//! carried from one message to the next, is read wrong out of order), and acks — contiguously, paced as
 //! [`crate::protocol::ack_due`] says — what the caller marks done with
 //! [`Consumer::done`]. Both actors consume through it: the span-actor from
 //! the loader, the exporter from the span-actor.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -18,7 +22,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use zeromq::PubSocket;
 
-use crate::protocol::{ack_due, next_ack_check, InboundSeq, Verdict, ACK_EVERY};
+use crate::protocol::{ack_due, next_ack_check, InOrder, InboundSeq, Verdict, ACK_EVERY};
 use crate::socket::{bind_pub, send, subscribe, Access};
 use crate::IpcError;
 
@@ -121,6 +125,9 @@ impl Consumer {
             outstanding: 0,
             max,
             last_ack: None,
+            order: InOrder::new(max),
+            ready: VecDeque::new(),
+            out_of_order: registry.counter("ringtail_ipc_out_of_order_total", &[]),
             duplicates: options.duplicates,
             duplicate_items: options.duplicate_items,
             unexpected: registry.drops("ringtail_ipc_rejected_total", "unexpected_message"),
@@ -156,6 +163,12 @@ struct Task {
     outstanding: usize,
     max: usize,
     last_ack: Option<(Ack, Instant)>,
+    /// Data messages that came after a gap, waiting for it (at most `max`).
+    order: InOrder<Inbound>,
+    /// What is ready for the caller, in order.
+    ready: VecDeque<Inbound>,
+    /// Messages delivered past a gap because too many waited for it.
+    out_of_order: Counter,
     duplicates: Counter,
     duplicate_items: fn(&Body) -> u64,
     unexpected: Drops,
@@ -163,27 +176,26 @@ struct Task {
 
 impl Task {
     async fn run(mut self, mut input: mpsc::Receiver<Envelope>, mut control: mpsc::Receiver<Control>, tx: mpsc::Sender<Inbound>) {
-        let mut pending: Option<Inbound> = None;
         let mut reading = true;
         let check = tokio::time::sleep(next_ack_check(None, None));
         tokio::pin!(check);
         loop {
             tokio::select! {
-                permit = tx.reserve(), if pending.is_some() => match permit {
+                permit = tx.reserve(), if !self.ready.is_empty() => match permit {
                     Ok(p) => {
-                        if let Some(m) = pending.take() {
+                        if let Some(m) = self.ready.pop_front() {
                             p.send(m);
                         }
                     }
                     // The caller is gone: nothing more to deliver.
                     Err(_) => {
-                        pending = None;
+                        self.ready.clear();
                         reading = false;
                     }
                 },
-                env = input.recv(), if reading && pending.is_none() && self.outstanding < self.max => match env {
+                env = input.recv(), if reading && self.ready.is_empty() && self.outstanding < self.max => match env {
                     Some(env) => {
-                        pending = self.accept(env);
+                        self.accept(env);
                         self.maybe_ack(false).await;
                         self.sooner(check.as_mut());
                     }
@@ -210,29 +222,41 @@ impl Task {
         tracing::debug!(endpoint = %self.ack_endpoint, "consumer stopped");
     }
 
-    /// Tracks a message; what to deliver, if anything.
-    fn accept(&mut self, env: Envelope) -> Option<Inbound> {
+    /// Tracks a message; queues what is ready for the caller, in order.
+    fn accept(&mut self, env: Envelope) {
         if env.producer.component != self.producer {
             self.unexpected.add(1);
-            return None;
+            return;
         }
         // Any message (heartbeats, seq 0, too) tells us which instance to
         // ack and what it no longer keeps.
         if self.seq.observe(env.producer, env.floor) {
+            // The previous instance's dones no longer count (see `run`), nor
+            // do what waited for its gaps, handed out now.
             self.outstanding = 0;
+            let ready = &mut self.ready;
+            self.order.restart(&mut |m| ready.push_back(m));
         }
+        let (ready, outstanding) = (&mut self.ready, &mut self.outstanding);
+        let mut deliver = |m: Inbound| {
+            if matches!(m, Inbound::Data { .. }) {
+                *outstanding += 1;
+            }
+            ready.push_back(m);
+        };
+        self.order.floor(env.floor, &mut deliver);
         if env.seq == 0 {
-            return Some(Inbound::Transient(env.body));
+            deliver(Inbound::Transient(env.body));
+            return;
         }
         match self.seq.receive(env.seq) {
             Verdict::New => {
-                self.outstanding += 1;
-                Some(Inbound::Data { id: MessageId { instance: env.producer.instance, seq: env.seq }, body: env.body })
+                let m = Inbound::Data { id: MessageId { instance: env.producer.instance, seq: env.seq }, body: env.body };
+                if self.order.push(env.seq, m, &mut deliver) {
+                    self.out_of_order.inc();
+                }
             }
-            Verdict::Duplicate => {
-                self.duplicates.add((self.duplicate_items)(&env.body));
-                None
-            }
+            Verdict::Duplicate => self.duplicates.add((self.duplicate_items)(&env.body)),
         }
     }
 

@@ -32,7 +32,7 @@
 //! up to it handled), so a gap is never skipped. Heartbeats (seq 0) are never
 //! kept, acked or deduplicated.
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -323,6 +323,76 @@ impl InboundSeq {
     }
 }
 
+/// A consumer's delivery in the producer's order: a data message that
+/// comes after a gap (the first ones lost while subscribing, a resend not
+/// yet arrived) waits until the gap is filled — or the producer's floor
+/// passes it (it keeps nothing below), or more than `cap` wait (then the
+/// lowest goes on past the gap: counted by the caller).
+#[derive(Debug)]
+pub struct InOrder<T> {
+    /// The seq to deliver next (0: no message of this producer instance yet).
+    next: u64,
+    held: BTreeMap<u64, T>,
+    cap: usize,
+}
+
+impl<T> InOrder<T> {
+    /// Holding at most `cap` messages.
+    pub fn new(cap: usize) -> Self {
+        InOrder { next: 0, held: BTreeMap::new(), cap: cap.max(1) }
+    }
+
+    /// A new producer instance: what waited is handed out, in its order
+    /// (its gap will not be filled), and the order starts again.
+    pub fn restart(&mut self, out: &mut impl FnMut(T)) {
+        while let Some((_, m)) = self.held.pop_first() {
+            out(m);
+        }
+        self.next = 0;
+    }
+
+    /// The producer keeps nothing below `floor` (any message's): nothing
+    /// to wait for there.
+    pub fn floor(&mut self, floor: u64, out: &mut impl FnMut(T)) {
+        self.next = self.next.max(floor.max(1));
+        self.release(out);
+    }
+
+    /// A new data message (not a duplicate): handed to `out` with all it
+    /// lets through, in order, or held. True if a gap was given up on.
+    pub fn push(&mut self, seq: u64, m: T, out: &mut impl FnMut(T)) -> bool {
+        let mut gave_up = false;
+        if seq > self.next {
+            self.held.insert(seq, m);
+            if self.held.len() > self.cap {
+                gave_up = true;
+                self.next = self.held.first_key_value().map_or(self.next, |(s, _)| *s);
+            }
+        } else {
+            out(m);
+            self.next = self.next.max(seq + 1);
+        }
+        self.release(out);
+        gave_up
+    }
+
+    /// Messages waiting for a gap.
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    fn release(&mut self, out: &mut impl FnMut(T)) {
+        while let Some(entry) = self.held.first_entry() {
+            let seq = *entry.key();
+            if seq > self.next {
+                break;
+            }
+            out(entry.remove());
+            self.next = self.next.max(seq + 1);
+        }
+    }
+}
+
 /// When to look at the ack next: soon while it moves (`current` differs
 /// from the last one sent), rarely when idle.
 pub fn next_ack_check(last: Option<(Ack, Instant)>, current: Option<Ack>) -> Duration {
@@ -484,6 +554,42 @@ mod tests {
         let a = o.ack(consumer, Ack { for_instance: 1, received: 3, upto: 3 });
         assert!(!a.clamped);
         assert_eq!(a.settled, vec![3]);
+    }
+
+    #[test]
+    fn in_order_holds_past_a_gap_until_it_is_filled() {
+        let mut o = InOrder::new(4);
+        let mut got = Vec::new();
+        // Joined mid-stream: the first message seen is 5, the floor 3: 3
+        // and 4 are kept by the producer and come (replayed) later.
+        o.floor(3, &mut |m| got.push(m));
+        assert!(!o.push(5, 5, &mut |m| got.push(m)));
+        assert!(!o.push(6, 6, &mut |m| got.push(m)));
+        assert_eq!(got, Vec::<u64>::new(), "5 and 6 wait for 3 and 4");
+        o.push(3, 3, &mut |m| got.push(m));
+        assert_eq!(got, [3]);
+        o.push(4, 4, &mut |m| got.push(m));
+        assert_eq!(got, [3, 4, 5, 6], "the gap filled lets the held ones through, in order");
+        o.push(7, 7, &mut |m| got.push(m));
+        assert_eq!(got, [3, 4, 5, 6, 7]);
+        // A floor past a gap: nothing to wait for below it.
+        o.push(9, 9, &mut |m| got.push(m));
+        o.floor(9, &mut |m| got.push(m));
+        assert_eq!(got, [3, 4, 5, 6, 7, 9]);
+        // More than the cap wait: the lowest goes on past the gap.
+        for s in 11..=15 {
+            let gave_up = o.push(s, s, &mut |m| got.push(m));
+            assert_eq!(gave_up, s == 15, "{s}");
+        }
+        assert_eq!(&got[6..], [11, 12, 13, 14, 15]);
+        // A new producer instance: what waited goes out, the order restarts.
+        o.push(20, 20, &mut |m| got.push(m));
+        o.restart(&mut |m| got.push(m));
+        assert_eq!(*got.last().unwrap(), 20);
+        assert_eq!(o.held(), 0);
+        o.floor(1, &mut |m| got.push(m));
+        o.push(1, 1, &mut |m| got.push(m));
+        assert_eq!(*got.last().unwrap(), 1);
     }
 
     #[test]

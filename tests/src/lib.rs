@@ -312,7 +312,10 @@ impl Rotel {
 
     /// Starts rotel on two free ports (gRPC, HTTP).
     pub fn start() -> Rotel {
-        let mut r = Rotel { proc: None, dir: TempDir::new("rotel"), grpc: free_port(), http: free_port() };
+        let grpc = free_port();
+        // Two calls may give the same port (each binds port 0 and lets go).
+        let http = std::iter::repeat_with(free_port).find(|p| *p != grpc).expect("a second free port");
+        let mut r = Rotel { proc: None, dir: TempDir::new("rotel"), grpc, http };
         r.restart();
         r
     }
@@ -343,7 +346,10 @@ impl Rotel {
                 .stderr(log),
         );
         self.proc = Some(p);
-        assert!(wait_port(self.grpc, Duration::from_secs(20)) && wait_port(self.http, Duration::from_secs(5)), "rotel did not start");
+        if !(wait_port(self.grpc, Duration::from_secs(60)) && wait_port(self.http, Duration::from_secs(5))) {
+            let log = |f: &str| std::fs::read_to_string(self.dir.join(f)).unwrap_or_default();
+            panic!("rotel did not start on {} and {}:\n{}\n{}", self.grpc, self.http, log("rotel.log"), log("rotel.out"));
+        }
     }
 
     /// Stops the collector (SIGKILL: an outage, not a goodbye).
