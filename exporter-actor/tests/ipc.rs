@@ -89,11 +89,15 @@ async fn a_span_batch_that_does_not_read_is_counted_and_the_next_is_exported() {
         // A batch with two spans, the second's path made invalid UTF-8: its
         // message decodes (the resources are fine), its spans do not read.
         let bad = SpanBatch::of(vec![resource()], &[span(10_000 + 2 * round, "/bad-a"), span(10_001 + 2 * round, "/bad-\u{7f}")]);
-        let mut bad = ipc_schema::encode(&Envelope::new(me, 2 * round + 1, Body::Spans(bad))).unwrap();
-        let at = bad.iter().position(|&c| c == 0x7f).unwrap();
+        // This producer keeps nothing (no resend, no replay): each message's
+        // floor is its own seq, so the consumer waits for no earlier one.
+        let keeps_nothing = |seq: u64, body: Body| Envelope { floor: seq, ..Envelope::new(me, seq, body) };
+        let mut bad = ipc_schema::encode(&keeps_nothing(2 * round + 1, Body::Spans(bad))).unwrap();
+        // The path's byte, not one of a span id's (0x277f has one too).
+        let at = bad.windows(6).position(|w| w == b"/bad-\x7f").unwrap() + 5;
         bad[at] = 0xff;
         let good = SpanBatch::of(vec![resource()], &[span(20_000 + round, &format!("/good-{round}"))]);
-        let good = ipc_schema::encode(&Envelope::new(me, 2 * round + 2, Body::Spans(good))).unwrap();
+        let good = ipc_schema::encode(&keeps_nothing(2 * round + 2, Body::Spans(good))).unwrap();
         for m in [bad, good] {
             ipc::send(&mut span_actor, "span-actor", Bytes::from(m)).await.unwrap();
         }
