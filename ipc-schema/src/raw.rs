@@ -76,8 +76,10 @@ pub struct RawEvent<B = Vec<u8>> {
     pub conn_id: u64,
     /// Request number on the connection, from 1.
     pub seq: u32,
-    /// For a client request made while the same thread served a request:
-    /// that server request's (conn_id, seq).
+    /// For a client request made while the same thread served a request
+    /// (and no other): that server request's (conn_id, seq). For a server
+    /// request sent by a client request on this host (the other end of the
+    /// same TCP connection): that client request's (conn_id, seq).
     pub parent: Option<(u64, u32)>,
     /// CLOCK_MONOTONIC ns: request began to arrive (server) or was sent (client).
     pub start_mono_ns: u64,

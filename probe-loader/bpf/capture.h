@@ -46,8 +46,11 @@ static __always_inline void conn_close(struct sock *sk)
 		return;
 	if (st->h2)
 		h2_close(st, sk);
-	else if (st->phase == PHASE_REQUEST)
+	else if (st->phase == PHASE_REQUEST) {
 		count(CNT_ABORTED);
+		if (st->role == ROLE_SERVER)
+			active_answered(st, (__u32)bpf_get_current_pid_tgid());
+	}
 	conn_del(sk);
 }
 

@@ -32,6 +32,12 @@ RINGTAIL_GLOBAL(const volatile __u8, tls_on, 0);
 /* 1 = tls.attach_later: a process that reads a TLS handshake outside any TLS call is reported once (PROC_TLS). */
 RINGTAIL_GLOBAL(const volatile __u8, tls_late, 0);
 
+/* Byte offsets of struct tcp_sock's copied_seq and write_seq, from the
+ * kernel's BTF (the loader's kernel_btf.rs; CO-RE cannot place them here);
+ * 0: unknown, no same-host joins (join.h). */
+RINGTAIL_GLOBAL(const volatile __u32, tcp_copied_seq_off, 0);
+RINGTAIL_GLOBAL(const volatile __u32, tcp_write_seq_off, 0);
+
 /* Connection numbers: unique per loaded program, never kernel addresses. */
 RINGTAIL_GLOBAL(__u64, next_conn_id, 0);
 

@@ -14,6 +14,7 @@
 #include "http1.h"
 #include "h2.h"
 #include "tls.h"
+#include "join.h"
 
 /* Marks a request begun whose bytes are already in st->buf. */
 static __always_inline void request_started(struct conn_state *st, __u32 tid, __u64 now)
@@ -25,6 +26,7 @@ static __always_inline void request_started(struct conn_state *st, __u32 tid, __
 	st->parent_conn = 0;
 	st->parent_seq = 0;
 	st->pend_len = 0;
+	st->join_ok = 0;
 	const __u8 *p = st->buf;
 	if (p[0] == 'C' && p[1] == 'O' && p[2] == 'N' && p[3] == 'N')
 		st->flags |= STF_CONNECT;
@@ -59,6 +61,8 @@ static __always_inline void on_response(struct conn_state *st, const struct conn
 		return;
 	}
 	__u32 h2c = status == 101 ? h2c_head_len(sg) : 0;
+	if (dir == H2_SEND)
+		join_take(st, io->sk);
 	emit(st, io->sk, status, h2c ? EVF_H2C : 0, now);
 	st->phase = PHASE_IDLE;
 	if (status == 101 || ((st->flags & STF_CONNECT) && status < 300)) {
@@ -68,6 +72,21 @@ static __always_inline void on_response(struct conn_state *st, const struct conn
 		else
 			st->role = ROLE_OPAQUE;
 	}
+}
+
+/* A server request of `st` was answered (or given up) on thread `tid`: it
+ * is no longer open on the thread that began it, if that is this one (an
+ * answer on another thread leaves the count high: links refused, never
+ * wrong). */
+static __always_inline void active_answered(const struct conn_state *st, __u32 tid)
+{
+	struct active_req *a = active_get(0);
+	if (!a)
+		return;
+	if (st->tid == tid && a->open)
+		a->open -= 1;
+	if (a->conn_id == st->conn_id)
+		a->conn_id = 0;
 }
 
 /* The send hooks fire when a send is over. A client that reads on another
@@ -139,6 +158,7 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 			return NULL;
 		}
 		request_started(st, io->tid, now);
+		join_note(st, io, sg->total, leading_newlines(st->buf, n));
 		goto active;
 	}
 
@@ -187,11 +207,15 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 	if (!st)
 		return NULL;
 	begin_request(st, io->tid, now, sg, pend);
+	if (!pend) /* (a request line begun in an earlier read: not joined) */
+		join_note(st, io, sg->total, skip);
 active:;
 	struct active_req *a = active_get(1);
 	if (a) {
 		a->conn_id = st->conn_id;
 		a->seq = st->seq;
+		if (a->open < 0xffffffff)
+			a->open += 1;
 	}
 	return NULL;
 }
@@ -210,11 +234,8 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 		if (!status)
 			return NULL;
 		on_response(st, io, sg, H2_SEND, status, bpf_ktime_get_ns());
-		if (st->phase == PHASE_IDLE) {
-			struct active_req *a = active_get(0);
-			if (a && a->conn_id == st->conn_id)
-				a->conn_id = 0;
-		}
+		if (st->phase == PHASE_IDLE)
+			active_answered(st, io->tid);
 		return st->h2 ? st : NULL;
 	}
 	if (st && st->phase == PHASE_REQUEST) {
@@ -226,7 +247,8 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 	 * received the start of a request line: does a request begin? */
 	__u8 p[PREFIX_LEN * 2] = {};
 	__u32 n = read_prefix(p, sg);
-	if (!is_request(p, leading_newlines(p, n), n)) {
+	__u32 skip = leading_newlines(p, n);
+	if (!is_request(p, skip, n)) {
 		if (!st && !io->tls)
 			tls_saw_send(io->sk, io->tgid, io->tid, io->fd, p, n); /* TLS over memory buffers */
 		if ((!st || !st->seq) && h2_is_preface(p, n)) {
@@ -262,11 +284,20 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 	st->role = ROLE_CLIENT;
 	st->pend_len = 0;
 	begin_request(st, io->tid, now, sg, 0);
+	join_offer(st, io, sg->total, skip);
+	/* The child of the server request the thread is serving, when that is
+	 * the only one it began and has not answered: an event loop serving
+	 * several at once could be working for any of them (refused, counted,
+	 * also when the one it began last is answered and others are not). */
 	struct active_req *a = active_get(0);
-	if (a && a->conn_id) {
-		st->parent_conn = a->conn_id;
-		st->parent_seq = a->seq;
-		st->flags |= EVF_PARENT;
+	if (a && (a->conn_id || a->open)) {
+		if (a->conn_id && a->open <= 1) {
+			st->parent_conn = a->conn_id;
+			st->parent_seq = a->seq;
+			st->flags |= EVF_PARENT;
+		} else {
+			count(CNT_LINK_AMBIGUOUS);
+		}
 	}
 	return NULL;
 }

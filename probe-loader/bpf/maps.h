@@ -40,6 +40,9 @@ struct conn_state {
 	__u32 tid;
 	__s32 fd;
 	__u32 req_len;
+	/* With join_ok: the TCP sequence number of the current server
+	 * request's first byte (http1_conn.h, same-host joins) */
+	__u32 join_seq;
 	__u16 cap_len;
 	__u8 role;
 	__u8 phase;
@@ -54,7 +57,8 @@ struct conn_state {
 	/* H2F_* of the next record: set where HTTP/2 begins (h2_start,
 	 * h2_upgrade), sent and cleared by the walk of the same syscall */
 	__u8 h2_first;
-	__u8 _pad[3];
+	__u8 join_ok;
+	__u8 _pad[2];
 	__u8 pend[PREFIX_LEN];
 	/* HTTP/2 framing per direction (h2.h), by H2_RECV / H2_SEND */
 	struct h2_dir h2d[2];
@@ -63,12 +67,42 @@ struct conn_state {
 	__u8 buf[CAPTURE_LEN * 2];
 };
 
-/* The server request a thread is serving. */
+/* The server request a thread is serving: the last one it began, while
+ * unanswered (conn_id 0: none), and how many it began and has not answered
+ * (http1_conn.h: a client request is linked only when that is one). */
 struct active_req {
+	__u64 conn_id;
+	__u32 seq;
+	__u32 open;
+};
+
+/* A request as both ends of its TCP connection name it: the client's and
+ * the server's address and port, and the TCP sequence number of its first
+ * byte (IPv4-mapped IPv6 addresses in their IPv4 form). */
+struct join_key {
+	__u8 caddr[16];
+	__u8 saddr[16];
+	__u16 cport;
+	__u16 sport;
+	__u32 tcp_seq;
+};
+
+/* The client request a key names. */
+struct join_val {
 	__u64 conn_id;
 	__u32 seq;
 	__u32 _pad;
 };
+
+/* Client requests recently sent, for the server on this host that answers
+ * them (http1_conn.h). LRU: a request sent to another host is never looked
+ * up and ages out. Weak: shared by the hook families of an object. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct join_key);
+	__type(value, struct join_val);
+} joins SEC(".maps") __weak;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_RINGBUF);

@@ -47,7 +47,10 @@
 /* event.flags */
 #define EVF_TRUNCATED 0x01 /* more request bytes arrived than were captured */
 #define EVF_ORPHAN 0x02    /* a response with no captured request: pipelining */
-#define EVF_PARENT 0x04    /* parent_conn/parent_seq name the enclosing server request */
+/* parent_conn/parent_seq name, for a client request, the server request its
+ * thread was serving; for a server request, the client request on this host
+ * that sent it (the same TCP connection's other end, http1_conn.h) */
+#define EVF_PARENT 0x04
 #define EVF_TLS 0x08       /* the request went over TLS: its plaintext, read by the TLS uprobes */
 /* the 101 answering an `Upgrade: h2c` request: the connection goes on as
  * HTTP/2, its stream 1 is this request (an H2F_UPGRADE record follows) */
@@ -112,7 +115,9 @@
 #define CNT_H2_CUT 20        /* h2 syscalls whose frames did not fit a record or the walk: connection given up */
 #define CNT_H2_PARTIAL 21    /* h2 payload bytes not captured (iovecs past MAX_SEGS, record full) */
 #define CNT_ANSWERED_FIRST 22 /* client requests whose response was read before their send was reported: not traced */
-#define CNT_MAX 23
+#define CNT_JOINS 23         /* server requests joined to the client request on this host that sent them */
+#define CNT_LINK_AMBIGUOUS 24 /* client requests not linked: their thread had more than one server request open */
+#define CNT_MAX 25
 
 /* proc_head.kind: records of the `execs` ring. */
 #define PROC_EXEC 1

@@ -52,6 +52,8 @@ pub const COUNTERS: [KernelCounter; CNT_MAX] = {
     t[CNT_H2_CUT] = KernelCounter::Drop("h2_framing_cut");
     t[CNT_H2_PARTIAL] = KernelCounter::Count("ringtail_h2_partial_payloads_total");
     t[CNT_ANSWERED_FIRST] = KernelCounter::Drop("answered_before_sent");
+    t[CNT_JOINS] = KernelCounter::Count("ringtail_same_host_joins_total");
+    t[CNT_LINK_AMBIGUOUS] = KernelCounter::Refused("concurrent_requests");
     t
 };
 
@@ -60,7 +62,7 @@ const _: () = {
     let mut i = 0;
     while i < CNT_MAX {
         let name = match COUNTERS[i] {
-            KernelCounter::Count(n) | KernelCounter::Drop(n) | KernelCounter::Gauge(n) => n,
+            KernelCounter::Count(n) | KernelCounter::Drop(n) | KernelCounter::Gauge(n) | KernelCounter::Refused(n) => n,
         };
         assert!(!name.is_empty(), "a kernel counter (CNT_* in bpf/ringtail.h) has no name in COUNTERS");
         i += 1;
@@ -77,6 +79,9 @@ pub enum KernelCounter {
     /// A level (increments and decrements, summed over CPUs with wrapping
     /// arithmetic), exported as a gauge under this name.
     Gauge(&'static str),
+    /// Parent links not made, exported as
+    /// `ringtail_links_refused_total{reason}`.
+    Refused(&'static str),
 }
 
 /// `struct http_event`.

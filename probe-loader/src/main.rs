@@ -45,6 +45,7 @@ mod check_kernel;
 mod container;
 mod discovery;
 mod kernel;
+mod kernel_btf;
 mod pins;
 mod privileges;
 mod probes;

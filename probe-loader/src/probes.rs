@@ -340,6 +340,14 @@ impl Probes {
         let select_ports = u8::from(!discovery.open_ports.is_empty());
         let read_env = u8::from(probe.read_process_env);
         let ring_bytes = probe.ring_buffer_mb << 20;
+        let tcp = crate::kernel_btf::TcpSeqOffsets::of_running_kernel();
+        if tcp.copied_seq == 0 {
+            tracing::warn!(
+                event = "tcp_offsets_unknown",
+                btf = crate::kernel_btf::VMLINUX_BTF,
+                "struct tcp_sock's sequence numbers not found in the kernel's BTF: same-host requests are not joined into one trace"
+            );
+        }
         let mut ebpf = EbpfLoader::new()
             .btf(Some(btf))
             // The task- and socket-local storage maps (`active`, `conns`)
@@ -352,6 +360,8 @@ impl Probes {
             .override_global("read_env", &read_env, true)
             .override_global("tls_on", &tls_on, true)
             .override_global("tls_late", &tls_late, true)
+            .override_global("tcp_copied_seq_off", &tcp.copied_seq, true)
+            .override_global("tcp_write_seq_off", &tcp.write_seq, true)
             .map_max_entries("events", ring_bytes)
             // the connection table (bpf/conn.h), and the TLS bindings (bpf/tls.h)
             .map_max_entries("conn_table", conn_table)

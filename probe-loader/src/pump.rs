@@ -149,6 +149,7 @@ impl Pump {
             .iter()
             .map(|c| match c {
                 KernelCounter::Count(name) => Some(registry.counter(name, &[])),
+                KernelCounter::Refused(reason) => Some(registry.counter("ringtail_links_refused_total", &[("reason", reason)])),
                 _ => None,
             })
             .collect();

@@ -6,9 +6,10 @@
 //! one path that makes spans and resources of them: the resource, the
 //! route, the conventions' name and status, the ids, and the trace
 //! (a `traceparent` it carried, the server span a client span was made
-//! under, held a while if that span has not come yet).
+//! under, the client span on this host that called a server span; held a
+//! while if that span has not come yet).
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
@@ -29,9 +30,12 @@ use crate::redact::Redactor;
 use crate::routes::Router;
 use crate::semconv;
 
-/// Server requests whose trace context is remembered for their children
+/// Spans whose trace context is remembered for the spans that join them
 /// (slots of a direct-mapped table; a power of two).
-const SERVER_CONTEXTS: usize = 16_384;
+const CONTEXTS: usize = 16_384;
+/// Spans held for the span they join, all together: beyond, a span goes
+/// out at once in a trace of its own (counted).
+const MAX_HELD: usize = 65_536;
 /// Addresses whose text form is remembered.
 const IP_TEXTS: usize = 4096;
 
@@ -77,19 +81,19 @@ struct Batch<'a> {
     made: Made,
 }
 
-impl Batch<'_> {
-    /// Counted in `made`; the spans counter takes a batch's at its end
-    /// (an atomic add a span was a tenth of this process's live profile).
-    fn push(&mut self, p: Produced) {
-        self.made.spans += 1;
-        self.out.push(p);
-    }
-}
+/// Names a span's trace context: (loader epoch, connection, request, the
+/// span is a client's).
+type CtxKey = (u64, u64, u32, bool);
 
+/// A span waiting for the context of the span it joins.
 struct Held {
     resource: Arc<ServiceResource>,
     span: HttpSpan,
     origin: Origin,
+    /// Its own context, for the spans that wait for it in turn.
+    own: Option<CtxKey>,
+    /// Its trace and parent if what it waits for never comes.
+    fallback: (u128, u64),
 }
 
 struct Stats {
@@ -101,6 +105,7 @@ struct Stats {
     route_services_evicted: Counter,
     route_services: Gauge,
     parent_timeouts: Counter,
+    held_full: Counter,
 }
 
 /// Everything the span-actor remembers between batches.
@@ -109,9 +114,15 @@ pub struct Transformer {
     router: Router,
     redactor: Redactor,
     parent_wait: Duration,
-    server_ctx: ServerContexts,
-    held: HashMap<(u64, u64, u32), Vec<Held>>,
-    held_order: VecDeque<(Instant, (u64, u64, u32))>,
+    contexts: Contexts,
+    /// Spans held, by the context they wait for, and when each wait ends.
+    held: HashMap<CtxKey, Vec<Held>>,
+    held_count: usize,
+    /// (deadline, context waited for, times put off because that
+    /// context's span was itself waiting)
+    held_order: VecDeque<(Instant, CtxKey, u8)>,
+    /// The contexts of held spans (what waits for them waits on).
+    pending: HashSet<CtxKey>,
     ip_texts: HashMap<(bool, u128), String>,
     stats: Stats,
     /// The protocol modules.
@@ -121,37 +132,39 @@ pub struct Transformer {
     ops: Vec<Operation>,
 }
 
-/// Trace contexts of recent server requests, for client spans that end
-/// after their parent's response: a direct-mapped table keyed by a 64-bit
-/// hash of (loader, connection, request), so remembering one costs no
-/// allocation, eviction bookkeeping or rehash (a newer request takes the
-/// slot of an older one; its late children then wait `parent_wait`).
-struct ServerContexts {
+/// Trace contexts of recent spans, for the spans that join them and come
+/// later (a client span that ends after its parent's response; a server
+/// span whose caller on this host is reported after it): a direct-mapped
+/// table keyed by a 64-bit hash of [`CtxKey`], so remembering one costs no
+/// allocation, eviction bookkeeping or rehash (a newer span takes the slot
+/// of an older one; its late joiners then wait `parent_wait`).
+struct Contexts {
     slots: Vec<(u64, u128, u8)>,
 }
 
-impl ServerContexts {
+impl Contexts {
     fn new() -> Self {
-        ServerContexts { slots: vec![(0, 0, 0); SERVER_CONTEXTS] }
+        Contexts { slots: vec![(0, 0, 0); CONTEXTS] }
     }
 
-    fn hash(key: (u64, u64, u32)) -> (usize, u64) {
+    fn hash(key: CtxKey) -> (usize, u64) {
         use std::hash::{BuildHasher, Hasher};
         let mut h = rustc_hash::FxBuildHasher.build_hasher();
         h.write_u64(key.0);
         h.write_u64(key.1);
         h.write_u32(key.2);
+        h.write_u8(u8::from(key.3));
         // Never 0, which marks an empty slot.
         let fp = h.finish() | 1;
-        ((fp >> (64 - SERVER_CONTEXTS.trailing_zeros())) as usize, fp)
+        ((fp >> (64 - CONTEXTS.trailing_zeros())) as usize, fp)
     }
 
-    fn insert(&mut self, key: (u64, u64, u32), trace: u128, flags: u8) {
+    fn insert(&mut self, key: CtxKey, trace: u128, flags: u8) {
         let (slot, fp) = Self::hash(key);
         self.slots[slot] = (fp, trace, flags);
     }
 
-    fn get(&self, key: (u64, u64, u32)) -> Option<(u128, u8)> {
+    fn get(&self, key: CtxKey) -> Option<(u128, u8)> {
         let (slot, fp) = Self::hash(key);
         let (f, trace, flags) = self.slots[slot];
         (f == fp).then_some((trace, flags))
@@ -178,9 +191,11 @@ impl Transformer {
             router: Router::new(&settings.routes),
             redactor: Redactor::new(&settings.redaction),
             parent_wait: settings.pipeline.parent_wait,
-            server_ctx: ServerContexts::new(),
+            contexts: Contexts::new(),
             held: HashMap::default(),
+            held_count: 0,
             held_order: VecDeque::new(),
+            pending: HashSet::new(),
             ip_texts: HashMap::default(),
             stats: Stats {
                 spans: registry.counter("ringtail_spans_created_total", &[]),
@@ -189,6 +204,7 @@ impl Transformer {
                 route_services_evicted: registry.counter("ringtail_route_services_evicted_total", &[]),
                 route_services: registry.gauge("ringtail_route_services", &[]),
                 parent_timeouts: registry.counter("ringtail_parent_wait_timeouts_total", &[]),
+                held_full: registry.counter("ringtail_links_refused_total", &[("reason", "held_full")]),
             },
             http1: Http1::new(registry),
             h2: H2Table::new(settings.pipeline.h2_state_mb.saturating_mul(1 << 20), rpc_mode, registry),
@@ -228,9 +244,9 @@ impl Transformer {
         &mut self.naming
     }
 
-    /// Client spans waiting for their parent server span.
+    /// Spans waiting for the span they join.
     pub fn held(&self) -> usize {
-        self.held.values().map(Vec::len).sum()
+        self.held_count
     }
 
     /// Transforms one raw batch from loader `inst` (its seq `seq`), pushing
@@ -273,10 +289,15 @@ impl Transformer {
         let kind = kind(role);
         let status = http.status.unwrap_or(0);
         let served = (kind == SpanKind::Server).then_some(conn.local.port);
-        let Some(resource) = self.naming.selected_resource(conn.pid, conn.proc_start_ns, served) else { return };
+        let own = (sub == 0).then_some((b.inst, conn.id, seq, kind == SpanKind::Client));
+        let Some(resource) = self.naming.selected_resource(conn.pid, conn.proc_start_ns, served) else {
+            self.forget(b, own);
+            return;
+        };
         let (route, export_trace, export_metrics) = if kind == SpanKind::Server {
             let Some(routed) = self.router.route(&resource.service_name, &http.path, status) else {
                 self.stats.ignored.inc();
+                self.forget(b, own);
                 return;
             };
             if routed.overflowed {
@@ -341,10 +362,11 @@ impl Transformer {
     }
 
     /// Puts span `p` (of operation `(conn, seq, sub)`) in its trace and out:
-    /// a server span continues the `traceparent` it carried or starts a
-    /// trace, and is remembered for its children; a client span joins the
-    /// server span it was made under, waiting for it a while if it has not
-    /// come yet.
+    /// a server span continues the `traceparent` it carried, or joins the
+    /// client span on this host that called it, or starts a trace; a client
+    /// span joins the server span it was made under. A span whose context
+    /// has not come yet waits for it, a while; each span's context is
+    /// remembered for the spans that join it.
     fn trace(
         &mut self,
         b: &mut Batch<'_>,
@@ -355,53 +377,109 @@ impl Transformer {
     ) {
         let inst = b.inst;
         let span = &mut p.span;
-        match span.kind {
-            SpanKind::Server => {
-                match traceparent.and_then(http::parse_traceparent) {
-                    Some(tp) => {
-                        span.trace_id = tp.trace_id;
-                        span.parent_span_id = tp.span_id;
-                        span.trace_flags = tp.flags;
-                    }
-                    None => span.trace_id = ids::trace_id(inst, conn, seq, sub),
+        let client = span.kind == SpanKind::Client;
+        // Only a capture's first request is named by others.
+        let own = (sub == 0).then_some((inst, conn, seq, client));
+        let own_trace = ids::trace_id(inst, conn, seq, sub);
+        // What this span joins: its context, its parent's span id, and its
+        // trace if that context never comes.
+        let join = match (span.kind, parent) {
+            (SpanKind::Server, _) if traceparent.is_some() => match traceparent.and_then(http::parse_traceparent) {
+                Some(tp) => {
+                    span.trace_id = tp.trace_id;
+                    span.parent_span_id = tp.span_id;
+                    span.trace_flags = tp.flags;
+                    None
                 }
-                let key = (inst, conn, seq);
-                if sub == 0 {
-                    self.server_ctx.insert(key, span.trace_id, span.trace_flags);
+                None => {
+                    span.trace_id = own_trace;
+                    None
                 }
-                let (trace, flags) = (span.trace_id, span.trace_flags);
-                b.push(p);
-                if sub == 0 && !self.held.is_empty() {
+            },
+            (SpanKind::Server, Some((cconn, cseq))) if sub == 0 => {
+                Some(((inst, cconn, cseq, true), ids::span_id(inst, cconn, cseq, 0, Role::Client), (own_trace, 0)))
+            }
+            (SpanKind::Client, Some((pconn, pseq))) => {
+                let pkey = (inst, pconn, pseq, false);
+                let fallback = ids::trace_id(inst, pconn, pseq, 0);
+                Some((pkey, ids::span_id(inst, pconn, pseq, 0, Role::Server), (fallback, ids::span_id(inst, pconn, pseq, 0, Role::Server))))
+            }
+            _ => {
+                span.trace_id = own_trace;
+                None
+            }
+        };
+        let Some((key, parent_span_id, fallback)) = join else {
+            self.publish(b.out, p, own, true, &mut b.made);
+            return;
+        };
+        span.parent_span_id = parent_span_id;
+        let known = self.contexts.get(key).filter(|_| !self.pending.contains(&key));
+        if let Some((trace, flags)) = known.filter(|&(trace, _)| trace != 0) {
+            span.trace_id = trace;
+            span.trace_flags = flags;
+            self.publish(b.out, p, own, true, &mut b.made);
+        } else if known.is_some() {
+            // the span it joins is not exported (Transformer::forget)
+            (span.trace_id, span.parent_span_id) = fallback;
+            self.publish(b.out, p, own, true, &mut b.made);
+        } else if self.held_count >= MAX_HELD {
+            self.stats.held_full.inc();
+            (span.trace_id, span.parent_span_id) = fallback;
+            self.publish(b.out, p, own, true, &mut b.made);
+        } else {
+            // The span it joins (which may carry the caller's trace id)
+            // comes later, or is itself waiting: wait for it, a while.
+            b.made.held += 1;
+            self.held_count += 1;
+            if let Some(o) = own {
+                self.pending.insert(o);
+            }
+            self.held.entry(key).or_default().push(Held { resource: p.resource, span: p.span, origin: p.origin, own, fallback });
+            self.held_order.push_back((b.now + self.parent_wait, key, 0));
+        }
+    }
+
+    /// An operation that makes no span (its process is not selected, its
+    /// route ignored): the spans that join it do not wait for it, and
+    /// those waiting go out with their fallback trace.
+    fn forget(&mut self, b: &mut Batch<'_>, own: Option<CtxKey>) {
+        let Some(key) = own else { return };
+        self.contexts.insert(key, 0, 0);
+        for h in self.held.remove(&key).unwrap_or_default() {
+            self.held_count -= 1;
+            let mut s = h.span;
+            (s.trace_id, s.parent_span_id) = h.fallback;
+            self.publish(b.out, Produced { resource: h.resource, span: s, origin: h.origin }, h.own, false, &mut b.made);
+        }
+    }
+
+    /// Sends span `p` (its trace decided) out, remembers its context under
+    /// `own`, and sends the spans that waited for that context, and those
+    /// that waited for theirs. `fresh`: `p` is of the batch being
+    /// transformed (counted in `made`); released spans were counted held.
+    fn publish(&mut self, out: &mut Vec<Produced>, p: Produced, own: Option<CtxKey>, fresh: bool, made: &mut Made) {
+        let mut todo = vec![(p, own, fresh)];
+        while let Some((p, own, fresh)) = todo.pop() {
+            if let Some(key) = own {
+                self.contexts.insert(key, p.span.trace_id, p.span.trace_flags);
+                self.pending.remove(&key);
+                if !self.held.is_empty() {
                     for h in self.held.remove(&key).unwrap_or_default() {
+                        self.held_count -= 1;
                         let mut s = h.span;
-                        s.trace_id = trace;
-                        s.trace_flags = flags;
-                        self.stats.spans.inc();
-                        b.out.push(Produced { resource: h.resource, span: s, origin: h.origin });
+                        s.trace_id = p.span.trace_id;
+                        s.trace_flags = p.span.trace_flags;
+                        todo.push((Produced { resource: h.resource, span: s, origin: h.origin }, h.own, false));
                     }
                 }
             }
-            SpanKind::Client => match parent {
-                Some((pconn, pseq)) => {
-                    span.parent_span_id = ids::span_id(inst, pconn, pseq, 0, Role::Server);
-                    let key = (inst, pconn, pseq);
-                    if let Some((trace, flags)) = self.server_ctx.get(key) {
-                        span.trace_id = trace;
-                        span.trace_flags = flags;
-                        b.push(p);
-                    } else {
-                        // The server span (which may carry the caller's
-                        // trace id) comes later: wait for it, a while.
-                        b.made.held += 1;
-                        self.held.entry(key).or_default().push(Held { resource: p.resource, span: p.span, origin: p.origin });
-                        self.held_order.push_back((b.now + self.parent_wait, key));
-                    }
-                }
-                None => {
-                    span.trace_id = ids::trace_id(inst, conn, seq, sub);
-                    b.push(p);
-                }
-            },
+            if fresh {
+                made.spans += 1;
+            } else {
+                self.stats.spans.inc();
+            }
+            out.push(p);
         }
     }
 
@@ -421,21 +499,30 @@ impl Transformer {
 
     /// When the earliest held client span is due, if any.
     pub fn next_expiry(&self) -> Option<Instant> {
-        self.held_order.front().map(|(deadline, _)| *deadline)
+        self.held_order.front().map(|(deadline, ..)| *deadline)
     }
 
-    /// Sends client spans whose parent did not show up within
-    /// `parent_wait`, with the trace id that parent would have had without
-    /// an incoming `traceparent`.
+    /// Sends spans whose context did not show up within `parent_wait`:
+    /// a client span with the trace id its parent would have had without
+    /// an incoming `traceparent`, a server span in a trace of its own (and
+    /// then the spans that waited for those). A span waiting for a span
+    /// that is itself waiting goes with it (at the latest three waits on).
     pub fn expire(&mut self, now: Instant, out: &mut Vec<Produced>) {
-        while self.held_order.front().is_some_and(|(deadline, _)| *deadline <= now) {
-            let Some((_, key)) = self.held_order.pop_front() else { break };
+        let mut made = Made::default();
+        while self.held_order.front().is_some_and(|(deadline, ..)| *deadline <= now) {
+            let Some((_, key, put_off)) = self.held_order.pop_front() else { break };
+            if self.pending.contains(&key) && put_off < 2 {
+                // (bounded: spans that wait for each other, which no real
+                // exchange makes, go out after three waits)
+                self.held_order.push_back((now + self.parent_wait, key, put_off + 1));
+                continue;
+            }
             for h in self.held.remove(&key).unwrap_or_default() {
+                self.held_count -= 1;
                 self.stats.parent_timeouts.inc();
                 let mut s = h.span;
-                s.trace_id = ids::trace_id(key.0, key.1, key.2, 0);
-                self.stats.spans.inc();
-                out.push(Produced { resource: h.resource, span: s, origin: h.origin });
+                (s.trace_id, s.parent_span_id) = h.fallback;
+                self.publish(out, Produced { resource: h.resource, span: s, origin: h.origin }, h.own, false, &mut made);
             }
         }
     }

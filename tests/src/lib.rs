@@ -614,13 +614,19 @@ pub fn server(name: &str, port: u16, program: &Path, args: &[&str]) -> Proc {
 
 /// nginx on `port` (workers: 2) serving `root`; `extra` goes into the server block.
 pub fn nginx(port: u16, root: &Path, extra: &str) -> Proc {
+    nginx_with(port, root, 2, "", extra)
+}
+
+/// [`nginx`] with `workers` worker processes and `http_extra` in the http
+/// block (an `upstream`, say).
+pub fn nginx_with(port: u16, root: &Path, workers: u32, http_extra: &str, extra: &str) -> Proc {
     let dir = root.join(".nginx");
     std::fs::create_dir_all(dir.join("logs")).expect("nginx dir");
     let conf = dir.join("nginx.conf");
     std::fs::write(
         &conf,
         format!(
-            r#"worker_processes 2;
+            r#"worker_processes {workers};
 pid {dir}/nginx.pid;
 error_log {dir}/logs/error.log warn;
 events {{ worker_connections 1024; }}
@@ -633,6 +639,7 @@ http {{
     fastcgi_temp_path {dir}/fastcgi;
     uwsgi_temp_path {dir}/uwsgi;
     scgi_temp_path {dir}/scgi;
+    {http_extra}
     server {{
         listen 127.0.0.1:{port};
         root {root};

@@ -285,6 +285,109 @@ fn orphaned_child_is_sent_after_parent_wait() {
     assert_eq!(rig.count("ringtail_parent_wait_timeouts_total", None), 1.0);
 }
 
+/// A server span called by a client on this host (the kernel's parent on a
+/// server event): reported first, it waits for its caller and joins its
+/// trace; a chain front server → client → back server ends in the front's
+/// trace whatever the order.
+#[test]
+fn server_span_joins_its_caller_on_this_host_in_either_order() {
+    let mut rig = Rig::new(|_| {});
+    // back server (conn 30) called by client request (conn 20, seq 1), made
+    // while serving front request (conn 10, seq 1) which carried a traceparent
+    let mut back = event(Role::Server, 30, 1, b"GET /back HTTP/1.1\r\n\r\n", 200);
+    back.parent = Some((20, 1));
+    let mut call = event(Role::Client, 20, 1, b"GET /back HTTP/1.1\r\n\r\n", 200);
+    call.parent = Some((10, 1));
+    let front = event(
+        Role::Server,
+        10,
+        1,
+        b"GET /front HTTP/1.1\r\ntraceparent: 00-11111111111111111111111111111111-2222222222222222-01\r\n\r\n",
+        200,
+    );
+    assert!(rig.run(vec![back]).is_empty(), "the back server waits for its caller");
+    assert!(rig.run(vec![call]).is_empty(), "the call waits for its parent");
+    assert_eq!(rig.t.held(), 2);
+    let out = rig.run(vec![front]);
+    assert_eq!(out.len(), 3);
+    assert_eq!(rig.t.held(), 0);
+    let by_path = |p: &str| out.iter().find(|s| s.span.path == p && (p != "/back" || s.span.kind == SpanKind::Server)).unwrap();
+    let call_span = out.iter().find(|s| s.span.kind == SpanKind::Client).unwrap();
+    for s in &out {
+        assert_eq!(s.span.trace_id, 0x11111111111111111111111111111111, "{:?}", s.span.path);
+    }
+    assert_eq!(call_span.span.parent_span_id, by_path("/front").span.span_id);
+    assert_eq!(by_path("/back").span.parent_span_id, call_span.span.span_id);
+    assert_eq!(call_span.span.span_id, ids::span_id(INST, 20, 1, 0, Role::Client));
+    // caller first: the server span goes out at once
+    let caller = event(Role::Client, 21, 4, b"GET /x HTTP/1.1\r\n\r\n", 200);
+    let c = rig.run(vec![caller]).remove(0).span;
+    let mut called = event(Role::Server, 31, 1, b"GET /x HTTP/1.1\r\n\r\n", 200);
+    called.parent = Some((21, 4));
+    let out = rig.run(vec![called]);
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].span.trace_id, out[0].span.parent_span_id), (c.trace_id, c.span_id));
+    // a traceparent the request carried wins over the caller
+    let mut carried =
+        event(Role::Server, 32, 1, b"GET /y HTTP/1.1\r\ntraceparent: 00-33333333333333333333333333333333-4444444444444444-01\r\n\r\n", 200);
+    carried.parent = Some((21, 4));
+    let out = rig.run(vec![carried]);
+    assert_eq!((out[0].span.trace_id, out[0].span.parent_span_id), (0x33333333333333333333333333333333, 0x4444444444444444));
+    assert_eq!(rig.count("ringtail_parent_wait_timeouts_total", None), 0.0);
+}
+
+/// A caller never reported: after `parent_wait` the server span goes out in
+/// a trace of its own, counted; a span joined to one that makes no span (an
+/// ignored route) goes out at once.
+#[test]
+fn a_caller_never_seen_or_not_exported_does_not_hold_a_span_longer_than_parent_wait() {
+    let mut rig = Rig::new(|s| {
+        s.pipeline.parent_wait = Duration::from_millis(10);
+        s.routes.ignored = vec!["/health".parse().unwrap()];
+    });
+    let mut called = event(Role::Server, 40, 1, b"GET /z HTTP/1.1\r\n\r\n", 200);
+    called.parent = Some((41, 1));
+    assert!(rig.run(vec![called]).is_empty());
+    let mut out = Vec::new();
+    rig.t.expire(Instant::now() + Duration::from_millis(20), &mut out);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].span.trace_id, ids::trace_id(INST, 40, 1, 0));
+    assert_eq!(out[0].span.parent_span_id, 0);
+    assert_eq!(rig.count("ringtail_parent_wait_timeouts_total", None), 1.0);
+    assert_eq!(rig.t.held(), 0);
+    // a call made while serving an ignored request: held, then out at once
+    let mut call = event(Role::Client, 43, 1, b"GET /z HTTP/1.1\r\n\r\n", 200);
+    call.parent = Some((42, 1));
+    assert!(rig.run(vec![call.clone()]).is_empty());
+    let out = rig.run(vec![event(Role::Server, 42, 1, b"GET /health HTTP/1.1\r\n\r\n", 200)]);
+    assert_eq!(out.len(), 1, "only the call");
+    assert_eq!(out[0].span.trace_id, ids::trace_id(INST, 42, 1, 0));
+    assert_eq!(rig.t.held(), 0);
+    // and one made later goes out at once too
+    call.conn_id = 44;
+    assert_eq!(rig.run(vec![call]).len(), 1);
+    assert_eq!(rig.count("ringtail_parent_wait_timeouts_total", None), 1.0);
+}
+
+/// Spans that wait for each other (no real exchange makes this; a record
+/// could) go out within three waits, and nothing stays held.
+#[test]
+fn spans_waiting_for_each_other_are_released() {
+    let mut rig = Rig::new(|s| s.pipeline.parent_wait = Duration::from_millis(10));
+    let mut a = event(Role::Server, 50, 1, b"GET /a HTTP/1.1\r\n\r\n", 200);
+    a.parent = Some((51, 1));
+    let mut b = event(Role::Client, 51, 1, b"GET /b HTTP/1.1\r\n\r\n", 200);
+    b.parent = Some((50, 1));
+    assert!(rig.run(vec![a, b]).is_empty());
+    let mut out = Vec::new();
+    let now = Instant::now();
+    for i in 1..=4 {
+        rig.t.expire(now + Duration::from_millis(20 * i), &mut out);
+    }
+    assert_eq!(out.len(), 2);
+    assert_eq!(rig.t.held(), 0);
+}
+
 #[test]
 fn pipelined_requests_pair_with_their_responses() {
     let mut rig = Rig::new(|_| {});

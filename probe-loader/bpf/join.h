@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: GPL-2.0-only */
+/*
+ * Same-host joins: the client request and the server request of one
+ * exchange, when both ends are traced on this host. The TCP sequence number
+ * of a request's first byte is the same at both ends of its connection;
+ * with the connection's addresses and ports it names the request. The
+ * client records its request under that name when its send is reported
+ * (join_offer); the server looks it up when it answers (join_take), and its
+ * event names the client's request (EVF_PARENT). By then the client's send
+ * hook has run unless the client's thread was preempted between handing the
+ * bytes to TCP and the hook for longer than the server took to read and
+ * answer: then no join, never a wrong one (the name is exact). TLS
+ * plaintext has no TCP sequence number of its own: not joined here.
+ */
+#ifndef RINGTAIL_JOIN_H
+#define RINGTAIL_JOIN_H
+
+#include "conn.h"
+
+/* A u32 field of the socket at byte `off` (globals.h: from the kernel's
+ * BTF, as the loader's CO-RE cannot place tcp_sock's fields). */
+static __always_inline __u32 sk_u32_at(struct sock *sk, __u32 off)
+{
+	__u32 v = 0;
+	bpf_probe_read_kernel(&v, sizeof(v), (const void *)((unsigned long)sk + off));
+	return v;
+}
+
+/* An IPv4-mapped IPv6 address (a dual-stack listener's view of an IPv4
+ * peer) in its IPv4 form, as the IPv4 end stores it. */
+static __always_inline void join_unmap(__u8 *a)
+{
+	__u32 *w = (__u32 *)a;
+	if (w[0] == 0 && w[1] == 0 && w[2] == bpf_htonl(0xffff)) {
+		w[0] = w[3];
+		w[2] = 0;
+		w[3] = 0;
+	}
+}
+
+/* The name of the request whose first byte is `tcp_seq` on `sk`, seen from
+ * the client's end (`client`) or the server's. */
+static __always_inline void join_key_of(struct join_key *k, struct sock *sk, int client, __u32 tcp_seq)
+{
+	__u16 family = SK(sk, __sk_common.skc_family);
+	__u16 lport = SK(sk, __sk_common.skc_num);
+	__u16 rport = bpf_ntohs(SK(sk, __sk_common.skc_dport));
+	__builtin_memset(k, 0, sizeof(*k));
+	if (client) {
+		sk_addrs(sk, family, k->caddr, k->saddr);
+		k->cport = lport;
+		k->sport = rport;
+	} else {
+		sk_addrs(sk, family, k->saddr, k->caddr);
+		k->cport = rport;
+		k->sport = lport;
+	}
+	if (family == FAMILY_INET6) {
+		join_unmap(k->caddr);
+		join_unmap(k->saddr);
+	}
+	k->tcp_seq = tcp_seq;
+}
+
+/* A client request began with the send just reported (`total` bytes, the
+ * request from byte `skip` on): recorded for a server on this host. */
+static __always_inline void join_offer(const struct conn_state *st, const struct conn_io *io, __u32 total, __u32 skip)
+{
+	if (io->tls || !tcp_write_seq_off)
+		return;
+	/* the send is over: write_seq is just past its bytes */
+	__u32 end = sk_u32_at(io->sk, tcp_write_seq_off);
+	struct join_key k;
+	join_key_of(&k, io->sk, 1, end - total + skip);
+	struct join_val v = { .conn_id = st->conn_id, .seq = st->seq };
+	bpf_map_update_elem(&joins, &k, &v, BPF_ANY);
+}
+
+/* A server request began with the receive just reported (`total` bytes, the
+ * request from byte `skip` on): where, for join_take. */
+static __always_inline void join_note(struct conn_state *st, const struct conn_io *io, __u32 total, __u32 skip)
+{
+	st->join_ok = !io->tls && tcp_copied_seq_off;
+	if (!st->join_ok)
+		return;
+	/* the receive is over: copied_seq is just past its bytes */
+	__u32 end = sk_u32_at(io->sk, tcp_copied_seq_off);
+	st->join_seq = end - total + skip;
+}
+
+/* The server answers its request: was it sent by a client request on this
+ * host? Then the event names it. */
+static __always_inline void join_take(struct conn_state *st, struct sock *sk)
+{
+	if (!st->join_ok)
+		return;
+	st->join_ok = 0;
+	struct join_key k;
+	join_key_of(&k, sk, 0, st->join_seq);
+	struct join_val *v = bpf_map_lookup_elem(&joins, &k);
+	if (!v)
+		return;
+	st->parent_conn = v->conn_id;
+	st->parent_seq = v->seq;
+	st->flags |= EVF_PARENT;
+	bpf_map_delete_elem(&joins, &k);
+	count(CNT_JOINS);
+}
+
+#endif
