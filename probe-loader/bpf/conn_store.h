@@ -192,6 +192,13 @@ static __always_inline void task_ids(__u64 *start, char *comm)
 	bpf_core_read(comm, COMM_LEN, &leader->comm);
 }
 
+/* Whether the current thread has an alternate signal stack (http1_conn.h). */
+static __always_inline int current_alt_stack(void)
+{
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	return BPF_CORE_READ(t, sas_ss_sp) != 0;
+}
+
 #else /* task-local storage */
 
 /* The server request a thread is serving, so that its outgoing client
@@ -220,6 +227,11 @@ static __always_inline void task_ids(__u64 *start, char *comm)
 #pragma unroll
 	for (int i = 0; i < COMM_LEN; i++)
 		comm[i] = c[i];
+}
+
+static __always_inline int current_alt_stack(void)
+{
+	return bpf_get_current_task_btf()->sas_ss_sp != 0;
 }
 
 #endif

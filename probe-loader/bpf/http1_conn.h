@@ -288,10 +288,16 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 	/* The child of the server request the thread is serving, when that is
 	 * the only one it began and has not answered: an event loop serving
 	 * several at once could be working for any of them (refused, counted,
-	 * also when the one it began last is answered and others are not). */
+	 * also when the one it began last is answered and others are not). A
+	 * thread with an alternate signal stack is never trusted: Go's runtime
+	 * gives every thread one, and runs goroutines (a handler, a client's
+	 * writer) on whichever thread is free; so does Rust's std, under
+	 * runtimes that move tasks between threads. */
 	struct active_req *a = active_get(0);
 	if (a && (a->conn_id || a->open)) {
-		if (a->conn_id && a->open <= 1) {
+		if (current_alt_stack()) {
+			count(CNT_LINK_ALT_STACK);
+		} else if (a->conn_id && a->open <= 1) {
 			st->parent_conn = a->conn_id;
 			st->parent_seq = a->seq;
 			st->flags |= EVF_PARENT;

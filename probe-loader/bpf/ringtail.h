@@ -117,7 +117,8 @@
 #define CNT_ANSWERED_FIRST 22 /* client requests whose response was read before their send was reported: not traced */
 #define CNT_JOINS 23         /* server requests joined to the client request on this host that sent them */
 #define CNT_LINK_AMBIGUOUS 24 /* client requests not linked: their thread had more than one server request open */
-#define CNT_MAX 25
+#define CNT_LINK_ALT_STACK 25 /* client requests not linked: their thread has an alternate signal stack (Go, Rust) */
+#define CNT_MAX 26
 
 /* proc_head.kind: records of the `execs` ring. */
 #define PROC_EXEC 1

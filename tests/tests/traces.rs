@@ -7,6 +7,7 @@
 //! Every test runs once per capture backend (`socket::…`, `syscalls::…`).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -73,73 +74,140 @@ fn curl_and_the_server_it_calls_are_one_trace(b: &str) {
     assert_eq!(metric_value(prom, "ringtail_parent_wait_timeouts_total", &[]), Some(0.0));
 }
 
-/// nginx (one worker, an event loop) proxying to Python under 8 concurrent
-/// clients, 400 requests with unique paths: no upstream call is ever the
-/// child of another request's span; those not linked are counted exactly;
-/// every backend span is in its nginx call's trace, and, where that call
-/// was linked, in the front request's trace.
-fn an_event_loop_proxy_never_links_a_call_to_the_wrong_request(b: &str) {
-    if !can_trace() || !have("nginx") {
+/// A front service that calls a backend while serving each request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Front {
+    /// nginx, one worker (an event loop), `proxy_pass` with keep-alive upstreams.
+    Nginx,
+    /// Node's `http` calling `http.get` (an event loop).
+    Node,
+    /// Python asyncio (an event loop).
+    Asyncio,
+    /// Go's `net/http` handlers calling `http.Get` (goroutines on threads).
+    Go,
+}
+
+/// `front` on `port` calling the backend on `back` for every `/f/ID`
+/// (`/b/ID`); `None` when its runtime is not installed.
+fn start_front(front: Front, port: u16, back: u16, dir: &TempDir) -> Option<Proc> {
+    Some(match front {
+        Front::Nginx => {
+            if !have("nginx") {
+                return None;
+            }
+            nginx_with(
+                port,
+                &dir.0,
+                1,
+                &format!("upstream back {{ server 127.0.0.1:{back}; keepalive 8; }}"),
+                "location /f/ { proxy_pass http://back/b/; proxy_http_version 1.1; proxy_set_header Connection \"\"; }",
+            )
+        }
+        Front::Node => {
+            if !have("node") {
+                return None;
+            }
+            server("node front", port, Path::new("node"), &[fixture("node/server.js").to_str()?, &port.to_string()])
+        }
+        Front::Asyncio => {
+            server("asyncio front", port, Path::new("python3"), &[fixture("py_asyncio_front.py").to_str()?, &port.to_string()])
+        }
+        Front::Go => {
+            let bin = go_binary("server")?;
+            server("go front", port, &bin, &[&port.to_string()])
+        }
+    })
+}
+
+/// A front service (`front`) calling a Python backend under 8 concurrent
+/// clients, 400 requests with unique paths: no call is ever the child of
+/// another request's span; those the kernel refused to link are counted;
+/// every backend span is the child of its call (same host) and so, where
+/// the call was linked, in the front request's trace.
+fn front_calls_are_never_linked_to_the_wrong_request(b: &str, front: Front) {
+    if !can_trace() {
         return;
     }
-    let dir = TempDir::new("traces-nginx");
-    let (front, back) = (free_port(), free_port());
-    std::fs::create_dir_all(dir.join("www/p")).unwrap();
+    let dir = TempDir::new("traces-front");
+    let (port, back) = (free_port(), free_port());
+    std::fs::create_dir_all(dir.join("www/b")).unwrap();
     for i in 0..400 {
-        std::fs::write(dir.join(&format!("www/p/{i}")), format!("{i}\n")).unwrap();
+        std::fs::write(dir.join(&format!("www/b/{i}")), format!("{i}\n")).unwrap();
     }
     let _backend = python_http_server(back, &dir.join("www"));
-    let (rt, prom) = ringtail_for(b, &[front, back], &[]);
-    let _nginx = nginx_with(
-        front,
-        &dir.0,
-        1,
-        &format!("upstream back {{ server 127.0.0.1:{back}; keepalive 8; }}"),
-        "location /p/ { proxy_pass http://back; proxy_http_version 1.1; proxy_set_header Connection \"\"; }",
-    );
+    let (rt, prom) = ringtail_for(b, &[port, back], &[]);
+    let Some(_front) = start_front(front, port, back, &dir) else {
+        skip(&format!("{front:?} is not installed"));
+        return;
+    };
     std::thread::scope(|s| {
         for t in 0..8 {
             s.spawn(move || {
                 for i in (t..400).step_by(8) {
-                    let r = http_get(front, &format!("/p/{i}"), &[]).expect("request through nginx");
+                    let r = http_get(port, &format!("/f/{i}?port={back}"), &[]).expect("request to the front");
                     assert_eq!(r.status, 200, "{}", r.head);
                 }
             });
         }
     });
-    let ours = |s: &SpanLine| s.path.starts_with("/p/");
+    let ours = |s: &SpanLine| s.path.starts_with("/f/") || s.path.starts_with("/b/");
     let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| ours(s)).count() >= 1200);
-    let spans: Vec<SpanLine> = spans.into_iter().filter(|s| ours(s)).collect();
-    let of = |kind: &str, nginx: bool| -> BTreeMap<String, SpanLine> {
+    let of = |kind: &str, prefix: &str| -> BTreeMap<String, SpanLine> {
         let mut m = BTreeMap::new();
-        for s in spans.iter().filter(|s| s.kind == kind && (s.service == "nginx") == nginx) {
-            assert!(m.insert(s.path.clone(), s.clone()).is_none(), "two {kind} spans of {} for {}", s.service, s.path);
+        for s in spans.iter().filter(|s| s.kind == kind && s.path.starts_with(prefix)) {
+            let id = s.path[prefix.len()..].to_owned();
+            assert!(m.insert(id, s.clone()).is_none(), "two {kind} spans for {}", s.path);
         }
         m
     };
-    let (fronts, calls, backs) = (of("SERVER", true), of("CLIENT", true), of("SERVER", false));
+    let (fronts, calls, backs) = (of("SERVER", "/f/"), of("CLIENT", "/b/"), of("SERVER", "/b/"));
     assert_eq!((fronts.len(), calls.len(), backs.len()), (400, 400, 400), "spans:\n{}", rt.stdout());
     let (mut linked, mut unlinked) = (0, 0);
-    for (path, call) in &calls {
+    for (id, call) in &calls {
         match &call.parent {
             Some(p) => {
-                let front = &fronts[path];
-                assert_eq!(p, &front.span, "the call for {path} is the child of another request: {}", call.line);
+                let front = &fronts[id];
+                assert_eq!(p, &front.span, "the call for {id} is the child of another request: {}", call.line);
                 assert_eq!(call.trace, front.trace);
                 linked += 1;
             }
             None => unlinked += 1,
         }
-        let back = &backs[path];
+        let back = &backs[id];
         assert_eq!(back.parent.as_deref(), Some(call.span.as_str()), "the backend span is the call's child: {}", back.line);
         assert_eq!(back.trace, call.trace);
     }
-    let refused = wait_until(WAIT, || {
-        metric_value(prom, "ringtail_links_refused_total", &[("reason", "concurrent_requests")]).filter(|n| *n >= f64::from(unlinked))
-    })
-    .unwrap_or(0.0);
-    eprintln!("nginx, 8 concurrent clients, 400 requests: {linked} calls linked, {unlinked} not ({refused} refused as concurrent)");
-    assert_eq!(refused, f64::from(unlinked), "every call not linked is counted");
+    let refused = |reason| metric_value(prom, "ringtail_links_refused_total", &[("reason", reason)]).unwrap_or(0.0);
+    if front == Front::Go {
+        // goroutines move between threads: never linked by thread
+        assert_eq!(linked, 0);
+        assert!(wait_until(WAIT, || Some(refused("thread_shared_by_tasks")).filter(|n| *n > 0.0)).is_some());
+    } else {
+        // one thread serves every request: a call not linked was refused
+        let counted = wait_until(WAIT, || Some(refused("concurrent_requests")).filter(|n| *n >= f64::from(unlinked)));
+        assert_eq!(counted, Some(f64::from(unlinked)), "every call not linked is counted");
+    }
+    eprintln!(
+        "{front:?}, 8 concurrent clients, 400 requests: {linked} calls linked, {unlinked} not (refused: {} concurrent_requests, {} thread_shared_by_tasks)",
+        refused("concurrent_requests"),
+        refused("thread_shared_by_tasks")
+    );
+}
+
+fn nginx_front_calls_are_never_linked_to_the_wrong_request(b: &str) {
+    front_calls_are_never_linked_to_the_wrong_request(b, Front::Nginx)
+}
+
+fn node_front_calls_are_never_linked_to_the_wrong_request(b: &str) {
+    front_calls_are_never_linked_to_the_wrong_request(b, Front::Node)
+}
+
+fn asyncio_front_calls_are_never_linked_to_the_wrong_request(b: &str) {
+    front_calls_are_never_linked_to_the_wrong_request(b, Front::Asyncio)
+}
+
+fn go_front_calls_are_never_linked_to_the_wrong_request(b: &str) {
+    front_calls_are_never_linked_to_the_wrong_request(b, Front::Go)
 }
 
 macro_rules! on_both_backends {
@@ -153,4 +221,10 @@ macro_rules! on_both_backends {
     };
 }
 
-on_both_backends!(curl_and_the_server_it_calls_are_one_trace, an_event_loop_proxy_never_links_a_call_to_the_wrong_request);
+on_both_backends!(
+    curl_and_the_server_it_calls_are_one_trace,
+    nginx_front_calls_are_never_linked_to_the_wrong_request,
+    node_front_calls_are_never_linked_to_the_wrong_request,
+    asyncio_front_calls_are_never_linked_to_the_wrong_request,
+    go_front_calls_are_never_linked_to_the_wrong_request,
+);
