@@ -141,6 +141,11 @@ pub struct RawH2<B = Vec<u8>> {
     /// With `start`: HTTP/2 after a `101` to `Upgrade: h2c`; stream 1's
     /// request is the [`RawEvent`] with `h2c` before it.
     pub upgrade: bool,
+    /// The client connection on this host that opened this one (the other
+    /// end of the same TCP connection: the kernel's same-host join), when
+    /// known; each stream's server span joins that connection's client
+    /// stream of the same id.
+    pub caller: Option<u64>,
     /// The traced process's end of the connection.
     pub local: SockAddr,
     /// The other end.
@@ -353,6 +358,7 @@ pub(crate) mod tests {
             close: false,
             tls: true,
             upgrade: false,
+            caller: None,
             local: sample_event().local,
             peer: sample_event().peer,
             pieces: vec![1, 0, 0, 4, 4, 0, 0, 0, 0, 0],
@@ -397,6 +403,7 @@ pub(crate) mod tests {
             close: true,
             tls: false,
             upgrade: true,
+            caller: Some(0x1234_5678_9abc),
             pieces: Vec::new(),
             ..sample_h2()
         });
@@ -419,6 +426,7 @@ pub(crate) mod tests {
         assert_eq!(h2.len(), 2);
         assert_eq!(h2[0].pieces, &sample_h2().pieces[..]);
         assert!(h2[1].close && h2[1].upgrade && h2[1].role == Role::Server && !h2[1].send);
+        assert_eq!((h2[0].caller, h2[1].caller), (None, Some(0x1234_5678_9abc)));
         assert_eq!((got.event_count(), got.h2_count(), got.len()), (2, 2, 4));
     }
 

@@ -23,8 +23,8 @@
 //!   flags:  1 client, 2 parent, 4 truncated, 8 orphan, 16 tls, 32 h2c,
 //!           64 local is IPv6, 128 peer is IPv6
 //! h2        = u8(flags) u32le(pid) u32le(tid) u32le(fd) u64le(proc_start_ns)
-//!             u64le(conn_id) u64le(mono_ns) addr(local) addr(peer)
-//!             u32le(length) pieces
+//!             u64le(conn_id) u64le(mono_ns) uint(caller conn_id, 0: none)
+//!             addr(local) addr(peer) u32le(length) pieces
 //!   flags:  1 client, 2 send, 4 start, 8 close, 16 tls, 32 upgrade,
 //!           64 local is IPv6, 128 peer is IPv6
 //! addr      = 16 bytes (the address, network order) u16le(port)
@@ -145,7 +145,7 @@ pub(crate) fn write_event<B: AsRef<[u8]>>(ev: &RawEvent<B>, out: &mut Vec<u8>) {
 
 /// Appends one HTTP/2 record.
 pub(crate) fn write_h2<B: AsRef<[u8]>>(r: &RawH2<B>, out: &mut Vec<u8>) {
-    let RawH2 { role, pid, tid, fd, proc_start_ns, conn_id, mono_ns, send, start, close, tls, upgrade, local, peer, pieces } = r;
+    let RawH2 { role, pid, tid, fd, proc_start_ns, conn_id, mono_ns, send, start, close, tls, upgrade, caller, local, peer, pieces } = r;
     let flags = role_bit(*role, H2_CLIENT)
         | bit(*send, H2_SEND)
         | bit(*start, H2_START)
@@ -161,6 +161,7 @@ pub(crate) fn write_h2<B: AsRef<[u8]>>(r: &RawH2<B>, out: &mut Vec<u8>) {
     out.extend_from_slice(&proc_start_ns.to_le_bytes());
     out.extend_from_slice(&conn_id.to_le_bytes());
     out.extend_from_slice(&mono_ns.to_le_bytes());
+    put_uint(out, caller.unwrap_or(0));
     put_addr(out, local);
     put_addr(out, peer);
     put_bytes(out, pieces.as_ref());
@@ -251,6 +252,7 @@ pub(crate) fn read_h2<'a>(rd: &mut Reader<'a>) -> Result<RawH2<&'a [u8]>, WireEr
     let proc_start_ns = rd.u64le("proc_start_ns")?;
     let conn_id = rd.u64le("conn_id")?;
     let mono_ns = rd.u64le("mono_ns")?;
+    let caller: u64 = rd.int("caller")?;
     let local = rd.addr(flags & LOCAL_V6 != 0, "local")?;
     let peer = rd.addr(flags & PEER_V6 != 0, "peer")?;
     let pieces = rd.record_bytes("pieces")?;
@@ -267,6 +269,7 @@ pub(crate) fn read_h2<'a>(rd: &mut Reader<'a>) -> Result<RawH2<&'a [u8]>, WireEr
         close: flags & H2_CLOSE != 0,
         tls: flags & H2_TLS != 0,
         upgrade: flags & H2_UPGRADE != 0,
+        caller: (caller != 0).then_some(caller),
         local,
         peer,
         pieces,

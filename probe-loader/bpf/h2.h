@@ -34,6 +34,7 @@
 #include "conn.h"
 #include "maps.h"
 #include "segs.h"
+#include "join.h"
 
 #define H2_PREFACE_LEN 24
 #define H2_FRAME_HDR 9
@@ -89,6 +90,7 @@ static __always_inline void h2_submit(struct h2_scratch *s, struct conn_state *s
 	ev->tid = tid;
 	ev->fd = fd;
 	ev->conn_id = st->conn_id;
+	ev->caller_conn = flags & H2F_CALLER ? st->parent_conn : 0;
 	ev->ts_ns = bpf_ktime_get_ns();
 	task_ids(&ev->proc_start_ns, (char *)ev->comm);
 	__u16 family = SK(sk, __sk_common.skc_family);
@@ -307,6 +309,8 @@ static __always_inline void h2_on_data(struct conn_state *st, const struct conn_
 		off = h2_lost(data, off, rest ? rest : 1);
 	if (bad)
 		st->h2 = H2_DEAD;
+	if (dir == H2_SEND && st->role == ROLE_SERVER)
+		flags |= join_take_h2(st, io->sk);
 	if (off || flags)
 		h2_submit(s, st, io->sk, io->tid, io->fd, dir, flags, off);
 }

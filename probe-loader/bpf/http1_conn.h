@@ -154,11 +154,12 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 		__u32 n = st->cap_len < PREFIX_LEN ? st->cap_len : PREFIX_LEN;
 		if (!is_request(st->buf, leading_newlines(st->buf, n), n)) {
 			keep_prefix(st, st->buf, n);
+			join_mark(st, io, sg->total);
 			st->cap_len = 0;
 			return NULL;
 		}
 		request_started(st, io->tid, now);
-		join_note(st, io, sg->total, leading_newlines(st->buf, n));
+		join_note(st, io, sg->total, leading_newlines(st->buf, n), 0);
 		goto active;
 	}
 
@@ -180,6 +181,7 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 			if (!st || st->seq)
 				return NULL;
 			h2_start(st, H2_RECV, pend);
+			join_note(st, io, sg->total, 0, pend);
 			return st;
 		}
 		if (!st && !io->tls)
@@ -198,8 +200,11 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 				st->early_ns = now;
 			return NULL;
 		}
-		if (st)
+		if (st) {
 			keep_prefix(st, p, n);
+			if (!pend)
+				join_mark(st, io, sg->total);
+		}
 		return NULL;
 	}
 	if (!st)
@@ -207,8 +212,7 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 	if (!st)
 		return NULL;
 	begin_request(st, io->tid, now, sg, pend);
-	if (!pend) /* (a request line begun in an earlier read: not joined) */
-		join_note(st, io, sg->total, skip);
+	join_note(st, io, sg->total, skip, pend);
 active:;
 	struct active_req *a = active_get(1);
 	if (a) {
@@ -259,6 +263,7 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 				return NULL;
 			st->role = ROLE_CLIENT;
 			h2_start(st, H2_SEND, 0);
+			join_offer(st, io, sg->total, 0);
 			return st;
 		}
 		/* A response where no request was recognised (a shape not

@@ -76,16 +76,31 @@ static __always_inline void join_offer(const struct conn_state *st, const struct
 	bpf_map_update_elem(&joins, &k, &v, BPF_ANY);
 }
 
-/* A server request began with the receive just reported (`total` bytes, the
- * request from byte `skip` on): where, for join_take. */
-static __always_inline void join_note(struct conn_state *st, const struct conn_io *io, __u32 total, __u32 skip)
+/* The receive just reported (`total` bytes) is kept as the start of a
+ * request line or preface (http1_conn.h, keep_prefix): where it began. */
+static __always_inline void join_mark(struct conn_state *st, const struct conn_io *io, __u32 total)
+{
+	if (!io->tls && tcp_copied_seq_off)
+		st->join_seq = sk_u32_at(io->sk, tcp_copied_seq_off) - total;
+}
+
+/* A server request (or HTTP/2 connection) began with the receive just
+ * reported (`total` bytes, after `pend` bytes of an earlier one whose start
+ * join_mark noted; it begins at byte `skip` of them all): where, for
+ * join_take. */
+static __always_inline void join_note(struct conn_state *st, const struct conn_io *io, __u32 total, __u32 skip,
+				      __u32 pend)
 {
 	st->join_ok = !io->tls && tcp_copied_seq_off;
 	if (!st->join_ok)
 		return;
+	st->join_tries = 0;
+	if (pend) {
+		st->join_seq += skip;
+		return;
+	}
 	/* the receive is over: copied_seq is just past its bytes */
-	__u32 end = sk_u32_at(io->sk, tcp_copied_seq_off);
-	st->join_seq = end - total + skip;
+	st->join_seq = sk_u32_at(io->sk, tcp_copied_seq_off) - total + skip;
 }
 
 /* The server answers its request: was it sent by a client request on this
@@ -105,6 +120,35 @@ static __always_inline void join_take(struct conn_state *st, struct sock *sk)
 	st->flags |= EVF_PARENT;
 	bpf_map_delete_elem(&joins, &k);
 	count(CNT_JOINS);
+}
+
+/* Sends on an HTTP/2 server connection that look for its caller: its first
+ * send (the server's SETTINGS) can come before the client's send hook has
+ * run; later ones find it. */
+#define JOIN_H2_TRIES 8
+
+/* An HTTP/2 server connection sends: was it opened by a client on this host
+ * (its preface named as a request's first byte is, join_offer at the
+ * client's h2_start)? Then this record names that connection (H2F_CALLER,
+ * st->parent_conn) and the span-actor joins each stream to the client's
+ * stream of the same id. */
+static __always_inline __u8 join_take_h2(struct conn_state *st, struct sock *sk)
+{
+	if (!st->join_ok)
+		return 0;
+	st->join_tries += 1;
+	if (st->join_tries >= JOIN_H2_TRIES)
+		st->join_ok = 0;
+	struct join_key k;
+	join_key_of(&k, sk, 0, st->join_seq);
+	struct join_val *v = bpf_map_lookup_elem(&joins, &k);
+	if (!v)
+		return 0;
+	st->parent_conn = v->conn_id;
+	st->join_ok = 0;
+	bpf_map_delete_elem(&joins, &k);
+	count(CNT_JOINS);
+	return H2F_CALLER;
 }
 
 #endif

@@ -58,7 +58,9 @@ struct conn_state {
 	 * h2_upgrade), sent and cleared by the walk of the same syscall */
 	__u8 h2_first;
 	__u8 join_ok;
-	__u8 _pad[2];
+	/* HTTP/2 server: sends on which join_take_h2 looked its caller up */
+	__u8 join_tries;
+	__u8 _pad[1];
 	__u8 pend[PREFIX_LEN];
 	/* HTTP/2 framing per direction (h2.h), by H2_RECV / H2_SEND */
 	struct h2_dir h2d[2];

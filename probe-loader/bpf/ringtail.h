@@ -61,6 +61,7 @@
 #define H2F_START 0x02 /* the connection's first record (the preface was in it) */
 #define H2F_TLS 0x04   /* a TLS connection: the pieces are plaintext from the TLS uprobes */
 #define H2F_UPGRADE 0x08 /* with H2F_START: HTTP/2 after a 101 (EVF_H2C), not a preface */
+#define H2F_CALLER 0x10  /* caller_conn: the client connection on this host that opened this one (join.h) */
 
 /* h2_event.dir: which way the bytes went, seen from the traced process */
 #define H2_RECV 0
@@ -175,6 +176,7 @@ struct h2_event {
 	__u64 conn_id;
 	__u64 ts_ns; /* CLOCK_MONOTONIC, when the syscall completed */
 	__u64 proc_start_ns;
+	__u64 caller_conn; /* with H2F_CALLER */
 	__u16 lport;
 	__u16 rport;
 	__u32 _pad2;

@@ -134,6 +134,7 @@ pub struct H2Head {
     pub conn_id: u64,
     pub ts_ns: u64,
     pub proc_start_ns: u64,
+    pub caller_conn: u64,
     pub lport: u16,
     pub rport: u16,
     pub _pad2: u32,
@@ -210,6 +211,7 @@ impl H2Head {
             close: self.is_close(),
             tls: self.flags & H2F_TLS != 0,
             upgrade: self.flags & H2F_UPGRADE != 0,
+            caller: (self.flags & H2F_CALLER != 0).then_some(self.caller_conn),
             local: SockAddr::from_bytes(v6, self.laddr, self.lport),
             peer: SockAddr::from_bytes(v6, self.raddr, self.rport),
             pieces,
@@ -403,6 +405,7 @@ mod tests {
         assert_eq!(offset_of!(H2Head, data_len), layout::h2_event_data_len);
         assert_eq!(offset_of!(H2Head, conn_id), layout::h2_event_conn_id);
         assert_eq!(offset_of!(H2Head, ts_ns), layout::h2_event_ts_ns);
+        assert_eq!(offset_of!(H2Head, caller_conn), layout::h2_event_caller_conn);
         assert_eq!(offset_of!(H2Head, lport), layout::h2_event_lport);
         assert_eq!(offset_of!(H2Head, laddr), layout::h2_event_laddr);
         assert_eq!(offset_of!(H2Head, comm), layout::h2_event_comm);

@@ -20,7 +20,7 @@ use ringtail_config::Settings;
 use runtime_kit::counters::{Counter, Gauge, Registry};
 
 use crate::h2::grpc;
-use crate::h2::table::H2Table;
+use crate::h2::table::{H2Table, H2_SUB};
 use crate::http::{self, split_host_port};
 use crate::http1::Http1;
 use crate::ids;
@@ -81,9 +81,16 @@ struct Batch<'a> {
     made: Made,
 }
 
-/// Names a span's trace context: (loader epoch, connection, request, the
-/// span is a client's).
-type CtxKey = (u64, u64, u32, bool);
+/// Names a span's trace context: (loader epoch, connection, request or
+/// stream, `sub` (0, or an HTTP/2 stream's [`H2_SUB`]), the span is a
+/// client's).
+type CtxKey = (u64, u64, u32, u32, bool);
+
+/// Whether spans of `sub` are named by others: an HTTP/1 capture's first
+/// request, or an HTTP/2 stream.
+fn named(sub: u32) -> bool {
+    sub == 0 || sub == H2_SUB
+}
 
 /// A span waiting for the context of the span it joins.
 struct Held {
@@ -153,7 +160,8 @@ impl Contexts {
         h.write_u64(key.0);
         h.write_u64(key.1);
         h.write_u32(key.2);
-        h.write_u8(u8::from(key.3));
+        h.write_u32(key.3);
+        h.write_u8(u8::from(key.4));
         // Never 0, which marks an empty slot.
         let fp = h.finish() | 1;
         ((fp >> (64 - CONTEXTS.trailing_zeros())) as usize, fp)
@@ -289,7 +297,7 @@ impl Transformer {
         let kind = kind(role);
         let status = http.status.unwrap_or(0);
         let served = (kind == SpanKind::Server).then_some(conn.local.port);
-        let own = (sub == 0).then_some((b.inst, conn.id, seq, kind == SpanKind::Client));
+        let own = named(sub).then_some((b.inst, conn.id, seq, sub, kind == SpanKind::Client));
         let Some(resource) = self.naming.selected_resource(conn.pid, conn.proc_start_ns, served) else {
             self.forget(b, own);
             return;
@@ -378,8 +386,7 @@ impl Transformer {
         let inst = b.inst;
         let span = &mut p.span;
         let client = span.kind == SpanKind::Client;
-        // Only a capture's first request is named by others.
-        let own = (sub == 0).then_some((inst, conn, seq, client));
+        let own = named(sub).then_some((inst, conn, seq, sub, client));
         let own_trace = ids::trace_id(inst, conn, seq, sub);
         // What this span joins: its context, its parent's span id, and its
         // trace if that context never comes.
@@ -396,11 +403,13 @@ impl Transformer {
                     None
                 }
             },
-            (SpanKind::Server, Some((cconn, cseq))) if sub == 0 => {
-                Some(((inst, cconn, cseq, true), ids::span_id(inst, cconn, cseq, 0, Role::Client), (own_trace, 0)))
+            // (the caller's request: an HTTP/1 capture's first, or the
+            // HTTP/2 stream of the same id)
+            (SpanKind::Server, Some((cconn, cseq))) if named(sub) => {
+                Some(((inst, cconn, cseq, sub, true), ids::span_id(inst, cconn, cseq, sub, Role::Client), (own_trace, 0)))
             }
             (SpanKind::Client, Some((pconn, pseq))) => {
-                let pkey = (inst, pconn, pseq, false);
+                let pkey = (inst, pconn, pseq, 0, false);
                 let fallback = ids::trace_id(inst, pconn, pseq, 0);
                 Some((pkey, ids::span_id(inst, pconn, pseq, 0, Role::Server), (fallback, ids::span_id(inst, pconn, pseq, 0, Role::Server))))
             }

@@ -117,6 +117,7 @@ fn raw_batch() -> ipc_schema::RawBatch {
         close: false,
         tls: false,
         upgrade: false,
+        caller: None,
         local,
         peer,
         pieces: vec![1, 0, 0, 4, 4, 0, 0, 0, 0, 0],

@@ -74,6 +74,39 @@ fn curl_and_the_server_it_calls_are_one_trace(b: &str) {
     assert_eq!(metric_value(prom, "ringtail_parent_wait_timeouts_total", &[]), Some(0.0));
 }
 
+/// An HTTP/2 client (Go, prior knowledge) and the server it calls on this
+/// host, 50 streams on one connection: 50 traces of exactly two spans, each
+/// server stream the child of the client's stream of the same id.
+fn an_http2_client_and_its_server_on_this_host_are_one_trace(b: &str) {
+    if !can_trace() {
+        return;
+    }
+    let (Some(bin), Some(client)) = (go_binary("h2server"), go_binary("h2client")) else {
+        skip("no Go toolchain");
+        return;
+    };
+    let port = free_port();
+    let _srv = server("go h2 server", port, &bin, &[&port.to_string()]);
+    let (rt, prom) = ringtail_for(b, &[port], &["^h2client$"]);
+    let paths: Vec<String> = (0..50).map(|i| format!("/h/{i}")).collect();
+    let out = Command::new(&client).arg(format!("http://127.0.0.1:{port}")).args(&paths).output().expect("h2client");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ours = |s: &SpanLine| s.path.starts_with("/h/");
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| ours(s)).count() >= 100);
+    let spans: Vec<SpanLine> = spans.into_iter().filter(|s| ours(s)).collect();
+    assert_eq!(spans.len(), 100, "{}", rt.stdout());
+    let by_trace = traces(&spans);
+    assert_eq!(by_trace.len(), 50, "one trace per stream:\n{}", rt.stdout());
+    for t in by_trace.values() {
+        let client = t.iter().find(|s| s.kind == "CLIENT").unwrap_or_else(|| panic!("no client span: {t:?}"));
+        let server = t.iter().find(|s| s.kind == "SERVER").unwrap_or_else(|| panic!("no server span: {t:?}"));
+        assert_eq!((t.len(), client.path.as_str()), (2, server.path.as_str()), "{t:?}");
+        assert_eq!(server.parent.as_deref(), Some(client.span.as_str()), "{}", server.line);
+    }
+    let joins = wait_until(WAIT, || metric_value(prom, "ringtail_same_host_joins_total", &[]).filter(|n| *n >= 1.0));
+    assert_eq!(joins, Some(1.0), "one connection joined");
+}
+
 /// A front service that calls a backend while serving each request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Front {
@@ -223,6 +256,7 @@ macro_rules! on_both_backends {
 
 on_both_backends!(
     curl_and_the_server_it_calls_are_one_trace,
+    an_http2_client_and_its_server_on_this_host_are_one_trace,
     nginx_front_calls_are_never_linked_to_the_wrong_request,
     node_front_calls_are_never_linked_to_the_wrong_request,
     asyncio_front_calls_are_never_linked_to_the_wrong_request,

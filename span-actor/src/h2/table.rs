@@ -43,6 +43,9 @@ struct Entry {
     conn: H2Conn,
     role: Role,
     who: Conn,
+    /// A server connection's client connection on this host (the kernel's
+    /// same-host join), once a record named it.
+    caller: Option<u64>,
     /// When it was first seen, in table order (the oldest is evicted first).
     born: u64,
     /// What it holds ([`H2Conn::state_bytes`] and this entry), as last
@@ -189,11 +192,14 @@ impl H2Table {
             self.open(key, r);
         }
         let Some(e) = self.conns.get_mut(&key) else { return };
+        if r.caller.is_some() && e.role == Role::Server {
+            e.caller = r.caller;
+        }
         let dir = if r.send { Dir::Send } else { Dir::Recv };
         e.conn.feed(dir, r.mono_ns, &pieces, &mut self.done);
-        let (role, who) = (e.role, e.who);
+        let (role, who, caller) = (e.role, e.who, e.caller);
         self.stats.add(&e.conn.take_stats());
-        self.operations(role, who, out);
+        self.operations(role, who, caller, out);
         self.recount(&key);
         self.shed();
     }
@@ -218,7 +224,7 @@ impl H2Table {
         }
         let who = Conn { id: r.conn_id, pid: r.pid, proc_start_ns: r.proc_start_ns, local: r.local, peer: r.peer, tls: r.tls };
         self.born += 1;
-        self.conns.insert(key, Entry { conn, role: r.role, who, born: self.born, bytes: 0 });
+        self.conns.insert(key, Entry { conn, role: r.role, who, caller: None, born: self.born, bytes: 0 });
         self.order.push_back((key, self.born));
         if self.order.len() > 2 * self.conns.len() + 64 {
             let conns = &self.conns;
@@ -238,7 +244,7 @@ impl H2Table {
             None => self.stats.state_full.add(e.conn.open_streams() as u64),
         }
         self.stats.add(&e.conn.take_stats());
-        self.operations(e.role, e.who, out);
+        self.operations(e.role, e.who, e.caller, out);
         true
     }
 
@@ -291,10 +297,14 @@ impl H2Table {
         }
     }
 
-    /// The streams finished on a connection of `role`, `who`'s: operations.
-    fn operations(&mut self, role: Role, who: Conn, out: &mut Vec<Operation>) {
+    /// The streams finished on a connection of `role`, `who`'s: operations
+    /// (a server's joined to the stream of the same id on `caller`, the
+    /// client connection on this host that opened it).
+    fn operations(&mut self, role: Role, who: Conn, caller: Option<u64>, out: &mut Vec<Operation>) {
         for d in self.done.drain(..) {
-            out.push(operation(role, who, d, self.rpc_mode));
+            let mut op = operation(role, who, d, self.rpc_mode);
+            op.parent = caller.map(|c| (c, op.seq));
+            out.push(op);
         }
     }
 }

@@ -467,6 +467,7 @@ fn h2_record(conn: u64, send: bool, start: bool, pieces: Vec<u8>, mono_ns: u64) 
         close: false,
         tls: false,
         upgrade: false,
+        caller: None,
         local: v4([127, 0, 0, 1], 8000),
         peer: v4([10, 0, 0, 9], 50_123),
         pieces,
@@ -511,6 +512,36 @@ fn h2_streams_become_spans_and_bad_records_are_counted() {
     let report = registry.report();
     let malformed = report.points.iter().find(|p| p.labels.iter().any(|(_, v)| v == "h2_malformed_record"));
     assert_eq!(malformed.map(|p| p.value), Some(1.0), "{report:?}");
+}
+
+/// An HTTP/2 server connection opened by a client on this host (the
+/// kernel names it in a record, `caller`): each server stream joins the
+/// client's stream of the same id, in either order.
+#[test]
+fn h2_server_streams_join_their_callers_streams() {
+    let mut rig = Rig::new(|_| {});
+    let client = |send: bool, start: bool, pieces: Vec<u8>, ns: u64| RawH2 { role: Role::Client, ..h2_record(70, send, start, pieces, ns) };
+    let server = |send: bool, start: bool, pieces: Vec<u8>, ns: u64| RawH2 { caller: Some(70), ..h2_record(71, send, start, pieces, ns) };
+    let mut b = batch(vec![]);
+    // the server's stream 1 ends (reported first), then the client's
+    for r in [
+        server(false, true, frame(1, 0x5, 1, &[0x82, 0x84, 0x86]), 1_000_000),
+        server(true, false, frame(1, 0x5, 1, &[0x88]), 2_000_000),
+        client(true, true, frame(1, 0x5, 1, &[0x82, 0x84, 0x86]), 900_000),
+        client(false, false, frame(1, 0x5, 1, &[0x88]), 2_100_000),
+    ] {
+        b.push_h2(&r);
+    }
+    rig.seq += 1;
+    assert_eq!(rig.ledger.seq.receive(rig.seq), Verdict::New);
+    let mut out = Vec::new();
+    rig.t.transform(INST, rig.seq, &b, Instant::now(), &mut out);
+    assert_eq!(out.len(), 2, "{out:?}");
+    let c = out.iter().find(|p| p.span.kind == SpanKind::Client).unwrap();
+    let s = out.iter().find(|p| p.span.kind == SpanKind::Server).unwrap();
+    assert_eq!(c.span.span_id, ids::span_id(INST, 70, 1, H2_SUB, Role::Client));
+    assert_eq!((s.span.trace_id, s.span.parent_span_id), (c.span.trace_id, c.span.span_id));
+    assert_eq!(rig.t.held(), 0);
 }
 
 #[test]
