@@ -144,6 +144,7 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 		return st->h2 ? st : NULL;
 	}
 
+	__u32 start = join_recv_start(io, sg->total);
 	if (st && st->role == ROLE_SERVER && !st->pend_len) {
 		/* Idle keep-alive connection: capture straight into its buffer and
 		 * look there (one copy from user memory instead of two). */
@@ -154,12 +155,12 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 		__u32 n = st->cap_len < PREFIX_LEN ? st->cap_len : PREFIX_LEN;
 		if (!is_request(st->buf, leading_newlines(st->buf, n), n)) {
 			keep_prefix(st, st->buf, n);
-			join_mark(st, io, sg->total);
+			join_mark(st, start);
 			st->cap_len = 0;
 			return NULL;
 		}
 		request_started(st, io->tid, now);
-		join_note(st, io, sg->total, leading_newlines(st->buf, n), 0);
+		join_note(st, io, start, leading_newlines(st->buf, n), 0);
 		goto active;
 	}
 
@@ -181,7 +182,7 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 			if (!st || st->seq)
 				return NULL;
 			h2_start(st, H2_RECV, pend);
-			join_note(st, io, sg->total, 0, pend);
+			join_note(st, io, start, 0, pend);
 			return st;
 		}
 		if (!st && !io->tls)
@@ -203,7 +204,7 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 		if (st) {
 			keep_prefix(st, p, n);
 			if (!pend)
-				join_mark(st, io, sg->total);
+				join_mark(st, start);
 		}
 		return NULL;
 	}
@@ -212,7 +213,7 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 	if (!st)
 		return NULL;
 	begin_request(st, io->tid, now, sg, pend);
-	join_note(st, io, sg->total, skip, pend);
+	join_note(st, io, start, skip, pend);
 active:;
 	struct active_req *a = active_get(1);
 	if (a) {

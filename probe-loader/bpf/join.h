@@ -76,31 +76,34 @@ static __always_inline void join_offer(const struct conn_state *st, const struct
 	bpf_map_update_elem(&joins, &k, &v, BPF_ANY);
 }
 
-/* The receive just reported (`total` bytes) is kept as the start of a
- * request line or preface (http1_conn.h, keep_prefix): where it began. */
-static __always_inline void join_mark(struct conn_state *st, const struct conn_io *io, __u32 total)
+/* Where the receive just reported (`total` bytes) began in the TCP stream,
+ * for join_mark and join_note; 0 when not known (TLS, no offsets): read once
+ * where a server request may begin, so that the verifier walks one read, not
+ * one per branch. */
+static __always_inline __u32 join_recv_start(const struct conn_io *io, __u32 total)
 {
-	if (!io->tls && tcp_copied_seq_off)
-		st->join_seq = sk_u32_at(io->sk, tcp_copied_seq_off) - total;
+	if (io->tls || !tcp_copied_seq_off)
+		return 0;
+	/* the receive is over: copied_seq is just past its bytes */
+	return sk_u32_at(io->sk, tcp_copied_seq_off) - total;
 }
 
-/* A server request (or HTTP/2 connection) began with the receive just
- * reported (`total` bytes, after `pend` bytes of an earlier one whose start
- * join_mark noted; it begins at byte `skip` of them all): where, for
- * join_take. */
-static __always_inline void join_note(struct conn_state *st, const struct conn_io *io, __u32 total, __u32 skip,
+/* The receive that began at `start` (join_recv_start) is kept as the start
+ * of a request line or preface (http1_conn.h, keep_prefix). */
+static __always_inline void join_mark(struct conn_state *st, __u32 start)
+{
+	st->join_seq = start;
+}
+
+/* A server request (or HTTP/2 connection) begins at byte `skip` of the
+ * receive that began at `start`, or (`pend`) of an earlier one join_mark
+ * noted: where, for join_take. */
+static __always_inline void join_note(struct conn_state *st, const struct conn_io *io, __u32 start, __u32 skip,
 				      __u32 pend)
 {
 	st->join_ok = !io->tls && tcp_copied_seq_off;
-	if (!st->join_ok)
-		return;
 	st->join_tries = 0;
-	if (pend) {
-		st->join_seq += skip;
-		return;
-	}
-	/* the receive is over: copied_seq is just past its bytes */
-	st->join_seq = sk_u32_at(io->sk, tcp_copied_seq_off) - total + skip;
+	st->join_seq = (pend ? st->join_seq : start) + skip;
 }
 
 /* The server answers its request: was it sent by a client request on this
