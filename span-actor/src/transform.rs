@@ -468,27 +468,34 @@ impl Transformer {
     /// that waited for theirs. `fresh`: `p` is of the batch being
     /// transformed (counted in `made`); released spans were counted held.
     fn publish(&mut self, out: &mut Vec<Produced>, p: Produced, own: Option<CtxKey>, fresh: bool, made: &mut Made) {
-        let mut todo = vec![(p, own, fresh)];
-        while let Some((p, own, fresh)) = todo.pop() {
-            if let Some(key) = own {
-                self.contexts.insert(key, p.span.trace_id, p.span.trace_flags);
+        let (trace, flags) = (p.span.trace_id, p.span.trace_flags);
+        if fresh {
+            made.spans += 1;
+        } else {
+            self.stats.spans.inc();
+        }
+        out.push(p);
+        let Some(key) = own else { return };
+        self.contexts.insert(key, trace, flags);
+        // (nothing held: nothing waits, and no held span is pending)
+        if self.held.is_empty() {
+            return;
+        }
+        self.pending.remove(&key);
+        let Some(waiting) = self.held.remove(&key) else { return };
+        let mut todo: Vec<(Held, u128, u8)> = waiting.into_iter().map(|h| (h, trace, flags)).collect();
+        while let Some((h, trace, flags)) = todo.pop() {
+            self.held_count -= 1;
+            let mut s = h.span;
+            s.trace_id = trace;
+            s.trace_flags = flags;
+            self.stats.spans.inc();
+            out.push(Produced { resource: h.resource, span: s, origin: h.origin });
+            if let Some(key) = h.own {
+                self.contexts.insert(key, trace, flags);
                 self.pending.remove(&key);
-                if !self.held.is_empty() {
-                    for h in self.held.remove(&key).unwrap_or_default() {
-                        self.held_count -= 1;
-                        let mut s = h.span;
-                        s.trace_id = p.span.trace_id;
-                        s.trace_flags = p.span.trace_flags;
-                        todo.push((Produced { resource: h.resource, span: s, origin: h.origin }, h.own, false));
-                    }
-                }
+                todo.extend(self.held.remove(&key).unwrap_or_default().into_iter().map(|h| (h, trace, flags)));
             }
-            if fresh {
-                made.spans += 1;
-            } else {
-                self.stats.spans.inc();
-            }
-            out.push(p);
         }
     }
 
