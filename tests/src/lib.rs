@@ -797,3 +797,18 @@ pub fn kernel_map_entries(pid: u32, name: &str) -> Option<usize> {
     }
     None
 }
+
+/// Defines, for each named function `f(backend: &str)`, the tests
+/// `socket::f` and `syscalls::f`: the same test on each capture backend
+/// (`probe.backend`).
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod socket {
+            $( #[test] fn $name() { super::$name("socket") } )*
+        }
+        mod syscalls {
+            $( #[test] fn $name() { super::$name("syscalls") } )*
+        }
+    };
+}

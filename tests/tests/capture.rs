@@ -635,18 +635,7 @@ fn syscall_backend_counts_connections_beyond_its_table() {
     assert_no_connection_state(prom);
 }
 
-/// Each test, once per capture backend.
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod socket {
-            $( #[test] fn $name() { super::$name("socket") } )*
-        }
-        mod syscalls {
-            $( #[test] fn $name() { super::$name("syscalls") } )*
-        }
-    };
-}
-
+// Each test, once per capture backend.
 on_both_backends!(
     loader_without_ptrace_names_processes_started_before_and_after,
     python_http_server_http10_http11_keepalive_head_and_statuses,

@@ -300,17 +300,6 @@ fn connection_begun_before_ringtail(b: &str) {
     assert_eq!(paths.len(), 2, "nothing of the early connection: {}", rt.stdout());
 }
 
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod socket {
-            $( #[test] fn $name() { super::$name("socket") } )*
-        }
-        mod syscalls {
-            $( #[test] fn $name() { super::$name("syscalls") } )*
-        }
-    };
-}
-
 on_both_backends!(prior_knowledge_against_go, upgrade_h2c, other_upgrades_are_left_alone, connection_begun_before_ringtail);
 
 // gRPC C-core and Node write with up to dozens of iovecs: the syscall

@@ -543,17 +543,6 @@ fn a_library_that_appears_later_is_attached_when_used(b: &str) {
     assert!(rt.stop());
 }
 
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod socket {
-            $( #[test] fn $name() { super::$name("socket") } )*
-        }
-        mod syscalls {
-            $( #[test] fn $name() { super::$name("syscalls") } )*
-        }
-    };
-}
-
 on_both_backends!(
     nginx_tls_keepalive_beside_cleartext,
     python_tls_server_with_urllib_and_curl_clients,

@@ -243,17 +243,6 @@ fn go_front_calls_are_never_linked_to_the_wrong_request(b: &str) {
     front_calls_are_never_linked_to_the_wrong_request(b, Front::Go)
 }
 
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod socket {
-            $( #[test] fn $name() { super::$name("socket") } )*
-        }
-        mod syscalls {
-            $( #[test] fn $name() { super::$name("syscalls") } )*
-        }
-    };
-}
-
 on_both_backends!(
     curl_and_the_server_it_calls_are_one_trace,
     an_http2_client_and_its_server_on_this_host_are_one_trace,
