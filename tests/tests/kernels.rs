@@ -15,10 +15,10 @@
 //! ringtail once and puts every kind of exchange through it, each on a
 //! server of its own, checked exactly at a real OTLP receiver by server
 //! port: python `http.server` with the curl client (server and client
-//! spans), nginx keep-alive with a pipelined client, a split request head
+//! spans, joined into one trace), nginx keep-alive with a pipelined client, a split request head
 //! and four pipelined requests (Rust server), HTTPS through OpenSSL (a
-//! Python TLS server, curl), HTTP/2 in clear text with prior knowledge (Go)
-//! and after `Upgrade: h2c` (hypercorn, curl), a server in a container's
+//! Python TLS server, curl), HTTP/2 in clear text with prior knowledge (Go,
+//! curl: joined) and after `Upgrade: h2c` (hypercorn, curl), a server in a container's
 //! cgroup (its spans carry the container's id), then a `kill -9` of the
 //! loader: with pins, requests made while it is down are all reported by
 //! the next one; without (before 5.15 on the syscall backend), the kernel
@@ -131,6 +131,20 @@ fn assert_version(spans: &[Value], v: &str) {
     }
 }
 
+/// Every client span among `spans` has exactly one server span of the same
+/// path that is its child in its trace (client and server on this host:
+/// joined by the kernel, `bpf/join.h`).
+fn assert_joined(spans: &[Value]) {
+    let clients: Vec<&Value> = spans.iter().filter(|s| s["kind"] == 3).collect();
+    assert!(!clients.is_empty(), "no client span");
+    for c in clients {
+        let children: Vec<&Value> = spans.iter().filter(|s| s["kind"] == 2 && s["parent_span_id"] == c["span_id"]).collect();
+        assert_eq!(children.len(), 1, "the server span of {c}: {children:?}");
+        assert_eq!(children[0]["trace_id"], c["trace_id"], "{c}");
+        assert_eq!(attr(children[0], "url.path"), attr(c, "url.path"), "{c}");
+    }
+}
+
 fn curl(args: &[&str]) -> String {
     let out = Command::new("curl").arg("-s").args(args).output().expect("run curl");
     assert!(out.status.success(), "curl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
@@ -207,6 +221,7 @@ fn every_exchange_on_one_start(b: &str) {
     for s in spans.iter().filter(|s| s["kind"] == 3) {
         assert_eq!(res_attr(s, "service.name").as_deref(), Some("curl"), "{s}");
     }
+    assert_joined(&spans);
 
     // nginx: one keep-alive connection (a 2 MiB sendfile body among its
     // answers), then three requests pipelined in one write.
@@ -309,6 +324,7 @@ fn every_exchange_on_one_start(b: &str) {
         ],
     );
     assert_version(&spans, "2");
+    assert_joined(&spans);
 
     // HTTP/2 after `Upgrade: h2c`: the upgraded request is stream 1, the
     // next two are streams 3 and 5 on the same connection.
