@@ -71,7 +71,7 @@ test_deps() {
     apt_install python3 python3-venv python3-pip curl nginx-light wrk apache2-utils prometheus systemd
     # The kernel matrix (tests/kernels/): qemu boots Debian's own kernels, an
     # initramfs of busybox shares this root with them over virtiofs.
-    apt_install qemu-system-x86 busybox-static cpio
+    apt_install qemu-system-x86 busybox-static cpio default-jdk-headless
     if [ ! -x .venv/bin/python ]; then
         say "creating .venv"
         python3 -m venv .venv

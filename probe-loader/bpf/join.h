@@ -72,8 +72,24 @@ static __always_inline void join_offer(const struct conn_state *st, const struct
 	__u32 end = sk_u32_at(io->sk, tcp_write_seq_off);
 	struct join_key k;
 	join_key_of(&k, io->sk, 1, end - total + skip);
+	struct join_val *answered = bpf_map_lookup_elem(&joins, &k);
+	if (answered && (answered->flags & JOINV_ANSWERED)) {
+		/* the server answered before this send was reported (join_take) */
+		bpf_map_delete_elem(&joins, &k);
+		count(CNT_JOIN_LATE);
+		return;
+	}
 	struct join_val v = { .conn_id = st->conn_id, .seq = st->seq };
 	bpf_map_update_elem(&joins, &k, &v, BPF_ANY);
+}
+
+/* A loopback address (127/8, ::1) as join_key_of stores it. */
+static __always_inline int join_loopback(const __u8 *a)
+{
+	const __u32 *w = (const __u32 *)a;
+	if (w[1] || w[2])
+		return 0;
+	return (!w[3] && a[0] == 127) || (!w[0] && w[3] == bpf_htonl(1));
 }
 
 /* Where the receive just reported (`total` bytes) began in the TCP stream,
@@ -116,7 +132,17 @@ static __always_inline void join_take(struct conn_state *st, struct sock *sk)
 	struct join_key k;
 	join_key_of(&k, sk, 0, st->join_seq);
 	struct join_val *v = bpf_map_lookup_elem(&joins, &k);
-	if (!v)
+	if (!v) {
+		/* A client on this host whose send is not reported yet (its
+		 * thread preempted in between) would find this and count itself
+		 * (join_offer); only loopback peers, which are on this host. */
+		if (join_loopback(k.caddr)) {
+			struct join_val mark = { .conn_id = st->conn_id, .seq = st->seq, .flags = JOINV_ANSWERED };
+			bpf_map_update_elem(&joins, &k, &mark, BPF_NOEXIST);
+		}
+		return;
+	}
+	if (v->flags & JOINV_ANSWERED)
 		return;
 	st->parent_conn = v->conn_id;
 	st->parent_seq = v->seq;
@@ -145,7 +171,7 @@ static __always_inline __u8 join_take_h2(struct conn_state *st, struct sock *sk)
 	struct join_key k;
 	join_key_of(&k, sk, 0, st->join_seq);
 	struct join_val *v = bpf_map_lookup_elem(&joins, &k);
-	if (!v)
+	if (!v || (v->flags & JOINV_ANSWERED))
 		return 0;
 	st->parent_conn = v->conn_id;
 	st->join_ok = 0;

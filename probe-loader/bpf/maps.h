@@ -89,12 +89,15 @@ struct join_key {
 	__u32 tcp_seq;
 };
 
-/* The client request a key names. */
+/* The client request a key names; or (JOINV_ANSWERED) the server request
+ * that looked for it first and did not find it. */
 struct join_val {
 	__u64 conn_id;
 	__u32 seq;
-	__u32 _pad;
+	__u32 flags;
 };
+
+#define JOINV_ANSWERED 1
 
 /* Client requests recently sent, for the server on this host that answers
  * them (http1_conn.h). LRU: a request sent to another host is never looked

@@ -119,7 +119,8 @@
 #define CNT_JOINS 23         /* server requests joined to the client request on this host that sent them */
 #define CNT_LINK_AMBIGUOUS 24 /* client requests not linked: their thread had more than one server request open */
 #define CNT_LINK_ALT_STACK 25 /* client requests not linked: their thread has an alternate signal stack (Go, Rust) */
-#define CNT_MAX 26
+#define CNT_JOIN_LATE 26     /* loopback requests not joined: the client's send was reported after its server answered */
+#define CNT_MAX 27
 
 /* proc_head.kind: records of the `execs` ring. */
 #define PROC_EXEC 1

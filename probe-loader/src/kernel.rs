@@ -55,6 +55,7 @@ pub const COUNTERS: [KernelCounter; CNT_MAX] = {
     t[CNT_JOINS] = KernelCounter::Count("ringtail_same_host_joins_total");
     t[CNT_LINK_AMBIGUOUS] = KernelCounter::Refused("concurrent_requests");
     t[CNT_LINK_ALT_STACK] = KernelCounter::Refused("thread_shared_by_tasks");
+    t[CNT_JOIN_LATE] = KernelCounter::Refused("send_reported_late");
     t
 };
 

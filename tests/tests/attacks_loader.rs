@@ -334,21 +334,9 @@ fn a_mapped_name_with_a_space_does_not_lead_the_loader_elsewhere() {
     chmod(&secret_dir.0, 0o700);
     run_as(NOBODY, &format!("mkfifo {}/f/libssl.so.3 && ln -s {} {}/m/libssl.so.3", d.0.display(), secret.display(), d.0.display()));
     let cert_dir = TempDir::new("spaces-cert");
-    let (cert, key) = {
-        let (cert, key) = (cert_dir.join("cert.pem"), cert_dir.join("key.pem"));
-        let st = Command::new("openssl")
-            .args(["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=localhost", "-keyout"])
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("run openssl");
-        assert!(st.success(), "openssl req failed");
-        chmod(&key, 0o644);
-        (cert, key)
-    };
+    let (cert, key) = ringtail_tests::tls::certificate(&cert_dir.0);
+    // (the server runs as nobody)
+    chmod(Path::new(&key), 0o644);
     let script = d.join("server.py");
     std::fs::write(&script, PY_MAPPING_TLS_SERVER).expect("write server.py");
     let mut opens = Opens::watch(&secret);
@@ -364,7 +352,7 @@ fn a_mapped_name_with_a_space_does_not_lead_the_loader_elsewhere() {
         Command::new("setpriv")
             .args([&format!("--reuid={uid}"), &format!("--regid={gid}"), "--clear-groups", "/usr/bin/python3"])
             .arg(&script)
-            .args([port.to_string(), cert.display().to_string(), key.display().to_string()])
+            .args([port.to_string(), cert, key])
             .arg(d.join("f/libssl.so.3 f"))
             .arg(d.join("m/libssl.so.3 m"))
             .env("LD_LIBRARY_PATH", &lib)
