@@ -38,6 +38,37 @@ static __always_inline void join_unmap(__u8 *a)
 	}
 }
 
+/* A loopback address (127/8, ::1) as join_key_of stores it. */
+static __always_inline int join_loopback(const __u8 *a)
+{
+	const __u32 *w = (const __u32 *)a;
+	if (w[1] || w[2])
+		return 0;
+	return (!w[3] && a[0] == 127) || (!w[0] && w[3] == bpf_htonl(1));
+}
+
+/* Whether two keys are the same. */
+static __always_inline int join_same(const struct join_key *a, const struct join_key *b)
+{
+	const __u32 *x = (const __u32 *)a, *y = (const __u32 *)b;
+	__u32 d = 0;
+#pragma unroll
+	for (int i = 0; i < sizeof(*a) / 4; i++)
+		d |= x[i] ^ y[i];
+	return d == 0;
+}
+
+/* The join_marks slot of a key. */
+static __always_inline __u32 join_slot(const struct join_key *k)
+{
+	const __u32 *w = (const __u32 *)k;
+	__u32 h = 0x9e3779b9;
+#pragma unroll
+	for (int i = 0; i < sizeof(*k) / 4; i++)
+		h = (h ^ w[i]) * 0x85ebca6b;
+	return (h ^ (h >> 16)) & (JOIN_MARKS - 1);
+}
+
 /* The name of the request whose first byte is `tcp_seq` on `sk`, seen from
  * the client's end (`client`) or the server's. */
 static __always_inline void join_key_of(struct join_key *k, struct sock *sk, int client, __u32 tcp_seq)
@@ -72,24 +103,18 @@ static __always_inline void join_offer(const struct conn_state *st, const struct
 	__u32 end = sk_u32_at(io->sk, tcp_write_seq_off);
 	struct join_key k;
 	join_key_of(&k, io->sk, 1, end - total + skip);
-	struct join_val *answered = bpf_map_lookup_elem(&joins, &k);
-	if (answered && (answered->flags & JOINV_ANSWERED)) {
-		/* the server answered before this send was reported (join_take) */
-		bpf_map_delete_elem(&joins, &k);
-		count(CNT_JOIN_LATE);
-		return;
+	if (join_loopback(k.caddr)) {
+		__u32 slot = join_slot(&k);
+		struct join_key *m = bpf_map_lookup_elem(&join_marks, &slot);
+		if (m && join_same(m, &k)) {
+			/* the server answered before this send was reported (join_take) */
+			m->tcp_seq ^= 1;
+			count(CNT_JOIN_LATE);
+			return;
+		}
 	}
 	struct join_val v = { .conn_id = st->conn_id, .seq = st->seq };
 	bpf_map_update_elem(&joins, &k, &v, BPF_ANY);
-}
-
-/* A loopback address (127/8, ::1) as join_key_of stores it. */
-static __always_inline int join_loopback(const __u8 *a)
-{
-	const __u32 *w = (const __u32 *)a;
-	if (w[1] || w[2])
-		return 0;
-	return (!w[3] && a[0] == 127) || (!w[0] && w[3] == bpf_htonl(1));
 }
 
 /* Where the receive just reported (`total` bytes) began in the TCP stream,
@@ -137,13 +162,13 @@ static __always_inline void join_take(struct conn_state *st, struct sock *sk)
 		 * thread preempted in between) would find this and count itself
 		 * (join_offer); only loopback peers, which are on this host. */
 		if (join_loopback(k.caddr)) {
-			struct join_val mark = { .conn_id = st->conn_id, .seq = st->seq, .flags = JOINV_ANSWERED };
-			bpf_map_update_elem(&joins, &k, &mark, BPF_NOEXIST);
+			__u32 slot = join_slot(&k);
+			struct join_key *m = bpf_map_lookup_elem(&join_marks, &slot);
+			if (m)
+				__builtin_memcpy(m, &k, sizeof(k));
 		}
 		return;
 	}
-	if (v->flags & JOINV_ANSWERED)
-		return;
 	st->parent_conn = v->conn_id;
 	st->parent_seq = v->seq;
 	st->flags |= EVF_PARENT;
@@ -171,7 +196,7 @@ static __always_inline __u8 join_take_h2(struct conn_state *st, struct sock *sk)
 	struct join_key k;
 	join_key_of(&k, sk, 0, st->join_seq);
 	struct join_val *v = bpf_map_lookup_elem(&joins, &k);
-	if (!v || (v->flags & JOINV_ANSWERED))
+	if (!v)
 		return 0;
 	st->parent_conn = v->conn_id;
 	st->join_ok = 0;

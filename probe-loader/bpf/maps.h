@@ -89,15 +89,24 @@ struct join_key {
 	__u32 tcp_seq;
 };
 
-/* The client request a key names; or (JOINV_ANSWERED) the server request
- * that looked for it first and did not find it. */
+/* The client request a key names. */
 struct join_val {
 	__u64 conn_id;
 	__u32 seq;
-	__u32 flags;
+	__u32 _pad;
 };
 
-#define JOINV_ANSWERED 1
+/* Loopback requests a server answered without finding their client
+ * (join.h): a direct-mapped table (a slot by a hash of the key), so that
+ * marking one costs a few stores, not an LRU insert on every request of an
+ * untraced local client. */
+#define JOIN_MARKS 4096
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, JOIN_MARKS);
+	__type(key, __u32);
+	__type(value, struct join_key);
+} join_marks SEC(".maps") __weak;
 
 /* Client requests recently sent, for the server on this host that answers
  * them (http1_conn.h). LRU: a request sent to another host is never looked

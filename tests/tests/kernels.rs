@@ -133,15 +133,27 @@ fn assert_version(spans: &[Value], v: &str) {
 
 /// Every client span among `spans` has exactly one server span of the same
 /// path that is its child in its trace (client and server on this host:
-/// joined by the kernel, `bpf/join.h`).
-fn assert_joined(spans: &[Value]) {
+/// joined by the kernel, `bpf/join.h`); or, with `late` (the Prometheus
+/// port), none, when its send was reported after the server answered: then
+/// it is counted there, and the count is exactly the clients not joined.
+fn assert_joined(spans: &[Value], late: Option<u16>) {
     let clients: Vec<&Value> = spans.iter().filter(|s| s["kind"] == 3).collect();
     assert!(!clients.is_empty(), "no client span");
+    let mut alone = 0;
     for c in clients {
         let children: Vec<&Value> = spans.iter().filter(|s| s["kind"] == 2 && s["parent_span_id"] == c["span_id"]).collect();
+        if children.is_empty() && late.is_some() {
+            alone += 1;
+            continue;
+        }
         assert_eq!(children.len(), 1, "the server span of {c}: {children:?}");
         assert_eq!(children[0]["trace_id"], c["trace_id"], "{c}");
         assert_eq!(attr(children[0], "url.path"), attr(c, "url.path"), "{c}");
+    }
+    if let Some(prom) = late {
+        let reason = [("reason", "send_reported_late")];
+        let counted = wait_until(wait(), || metric_value(prom, "ringtail_links_refused_total", &reason).filter(|n| *n >= f64::from(alone)));
+        assert_eq!(counted.unwrap_or(0.0), f64::from(alone), "clients not joined, counted as late sends");
     }
 }
 
@@ -221,7 +233,7 @@ fn every_exchange_on_one_start(b: &str) {
     for s in spans.iter().filter(|s| s["kind"] == 3) {
         assert_eq!(res_attr(s, "service.name").as_deref(), Some("curl"), "{s}");
     }
-    assert_joined(&spans);
+    assert_joined(&spans, Some(prom));
 
     // nginx: one keep-alive connection (a 2 MiB sendfile body among its
     // answers), then three requests pipelined in one write.
@@ -324,7 +336,7 @@ fn every_exchange_on_one_start(b: &str) {
         ],
     );
     assert_version(&spans, "2");
-    assert_joined(&spans);
+    assert_joined(&spans, None);
 
     // HTTP/2 after `Upgrade: h2c`: the upgraded request is stream 1, the
     // next two are streams 3 and 5 on the same connection.
