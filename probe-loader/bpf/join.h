@@ -9,7 +9,9 @@
  * event names the client's request (EVF_PARENT). By then the client's send
  * hook has run unless the client's thread was preempted between handing the
  * bytes to TCP and the hook for longer than the server took to read and
- * answer: then no join, never a wrong one (the name is exact). TLS
+ * answer: then no join, never a wrong one (the name is exact); on loopback
+ * the server leaves a mark (join_marks) by which the late client counts
+ * itself (CNT_JOIN_LATE). TLS
  * plaintext has no TCP sequence number of its own: not joined here.
  */
 #ifndef RINGTAIL_JOIN_H
@@ -108,7 +110,7 @@ static __always_inline void join_offer(const struct conn_state *st, const struct
 		struct join_key *m = bpf_map_lookup_elem(&join_marks, &slot);
 		if (m && join_same(m, &k)) {
 			/* the server answered before this send was reported (join_take) */
-			m->tcp_seq ^= 1;
+			m->tcp_seq ^= 1; /* spent: never counted twice */
 			count(CNT_JOIN_LATE);
 			return;
 		}

@@ -455,12 +455,21 @@ impl Transformer {
     fn forget(&mut self, b: &mut Batch<'_>, own: Option<CtxKey>) {
         let Some(key) = own else { return };
         self.contexts.insert(key, 0, 0);
-        for h in self.held.remove(&key).unwrap_or_default() {
+        self.release_fallback(key, b.out, &mut b.made);
+    }
+
+    /// Sends the spans waiting for `key`'s context with their fallback
+    /// trace and parent (and then those that waited for theirs); how many.
+    fn release_fallback(&mut self, key: CtxKey, out: &mut Vec<Produced>, made: &mut Made) -> usize {
+        let held = self.held.remove(&key).unwrap_or_default();
+        let n = held.len();
+        for h in held {
             self.held_count -= 1;
             let mut s = h.span;
             (s.trace_id, s.parent_span_id) = h.fallback;
-            self.publish(b.out, Produced { resource: h.resource, span: s, origin: h.origin }, h.own, false, &mut b.made);
+            self.publish(out, Produced { resource: h.resource, span: s, origin: h.origin }, h.own, false, made);
         }
+        n
     }
 
     /// Sends span `p` (its trace decided) out, remembers its context under
@@ -533,13 +542,8 @@ impl Transformer {
                 self.held_order.push_back((now + self.parent_wait, key, put_off + 1));
                 continue;
             }
-            for h in self.held.remove(&key).unwrap_or_default() {
-                self.held_count -= 1;
-                self.stats.parent_timeouts.inc();
-                let mut s = h.span;
-                (s.trace_id, s.parent_span_id) = h.fallback;
-                self.publish(out, Produced { resource: h.resource, span: s, origin: h.origin }, h.own, false, &mut made);
-            }
+            let n = self.release_fallback(key, out, &mut made);
+            self.stats.parent_timeouts.add(n as u64);
         }
     }
 }
