@@ -30,6 +30,9 @@ struct conn_io {
 	__u32 tid;
 	__s32 fd; /* -1 when unknown */
 	__u8 tls; /* the bytes are a TLS connection's plaintext (tls.h) */
+	__u8 tls_seq_ok; /* a TLS read: tls_seq is known */
+	__u32 tls_seq; /* a TLS read: the TCP sequence number of the first
+			* ciphertext byte the call read (tls_call.rec_seq) */
 };
 
 /* Append request bytes to the capture buffer; remember what did not fit. */

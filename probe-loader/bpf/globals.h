@@ -38,6 +38,14 @@ RINGTAIL_GLOBAL(const volatile __u8, tls_late, 0);
 RINGTAIL_GLOBAL(const volatile __u32, tcp_copied_seq_off, 0);
 RINGTAIL_GLOBAL(const volatile __u32, tcp_write_seq_off, 0);
 
+/* A u32 field of the socket at byte `off` (one of the two above). */
+static __always_inline __u32 sk_u32_at(struct sock *sk, __u32 off)
+{
+	__u32 v = 0;
+	bpf_probe_read_kernel(&v, sizeof(v), (const void *)((unsigned long)sk + off));
+	return v;
+}
+
 /* Connection numbers: unique per loaded program, never kernel addresses. */
 RINGTAIL_GLOBAL(__u64, next_conn_id, 0);
 

@@ -11,22 +11,27 @@
  * bytes to TCP and the hook for longer than the server took to read and
  * answer: then no join, never a wrong one (the name is exact); on loopback
  * the server leaves a mark (join_marks) by which the late client counts
- * itself (CNT_JOIN_LATE). TLS
- * plaintext has no TCP sequence number of its own: not joined here.
+ * itself (CNT_JOIN_LATE).
+ *
+ * TLS plaintext has no sequence number of its own; a request that begins
+ * a TLS write and a read is named by the TCP sequence number of the record
+ * that carries its first byte. The client's is the socket's write_seq when
+ * SSL_write is entered (its record is the next byte the socket sends: the
+ * earlier writes' records were handed to it; if one was not, this names
+ * bytes no request of the server begins at, so no join, and the offer is
+ * never put over another's); the server's is the socket's copied_seq when
+ * the SSL_read that returns the request was entered, if that call read
+ * ciphertext (copied_seq moved): its first read began there (tls.h;
+ * OpenSSL reads a record's header, then its body, never further by
+ * default, so what it returns is that record's). The
+ * offer is made before the bytes leave, so it is never late. Not joined:
+ * a request that does not begin its TLS write or read, and servers that
+ * read the ciphertext themselves (TLS over memory buffers: Node, asyncio).
  */
 #ifndef RINGTAIL_JOIN_H
 #define RINGTAIL_JOIN_H
 
 #include "conn.h"
-
-/* A u32 field of the socket at byte `off` (globals.h: from the kernel's
- * BTF, as the loader's CO-RE cannot place tcp_sock's fields). */
-static __always_inline __u32 sk_u32_at(struct sock *sk, __u32 off)
-{
-	__u32 v = 0;
-	bpf_probe_read_kernel(&v, sizeof(v), (const void *)((unsigned long)sk + off));
-	return v;
-}
 
 /* An IPv4-mapped IPv6 address (a dual-stack listener's view of an IPv4
  * peer) in its IPv4 form, as the IPv4 end stores it. */
@@ -99,12 +104,24 @@ static __always_inline void join_key_of(struct join_key *k, struct sock *sk, int
  * request from byte `skip` on): recorded for a server on this host. */
 static __always_inline void join_offer(const struct conn_state *st, const struct conn_io *io, __u32 total, __u32 skip)
 {
-	if (io->tls || !tcp_write_seq_off)
+	if (!tcp_write_seq_off)
 		return;
-	/* the send is over: write_seq is just past its bytes */
-	__u32 end = sk_u32_at(io->sk, tcp_write_seq_off);
+	__u32 at = sk_u32_at(io->sk, tcp_write_seq_off);
+	if (io->tls) {
+		/* SSL_write is entered: write_seq is where its record will be */
+		if (skip)
+			return;
+	} else {
+		/* the send is over: write_seq is just past its bytes */
+		at = at - total + skip;
+	}
+	struct join_val v = { .conn_id = st->conn_id, .seq = st->seq };
 	struct join_key k;
-	join_key_of(&k, io->sk, 1, end - total + skip);
+	join_key_of(&k, io->sk, 1, at);
+	if (io->tls) {
+		bpf_map_update_elem(&joins, &k, &v, BPF_NOEXIST);
+		return;
+	}
 	if (join_loopback(k.caddr)) {
 		__u32 slot = join_slot(&k);
 		struct join_key *m = bpf_map_lookup_elem(&join_marks, &slot);
@@ -115,17 +132,19 @@ static __always_inline void join_offer(const struct conn_state *st, const struct
 			return;
 		}
 	}
-	struct join_val v = { .conn_id = st->conn_id, .seq = st->seq };
 	bpf_map_update_elem(&joins, &k, &v, BPF_ANY);
 }
 
-/* Where the receive just reported (`total` bytes) began in the TCP stream,
- * for join_mark and join_note; 0 when not known (TLS, no offsets): read once
- * where a server request may begin, so that the verifier walks one read, not
- * one per branch. */
+/* Where the receive just reported (`total` bytes) began in the TCP stream
+ * (TLS: where the record of its first byte did, if known), for join_mark
+ * and join_note; 0 when not known (no offsets): read once where a server
+ * request may begin, so that the verifier walks one read, not one per
+ * branch. */
 static __always_inline __u32 join_recv_start(const struct conn_io *io, __u32 total)
 {
-	if (io->tls || !tcp_copied_seq_off)
+	if (io->tls)
+		return io->tls_seq;
+	if (!tcp_copied_seq_off)
 		return 0;
 	/* the receive is over: copied_seq is just past its bytes */
 	return sk_u32_at(io->sk, tcp_copied_seq_off) - total;
@@ -144,9 +163,28 @@ static __always_inline void join_mark(struct conn_state *st, __u32 start)
 static __always_inline void join_note(struct conn_state *st, const struct conn_io *io, __u32 start, __u32 skip,
 				      __u32 pend)
 {
-	st->join_ok = !io->tls && tcp_copied_seq_off;
+	/* TLS: the record's start is the request's only when the request
+	 * begins the plaintext of the read */
+	st->join_ok = io->tls ? io->tls_seq_ok && !skip && !pend : tcp_copied_seq_off != 0;
 	st->join_tries = 0;
 	st->join_seq = (pend ? st->join_seq : start) + skip;
+}
+
+/* Was the server request (or HTTP/2 connection) `st` names, on `sk`, sent
+ * by a client on this host? Then its record names the client's (the offer
+ * is spent, counted). `k`: the name, for the caller. */
+static __always_inline int join_claim(struct conn_state *st, struct sock *sk, struct join_key *k)
+{
+	join_key_of(k, sk, 0, st->join_seq);
+	struct join_val *v = bpf_map_lookup_elem(&joins, k);
+	if (!v)
+		return 0;
+	st->parent_conn = v->conn_id;
+	st->parent_seq = v->seq;
+	st->join_ok = 0;
+	bpf_map_delete_elem(&joins, k);
+	count(CNT_JOINS);
+	return 1;
 }
 
 /* The server answers its request: was it sent by a client request on this
@@ -157,13 +195,12 @@ static __always_inline void join_take(struct conn_state *st, struct sock *sk)
 		return;
 	st->join_ok = 0;
 	struct join_key k;
-	join_key_of(&k, sk, 0, st->join_seq);
-	struct join_val *v = bpf_map_lookup_elem(&joins, &k);
-	if (!v) {
+	if (!join_claim(st, sk, &k)) {
 		/* A client on this host whose send is not reported yet (its
 		 * thread preempted in between) would find this and count itself
-		 * (join_offer); only loopback peers, which are on this host. */
-		if (join_loopback(k.caddr)) {
+		 * (join_offer); only loopback peers, which are on this host, and
+		 * not TLS, whose offers come before the bytes. */
+		if (!st->tls && join_loopback(k.caddr)) {
 			__u32 slot = join_slot(&k);
 			struct join_key *m = bpf_map_lookup_elem(&join_marks, &slot);
 			if (m)
@@ -171,11 +208,7 @@ static __always_inline void join_take(struct conn_state *st, struct sock *sk)
 		}
 		return;
 	}
-	st->parent_conn = v->conn_id;
-	st->parent_seq = v->seq;
 	st->flags |= EVF_PARENT;
-	bpf_map_delete_elem(&joins, &k);
-	count(CNT_JOINS);
 }
 
 /* Sends on an HTTP/2 server connection that look for its caller: its first
@@ -196,15 +229,7 @@ static __always_inline __u8 join_take_h2(struct conn_state *st, struct sock *sk)
 	if (st->join_tries >= JOIN_H2_TRIES)
 		st->join_ok = 0;
 	struct join_key k;
-	join_key_of(&k, sk, 0, st->join_seq);
-	struct join_val *v = bpf_map_lookup_elem(&joins, &k);
-	if (!v)
-		return 0;
-	st->parent_conn = v->conn_id;
-	st->join_ok = 0;
-	bpf_map_delete_elem(&joins, &k);
-	count(CNT_JOINS);
-	return H2F_CALLER;
+	return join_claim(st, sk, &k) ? H2F_CALLER : 0;
 }
 
 #endif

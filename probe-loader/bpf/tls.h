@@ -45,8 +45,14 @@ struct tls_call {
 	__u64 buf;  /* the plaintext buffer (reads) */
 	__u64 out;  /* SSL_read_ex's size_t *readbytes */
 	__u64 sk;   /* the socket a hook saw inside the call, 0 before */
+	/* A read: the socket its SSL object was bound to at entry (0: none),
+	 * and that socket's copied_seq then: where the call's first read of
+	 * ciphertext, if it makes one, begins. With OpenSSL reading no further
+	 * ahead than a record (its default), the start of the record whose
+	 * plaintext the call returns (join.h, for same-host joins). */
+	__u64 seq_sk;
+	__u32 rec_seq;
 	__u32 kind; /* TLS_* */
-	__u32 _pad;
 };
 
 /* By thread id; the uretprobe deletes its call's record. An LRU: a thread

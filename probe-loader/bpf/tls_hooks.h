@@ -29,12 +29,21 @@ static __always_inline void tls_enter(__u32 kind, __u64 ssl, __u64 buf, __u64 ou
 		return;
 	__u32 tid = (__u32)id;
 	struct tls_call c = { .ssl = ssl, .buf = buf, .out = out, .kind = kind };
+	if (kind != TLS_HANDSHAKE && tcp_copied_seq_off) {
+		struct tls_key k = { .ssl = ssl, .tgid = id >> 32 };
+		struct tls_sock *b = bpf_map_lookup_elem(&tls_socks, &k);
+		if (b) {
+			c.seq_sk = b->sk;
+			c.rec_seq = sk_u32_at((struct sock *)b->sk, tcp_copied_seq_off);
+		}
+	}
 	bpf_map_update_elem(&tls_calls, &tid, &c, BPF_ANY);
 }
 
 /* `n` bytes of plaintext at `buf` moved on SSL object `ssl`: to the state
  * machine, on the socket it is bound to. */
-static __always_inline void tls_data(__u64 ssl, __u64 buf, __u64 n, __u32 tgid, __u32 tid, int recv)
+static __always_inline void tls_data(__u64 ssl, __u64 buf, __u64 n, __u32 tgid, __u32 tid, int recv,
+				     const struct tls_call *c)
 {
 	struct tls_key k = { .ssl = ssl, .tgid = tgid };
 	struct tls_sock *b = bpf_map_lookup_elem(&tls_socks, &k);
@@ -63,6 +72,11 @@ static __always_inline void tls_data(__u64 ssl, __u64 buf, __u64 n, __u32 tgid, 
 	sg.n = 1;
 	sg.total = n > 0xffffffff ? 0xffffffff : n;
 	struct conn_io io = { .sk = sk, .tgid = tgid, .tid = tid, .fd = b->fd, .tls = 1 };
+	/* the read moved ciphertext if copied_seq moved: it began there */
+	if (c && c->seq_sk == b->sk && sk_u32_at(sk, tcp_copied_seq_off) != c->rec_seq) {
+		io.tls_seq_ok = 1;
+		io.tls_seq = c->rec_seq;
+	}
 	if (recv)
 		conn_on_recv(st, &io, &sg);
 	else
@@ -119,7 +133,7 @@ int BPF_KRETPROBE(tls_call_exit, long ret)
 		return 0; /* a handshake: its binding, if any, is made */
 	}
 	if (n)
-		tls_data(c.ssl, c.buf, n, id >> 32, tid, 1);
+		tls_data(c.ssl, c.buf, n, id >> 32, tid, 1, &c);
 	return 0;
 }
 
@@ -133,7 +147,7 @@ int BPF_KPROBE(tls_write_enter, void *ssl, void *buf, int num)
 	__u64 id = bpf_get_current_pid_tgid();
 	if (num <= 0 || !pid_selected(id >> 32))
 		return 0;
-	tls_data((__u64)ssl, (__u64)buf, (__u64)num, id >> 32, (__u32)id, 0);
+	tls_data((__u64)ssl, (__u64)buf, (__u64)num, id >> 32, (__u32)id, 0, NULL);
 	return 0;
 }
 
@@ -144,7 +158,7 @@ int BPF_KPROBE(tls_write_ex_enter, void *ssl, void *buf, __u64 num)
 	__u64 id = bpf_get_current_pid_tgid();
 	if (num == 0 || !pid_selected(id >> 32))
 		return 0;
-	tls_data((__u64)ssl, (__u64)buf, num, id >> 32, (__u32)id, 0);
+	tls_data((__u64)ssl, (__u64)buf, num, id >> 32, (__u32)id, 0, NULL);
 	return 0;
 }
 

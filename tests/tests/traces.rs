@@ -47,8 +47,30 @@ fn curl_and_the_server_it_calls_are_one_trace(b: &str) {
     let dir = TempDir::new("traces-curl");
     let port = free_port();
     let _srv = python_http_server(port, &dir.0);
+    curl_and_its_server(b, port, "http");
+}
+
+/// The same over HTTPS: curl and a Python server in `ssl`, both OpenSSL,
+/// on the sockets' reads and writes (no request reported late: the client's
+/// offer is made before its bytes leave).
+fn curl_and_the_https_server_it_calls_are_one_trace(b: &str) {
+    if !can_trace() || !have("curl") || !have("openssl") {
+        return;
+    }
+    let port = free_port();
+    let (_dir, _srv) = python_tls("python tls server", PY_TLS_SERVER, port, &[]);
+    curl_and_its_server(b, port, "https");
+}
+
+/// curl, 200 requests on one connection to the server on `port` by
+/// `scheme`; checks the traces they make.
+fn curl_and_its_server(b: &str, port: u16, scheme: &str) {
     let (rt, prom) = ringtail_for(b, &[port], &["^curl$"]);
-    let st = Command::new("curl").args(["-s", &format!("http://127.0.0.1:{port}/t/[0-199]")]).stdout(Stdio::null()).status().expect("curl");
+    let st = Command::new("curl")
+        .args(["-sk", &format!("{scheme}://127.0.0.1:{port}/t/[0-199]")])
+        .stdout(Stdio::null())
+        .status()
+        .expect("curl");
     assert!(st.success());
     let ours = |s: &SpanLine| s.path.starts_with("/t/");
     let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| ours(s)).count() >= 400);
@@ -81,6 +103,9 @@ fn curl_and_the_server_it_calls_are_one_trace(b: &str) {
         }
     }
     assert_eq!(joined + alone / 2, 200, "{}", rt.stdout());
+    if scheme == "https" {
+        assert_eq!(alone, 0, "{}", rt.stdout());
+    }
     assert_eq!(paths.len(), joined as usize);
     // (the loader's counters reach the endpoint with its next report)
     let joins = wait_until(WAIT, || metric_value(prom, "ringtail_same_host_joins_total", &[]).filter(|n| *n >= f64::from(joined)));
@@ -88,7 +113,7 @@ fn curl_and_the_server_it_calls_are_one_trace(b: &str) {
     let counted = wait_until(WAIT, || Some(late()).filter(|n| *n >= f64::from(alone / 2)));
     assert_eq!(counted, Some(f64::from(alone / 2)), "every request not joined is counted");
     assert_eq!(metric_value(prom, "ringtail_parent_wait_timeouts_total", &[]), Some(0.0));
-    eprintln!("curl → http.server, 200 requests: {joined} joined, {} not (send reported late)", alone / 2);
+    eprintln!("curl → python, {scheme}, 200 requests: {joined} joined, {} not (send reported late)", alone / 2);
 }
 
 /// An HTTP/2 client (Go, prior knowledge) and the server it calls on this
@@ -108,6 +133,46 @@ fn an_http2_client_and_its_server_on_this_host_are_one_trace(b: &str) {
     let paths: Vec<String> = (0..50).map(|i| format!("/h/{i}")).collect();
     let out = Command::new(&client).arg(format!("http://127.0.0.1:{port}")).args(&paths).output().expect("h2client");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ours = |s: &SpanLine| s.path.starts_with("/h/");
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| ours(s)).count() >= 100);
+    let spans: Vec<SpanLine> = spans.into_iter().filter(|s| ours(s)).collect();
+    assert_eq!(spans.len(), 100, "{}", rt.stdout());
+    let by_trace = traces(&spans);
+    assert_eq!(by_trace.len(), 50, "one trace per stream:\n{}", rt.stdout());
+    for t in by_trace.values() {
+        let client = t.iter().find(|s| s.kind == "CLIENT").unwrap_or_else(|| panic!("no client span: {t:?}"));
+        let server = t.iter().find(|s| s.kind == "SERVER").unwrap_or_else(|| panic!("no server span: {t:?}"));
+        assert_eq!((t.len(), client.path.as_str()), (2, server.path.as_str()), "{t:?}");
+        assert_eq!(server.parent.as_deref(), Some(client.span.as_str()), "{}", server.line);
+    }
+    let joins = wait_until(WAIT, || metric_value(prom, "ringtail_same_host_joins_total", &[]).filter(|n| *n >= 1.0));
+    assert_eq!(joins, Some(1.0), "one connection joined");
+}
+
+/// curl over HTTP/2 and TLS (ALPN) → a Python HTTP/2 server in `ssl` on
+/// this host, 50 streams on one connection: 50 traces of exactly two spans,
+/// each server stream the child of curl's stream of the same id.
+fn curl_http2_over_tls_and_its_server_are_one_trace(b: &str) {
+    if !can_trace() || !have("curl") || !have("openssl") {
+        return;
+    }
+    let python = venv().join("bin/python");
+    if Command::new(&python).args(["-c", "import h2"]).status().map_or(true, |s| !s.success()) {
+        skip("no h2 in the venv");
+        return;
+    }
+    let dir = TempDir::new("traces-h2-tls");
+    let (cert, key) = certificate(&dir.0);
+    let port = free_port();
+    let script = fixture("h2_tls_server.py");
+    let _srv = server("python h2 tls server", port, &python, &[script.to_str().expect("a UTF-8 path"), &port.to_string(), &cert, &key]);
+    let (rt, prom) = ringtail_for(b, &[port], &["^curl$"]);
+    let out = Command::new("curl")
+        .args(["-sk", "--http2", "-o", "/dev/null", "-w", "%{http_version}\\n", &format!("https://127.0.0.1:{port}/h/[0-49]")])
+        .output()
+        .expect("curl");
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().filter(|l| *l == "2").count(), 50, "HTTP/2 all along");
     let ours = |s: &SpanLine| s.path.starts_with("/h/");
     let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| ours(s)).count() >= 100);
     let spans: Vec<SpanLine> = spans.into_iter().filter(|s| ours(s)).collect();
@@ -282,6 +347,8 @@ fn java_front_calls_are_never_linked_to_the_wrong_request(b: &str) {
 
 on_both_backends!(
     curl_and_the_server_it_calls_are_one_trace,
+    curl_and_the_https_server_it_calls_are_one_trace,
+    curl_http2_over_tls_and_its_server_are_one_trace,
     an_http2_client_and_its_server_on_this_host_are_one_trace,
     nginx_front_calls_are_never_linked_to_the_wrong_request,
     node_front_calls_are_never_linked_to_the_wrong_request,
