@@ -66,11 +66,8 @@ fn curl_and_the_https_server_it_calls_are_one_trace(b: &str) {
 /// `scheme`; checks the traces they make.
 fn curl_and_its_server(b: &str, port: u16, scheme: &str) {
     let (rt, prom) = ringtail_for(b, &[port], &["^curl$"]);
-    let st = Command::new("curl")
-        .args(["-sk", &format!("{scheme}://127.0.0.1:{port}/t/[0-199]")])
-        .stdout(Stdio::null())
-        .status()
-        .expect("curl");
+    let st =
+        Command::new("curl").args(["-sk", &format!("{scheme}://127.0.0.1:{port}/t/[0-199]")]).stdout(Stdio::null()).status().expect("curl");
     assert!(st.success());
     let ours = |s: &SpanLine| s.path.starts_with("/t/");
     let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| ours(s)).count() >= 400);
