@@ -68,7 +68,7 @@ test_deps() {
     for c in rustfmt clippy; do
         cargo "${c/rustfmt/fmt}" --version >/dev/null 2>&1 || { say "rustup component add $c"; rustup component add "$c"; }
     done
-    apt_install python3 python3-venv python3-pip curl nginx-light wrk apache2-utils prometheus systemd
+    apt_install python3 python3-venv python3-pip curl nginx-light wrk apache2-utils prometheus systemd iproute2
     # The kernel matrix (tests/kernels/): qemu boots Debian's own kernels, an
     # initramfs of busybox shares this root with them over virtiofs.
     apt_install qemu-system-x86 busybox-static cpio default-jdk-headless

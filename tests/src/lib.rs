@@ -31,10 +31,12 @@ pub use serde_json::Value;
 pub mod cgroups;
 pub mod http1;
 pub mod kube;
+pub mod netns;
 pub mod otlp;
 pub mod tls;
 
 pub use http1::{get, keepalive, read_response};
+pub use netns::VethNs;
 pub use otlp::{expect_spans, k, key, on_port, Key};
 pub use tls::{certificate, python_tls, PY_TLS_SERVER};
 

@@ -24,6 +24,7 @@ pub fn certificate(dir: &Path) -> (String, String) {
 
 /// A Python HTTPS server (`ThreadingHTTPServer`, keep-alive): GET answers
 /// 200 `hello` (404 under /missing), POST reads the body and answers 201.
+/// Arguments: PORT CERT KEY [ADDRESS, 127.0.0.1 by default].
 pub const PY_TLS_SERVER: &str = r#"
 import http.server, ssl, sys
 class H(http.server.BaseHTTPRequestHandler):
@@ -43,7 +44,8 @@ class H(http.server.BaseHTTPRequestHandler):
         self.end_headers()
     def log_message(self, *a):
         pass
-srv = http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+addr = sys.argv[4] if len(sys.argv) > 4 else "127.0.0.1"
+srv = http.server.ThreadingHTTPServer((addr, int(sys.argv[1])), H)
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain(sys.argv[2], sys.argv[3])
 srv.socket = ctx.wrap_socket(srv.socket, server_side=True)

@@ -47,7 +47,8 @@ fn curl_and_the_server_it_calls_are_one_trace(b: &str) {
     let dir = TempDir::new("traces-curl");
     let port = free_port();
     let _srv = python_http_server(port, &dir.0);
-    curl_and_its_server(b, port, "http");
+    let (rt, prom) = ringtail_for(b, &[port], &["^curl$"]);
+    curl_and_its_server(&rt, prom, "http", "127.0.0.1", port);
 }
 
 /// The same over HTTPS: curl and a Python server in `ssl`, both OpenSSL,
@@ -59,15 +60,39 @@ fn curl_and_the_https_server_it_calls_are_one_trace(b: &str) {
     }
     let port = free_port();
     let (_dir, _srv) = python_tls("python tls server", PY_TLS_SERVER, port, &[]);
-    curl_and_its_server(b, port, "https");
+    let (rt, prom) = ringtail_for(b, &[port], &["^curl$"]);
+    curl_and_its_server(&rt, prom, "https", "127.0.0.1", port);
 }
 
-/// curl, 200 requests on one connection to the server on `port` by
-/// `scheme`; checks the traces they make.
-fn curl_and_its_server(b: &str, port: u16, scheme: &str) {
+/// The same with the server at another address of this host: in a network
+/// namespace across a veth pair, as a container on a bridge is (the host's
+/// own non-loopback addresses are named the same way).
+fn curl_and_an_https_server_behind_a_veth_pair_are_one_trace(b: &str) {
+    if !can_trace() || !have("curl") || !have("openssl") || !have("ip") {
+        return;
+    }
+    let ns = VethNs::new();
+    let port = free_port();
     let (rt, prom) = ringtail_for(b, &[port], &["^curl$"]);
+    // (started after ringtail: the kernel selects it as it listens; the
+    // loader's scan at start sees its own namespace's listeners only)
+    let dir = TempDir::new("traces-veth");
+    let (cert, key) = certificate(&dir.0);
+    let script = dir.join("server.py");
+    std::fs::write(&script, PY_TLS_SERVER).expect("write server.py");
+    let _srv = Proc::spawn(
+        "python tls server in a namespace",
+        ns.command("python3").arg(&script).args([&port.to_string(), &cert, &key, &ns.ns_addr]).stdout(Stdio::null()).stderr(Stdio::null()),
+    );
+    assert!(ns.wait_port(port, Duration::from_secs(15)), "the server did not listen");
+    curl_and_its_server(&rt, prom, "https", &ns.ns_addr, port);
+}
+
+/// curl, 200 requests on one connection to the server at `addr`:`port` by
+/// `scheme`; checks the traces they make.
+fn curl_and_its_server(rt: &Ringtail, prom: u16, scheme: &str, addr: &str, port: u16) {
     let st =
-        Command::new("curl").args(["-sk", &format!("{scheme}://127.0.0.1:{port}/t/[0-199]")]).stdout(Stdio::null()).status().expect("curl");
+        Command::new("curl").args(["-sk", &format!("{scheme}://{addr}:{port}/t/[0-199]")]).stdout(Stdio::null()).status().expect("curl");
     assert!(st.success());
     let ours = |s: &SpanLine| s.path.starts_with("/t/");
     let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| ours(s)).count() >= 400);
@@ -110,7 +135,7 @@ fn curl_and_its_server(b: &str, port: u16, scheme: &str) {
     let counted = wait_until(WAIT, || Some(late()).filter(|n| *n >= f64::from(alone / 2)));
     assert_eq!(counted, Some(f64::from(alone / 2)), "every request not joined is counted");
     assert_eq!(metric_value(prom, "ringtail_parent_wait_timeouts_total", &[]), Some(0.0));
-    eprintln!("curl → python, {scheme}, 200 requests: {joined} joined, {} not (send reported late)", alone / 2);
+    eprintln!("curl → python at {addr}, {scheme}, 200 requests: {joined} joined, {} not (send reported late)", alone / 2);
 }
 
 /// An HTTP/2 client (Go, prior knowledge) and the server it calls on this
@@ -164,8 +189,39 @@ fn curl_http2_over_tls_and_its_server_are_one_trace(b: &str) {
     let script = fixture("h2_tls_server.py");
     let _srv = server("python h2 tls server", port, &python, &[script.to_str().expect("a UTF-8 path"), &port.to_string(), &cert, &key]);
     let (rt, prom) = ringtail_for(b, &[port], &["^curl$"]);
+    curl_http2_over_tls(&rt, prom, "127.0.0.1", port);
+}
+
+/// The same with the server in a network namespace across a veth pair.
+fn curl_http2_over_tls_and_a_server_behind_a_veth_pair_are_one_trace(b: &str) {
+    if !can_trace() || !have("curl") || !have("openssl") || !have("ip") {
+        return;
+    }
+    let python = venv().join("bin/python");
+    if Command::new(&python).args(["-c", "import h2"]).status().map_or(true, |s| !s.success()) {
+        skip("no h2 in the venv");
+        return;
+    }
+    let ns = VethNs::new();
+    let port = free_port();
+    let (rt, prom) = ringtail_for(b, &[port], &["^curl$"]);
+    let dir = TempDir::new("traces-veth-h2");
+    let (cert, key) = certificate(&dir.0);
+    let script = fixture("h2_tls_server.py");
+    let python = python.to_str().expect("a UTF-8 path");
+    let _srv = Proc::spawn(
+        "python h2 tls server in a namespace",
+        ns.command(python).arg(&script).args([&port.to_string(), &cert, &key, &ns.ns_addr]).stdout(Stdio::null()).stderr(Stdio::null()),
+    );
+    assert!(ns.wait_port(port, Duration::from_secs(15)), "the server did not listen");
+    curl_http2_over_tls(&rt, prom, &ns.ns_addr, port);
+}
+
+/// curl over HTTP/2 and TLS, 50 streams on one connection to the server at
+/// `addr`:`port`: checks the traces they make.
+fn curl_http2_over_tls(rt: &Ringtail, prom: u16, addr: &str, port: u16) {
     let out = Command::new("curl")
-        .args(["-sk", "--http2", "-o", "/dev/null", "-w", "%{http_version}\\n", &format!("https://127.0.0.1:{port}/h/[0-49]")])
+        .args(["-sk", "--http2", "-o", "/dev/null", "-w", "%{http_version}\\n", &format!("https://{addr}:{port}/h/[0-49]")])
         .output()
         .expect("curl");
     assert!(out.status.success());
@@ -346,6 +402,8 @@ on_both_backends!(
     curl_and_the_server_it_calls_are_one_trace,
     curl_and_the_https_server_it_calls_are_one_trace,
     curl_http2_over_tls_and_its_server_are_one_trace,
+    curl_and_an_https_server_behind_a_veth_pair_are_one_trace,
+    curl_http2_over_tls_and_a_server_behind_a_veth_pair_are_one_trace,
     an_http2_client_and_its_server_on_this_host_are_one_trace,
     nginx_front_calls_are_never_linked_to_the_wrong_request,
     node_front_calls_are_never_linked_to_the_wrong_request,
