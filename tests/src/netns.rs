@@ -29,7 +29,7 @@ fn ip(args: &[&str]) {
 
 impl VethNs {
     /// A new namespace with a veth pair up at both ends.
-    pub fn new() -> VethNs {
+    pub fn create() -> VethNs {
         static N: AtomicU32 = AtomicU32::new(0);
         let n = N.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();

@@ -71,7 +71,7 @@ fn curl_and_an_https_server_behind_a_veth_pair_are_one_trace(b: &str) {
     if !can_trace() || !have("curl") || !have("openssl") || !have("ip") {
         return;
     }
-    let ns = VethNs::new();
+    let ns = VethNs::create();
     let port = free_port();
     let (rt, prom) = ringtail_for(b, &[port], &["^curl$"]);
     // (started after ringtail: the kernel selects it as it listens; the
@@ -202,7 +202,7 @@ fn curl_http2_over_tls_and_a_server_behind_a_veth_pair_are_one_trace(b: &str) {
         skip("no h2 in the venv");
         return;
     }
-    let ns = VethNs::new();
+    let ns = VethNs::create();
     let port = free_port();
     let (rt, prom) = ringtail_for(b, &[port], &["^curl$"]);
     let dir = TempDir::new("traces-veth-h2");
