@@ -21,7 +21,7 @@ use ipc_schema::{RawEvent, Role};
 use runtime_kit::counters::{Drops, Registry};
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::h2::table::H2Table;
+use crate::h2::table::{H2Table, Upgrade};
 use crate::http::{parse_pipeline, parse_request, RequestHead};
 use crate::operation::{Call, Conn, HttpCall, Operation};
 
@@ -75,7 +75,11 @@ impl Http1 {
         let key = (inst, ev.conn_id);
         if ev.h2c {
             match parse_request(ev.request) {
-                Some(head) => h2.upgrade_request(key, head, ev.start_mono_ns),
+                Some(head) => {
+                    // a server's parent is its caller on this host (join.h)
+                    let caller = ev.parent.filter(|_| ev.role == Role::Server).map(|(conn, _)| conn);
+                    h2.upgrade_request(key, Upgrade { head, start_ns: ev.start_mono_ns, caller });
+                }
                 None => self.unparsable.add(1),
             }
             return;

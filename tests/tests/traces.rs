@@ -171,6 +171,55 @@ fn an_http2_client_and_its_server_on_this_host_are_one_trace(b: &str) {
     assert_eq!(joins, Some(1.0), "one connection joined");
 }
 
+/// curl upgrading to HTTP/2 (`Upgrade: h2c`) → hypercorn on this host, 20
+/// requests on one connection (the first is the upgrade, stream 1): 20
+/// traces of exactly two spans, each server stream the child of curl's
+/// stream of the same id. The connection is named by its upgrade request
+/// (an HTTP/1 join): if curl's send of it was reported late, no stream is
+/// joined, and that one late send is counted.
+fn curl_upgrading_to_h2c_and_its_server_are_one_trace(b: &str) {
+    if !can_trace() || !have("curl") {
+        return;
+    }
+    let python = venv().join("bin/python");
+    if Command::new(&python).args(["-c", "import hypercorn"]).status().map_or(true, |s| !s.success()) {
+        skip("no hypercorn in the venv");
+        return;
+    }
+    let port = free_port();
+    let script = fixture("h2c_server.py");
+    let _srv = server("hypercorn", port, &python, &[script.to_str().expect("a UTF-8 path"), &port.to_string()]);
+    let (rt, prom) = ringtail_for(b, &[port], &["^curl$"]);
+    let out = Command::new("curl")
+        .args(["-s", "--http2", "-o", "/dev/null", "-w", "%{http_version}\\n", &format!("http://127.0.0.1:{port}/u/[0-19]")])
+        .output()
+        .expect("curl");
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().filter(|l| *l == "2").count(), 20, "HTTP/2 all along");
+    let ours = |s: &SpanLine| s.path.starts_with("/u/");
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| ours(s)).count() >= 40);
+    let spans: Vec<SpanLine> = spans.into_iter().filter(|s| ours(s)).collect();
+    assert_eq!(spans.len(), 40, "{}", rt.stdout());
+    let by_trace = traces(&spans);
+    let late = wait_until(Duration::from_secs(5), || {
+        metric_value(prom, "ringtail_links_refused_total", &[("reason", "send_reported_late")]).filter(|n| *n > 0.0)
+    });
+    if by_trace.len() == 40 {
+        assert_eq!(late, Some(1.0), "not joined, and not counted as late:\n{}", rt.stdout());
+        assert!(spans.iter().all(|s| s.parent.is_none()), "{}", rt.stdout());
+        eprintln!("h2c: the upgrade request's send was reported late: no stream joined (counted)");
+        return;
+    }
+    assert_eq!(by_trace.len(), 20, "one trace per stream:\n{}", rt.stdout());
+    for t in by_trace.values() {
+        let client = t.iter().find(|s| s.kind == "CLIENT").unwrap_or_else(|| panic!("no client span: {t:?}"));
+        let server = t.iter().find(|s| s.kind == "SERVER").unwrap_or_else(|| panic!("no server span: {t:?}"));
+        assert_eq!((t.len(), client.path.as_str()), (2, server.path.as_str()), "{t:?}");
+        assert_eq!(server.parent.as_deref(), Some(client.span.as_str()), "{}", server.line);
+    }
+    assert_eq!(late, None, "nothing late");
+}
+
 /// curl over HTTP/2 and TLS (ALPN) → a Python HTTP/2 server in `ssl` on
 /// this host, 50 streams on one connection: 50 traces of exactly two spans,
 /// each server stream the child of curl's stream of the same id.
@@ -402,6 +451,7 @@ on_both_backends!(
     curl_and_the_server_it_calls_are_one_trace,
     curl_and_the_https_server_it_calls_are_one_trace,
     curl_http2_over_tls_and_its_server_are_one_trace,
+    curl_upgrading_to_h2c_and_its_server_are_one_trace,
     curl_and_an_https_server_behind_a_veth_pair_are_one_trace,
     curl_http2_over_tls_and_a_server_behind_a_veth_pair_are_one_trace,
     an_http2_client_and_its_server_on_this_host_are_one_trace,

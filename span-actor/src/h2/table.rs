@@ -53,6 +53,18 @@ struct Entry {
     bytes: usize,
 }
 
+/// An `Upgrade: h2c` request answered `101`, waiting for its connection's
+/// first HTTP/2 record: it becomes the connection's stream 1.
+pub struct Upgrade {
+    pub head: RequestHead,
+    /// When it began (CLOCK_MONOTONIC ns).
+    pub start_ns: u64,
+    /// A server's: the client connection on this host that sent it (the
+    /// kernel's same-host join of the request), which is then the caller of
+    /// every stream of the connection.
+    pub caller: Option<u64>,
+}
+
 /// What an entry costs besides its connection's state: its key, its entry
 /// and its place in the eviction order, and the table's slot overhead.
 const ENTRY_OVERHEAD: usize = std::mem::size_of::<Key>() * 2 + std::mem::size_of::<Entry>() - std::mem::size_of::<H2Conn>() + 16;
@@ -99,7 +111,7 @@ pub struct H2Table {
     budget: usize,
     /// `Upgrade: h2c` requests by connection, with their start, waiting for
     /// the connection's first HTTP/2 record (they become its stream 1).
-    upgrades: HashMap<Key, (RequestHead, u64)>,
+    upgrades: HashMap<Key, Upgrade>,
     /// The RPC conventions to follow (`OTEL_SEMCONV_STABILITY_OPT_IN`).
     rpc_mode: grpc::Mode,
     stats: Counters,
@@ -161,12 +173,12 @@ impl H2Table {
 
     /// The `101` of an `Upgrade: h2c`: its request (an HTTP/1 request, which
     /// HTTP/2 continues as stream 1) waits for the connection's first record.
-    pub fn upgrade_request(&mut self, key: Key, head: RequestHead, start_ns: u64) {
+    pub fn upgrade_request(&mut self, key: Key, up: Upgrade) {
         if self.upgrades.len() >= H2C_PENDING {
             self.stats.h2c_unfollowed.add(self.upgrades.len() as u64);
             self.upgrades.clear();
         }
-        if self.upgrades.insert(key, (head, start_ns)).is_some() {
+        if self.upgrades.insert(key, up).is_some() {
             self.stats.h2c_unfollowed.add(1);
         }
     }
@@ -209,7 +221,9 @@ impl H2Table {
         // Without its start (the span-actor restarted, or the table
         // evicted it) the HPACK tables' past is unknown.
         let mut conn = H2Conn::new(r.role, !r.start);
-        if let Some((head, start)) = r.upgrade.then(|| self.upgrades.remove(&key)).flatten() {
+        let mut caller = None;
+        if let Some(Upgrade { head, start_ns: start, caller: c }) = r.upgrade.then(|| self.upgrades.remove(&key)).flatten() {
+            caller = c;
             let target = match &head.query {
                 Some(q) => format!("{}?{q}", head.path),
                 None => head.path.clone(),
@@ -224,7 +238,7 @@ impl H2Table {
         }
         let who = Conn { id: r.conn_id, pid: r.pid, proc_start_ns: r.proc_start_ns, local: r.local, peer: r.peer, tls: r.tls };
         self.born += 1;
-        self.conns.insert(key, Entry { conn, role: r.role, who, caller: None, born: self.born, bytes: 0 });
+        self.conns.insert(key, Entry { conn, role: r.role, who, caller, born: self.born, bytes: 0 });
         self.order.push_back((key, self.born));
         if self.order.len() > 2 * self.conns.len() + 64 {
             let conns = &self.conns;

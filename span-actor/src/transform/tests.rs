@@ -582,6 +582,50 @@ fn h2c_upgrade_request_is_stream_one() {
     assert_eq!(unseen.map(|p| p.value), Some(1.0), "{report:?}");
 }
 
+#[test]
+fn h2c_upgraded_server_streams_join_their_callers_streams() {
+    let mut rig = Rig::new(|_| {});
+    // Both ends of one `Upgrade: h2c` connection on this host: the server's
+    // 101 names the client's request (the kernel's same-host join), so its
+    // connection's caller is the client's, for stream 1 and those after it.
+    let up = b"GET /up HTTP/1.1\r\nHost: shop\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n";
+    let mut b = batch(vec![
+        RawEvent { h2c: true, ..event(Role::Client, 80, 1, up, 101) },
+        RawEvent { h2c: true, parent: Some((80, 1)), ..event(Role::Server, 81, 1, up, 101) },
+    ]);
+    let client = |send: bool, start: bool, pieces: Vec<u8>, ns: u64| RawH2 {
+        role: Role::Client,
+        upgrade: start,
+        ..h2_record(80, send, start, pieces, ns)
+    };
+    let server = |send: bool, start: bool, pieces: Vec<u8>, ns: u64| RawH2 { upgrade: start, ..h2_record(81, send, start, pieces, ns) };
+    for r in [
+        server(true, true, frame(1, 0x5, 1, &[0x88]), 2_900_000),
+        client(false, true, frame(1, 0x5, 1, &[0x88]), 3_000_000),
+        client(true, false, frame(1, 0x5, 3, &[0x82, 0x84, 0x86]), 4_000_000),
+        server(false, false, frame(1, 0x5, 3, &[0x82, 0x84, 0x86]), 4_100_000),
+        server(true, false, frame(1, 0x5, 3, &[0x88]), 4_200_000),
+        client(false, false, frame(1, 0x5, 3, &[0x88]), 4_300_000),
+    ] {
+        b.push_h2(&r);
+    }
+    rig.seq += 1;
+    assert_eq!(rig.ledger.seq.receive(rig.seq), Verdict::New);
+    let mut out = Vec::new();
+    rig.t.transform(INST, rig.seq, &b, Instant::now(), &mut out);
+    assert_eq!(out.len(), 4, "{out:?}");
+    for stream in [1, 3] {
+        let span = |kind: SpanKind, conn: u64, role: Role| {
+            let id = ids::span_id(INST, conn, stream, H2_SUB, role);
+            out.iter().find(|p| p.span.kind == kind && p.span.span_id == id).unwrap_or_else(|| panic!("stream {stream}: {out:?}"))
+        };
+        let (c, s) = (span(SpanKind::Client, 80, Role::Client), span(SpanKind::Server, 81, Role::Server));
+        assert_eq!(c.span.path, s.span.path);
+        assert_eq!((s.span.trace_id, s.span.parent_span_id), (c.span.trace_id, c.span.span_id), "stream {stream}");
+    }
+    assert_eq!(rig.t.held(), 0);
+}
+
 /// A kernel frame piece of any stream id and a payload up to 64 KiB.
 fn frame_to(typ: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let n = payload.len();
