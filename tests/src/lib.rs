@@ -58,6 +58,18 @@ pub fn venv() -> PathBuf {
     std::env::var_os("RINGTAIL_TEST_VENV").map(PathBuf::from).unwrap_or_else(|| workspace().join(".venv"))
 }
 
+/// The virtualenv's Python when it can import `modules` (`"grpc, h2"`);
+/// otherwise says the test is skipped.
+pub fn venv_python(modules: &str) -> Option<PathBuf> {
+    let python = venv().join("bin/python");
+    let ok = Command::new(&python).args(["-c", &format!("import {modules}")]).status().is_ok_and(|s| s.success());
+    if !ok {
+        skip(&format!("cannot import {modules} in the venv"));
+        return None;
+    }
+    Some(python)
+}
+
 /// The variable that turns skips into failures.
 pub const REQUIRE_ALL: &str = "RINGTAIL_REQUIRE_ALL";
 

@@ -141,11 +141,7 @@ fn upgrade_h2c(b: &str) {
     if !can_trace() || !have("curl") {
         return;
     }
-    let python = venv().join("bin/python");
-    if Command::new(&python).args(["-c", "import hypercorn"]).status().map_or(true, |s| !s.success()) {
-        skip("no hypercorn in the venv");
-        return;
-    }
+    let Some(python) = venv_python("hypercorn") else { return };
     let port = free_port();
     let script = fixture("h2c_server.py");
     let _srv = server("hypercorn", port, &python, &[script.to_str().unwrap(), &port.to_string()]);
@@ -211,11 +207,7 @@ fn grpc_python(b: &str) {
     if !can_trace() {
         return;
     }
-    let python = venv().join("bin/python");
-    if Command::new(&python).args(["-c", "import grpc"]).status().map_or(true, |s| !s.success()) {
-        skip("no grpcio in the venv");
-        return;
-    }
+    let Some(python) = venv_python("grpc") else { return };
     let port = free_port();
     let script = fixture("grpc_h2.py");
     let _srv = server("grpc server", port, &python, &[script.to_str().unwrap(), "server", &port.to_string()]);

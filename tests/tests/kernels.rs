@@ -170,11 +170,7 @@ fn every_exchange_on_one_start(b: &str) {
         return;
     }
     let (Some(h2server), Some(_)) = (go_binary("h2server"), go_binary("h2client")) else { return };
-    let python = venv().join("bin/python");
-    if !Command::new(&python).args(["-c", "import hypercorn"]).status().is_ok_and(|s| s.success()) {
-        skip("no hypercorn in the venv");
-        return;
-    }
+    let Some(python) = venv_python("hypercorn") else { return };
     let expect = Expect::of(kernel_version());
     let chosen = if b == "auto" { expect.auto } else { b };
     let p = Ports {

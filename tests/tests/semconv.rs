@@ -136,11 +136,7 @@ fn every_key_is_in_the_registry(opt_in: Option<&str>) {
     if !can_trace() || !Rotel::available() || !have("curl") {
         return;
     }
-    let python = venv().join("bin/python");
-    if Command::new(&python).args(["-c", "import grpc, hypercorn"]).status().map_or(true, |s| !s.success()) {
-        skip("no grpcio or hypercorn in the venv");
-        return;
-    }
+    let Some(python) = venv_python("grpc, hypercorn") else { return };
     let Some(registry) = Registry::load() else { return };
     let rotel = Rotel::start();
     let (web, rpc) = (free_port(), free_port());

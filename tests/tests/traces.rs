@@ -155,20 +155,8 @@ fn an_http2_client_and_its_server_on_this_host_are_one_trace(b: &str) {
     let paths: Vec<String> = (0..50).map(|i| format!("/h/{i}")).collect();
     let out = Command::new(&client).arg(format!("http://127.0.0.1:{port}")).args(&paths).output().expect("h2client");
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let ours = |s: &SpanLine| s.path.starts_with("/h/");
-    let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| ours(s)).count() >= 100);
-    let spans: Vec<SpanLine> = spans.into_iter().filter(|s| ours(s)).collect();
-    assert_eq!(spans.len(), 100, "{}", rt.stdout());
-    let by_trace = traces(&spans);
-    assert_eq!(by_trace.len(), 50, "one trace per stream:\n{}", rt.stdout());
-    for t in by_trace.values() {
-        let client = t.iter().find(|s| s.kind == "CLIENT").unwrap_or_else(|| panic!("no client span: {t:?}"));
-        let server = t.iter().find(|s| s.kind == "SERVER").unwrap_or_else(|| panic!("no server span: {t:?}"));
-        assert_eq!((t.len(), client.path.as_str()), (2, server.path.as_str()), "{t:?}");
-        assert_eq!(server.parent.as_deref(), Some(client.span.as_str()), "{}", server.line);
-    }
-    let joins = wait_until(WAIT, || metric_value(prom, "ringtail_same_host_joins_total", &[]).filter(|n| *n >= 1.0));
-    assert_eq!(joins, Some(1.0), "one connection joined");
+    streams_joined(rt.stdout(), &traces(&spans_under(&rt, "/h/", 100)), 50);
+    one_connection_joined(prom);
 }
 
 /// curl upgrading to HTTP/2 (`Upgrade: h2c`) → hypercorn on this host, 20
@@ -181,25 +169,13 @@ fn curl_upgrading_to_h2c_and_its_server_are_one_trace(b: &str) {
     if !can_trace() || !have("curl") {
         return;
     }
-    let python = venv().join("bin/python");
-    if Command::new(&python).args(["-c", "import hypercorn"]).status().map_or(true, |s| !s.success()) {
-        skip("no hypercorn in the venv");
-        return;
-    }
+    let Some(python) = venv_python("hypercorn") else { return };
     let port = free_port();
     let script = fixture("h2c_server.py");
     let _srv = server("hypercorn", port, &python, &[script.to_str().expect("a UTF-8 path"), &port.to_string()]);
     let (rt, prom) = ringtail_for(b, &[port], &["^curl$"]);
-    let out = Command::new("curl")
-        .args(["-s", "--http2", "-o", "/dev/null", "-w", "%{http_version}\\n", &format!("http://127.0.0.1:{port}/u/[0-19]")])
-        .output()
-        .expect("curl");
-    assert!(out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().filter(|l| *l == "2").count(), 20, "HTTP/2 all along");
-    let ours = |s: &SpanLine| s.path.starts_with("/u/");
-    let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| ours(s)).count() >= 40);
-    let spans: Vec<SpanLine> = spans.into_iter().filter(|s| ours(s)).collect();
-    assert_eq!(spans.len(), 40, "{}", rt.stdout());
+    curl_http2(&format!("http://127.0.0.1:{port}/u/[0-19]"), 20);
+    let spans = spans_under(&rt, "/u/", 40);
     let by_trace = traces(&spans);
     let late = wait_until(Duration::from_secs(5), || {
         metric_value(prom, "ringtail_links_refused_total", &[("reason", "send_reported_late")]).filter(|n| *n > 0.0)
@@ -210,13 +186,7 @@ fn curl_upgrading_to_h2c_and_its_server_are_one_trace(b: &str) {
         eprintln!("h2c: the upgrade request's send was reported late: no stream joined (counted)");
         return;
     }
-    assert_eq!(by_trace.len(), 20, "one trace per stream:\n{}", rt.stdout());
-    for t in by_trace.values() {
-        let client = t.iter().find(|s| s.kind == "CLIENT").unwrap_or_else(|| panic!("no client span: {t:?}"));
-        let server = t.iter().find(|s| s.kind == "SERVER").unwrap_or_else(|| panic!("no server span: {t:?}"));
-        assert_eq!((t.len(), client.path.as_str()), (2, server.path.as_str()), "{t:?}");
-        assert_eq!(server.parent.as_deref(), Some(client.span.as_str()), "{}", server.line);
-    }
+    streams_joined(rt.stdout(), &by_trace, 20);
     assert_eq!(late, None, "nothing late");
 }
 
@@ -227,11 +197,7 @@ fn curl_http2_over_tls_and_its_server_are_one_trace(b: &str) {
     if !can_trace() || !have("curl") || !have("openssl") {
         return;
     }
-    let python = venv().join("bin/python");
-    if Command::new(&python).args(["-c", "import h2"]).status().map_or(true, |s| !s.success()) {
-        skip("no h2 in the venv");
-        return;
-    }
+    let Some(python) = venv_python("h2") else { return };
     let dir = TempDir::new("traces-h2-tls");
     let (cert, key) = certificate(&dir.0);
     let port = free_port();
@@ -246,11 +212,7 @@ fn curl_http2_over_tls_and_a_server_behind_a_veth_pair_are_one_trace(b: &str) {
     if !can_trace() || !have("curl") || !have("openssl") || !have("ip") {
         return;
     }
-    let python = venv().join("bin/python");
-    if Command::new(&python).args(["-c", "import h2"]).status().map_or(true, |s| !s.success()) {
-        skip("no h2 in the venv");
-        return;
-    }
+    let Some(python) = venv_python("h2") else { return };
     let ns = VethNs::create();
     let port = free_port();
     let (rt, prom) = ringtail_for(b, &[port], &["^curl$"]);
@@ -269,26 +231,47 @@ fn curl_http2_over_tls_and_a_server_behind_a_veth_pair_are_one_trace(b: &str) {
 /// curl over HTTP/2 and TLS, 50 streams on one connection to the server at
 /// `addr`:`port`: checks the traces they make.
 fn curl_http2_over_tls(rt: &Ringtail, prom: u16, addr: &str, port: u16) {
-    let out = Command::new("curl")
-        .args(["-sk", "--http2", "-o", "/dev/null", "-w", "%{http_version}\\n", &format!("https://{addr}:{port}/h/[0-49]")])
-        .output()
-        .expect("curl");
-    assert!(out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().filter(|l| *l == "2").count(), 50, "HTTP/2 all along");
-    let ours = |s: &SpanLine| s.path.starts_with("/h/");
-    let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| ours(s)).count() >= 100);
-    let spans: Vec<SpanLine> = spans.into_iter().filter(|s| ours(s)).collect();
-    assert_eq!(spans.len(), 100, "{}", rt.stdout());
-    let by_trace = traces(&spans);
-    assert_eq!(by_trace.len(), 50, "one trace per stream:\n{}", rt.stdout());
+    curl_http2(&format!("https://{addr}:{port}/h/[0-49]"), 50);
+    streams_joined(rt.stdout(), &traces(&spans_under(rt, "/h/", 100)), 50);
+    one_connection_joined(prom);
+}
+
+/// The kernel joined one connection (the loader's counters reach the
+/// endpoint with its next report).
+fn one_connection_joined(prom: u16) {
+    let joins = wait_until(WAIT, || metric_value(prom, "ringtail_same_host_joins_total", &[]).filter(|n| *n >= 1.0));
+    assert_eq!(joins, Some(1.0), "one connection joined");
+}
+
+/// `n` traces, each one HTTP/2 stream seen from both ends: exactly a
+/// client and a server span of the same path, the server's the client's
+/// child. `out`: ringtail's output, for the messages.
+fn streams_joined(out: String, by_trace: &BTreeMap<String, Vec<SpanLine>>, n: usize) {
+    assert_eq!(by_trace.len(), n, "one trace per stream:\n{out}");
     for t in by_trace.values() {
         let client = t.iter().find(|s| s.kind == "CLIENT").unwrap_or_else(|| panic!("no client span: {t:?}"));
         let server = t.iter().find(|s| s.kind == "SERVER").unwrap_or_else(|| panic!("no server span: {t:?}"));
         assert_eq!((t.len(), client.path.as_str()), (2, server.path.as_str()), "{t:?}");
         assert_eq!(server.parent.as_deref(), Some(client.span.as_str()), "{}", server.line);
     }
-    let joins = wait_until(WAIT, || metric_value(prom, "ringtail_same_host_joins_total", &[]).filter(|n| *n >= 1.0));
-    assert_eq!(joins, Some(1.0), "one connection joined");
+}
+
+/// curl over HTTP/2 (any certificate) fetching `url`, a glob of `n` URLs
+/// (`/p/[0-9]`) it asks on one connection: each went over HTTP/2.
+fn curl_http2(url: &str, n: usize) {
+    let out = Command::new("curl").args(["-sk", "--http2", "-o", "/dev/null", "-w", "%{http_version}\\n", url]).output().expect("curl");
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().filter(|l| *l == "2").count(), n, "HTTP/2 all along");
+}
+
+/// The spans whose path begins with `prefix`, once there are `n` of them
+/// (and no more).
+fn spans_under(rt: &Ringtail, prefix: &str, n: usize) -> Vec<SpanLine> {
+    let ours = |s: &SpanLine| s.path.starts_with(prefix);
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| ours(s)).count() >= n);
+    let spans: Vec<SpanLine> = spans.into_iter().filter(|s| ours(s)).collect();
+    assert_eq!(spans.len(), n, "{}", rt.stdout());
+    spans
 }
 
 /// A front service that calls a backend while serving each request.
