@@ -130,32 +130,21 @@ pub fn have(cmd: &str) -> bool {
 /// A port nobody listens on right now, and not one this process was given
 /// before.
 ///
-/// Not one the kernel picks for a bind to port 0: it may hand out the same
-/// port twice once the first is closed (two servers of one test then share a
-/// port, and the second's requests reach the first), and a client's source
-/// port comes from that range too. These come from below it (20,000–31,999;
-/// Linux's ephemeral range starts at 32,768), from a counter that starts at a
-/// place of the process id's choosing.
+/// The kernel picks it (a bind to port 0); closed, it is free again, and the kernel may hand the
+/// same one out to the next call: two servers of one test then shared a
+/// port, the second's bind failed and its requests reached the first. So
+/// the ports handed out are remembered, and one is never handed out twice.
 pub fn free_port() -> u16 {
-    const FIRST: u32 = 20_000;
-    const SPAN: u32 = 12_000;
-    static NEXT: AtomicU32 = AtomicU32::new(0);
-    let start = (std::process::id() % 80) * 150;
-    for _ in 0..SPAN {
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let port = u16::try_from(FIRST + (start + n) % SPAN).expect("below 32,000");
-        // free on every address: a listener on any of them refuses the bind
-        // (the unspecified IPv6 address covers IPv4's too, where IPv6 exists)
-        let free = match TcpListener::bind(("::", port)) {
-            Ok(_) => true,
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => false,
-            Err(_) => TcpListener::bind(("0.0.0.0", port)).is_ok(),
-        };
-        if free {
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    loop {
+        // Bound to 0, the kernel picks a free one; closing it leaves it free.
+        let port = TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("bind an ephemeral port");
+        if !given.contains(&port) {
+            given.push(port);
             return port;
         }
     }
-    panic!("no free port in {FIRST}..{}", FIRST + SPAN)
 }
 
 /// Polls `f` every 50 ms until it returns `Some`, or `timeout` passes.
