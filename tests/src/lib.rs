@@ -130,10 +130,11 @@ pub fn have(cmd: &str) -> bool {
 /// A port nobody listens on right now, and not one this process was given
 /// before.
 ///
-/// The kernel picks it (a bind to port 0); closed, it is free again, and the kernel may hand the
-/// same one out to the next call: two servers of one test then shared a
-/// port, the second's bind failed and its requests reached the first. So
-/// the ports handed out are remembered, and one is never handed out twice.
+/// The kernel picks it (a bind to port 0); closed, it is free again, and
+/// the kernel may hand the same one out to the next call: two servers of
+/// one test then shared a port, the second's bind failed and its requests
+/// reached the first. So the ports handed out are remembered, and one is
+/// never handed out twice.
 pub fn free_port() -> u16 {
     static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
     let mut given = GIVEN.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
