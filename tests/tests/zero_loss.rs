@@ -243,10 +243,18 @@ impl Rig {
     /// backends keyed by span id store once). A second, different span for a
     /// request is never allowed.
     fn check(&self, served: Vec<String>, redelivery: bool) {
+        let served: BTreeSet<&String> = served.iter().collect();
+        // nginx writes a request's log line after its response: the last
+        // ones may still be on their way when the clients are done
+        let all_logged = || {
+            let logged = access_log(&self.log);
+            let set: BTreeSet<&String> = logged.iter().collect();
+            served.iter().all(|p| set.contains(p)).then_some(())
+        };
+        let _ = wait_until(Duration::from_secs(10), all_logged);
         let logged = access_log(&self.log);
         let logged_set: BTreeSet<&String> = logged.iter().collect();
         assert_eq!(logged_set.len(), logged.len(), "nginx logged a path twice");
-        let served: BTreeSet<&String> = served.iter().collect();
         assert_eq!(served, logged_set, "the clients' 200s are nginx's log");
         let min = (f64::from(RATE) * LOAD.as_secs_f64() * 0.9) as usize;
         assert!(logged.len() >= min, "load too low: {} requests (want >= {min}) in {LOAD:?}", logged.len());
