@@ -364,6 +364,35 @@ fn answer_read_before_the_send_is_reported(b: &str) {
     );
 }
 
+// Go's HTTP/1 transport writes on one goroutine and reads on another: a
+// request whose answer is read before its send is reported is given up
+// (answer_read_before_the_send_is_reported). Under concurrency, every
+// request of 4 goroutines × 500 is still a span, none given up.
+fn go_client_under_concurrency_every_request_is_a_span(b: &str) {
+    if !can_trace() || !have("nginx") {
+        return;
+    }
+    let Some(client) = go_binary("client") else { return };
+    let port = free_port();
+    let www = TempDir::new("go-client");
+    let _nginx = nginx_with(port, &www.0, 1, "", "");
+    let prom = free_port();
+    let rt = start(
+        b,
+        &format!("[probe]\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nexe_names = [\"^client$\"]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n"),
+    );
+    let st = Command::new(&client).args([&format!("http://127.0.0.1:{port}/ok"), "500", "4"]).status().unwrap();
+    assert!(st.success());
+    let peer = format!("127.0.0.1:{port}");
+    let ours = |s: &&SpanLine| s.kind == "CLIENT" && s.peer == peer;
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(ours).count() >= 2000);
+    let got: Vec<&SpanLine> = spans.iter().filter(ours).collect();
+    let dropped = metric_value(prom, "ringtail_dropped_events_total", &[("reason", "answered_before_sent")]).unwrap_or(0.0);
+    assert_eq!(got.len(), 2000, "{dropped} answered before sent");
+    assert!(got.iter().all(|s| s.path == "/ok" && s.status == 200 && s.service == "client"), "{}", rt.stdout());
+    assert_eq!(dropped, 0.0);
+}
+
 fn client_spans_from_curl_python_and_go(b: &str) {
     if !can_trace() || !have("curl") {
         return;
@@ -648,6 +677,7 @@ on_both_backends!(
     truncated_requests_keep_their_prefix_and_are_counted,
     client_spans_from_curl_python_and_go,
     answer_read_before_the_send_is_reported,
+    go_client_under_concurrency_every_request_is_a_span,
     traceparent_is_joined_and_outgoing_calls_are_children,
     selection_by_pid_and_exe_and_never_itself,
     events_below_wakeup_len_still_arrive_within_flush_interval,
