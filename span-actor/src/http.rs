@@ -157,20 +157,27 @@ pub fn parse_request(buf: &[u8]) -> Option<RequestHead> {
             continue;
         };
         let name = &header[..colon];
-        let value = header[colon + 1..].trim_ascii();
-        if name.eq_ignore_ascii_case(b"host") {
-            let v = text(value);
-            head.host = Some(without_userinfo(&v).0.to_owned());
-        } else if name.eq_ignore_ascii_case(b"user-agent") {
-            head.user_agent = Some(text(value));
-        } else if name.eq_ignore_ascii_case(b"traceparent") {
-            head.traceparent = Some(text(value));
-        } else if name.eq_ignore_ascii_case(b"content-length") {
-            // Digits only, and it must fit: anything else leaves the body
-            // length (and so where a pipelined request starts) unknown.
-            content_length = std::str::from_utf8(value).ok().filter(|v| v.bytes().all(|b| b.is_ascii_digit())).and_then(|v| v.parse().ok());
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            content_length = None; // chunked: where the body ends is unknown here
+        let value = || header[colon + 1..].trim_ascii();
+        // (by length first: most headers are none of these)
+        match name.len() {
+            4 if name.eq_ignore_ascii_case(b"host") => {
+                // user information is never copied
+                let v = value();
+                head.host = Some(text(v.iter().rposition(|b| *b == b'@').map_or(v, |at| &v[at + 1..])));
+            }
+            10 if name.eq_ignore_ascii_case(b"user-agent") => head.user_agent = Some(text(value())),
+            11 if name.eq_ignore_ascii_case(b"traceparent") => head.traceparent = Some(text(value())),
+            14 if name.eq_ignore_ascii_case(b"content-length") => {
+                // Digits only, and it must fit: anything else leaves the
+                // body length (and so where a pipelined request starts)
+                // unknown.
+                let v = value();
+                content_length =
+                    (!v.is_empty() && v.iter().all(u8::is_ascii_digit)).then(|| std::str::from_utf8(v).ok()?.parse().ok()).flatten();
+            }
+            // chunked: where the body ends is unknown here
+            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => content_length = None,
+            _ => {}
         }
     }
     Some(head)
@@ -193,7 +200,8 @@ fn split_target(target: &str, connect: bool) -> Target {
     let mut userinfo = false;
     let mut rest = target;
     // absolute form: scheme "://" authority [path]; the scheme in any case
-    if let Some(sep) = target.find("://") {
+    // (no colon in a valid scheme: the first colon is where it ends)
+    if let Some(sep) = target.find(':').filter(|&sep| target[sep..].starts_with("://")) {
         let scheme = &target[..sep];
         let valid = scheme.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
             && scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
