@@ -66,6 +66,12 @@ fn defines(header: &str) -> Vec<(String, String)> {
 /// (shared) source into `ringtail-<name>.bpf.o`.
 const BACKENDS: [&str; 2] = ["sock", "syscalls"];
 
+/// Sources linked into no backend's object of their own: each into its
+/// backend's as a variant, `ringtail-<backend>-<stem>.bpf.o` (propagation's
+/// programs: their socket map takes CAP_NET_ADMIN to create, so they are
+/// in the object only when they are wanted).
+const OPTIONAL: [(&str, &str); 1] = [("propagate", "sock")];
+
 /// The backend a source (by stem) belongs to, None for a shared one.
 fn backend_of(stem: &str) -> Option<&'static str> {
     BACKENDS.into_iter().find(|b| stem == *b || stem.strip_prefix(b).is_some_and(|rest| rest.starts_with('_')))
@@ -135,10 +141,18 @@ fn main() {
         assert!(status.success(), "clang failed to build {}", src.display());
         objects.push((stem.trim_end_matches(".bpf").to_owned(), obj));
     }
-    for backend in BACKENDS {
+    let optional = |s: &str| OPTIONAL.iter().any(|(o, _)| *o == s);
+    let variants = BACKENDS.into_iter().map(|b| (b, None)).chain(OPTIONAL.into_iter().map(|(o, b)| (b, Some(o))));
+    for (backend, with) in variants {
         assert!(objects.iter().any(|(s, _)| s == backend), "bpf/{backend}.bpf.c is missing");
-        let parts = objects.iter().filter(|(s, _)| backend_of(s).is_none_or(|b| b == backend)).map(|(_, o)| o);
-        let linked = out.join(format!("ringtail-{backend}.bpf.o"));
+        let parts = objects
+            .iter()
+            .filter(|(s, _)| if optional(s) { Some(s.as_str()) == with } else { backend_of(s).is_none_or(|b| b == backend) })
+            .map(|(_, o)| o);
+        let linked = match with {
+            Some(part) => out.join(format!("ringtail-{backend}-{part}.bpf.o")),
+            None => out.join(format!("ringtail-{backend}.bpf.o")),
+        };
         let link = Command::new(bpftool)
             .args(["gen", "object"])
             .arg(&linked)
@@ -182,7 +196,7 @@ int main(void) {
     OFF(h2_event, lport); OFF(h2_event, laddr); OFF(h2_event, comm);
     OFF(http_event, status); OFF(http_event, tgid); OFF(http_event, conn_id);
     OFF(http_event, start_ns); OFF(http_event, parent_conn); OFF(http_event, lport);
-    OFF(http_event, laddr); OFF(http_event, raddr); OFF(http_event, comm); OFF(http_event, buf);
+    OFF(http_event, laddr); OFF(http_event, raddr); OFF(http_event, tp); OFF(http_event, comm); OFF(http_event, buf);
     OFF(proc_head, kind); OFF(proc_head, proc_start_ns);
     OFF(exec_event, env_len); OFF(exec_event, env_total); OFF(exec_event, path);
     OFF(exec_event, exe); OFF(exec_event, cgroups); OFF(exec_event, env);

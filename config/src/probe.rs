@@ -87,6 +87,16 @@ pub struct ProbeSettings {
     /// ring buffer while ringtail is down (a `systemctl restart` loses
     /// nothing up to the ring's size). `ringtail cleanup` removes them.
     pub keep_pins_on_stop: bool,
+    /// Write a W3C `traceparent` into the HTTP/1 requests that traced
+    /// processes send in clear text without one, so that the server they
+    /// call (ringtail on its host, or its own OpenTelemetry SDK) continues
+    /// the client span's trace. Calls a process makes while serving a
+    /// request are not written (their trace is that request's, which the
+    /// kernel does not know), nor TLS or HTTP/2 requests. Needs the
+    /// `socket` backend (Linux 6.3+), a cgroup v2 hierarchy, and
+    /// CAP_NET_ADMIN at start (a sockops program on the root cgroup, an
+    /// sk_msg program on the traced processes' connections).
+    pub propagate: bool,
 }
 
 impl Default for ProbeSettings {
@@ -100,6 +110,7 @@ impl Default for ProbeSettings {
             read_process_env: true,
             pin_dir: PathBuf::from(DEFAULT_PIN_DIR),
             keep_pins_on_stop: false,
+            propagate: false,
         }
     }
 }
@@ -117,6 +128,14 @@ impl ProbeSettings {
         }
         if !(64..=1 << 20).contains(&p.max_connections) {
             return Err(invalid("probe.max_connections", "must be 64..=1048576", "16384", p.max_connections));
+        }
+        if p.propagate && p.backend == Backend::Syscalls {
+            return Err(invalid(
+                "probe.propagate",
+                "needs the socket backend (Linux 6.3+): set probe.backend to \"auto\" or \"socket\", or propagate to false",
+                "false",
+                p.propagate,
+            ));
         }
         if !p.pin_dir.as_os_str().is_empty() && (!p.pin_dir.is_absolute() || p.pin_dir.parent().is_none()) {
             return Err(invalid(

@@ -106,6 +106,16 @@ pub struct RawEvent<B = Vec<u8>> {
     /// connection goes on as HTTP/2 (its next [`RawH2`] has `upgrade`) and
     /// this request is its stream 1.
     pub h2c: bool,
+    /// A client request made by a thread that was serving a server request
+    /// and not linked to it (the kernel could not tell which it served):
+    /// the span-actor links it where its own `traceparent` is one a server
+    /// request of the same process carried in (a proxy forwarding it).
+    pub unlinked: bool,
+    /// A client request into which the kernel wrote a `traceparent`
+    /// (`probe.propagate`): the trace id and span id it carries, which are
+    /// the client span's (the server it called names that span as its
+    /// parent).
+    pub propagated: Option<(u128, u64)>,
 }
 
 /// What the kernel saw of one send or receive on an HTTP/2 connection: the
@@ -290,6 +300,8 @@ impl<B: AsRef<[u8]>> RawEvent<B> {
             request: _,
             tls,
             h2c,
+            unlinked,
+            propagated,
         } = *self;
         RawEvent {
             role,
@@ -311,6 +323,8 @@ impl<B: AsRef<[u8]>> RawEvent<B> {
             request,
             tls,
             h2c,
+            unlinked,
+            propagated,
         }
     }
 }
@@ -340,6 +354,8 @@ pub(crate) mod tests {
             orphan: false,
             tls: false,
             h2c: false,
+            unlinked: false,
+            propagated: None,
             request: b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(),
         }
     }
@@ -392,6 +408,8 @@ pub(crate) mod tests {
             orphan: true,
             tls: true,
             h2c: true,
+            unlinked: true,
+            propagated: None,
             fd: -1,
             request: Vec::new(),
             ..ev.clone()

@@ -18,9 +18,13 @@
 //! event     = u8(flags) u32le(pid) u32le(tid) u32le(fd) u64le(proc_start_ns)
 //!             u64le(conn_id) u32le(seq) u64le(start_mono_ns) u64le(end_mono_ns)
 //!             u16le(status) addr(local) addr(peer) u32le(request_len)
-//!             [u64le(parent conn_id) u32le(parent seq)]   (flag parent)
+//!             [u8(links) [u64le(parent conn_id) u32le(parent seq)] (links 1)
+//!                        [trace id (16 bytes, big-endian) u64le(span id)]
+//!                                                      (links 2: propagated)
+//!             ]                                            (flag links)
+//!             (links 4: made unlinked while its thread served: no bytes)
 //!             u32le(length) request
-//!   flags:  1 client, 2 parent, 4 truncated, 8 orphan, 16 tls, 32 h2c,
+//!   flags:  1 client, 2 links, 4 truncated, 8 orphan, 16 tls, 32 h2c,
 //!           64 local is IPv6, 128 peer is IPv6
 //! h2        = u8(flags) u32le(pid) u32le(tid) u32le(fd) u64le(proc_start_ns)
 //!             u64le(conn_id) u64le(mono_ns) uint(caller conn_id, 0: none)
@@ -49,7 +53,10 @@ use crate::raw::{ProcessInfo, RawBatch, RawEvent, RawH2, Role, SockAddr};
 use crate::wire::{check, put_opt, put_str, put_uint, Reader, Section, WireError};
 
 const EV_CLIENT: u8 = 1;
-const EV_PARENT: u8 = 2;
+const EV_LINKS: u8 = 2;
+const LINK_PARENT: u8 = 1;
+const LINK_PROPAGATED: u8 = 2;
+const LINK_UNLINKED: u8 = 4;
 const EV_TRUNCATED: u8 = 4;
 const EV_ORPHAN: u8 = 8;
 const EV_TLS: u8 = 16;
@@ -114,9 +121,12 @@ pub(crate) fn write_event<B: AsRef<[u8]>>(ev: &RawEvent<B>, out: &mut Vec<u8>) {
         request,
         tls,
         h2c,
+        unlinked,
+        propagated,
     } = ev;
+    let links = bit(parent.is_some(), LINK_PARENT) | bit(propagated.is_some(), LINK_PROPAGATED) | bit(*unlinked, LINK_UNLINKED);
     let flags = role_bit(*role, EV_CLIENT)
-        | bit(parent.is_some(), EV_PARENT)
+        | bit(links != 0, EV_LINKS)
         | bit(*truncated, EV_TRUNCATED)
         | bit(*orphan, EV_ORPHAN)
         | bit(*tls, EV_TLS)
@@ -136,9 +146,16 @@ pub(crate) fn write_event<B: AsRef<[u8]>>(ev: &RawEvent<B>, out: &mut Vec<u8>) {
     put_addr(out, local);
     put_addr(out, peer);
     out.extend_from_slice(&request_len.to_le_bytes());
+    if links != 0 {
+        out.push(links);
+    }
     if let Some((conn, seq)) = parent {
         out.extend_from_slice(&conn.to_le_bytes());
         out.extend_from_slice(&seq.to_le_bytes());
+    }
+    if let Some((trace, span)) = propagated {
+        out.extend_from_slice(&trace.to_be_bytes());
+        out.extend_from_slice(&span.to_le_bytes());
     }
     put_bytes(out, request.as_ref());
 }
@@ -218,7 +235,13 @@ pub(crate) fn read_event<'a>(rd: &mut Reader<'a>) -> Result<RawEvent<&'a [u8]>, 
     let local = rd.addr(flags & LOCAL_V6 != 0, "local")?;
     let peer = rd.addr(flags & PEER_V6 != 0, "peer")?;
     let request_len = rd.u32le("request_len")?;
-    let parent = if flags & EV_PARENT != 0 { Some((rd.u64le("parent")?, rd.u32le("parent")?)) } else { None };
+    let links = if flags & EV_LINKS != 0 { rd.u8("links")? } else { 0 };
+    let parent = if links & LINK_PARENT != 0 { Some((rd.u64le("parent")?, rd.u32le("parent")?)) } else { None };
+    let propagated = if links & LINK_PROPAGATED != 0 {
+        Some((u128::from_be_bytes(rd.fixed::<16>("propagated")?), rd.u64le("propagated")?))
+    } else {
+        None
+    };
     let request = rd.record_bytes("request")?;
     Ok(RawEvent {
         role: role(flags, EV_CLIENT),
@@ -240,6 +263,8 @@ pub(crate) fn read_event<'a>(rd: &mut Reader<'a>) -> Result<RawEvent<&'a [u8]>, 
         request,
         tls: flags & EV_TLS != 0,
         h2c: flags & EV_H2C != 0,
+        unlinked: links & LINK_UNLINKED != 0,
+        propagated,
     })
 }
 
@@ -349,6 +374,21 @@ mod tests {
 
     fn envelope(batch: RawBatch) -> Vec<u8> {
         encode(&Envelope::new(Producer { component: Component::ProbeLoader, instance: 1 }, 1, Body::Raw(batch))).unwrap()
+    }
+
+    #[test]
+    fn propagated_ids_round_trip_with_and_without_a_parent() {
+        let propagated = Some((0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c_u128, 0xb7ad_6b71_6920_3331_u64));
+        for parent in [None, Some((7, 3))] {
+            let ev = RawEvent { role: Role::Client, parent, propagated, ..sample_event() };
+            let mut one = Vec::new();
+            write_event(&ev, &mut one);
+            let mut rd = Reader::new(&one);
+            assert_eq!(read_event(&mut rd).unwrap().to_owned_event(), ev);
+            for n in 0..one.len() {
+                assert!(check(&one[..n], read_event).is_err() || n == 0, "cut at {n}");
+            }
+        }
     }
 
     #[test]

@@ -172,6 +172,10 @@ static __always_inline void emit(struct conn_state *st, struct sock *sk, __u16 s
 	ev->parent_seq = st->parent_seq;
 	ev->seq = st->seq;
 	ev->_pad = 0;
+	if (ev->flags & EVF_PROPAGATED)
+		__builtin_memcpy(ev->tp, st->tp, sizeof(ev->tp));
+	else
+		__builtin_memset(ev->tp, 0, sizeof(ev->tp));
 	task_ids(&ev->proc_start_ns, (char *)ev->comm);
 	__u16 family = SK(sk, __sk_common.skc_family);
 	ev->family = family;

@@ -121,7 +121,7 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__type(key, int);
 	__type(value, struct conn_state);
-} conns SEC(".maps");
+} conns SEC(".maps") __weak; /* also propagate.bpf.c's */
 
 static __always_inline struct conn_state *conn_lookup(struct sock *sk)
 {
@@ -172,6 +172,11 @@ struct {
 } active_table SEC(".maps") __weak;
 
 /* The server request the current thread is serving. */
+/* (propagate.h: the socket backend's only) */
+static __always_inline void active_mirror(const struct active_req *a, __u32 tid)
+{
+}
+
 static __always_inline struct active_req *active_get(int create)
 {
 	__u32 tid = (__u32)bpf_get_current_pid_tgid();
@@ -211,6 +216,32 @@ struct {
 	__type(key, int);
 	__type(value, struct active_req);
 } active SEC(".maps") __weak;
+
+/* probe.propagate: the threads serving a request (a server request begun
+ * and not answered, as `active` says), for the sk_msg program, which may
+ * not read task-local storage on Linux 6.12 (6.18 lets it; propagate.h). LRU: a thread
+ * that ends while serving leaves its entry, aged out; an entry evicted
+ * while its thread serves is caught where the request is claimed
+ * (CNT_PROP_WHILE_SERVING). Weak: both hook families of the object. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u8);
+} prop_threads SEC(".maps") __weak;
+
+/* After `a` (thread `tid`'s) changed: the mirror above, with propagation on. */
+static __always_inline void active_mirror(const struct active_req *a, __u32 tid)
+{
+	if (!propagate)
+		return;
+	if (a->conn_id || a->open) {
+		__u8 one = 1;
+		bpf_map_update_elem(&prop_threads, &tid, &one, BPF_ANY);
+	} else {
+		bpf_map_delete_elem(&prop_threads, &tid);
+	}
+}
 
 static __always_inline struct active_req *active_get(int create)
 {

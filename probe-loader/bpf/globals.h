@@ -32,6 +32,9 @@ RINGTAIL_GLOBAL(const volatile __u8, tls_on, 0);
 /* 1 = tls.attach_later: a process that reads a TLS handshake outside any TLS call is reported once (PROC_TLS). */
 RINGTAIL_GLOBAL(const volatile __u8, tls_late, 0);
 
+/* 1 = probe.propagate: write a traceparent into traced clients' HTTP/1 requests (propagate.h). */
+RINGTAIL_GLOBAL(const volatile __u8, propagate, 0);
+
 /* Byte offsets of struct tcp_sock's copied_seq and write_seq, from the
  * kernel's BTF (the loader's kernel_btf.rs; CO-RE cannot place them here);
  * 0: unknown, no same-host joins (join.h). */

@@ -15,6 +15,9 @@
 #include "h2.h"
 #include "tls.h"
 #include "join.h"
+#ifndef RINGTAIL_CONN_TABLE
+#include "propagate.h" /* socket backend only */
+#endif
 
 /* Marks a request begun whose bytes are already in st->buf. */
 static __always_inline void request_started(struct conn_state *st, __u32 tid, __u64 now)
@@ -87,6 +90,7 @@ static __always_inline void active_answered(const struct conn_state *st, __u32 t
 		a->open -= 1;
 	if (a->conn_id == st->conn_id)
 		a->conn_id = 0;
+	active_mirror(a, tid);
 }
 
 /* The send hooks fire when a send is over. A client that reads on another
@@ -116,6 +120,41 @@ static __always_inline void keep_prefix(struct conn_state *st, const __u8 *p, __
 		__builtin_memcpy(st->pend, p, PREFIX_LEN);
 }
 
+/* Notes the socket's write_seq as seen by the hooks (st->sent_seq): at the
+ * start of a server request and at each send reported on it. Not under
+ * TLS: its hooks see a send when SSL_write is entered, before it is sent. */
+static __always_inline void sent_note(struct conn_state *st, const struct conn_io *io)
+{
+	if (tcp_write_seq_off && !io->tls)
+		st->sent_seq = sk_u32_at(io->sk, tcp_write_seq_off);
+}
+
+/* Bytes read on a server connection whose request the hooks have not seen
+ * answered, after the process sent bytes on it that no hook has reported
+ * yet (write_seq moved): the send hooks fire when a send is over, and the
+ * client may have read the answer and sent its next request before that
+ * (Go's net/http reads one byte ahead while a handler runs, then answers).
+ * A short read (less than PREFIX_LEN bytes, one segment: where a request
+ * line can start alone) is held in pend until the answer is reported: it
+ * then begins what the next read continues, as between keep-alive requests
+ * (http1_on_send); an interim answer (100 Continue) makes it the current
+ * request's body. Returns 1 if the bytes are held. (Cheap to verify: no
+ * scan here, the next read looks at them.) */
+static __always_inline int late_request_start(struct conn_state *st, const struct conn_io *io,
+					      const struct segs *sg)
+{
+	__u32 n = sg->total;
+	if (!tcp_write_seq_off || io->tls || st->pend_len || sg->n != 1 || !n || n >= PREFIX_LEN)
+		return 0;
+	if (sk_u32_at(io->sk, tcp_write_seq_off) == st->sent_seq)
+		return 0;
+	if (bpf_probe_read_user(st->pend, n & (PREFIX_LEN - 1), sg->base[0]))
+		return 0;
+	st->pend_len = n;
+	st->late_seq = join_recv_start(io, n);
+	return 1;
+}
+
 /* Bytes received on a connection that is not HTTP/2 (yet): HTTP/1. Returns
  * the connection if it is HTTP/2 from these bytes on (a client preface, a
  * 101 to `Upgrade: h2c`): the caller walks them. */
@@ -126,7 +165,8 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 
 	if (st && (st->role == ROLE_CLIENT || st->phase == PHASE_REQUEST)) {
 		if (st->role == ROLE_SERVER) {
-			capture(st, sg); /* more of the request */
+			if (!late_request_start(st, io, sg))
+				capture(st, sg); /* more of the request */
 			return NULL;
 		}
 		__u8 p[PREFIX_LEN * 2] = {};
@@ -161,6 +201,7 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 		}
 		request_started(st, io->tid, now);
 		join_note(st, io, start, leading_newlines(st->buf, n), 0);
+		sent_note(st, io);
 		goto active;
 	}
 
@@ -214,6 +255,7 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 		return NULL;
 	begin_request(st, io->tid, now, sg, pend);
 	join_note(st, io, start, skip, pend);
+	sent_note(st, io);
 active:;
 	struct active_req *a = active_get(1);
 	if (a) {
@@ -221,6 +263,7 @@ active:;
 		a->seq = st->seq;
 		if (a->open < 0xffffffff)
 			a->open += 1;
+		active_mirror(a, io->tid);
 	}
 	return NULL;
 }
@@ -236,11 +279,20 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 		__u8 p[PREFIX_LEN * 2] = {};
 		__u32 n = read_prefix(p, sg);
 		__u16 status = response_status(p, n);
+		sent_note(st, io);
 		if (!status)
 			return NULL;
+		__u8 was = st->phase;
 		on_response(st, io, sg, H2_SEND, status, bpf_ktime_get_ns());
-		if (st->phase == PHASE_IDLE)
+		if (st->phase == PHASE_IDLE) {
 			active_answered(st, io->tid);
+			if (st->pend_len && was == PHASE_REQUEST)
+				join_mark(st, st->late_seq); /* the next request began early */
+		} else if (st->pend_len) {
+			/* interim: what was held is the request's body */
+			st->req_len += st->pend_len;
+			st->pend_len = 0;
+		}
 		return st->h2 ? st : NULL;
 	}
 	if (st && st->phase == PHASE_REQUEST) {
@@ -290,6 +342,13 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 	st->role = ROLE_CLIENT;
 	st->pend_len = 0;
 	begin_request(st, io->tid, now, sg, 0);
+#ifndef RINGTAIL_CONN_TABLE
+	/* Its traceparent, written by the kernel, names its trace: no join
+	 * offer (the server reads the header), no parent (propagate.h writes
+	 * none into a thread's calls while it serves). */
+	if (prop_claim(st, io))
+		return NULL;
+#endif
 	join_offer(st, io, sg->total, skip);
 	/* The child of the server request the thread is serving, when that is
 	 * the only one it began and has not answered: an event loop serving
@@ -303,12 +362,14 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 	if (a && (a->conn_id || a->open)) {
 		if (current_alt_stack()) {
 			count(CNT_LINK_ALT_STACK);
+			st->flags |= EVF_UNLINKED;
 		} else if (a->conn_id && a->open <= 1) {
 			st->parent_conn = a->conn_id;
 			st->parent_seq = a->seq;
 			st->flags |= EVF_PARENT;
 		} else {
 			count(CNT_LINK_AMBIGUOUS);
+			st->flags |= EVF_UNLINKED;
 		}
 	}
 	return NULL;

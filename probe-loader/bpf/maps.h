@@ -43,6 +43,12 @@ struct conn_state {
 	/* With join_ok: the TCP sequence number of the current server
 	 * request's first byte (http1_conn.h, same-host joins) */
 	__u32 join_seq;
+	/* A server connection outside TLS: the socket's write_seq when the
+	 * hooks last saw it (its request began, or a send of it was reported);
+	 * and, with pend_len during a request, where the bytes held in pend
+	 * began (http1_conn.h, late_request_start) */
+	__u32 sent_seq;
+	__u32 late_seq;
 	__u16 cap_len;
 	__u8 role;
 	__u8 phase;
@@ -60,7 +66,11 @@ struct conn_state {
 	__u8 join_ok;
 	/* HTTP/2 server: sends on which join_take_h2 looked its caller up */
 	__u8 join_tries;
-	__u8 _pad[1];
+	/* 1: the current client request carries the traceparent in tp (propagate.h) */
+	__u8 tp_set;
+	/* the trace id (16 bytes, W3C order) and span id (8, little-endian) of
+	 * the traceparent the kernel wrote into the current client request */
+	__u8 tp[24];
 	__u8 pend[PREFIX_LEN];
 	/* HTTP/2 framing per direction (h2.h), by H2_RECV / H2_SEND */
 	struct h2_dir h2d[2];

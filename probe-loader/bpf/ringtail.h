@@ -55,6 +55,15 @@
 /* the 101 answering an `Upgrade: h2c` request: the connection goes on as
  * HTTP/2, its stream 1 is this request (an H2F_UPGRADE record follows) */
 #define EVF_H2C 0x10
+/* a client request into which the kernel wrote a `traceparent` line
+ * (propagate.h): tp_trace/tp_span are the ids it carries, which the client
+ * span takes */
+#define EVF_PROPAGATED 0x20
+/* a client request made by a thread that was serving a server request but
+ * not linked to it (several open, or an alternate signal stack: http1_conn.h):
+ * the span-actor may still link it where the request shows it was made for
+ * one (a traceparent forwarded as it came in) */
+#define EVF_UNLINKED 0x40
 
 /* h2_event.flags */
 #define H2F_CLOSE 0x01 /* the connection closed: no pieces follow, none will */
@@ -120,7 +129,16 @@
 #define CNT_LINK_AMBIGUOUS 24 /* client requests not linked: their thread had more than one server request open */
 #define CNT_LINK_ALT_STACK 25 /* client requests not linked: their thread has an alternate signal stack (Go, Rust) */
 #define CNT_JOIN_LATE 26     /* loopback requests not joined: the client's send was reported after its server answered */
-#define CNT_MAX 27
+#define CNT_PROPAGATED 27   /* client requests sent with a traceparent the kernel wrote (propagate.h) */
+#define CNT_PROP_SERVING 28  /* not written: the thread was serving a request (its trace is not the kernel's to name) */
+#define CNT_PROP_HAS_TP 29   /* not written: the request carried a traceparent */
+#define CNT_PROP_HEAD 30     /* not written: the request head's end was not in the send's first PROP_HEAD_MAX bytes */
+#define CNT_PROP_NO_ROOM 31  /* not written: the kernel refused to insert the bytes */
+#define CNT_PROP_UNCLAIMED 32 /* written, but the capture began no request at that send: no client span carries the ids */
+#define CNT_PROP_SOCKS_FULL 33 /* connections of traced processes not claimed for propagation: the socket map is full */
+#define CNT_PROP_NOT_CLAIMED 34 /* client requests on a connection not claimed when it connected (its process not traced yet, or before ringtail started) */
+#define CNT_PROP_WHILE_SERVING 35 /* written while the thread served a request (its prop_threads entry evicted): the call is not linked to it */
+#define CNT_MAX 36
 
 /* proc_head.kind: records of the `execs` ring. */
 #define PROC_EXEC 1
@@ -155,6 +173,9 @@ struct http_event {
 	__u32 _pad;
 	__u8 laddr[16];
 	__u8 raddr[16];
+	/* with EVF_PROPAGATED: the trace id and the span id (W3C byte order)
+	 * of the traceparent the kernel wrote into the request (propagate.h) */
+	__u8 tp[24];
 	char comm[COMM_LEN];
 	__u8 buf[CAPTURE_LEN];
 };

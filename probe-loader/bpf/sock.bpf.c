@@ -13,8 +13,11 @@
  *    A send or receive inside a TLS call of the thread (tls.h) binds the
  *    SSL object to the socket instead: the plaintext comes from the TLS
  *    uprobes (sock_tls.bpf.c).
- *  - tp_btf/inet_sock_set_state: listen (port-based discovery) and close
- *    (connection state is deleted; it would go with the socket anyway).
+ *  - tp_btf/inet_sock_set_state: listen (port-based discovery), close
+ *    (connection state is deleted; it would go with the socket anyway) and
+ *    connect (a traced process's connection is marked for propagation).
+ *  - sockops and sk_msg (probe.propagate, propagate.h): the traceparent
+ *    written into traced clients' requests.
  *
  * This object defines the globals the loader sets (globals.h).
  */
@@ -76,8 +79,11 @@ int BPF_PROG(sock_recv, struct sock *sk, int ret, int flags)
 SEC("tp_btf/sock_send_length")
 int BPF_PROG(sock_send, struct sock *sk, int ret, int flags)
 {
-	if (ret > 0 && is_tcp(sk))
+	if (!is_tcp(sk))
+		return 0;
+	if (ret > 0)
 		sock_data(sk, ret, 0);
+	prop_settle(sk);
 	return 0;
 }
 
@@ -85,5 +91,6 @@ SEC("tp_btf/inet_sock_set_state")
 int BPF_PROG(sock_state, const struct sock *sk, const int oldstate, const int newstate)
 {
 	conn_sock_state((struct sock *)sk, newstate);
+	prop_mark((struct sock *)sk, newstate);
 	return 0;
 }

@@ -17,7 +17,12 @@ use aya::Btf;
 use aya_obj::btf::BtfKind;
 use ringtail_config::Backend;
 
-use crate::kernel::{SOCKET_OBJECT, SYSCALLS_OBJECT};
+use crate::kernel::{SOCKET_OBJECT, SOCKET_PROPAGATE_OBJECT, SYSCALLS_OBJECT};
+
+/// Propagation's programs (`probe.propagate`, bpf/propagate.bpf.c): the
+/// sk_msg program that writes a traceparent, the sockops program that
+/// claims traced processes' connections for it.
+pub const PROPAGATION_PROGRAMS: [&str; 2] = ["prop_msg", "prop_sockops"];
 
 /// A backend in use (what `auto` became).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,9 +109,11 @@ impl Chosen {
         }
     }
 
-    /// The eBPF object.
-    pub fn object(self) -> &'static [u8] {
+    /// The eBPF object; with propagation's programs (`probe.propagate`,
+    /// socket backend only) if `propagate`.
+    pub fn object(self, propagate: bool) -> &'static [u8] {
         match self {
+            Chosen::Socket if propagate => SOCKET_PROPAGATE_OBJECT,
             Chosen::Socket => SOCKET_OBJECT,
             Chosen::Syscalls => SYSCALLS_OBJECT,
         }
@@ -192,12 +199,18 @@ mod tests {
     /// missing at attach time, none compiled and silently never attached.
     #[test]
     fn each_backend_attaches_every_program_of_its_object() {
-        for backend in [Chosen::Socket, Chosen::Syscalls] {
-            let object = aya_obj::Object::parse(backend.object()).expect("parse the eBPF object");
+        for (backend, propagate) in [(Chosen::Socket, false), (Chosen::Socket, true), (Chosen::Syscalls, false)] {
+            let object = aya_obj::Object::parse(backend.object(propagate)).expect("parse the eBPF object");
             let in_object: BTreeSet<&str> = object.programs.keys().map(String::as_str).collect();
-            let listed: BTreeSet<&str> =
-                backend.programs().iter().map(|(name, _)| *name).chain(crate::tls::PROGRAMS.iter().map(|p| p.program)).collect();
-            assert_eq!(in_object, listed, "{}", backend.name());
+            let extra: &[&str] = if propagate { &PROPAGATION_PROGRAMS } else { &[] };
+            let listed: BTreeSet<&str> = backend
+                .programs()
+                .iter()
+                .map(|(name, _)| *name)
+                .chain(crate::tls::PROGRAMS.iter().map(|p| p.program))
+                .chain(extra.iter().copied())
+                .collect();
+            assert_eq!(in_object, listed, "{} propagate={propagate}", backend.name());
         }
     }
 

@@ -150,7 +150,7 @@ pub fn main() -> i32 {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
 
-    let caps = privileges::check(settings.probe.read_process_env);
+    let caps = privileges::check(settings.probe.read_process_env, settings.probe.propagate);
     lines.push(line(
         "capabilities",
         caps.is_ok(),
@@ -225,6 +225,29 @@ pub fn main() -> i32 {
             socket.is_ok(),
             if socket.is_ok() { "created (socket backend)".to_owned() } else { "not probed (only the socket backend uses it)".to_owned() },
         ));
+        // probe.propagate: the socket object's variant with its programs,
+        // the sockops one attached to the cgroup v2 root for a moment
+        let propagation = match &socket {
+            Ok(_) => {
+                let mut with = settings.clone();
+                with.probe.propagate = true;
+                try_backend(btf, Chosen::Socket, &with).map(|_| ())
+            }
+            Err(_) => Err("needs the socket backend (Linux 6.3+)".to_owned()),
+        };
+        lines.push(line(
+            "propagation",
+            propagation.is_ok(),
+            match &propagation {
+                Ok(()) => {
+                    "sockops on the cgroup v2 root, sk_msg on its socket map: loaded and attached (probe.propagate can be on)".to_owned()
+                }
+                Err(e) => e.clone(),
+            },
+        ));
+        if propagation.is_err() {
+            cannot.push("write a traceparent into traced clients' HTTP/1 requests (probe.propagate)".to_owned());
+        }
         let sys_tp = tracefs.is_ok() && backend::tracefs().is_some_and(|p| backend::has_syscall_tracepoints(&p));
         let syscalls = if sys_tp {
             try_backend(btf, Chosen::Syscalls, &settings)

@@ -23,6 +23,9 @@ pub static CONTRACT_HEADER: &str = include_str!("../bpf/ringtail.h");
 
 /// The compiled eBPF object of the socket backend (`bpf/sock.bpf.c`).
 pub static SOCKET_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringtail-sock.bpf.o"));
+/// The socket backend's object with propagation's programs
+/// (`bpf/propagate.bpf.c`, `probe.propagate`).
+pub static SOCKET_PROPAGATE_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringtail-sock-propagate.bpf.o"));
 /// The compiled eBPF object of the syscall backend (`bpf/syscalls.bpf.c`).
 pub static SYSCALLS_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringtail-syscalls.bpf.o"));
 
@@ -56,6 +59,15 @@ pub const COUNTERS: [KernelCounter; CNT_MAX] = {
     t[CNT_LINK_AMBIGUOUS] = KernelCounter::Refused("concurrent_requests");
     t[CNT_LINK_ALT_STACK] = KernelCounter::Refused("thread_shared_by_tasks");
     t[CNT_JOIN_LATE] = KernelCounter::Refused("send_reported_late");
+    t[CNT_PROPAGATED] = KernelCounter::Count("ringtail_propagated_requests_total");
+    t[CNT_PROP_SERVING] = KernelCounter::NotPropagated("serving_a_request");
+    t[CNT_PROP_HAS_TP] = KernelCounter::NotPropagated("has_traceparent");
+    t[CNT_PROP_HEAD] = KernelCounter::NotPropagated("head_too_long");
+    t[CNT_PROP_NO_ROOM] = KernelCounter::NotPropagated("insert_failed");
+    t[CNT_PROP_UNCLAIMED] = KernelCounter::NotPropagated("unclaimed");
+    t[CNT_PROP_SOCKS_FULL] = KernelCounter::NotPropagated("socket_map_full");
+    t[CNT_PROP_NOT_CLAIMED] = KernelCounter::NotPropagated("connected_untraced");
+    t[CNT_PROP_WHILE_SERVING] = KernelCounter::Refused("written_while_serving");
     t
 };
 
@@ -64,7 +76,11 @@ const _: () = {
     let mut i = 0;
     while i < CNT_MAX {
         let name = match COUNTERS[i] {
-            KernelCounter::Count(n) | KernelCounter::Drop(n) | KernelCounter::Gauge(n) | KernelCounter::Refused(n) => n,
+            KernelCounter::Count(n)
+            | KernelCounter::Drop(n)
+            | KernelCounter::Gauge(n)
+            | KernelCounter::Refused(n)
+            | KernelCounter::NotPropagated(n) => n,
         };
         assert!(!name.is_empty(), "a kernel counter (CNT_* in bpf/ringtail.h) has no name in COUNTERS");
         i += 1;
@@ -84,6 +100,10 @@ pub enum KernelCounter {
     /// Parent links not made, exported as
     /// `ringtail_links_refused_total{reason}`.
     Refused(&'static str),
+    /// Requests of traced clients sent without a traceparent from the
+    /// kernel (`probe.propagate`), or written and not followed, exported as
+    /// `ringtail_propagation_refused_total{reason}`.
+    NotPropagated(&'static str),
 }
 
 /// `struct http_event`.
@@ -112,6 +132,7 @@ pub struct HttpEvent {
     pub _pad: u32,
     pub laddr: [u8; 16],
     pub raddr: [u8; 16],
+    pub tp: [u8; 24],
     pub comm: [u8; COMM_LEN],
     pub buf: [u8; CAPTURE_LEN],
 }
@@ -332,6 +353,11 @@ impl HttpEvent {
             request: &self.buf[..cap],
             tls: self.flags & EVF_TLS != 0,
             h2c: self.flags & EVF_H2C != 0,
+            unlinked: self.flags & EVF_UNLINKED != 0,
+            propagated: (self.flags & EVF_PROPAGATED != 0).then(|| {
+                let (trace, span) = self.tp.split_at(16);
+                (u128::from_be_bytes(trace.try_into().unwrap_or_default()), u64::from_be_bytes(span.try_into().unwrap_or_default()))
+            }),
         })
     }
 }
@@ -398,6 +424,7 @@ mod tests {
         assert_eq!(offset_of!(HttpEvent, lport), layout::http_event_lport);
         assert_eq!(offset_of!(HttpEvent, laddr), layout::http_event_laddr);
         assert_eq!(offset_of!(HttpEvent, raddr), layout::http_event_raddr);
+        assert_eq!(offset_of!(HttpEvent, tp), layout::http_event_tp);
         assert_eq!(offset_of!(HttpEvent, comm), layout::http_event_comm);
         assert_eq!(offset_of!(HttpEvent, buf), layout::http_event_buf);
         assert_eq!(offset_of!(ExecEvent, path), layout::exec_event_path);
@@ -478,9 +505,14 @@ mod tests {
         assert_eq!(raw.role, Role::Client);
         assert_eq!(raw.status, 201);
         assert_eq!(raw.parent, Some((5, 6)));
-        assert!(raw.truncated && !raw.orphan);
+        assert!(raw.truncated && !raw.orphan && !raw.unlinked);
         assert_eq!(raw.local.ip_addr().to_string(), "127.0.0.1");
         assert_eq!(raw.request, b"POST /x HTTP/1.1\r\n\r\n");
+        let mut bytes = sample();
+        bytes[offset_of!(HttpEvent, flags)] = EVF_UNLINKED;
+        let ev = HttpEvent::parse(&bytes).unwrap();
+        let raw = ev.raw_event().unwrap();
+        assert!(raw.unlinked && raw.parent.is_none());
     }
 
     #[test]

@@ -86,7 +86,7 @@ fn main() -> anyhow::Result<()> {
 
 async fn run(p: Process) -> anyhow::Result<()> {
     let settings = &p.settings;
-    privileges::check(settings.probe.read_process_env)?;
+    privileges::check(settings.probe.read_process_env, settings.probe.propagate)?;
     let attach_later = settings.tls.enabled && settings.tls.attach_later;
     if attach_later {
         privileges::check_attach_later()?;

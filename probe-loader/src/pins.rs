@@ -40,7 +40,7 @@ use ringtail_config::{DiscoverySettings, ProbeSettings, TlsSettings};
 use runtime_kit::dirs::DirError;
 use runtime_kit::files::{self, Kind};
 
-use crate::kernel::{CONTRACT_HEADER, SOCKET_OBJECT, SYSCALLS_OBJECT};
+use crate::kernel::{CONTRACT_HEADER, SOCKET_OBJECT, SOCKET_PROPAGATE_OBJECT, SYSCALLS_OBJECT};
 
 /// Why pins could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -138,15 +138,17 @@ pub fn stamp(probe: &ProbeSettings, discovery: &DiscoverySettings, tls: &TlsSett
     let mut h = 0xcbf2_9ce4_8422_2325;
     h = fnv1a(h, SOCKET_OBJECT);
     h = fnv1a(h, SYSCALLS_OBJECT);
+    h = fnv1a(h, SOCKET_PROPAGATE_OBJECT);
     h = fnv1a(h, CONTRACT_HEADER.as_bytes());
     // The whole selection, not only what is baked in: a reopened set keeps
     // the processes its maps selected, which other settings must not inherit.
     let baked = format!(
-        "backend={} wakeup_len={wakeup_len} ring_mb={} conns={} read_env={} discovery={discovery:?} tls={tls:?}",
+        "backend={} wakeup_len={wakeup_len} ring_mb={} conns={} read_env={} propagate={} discovery={discovery:?} tls={tls:?}",
         probe.backend.name(),
         probe.ring_buffer_mb,
         probe.max_connections,
-        probe.read_process_env
+        probe.read_process_env,
+        probe.propagate
     );
     h = fnv1a(h, baked.as_bytes());
     format!("{h:016x}")

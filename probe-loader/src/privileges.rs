@@ -7,6 +7,7 @@
 //! | CAP_SYS_ADMIN       | older kernels' BPF checks (alternative to the two); the TLS uprobes on Linux 6.18 | no (yes with `tls.attach_later`) |
 //! | CAP_SYS_PTRACE      | `/proc/PID/{exe,environ,fd,maps,root}` of other users' processes (ptrace access check): the start scan, and the `libssl` files they map (TLS) | no (yes with `tls.attach_later`) |
 //! | CAP_DAC_READ_SEARCH | the same files' modes (0400/0500, owned by that user) | no (yes with `tls.attach_later`) |
+//! | CAP_NET_ADMIN       | `probe.propagate` only: creating its socket map, loading and attaching its sockops and sk_msg programs (Linux 6.7+ also takes CAP_SYS_ADMIN for it) | no |
 //! | CAP_SETGID          | joining the actors' group                         | no               |
 //! | CAP_SETPCAP         | dropping the bounding set                         | no               |
 //!
@@ -101,13 +102,21 @@ pub fn check_attach_later() -> Result<(), PrivilegeError> {
 }
 
 /// Fails with a precise message unless we may load tracing programs (and,
-/// with `read_process_env`, read other users' /proc entries at start).
-pub fn check(read_process_env: bool) -> Result<(), PrivilegeError> {
+/// with `read_process_env`, read other users' /proc entries at start; with
+/// `propagate`, load and attach network programs).
+pub fn check(read_process_env: bool, propagate: bool) -> Result<(), PrivilegeError> {
     let have = caps::read(None, CapSet::Effective).map_err(|source| PrivilegeError::Read { source })?;
     let bpf_ok =
         have.contains(&Capability::CAP_SYS_ADMIN) || (have.contains(&Capability::CAP_BPF) && have.contains(&Capability::CAP_PERFMON));
     if !bpf_ok {
         return Err(PrivilegeError::Missing { missing: "CAP_BPF and CAP_PERFMON (or CAP_SYS_ADMIN)".into(), have: names(&have) });
+    }
+    let net_ok = have.contains(&Capability::CAP_NET_ADMIN) || have.contains(&Capability::CAP_SYS_ADMIN);
+    if propagate && !net_ok {
+        return Err(PrivilegeError::Missing {
+            missing: "CAP_NET_ADMIN (or, Linux 6.7+, CAP_SYS_ADMIN) for probe.propagate = true (set it to false to run without)".into(),
+            have: names(&have),
+        });
     }
     let proc_ok = have.contains(&Capability::CAP_SYS_PTRACE) && have.contains(&Capability::CAP_DAC_READ_SEARCH);
     if read_process_env && !proc_ok {

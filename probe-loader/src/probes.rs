@@ -14,11 +14,11 @@ use std::os::fd::AsFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray, RingBuf};
+use aya::maps::{Array, HashMap, Map, MapData, PerCpuArray, RingBuf, SockHash};
 use aya::programs::links::FdLink;
 use aya::programs::uprobe::{UProbeAttachLocation, UProbeScope};
 use aya::programs::ProbeKind;
-use aya::programs::{BtfTracePoint, ProgramInfo, TracePoint, UProbe};
+use aya::programs::{BtfTracePoint, CgroupAttachMode, ProgramInfo, SkMsg, SockOps, TracePoint, UProbe};
 use aya::{Btf, Ebpf, EbpfLoader};
 use ringtail_config::{DiscoverySettings, ProbeSettings, TlsSettings};
 
@@ -94,6 +94,8 @@ pub enum ProbeError {
     },
     #[error(transparent)]
     Backend(#[from] BackendError),
+    #[error("probe.propagate: {why}")]
+    Propagation { why: String },
     #[error("cannot read the event ring buffer")]
     Ring {
         #[source]
@@ -334,6 +336,12 @@ impl Probes {
         // The connection table: the syscall backend's, or (socket backend)
         // the TLS connections' alone, which needs none without TLS.
         let conn_table = if backend == Chosen::Socket && !tls.enabled { 1 } else { probe.max_connections };
+        if probe.propagate && backend != Chosen::Socket {
+            return Err(ProbeError::Propagation {
+                why: "needs the socket backend (Linux 6.3+: socket-local storage from tracepoints, task-local storage from sk_msg programs); this one uses the syscalls backend".into(),
+            });
+        }
+        let propagate = u8::from(probe.propagate);
         let wakeup_len = u64::from(wakeup_len);
         let select_all = u8::from(discovery.selects_all());
         let watch_exec = u8::from(!discovery.exe_names.is_empty());
@@ -362,11 +370,14 @@ impl Probes {
             .override_global("tls_late", &tls_late, true)
             .override_global("tcp_copied_seq_off", &tcp.copied_seq, true)
             .override_global("tcp_write_seq_off", &tcp.write_seq, true)
+            .override_global("propagate", &propagate, true)
             .map_max_entries("events", ring_bytes)
             // the connection table (bpf/conn.h), and the TLS bindings (bpf/tls.h)
             .map_max_entries("conn_table", conn_table)
             .map_max_entries("tls_socks", probe.max_connections)
-            .load(backend.object())
+            // the connections that may carry a traceparent (bpf/propagate.bpf.c)
+            .map_max_entries("prop_socks", probe.max_connections)
+            .load(backend.object(probe.propagate))
             .map_err(|source| ProbeError::Load { source })?;
 
         // Maps first: selection must be in place before data programs run.
@@ -391,6 +402,9 @@ impl Probes {
 
         for (program, hook) in backend.programs() {
             attach(&mut ebpf, btf, program, *hook, set)?;
+        }
+        if probe.propagate {
+            attach_propagation(&mut ebpf, set)?;
         }
         if let Some(set) = set {
             // In the list's order: the epoch last, and a set with its epoch
@@ -671,6 +685,87 @@ fn pin_err(what: String) -> impl Fn(aya::pin::PinError) -> ProbeError {
 
 /// Loads `program` and attaches it to `hook`; with a pin `set`, pins the
 /// program and its links (one per tracepoint) there.
+/// The cgroup v2 hierarchy's root (the first `cgroup2` mount), where the
+/// propagation's sockops program sees every connection of the host.
+fn cgroup2_root() -> Result<std::fs::File, ProbeError> {
+    let why = |why: String| ProbeError::Propagation { why };
+    let info = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| why(format!("cannot read /proc/self/mountinfo: {e}")))?;
+    // "36 25 0:31 / /sys/fs/cgroup rw,... - cgroup2 cgroup2 rw,..."
+    let root = info
+        .lines()
+        .filter_map(|l| l.split_once(" - "))
+        .find(|(mount, fs)| fs.starts_with("cgroup2 ") && mount.split(' ').nth(3) == Some("/"))
+        .and_then(|(mount, _)| mount.split(' ').nth(4))
+        .ok_or_else(|| why("no cgroup v2 hierarchy is mounted (the sockops program attaches to its root)".into()))?;
+    let root = root.replace("\\040", " ");
+    std::fs::File::open(&root).map_err(|e| why(format!("cannot open the cgroup v2 root {root}: {e}")))
+}
+
+/// Attaches trace context propagation (`probe.propagate`, bpf/propagate.h):
+/// the sk_msg program on the `prop_socks` map, then the sockops program on
+/// the root cgroup (it claims traced processes' connections for the map).
+/// The map holds the sk_msg program, the sockops program holds the map: a
+/// pinned sockops link keeps both after this process.
+fn attach_propagation(ebpf: &mut Ebpf, set: Option<&Path>) -> Result<(), ProbeError> {
+    let cgroup = cgroup2_root()?;
+    let socks = {
+        let map = ebpf.map("prop_socks").ok_or(ProbeError::MissingMap { map: "prop_socks" })?;
+        let socks: SockHash<&MapData, u64> = SockHash::try_from(map).map_err(map_err("prop_socks"))?;
+        socks.fd().try_clone().map_err(|e| ProbeError::Propagation { why: format!("prop_socks: {e}") })?
+    };
+    let err = |program: &'static str, tracepoint: &'static str| move |source| ProbeError::Program { program, tracepoint, source };
+    let verifier = |program: &'static str, tracepoint: &'static str| {
+        move |source| match source {
+            aya::programs::ProgramError::LoadError { verifier_log, .. } => {
+                ProbeError::Verifier { program, tracepoint, log: verifier_log.to_string() }
+            }
+            source => ProbeError::Program { program, tracepoint, source },
+        }
+    };
+    let [msg, ops] = crate::backend::PROPAGATION_PROGRAMS;
+    let map_target = "sockhash prop_socks";
+    let prog: &mut SkMsg =
+        ebpf.program_mut(msg).ok_or(ProbeError::MissingProgram { program: msg })?.try_into().map_err(err(msg, map_target))?;
+    prog.load().map_err(verifier(msg, map_target))?;
+    let link = prog.attach(&socks).map_err(err(msg, map_target))?;
+    if let Some(set) = set {
+        // Attached to the map, not by a link to pin: it stays as long as
+        // user space holds the map (the kernel releases a socket map's
+        // programs with its last file or pin, whatever programs use it), so
+        // the map is pinned, and the attachment must not be undone when
+        // this process's handle on it goes.
+        std::mem::forget(prog.take_link(link).map_err(err(msg, map_target))?);
+        let map = ebpf.map("prop_socks").ok_or(ProbeError::MissingMap { map: "prop_socks" })?;
+        let data = match map {
+            Map::SockHash(d) => d,
+            _ => return Err(ProbeError::MissingMap { map: "prop_socks" }),
+        };
+        data.pin(pins::map(set, "prop_socks")).map_err(pin_err("map prop_socks".to_owned()))?;
+    }
+    let cgroup_target = "the root cgroup's sock_ops";
+    let prog: &mut SockOps =
+        ebpf.program_mut(ops).ok_or(ProbeError::MissingProgram { program: ops })?.try_into().map_err(err(ops, cgroup_target))?;
+    prog.load().map_err(verifier(ops, cgroup_target))?;
+    // A BPF link (Linux 5.7+; the socket backend needs 6.3): links take no
+    // mode and are always one of many, so other sockops users of the host
+    // (Cilium...) keep theirs.
+    let link = prog.attach(&cgroup, CgroupAttachMode::Single).map_err(err(ops, cgroup_target))?;
+    if let Some(set) = set {
+        prog.pin(pins::prog(set, ops)).map_err(pin_err(format!("program {ops}")))?;
+        let link = FdLink::try_from(prog.take_link(link).map_err(err(ops, cgroup_target))?).map_err(|source| ProbeError::Link {
+            program: ops,
+            tracepoint: cgroup_target,
+            source,
+        })?;
+        link.pin(pins::link(set, ops, None)).map_err(pin_err(format!("link {ops}")))?;
+    }
+    tracing::info!(
+        event = "propagation_attached",
+        "traceparent propagation on: traced processes' HTTP/1 requests carry their client span's context"
+    );
+    Ok(())
+}
+
 fn attach(ebpf: &mut Ebpf, btf: &Btf, program: &'static str, hook: Hook, set: Option<&Path>) -> Result<(), ProbeError> {
     let prog = ebpf.program_mut(program).ok_or(ProbeError::MissingProgram { program })?;
     let tracepoint = match hook {

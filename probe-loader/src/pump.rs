@@ -150,6 +150,7 @@ impl Pump {
             .map(|c| match c {
                 KernelCounter::Count(name) => Some(registry.counter(name, &[])),
                 KernelCounter::Refused(reason) => Some(registry.counter("ringtail_links_refused_total", &[("reason", reason)])),
+                KernelCounter::NotPropagated(reason) => Some(registry.counter("ringtail_propagation_refused_total", &[("reason", reason)])),
                 _ => None,
             })
             .collect();

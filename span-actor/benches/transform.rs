@@ -58,6 +58,8 @@ fn raw_batch(n: usize, conn_base: u64) -> RawBatch {
             orphan: false,
             tls: false,
             h2c: false,
+            unlinked: false,
+            propagated: None,
             request: format!(
                 "GET {} HTTP/1.1\r\nHost: shop.example:8080\r\nUser-Agent: curl/8.5.0\r\nAccept: */*\r\n\r\n",
                 paths[i % paths.len()]

@@ -105,6 +105,8 @@ pub fn http1(data: &[u8]) {
         orphan: false,
         tls: false,
         h2c: false,
+        unlinked: false,
+        propagated: None,
         request: request.to_vec(),
     };
     // The same bytes again as a response pipelined behind it (an orphan).

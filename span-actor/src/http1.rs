@@ -147,6 +147,9 @@ fn operation(ev: &RawEvent<&[u8]>, head: RequestHead, seq: u32, sub: u32, start:
         end_mono_ns: ev.end_mono_ns,
         parent: ev.parent,
         traceparent,
+        // (written into the capture's first request only)
+        propagated: if sub == 0 { ev.propagated } else { None },
+        unlinked: ev.unlinked,
         call: Call::Http(HttpCall {
             method,
             path,

@@ -48,6 +48,15 @@ pub struct Operation {
     pub parent: Option<(u64, u32)>,
     /// The W3C `traceparent` it carried in, if any.
     pub traceparent: Option<String>,
+    /// A client operation whose `traceparent` the kernel wrote
+    /// (`probe.propagate`): the trace id and span id it carried out, which
+    /// are this span's.
+    pub propagated: Option<(u128, u64)>,
+    /// A client operation its thread made while serving a server request
+    /// and that the kernel did not link to it (several open, or a thread
+    /// shared by tasks): linked only where its `traceparent` is one a server
+    /// operation of its process carried in (a proxy forwarding it).
+    pub unlinked: bool,
     /// What it was.
     pub call: Call,
 }

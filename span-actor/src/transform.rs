@@ -38,6 +38,20 @@ const CONTEXTS: usize = 16_384;
 const MAX_HELD: usize = 65_536;
 /// Addresses whose text form is remembered.
 const IP_TEXTS: usize = 4096;
+/// Server spans remembered by the `traceparent` they carried in, for the
+/// calls that forward it (slots of a direct-mapped table; a power of two).
+const FORWARDED: usize = 4096;
+/// A process whose calls waited this many times in a row for a server
+/// request that forwarded their `traceparent`, and none came (its calls
+/// carry their own: an application's SDK), has its calls' waits skipped.
+const FORWARD_TRIES: u8 = 8;
+/// Processes whose forwarding is remembered.
+const FORWARD_PROCS: usize = 4096;
+/// The `sub` of a [`CtxKey`] that names a `traceparent` a process received
+/// (with the key's connection field a hash of it, its request field the
+/// process): no operation has it (HTTP/1 subs count up from 0; HTTP/2's is
+/// [`H2_SUB`]).
+const FORWARD_SUB: u32 = u32::MAX - 1;
 
 /// Which raw batch (loader instance, seq) a span came from.
 pub type Origin = (u64, u64);
@@ -122,6 +136,10 @@ pub struct Transformer {
     redactor: Redactor,
     parent_wait: Duration,
     contexts: Contexts,
+    forwarded: Forwarded,
+    /// Processes by how many times in a row a call of theirs waited in vain
+    /// for a server request that forwarded its `traceparent`.
+    forward_misses: HashMap<u32, u8>,
     /// Spans held, by the context they wait for, and when each wait ends.
     held: HashMap<CtxKey, Vec<Held>>,
     held_count: usize,
@@ -137,6 +155,53 @@ pub struct Transformer {
     h2: H2Table,
     /// Operations of the event or record being read.
     ops: Vec<Operation>,
+}
+
+/// What an operation says about the trace it belongs to.
+struct Links<'a> {
+    /// The kernel's link (Operation::parent).
+    parent: Option<(u64, u32)>,
+    traceparent: Option<&'a str>,
+    propagated: Option<(u128, u64)>,
+    /// A call its thread made while serving, not linked by the kernel.
+    unlinked: bool,
+    pid: u32,
+}
+
+/// The key under which process `pid` received `traceparent` `tp`.
+fn forward_key(inst: u64, pid: u32, tp: &http::TraceParent) -> CtxKey {
+    let mixed = (tp.trace_id as u64) ^ ((tp.trace_id >> 64) as u64) ^ tp.span_id.rotate_left(32);
+    (inst, mixed, pid, FORWARD_SUB, false)
+}
+
+/// Server spans by the `traceparent` their request carried in (a
+/// [`forward_key`]): their trace, span id and flags, for a call of the same
+/// process that forwards it and comes after them. Direct-mapped as
+/// [`Contexts`].
+struct Forwarded {
+    slots: Vec<(u64, u128, u64, u8)>,
+}
+
+impl Forwarded {
+    fn new() -> Self {
+        Forwarded { slots: vec![(0, 0, 0, 0); FORWARDED] }
+    }
+
+    fn slot(key: CtxKey) -> (usize, u64) {
+        let fp = Contexts::fingerprint(key);
+        ((fp >> (64 - FORWARDED.trailing_zeros())) as usize, fp)
+    }
+
+    fn insert(&mut self, key: CtxKey, trace: u128, span: u64, flags: u8) {
+        let (slot, fp) = Self::slot(key);
+        self.slots[slot] = (fp, trace, span, flags);
+    }
+
+    fn get(&self, key: CtxKey) -> Option<(u128, u64, u8)> {
+        let (slot, fp) = Self::slot(key);
+        let (f, trace, span, flags) = self.slots[slot];
+        (f == fp).then_some((trace, span, flags))
+    }
 }
 
 /// Trace contexts of recent spans, for the spans that join them and come
@@ -155,6 +220,12 @@ impl Contexts {
     }
 
     fn hash(key: CtxKey) -> (usize, u64) {
+        let fp = Self::fingerprint(key);
+        ((fp >> (64 - CONTEXTS.trailing_zeros())) as usize, fp)
+    }
+
+    /// A 64-bit hash of `key`, never 0 (which marks an empty slot).
+    fn fingerprint(key: CtxKey) -> u64 {
         use std::hash::{BuildHasher, Hasher};
         let mut h = rustc_hash::FxBuildHasher.build_hasher();
         h.write_u64(key.0);
@@ -162,9 +233,7 @@ impl Contexts {
         h.write_u32(key.2);
         h.write_u32(key.3);
         h.write_u8(u8::from(key.4));
-        // Never 0, which marks an empty slot.
-        let fp = h.finish() | 1;
-        ((fp >> (64 - CONTEXTS.trailing_zeros())) as usize, fp)
+        h.finish() | 1
     }
 
     fn insert(&mut self, key: CtxKey, trace: u128, flags: u8) {
@@ -200,6 +269,8 @@ impl Transformer {
             redactor: Redactor::new(&settings.redaction),
             parent_wait: settings.pipeline.parent_wait,
             contexts: Contexts::new(),
+            forwarded: Forwarded::new(),
+            forward_misses: HashMap::default(),
             held: HashMap::default(),
             held_count: 0,
             held_order: VecDeque::new(),
@@ -292,20 +363,20 @@ impl Transformer {
     /// The one path from an operation to its span: resource, route, the
     /// conventions' name, status and attributes, then its trace.
     fn emit(&mut self, b: &mut Batch<'_>, op: Operation) {
-        let Operation { role, conn, seq, sub, start_mono_ns, end_mono_ns, parent, traceparent, call } = op;
+        let Operation { role, conn, seq, sub, start_mono_ns, end_mono_ns, parent, traceparent, propagated, unlinked, call } = op;
         let Call::Http(http) = call;
         let kind = kind(role);
         let status = http.status.unwrap_or(0);
         let served = (kind == SpanKind::Server).then_some(conn.local.port);
         let own = named(sub).then_some((b.inst, conn.id, seq, sub, kind == SpanKind::Client));
         let Some(resource) = self.naming.selected_resource(conn.pid, conn.proc_start_ns, served) else {
-            self.forget(b, own);
+            self.forget(b, own, role, traceparent.as_deref(), conn.pid);
             return;
         };
         let (route, export_trace, export_metrics) = if kind == SpanKind::Server {
             let Some(routed) = self.router.route(&resource.service_name, &http.path, status) else {
                 self.stats.ignored.inc();
-                self.forget(b, own);
+                self.forget(b, own, role, traceparent.as_deref(), conn.pid);
                 return;
             };
             if routed.overflowed {
@@ -366,24 +437,24 @@ impl Transformer {
             span.attributes = rpc.attributes;
             span.rpc = Some(rpc.call);
         }
-        self.trace(b, Produced { resource, span, origin: b.origin }, (conn.id, seq, sub), parent, traceparent.as_deref());
+        let links = Links { parent, traceparent: traceparent.as_deref(), propagated, unlinked, pid: conn.pid };
+        self.trace(b, Produced { resource, span, origin: b.origin }, (conn.id, seq, sub), links);
     }
 
     /// Puts span `p` (of operation `(conn, seq, sub)`) in its trace and out:
     /// a server span continues the `traceparent` it carried, or joins the
     /// client span on this host that called it, or starts a trace; a client
-    /// span joins the server span it was made under. A span whose context
-    /// has not come yet waits for it, a while; each span's context is
-    /// remembered for the spans that join it.
-    fn trace(
-        &mut self,
-        b: &mut Batch<'_>,
-        mut p: Produced,
-        (conn, seq, sub): (u64, u32, u32),
-        parent: Option<(u64, u32)>,
-        traceparent: Option<&str>,
-    ) {
+    /// span joins the server span it was made under, or, made while its
+    /// thread served several, the server span of its process whose request
+    /// carried in the `traceparent` it carries out (a proxy forwarding it:
+    /// W3C's parent id names the caller's span, one a call). A span whose
+    /// context has not come yet waits for it, a while; each span's context
+    /// is remembered for the spans that join it.
+    fn trace(&mut self, b: &mut Batch<'_>, mut p: Produced, (conn, seq, sub): (u64, u32, u32), links: Links<'_>) {
+        let Links { parent, traceparent, propagated, unlinked, pid } = links;
         let inst = b.inst;
+        // (a server span's, by the traceparent it carried in)
+        let mut forward = None;
         let span = &mut p.span;
         let client = span.kind == SpanKind::Client;
         let own = named(sub).then_some((inst, conn, seq, sub, client));
@@ -391,11 +462,19 @@ impl Transformer {
         // What this span joins: its context, its parent's span id, and its
         // trace if that context never comes.
         let join = match (span.kind, parent) {
+            // the traceparent the kernel wrote into the request names it
+            (SpanKind::Client, _) if propagated.is_some() => {
+                if let Some((trace_id, span_id)) = propagated {
+                    (span.trace_id, span.span_id) = (trace_id, span_id);
+                }
+                None
+            }
             (SpanKind::Server, _) if traceparent.is_some() => match traceparent.and_then(http::parse_traceparent) {
                 Some(tp) => {
                     span.trace_id = tp.trace_id;
                     span.parent_span_id = tp.span_id;
                     span.trace_flags = tp.flags;
+                    forward = Some(forward_key(inst, pid, &tp));
                     None
                 }
                 None => {
@@ -413,13 +492,37 @@ impl Transformer {
                 let fallback = ids::trace_id(inst, pconn, pseq, 0);
                 Some((pkey, ids::span_id(inst, pconn, pseq, 0, Role::Server), (fallback, ids::span_id(inst, pconn, pseq, 0, Role::Server))))
             }
+            (SpanKind::Client, None) if unlinked => {
+                span.trace_id = own_trace;
+                match traceparent.and_then(http::parse_traceparent) {
+                    Some(tp) => {
+                        let key = forward_key(inst, pid, &tp);
+                        if let Some((trace, parent_span, flags)) = self.forwarded.get(key) {
+                            if trace != 0 {
+                                (span.trace_id, span.parent_span_id, span.trace_flags) = (trace, parent_span, flags);
+                            } // (else that span is not exported)
+                            None
+                        } else if self.forward_misses.get(&pid).is_some_and(|&n| n >= FORWARD_TRIES) {
+                            None
+                        } else {
+                            // (its parent span id comes with that span: Transformer::adopt)
+                            return self.hold(b, p, own, key, (own_trace, 0));
+                        }
+                    }
+                    None => None,
+                }
+            }
             _ => {
                 span.trace_id = own_trace;
                 None
             }
         };
         let Some((key, parent_span_id, fallback)) = join else {
+            let (trace, span_id, flags) = (p.span.trace_id, p.span.span_id, p.span.trace_flags);
             self.publish(b.out, p, own, true, &mut b.made);
+            if let Some(key) = forward {
+                self.adopt(key, (trace, span_id, flags), b.out, &mut b.made);
+            }
             return;
         };
         span.parent_span_id = parent_span_id;
@@ -432,27 +535,71 @@ impl Transformer {
             // the span it joins is not exported (Transformer::forget)
             (span.trace_id, span.parent_span_id) = fallback;
             self.publish(b.out, p, own, true, &mut b.made);
-        } else if self.held_count >= MAX_HELD {
-            self.stats.held_full.inc();
-            (span.trace_id, span.parent_span_id) = fallback;
-            self.publish(b.out, p, own, true, &mut b.made);
         } else {
             // The span it joins (which may carry the caller's trace id)
             // comes later, or is itself waiting: wait for it, a while.
-            b.made.held += 1;
-            self.held_count += 1;
-            if let Some(o) = own {
-                self.pending.insert(o);
-            }
-            self.held.entry(key).or_default().push(Held { resource: p.resource, span: p.span, origin: p.origin, own, fallback });
-            self.held_order.push_back((b.now + self.parent_wait, key, 0));
+            self.hold(b, p, own, key, fallback);
+        }
+    }
+
+    /// Holds span `p` (its own context `own`) until the span of context
+    /// `key` comes, or `parent_wait` is over (then `fallback`, its trace
+    /// and parent); beyond MAX_HELD it goes out at once with `fallback`.
+    fn hold(&mut self, b: &mut Batch<'_>, mut p: Produced, own: Option<CtxKey>, key: CtxKey, fallback: (u128, u64)) {
+        if self.held_count >= MAX_HELD {
+            self.stats.held_full.inc();
+            (p.span.trace_id, p.span.parent_span_id) = fallback;
+            self.publish(b.out, p, own, true, &mut b.made);
+            return;
+        }
+        b.made.held += 1;
+        self.held_count += 1;
+        if let Some(o) = own {
+            self.pending.insert(o);
+        }
+        self.held.entry(key).or_default().push(Held { resource: p.resource, span: p.span, origin: p.origin, own, fallback });
+        self.held_order.push_back((b.now + self.parent_wait, key, 0));
+    }
+
+    /// Notes that calls of process `pid` held for the request that forwarded
+    /// their `traceparent` found it (`found`: the count of vain waits starts
+    /// again), or waited in vain ([`FORWARD_TRIES`]).
+    fn note_forwarding(&mut self, pid: u32, found: bool) {
+        if self.forward_misses.len() >= FORWARD_PROCS {
+            self.forward_misses.clear();
+        }
+        let misses = self.forward_misses.entry(pid).or_default();
+        *misses = if found { 0 } else { misses.saturating_add(1) };
+    }
+
+    /// A server span (`trace`, `span` id, `flags`) whose request carried in
+    /// the `traceparent` that [`forward_key`] `key` names: the calls of its
+    /// process that forward it, held for it, are its children; those that
+    /// come later find it.
+    fn adopt(&mut self, key: CtxKey, (trace, span, flags): (u128, u64, u8), out: &mut Vec<Produced>, made: &mut Made) {
+        self.forwarded.insert(key, trace, span, flags);
+        let Some(waiting) = self.held.remove(&key) else { return };
+        self.note_forwarding(key.2, true);
+        for h in waiting {
+            self.held_count -= 1;
+            let mut s = h.span;
+            (s.trace_id, s.parent_span_id, s.trace_flags) = (trace, span, flags);
+            self.publish(out, Produced { resource: h.resource, span: s, origin: h.origin }, h.own, false, made);
         }
     }
 
     /// An operation that makes no span (its process is not selected, its
     /// route ignored): the spans that join it do not wait for it, and
     /// those waiting go out with their fallback trace.
-    fn forget(&mut self, b: &mut Batch<'_>, own: Option<CtxKey>) {
+    fn forget(&mut self, b: &mut Batch<'_>, own: Option<CtxKey>, role: Role, traceparent: Option<&str>, pid: u32) {
+        if role == Role::Server {
+            // (nor do the calls that forward its traceparent)
+            if let Some(tp) = traceparent.and_then(http::parse_traceparent) {
+                let key = forward_key(b.inst, pid, &tp);
+                self.forwarded.insert(key, 0, 0, 0);
+                self.release_fallback(key, b.out, &mut b.made);
+            }
+        }
         let Some(key) = own else { return };
         self.contexts.insert(key, 0, 0);
         self.release_fallback(key, b.out, &mut b.made);
@@ -544,6 +691,11 @@ impl Transformer {
             }
             let n = self.release_fallback(key, out, &mut made);
             self.stats.parent_timeouts.add(n as u64);
+            if key.3 == FORWARD_SUB && n > 0 {
+                // (its process's calls carry their own traceparent, or its
+                // server spans are not exported)
+                self.note_forwarding(key.2, false);
+            }
         }
     }
 }

@@ -70,9 +70,16 @@ fn ipc_decode_seeds_and_real_messages() {
             checks::ipc_decode(&bytes[..cut]);
         }
     }
-    // The checked-in seeds of the busy messages are of this schema version.
+    // The checked-in seeds of the busy messages are of this schema version
+    // (RINGTAIL_WRITE_SEEDS=1 writes the raw batch's again from raw_batch();
+    // the span batch's version is its second byte).
+    let seeds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/ipc_decode");
+    if std::env::var_os("RINGTAIL_WRITE_SEEDS").is_some() {
+        let bytes = encode(&Envelope::new(me, 1, Body::Raw(raw_batch()))).expect("encodes");
+        std::fs::write(seeds.join("raw_batch"), bytes).expect("write the seed");
+    }
     for seed in ["raw_batch", "span_batch"] {
-        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/ipc_decode").join(seed);
+        let path = seeds.join(seed);
         let bytes = std::fs::read(&path).expect("the seed is checked in");
         assert!(ipc_schema::decode(&bytes).is_ok(), "{} no longer decodes: write it again", path.display());
     }
@@ -102,6 +109,8 @@ fn raw_batch() -> ipc_schema::RawBatch {
         orphan: false,
         tls: true,
         h2c: false,
+        unlinked: false,
+        propagated: None,
         request: b"GET /x?token=1 HTTP/1.1\r\n\r\n".to_vec(),
     };
     let h2 = RawH2 {
@@ -132,5 +141,14 @@ fn raw_batch() -> ipc_schema::RawBatch {
         env_resource_attributes: None,
         container_id: Some("3f2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a".into()),
     };
-    RawBatch::of(1_700_000_000_000_000_000, 9, vec![process], &[ev], &[h2])
+    // a client request with the traceparent the kernel wrote
+    let propagated = RawEvent {
+        role: Role::Client,
+        conn_id: 3,
+        parent: None,
+        tls: false,
+        propagated: Some((0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c, 0xb7ad_6b71_6920_3331)),
+        ..ev.clone()
+    };
+    RawBatch::of(1_700_000_000_000_000_000, 9, vec![process], &[ev, propagated], &[h2])
 }

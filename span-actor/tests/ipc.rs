@@ -37,6 +37,8 @@ fn batch() -> RawBatch {
         orphan: false,
         tls: false,
         h2c: false,
+        unlinked: false,
+        propagated: None,
         request: format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes(),
     };
     RawBatch::of(

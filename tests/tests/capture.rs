@@ -364,6 +364,32 @@ fn answer_read_before_the_send_is_reported(b: &str) {
     );
 }
 
+/// A server that reads ahead while it answers (Go's net/http reads one
+/// byte in the background while a handler runs) can read the first byte of
+/// the next request before the kernel reports the send of the answer (the
+/// hooks fire when a send is over): that byte begins the next request, it
+/// is not the body of the one being answered. Deterministic: the answer is
+/// larger than the socket buffers, so its send is not over until the client,
+/// which has sent that byte and seen it read, drains it.
+fn a_request_begun_before_the_answer_s_send_is_reported(b: &str) {
+    if !can_trace() {
+        return;
+    }
+    let port = free_port();
+    let dir = TempDir::new("read-ahead");
+    let script = fixture("py_read_ahead.py");
+    let script = script.to_str().unwrap();
+    let dir_s = dir.0.to_str().unwrap();
+    let _srv = server("read-ahead server", port, Path::new("python3"), &[script, "server", &port.to_string(), dir_s]);
+    let (rt, prom) = ringtail_for(b, &[port], "");
+    let out = Command::new("python3").args([script, "client", &port.to_string(), dir_s]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "200 200");
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.len() >= 2);
+    assert_eq!(server_counts(&spans), expect(&[("GET", "/big", 200, 1), ("GET", "/next", 200, 1)]), "{}", rt.stdout());
+    assert_no_connection_state(prom);
+}
+
 // Go's HTTP/1 transport writes on one goroutine and reads on another: a
 // request whose answer is read before its send is reported is given up
 // (answer_read_before_the_send_is_reported). Under concurrency, every
@@ -677,6 +703,7 @@ on_both_backends!(
     truncated_requests_keep_their_prefix_and_are_counted,
     client_spans_from_curl_python_and_go,
     answer_read_before_the_send_is_reported,
+    a_request_begun_before_the_answer_s_send_is_reported,
     go_client_under_concurrency_every_request_is_a_span,
     traceparent_is_joined_and_outgoing_calls_are_children,
     selection_by_pid_and_exe_and_never_itself,

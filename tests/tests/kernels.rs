@@ -85,6 +85,9 @@ fn check_kernel_agrees_with_the_kernel_table() {
         "syscall tracepoints  ok".to_owned(),
         "after start          ok".to_owned(),
         format!("socket tracepoints   {}", if socket { "ok" } else { "no" }),
+        // probe.propagate: sockops and sk_msg programs that read socket- and
+        // task-local storage, where the socket backend runs
+        format!("propagation          {}", if socket { "ok" } else { "no" }),
         format!("ringtail will use: probe.backend = \"auto\" -> {}", expect.auto),
         format!("pins                 {}", if expect.pins(expect.auto) { "ok" } else { "no" }),
     ] {

@@ -336,6 +336,8 @@ pub fn operation(role: Role, conn: Conn, d: StreamDone, rpc_mode: grpc::Mode) ->
         end_mono_ns: d.end_ns,
         parent: None,
         traceparent: d.traceparent,
+        propagated: None,
+        unlinked: false,
         call: Call::Http(HttpCall {
             method: d.method,
             path: d.path,

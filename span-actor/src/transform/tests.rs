@@ -34,6 +34,8 @@ fn event(role: Role, conn: u64, seq: u32, req: &[u8], status: u16) -> RawEvent {
         orphan: false,
         tls: false,
         h2c: false,
+        unlinked: false,
+        propagated: None,
         request: req.to_vec(),
     }
 }
@@ -211,6 +213,28 @@ fn traceparent_joins_the_callers_trace() {
 }
 
 #[test]
+fn a_propagated_client_span_carries_the_ids_the_kernel_wrote_and_its_server_names_it() {
+    let mut rig = Rig::new(|_| {});
+    let mut client = event(Role::Client, 9, 1, b"GET /call HTTP/1.1\r\nHost: backend\r\n\r\n", 200);
+    client.propagated = Some((0x0af7651916cd43dd8448eb211c80319c, 0xb7ad6b7169203331));
+    // what the server on this host read: the request with the line written in
+    let server = event(
+        Role::Server,
+        10,
+        1,
+        b"GET /call HTTP/1.1\r\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\nHost: backend\r\n\r\n",
+        200,
+    );
+    let out = rig.run(vec![client, server]);
+    assert_eq!(out.len(), 2);
+    let srv = out.iter().find(|p| p.span.kind == SpanKind::Server).unwrap();
+    let cli = out.iter().find(|p| p.span.kind == SpanKind::Client).unwrap();
+    assert_eq!((cli.span.trace_id, cli.span.span_id, cli.span.parent_span_id), (0x0af7651916cd43dd8448eb211c80319c, 0xb7ad6b7169203331, 0));
+    assert_eq!((srv.span.trace_id, srv.span.parent_span_id), (cli.span.trace_id, cli.span.span_id));
+    assert_eq!(rig.t.held(), 0);
+}
+
+#[test]
 fn client_call_inside_a_server_request_is_its_child() {
     let mut rig = Rig::new(|_| {});
     let mut client = event(Role::Client, 9, 1, b"GET /inner HTTP/1.1\r\nHost: backend:9000\r\n\r\n", 200);
@@ -267,6 +291,101 @@ fn client_call_ending_after_its_server_response_joins_the_trace() {
     stray.parent = Some((5_000, 1));
     assert!(rig.run(vec![stray]).is_empty());
     assert_eq!(rig.t.held(), 1);
+}
+
+/// A proxy on an event loop (nginx) forwards the `traceparent` it received
+/// into its upstream call; the kernel could not link the call (its thread
+/// served several requests): the call is the child of the server request of
+/// the same process that carried that traceparent in, whichever is reported
+/// first; a call that was linked by the kernel, or that its thread did not
+/// make while serving, or of another process, is not linked this way.
+#[test]
+fn a_forwarded_traceparent_links_an_unlinked_call_to_the_request_that_carried_it() {
+    let mut rig = Rig::new(|s| s.pipeline.parent_wait = Duration::from_millis(10));
+    let tp = |span: &str| format!("traceparent: 00-0af7651916cd43dd8448eb211c80319c-{span}-01\r\n");
+    let inbound = |conn: u64, span: &str| event(Role::Server, conn, 1, format!("GET /a HTTP/1.1\r\n{}\r\n", tp(span)).as_bytes(), 200);
+    let call = |conn: u64, span: &str| {
+        let mut c = event(Role::Client, conn, 1, format!("GET /a HTTP/1.1\r\nHost: up\r\n{}\r\n", tp(span)).as_bytes(), 200);
+        c.unlinked = true;
+        c
+    };
+    // the call first (a proxy's upstream answer comes before its own): held
+    assert!(rig.run(vec![call(20, "00000000000000a1")]).is_empty());
+    assert_eq!(rig.t.held(), 1);
+    let out = rig.run(vec![inbound(10, "00000000000000b2"), inbound(11, "00000000000000a1")]);
+    assert_eq!(out.len(), 3);
+    let front = out.iter().find(|p| p.span.kind == SpanKind::Server && p.span.parent_span_id == 0xa1).unwrap();
+    let cli = out.iter().find(|p| p.span.kind == SpanKind::Client).unwrap();
+    assert_eq!((cli.span.trace_id, cli.span.parent_span_id), (0x0af7651916cd43dd8448eb211c80319c, front.span.span_id));
+    assert_eq!(rig.t.held(), 0);
+    // the request first: the call finds it at once
+    let out = rig.run(vec![call(21, "00000000000000b2")]);
+    assert_eq!(out.len(), 1);
+    assert_eq!(out[0].span.parent_span_id, ids::span_id(INST, 10, 1, 0, Role::Server));
+    // linked by the kernel: its link stands
+    let mut linked = call(22, "00000000000000b2");
+    (linked.unlinked, linked.parent) = (false, Some((11, 1)));
+    assert_eq!(rig.run(vec![linked])[0].span.parent_span_id, ids::span_id(INST, 11, 1, 0, Role::Server));
+    // not made while serving: a trace of its own
+    let mut alone = call(23, "00000000000000b2");
+    alone.unlinked = false;
+    let out = rig.run(vec![alone]);
+    assert_eq!((out[0].span.trace_id, out[0].span.parent_span_id), (ids::trace_id(INST, 23, 1, 0), 0));
+    // another process's call with that traceparent: waits, in vain
+    let mut other = call(24, "00000000000000b2");
+    other.pid = 200;
+    assert!(rig.run(vec![other]).is_empty());
+    let mut out = Vec::new();
+    rig.t.expire(Instant::now() + Duration::from_millis(20), &mut out);
+    assert_eq!((out[0].span.trace_id, out[0].span.parent_span_id), (ids::trace_id(INST, 24, 1, 0), 0));
+    assert_eq!(rig.count("ringtail_parent_wait_timeouts_total", None), 1.0);
+}
+
+/// A process whose calls carry their own traceparent (an application's
+/// SDK makes a span a call) never forwards one: after FORWARD_TRIES vain
+/// waits its calls go out at once; a request whose span is not exported
+/// releases the calls that forward its traceparent.
+#[test]
+fn calls_that_never_forward_stop_waiting_and_an_unexported_request_releases_its_calls() {
+    let mut rig = Rig::new(|s| {
+        s.pipeline.parent_wait = Duration::from_millis(10);
+        s.routes.ignored = vec!["/health".parse().unwrap()];
+    });
+    let call = |conn: u64, path: &str| {
+        let mut c = event(
+            Role::Client,
+            conn,
+            1,
+            format!("GET {path} HTTP/1.1\r\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-{conn:016x}-01\r\n\r\n").as_bytes(),
+            200,
+        );
+        c.unlinked = true;
+        c
+    };
+    for i in 0..u64::from(FORWARD_TRIES) {
+        assert!(rig.run(vec![call(100 + i, "/x")]).is_empty());
+        let mut out = Vec::new();
+        rig.t.expire(Instant::now() + Duration::from_millis(20), &mut out);
+        assert_eq!(out.len(), 1);
+    }
+    assert_eq!(rig.run(vec![call(200, "/x")]).len(), 1, "not held any more");
+    assert_eq!(rig.t.held(), 0);
+    // another process: a call held, then its request, not exported, releases it
+    let mut held = call(300, "/x");
+    held.pid = 300;
+    assert!(rig.run(vec![held]).is_empty());
+    let mut health = event(
+        Role::Server,
+        301,
+        1,
+        format!("GET /health HTTP/1.1\r\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-{:016x}-01\r\n\r\n", 300).as_bytes(),
+        200,
+    );
+    health.pid = 300;
+    let out = rig.run(vec![health]);
+    assert_eq!(out.len(), 1, "only the call");
+    assert_eq!((out[0].span.kind, out[0].span.parent_span_id), (SpanKind::Client, 0));
+    assert_eq!(rig.t.held(), 0);
 }
 
 #[test]

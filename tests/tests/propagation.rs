@@ -1,0 +1,295 @@
+//! Trace context propagation (`probe.propagate`): the kernel writes a
+//! `traceparent` into the clear-text HTTP/1 requests traced processes send
+//! without one, so that a server on another host continues the client's
+//! trace. Here the other host is a network namespace behind a veth pair the
+//! test makes; the server reports the `traceparent` lines it received in
+//! its answers, so that what went over the wire is checked, not only the
+//! spans.
+//!
+//! Socket backend only (the programs need socket- and task-local storage);
+//! with the syscall backend the setting is refused at start, with a reason.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use ringtail_tests::*;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// Answers every request with the `traceparent` lines it carried (joined
+/// by `|`, an empty line when none), keep-alive; listens on ARGV[2]:ARGV[1].
+const ECHO_SERVER: &str = r#"
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def answer(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        if n:
+            self.rfile.read(n)
+        body = ("|".join(self.headers.get_all("traceparent") or []) + "\n").encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_GET = answer
+    do_POST = answer
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer((sys.argv[2], int(sys.argv[1])), H).serve_forever()
+"#;
+
+/// A ringtail on the socket backend tracing the servers on `ports` and the
+/// processes `launcher` starts, with propagation `on` or off; prints spans,
+/// serves Prometheus.
+fn ringtail(ports: &[u16], launcher: &Launcher, on: bool) -> (Ringtail, u16) {
+    let prom = free_port();
+    let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+    let rt = Ringtail::start(&format!(
+        "[probe]\nbackend = \"socket\"\npropagate = {on}\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{}]\npids = [{}]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
+        ports.join(","),
+        launcher.sh.pid()
+    ));
+    (rt, prom)
+}
+
+/// A shell started before ringtail and selected by its pid, which runs
+/// the test's commands: they are traced from their first instruction (a
+/// child inherits its parent's selection in the kernel, at fork), where a
+/// process selected by its executable's name is selected by the loader a
+/// moment after it starts, and its first connections are not claimed.
+struct Launcher {
+    sh: Proc,
+    input: std::process::ChildStdin,
+    output: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Launcher {
+    fn new() -> Launcher {
+        let mut sh = Proc::spawn(
+            "launcher shell",
+            Command::new("sh")
+                .args(["-c", "while read -r c; do eval \"$c\"; echo; echo .; done"])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped()),
+        );
+        let input = sh.child.stdin.take().expect("stdin");
+        let output = std::io::BufReader::new(sh.child.stdout.take().expect("stdout"));
+        Launcher { sh, input, output }
+    }
+
+    /// curl with `args` (single-quoted, without quotes of their own): its
+    /// standard output, lines.
+    fn curl(&mut self, args: &[&str]) -> Vec<String> {
+        use std::io::{BufRead, Write};
+        let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+        writeln!(self.input, "curl -sS {} || echo curl failed", quoted.join(" ")).expect("write to the launcher");
+        let mut lines = Vec::new();
+        loop {
+            let mut l = String::new();
+            assert!(self.output.read_line(&mut l).expect("read the launcher") > 0, "the launcher ended");
+            let l = l.trim_end_matches('\n').to_owned();
+            if l == "." {
+                break;
+            }
+            lines.push(l);
+        }
+        // (the `echo` before the end mark ends curl's last line)
+        assert_eq!(lines.pop().as_deref(), Some(""), "{lines:?}");
+        assert!(!lines.iter().any(|l| l.contains("curl failed")), "curl {args:?}: {lines:?}");
+        lines
+    }
+}
+
+/// The echo server on `port` of the namespace `ns`.
+fn echo_server(ns: &VethNs, port: u16, dir: &TempDir) -> Proc {
+    let script = dir.join("echo.py");
+    std::fs::write(&script, ECHO_SERVER).expect("write echo.py");
+    let srv = Proc::spawn(
+        "echo server in a namespace",
+        ns.command("python3").arg(&script).args([&port.to_string(), &ns.ns_addr]).stdout(Stdio::null()).stderr(Stdio::null()),
+    );
+    assert!(ns.wait_port(port, Duration::from_secs(15)), "the server did not listen");
+    srv
+}
+
+fn refused(prom: u16, reason: &str) -> f64 {
+    metric_value(prom, "ringtail_propagation_refused_total", &[("reason", reason)]).unwrap_or(0.0)
+}
+
+/// The client's spans and the server's of the requests under `prefix`, by
+/// path: (client, server), once there are `n` pairs.
+fn pairs(rt: &Ringtail, prefix: &str, n: usize) -> Vec<(SpanLine, SpanLine)> {
+    let ours = |s: &SpanLine| s.path.starts_with(prefix);
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| ours(s)).count() >= 2 * n);
+    let spans: Vec<SpanLine> = spans.into_iter().filter(|s| ours(s)).collect();
+    assert_eq!(spans.len(), 2 * n, "{}", rt.stdout());
+    let mut out: Vec<(SpanLine, SpanLine)> = spans
+        .iter()
+        .filter(|s| s.kind == "CLIENT")
+        .map(|c| {
+            let s =
+                spans.iter().find(|s| s.kind == "SERVER" && s.path == c.path).unwrap_or_else(|| panic!("no server span for {}", c.line));
+            (c.clone(), s.clone())
+        })
+        .collect();
+    out.sort_by_key(|(c, _)| c.path.clone());
+    assert_eq!(out.len(), n, "{}", rt.stdout());
+    out
+}
+
+/// curl → a server in another network namespace: 100 keep-alive GETs and a
+/// POST each carry the traceparent of their client span (read back from the
+/// server), and the server span is its child; a request that carries its
+/// own traceparent, and one whose head is past 1 KiB, are sent as they are
+/// and counted; with propagation off, nothing is written.
+#[test]
+fn a_traced_client_request_carries_its_span_context_to_a_server_in_another_namespace() {
+    if !can_trace() || !have("curl") || !have("ip") || !have("/usr/bin/python3") {
+        return;
+    }
+    let (ns, port, dir) = (VethNs::create(), free_port(), TempDir::new("propagation"));
+    let _srv = echo_server(&ns, port, &dir);
+    let base = format!("http://{}:{port}", ns.ns_addr);
+
+    let mut launcher = Launcher::new();
+    let (rt, prom) = ringtail(&[port], &launcher, true);
+    // 100 GETs on one connection, then a POST with a body
+    let mut got = launcher.curl(&[&format!("{base}/p/[100-199]")]);
+    got.extend(launcher.curl(&["-d", "a body", &format!("{base}/p/200")]));
+    assert_eq!(got.len(), 101, "one answer a request: {got:?}");
+    let counts = || {
+        let mut c = format!("propagated {:?}", metric_value(prom, "ringtail_propagated_requests_total", &[]));
+        for r in
+            ["serving_a_request", "has_traceparent", "head_too_long", "insert_failed", "unclaimed", "socket_map_full", "connected_untraced"]
+        {
+            c.push_str(&format!(", {r} {}", refused(prom, r)));
+        }
+        c
+    };
+    for ((client, server), received) in pairs(&rt, "/p/", 101).iter().zip(&got) {
+        assert_eq!(received, &format!("00-{}-{}-01", client.trace, client.span), "what the server read, {} ({})", client.line, counts());
+        assert_eq!(client.parent, None, "{}", client.line);
+        assert_eq!(server.trace, client.trace, "{}", server.line);
+        assert_eq!(server.parent.as_deref(), Some(client.span.as_str()), "{}", server.line);
+        assert_eq!(server.status, 200);
+    }
+    let written = wait_until(WAIT, || metric_value(prom, "ringtail_propagated_requests_total", &[]).filter(|n| *n >= 101.0));
+    assert_eq!(written, Some(101.0), "every request written was counted once");
+
+    // its own traceparent: sent as it was, counted
+    let own = "00-11111111111111111111111111111111-2222222222222222-01";
+    assert_eq!(launcher.curl(&["-H", &format!("traceparent: {own}"), &format!("{base}/own")]), [own]);
+    // a head past the bytes looked at: sent as it was, counted
+    let pad = format!("x-pad: {}", "x".repeat(1200));
+    assert_eq!(launcher.curl(&["-H", &pad, &format!("{base}/long")]), [""]);
+    assert_eq!(wait_until(WAIT, || Some(refused(prom, "has_traceparent")).filter(|n| *n >= 1.0)), Some(1.0));
+    assert_eq!(wait_until(WAIT, || Some(refused(prom, "head_too_long")).filter(|n| *n >= 1.0)), Some(1.0));
+    let (client, server) = pairs(&rt, "/own", 1).remove(0);
+    assert_eq!((server.trace.as_str(), server.parent.as_deref()), ("11111111111111111111111111111111", Some("2222222222222222")));
+    assert_ne!(client.trace, server.trace, "the client span did not write that traceparent");
+    assert_eq!(refused(prom, "unclaimed"), 0.0, "every line written went to its client span");
+    assert_eq!(refused(prom, "insert_failed"), 0.0);
+    assert_eq!(refused(prom, "connected_untraced"), 0.0, "every connection was claimed");
+    drop(rt);
+
+    // off: nothing is written
+    let (rt, prom) = ringtail(&[port], &launcher, false);
+    assert!(launcher.curl(&[&format!("{base}/q/[100-119]")]).iter().all(String::is_empty), "no traceparent without probe.propagate");
+    pairs(&rt, "/q/", 20);
+    assert_eq!(metric_value(prom, "ringtail_propagated_requests_total", &[]), Some(0.0));
+    eprintln!("propagation: 101 of 101 requests carried their client span's context; 1 with its own and 1 long head sent as they were");
+}
+
+/// A front service (Python, a thread a connection) that calls the server in
+/// the namespace while serving each request: its calls carry nothing (their
+/// trace is the request's, which the kernel does not know), counted; the
+/// trace goes on by the links that are certain: curl's written context to
+/// the front, the front's thread to its call, the call to the server on
+/// this host (same-host join). Four spans a request, one trace.
+#[test]
+fn a_call_made_while_serving_carries_nothing_and_the_trace_goes_on() {
+    if !can_trace() || !have("curl") || !have("ip") || !have("/usr/bin/python3") {
+        return;
+    }
+    let (ns, back, dir) = (VethNs::create(), free_port(), TempDir::new("propagation-front"));
+    let _srv = echo_server(&ns, back, &dir);
+    let front = free_port();
+    let script = dir.join("front.py");
+    std::fs::write(&script, FRONT).expect("write front.py");
+    let _front = Proc::spawn(
+        "front",
+        Command::new("/usr/bin/python3")
+            .arg(&script)
+            .args([&front.to_string(), &format!("{}:{back}", ns.ns_addr)])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    assert!(wait_port(front, Duration::from_secs(15)), "the front did not listen");
+    let mut launcher = Launcher::new();
+    let (rt, prom) = ringtail(&[back, front], &launcher, true);
+    let got = launcher.curl(&[&format!("http://127.0.0.1:{front}/f/[100-119]")]);
+    assert_eq!(got, vec![String::new(); 20], "the server read no traceparent from the front's calls");
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| s.path.starts_with("/f/") || s.path.starts_with("/b/")).count() >= 80);
+    let late = || metric_value(prom, "ringtail_links_refused_total", &[("reason", "send_reported_late")]).unwrap_or(0.0);
+    let mut joined = 0;
+    for i in 100..120 {
+        let (f, b) = (format!("/f/{i}"), format!("/b/f/{i}"));
+        let one = |kind: &str, path: &str| {
+            let v: Vec<&SpanLine> = spans.iter().filter(|s| s.kind == kind && s.path == path).collect();
+            assert_eq!(v.len(), 1, "{kind} {path}:\n{}", rt.stdout());
+            v[0].clone()
+        };
+        let (curl, front_srv, call, back_srv) = (one("CLIENT", &f), one("SERVER", &f), one("CLIENT", &b), one("SERVER", &b));
+        assert_eq!(curl.parent, None, "{}", curl.line);
+        assert_eq!(
+            (front_srv.trace.as_str(), front_srv.parent.as_deref()),
+            (curl.trace.as_str(), Some(curl.span.as_str())),
+            "{}",
+            front_srv.line
+        );
+        assert_eq!((call.trace.as_str(), call.parent.as_deref()), (curl.trace.as_str(), Some(front_srv.span.as_str())), "{}", call.line);
+        if back_srv.parent.as_deref() == Some(call.span.as_str()) {
+            assert_eq!(back_srv.trace, curl.trace, "{}", back_srv.line);
+            joined += 1;
+        }
+    }
+    // (a send reported after its answer is not joined, and counted)
+    assert_eq!(wait_until(WAIT, || Some(joined as f64 + late()).filter(|n| *n >= 20.0)), Some(20.0), "{}", rt.stdout());
+    let counted = wait_until(WAIT, || Some(refused(prom, "serving_a_request")).filter(|n| *n >= 20.0));
+    assert_eq!(counted, Some(20.0), "every call made while serving was counted");
+    assert_eq!(metric_value(prom, "ringtail_propagated_requests_total", &[]), Some(20.0), "curl's 20 requests, no call of the front");
+    assert_eq!(metric_value(prom, "ringtail_links_refused_total", &[("reason", "written_while_serving")]), Some(0.0));
+    eprintln!("propagation through a front: 20 traces of 4 spans ({joined} backend spans joined on this host)");
+}
+
+/// The front: for `/PATH`, calls `http://BACK/b/PATH` (a connection a
+/// call) and answers with what it got; listens on 127.0.0.1:ARGV[1].
+const FRONT: &str = r#"
+import http.server, sys, urllib.request
+back = sys.argv[2]
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        with urllib.request.urlopen("http://%s/b%s" % (back, self.path)) as r:
+            body = r.read()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"#;
+
+/// With the syscall backend the setting is refused before anything loads,
+/// saying why.
+#[test]
+fn propagation_with_the_syscall_backend_is_refused_with_a_reason() {
+    let dir = TempDir::new("propagation-config");
+    let config = dir.join("ringtail.toml");
+    std::fs::write(&config, "[probe]\nbackend = \"syscalls\"\npropagate = true\n").expect("write the config");
+    let out = Command::new(bin_dir().join("ringtail")).args(["check-config", "--config"]).arg(&config).output().expect("run ringtail");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("probe.propagate") && err.contains("socket backend"), "{err}");
+}
