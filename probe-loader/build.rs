@@ -30,6 +30,7 @@ fn rust_type(name: &str) -> &'static str {
         ("FAMILY_", "u8"),
         ("PROC_", "u8"),
         ("EXECF_", "u8"),
+        ("EXE_LITERAL", "usize"),
     ];
     if let Some((_, t)) = BY_PREFIX.iter().find(|(p, _)| name.starts_with(p)) {
         return t;
@@ -191,6 +192,7 @@ int main(void) {
     printf("pub const EXEC_EVENT_SIZE: usize = %zu;\n", sizeof(struct exec_event));
     printf("pub const FORK_EVENT_SIZE: usize = %zu;\n", sizeof(struct fork_event));
     printf("pub const PROC_HEAD_SIZE: usize = %zu;\n", sizeof(struct proc_head));
+    printf("pub const EXE_LITERAL_SIZE: usize = %zu;\n", sizeof(struct exe_literal));
     printf("pub const H2_HEAD_SIZE: usize = %zu;\n", offsetof(struct h2_event, data));
     OFF(h2_event, dir); OFF(h2_event, data_len); OFF(h2_event, conn_id); OFF(h2_event, ts_ns); OFF(h2_event, caller_conn);
     OFF(h2_event, lport); OFF(h2_event, laddr); OFF(h2_event, comm);

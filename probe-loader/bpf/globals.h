@@ -8,6 +8,8 @@
 #ifndef RINGTAIL_GLOBALS_H
 #define RINGTAIL_GLOBALS_H
 
+#include "ringtail.h"
+
 #ifdef RINGTAIL_DEFINE_GLOBALS
 #define RINGTAIL_GLOBAL(type, name, init) type name = init
 char LICENSE[] SEC("license") = "GPL";
@@ -22,6 +24,9 @@ RINGTAIL_GLOBAL(const volatile __u64, wakeup_len, 0);
 RINGTAIL_GLOBAL(const volatile __u8, select_all, 1);
 /* 1 = report exec events (exe-name discovery is configured). */
 RINGTAIL_GLOBAL(const volatile __u8, watch_exec, 0);
+/* The literal ones of discovery.exe_names, matched at exec (ringtail.h);
+ * unused entries have len 0. */
+RINGTAIL_GLOBAL(const volatile struct exe_literal, exe_literals[EXE_LITERALS], {});
 /* 1 = exec events carry the start of the environment (probe.read_process_env). */
 RINGTAIL_GLOBAL(const volatile __u8, read_env, 0);
 /* 1 = listeners on configured ports are selected (sel_ports is in use). */
@@ -40,11 +45,24 @@ RINGTAIL_GLOBAL(const volatile __u8, propagate, 0);
  * 0: unknown, no same-host joins (join.h). */
 RINGTAIL_GLOBAL(const volatile __u32, tcp_copied_seq_off, 0);
 RINGTAIL_GLOBAL(const volatile __u32, tcp_write_seq_off, 0);
+/* And of rack.mstamp (u64, microseconds of the monotonic clock) and
+ * rack.end_seq: when the newest segment the peer acked was sent, and where
+ * it ended (http1_conn.h, answer_early); 0: unknown. */
+RINGTAIL_GLOBAL(const volatile __u32, tcp_rack_mstamp_off, 0);
+RINGTAIL_GLOBAL(const volatile __u32, tcp_rack_end_seq_off, 0);
 
-/* A u32 field of the socket at byte `off` (one of the two above). */
+/* A u32 field of the socket at byte `off` (one of those above). */
 static __always_inline __u32 sk_u32_at(struct sock *sk, __u32 off)
 {
 	__u32 v = 0;
+	bpf_probe_read_kernel(&v, sizeof(v), (const void *)((unsigned long)sk + off));
+	return v;
+}
+
+/* A u64 field of the socket at byte `off`. */
+static __always_inline __u64 sk_u64_at(struct sock *sk, __u32 off)
+{
+	__u64 v = 0;
 	bpf_probe_read_kernel(&v, sizeof(v), (const void *)((unsigned long)sk + off));
 	return v;
 }

@@ -95,19 +95,55 @@ static __always_inline void active_answered(const struct conn_state *st, __u32 t
 
 /* The send hooks fire when a send is over. A client that reads on another
  * thread than it writes (Go's HTTP/1 transport, gRPC) can read the answer
- * before that: a final response went by while no request was pending
- * (early_ns), and the request reported next is the one it answered
- * (however long its send took: a large body). Pairing that request with
- * the next response would make a wrong span: it is not traced, and
- * counted. (A response to a request sent before tracing began is taken
- * for one too: the next request is then given up, counted.) */
-static __always_inline int answered_first(struct conn_state *st)
+ * before that: a final response goes by while no request is pending, and
+ * the request reported next is the one it answered (however long its send
+ * took: a large body). Kept here: when (early_ns), its status, and when
+ * its request left, where the socket says so for certain: everything the
+ * process wrote has been acked (RACK's newest delivered segment ends at
+ * write_seq), so that segment, sent at rack.mstamp, was the request's last
+ * (the time a reported send is stamped with, as every client request is).
+ * A send still under way (a body larger than the socket buffers) leaves it
+ * unknown. */
+static __always_inline void answer_early(struct conn_state *st, const struct conn_io *io, __u16 status,
+					 __u64 now)
+{
+	st->early_ns = now;
+	st->early_start_ns = 0;
+	if (!tcp_rack_mstamp_off || !tcp_write_seq_off || io->tls || status < 200)
+		return;
+	__u32 w = sk_u32_at(io->sk, tcp_write_seq_off);
+	if (sk_u32_at(io->sk, tcp_rack_end_seq_off) != w)
+		return;
+	__u64 sent = sk_u64_at(io->sk, tcp_rack_mstamp_off) * 1000;
+	if (!sent || sent > now)
+		return;
+	st->early_start_ns = sent;
+	st->early_seq = w;
+	st->early_status = status;
+}
+
+/* A client request reported after its answer was read (answer_early):
+ * returns that answer's status when the request is certainly the one
+ * answered (the send reported ends where the process's writes ended when
+ * the answer was read), with when it left in *start and when it was
+ * answered in *end; the caller pairs them. Otherwise the request is not
+ * traced, and counted (-1): pairing it with the next response would make a
+ * wrong span. (A response to a request sent before tracing began is taken
+ * for an early one too: the next request is then given up, counted.) */
+static __always_inline int answered_first(struct conn_state *st, const struct conn_io *io, __u64 *start,
+					  __u64 *end)
 {
 	if (!st->early_ns || st->role != ROLE_CLIENT)
 		return 0;
+	*end = st->early_ns;
 	st->early_ns = 0;
+	if (st->early_start_ns && sk_u32_at(io->sk, tcp_write_seq_off) == st->early_seq) {
+		*start = st->early_start_ns;
+		count(CNT_ANSWERED_PAIRED);
+		return st->early_status;
+	}
 	count(CNT_ANSWERED_FIRST);
-	return 1;
+	return -1;
 }
 
 /* Remembers the first bytes of a read that may begin a request line
@@ -174,9 +210,9 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 		__u16 status = response_status(p, n);
 		if (st->phase != PHASE_REQUEST) {
 			/* A response while no request is pending: that request's
-			 * send is not reported yet (answered_first). */
+			 * send is not reported yet (answer_early). */
 			if (is_final(status))
-				st->early_ns = now;
+				answer_early(st, io, status, now);
 			return NULL;
 		}
 		if (status)
@@ -235,11 +271,11 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 			st = conn_new(io, ROLE_SERVER);
 		} else if (!pend && is_final(response_status(p, n))) {
 			/* A response on a connection with no request: its
-			 * request's send is not reported yet (answered_first). */
+			 * request's send is not reported yet (answer_early). */
 			if (!st)
 				st = conn_new(io, ROLE_CLIENT);
 			if (st && st->role == ROLE_CLIENT)
-				st->early_ns = now;
+				answer_early(st, io, response_status(p, n), now);
 			return NULL;
 		}
 		if (st) {
@@ -266,6 +302,34 @@ active:;
 		active_mirror(a, io->tid);
 	}
 	return NULL;
+}
+
+/* A client request begun on `st`: offered for a same-host join, and made
+ * the child of the server request the thread is serving, when that is
+ * the only one it began and has not answered: an event loop serving
+ * several at once could be working for any of them (refused, counted,
+ * also when the one it began last is answered and others are not). A
+ * thread with an alternate signal stack is never trusted: Go's runtime
+ * gives every thread one, and runs goroutines (a handler, a client's
+ * writer) on whichever thread is free; so does Rust's std, under runtimes
+ * that move tasks between threads. */
+static __always_inline void client_links(struct conn_state *st, const struct conn_io *io, __u32 total, __u32 skip)
+{
+	join_offer(st, io, total, skip);
+	struct active_req *a = active_get(0);
+	if (a && (a->conn_id || a->open)) {
+		if (current_alt_stack()) {
+			count(CNT_LINK_ALT_STACK);
+			st->flags |= EVF_UNLINKED;
+		} else if (a->conn_id && a->open <= 1) {
+			st->parent_conn = a->conn_id;
+			st->parent_seq = a->seq;
+			st->flags |= EVF_PARENT;
+		} else {
+			count(CNT_LINK_AMBIGUOUS);
+			st->flags |= EVF_UNLINKED;
+		}
+	}
 }
 
 /* Bytes sent on a connection that is not HTTP/2 (yet): HTTP/1. Returns the
@@ -335,7 +399,9 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 	if (!st)
 		return NULL;
 	__u64 now = bpf_ktime_get_ns();
-	if (answered_first(st))
+	__u64 end = 0;
+	int early = answered_first(st, io, &now, &end);
+	if (early < 0)
 		return NULL;
 	/* (a record made by a request-line prefix received on what turns out
 	 * to be a client connection becomes the client's) */
@@ -346,30 +412,16 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 	/* Its traceparent, written by the kernel, names its trace: no join
 	 * offer (the server reads the header), no parent (propagate.h writes
 	 * none into a thread's calls while it serves). */
-	if (prop_claim(st, io))
-		return NULL;
+	if (!prop_claim(st, io))
 #endif
-	join_offer(st, io, sg->total, skip);
-	/* The child of the server request the thread is serving, when that is
-	 * the only one it began and has not answered: an event loop serving
-	 * several at once could be working for any of them (refused, counted,
-	 * also when the one it began last is answered and others are not). A
-	 * thread with an alternate signal stack is never trusted: Go's runtime
-	 * gives every thread one, and runs goroutines (a handler, a client's
-	 * writer) on whichever thread is free; so does Rust's std, under
-	 * runtimes that move tasks between threads. */
-	struct active_req *a = active_get(0);
-	if (a && (a->conn_id || a->open)) {
-		if (current_alt_stack()) {
-			count(CNT_LINK_ALT_STACK);
-			st->flags |= EVF_UNLINKED;
-		} else if (a->conn_id && a->open <= 1) {
-			st->parent_conn = a->conn_id;
-			st->parent_seq = a->seq;
-			st->flags |= EVF_PARENT;
-		} else {
-			count(CNT_LINK_AMBIGUOUS);
-			st->flags |= EVF_UNLINKED;
+		client_links(st, io, sg->total, skip);
+	if (early) {
+		/* answered already (answered_first) */
+		emit(st, io->sk, early, 0, end);
+		st->phase = PHASE_IDLE;
+		if ((st->flags & STF_CONNECT) && early < 300) {
+			count(CNT_UPGRADED);
+			st->role = ROLE_OPAQUE;
 		}
 	}
 	return NULL;

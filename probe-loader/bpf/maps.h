@@ -30,9 +30,11 @@ struct h2_dir {
 struct conn_state {
 	__u64 conn_id;
 	__u64 start_ns;
-	/* A client's final response read while no request was pending: when
-	 * (http1_conn.h, answered_first) */
+	/* A client's final response read while no request was pending: when;
+	 * and when its request left, if the socket says (http1_conn.h,
+	 * answer_early), else 0 */
 	__u64 early_ns;
+	__u64 early_start_ns;
 	__u64 parent_conn;
 	__u32 parent_seq;
 	__u32 seq;
@@ -49,6 +51,10 @@ struct conn_state {
 	 * began (http1_conn.h, late_request_start) */
 	__u32 sent_seq;
 	__u32 late_seq;
+	/* With early_start_ns: the socket's write_seq when that response was
+	 * read, and its status */
+	__u32 early_seq;
+	__u16 early_status;
 	__u16 cap_len;
 	__u8 role;
 	__u8 phase;

@@ -146,6 +146,51 @@ static __always_inline void read_environment(struct exec_event *ev, struct task_
 		ev->h.flags |= EXECF_ENV_TRUNCATED;
 }
 
+/* 1 if the basename of the path given to exec (ev->path, NUL-terminated)
+ * is one of exe_literals (ringtail.h). A path that filled its buffer may
+ * be cut: its name is matched whole only when its end was seen. */
+static __always_inline int exe_literal_match(struct exec_event *ev)
+{
+	const char *path = ev->path;
+	__u32 base = 0;
+	for (__u32 i = 0; i < EXEC_PATH_LEN; i++) {
+		char c = path[i];
+		if (!c)
+			break;
+		if (c == '/')
+			base = i + 1;
+	}
+	/* Passed through the record's memory, `base` is a value the verifier
+	 * does not track: otherwise it follows each value it can take through
+	 * the loop above (a state per '/' position: past its budget). */
+	ev->env_len = base;
+	base = *(volatile __u32 *)&ev->env_len;
+	ev->env_len = 0;
+	if (base >= EXEC_PATH_LEN)
+		return 0;
+	for (__u32 k = 0; k < EXE_LITERALS; k++) {
+		__u32 len = exe_literals[k].len;
+		if (!len || len > EXE_LITERAL_LEN)
+			break;
+		int same = 1;
+		for (__u32 j = 0; j < EXE_LITERAL_LEN && j < len; j++) {
+			__u32 at = base + j;
+			if (at >= EXEC_PATH_LEN || path[at] != exe_literals[k].name[j]) {
+				same = 0;
+				break;
+			}
+		}
+		if (!same)
+			continue;
+		if (!exe_literals[k].exact)
+			return 1;
+		__u32 end = base + len;
+		if (end < EXEC_PATH_LEN - 1 && !path[end])
+			return 1;
+	}
+	return 0;
+}
+
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(process_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
@@ -169,6 +214,13 @@ int BPF_PROG(process_exec, struct task_struct *p, pid_t old_pid, struct linux_bi
 	ev->_pad = 0;
 	ev->env_total = 0;
 	bpf_probe_read_kernel_str(ev->path, sizeof(ev->path), bprm->filename);
+	/* A literal exe name is selected here, before the process runs: the
+	 * loader, which reads this record a moment later, would miss its
+	 * first connections (it selects again, idempotently, or drops it). */
+	if (watch_exec && !select_all && exe_literal_match(ev)) {
+		__u8 why = SEL_EXE;
+		bpf_map_update_elem(&sel_pids, &tgid, &why, BPF_NOEXIST);
+	}
 	/* the file exec runs (an interpreter for a script), as /proc/PID/exe names it */
 	bpf_probe_read_kernel_str(ev->exe, sizeof(ev->exe), bprm->file->f_path.dentry->d_name.name);
 	read_cgroups(ev, p);

@@ -93,6 +93,19 @@
  * RST_STREAM, GOAWAY; never DATA). */
 #define H2_FRAME_CAP 2048
 
+/* discovery.exe_names that are a literal name (`^name$`) or the literal
+ * start of one (`^name`): matched by the kernel at exec against the
+ * basename of the path given to exec (process.bpf.c), so that such a
+ * process is traced from its first instruction, not from when the loader
+ * has read its exec record. The loader still decides every name. */
+#define EXE_LITERALS 8
+#define EXE_LITERAL_LEN 30
+struct exe_literal {
+	__u8 len;   /* bytes of name; 0: unused */
+	__u8 exact; /* 1: the whole basename, 0: its start */
+	char name[EXE_LITERAL_LEN];
+};
+
 /* Why a process is selected (the `sel_pids` value). SEL_EXPLICIT (a
  * configured pid, a listener on a configured port, or a child of one)
  * survives exec; SEL_EXE (the executable name matched) is dropped at exec,
@@ -124,7 +137,7 @@
 #define CNT_H2_LOST 19       /* h2 records lost: ring full (the connection is given up) */
 #define CNT_H2_CUT 20        /* h2 syscalls whose frames did not fit a record or the walk: connection given up */
 #define CNT_H2_PARTIAL 21    /* h2 payload bytes not captured (iovecs past MAX_SEGS, record full) */
-#define CNT_ANSWERED_FIRST 22 /* client requests whose response was read before their send was reported: not traced */
+#define CNT_ANSWERED_FIRST 22 /* client requests whose response was read before their send was reported, not paired: not traced */
 #define CNT_JOINS 23         /* server requests joined to the client request on this host that sent them */
 #define CNT_LINK_AMBIGUOUS 24 /* client requests not linked: their thread had more than one server request open */
 #define CNT_LINK_ALT_STACK 25 /* client requests not linked: their thread has an alternate signal stack (Go, Rust) */
@@ -138,7 +151,8 @@
 #define CNT_PROP_SOCKS_FULL 33 /* connections of traced processes not claimed for propagation: the socket map is full */
 #define CNT_PROP_NOT_CLAIMED 34 /* client requests on a connection not claimed when it connected (its process not traced yet, or before ringtail started) */
 #define CNT_PROP_WHILE_SERVING 35 /* written while the thread served a request (its prop_threads entry evicted): the call is not linked to it */
-#define CNT_MAX 36
+#define CNT_ANSWERED_PAIRED 36 /* client requests whose response was read before their send was reported, paired with it (http1_conn.h) */
+#define CNT_MAX 37
 
 /* proc_head.kind: records of the `execs` ring. */
 #define PROC_EXEC 1

@@ -5,7 +5,9 @@
 //! connection), children inherit their parent's selection, and exiting
 //! processes leave the map. This module seeds it from /proc at start (while
 //! the loader still has every privilege) and matches exec events against
-//! `discovery.exe_names`.
+//! `discovery.exe_names`; the literal ones (`^name$`, `^name`) the kernel
+//! matches by itself at exec (`kernel_literals`), so that such a process is
+//! traced from its start, not from when the loader has read its exec record.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -13,6 +15,7 @@ use std::path::Path;
 use ringtail_config::DiscoverySettings;
 use ringtail_config::ExeRegex;
 
+use crate::kernel::{ExeLiteral, EXE_LITERALS, EXE_LITERAL_LEN};
 use crate::probes::Selected;
 
 /// Compiled discovery settings.
@@ -41,6 +44,20 @@ impl Discovery {
     pub fn exe_matches(&self, exe: &str) -> bool {
         let name = exe.rsplit('/').next().unwrap_or(exe);
         self.exe_names.iter().any(|re| re.is_match(name))
+    }
+
+    /// The `exe_names` the kernel matches by itself at exec: the first
+    /// EXE_LITERALS that are a literal name (`^name$`) or the literal start
+    /// of one (`^name`). Unused entries have len 0.
+    pub fn kernel_literals(&self) -> [ExeLiteral; EXE_LITERALS] {
+        let mut out = [ExeLiteral::default(); EXE_LITERALS];
+        let literals = self.exe_names.iter().filter_map(|re| literal_of(re.as_str()));
+        for (slot, (name, exact)) in out.iter_mut().zip(literals) {
+            slot.len = u8::try_from(name.len()).unwrap_or(0);
+            slot.exact = u8::from(exact);
+            slot.name[..name.len()].copy_from_slice(&name);
+        }
+        out
     }
 
     /// Processes to select now: listeners on the ports, matching
@@ -156,6 +173,30 @@ fn socket_inodes(proc_root: &Path, pid: u32) -> Vec<u64> {
     .collect()
 }
 
+/// The literal a regular expression over executable names stands for, if it
+/// is one the kernel can match: `^` then letters, digits, `_`, `-` and
+/// escaped punctuation (`\.`), then `$` (the whole name: true) or nothing
+/// (its start: false); 1 to EXE_LITERAL_LEN bytes. Anything else (`.`,
+/// classes, alternation, flags, a name with `/`) is `None`: the loader
+/// alone matches it.
+fn literal_of(re: &str) -> Option<(Vec<u8>, bool)> {
+    let mut rest = re.strip_prefix('^')?.chars().peekable();
+    let mut name = Vec::new();
+    let mut exact = false;
+    while let Some(c) = rest.next() {
+        match c {
+            '\\' => match rest.next()? {
+                e @ ('.' | '-' | '+' | '_') => name.push(e as u8),
+                _ => return None,
+            },
+            '$' if rest.peek().is_none() => exact = true,
+            c if c.is_ascii_alphanumeric() || c == '_' || c == '-' => name.push(c as u8),
+            _ => return None,
+        }
+    }
+    (!name.is_empty() && name.len() <= EXE_LITERAL_LEN).then_some((name, exact))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,6 +216,55 @@ mod tests {
    2: 00000000:0050 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 3333 1 0 100 0 0 10 0\n";
         let ports: HashSet<u16> = [8000].into_iter().collect();
         assert_eq!(parse_listeners(text, &ports), vec![1111]);
+    }
+
+    /// What the kernel does with a literal (bpf/process.bpf.c).
+    fn kernel_match(l: &ExeLiteral, path: &str) -> bool {
+        let base = path.rsplit('/').next().unwrap_or(path).as_bytes();
+        let name = &l.name[..usize::from(l.len)];
+        if l.exact == 1 {
+            base == name
+        } else {
+            base.starts_with(name)
+        }
+    }
+
+    #[test]
+    fn literal_exe_names_match_in_the_kernel_as_their_regex_does() {
+        let names = ["^client$", "^python3", "^nginx$", r"^node\.js$", "^a-b_c", "^py.hon", "^(a|b)$", "x$", "^", "^$", "^a$b"];
+        let d = Discovery::new(&DiscoverySettings { exe_names: names.iter().map(|n| n.parse().unwrap()).collect(), ..Default::default() });
+        let lits = d.kernel_literals();
+        let got: Vec<(String, u8)> = lits
+            .iter()
+            .filter(|l| l.len > 0)
+            .map(|l| (String::from_utf8_lossy(&l.name[..usize::from(l.len)]).into_owned(), l.exact))
+            .collect();
+        let want = [("client", 1), ("python3", 0), ("nginx", 1), ("node.js", 1), ("a-b_c", 0)].map(|(n, e)| (n.to_owned(), e));
+        assert_eq!(got, want);
+        for path in [
+            "/usr/bin/client",
+            "client",
+            "/x/clients",
+            "/usr/bin/python3.11",
+            "python",
+            "/usr/sbin/nginx",
+            "nodexjs",
+            "/a/node.js",
+            "a-b_cd",
+            "/c/client/x",
+        ] {
+            for (l, re) in lits.iter().filter(|l| l.len > 0).zip(["^client$", "^python3", "^nginx$", r"^node\.js$", "^a-b_c"]) {
+                let one = Discovery::new(&DiscoverySettings { exe_names: vec![re.parse().unwrap()], ..Default::default() });
+                assert_eq!(kernel_match(l, path), one.exe_matches(path), "{re} on {path}");
+            }
+        }
+        let long = format!("^{}$", "a".repeat(EXE_LITERAL_LEN + 1));
+        assert_eq!(literal_of(&long), None);
+        let many = Discovery::new(&DiscoverySettings {
+            exe_names: (0..20).map(|i| format!("^n{i}$").parse().unwrap()).collect(),
+            ..Default::default()
+        });
+        assert!(many.kernel_literals().iter().all(|l| l.len > 0), "the first EXE_LITERALS are kept");
     }
 
     #[test]

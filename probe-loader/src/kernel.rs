@@ -16,7 +16,7 @@ mod layout {
 }
 
 use contract::*;
-pub use contract::{CAPTURE_LEN, COMM_LEN};
+pub use contract::{CAPTURE_LEN, COMM_LEN, EXE_LITERALS, EXE_LITERAL_LEN};
 
 /// The kernel contract's text (part of the pins' stamp).
 pub static CONTRACT_HEADER: &str = include_str!("../bpf/ringtail.h");
@@ -55,6 +55,7 @@ pub const COUNTERS: [KernelCounter; CNT_MAX] = {
     t[CNT_H2_CUT] = KernelCounter::Drop("h2_framing_cut");
     t[CNT_H2_PARTIAL] = KernelCounter::Count("ringtail_h2_partial_payloads_total");
     t[CNT_ANSWERED_FIRST] = KernelCounter::Drop("answered_before_sent");
+    t[CNT_ANSWERED_PAIRED] = KernelCounter::Count("ringtail_answered_before_sent_paired_total");
     t[CNT_JOINS] = KernelCounter::Count("ringtail_same_host_joins_total");
     t[CNT_LINK_AMBIGUOUS] = KernelCounter::Refused("concurrent_requests");
     t[CNT_LINK_ALT_STACK] = KernelCounter::Refused("thread_shared_by_tasks");
@@ -241,6 +242,21 @@ impl H2Head {
     }
 }
 
+/// `struct exe_literal`: a literal `discovery.exe_names` entry, matched by
+/// the kernel at exec (the `exe_literals` global).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExeLiteral {
+    /// Bytes of `name`; 0: unused.
+    pub len: u8,
+    /// 1: the whole basename, 0: its start.
+    pub exact: u8,
+    pub name: [u8; EXE_LITERAL_LEN],
+}
+
+// SAFETY: plain bytes, no padding (the layout test checks the size).
+unsafe impl aya::Pod for ExeLiteral {}
+
 /// `struct proc_head`: the start of every record of the `execs` ring.
 #[repr(C)]
 #[derive(Clone, Copy)]
@@ -407,6 +423,7 @@ mod tests {
         assert_eq!(size_of::<ExecEvent>(), layout::EXEC_EVENT_SIZE);
         assert_eq!(size_of::<ForkEvent>(), layout::FORK_EVENT_SIZE);
         assert_eq!(size_of::<ProcHead>(), layout::PROC_HEAD_SIZE);
+        assert_eq!(size_of::<ExeLiteral>(), layout::EXE_LITERAL_SIZE);
         assert_eq!(offset_of!(ProcHead, kind), layout::proc_head_kind);
         assert_eq!(offset_of!(ProcHead, proc_start_ns), layout::proc_head_proc_start_ns);
         assert_eq!(offset_of!(ExecEvent, env_len), layout::exec_event_env_len);

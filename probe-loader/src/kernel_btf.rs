@@ -1,8 +1,8 @@
 //! Offsets of the kernel fields the probes read that the loader's CO-RE
 //! relocation cannot place: aya 0.14 finds no match for any field of
 //! `struct tcp_sock` (the instruction is poisoned and the program refused),
-//! so the two the probes need (the TCP sequence numbers of `bpf/join.h`)
-//! are looked up here, in the running kernel's BTF, and handed to the
+//! so the ones the probes need (the TCP sequence numbers of `bpf/join.h`,
+//! RACK's newest delivered segment of `bpf/http1_conn.h`) are looked up here, in the running kernel's BTF, and handed to the
 //! programs as globals (0: not found, and those probes do without).
 //!
 //! The BTF is the kernel's own (`/sys/kernel/btf/vmlinux`), yet it is read
@@ -28,11 +28,15 @@ const KIND_DATASEC: u32 = 15;
 const KIND_DECL_TAG: u32 = 17;
 const KIND_ENUM64: u32 = 19;
 
-/// Byte offsets in `struct tcp_sock` of `copied_seq` and `write_seq`.
+/// Byte offsets in `struct tcp_sock` of `copied_seq` and `write_seq`, and
+/// of `rack.mstamp` and `rack.end_seq` (0 when not found: those probes do
+/// without).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct TcpSeqOffsets {
     pub copied_seq: u32,
     pub write_seq: u32,
+    pub rack_mstamp: u32,
+    pub rack_end_seq: u32,
 }
 
 impl TcpSeqOffsets {
@@ -54,7 +58,12 @@ impl TcpSeqOffsets {
     pub fn from_btf(btf: &[u8]) -> Option<TcpSeqOffsets> {
         let copied_seq = member_offset(btf, "tcp_sock", "copied_seq")?;
         let write_seq = member_offset(btf, "tcp_sock", "write_seq")?;
-        Some(TcpSeqOffsets { copied_seq, write_seq })
+        let rack = |m: &str| member_offset(btf, "tcp_sock", "rack")?.checked_add(member_offset(btf, "tcp_rack", m)?);
+        let (rack_mstamp, rack_end_seq) = match (rack("mstamp"), rack("end_seq")) {
+            (Some(m), Some(e)) => (m, e),
+            _ => (0, 0),
+        };
+        Some(TcpSeqOffsets { copied_seq, write_seq, rack_mstamp, rack_end_seq })
     }
 }
 
@@ -177,5 +186,7 @@ mod tests {
         let sock = member_offset(&std::fs::read(VMLINUX_BTF).unwrap(), "tcp_sock", "inet_conn");
         assert_eq!(sock, Some(0));
         assert!(o.copied_seq > 1000 && o.write_seq > 1000 && o.copied_seq != o.write_seq, "{o:?}");
+        // struct tcp_rack { u64 mstamp; u32 rtt_us; u32 end_seq; ... }
+        assert!(o.rack_mstamp > 1000 && o.rack_end_seq == o.rack_mstamp + 12, "{o:?}");
     }
 }

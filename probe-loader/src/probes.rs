@@ -345,6 +345,7 @@ impl Probes {
         let wakeup_len = u64::from(wakeup_len);
         let select_all = u8::from(discovery.selects_all());
         let watch_exec = u8::from(!discovery.exe_names.is_empty());
+        let exe_literals = crate::discovery::Discovery::new(discovery).kernel_literals();
         let select_ports = u8::from(!discovery.open_ports.is_empty());
         let read_env = u8::from(probe.read_process_env);
         let ring_bytes = probe.ring_buffer_mb << 20;
@@ -364,12 +365,15 @@ impl Probes {
             .override_global("wakeup_len", &wakeup_len, true)
             .override_global("select_all", &select_all, true)
             .override_global("watch_exec", &watch_exec, true)
+            .override_global("exe_literals", &exe_literals[..], true)
             .override_global("select_ports", &select_ports, true)
             .override_global("read_env", &read_env, true)
             .override_global("tls_on", &tls_on, true)
             .override_global("tls_late", &tls_late, true)
             .override_global("tcp_copied_seq_off", &tcp.copied_seq, true)
             .override_global("tcp_write_seq_off", &tcp.write_seq, true)
+            .override_global("tcp_rack_mstamp_off", &tcp.rack_mstamp, true)
+            .override_global("tcp_rack_end_seq_off", &tcp.rack_end_seq, true)
             .override_global("propagate", &propagate, true)
             .map_max_entries("events", ring_bytes)
             // the connection table (bpf/conn.h), and the TLS bindings (bpf/tls.h)
