@@ -54,9 +54,10 @@ fn ringtail(ports: &[u16], launcher: &Launcher, on: bool) -> (Ringtail, u16) {
 
 /// A shell started before ringtail and selected by its pid, which runs
 /// the test's commands: they are traced from their first instruction (a
-/// child inherits its parent's selection in the kernel, at fork), where a
-/// process selected by its executable's name is selected by the loader a
-/// moment after it starts, and its first connections are not claimed.
+/// child inherits its parent's selection in the kernel, at fork), whatever
+/// their names (one selected by a name regex the kernel cannot match is
+/// selected by the loader a moment after it starts, and its first
+/// connections are not claimed).
 struct Launcher {
     sh: Proc,
     input: std::process::ChildStdin,
