@@ -13,11 +13,14 @@ use ringtail_tests::*;
 const WAIT: Duration = Duration::from_secs(20);
 
 /// A ringtail on backend `b` that selects `port`'s server and executables
-/// matching `exe` (the clients), printing spans.
-fn ringtail(b: &str, port: u16, exe: &str) -> (Ringtail, u16) {
+/// matching `exes` (the clients: literal names, which the kernel selects at
+/// exec, so that none of their first requests is missed), printing spans.
+fn ringtail(b: &str, port: u16, exes: &[&str]) -> (Ringtail, u16) {
     let prom = free_port();
+    let exes: Vec<String> = exes.iter().map(|e| format!("\"{e}\"")).collect();
+    let exes = exes.join(", ");
     let rt = Ringtail::start(&format!(
-        "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{port}]\nexe_names = [\"{exe}\"]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n"
+        "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{port}]\nexe_names = [{exes}]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n"
     ));
     (rt, prom)
 }
@@ -61,7 +64,7 @@ fn prior_knowledge_against_go(b: &str) {
     let (Some(bin), Some(client)) = (go_binary("h2server"), go_binary("h2client")) else { return };
     let port = free_port();
     let _srv = server("go h2 server", port, &bin, &[&port.to_string()]);
-    let (rt, prom) = ringtail(b, port, "^(curl|h2client)$");
+    let (rt, prom) = ringtail(b, port, &["^curl$", "^h2client$"]);
     let url = format!("http://127.0.0.1:{port}");
     for path in ["/a", "/status/404"] {
         let out = Command::new("curl")
@@ -112,7 +115,7 @@ fn node_http2(b: &str) {
     let script = fixture("node/h2.js");
     let script = script.to_str().unwrap();
     let _srv = server("node h2 server", port, std::path::Path::new("node"), &[script, "server", &port.to_string()]);
-    let (rt, prom) = ringtail(b, port, "^node$");
+    let (rt, prom) = ringtail(b, port, &["^node$"]);
     let out = Command::new("node").args([script, "client", &port.to_string()]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(
@@ -146,7 +149,7 @@ fn upgrade_h2c(b: &str) {
     let port = free_port();
     let script = fixture("h2c_server.py");
     let _srv = server("hypercorn", port, &python, &[script.to_str().unwrap(), &port.to_string()]);
-    let (rt, prom) = ringtail(b, port, "^curl$");
+    let (rt, prom) = ringtail(b, port, &["^curl$"]);
     let url = format!("http://127.0.0.1:{port}");
     let out = Command::new("curl")
         .args(["-s", "--http2", "-w", "%{http_version} %{http_code} %{num_connects}\\n"])
@@ -190,7 +193,7 @@ fn other_upgrades_are_left_alone(b: &str) {
     let script = fixture("node/upgrade.js");
     let script = script.to_str().unwrap();
     let _srv = server("node upgrade server", port, std::path::Path::new("node"), &[script, "server", &port.to_string()]);
-    let (rt, prom) = ringtail(b, port, "^node$");
+    let (rt, prom) = ringtail(b, port, &["^node$"]);
     let out = Command::new("node").args([script, "client", &port.to_string()]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "101 echoed");
@@ -212,7 +215,7 @@ fn grpc_python(b: &str) {
     let port = free_port();
     let script = fixture("grpc_h2.py");
     let _srv = server("grpc server", port, &python, &[script.to_str().unwrap(), "server", &port.to_string()]);
-    let (rt, prom) = ringtail(b, port, "^python");
+    let (rt, prom) = ringtail(b, port, &["^python"]);
     const CONCURRENT: usize = 40;
     let out = Command::new(&python).arg(&script).args(["client", &port.to_string(), &CONCURRENT.to_string()]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -285,7 +288,7 @@ fn connection_begun_before_ringtail(b: &str) {
     for _ in 0..2 {
         assert!(matches!(lines.next(), Some(Ok(_))), "the early client stopped before its first exchanges");
     }
-    let (rt, _prom) = ringtail(b, port, "^h2client$");
+    let (rt, _prom) = ringtail(b, port, &["^h2client$"]);
     std::fs::write(&go_on, b"").unwrap();
     assert_eq!(lines.map(Result::unwrap).count(), 3);
     assert!(early.wait().unwrap().success());

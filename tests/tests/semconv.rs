@@ -147,7 +147,7 @@ fn every_key_is_in_the_registry(opt_in: Option<&str>) {
     // The socket backend: the only one that follows grpcio's writes (see h2.rs).
     let rt = Ringtail::start_with_env(
         &format!(
-            "[probe]\nbackend = \"socket\"\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{web}, {rpc}]\nexe_names = [\"^(curl|python.*)$\"]\n[export]\nstdout = true\n[export.otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\nmetrics_interval = \"1s\"\n",
+            "[probe]\nbackend = \"socket\"\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{web}, {rpc}]\nexe_names = [\"^curl$\", \"^python\"]\n[export]\nstdout = true\n[export.otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\nmetrics_interval = \"1s\"\n",
             rotel.grpc
         ),
         &env,
