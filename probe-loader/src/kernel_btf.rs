@@ -2,7 +2,8 @@
 //! relocation cannot place: aya 0.14 finds no match for any field of
 //! `struct tcp_sock` (the instruction is poisoned and the program refused),
 //! so the ones the probes need (the TCP sequence numbers of `bpf/join.h`,
-//! RACK's newest delivered segment of `bpf/http1_conn.h`) are looked up here, in the running kernel's BTF, and handed to the
+//! RACK's newest delivered segment of `bpf/http1_conn.h`) are looked up
+//! here, in the running kernel's BTF, and handed to the
 //! programs as globals (0: not found, and those probes do without).
 //!
 //! The BTF is the kernel's own (`/sys/kernel/btf/vmlinux`), yet it is read
@@ -58,11 +59,13 @@ impl TcpSeqOffsets {
     pub fn from_btf(btf: &[u8]) -> Option<TcpSeqOffsets> {
         let copied_seq = member_offset(btf, "tcp_sock", "copied_seq")?;
         let write_seq = member_offset(btf, "tcp_sock", "write_seq")?;
-        let rack = |m: &str| member_offset(btf, "tcp_sock", "rack")?.checked_add(member_offset(btf, "tcp_rack", m)?);
-        let (rack_mstamp, rack_end_seq) = match (rack("mstamp"), rack("end_seq")) {
-            (Some(m), Some(e)) => (m, e),
-            _ => (0, 0),
+        // Each lookup walks the whole BTF: `rack`'s own offset once.
+        let rack = || {
+            let at = member_offset(btf, "tcp_sock", "rack")?;
+            let field = |m| at.checked_add(member_offset(btf, "tcp_rack", m)?);
+            Some((field("mstamp")?, field("end_seq")?))
         };
+        let (rack_mstamp, rack_end_seq) = rack().unwrap_or((0, 0));
         Some(TcpSeqOffsets { copied_seq, write_seq, rack_mstamp, rack_end_seq })
     }
 }
