@@ -139,8 +139,13 @@ pub fn garbage(seed: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
-/// This process's resident memory, from `/proc/self/statm`.
+/// This process's resident memory, from `/proc/self/statm`, after handing
+/// the allocator's free pages back (`malloc_trim`): what the sockets hold,
+/// not what the allocator kept from messages already freed (that alone
+/// varied by 10 MiB between runs of one test).
 pub fn rss_bytes() -> u64 {
+    // SAFETY: malloc_trim has no preconditions; it only releases free memory.
+    unsafe { libc::malloc_trim(0) };
     let statm = std::fs::read_to_string("/proc/self/statm").expect("read /proc/self/statm");
     let pages: u64 = statm.split_whitespace().nth(1).and_then(|field| field.parse().ok()).expect("statm has a resident field");
     // SAFETY: sysconf has no preconditions.
