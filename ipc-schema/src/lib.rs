@@ -19,6 +19,8 @@
 //!   passes through one: written by the loader as it reads the kernel's
 //!   records, read by the span-actor without copying them).
 //! - [`span`]: finished HTTP spans, grouped by service resource.
+//! - [`text`]: [`Text`], a span's string as the span-actor makes it
+//!   (a literal, shared or owned: most are one of a few literals).
 //! - [`rpc`]: the RPC duration metrics' definitions (names, units,
 //!   boundaries), shared by the span-actor and the exporter.
 //! - [`span_wire`]: a span batch's hand-written wire layout (the busiest
@@ -39,6 +41,7 @@ pub mod raw_wire;
 pub mod rpc;
 pub mod span;
 pub mod span_wire;
+pub mod text;
 mod wire;
 
 pub use component::{Component, ComponentInfo, COMPONENTS};
@@ -46,6 +49,7 @@ pub use envelope::{decode, decode_ack, encode, Ack, Body, DecodeError, Envelope,
 pub use health::{HealthReport, MetricPoint};
 pub use raw::{ProcessInfo, RawBatch, RawEvent, RawH2, Role, SockAddr};
 pub use span::{HttpSpan, RpcCall, ServiceResource, SpanBatch, SpanKind, Value};
+pub use text::Text;
 pub use wire::WireError;
 
 /// Version of the message layout. A receiver rejects any other version with

@@ -125,7 +125,7 @@ pub fn parse_request(buf: &[u8]) -> Option<RequestHead> {
         Some(_) => return None,
     };
     let target = text(target);
-    let t = split_target(&target, method == b"CONNECT");
+    let t = split_target(target, method == b"CONNECT");
 
     let mut head = RequestHead {
         method: text(method),
@@ -191,7 +191,9 @@ struct Target {
     userinfo: bool,
 }
 
-fn split_target(target: &str, connect: bool) -> Target {
+/// (`target` is moved into the path when it is all path: the usual case)
+fn split_target(owned: String, connect: bool) -> Target {
+    let target = owned.as_str();
     if connect {
         let (host, userinfo) = without_userinfo(target);
         return Target { path: String::new(), query: None, host: Some(host.to_owned()), userinfo };
@@ -201,7 +203,10 @@ fn split_target(target: &str, connect: bool) -> Target {
     let mut rest = target;
     // absolute form: scheme "://" authority [path]; the scheme in any case
     // (no colon in a valid scheme: the first colon is where it ends)
-    if let Some(sep) = target.find(':').filter(|&sep| target[sep..].starts_with("://")) {
+    // (bytes searched one by one here: targets are short, and a `str`
+    // search set up a memchr search for each)
+    let find = |s: &str, byte: u8| s.bytes().position(|b| b == byte);
+    if let Some(sep) = find(target, b':').filter(|&sep| target[sep..].starts_with("://")) {
         let scheme = &target[..sep];
         let valid = scheme.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
             && scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b));
@@ -214,13 +219,19 @@ fn split_target(target: &str, connect: bool) -> Target {
             rest = if slash < after.len() { &after[slash..] } else { "/" };
         }
     }
-    let rest = rest.split('#').next().unwrap_or(rest);
-    let (path, query) = match rest.split_once('?') {
-        Some((p, q)) => (p, Some(q.to_owned())),
+    let rest = &rest[..find(rest, b'#').unwrap_or(rest.len())];
+    let (path, query) = match find(rest, b'?') {
+        Some(q) => (&rest[..q], Some(rest[q + 1..].to_owned())),
         None => (rest, None),
     };
     // "http://h?q" has an empty path: the root
-    let path = if path.is_empty() && host.is_some() { "/".to_owned() } else { path.to_owned() };
+    let path = if path.is_empty() && host.is_some() {
+        "/".to_owned()
+    } else if path.len() == target.len() {
+        owned
+    } else {
+        path.to_owned()
+    };
     Target { path, query, host, userinfo }
 }
 

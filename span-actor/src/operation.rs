@@ -10,7 +10,7 @@
 //! Nothing in it is a disguise: an HTTP/2 stream is an HTTP call with
 //! version "2", a gRPC call is that plus its [`RpcSpan`].
 
-use ipc_schema::{Role, RpcCall, SockAddr, Value};
+use ipc_schema::{Role, RpcCall, SockAddr, Text, Value};
 
 /// The traced process's end of the connection an operation went over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,12 +102,12 @@ pub struct HttpCall {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RpcSpan {
     /// The span name.
-    pub name: String,
+    pub name: Text,
     /// Span status ERROR.
     pub error: bool,
     /// The span's RPC attributes (they replace any other protocol
     /// attribute; `error.type` among them replaces HTTP's).
-    pub attributes: Vec<(String, Value)>,
+    pub attributes: Vec<(Text, Value<Text>)>,
     /// The decisions the exporter's RPC metrics take as data.
-    pub call: RpcCall,
+    pub call: RpcCall<Text>,
 }

@@ -198,13 +198,23 @@ pub fn heuristic_route(path: &str) -> String {
         return path.to_owned();
     }
     let mut out = String::with_capacity(path.len());
-    for (i, seg) in path.trim_start_matches('/').split('/').enumerate() {
-        if i > 0 || path.starts_with('/') {
+    let mut rest = path.trim_start_matches('/');
+    let mut first = !path.starts_with('/');
+    // (segments found byte by byte: they are short, and a `split('/')`
+    // set up a memchr search for each)
+    loop {
+        let end = rest.bytes().position(|b| b == b'/').unwrap_or(rest.len());
+        let seg = &rest[..end];
+        if !first {
             out.push('/');
         }
+        first = false;
         out.push_str(if looks_like_id(seg) { "*" } else { seg });
+        if end == rest.len() {
+            return out;
+        }
+        rest = &rest[end + 1..];
     }
-    out
 }
 
 /// Numbers, UUIDs, hex strings, and long tokens that mix letters and digits.
@@ -213,18 +223,24 @@ pub fn looks_like_id(seg: &str) -> bool {
     if b.is_empty() {
         return false;
     }
-    let digits = b.iter().filter(|c| c.is_ascii_digit()).count();
+    // every class counted in one pass
+    let (mut digits, mut letters, mut hex, mut token) = (0usize, 0usize, 0usize, 0usize);
+    for &c in b {
+        digits += usize::from(c.is_ascii_digit());
+        letters += usize::from(c.is_ascii_alphabetic());
+        hex += usize::from(c.is_ascii_hexdigit());
+        token += usize::from(c.is_ascii_alphanumeric() || b"-_=.~".contains(&c));
+    }
     if digits == b.len() {
         return true; // 123
     }
     if b.len() == 36 && b.iter().enumerate().all(|(i, c)| if [8, 13, 18, 23].contains(&i) { *c == b'-' } else { c.is_ascii_hexdigit() }) {
         return true; // UUID
     }
-    if b.len() >= 8 && digits > 0 && b.iter().all(u8::is_ascii_hexdigit) {
+    if b.len() >= 8 && digits > 0 && hex == b.len() {
         return true; // deadbeef01
     }
-    let letters = b.iter().filter(|c| c.is_ascii_alphabetic()).count();
-    if b.len() >= 16 && digits > 0 && letters > 0 && b.iter().all(|c| c.is_ascii_alphanumeric() || b"-_=.~".contains(c)) {
+    if b.len() >= 16 && digits > 0 && letters > 0 && token == b.len() {
         return true; // tokens, base64url ids
     }
     // Mostly digits with a little decoration: v2-000123, 2024-01-02

@@ -29,12 +29,13 @@ pub fn is_token(b: u8) -> bool {
 /// would corrupt logs and terminals downstream), at most `max` bytes (cut
 /// at a character boundary).
 pub fn clean(bytes: &[u8], max: usize) -> String {
-    let mut s = if bytes.iter().all(|b| (0x20..0x7f).contains(b)) {
-        // The common case, printable ASCII, is valid UTF-8 and clean.
-        String::from_utf8(bytes.to_vec()).unwrap_or_default()
-    } else {
-        String::from_utf8_lossy(bytes).chars().filter(|c| !c.is_control()).collect()
-    };
+    // The common case, printable ASCII, is valid UTF-8 and clean, and each
+    // byte a character: only the first `max` bytes are looked at.
+    let head = &bytes[..bytes.len().min(max)];
+    if head.iter().all(|b| (0x20..0x7f).contains(b)) {
+        return std::str::from_utf8(head).map(str::to_owned).unwrap_or_default();
+    }
+    let mut s: String = String::from_utf8_lossy(bytes).chars().filter(|c| !c.is_control()).collect();
     if s.len() > max {
         let mut cut = max;
         while !s.is_char_boundary(cut) {

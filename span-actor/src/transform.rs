@@ -15,7 +15,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ipc_schema::{HttpSpan, RawBatch, Role, ServiceResource, SpanKind, Value};
+use ipc_schema::{HttpSpan, RawBatch, Role, ServiceResource, SpanKind, Text, Value};
 use ringtail_config::Settings;
 use runtime_kit::counters::{Counter, Gauge, Registry};
 
@@ -60,7 +60,7 @@ pub type Origin = (u64, u64);
 #[derive(Debug, Clone)]
 pub struct Produced {
     pub resource: Arc<ServiceResource>,
-    pub span: HttpSpan,
+    pub span: HttpSpan<Text>,
     pub origin: Origin,
 }
 
@@ -109,7 +109,7 @@ fn named(sub: u32) -> bool {
 /// A span waiting for the context of the span it joins.
 struct Held {
     resource: Arc<ServiceResource>,
-    span: HttpSpan,
+    span: HttpSpan<Text>,
     origin: Origin,
     /// Its own context, for the spans that wait for it in turn.
     own: Option<CtxKey>,
@@ -148,7 +148,8 @@ pub struct Transformer {
     held_order: VecDeque<(Instant, CtxKey, u8)>,
     /// The contexts of held spans (what waits for them waits on).
     pending: HashSet<CtxKey>,
-    ip_texts: HashMap<(bool, u128), String>,
+    /// (shared by the spans that name them: a clone is a reference count)
+    ip_texts: HashMap<(bool, u128), Arc<str>>,
     stats: Stats,
     /// The protocol modules.
     http1: Http1,
@@ -386,8 +387,16 @@ impl Transformer {
         } else {
             (None, true, true) // http.route is a server attribute
         };
-        let (method, method_original) = semconv::method(&http.method);
-        let (host, host_port) = http.authority.as_deref().map(split_host_port).map_or((None, None), |(h, p)| (Some(h.to_owned()), p));
+        let (method, method_original) = semconv::method(http.method);
+        let (host, host_port) = match http.authority {
+            Some(authority) => {
+                let (h, p) = split_host_port(&authority);
+                // (without a port the host is the authority itself: moved)
+                let h = if h.len() == authority.len() { authority } else { h.to_owned() };
+                (Some(Text::Owned(h)), p)
+            }
+            None => (None, None),
+        };
         let peer_ip = self.ip_text(&conn.peer);
         let local_ip = self.ip_text(&conn.local);
         let (server_address, server_port, client_address, client_port) = match kind {
@@ -407,10 +416,10 @@ impl Transformer {
             end_unix_ns: unix_ns(end_mono_ns, b.offset).max(start_unix_ns),
             method,
             method_original,
-            route,
-            path: http.path,
-            query: self.redactor.query(http.query.as_deref()),
-            scheme: http.scheme.unwrap_or_else(|| if conn.tls { "https" } else { "http" }.to_owned()),
+            route: route.map(Text::Owned),
+            path: Text::Owned(http.path),
+            query: self.redactor.query(http.query.as_deref()).map(Text::Owned),
+            scheme: http.scheme.map_or(Text::Static(if conn.tls { "https" } else { "http" }), Text::Owned),
             status,
             error: semconv::is_error(kind, status),
             server_address,
@@ -419,8 +428,8 @@ impl Transformer {
             client_port,
             peer_address: peer_ip,
             peer_port: conn.peer.port,
-            protocol_version: http.version.to_owned(),
-            user_agent: http.user_agent,
+            protocol_version: Text::Static(http.version),
+            user_agent: http.user_agent.map(Text::Owned),
             export_trace,
             export_metrics,
             attributes: Vec::new(),
@@ -429,7 +438,7 @@ impl Transformer {
         if http.status.is_none() {
             // reset, refused or closed before a response
             span.error = true;
-            span.attributes.push(("error.type".to_owned(), Value::Str("_OTHER".to_owned())));
+            span.attributes.push((Text::Static("error.type"), Value::Str(Text::Static("_OTHER"))));
         }
         if let Some(rpc) = http.rpc {
             span.name = rpc.name;
@@ -657,16 +666,16 @@ impl Transformer {
 
     /// An address as text, formatted once per address (the same few peers
     /// send most requests; formatting is costly).
-    fn ip_text(&mut self, a: &ipc_schema::SockAddr) -> String {
+    fn ip_text(&mut self, a: &ipc_schema::SockAddr) -> Text {
         if let Some(s) = self.ip_texts.get(&(a.v6, a.ip)) {
-            return s.clone();
+            return Text::Shared(s.clone());
         }
-        let s = a.ip_addr().to_string();
+        let s: Arc<str> = a.ip_addr().to_string().into();
         if self.ip_texts.len() >= IP_TEXTS {
             self.ip_texts.clear();
         }
         self.ip_texts.insert((a.v6, a.ip), s.clone());
-        s
+        Text::Shared(s)
     }
 
     /// When the earliest held client span is due, if any.

@@ -40,7 +40,7 @@
 
 use std::borrow::Cow;
 
-use ipc_schema::{RpcCall, SpanKind};
+use ipc_schema::{RpcCall, SpanKind, Text};
 
 use super::conn::grpc_path;
 use super::{End, Role, StreamDone};
@@ -241,11 +241,11 @@ pub fn span_name(o: &Outcome) -> Cow<'static, str> {
     }
 }
 
-/// An attribute value, borrowed from the outcome or static.
-pub type Value = ipc_schema::Value<Cow<'static, str>>;
+/// An attribute value: a literal, or the call's own text.
+pub type Value = ipc_schema::Value<Text>;
 
 fn s(v: impl Into<Cow<'static, str>>) -> Value {
-    Value::Str(v.into())
+    Value::Str(Text::from(v.into()))
 }
 
 /// Span attributes of the RPC conventions for `mode` (the HTTP call adds
@@ -293,20 +293,20 @@ pub fn describe(mode: Mode, d: &StreamDone) -> Option<RpcSpan> {
     let call = RpcCall {
         stable: mode.stable(),
         experimental: mode.experimental(),
-        system: SYSTEM.to_owned(),
-        method: o.full_method.clone().into_owned(),
+        system: Text::Static(SYSTEM),
+        method: o.full_method.clone().into(),
         service_method: match (&o.service, &o.method) {
-            (Some(sv), Some(m)) if recognised => Some((sv.clone(), m.clone())),
+            (Some(sv), Some(m)) if recognised => Some((sv.clone().into(), m.clone().into())),
             _ => None,
         },
         code: o.status_code,
-        status: o.status_code.map(|c| status_text(c).into_owned()),
-        error_type: o.error_type.as_ref().map(|e| e.clone().into_owned()),
+        status: o.status_code.map(|c| status_text(c).into()),
+        error_type: o.error_type.clone().map(Text::from),
     };
     Some(RpcSpan {
-        name: span_name(&o).into_owned(),
+        name: span_name(&o).into(),
         error: o.is_error,
-        attributes: span_attributes(mode, &o).into_iter().map(|(k, v)| (k.to_owned(), v.map_str(str::to_owned))).collect(),
+        attributes: span_attributes(mode, &o).into_iter().map(|(k, v)| (Text::Static(k), v)).collect(),
         call,
     })
 }
