@@ -396,6 +396,7 @@ fn front_calls_are_never_linked_to_the_wrong_request(b: &str, front: Front) {
     let Some(t) = through_front(b, front, |_| None) else { return };
     let (prom, fronts, calls, backs) = (t.prom, &t.fronts, &t.calls, &t.backs);
     let (mut linked, mut unlinked, mut late_calls) = (0, 0, 0);
+    let mut not_joined = Vec::new();
     for (id, call) in calls {
         match &call.parent {
             Some(p) => {
@@ -409,6 +410,7 @@ fn front_calls_are_never_linked_to_the_wrong_request(b: &str, front: Front) {
         let back = &backs[id];
         if back.parent.is_none() && back.trace != call.trace {
             late_calls += 1; // its send reported after the backend answered: counted below
+            not_joined.push(format!("{}\n  its call: {}", back.line, call.line));
             continue;
         }
         assert_eq!(back.parent.as_deref(), Some(call.span.as_str()), "the backend span is the call's child: {}", back.line);
@@ -417,7 +419,27 @@ fn front_calls_are_never_linked_to_the_wrong_request(b: &str, front: Front) {
     let late = wait_until(WAIT, || {
         metric_value(prom, "ringtail_links_refused_total", &[("reason", "send_reported_late")]).filter(|n| *n >= f64::from(late_calls))
     });
-    assert_eq!(late.unwrap_or(0.0), f64::from(late_calls), "every backend span not joined is counted");
+    // (what else could explain a miss, if one is not counted)
+    let why = || {
+        let text = scrape(prom);
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                !l.starts_with('#')
+                    && [
+                        "ringtail_links_refused",
+                        "ringtail_parent_wait",
+                        "ringtail_answered_before",
+                        "ringtail_same_host_joins",
+                        "ringtail_dropped",
+                    ]
+                    .iter()
+                    .any(|m| l.starts_with(m))
+            })
+            .collect();
+        format!("{}\nnot joined:\n{}", lines.join("\n"), not_joined.join("\n"))
+    };
+    assert_eq!(late.unwrap_or(0.0), f64::from(late_calls), "every backend span not joined is counted; {}", why());
     let refused = |reason| metric_value(prom, "ringtail_links_refused_total", &[("reason", reason)]).unwrap_or(0.0);
     if front == Front::Go {
         // goroutines move between threads: never linked by thread
