@@ -267,15 +267,16 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 		/* A new connection whose first read may be the start of a request
 		 * line ("G", then the rest later) gets state now, or that request
 		 * would go unseen. */
+		__u16 status = 0;
 		if (!st && request_prefix(p, skip, n)) {
 			st = conn_new(io, ROLE_SERVER);
-		} else if (!pend && is_final(response_status(p, n))) {
+		} else if (!pend && is_final(status = response_status(p, n))) {
 			/* A response on a connection with no request: its
 			 * request's send is not reported yet (answer_early). */
 			if (!st)
 				st = conn_new(io, ROLE_CLIENT);
 			if (st && st->role == ROLE_CLIENT)
-				answer_early(st, io, response_status(p, n), now);
+				answer_early(st, io, status, now);
 			return NULL;
 		}
 		if (st) {
