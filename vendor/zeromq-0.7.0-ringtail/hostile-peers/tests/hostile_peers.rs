@@ -398,11 +398,7 @@ async fn stalled_subscribers_joining_one_by_one_share_one_byte_budget() {
 async fn a_listener_out_of_descriptors_pauses_instead_of_spinning() {
     const NAME: &str = "a_listener_out_of_descriptors_pauses_instead_of_spinning";
     if std::env::var_os(ALONE).is_none() {
-        let mut child = Command::new(std::env::current_exe().expect("this test binary"))
-            .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
-            .env(ALONE, "1")
-            .spawn()
-            .expect("start this test binary for the test alone");
+        let mut child = this_binary_running(NAME).env(ALONE, "1").spawn().expect("start this test binary for the test alone");
         let status = tokio::task::spawn_blocking(move || child.wait()).await.expect("join").expect("child status");
         assert!(status.success(), "out of descriptors, in a process of its own: {status}");
         return;
@@ -508,9 +504,15 @@ async fn a_socket_bound_again_at_the_same_path_keeps_its_file() {
     }
 }
 
+/// This test binary, set to run test `name` alone in a process of its own.
+fn this_binary_running(name: &str) -> Command {
+    let mut c = Command::new(std::env::current_exe().expect("this test binary"));
+    c.args(["--exact", name, "--nocapture", "--test-threads=1"]);
+    c
+}
+
 fn spawn_as_nobody(role: &str, path: &Path) -> Child {
-    Command::new(std::env::current_exe().expect("this test binary"))
-        .args(["--exact", "child_process_role", "--nocapture", "--test-threads=1"])
+    this_binary_running("child_process_role")
         .env(ROLE, role)
         .env(ROLE_PATH, path)
         .uid(NOBODY)
