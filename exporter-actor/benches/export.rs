@@ -77,6 +77,7 @@ fn batch(n: usize, k: u64, grpc: bool) -> SpanBatch {
             export_metrics: true,
             attributes: Vec::new(),
             rpc: None,
+            db: None,
         })
         .map(|mut s| {
             if grpc {

@@ -43,6 +43,7 @@ fn span(id: u64, path: &str) -> HttpSpan {
         export_metrics: true,
         attributes: Vec::new(),
         rpc: None,
+        db: None,
     }
 }
 

@@ -21,6 +21,8 @@
 //! - [`span`]: finished HTTP spans, grouped by service resource.
 //! - [`text`]: [`Text`], a span's string as the span-actor makes it
 //!   (a literal, shared or owned: most are one of a few literals).
+//! - [`db`]: the database call duration metric's definition, shared by
+//!   the span-actor and the exporter.
 //! - [`rpc`]: the RPC duration metrics' definitions (names, units,
 //!   boundaries), shared by the span-actor and the exporter.
 //! - [`span_wire`]: a span batch's hand-written wire layout (the busiest
@@ -32,6 +34,7 @@
 //!   k8s-actor publishes it (a snapshot file) and the span-actor reads it.
 
 pub mod component;
+pub mod db;
 pub mod endpoints;
 pub mod envelope;
 pub mod health;
@@ -48,13 +51,13 @@ pub use component::{Component, ComponentInfo, COMPONENTS};
 pub use envelope::{decode, decode_ack, encode, Ack, Body, DecodeError, Envelope, Producer};
 pub use health::{HealthReport, MetricPoint};
 pub use raw::{ProcessInfo, RawBatch, RawEvent, RawH2, Role, SockAddr};
-pub use span::{HttpSpan, RpcCall, ServiceResource, SpanBatch, SpanKind, Value};
+pub use span::{DbCall, HttpSpan, RpcCall, ServiceResource, SpanBatch, SpanKind, Value};
 pub use text::Text;
 pub use wire::WireError;
 
 /// Version of the message layout. A receiver rejects any other version with
 /// [`DecodeError::Version`] instead of misreading it.
-pub const SCHEMA_VERSION: u16 = 10;
+pub const SCHEMA_VERSION: u16 = 11;
 
 /// Largest message any receiver accepts, in bytes. A batch of the largest
 /// configurable length with every capture full stays well below it.

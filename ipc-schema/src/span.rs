@@ -88,6 +88,11 @@ pub struct HttpSpan<S = String> {
     /// of it, for the RPC duration metrics (the exporter records the call
     /// from these values, and never reads them back out of `attributes`).
     pub rpc: Option<RpcCall<S>>,
+    /// Set for a database call (a CLIENT span read from a database
+    /// protocol): its attributes follow the database conventions instead of
+    /// HTTP's (the HTTP fields are empty and not exported), and it is
+    /// measured in `db.client.operation.duration` ([`crate::db`]).
+    pub db: Option<DbCall<S>>,
 }
 
 /// An attribute value: of a span's [`HttpSpan::attributes`], of a metric
@@ -163,6 +168,49 @@ impl<S: AsRef<str>> RpcCall<S> {
             code: self.code,
             status: self.status.as_ref().map(|v| f(v.as_ref())),
             error_type: self.error_type.as_ref().map(|v| f(v.as_ref())),
+        }
+    }
+}
+
+/// A database call as the span-actor read it from the wire, under the
+/// OpenTelemetry database conventions (stable set). Nothing here is a bound
+/// parameter's value: `query_text` is sanitized (literals replaced by `?`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DbCall<S = String> {
+    /// `db.system.name`: `postgresql`, `mysql`, `mariadb`, `redis`, `memcached`.
+    pub system: S,
+    /// `db.namespace`: the database (PostgreSQL, MySQL) or its index (Redis).
+    pub namespace: Option<S>,
+    /// `db.operation.name`: `SELECT`, `GET`, ...
+    pub operation: Option<S>,
+    /// `db.collection.name`, when the query names one table for certain.
+    pub collection: Option<S>,
+    /// `db.query.text`, sanitized and capped.
+    pub query_text: Option<S>,
+    /// `db.query.summary` (also the span's name when set).
+    pub query_summary: Option<S>,
+    /// `db.response.status_code`: SQLSTATE, MySQL error number, Redis error prefix.
+    pub status_code: Option<S>,
+    /// `error.type` when the call failed.
+    pub error_type: Option<S>,
+    /// `db.response.returned_rows`, when the server said.
+    pub returned_rows: Option<u64>,
+}
+
+impl<S: AsRef<str>> DbCall<S> {
+    /// The same call, with its strings in `T`.
+    pub fn map_str<'a, T>(&'a self, f: impl Fn(&'a str) -> T) -> DbCall<T> {
+        let o = |v: &'a Option<S>| v.as_ref().map(|v| f(v.as_ref()));
+        DbCall {
+            system: f(self.system.as_ref()),
+            namespace: o(&self.namespace),
+            operation: o(&self.operation),
+            collection: o(&self.collection),
+            query_text: o(&self.query_text),
+            query_summary: o(&self.query_summary),
+            status_code: o(&self.status_code),
+            error_type: o(&self.error_type),
+            returned_rows: self.returned_rows,
         }
     }
 }
@@ -257,6 +305,7 @@ impl<S: AsRef<str>> HttpSpan<S> {
             export_metrics: self.export_metrics,
             attributes: self.attributes.iter().map(|(k, v)| (k.as_ref(), v.as_borrowed())).collect(),
             rpc: self.rpc.as_ref().map(|r| r.map_str(|v| v)),
+            db: self.db.as_ref().map(|d| d.map_str(|v| v)),
         }
     }
 
@@ -295,6 +344,7 @@ impl<S: AsRef<str>> HttpSpan<S> {
             export_metrics: b.export_metrics,
             attributes: b.attributes.iter().map(|(k, v)| (o(k), v.map_str(o))).collect(),
             rpc: b.rpc.as_ref().map(|r| r.map_str(o)),
+            db: b.db.as_ref().map(|d| d.map_str(o)),
         }
     }
 }
@@ -354,6 +404,7 @@ mod tests {
                     status: Some("UNIMPLEMENTED".into()),
                     error_type: Some("UNIMPLEMENTED".into()),
                 }),
+                db: None,
             }],
         );
         let env = Envelope::new(Producer { component: Component::SpanActor, instance: 2 }, 3, Body::Spans(batch.clone()));

@@ -21,11 +21,14 @@
 //!            opt(server_address) uint(server_port) str(client_address)
 //!            uint(client_port) str(peer_address) uint(peer_port)
 //!            str(protocol_version) opt(user_agent) count(attributes)
-//!            (str(key) attr)* rpc
+//!            (str(key) attr)* rpc db
 //! attr     = u8(0) str | u8(1) int | u8(2) u8(0 false, 1 true)
 //! rpc      = u8(0) | u8(1) u8(bit 0 stable, 1 experimental) str(system)
 //!            str(method) (u8(0) | u8(1) str(service) str(method))
 //!            (u8(0) | u8(1) int(code)) opt(status) opt(error_type)
+//! db       = u8(0) | u8(1) str(system) opt(namespace) opt(operation)
+//!            opt(collection) opt(query_text) opt(query_summary)
+//!            opt(status_code) opt(error_type) (u8(0) | u8(1) uint(rows))
 //! int      = zigzag uint (an i64; a status code is range-checked as i32)
 //! uint     = LEB128, at most 10 bytes, range-checked for its field
 //! count    = uint, never more than the bytes left could hold
@@ -49,7 +52,7 @@ use serde::de::{self, SeqAccess, Visitor};
 use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::span::{HttpSpan, RpcCall, ServiceResource, SpanBatch, SpanKind, Value};
+use crate::span::{DbCall, HttpSpan, RpcCall, ServiceResource, SpanBatch, SpanKind, Value};
 pub use crate::wire::WireError;
 use crate::wire::{put_int, put_opt, put_str, put_uint, Reader, Section};
 
@@ -58,7 +61,7 @@ use crate::wire::{put_int, put_opt, put_str, put_uint, Reader, Section};
 const MIN_RESOURCE: usize = 6;
 /// The fewest bytes a span takes (fixed-width fields and one-byte
 /// integers, counts, empty strings and absent options).
-const MIN_SPAN: usize = 1 + 1 + 16 + 8 + 8 + 1 + 1 + 8 + 8 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1;
+const MIN_SPAN: usize = 1 + 1 + 16 + 8 + 8 + 1 + 1 + 8 + 8 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1;
 const RPC_STABLE: u8 = 1;
 const RPC_EXPERIMENTAL: u8 = 2;
 const FLAG_ERROR: u8 = 1;
@@ -116,6 +119,7 @@ pub(crate) fn write_span<S: AsRef<str>>(s: &HttpSpan<S>, out: &mut Vec<u8>) {
         export_metrics,
         attributes,
         rpc,
+        db,
     } = s;
     put_uint(out, u64::from(*resource));
     out.push(match kind {
@@ -169,6 +173,51 @@ pub(crate) fn write_span<S: AsRef<str>>(s: &HttpSpan<S>, out: &mut Vec<u8>) {
         None => out.push(0),
         Some(r) => write_rpc(r, out),
     }
+    match db {
+        None => out.push(0),
+        Some(d) => write_db(d, out),
+    }
+}
+
+/// Out of line, as [`write_rpc`].
+#[inline(never)]
+fn write_db<S: AsRef<str>>(db: &DbCall<S>, out: &mut Vec<u8>) {
+    let DbCall { system, namespace, operation, collection, query_text, query_summary, status_code, error_type, returned_rows } = db;
+    out.push(1);
+    put_str(out, system.as_ref());
+    for v in [namespace, operation, collection, query_text, query_summary, status_code, error_type] {
+        put_opt(out, v.as_ref().map(AsRef::as_ref));
+    }
+    match returned_rows {
+        None => out.push(0),
+        Some(n) => {
+            out.push(1);
+            put_uint(out, *n);
+        }
+    }
+}
+
+fn read_db<'a>(rd: &mut Reader<'a>) -> Result<Option<DbCall<&'a str>>, WireError> {
+    match rd.u8("db")? {
+        0 => return Ok(None),
+        1 => {}
+        _ => return Err(WireError::Range { field: "db" }),
+    }
+    Ok(Some(DbCall {
+        system: rd.str_ref("db system")?,
+        namespace: rd.opt_ref("db namespace")?,
+        operation: rd.opt_ref("db operation")?,
+        collection: rd.opt_ref("db collection")?,
+        query_text: rd.opt_ref("db query_text")?,
+        query_summary: rd.opt_ref("db query_summary")?,
+        status_code: rd.opt_ref("db status_code")?,
+        error_type: rd.opt_ref("db error_type")?,
+        returned_rows: match rd.u8("db rows")? {
+            0 => None,
+            1 => Some(rd.int("db rows")?),
+            _ => return Err(WireError::Range { field: "db rows" }),
+        },
+    }))
 }
 
 /// Out of line: most spans are not calls, and [`write_span`] stays small
@@ -326,6 +375,7 @@ pub(crate) fn read_span<'a>(rd: &mut Reader<'a>) -> Result<HttpSpan<&'a str>, Wi
         attributes.push((key, value));
     }
     let rpc = read_rpc(rd)?;
+    let db = read_db(rd)?;
     Ok(HttpSpan {
         resource,
         kind,
@@ -356,6 +406,7 @@ pub(crate) fn read_span<'a>(rd: &mut Reader<'a>) -> Result<HttpSpan<&'a str>, Wi
         export_metrics: flags & FLAG_EXPORT_METRICS != 0,
         attributes,
         rpc,
+        db,
     })
 }
 
@@ -462,6 +513,17 @@ mod tests {
                 status: Some("NOT_FOUND".into()),
                 error_type: None,
             }),
+            db: Some(DbCall {
+                system: "postgresql".into(),
+                namespace: Some("shop".into()),
+                operation: Some("SELECT".into()),
+                collection: None,
+                query_text: Some("SELECT * FROM t WHERE id = ?".into()),
+                query_summary: Some("SELECT t".into()),
+                status_code: None,
+                error_type: Some("42601".into()),
+                returned_rows: Some(u64::MAX),
+            }),
         }
     }
 
@@ -545,6 +607,7 @@ mod tests {
             export_metrics: false,
             attributes: Vec::new(),
             rpc: None,
+            db: None,
         };
         let mut out = Vec::new();
         write_span(&s, &mut out);
@@ -575,7 +638,9 @@ mod tests {
         let mut s = span(0);
         s.attributes.clear();
         s.rpc = None;
+        s.db = None;
         let mut bytes = span_bytes(&s);
+        bytes.pop(); // db: none
         bytes.pop(); // rpc: none
         bytes.pop(); // the count: 0
         put_uint(&mut bytes, u64::from(u32::MAX));
@@ -616,9 +681,9 @@ mod tests {
         b.splice(at..=at, big);
         assert_eq!(read_all(&res_bytes(&[resource("a")], 1), b), Err(WireError::Range { field: "rpc code" }));
         // an unknown set bit: the byte after the rpc tag, which stands
-        // where a span without rpc ends
+        // where a span without rpc and db has its last byte
         let mut bad = span_bytes(&span(0));
-        bad[span_bytes(&HttpSpan { rpc: None, ..span(0) }).len()] |= 8;
+        bad[span_bytes(&HttpSpan { rpc: None, db: None, ..span(0) }).len() - 1] |= 8;
         assert_eq!(read_all(&res_bytes(&[resource("a")], 1), bad), Err(WireError::Range { field: "rpc sets" }));
     }
 

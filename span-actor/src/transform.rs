@@ -434,6 +434,7 @@ impl Transformer {
             export_metrics,
             attributes: Vec::new(),
             rpc: None,
+            db: None,
         };
         if http.status.is_none() {
             // reset, refused or closed before a response

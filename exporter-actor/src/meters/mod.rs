@@ -468,6 +468,7 @@ pub(crate) mod tests {
             export_metrics: true,
             attributes: Vec::new(),
             rpc: None,
+            db: None,
         }
     }
 

@@ -132,6 +132,7 @@ fn span(kind: SpanKind) -> HttpSpan {
         export_metrics: true,
         attributes: Vec::new(),
         rpc: None,
+        db: None,
     }
 }
 
