@@ -31,6 +31,8 @@ fn rust_type(name: &str) -> &'static str {
         ("PROC_", "u8"),
         ("EXECF_", "u8"),
         ("EXE_LITERAL", "usize"),
+        ("DB_PORTS", "usize"),
+        ("DB_TAIL", "usize"),
     ];
     if let Some((_, t)) = BY_PREFIX.iter().find(|(p, _)| name.starts_with(p)) {
         return t;
@@ -194,7 +196,7 @@ int main(void) {
     printf("pub const PROC_HEAD_SIZE: usize = %zu;\n", sizeof(struct proc_head));
     printf("pub const EXE_LITERAL_SIZE: usize = %zu;\n", sizeof(struct exe_literal));
     printf("pub const H2_HEAD_SIZE: usize = %zu;\n", offsetof(struct h2_event, data));
-    OFF(h2_event, dir); OFF(h2_event, data_len); OFF(h2_event, conn_id); OFF(h2_event, ts_ns); OFF(h2_event, caller_conn);
+    OFF(h2_event, dir); OFF(h2_event, data_len); OFF(h2_event, conn_id); OFF(h2_event, ts_ns); OFF(h2_event, caller_conn); OFF(h2_event, parent_seq);
     OFF(h2_event, lport); OFF(h2_event, laddr); OFF(h2_event, comm);
     OFF(http_event, status); OFF(http_event, tgid); OFF(http_event, conn_id);
     OFF(http_event, start_ns); OFF(http_event, parent_conn); OFF(http_event, lport);

@@ -97,7 +97,18 @@ pub struct ProbeSettings {
     /// CAP_NET_ADMIN at start (a sockops program on the root cgroup, an
     /// sk_msg program on the traced processes' connections).
     pub propagate: bool,
+    /// Server ports of the databases whose calls become spans (PostgreSQL
+    /// 5432, MySQL/MariaDB 3306, Redis 6379, memcached 11211): a traced
+    /// process's connection to one of these ports is read as a database
+    /// client's (the protocol is told from its first bytes; the port picks
+    /// one where they do not say). At most 8, none 0; empty: no database
+    /// calls are traced.
+    pub db_ports: Vec<u16>,
 }
+
+/// The most `probe.db_ports` the kernel checks (DB_PORTS in bpf/ringtail.h:
+/// the loader's build checks they agree).
+pub const MAX_DB_PORTS: usize = 8;
 
 impl Default for ProbeSettings {
     fn default() -> Self {
@@ -111,6 +122,7 @@ impl Default for ProbeSettings {
             pin_dir: PathBuf::from(DEFAULT_PIN_DIR),
             keep_pins_on_stop: false,
             propagate: false,
+            db_ports: vec![5432, 3306, 6379, 11211],
         }
     }
 }
@@ -135,6 +147,14 @@ impl ProbeSettings {
                 "needs the socket backend (Linux 6.3+): set probe.backend to \"auto\" or \"socket\", or propagate to false",
                 "false",
                 p.propagate,
+            ));
+        }
+        if p.db_ports.len() > MAX_DB_PORTS || p.db_ports.contains(&0) {
+            return Err(invalid(
+                "probe.db_ports",
+                "must be at most 8 ports, none of them 0",
+                "[5432, 3306, 6379, 11211]",
+                format!("{:?}", p.db_ports),
             ));
         }
         if !p.pin_dir.as_os_str().is_empty() && (!p.pin_dir.is_absolute() || p.pin_dir.parent().is_none()) {

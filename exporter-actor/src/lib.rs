@@ -12,9 +12,10 @@
 //! - [`receiver`]: the actix actor that takes span batches from the span
 //!   consumer (`ringtail_ipc`, which drops replays by sequence), drops
 //!   re-derived spans by id, feeds the sinks and marks batches done.
-//! - [`meters`]: ringtail's own request-duration histograms (fixed
-//!   buckets, one lookup per span, bounded, idle series evicted) and the
-//!   health of every component, read by both OTLP and Prometheus.
+//! - [`meters`]: the duration histograms derived from spans (HTTP
+//!   requests, RPC calls, database calls in `db.client.operation.duration`;
+//!   fixed buckets, one lookup per span, bounded, idle series evicted) and
+//!   the health of every component, read by both OTLP and Prometheus.
 //! - [`resource`]: the OpenTelemetry resource of each traced service.
 //! - [`sinks::otlp`]: configuration (file + `OTEL_*` environment), OTLP
 //!   protobuf written straight from span batches and metrics
@@ -22,7 +23,8 @@
 //!   [`sinks::otlp::metrics`]), the transport with its retries
 //!   ([`sinks::otlp::client`]), the traces queue and the metrics push.
 //! - [`sinks::prometheus`]: `GET /metrics` in the Prometheus text format.
-//! - [`sinks::stdout`]: one line per span.
+//! - [`sinks::stdout`]: one line per span (database calls name their
+//!   system, database and status instead of an HTTP request line).
 
 pub mod batch;
 pub mod digits;

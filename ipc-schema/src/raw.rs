@@ -156,12 +156,27 @@ pub struct RawH2<B = Vec<u8>> {
     /// known; each stream's server span joins that connection's client
     /// stream of the same id.
     pub caller: Option<u64>,
+    /// Set for a database connection's record: `pieces` are the stream's
+    /// bytes (`H2P_MORE`, `H2P_LOST`), not HTTP/2 frames, and the process
+    /// is the client.
+    pub db: Option<DbLinks>,
     /// The traced process's end of the connection.
     pub local: SockAddr,
     /// The other end.
     pub peer: SockAddr,
     /// The frame pieces (at most the kernel's `H2_DATA_LEN` bytes).
     pub pieces: B,
+}
+
+/// What a database connection's send says of the server request its
+/// thread was serving, by the rules of a client request's
+/// [`RawEvent::parent`] and [`RawEvent::unlinked`] (a receive says nothing).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DbLinks {
+    /// That server request's (conn_id, seq).
+    pub parent: Option<(u64, u32)>,
+    /// The thread was serving and was not linked.
+    pub unlinked: bool,
 }
 
 /// What is known about a traced process, sent with every batch that has
@@ -375,6 +390,7 @@ pub(crate) mod tests {
             tls: true,
             upgrade: false,
             caller: None,
+            db: Some(DbLinks { parent: Some((7, 2)), unlinked: false }),
             local: sample_event().local,
             peer: sample_event().peer,
             pieces: vec![1, 0, 0, 4, 4, 0, 0, 0, 0, 0],

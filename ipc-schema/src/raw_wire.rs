@@ -28,7 +28,10 @@
 //!           64 local is IPv6, 128 peer is IPv6
 //! h2        = u8(flags) u32le(pid) u32le(tid) u32le(fd) u64le(proc_start_ns)
 //!             u64le(conn_id) u64le(mono_ns) uint(caller conn_id, 0: none)
+//!             u8(db) [u64le(parent conn_id) u32le(parent seq)] (db 2)
 //!             addr(local) addr(peer) u32le(length) pieces
+//!   db:     0 not a database's, 1 a database's, 2 with a parent,
+//!           4 unlinked
 //!   flags:  1 client, 2 send, 4 start, 8 close, 16 tls, 32 upgrade,
 //!           64 local is IPv6, 128 peer is IPv6
 //! addr      = 16 bytes (the address, network order) u16le(port)
@@ -49,7 +52,7 @@ use serde::de::{self, SeqAccess, Visitor};
 use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::raw::{ProcessInfo, RawBatch, RawEvent, RawH2, Role, SockAddr};
+use crate::raw::{DbLinks, ProcessInfo, RawBatch, RawEvent, RawH2, Role, SockAddr};
 use crate::wire::{check, put_opt, put_str, put_uint, Reader, Section, WireError};
 
 const EV_CLIENT: u8 = 1;
@@ -70,6 +73,9 @@ const H2_START: u8 = 4;
 const H2_CLOSE: u8 = 8;
 const H2_TLS: u8 = 16;
 const H2_UPGRADE: u8 = 32;
+const DB_ON: u8 = 1;
+const DB_PARENT: u8 = 2;
+const DB_UNLINKED: u8 = 4;
 
 /// The fewest bytes a process takes (a one-byte pid, its start, five empty
 /// strings or absent options).
@@ -162,7 +168,8 @@ pub(crate) fn write_event<B: AsRef<[u8]>>(ev: &RawEvent<B>, out: &mut Vec<u8>) {
 
 /// Appends one HTTP/2 record.
 pub(crate) fn write_h2<B: AsRef<[u8]>>(r: &RawH2<B>, out: &mut Vec<u8>) {
-    let RawH2 { role, pid, tid, fd, proc_start_ns, conn_id, mono_ns, send, start, close, tls, upgrade, caller, local, peer, pieces } = r;
+    let RawH2 { role, pid, tid, fd, proc_start_ns, conn_id, mono_ns, send, start, close, tls, upgrade, caller, db, local, peer, pieces } =
+        r;
     let flags = role_bit(*role, H2_CLIENT)
         | bit(*send, H2_SEND)
         | bit(*start, H2_START)
@@ -179,6 +186,16 @@ pub(crate) fn write_h2<B: AsRef<[u8]>>(r: &RawH2<B>, out: &mut Vec<u8>) {
     out.extend_from_slice(&conn_id.to_le_bytes());
     out.extend_from_slice(&mono_ns.to_le_bytes());
     put_uint(out, caller.unwrap_or(0));
+    match db {
+        None => out.push(0),
+        Some(DbLinks { parent, unlinked }) => {
+            out.push(DB_ON | bit(parent.is_some(), DB_PARENT) | bit(*unlinked, DB_UNLINKED));
+            if let Some((conn, seq)) = parent {
+                out.extend_from_slice(&conn.to_le_bytes());
+                out.extend_from_slice(&seq.to_le_bytes());
+            }
+        }
+    }
     put_addr(out, local);
     put_addr(out, peer);
     put_bytes(out, pieces.as_ref());
@@ -278,6 +295,14 @@ pub(crate) fn read_h2<'a>(rd: &mut Reader<'a>) -> Result<RawH2<&'a [u8]>, WireEr
     let conn_id = rd.u64le("conn_id")?;
     let mono_ns = rd.u64le("mono_ns")?;
     let caller: u64 = rd.int("caller")?;
+    let db = match rd.u8("db")? {
+        0 => None,
+        b if b & !(DB_ON | DB_PARENT | DB_UNLINKED) != 0 || b & DB_ON == 0 => return Err(WireError::Range { field: "db" }),
+        b => Some(DbLinks {
+            parent: if b & DB_PARENT != 0 { Some((rd.u64le("db parent")?, rd.u32le("db parent")?)) } else { None },
+            unlinked: b & DB_UNLINKED != 0,
+        }),
+    };
     let local = rd.addr(flags & LOCAL_V6 != 0, "local")?;
     let peer = rd.addr(flags & PEER_V6 != 0, "peer")?;
     let pieces = rd.record_bytes("pieces")?;
@@ -295,6 +320,7 @@ pub(crate) fn read_h2<'a>(rd: &mut Reader<'a>) -> Result<RawH2<&'a [u8]>, WireEr
         tls: flags & H2_TLS != 0,
         upgrade: flags & H2_UPGRADE != 0,
         caller: (caller != 0).then_some(caller),
+        db,
         local,
         peer,
         pieces,

@@ -5,7 +5,8 @@
  * (conn_close, conn_sock_state). A hook finds the connection (conn_get),
  * decides whether its bytes are wanted (conn_wanted), finds the user
  * segments of the bytes moved, and calls in here; the connection's protocol
- * machine (http1_conn.h, h2.h) takes them.
+ * machine (http1_conn.h, h2.h) takes them, or, on a database connection,
+ * db.h ships them.
  */
 #ifndef RINGTAIL_CAPTURE_H
 #define RINGTAIL_CAPTURE_H
@@ -13,6 +14,7 @@
 #include "conn.h"
 #include "http1_conn.h"
 #include "h2.h"
+#include "db.h"
 
 /* Bytes the process received on a connection (`st` from conn_get, NULL for
  * an untracked one: it becomes a server connection if a request, or what
@@ -21,6 +23,10 @@
 static __always_inline void conn_on_recv(struct conn_state *st, const struct conn_io *io,
 					 const struct segs *sg)
 {
+	if (st ? st->db : db_port(io->sk)) {
+		db_on_data(st, io, sg, H2_RECV);
+		return;
+	}
 	if (!st || !st->h2)
 		st = http1_on_recv(st, io, sg);
 	if (st)
@@ -32,6 +38,10 @@ static __always_inline void conn_on_recv(struct conn_state *st, const struct con
 static __always_inline void conn_on_send(struct conn_state *st, const struct conn_io *io,
 					 const struct segs *sg)
 {
+	if (st ? st->db : db_port(io->sk)) {
+		db_on_data(st, io, sg, H2_SEND);
+		return;
+	}
 	if (!st || !st->h2)
 		st = http1_on_send(st, io, sg);
 	if (st)
@@ -44,7 +54,9 @@ static __always_inline void conn_close(struct sock *sk)
 	struct conn_state *st = conn_get(sk);
 	if (!st)
 		return;
-	if (st->h2)
+	if (st->db)
+		db_close(st, sk);
+	else if (st->h2)
 		h2_close(st, sk);
 	else if (st->phase == PHASE_REQUEST) {
 		count(CNT_ABORTED);

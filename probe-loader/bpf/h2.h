@@ -74,23 +74,27 @@ static __always_inline __u32 h2_lost(__u8 *data, __u32 off, __u64 bytes)
 	return off + 5;
 }
 
-/* Fills the record's header and submits data_len bytes of pieces. */
-static __always_inline void h2_submit(struct h2_scratch *s, struct conn_state *st, struct sock *sk,
-				      __u32 tid, __s32 fd, __u8 dir, __u8 flags, __u32 data_len)
+/* Fills the record's header and submits data_len bytes of pieces
+ * (`caller`, `parent_seq`: the record's caller_conn and parent_seq).
+ * Returns non-zero when the ring had no room (an HTTP/2 connection is
+ * then given up; counted). */
+static __always_inline int h2_submit(struct h2_event *ev, struct conn_state *st, struct sock *sk, __u32 tid,
+				     __s32 fd, __u8 dir, __u8 flags, __u32 data_len, __u64 caller, __u32 parent_seq)
 {
-	struct h2_event *ev = &s->ev;
+	/* (a database connection's record runs on past H2_DATA_LEN: db.h) */
+	__u32 cap = st->db ? DB_DATA_LEN : H2_DATA_LEN;
 	ev->kind = EV_H2;
 	ev->role = st->role;
 	ev->flags = flags | (st->tls ? H2F_TLS : 0);
 	ev->dir = dir;
 	ev->_pad0 = 0;
-	ev->_pad1 = 0;
+	ev->parent_seq = parent_seq;
 	ev->_pad2 = 0;
 	ev->tgid = st->tgid;
 	ev->tid = tid;
 	ev->fd = fd;
 	ev->conn_id = st->conn_id;
-	ev->caller_conn = flags & H2F_CALLER ? st->parent_conn : 0;
+	ev->caller_conn = caller;
 	ev->ts_ns = bpf_ktime_get_ns();
 	task_ids(&ev->proc_start_ns, (char *)ev->comm);
 	__u16 family = SK(sk, __sk_common.skc_family);
@@ -100,20 +104,24 @@ static __always_inline void h2_submit(struct h2_scratch *s, struct conn_state *s
 	__builtin_memset(ev->laddr, 0, sizeof(ev->laddr));
 	__builtin_memset(ev->raddr, 0, sizeof(ev->raddr));
 	sk_addrs(sk, family, ev->laddr, ev->raddr);
-	if (data_len > H2_DATA_LEN)
-		data_len = H2_DATA_LEN;
+	if (data_len > cap)
+		data_len = cap;
 	ev->data_len = data_len;
 	__u64 size = offsetof(struct h2_event, data) + data_len;
 	barrier_var(size);
-	if (size > sizeof(struct h2_event))
-		return;
+	if (size > offsetof(struct h2_event, data) + cap)
+		return 1;
 	if (bpf_ringbuf_output(&events, ev, size, wakeup_flags())) {
+		if (st->db)
+			return 1;
 		count(CNT_H2_LOST);
 		/* user space would miss frames it cannot do without */
 		st->h2 = H2_DEAD;
-		return;
+		return 1;
 	}
-	count(CNT_H2_EVENTS);
+	if (!st->db)
+		count(CNT_H2_EVENTS);
+	return 0;
 }
 
 /* One step of the walk on segment w->seg; 0 when the segments are done. */
@@ -312,7 +320,7 @@ static __always_inline void h2_on_data(struct conn_state *st, const struct conn_
 	if (dir == H2_SEND && st->role == ROLE_SERVER)
 		flags |= join_take_h2(st, io->sk);
 	if (off || flags)
-		h2_submit(s, st, io->sk, io->tid, io->fd, dir, flags, off);
+		h2_submit(&s->ev, st, io->sk, io->tid, io->fd, dir, flags, off, flags & H2F_CALLER ? st->parent_conn : 0, 0);
 }
 
 /* The connection is HTTP/2 from now on, its first record flagged `first`;
@@ -413,7 +421,7 @@ static __always_inline void h2_close(struct conn_state *st, struct sock *sk)
 	if (!s)
 		return;
 	st->h2 = H2_LIVE; /* (a dead one's close is reported too) */
-	h2_submit(s, st, sk, st->tid, st->fd, H2_RECV, H2F_CLOSE, 0);
+	h2_submit(&s->ev, st, sk, st->tid, st->fd, H2_RECV, H2F_CLOSE, 0, 0, 0);
 }
 
 #endif

@@ -74,6 +74,9 @@ struct conn_state {
 	__u8 join_tries;
 	/* 1: the current client request carries the traceparent in tp (propagate.h) */
 	__u8 tp_set;
+	/* 1: a database connection (db.h): its bytes go to user space as a
+	 * stream, no protocol machine here */
+	__u8 db;
 	/* the trace id (16 bytes, W3C order) and span id (8, little-endian) of
 	 * the traceparent the kernel wrote into the current client request */
 	__u8 tp[24];
@@ -216,6 +219,21 @@ struct {
 	__type(key, __u32);
 	__type(value, struct h2_scratch);
 } h2_scratch SEC(".maps") __weak;
+
+/* A database connection's record being built (db.h): an h2_event whose
+ * data runs on to DB_DATA_LEN bytes (a per-CPU value holds 32 KiB at
+ * most: db.h bounds every write by clamps, with no spill). */
+struct db_scratch {
+	struct h2_event ev;
+	__u8 more[DB_DATA_LEN - H2_DATA_LEN];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct db_scratch);
+} db_scratch SEC(".maps") __weak;
 
 /* Adds `delta` to a per-CPU counter (a negative delta wraps: user space
  * sums the CPUs with wrapping arithmetic, so gauges come out right). */

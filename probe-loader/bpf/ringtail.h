@@ -71,6 +71,14 @@
 #define H2F_TLS 0x04   /* a TLS connection: the pieces are plaintext from the TLS uprobes */
 #define H2F_UPGRADE 0x08 /* with H2F_START: HTTP/2 after a 101 (EVF_H2C), not a preface */
 #define H2F_CALLER 0x10  /* caller_conn: the client connection on this host that opened this one (join.h) */
+/* A database connection (db.h): the pieces are the stream's bytes (H2P_MORE,
+ * H2P_LOST), not HTTP/2 frames; the process is the client. */
+#define H2F_DB 0x20
+/* With H2F_DB, a send: caller_conn/parent_seq name the server request the
+ * sending thread was serving (the rules of a client HTTP request's
+ * EVF_PARENT); H2F_UNLINKED: it was serving, not linked (EVF_UNLINKED). */
+#define H2F_PARENT 0x40
+#define H2F_UNLINKED 0x80
 
 /* h2_event.dir: which way the bytes went, seen from the traced process */
 #define H2_RECV 0
@@ -89,6 +97,19 @@
  * masks offsets with H2_DATA_LEN - 1). Header blocks are what matters:
  * DATA frames cost 10 bytes each. */
 #define H2_DATA_LEN 4096
+/* A database connection's record (db.h) carries the first bytes of a
+ * syscall, then (H2P_LOST) how many went by unseen, then its last DB_TAIL
+ * bytes: a response's end (PostgreSQL's ReadyForQuery, MySQL's final EOF)
+ * is in its last bytes. */
+#define DB_TAIL 256
+/* Bytes of pieces a database connection's record carries at most (its
+ * data runs on past h2_event's H2_DATA_LEN: the record is that much
+ * longer): a pipeline of requests is read whole up to this. A power of
+ * two: the kernel masks offsets with DB_DATA_LEN - 1. */
+#define DB_DATA_LEN 16384
+/* Configured database ports (probe.db_ports): a selected process's
+ * connection to one of them is a database connection. */
+#define DB_PORTS 8
 /* Payload bytes captured of one frame at most (header blocks, SETTINGS,
  * RST_STREAM, GOAWAY; never DATA). */
 #define H2_FRAME_CAP 2048
@@ -152,7 +173,11 @@ struct exe_literal {
 #define CNT_PROP_NOT_CLAIMED 34 /* client requests on a connection not claimed when it connected (its process not traced yet, or before ringtail started) */
 #define CNT_PROP_WHILE_SERVING 35 /* written while the thread served a request (its prop_threads entry evicted): the call is not linked to it */
 #define CNT_ANSWERED_PAIRED 36 /* client requests whose response was read before their send was reported, paired with it (http1_conn.h) */
-#define CNT_MAX 37
+#define CNT_DB_CONNS 37      /* connections recognised as a database's (db.h) */
+#define CNT_DB_EVENTS 38     /* database records submitted to the ring */
+#define CNT_DB_LOST 39       /* database records lost: ring full (user space resynchronises or gives the connection up) */
+#define CNT_DB_PARTIAL 40    /* database syscalls whose middle bytes were not captured (H2P_LOST) */
+#define CNT_MAX 41
 
 /* proc_head.kind: records of the `execs` ring. */
 #define PROC_EXEC 1
@@ -208,11 +233,11 @@ struct h2_event {
 	__u32 tgid;
 	__u32 tid;
 	__s32 fd;
-	__u32 _pad1;
+	__u32 parent_seq; /* with H2F_PARENT */
 	__u64 conn_id;
 	__u64 ts_ns; /* CLOCK_MONOTONIC, when the syscall completed */
 	__u64 proc_start_ns;
-	__u64 caller_conn; /* with H2F_CALLER */
+	__u64 caller_conn; /* with H2F_CALLER; with H2F_PARENT: the parent's connection */
 	__u16 lport;
 	__u16 rport;
 	__u32 _pad2;

@@ -53,8 +53,10 @@ static __always_inline void sock_data(struct sock *sk, int ret, int recv)
 	if (!conn_wanted(st, sk, tgid, recv))
 		return;
 	/* Inside a TLS call of this thread: ciphertext, which binds the call's
-	 * SSL object to this socket (tls.h) and is not looked at. */
-	struct tls_call *tc = st ? NULL : tls_call_now(tid);
+	 * SSL object to this socket (tls.h) and is not looked at. (A database
+	 * connection has state from its first bytes in clear: PostgreSQL's
+	 * SSLRequest, MySQL's greeting.) */
+	struct tls_call *tc = st && !st->db ? NULL : tls_call_now(tid);
 	if (tc && tls_bind(tc, sk, tgid, syscall_fd()))
 		return;
 	struct segs sg;

@@ -348,6 +348,8 @@ impl Probes {
         let exe_literals = crate::discovery::Discovery::new(discovery).kernel_literals();
         let select_ports = u8::from(!discovery.open_ports.is_empty());
         let read_env = u8::from(probe.read_process_env);
+        let mut db_ports = [0u16; crate::kernel::DB_PORTS];
+        db_ports.iter_mut().zip(&probe.db_ports).for_each(|(slot, port)| *slot = *port);
         let ring_bytes = probe.ring_buffer_mb << 20;
         let tcp = crate::kernel_btf::TcpSeqOffsets::of_running_kernel();
         if tcp.copied_seq == 0 {
@@ -368,6 +370,7 @@ impl Probes {
             .override_global("exe_literals", &exe_literals[..], true)
             .override_global("select_ports", &select_ports, true)
             .override_global("read_env", &read_env, true)
+            .override_global("db_ports", &db_ports[..], true)
             .override_global("tls_on", &tls_on, true)
             .override_global("tls_late", &tls_late, true)
             .override_global("tcp_copied_seq_off", &tcp.copied_seq, true)

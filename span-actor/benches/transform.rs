@@ -121,6 +121,7 @@ fn h2_batch(conn_base: u64) -> RawBatch {
             tls: false,
             upgrade: false,
             caller: None,
+            db: None,
             local: addr(50051),
             peer: addr(40000 + c as u16),
             pieces,

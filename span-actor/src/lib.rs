@@ -2,7 +2,7 @@
 //!
 //! Runs unprivileged. Subscribes to the loader's raw batches, turns each
 //! request into a SERVER or CLIENT span following the stable semantic
-//! conventions (HTTP, and RPC for gRPC), and publishes span batches to the
+//! conventions (HTTP, RPC for gRPC, database calls), and publishes span batches to the
 //! exporter-actor.
 //!
 //! # Layout
@@ -14,6 +14,10 @@
 //! - [`h2`]: the HTTP/2 and gRPC module: frames, HPACK, streams
 //!   ([`h2::table`] follows every connection and makes operations of the
 //!   streams; [`h2::grpc`] applies the RPC conventions).
+//! - [`db`]: the database module: PostgreSQL, MySQL/MariaDB, Redis and
+//!   memcached calls read off the wire (sanitized text, errors, pipelines);
+//!   [`db_table`] follows every database connection, bounded, and makes
+//!   operations of the calls.
 //! - [`transform`]: batch by batch, the protocol modules' operations into
 //!   spans by one path ([`transform::Transformer`]'s `emit`): resource,
 //!   route, name, status, ids, parent/child linking.
@@ -63,6 +67,8 @@
 //!    emits is then checked against the conventions' registry).
 
 pub mod actors;
+pub mod db;
+pub mod db_table;
 pub mod h2;
 pub mod http;
 pub mod http1;

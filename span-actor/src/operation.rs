@@ -12,6 +12,8 @@
 
 use ipc_schema::{Role, RpcCall, SockAddr, Text, Value};
 
+use crate::db::DbOp;
+
 /// The traced process's end of the connection an operation went over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Conn {
@@ -67,6 +69,9 @@ pub struct Operation {
 pub enum Call {
     /// An HTTP exchange (HTTP/1.x, or an HTTP/2 stream).
     Http(HttpCall),
+    /// A database call (a CLIENT's), already judged by the database
+    /// conventions ([`crate::db`]).
+    Db(DbOp),
 }
 
 /// An HTTP request and its answer, of any version.

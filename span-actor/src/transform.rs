@@ -15,17 +15,19 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ipc_schema::{HttpSpan, RawBatch, Role, ServiceResource, SpanKind, Text, Value};
+use ipc_schema::{DbCall, HttpSpan, RawBatch, Role, ServiceResource, SpanKind, Text, Value};
 use ringtail_config::Settings;
 use runtime_kit::counters::{Counter, Gauge, Registry};
 
+use crate::db::DbOp;
+use crate::db_table::DbTable;
 use crate::h2::grpc;
 use crate::h2::table::{H2Table, H2_SUB};
 use crate::http::{self, split_host_port};
 use crate::http1::Http1;
 use crate::ids;
 use crate::naming::{host_name, Naming};
-use crate::operation::{Call, Operation};
+use crate::operation::{Call, Conn, Operation};
 use crate::redact::Redactor;
 use crate::routes::Router;
 use crate::semconv;
@@ -154,6 +156,7 @@ pub struct Transformer {
     /// The protocol modules.
     http1: Http1,
     h2: H2Table,
+    db: DbTable,
     /// Operations of the event or record being read.
     ops: Vec<Operation>,
 }
@@ -288,6 +291,7 @@ impl Transformer {
             },
             http1: Http1::new(registry),
             h2: H2Table::new(settings.pipeline.h2_state_mb.saturating_mul(1 << 20), rpc_mode, registry),
+            db: DbTable::new(settings.pipeline.h2_state_mb.saturating_mul(1 << 20), registry),
             ops: Vec::new(),
         }
     }
@@ -348,13 +352,18 @@ impl Transformer {
             }
         }
         for r in batch.h2() {
-            self.h2.record(epoch, &r, &mut ops);
+            if r.db.is_some() {
+                self.db.record(epoch, &r, &mut ops);
+            } else {
+                self.h2.record(epoch, &r, &mut ops);
+            }
             for op in ops.drain(..) {
                 self.emit(&mut b, op);
             }
         }
         self.ops = ops;
         self.h2.publish();
+        self.db.publish();
         self.stats.route_services_evicted.add(self.router.take_evicted());
         self.stats.route_services.set(self.router.services() as f64);
         self.stats.spans.add(b.made.spans as u64);
@@ -365,7 +374,14 @@ impl Transformer {
     /// conventions' name, status and attributes, then its trace.
     fn emit(&mut self, b: &mut Batch<'_>, op: Operation) {
         let Operation { role, conn, seq, sub, start_mono_ns, end_mono_ns, parent, traceparent, propagated, unlinked, call } = op;
-        let Call::Http(http) = call;
+        let http = match call {
+            Call::Http(http) => http,
+            Call::Db(db) => {
+                let links = Links { parent, traceparent: None, propagated: None, unlinked, pid: conn.pid };
+                let times = (start_mono_ns, end_mono_ns);
+                return self.emit_db(b, conn, (seq, sub), times, db, links);
+            }
+        };
         let kind = kind(role);
         let status = http.status.unwrap_or(0);
         let served = (kind == SpanKind::Server).then_some(conn.local.port);
@@ -448,6 +464,81 @@ impl Transformer {
             span.rpc = Some(rpc.call);
         }
         let links = Links { parent, traceparent: traceparent.as_deref(), propagated, unlinked, pid: conn.pid };
+        self.trace(b, Produced { resource, span, origin: b.origin }, (conn.id, seq, sub), links);
+    }
+
+    /// A database call's span: CLIENT, named by the conventions
+    /// (`db.query.summary`, else the operation, else the system), its
+    /// `db.*` attributes as the database module decided them; the server is
+    /// its peer. Linked as a client HTTP request is (the kernel's link of
+    /// the send that carried it).
+    fn emit_db(&mut self, b: &mut Batch<'_>, conn: Conn, (seq, sub): (u32, u32), (start, end): (u64, u64), db: DbOp, links: Links<'_>) {
+        let own = named(sub).then_some((b.inst, conn.id, seq, sub, true));
+        let Some(resource) = self.naming.selected_resource(conn.pid, conn.proc_start_ns, None) else {
+            self.forget(b, own, Role::Client, None, conn.pid);
+            return;
+        };
+        let DbOp {
+            start_ns: _,
+            end_ns: _,
+            system,
+            namespace,
+            operation,
+            collection,
+            query_text,
+            query_summary,
+            status_code,
+            error_type,
+            returned_rows,
+        } = db;
+        let name = match (&query_summary, &operation) {
+            (Some(s), _) | (None, Some(s)) => Text::Owned(s.clone()),
+            (None, None) => Text::Static(system),
+        };
+        let peer_ip = self.ip_text(&conn.peer);
+        let start_unix_ns = unix_ns(start, b.offset);
+        let span = HttpSpan {
+            resource: 0,
+            kind: SpanKind::Client,
+            trace_id: 0,
+            span_id: ids::span_id(b.inst, conn.id, seq, sub, Role::Client),
+            parent_span_id: 0,
+            trace_flags: 1,
+            name,
+            start_unix_ns,
+            end_unix_ns: unix_ns(end, b.offset).max(start_unix_ns),
+            method: Text::Static(""),
+            method_original: None,
+            route: None,
+            path: Text::Static(""),
+            query: None,
+            scheme: Text::Static(""),
+            status: 0,
+            error: error_type.is_some(),
+            server_address: Some(peer_ip.clone()),
+            server_port: conn.peer.port,
+            client_address: Text::Static(""),
+            client_port: 0,
+            peer_address: peer_ip,
+            peer_port: conn.peer.port,
+            protocol_version: Text::Static(""),
+            user_agent: None,
+            export_trace: true,
+            export_metrics: true,
+            attributes: Vec::new(),
+            rpc: None,
+            db: Some(DbCall {
+                system: Text::Static(system),
+                namespace: namespace.map(Text::Owned),
+                operation: operation.map(Text::Owned),
+                collection: collection.map(Text::Owned),
+                query_text: query_text.map(Text::Owned),
+                query_summary: query_summary.map(Text::Owned),
+                status_code: status_code.map(Text::Owned),
+                error_type: error_type.map(Text::Owned),
+                returned_rows,
+            }),
+        };
         self.trace(b, Produced { resource, span, origin: b.origin }, (conn.id, seq, sub), links);
     }
 

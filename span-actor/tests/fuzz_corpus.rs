@@ -127,6 +127,7 @@ fn raw_batch() -> ipc_schema::RawBatch {
         tls: false,
         upgrade: false,
         caller: None,
+        db: None,
         local,
         peer,
         pieces: vec![1, 0, 0, 4, 4, 0, 0, 0, 0, 0],

@@ -19,6 +19,13 @@
 //! `rpc.*.duration` in ms, both for `rpc/dup`) and every value of their
 //! attributes ([`rpc`]).
 //!
+//! Database calls (spans with an [`ipc_schema::DbCall`], read from
+//! PostgreSQL, MySQL, Redis or memcached traffic) go to
+//! `db.client.operation.duration` ([`ipc_schema::db`]: seconds, the
+//! conventions' buckets) and never to the HTTP client histogram: their
+//! HTTP fields are empty. Its attributes are the call's ([`db`]), bounded
+//! like every other histogram's (below).
+//!
 //! Bounded, and degrading gracefully rather than filling up for good:
 //! - at most [`MAX_SERVICES`] services; a new one evicts the least
 //!   recently updated (`ringtail_metric_services_evicted_total`), so a host
@@ -40,6 +47,8 @@
 //! # Layout
 //! - [`http`]: the HTTP histograms' instruments and series keys.
 //! - [`rpc`]: the RPC histograms' series keys, from the span's call.
+//! - [`db`]: the database histogram's instrument and series keys, from the
+//!   span's call.
 //! - [`store`]: the series store and its cardinality limits.
 //! - [`health`]: the components' health reports.
 //! - here: [`Meters`] (recording, eviction), [`Metrics`] and
@@ -57,11 +66,13 @@ use rustc_hash::FxHashMap;
 use crate::batch::Spans;
 use crate::resource;
 
+pub mod db;
 pub mod health;
 pub mod http;
 pub mod rpc;
 pub mod store;
 
+pub use db::DbKey;
 pub use http::{SeriesKey, CLIENT_DURATION, SERVER_DURATION};
 pub use rpc::RpcKey;
 pub use store::{Histogram, Point, ServiceHistograms};
@@ -95,7 +106,8 @@ pub fn unix_ns() -> u64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// A duration histogram's instrument (HTTP, or RPC from [`METRICS`]).
+/// A duration histogram's instrument (HTTP, RPC from [`METRICS`], or
+/// database).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Instrument {
     /// The OpenTelemetry name.
@@ -107,22 +119,24 @@ pub struct Instrument {
 }
 
 /// Every histogram of a service, in the order [`ServiceHistograms::histogram`]
-/// takes: the two HTTP ones, then [`METRICS`]' RPC ones.
+/// takes: the two HTTP ones, then [`METRICS`]' RPC ones, then
+/// `db.client.operation.duration`.
 pub fn instruments() -> impl Iterator<Item = Instrument> {
-    [SERVER_DURATION, CLIENT_DURATION].into_iter().chain(METRICS.iter().map(|m| Instrument {
-        name: m.name,
-        description: m.description,
-        unit: m.unit,
-    }))
+    [SERVER_DURATION, CLIENT_DURATION]
+        .into_iter()
+        .chain(METRICS.iter().map(|m| Instrument { name: m.name, description: m.description, unit: m.unit }))
+        .chain([db::DURATION])
 }
 
-/// A series' attributes: of an HTTP or an RPC histogram.
+/// A series' attributes: of an HTTP, an RPC or the database histogram.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Key {
     /// `http.*.request.duration`.
     Http(SeriesKey),
     /// `rpc.*`.
     Rpc(RpcKey),
+    /// `db.client.operation.duration`.
+    Db(DbKey),
 }
 
 impl Key {
@@ -132,6 +146,7 @@ impl Key {
         match self {
             Key::Http(k) => k.attributes(f),
             Key::Rpc(k) => k.attributes(f),
+            Key::Db(k) => k.attributes(f),
         }
     }
 }
@@ -353,6 +368,14 @@ impl Meters {
             };
             svc.last_ns = now;
             recorded += 1;
+            // A database call is measured as one, never as an HTTP request
+            // (its HTTP fields are empty).
+            if let Some(call) = &s.db {
+                if !svc.db.record_db(&db::attributes(s, call), ns / ipc_schema::db::NS_PER_UNIT, now, series) {
+                    overflow += 1;
+                }
+                continue;
+            }
             if let Some(call) = &s.rpc {
                 for (m, hist) in METRICS.iter().zip(&mut svc.rpc) {
                     let wanted = match m.set {
@@ -520,6 +543,140 @@ pub(crate) mod tests {
             }
         }
         s
+    }
+
+    /// A PostgreSQL call as the span-actor makes it: `SELECT` on `users` of
+    /// database `shop` (server `db.internal:5432`), failed with SQLSTATE
+    /// `code` when given; its HTTP fields empty.
+    pub(crate) fn db_span(ms: u64, code: Option<&str>) -> HttpSpan {
+        let mut s = span("/", ms, 0);
+        s.kind = SpanKind::Client;
+        s.name = "SELECT users".into();
+        s.method = String::new();
+        s.route = None;
+        s.path = String::new();
+        s.scheme = String::new();
+        s.error = code.is_some();
+        s.server_address = Some("db.internal".into());
+        s.server_port = 5432;
+        s.client_address = String::new();
+        s.client_port = 0;
+        s.peer_address = "10.0.0.5".into();
+        s.peer_port = 5432;
+        s.protocol_version = String::new();
+        s.db = Some(ipc_schema::DbCall {
+            system: ipc_schema::db::system::POSTGRESQL.into(),
+            namespace: Some("shop".into()),
+            operation: Some("SELECT".into()),
+            collection: Some("users".into()),
+            query_text: Some("SELECT * FROM users WHERE id = $1".into()),
+            query_summary: Some("SELECT users".into()),
+            status_code: code.map(Into::into),
+            error_type: code.map(Into::into),
+            returned_rows: code.is_none().then_some(1),
+        });
+        s
+    }
+
+    /// Every series of the database histogram of the only service:
+    /// (attributes as text, count, sum).
+    fn db_series(m: &Meters) -> Vec<(Vec<String>, u64, f64)> {
+        m.view().read(|m| {
+            let svc = m.services().next().expect("one service");
+            let mut v: Vec<_> = svc
+                .db
+                .series()
+                .map(|(k, p)| {
+                    let mut a = Vec::new();
+                    match k {
+                        Some(k) => k.attributes(|n, v| a.push(format!("{n}={v:?}"))),
+                        None => a.push("overflow".to_owned()),
+                    }
+                    (a, p.count, p.sum)
+                })
+                .collect();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
+        })
+    }
+
+    #[test]
+    fn database_calls_go_to_the_db_histogram_one_series_per_attribute_set_not_to_http() {
+        let registry = Registry::new(Component::ExporterActor, 1);
+        let mut m = Meters::new(vec![], "h", &registry);
+        let mut orders = db_span(3, None);
+        if let Some(c) = orders.db.as_mut() {
+            c.collection = Some("orders".into());
+            c.query_summary = Some("SELECT orders".into());
+        }
+        let mut http_client = span("/", 5, 200);
+        http_client.kind = SpanKind::Client;
+        let mut unmeasured = db_span(1, None);
+        unmeasured.export_metrics = false;
+        let spans = vec![db_span(5, None), db_span(20, None), db_span(2, Some("42601")), orders, http_client, unmeasured];
+        m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![res("s")], &spans)), 1);
+        assert_eq!(registry.counter("ringtail_metric_samples_total", &[]).get(), 5);
+        let (server, client) = m.view().read(|m| m.services().map(|s| (s.server.len(), s.client.len())).next().expect("one service"));
+        assert_eq!((server, client), (0, 1), "only the HTTP client span is an HTTP request");
+        let client_count = m.view().read(|m| m.services().flat_map(|s| s.client.series()).map(|(_, p)| p.count).sum::<u64>());
+        assert_eq!(client_count, 1, "no database call in http.client.request.duration");
+        let db = db_series(&m);
+        let common = |summary: &str, collection: &str| {
+            vec![
+                format!("db.collection.name=Str(\"{collection}\")"),
+                "db.namespace=Str(\"shop\")".to_owned(),
+                "db.operation.name=Str(\"SELECT\")".to_owned(),
+                format!("db.query.summary=Str(\"{summary}\")"),
+            ]
+        };
+        let tail = ["db.system.name=Str(\"postgresql\")", "server.address=Str(\"db.internal\")", "server.port=Int(5432)"];
+        let ok: Vec<String> = common("SELECT users", "users").into_iter().chain(tail.map(String::from)).collect();
+        let orders: Vec<String> = common("SELECT orders", "orders").into_iter().chain(tail.map(String::from)).collect();
+        let mut failed = common("SELECT users", "users");
+        failed.push("db.response.status_code=Str(\"42601\")".to_owned());
+        failed.push(tail[0].to_owned());
+        failed.push("error.type=Str(\"42601\")".to_owned());
+        failed.extend(tail[1..].iter().map(|t| t.to_string()));
+        assert_eq!(db.len(), 3, "{db:?}");
+        let find = |a: &[String]| db.iter().find(|s| s.0 == a).unwrap_or_else(|| panic!("{a:?} in {db:?}"));
+        assert_eq!(find(&ok).1, 2);
+        assert!((find(&ok).2 - 0.025).abs() < 1e-12, "seconds: {db:?}");
+        assert_eq!(find(&orders).1, 1);
+        assert_eq!(find(&failed).1, 1);
+        let bounds = m.view().read(|m| m.services().flat_map(|s| s.db.series()).map(|(_, p)| p.bounds).next());
+        assert_eq!(bounds, Some(&ipc_schema::db::BUCKETS[..]));
+        let names: Vec<_> = instruments().map(|i| i.name).collect();
+        assert_eq!(names.last(), Some(&"db.client.operation.duration"));
+        let db_hist = m.view().read(|m| m.services().next().and_then(|s| s.histogram(names.len() - 1).map(Histogram::len)));
+        assert_eq!(db_hist, Some(3), "instruments() and histogram(i) agree");
+    }
+
+    #[test]
+    fn database_series_are_bounded_like_the_others() {
+        let registry = Registry::new(Component::ExporterActor, 1);
+        let mut m = Meters::new(vec![], "h", &registry).evict_idle_after(Duration::from_secs(100));
+        let spans: Vec<HttpSpan> = (0..MAX_SERIES_PER_INSTRUMENT + 3)
+            .map(|i| {
+                let mut s = db_span(1, None);
+                if let Some(c) = s.db.as_mut() {
+                    c.collection = Some(format!("t{i}"));
+                }
+                s
+            })
+            .collect();
+        m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![res("s")], &spans)), 1);
+        let db = db_series(&m);
+        assert_eq!(db.len(), MAX_SERIES_PER_INSTRUMENT + 1);
+        let overflow: Vec<_> = db.iter().filter(|s| s.0 == ["overflow"]).collect();
+        assert_eq!(overflow.len(), 1);
+        assert_eq!(overflow[0].1, 3);
+        assert_eq!(registry.counter("ringtail_metric_series_overflow_total", &[]).get(), 3);
+        assert_eq!(m.view().read(|m| m.series_count()), MAX_SERIES_PER_INSTRUMENT + 1);
+        // Idle database series are forgotten as the others are.
+        let s = 1_000_000_000u64;
+        m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![res("s")], &[db_span(1, Some("42601"))])), 200 * s);
+        assert_eq!(m.view().read(|m| m.series_count()), 1);
+        assert_eq!(registry.counter("ringtail_metric_series_evicted_total", &[]).get(), MAX_SERIES_PER_INSTRUMENT as u64 + 1);
     }
 
     /// Every series of RPC histogram `i` of the only service:

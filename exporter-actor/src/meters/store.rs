@@ -8,6 +8,7 @@ use hashbrown::HashTable;
 use ipc_schema::rpc::METRICS;
 use ipc_schema::{HttpSpan, ServiceResource};
 
+use super::db::{self, DbAttrs, DbKey};
 use super::http::{self, SeriesKey};
 use super::rpc::{self, RpcAttrs, RpcKey};
 use super::{instruments, Instrument, Key, DURATION_BUCKETS, MAX_SERIES, MAX_SERIES_PER_INSTRUMENT};
@@ -106,6 +107,13 @@ impl Histogram {
         self.record_keyed(rpc::hash(a), matches, || Key::Rpc(RpcKey::new(a)), v, now, total)
     }
 
+    /// Records `v` in the series of database attributes `a`; false if it
+    /// went to the overflow series.
+    pub(super) fn record_db(&mut self, a: &DbAttrs<'_>, v: f64, now: u64, total: &mut usize) -> bool {
+        let matches = |k: &Key| matches!(k, Key::Db(k) if k.matches(a));
+        self.record_keyed(db::hash(a), matches, || Key::Db(DbKey::new(a)), v, now, total)
+    }
+
     fn record_keyed(
         &mut self,
         hash: u64,
@@ -156,6 +164,8 @@ pub struct ServiceHistograms {
     pub client: Histogram,
     /// The RPC histograms, in [`METRICS`]' order.
     pub rpc: [Histogram; METRICS.len()],
+    /// `db.client.operation.duration`.
+    pub db: Histogram,
     /// The last update (Unix ns): the least recent goes first when full.
     pub(super) last_ns: u64,
 }
@@ -167,6 +177,7 @@ impl ServiceHistograms {
             server: Histogram::new(&DURATION_BUCKETS),
             client: Histogram::new(&DURATION_BUCKETS),
             rpc: std::array::from_fn(|i| Histogram::new(METRICS[i].buckets)),
+            db: Histogram::new(&ipc_schema::db::BUCKETS),
             last_ns: now,
         }
     }
@@ -176,7 +187,9 @@ impl ServiceHistograms {
         match i {
             0 => Some(&self.server),
             1 => Some(&self.client),
-            _ => self.rpc.get(i - 2),
+            _ if i - 2 < METRICS.len() => self.rpc.get(i - 2),
+            _ if i - 2 == METRICS.len() => Some(&self.db),
+            _ => None,
         }
     }
 
@@ -187,14 +200,17 @@ impl ServiceHistograms {
 
     /// True when no histogram has a series.
     pub fn is_empty(&self) -> bool {
-        self.server.is_empty() && self.client.is_empty() && self.rpc.iter().all(Histogram::is_empty)
+        self.server.is_empty() && self.client.is_empty() && self.rpc.iter().all(Histogram::is_empty) && self.db.is_empty()
     }
 
     pub(super) fn len(&self) -> usize {
-        self.server.len() + self.client.len() + self.rpc.iter().map(Histogram::len).sum::<usize>()
+        self.server.len() + self.client.len() + self.rpc.iter().map(Histogram::len).sum::<usize>() + self.db.len()
     }
 
     pub(super) fn evict(&mut self, cutoff: u64) -> usize {
-        self.server.evict(cutoff) + self.client.evict(cutoff) + self.rpc.iter_mut().map(|h| h.evict(cutoff)).sum::<usize>()
+        self.server.evict(cutoff)
+            + self.client.evict(cutoff)
+            + self.rpc.iter_mut().map(|h| h.evict(cutoff)).sum::<usize>()
+            + self.db.evict(cutoff)
     }
 }

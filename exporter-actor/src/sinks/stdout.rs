@@ -2,6 +2,12 @@
 //!
 //! `2026-11-29T23:59:59.123Z SERVER python3.11 "GET /users/*" GET /users/7 404 1.234ms trace=… span=… peer=127.0.0.1:5555`
 //!
+//! A database call names its system, database and response status (the
+//! server's code, else `OK` or `ERROR`) where an HTTP span has its method,
+//! path and status:
+//!
+//! `2026-11-29T23:59:59.123Z CLIENT shop "SELECT users" postgresql shop 42601 1.234ms trace=… span=… peer=10.0.0.5:5432`
+//!
 //! One span is one line whatever its text holds: the service name comes
 //! from any local user (`OTEL_SERVICE_NAME`, an executable's name), the
 //! path and query from any client, so every text field is written through
@@ -40,12 +46,22 @@ pub fn line(batch: &Spans<'_>, i: usize) -> String {
         SpanKind::Server => "SERVER",
         SpanKind::Client => "CLIENT",
     };
-    let query = s.query.map(|q| format!("?{}", Printable(q))).unwrap_or_default();
     let dur_ms = s.end_unix_ns.saturating_sub(s.start_unix_ns) as f64 / 1e6;
     let parent = if s.parent_span_id != 0 { format!(" parent={:016x}", s.parent_span_id) } else { String::new() };
     let (peer, port) = match s.kind {
         SpanKind::Server => (s.client_address, s.client_port),
         SpanKind::Client => (s.peer_address, s.peer_port),
+    };
+    // What the request was and how it ended.
+    let what = match &s.db {
+        Some(c) => {
+            let status = c.status_code.unwrap_or(if s.error { "ERROR" } else { "OK" });
+            format!("{} {} {}", Printable(c.system), Printable(c.namespace.unwrap_or("-")), Printable(status))
+        }
+        None => {
+            let query = s.query.map(|q| format!("?{}", Printable(q))).unwrap_or_default();
+            format!("{} {}{query} {}", Printable(s.method_original.unwrap_or(s.method)), Printable(s.path), s.status)
+        }
     };
     // The RPC status of gRPC spans: the experimental code when that set is
     // followed (alone or with the stable one), else the stable name.
@@ -59,12 +75,9 @@ pub fn line(batch: &Spans<'_>, i: usize) -> String {
         })
         .unwrap_or_default();
     format!(
-        "{} {kind} {service} {:?} {} {}{query} {} {dur_ms:.3}ms trace={:032x} span={:016x}{parent} peer={}:{port}{rpc}",
+        "{} {kind} {service} {:?} {what} {dur_ms:.3}ms trace={:032x} span={:016x}{parent} peer={}:{port}{rpc}",
         rfc3339(s.start_unix_ns),
         s.name,
-        Printable(s.method_original.unwrap_or(s.method)),
-        Printable(s.path),
-        s.status,
         s.trace_id,
         s.span_id,
         Printable(peer),
@@ -111,6 +124,39 @@ mod tests {
             out.contains(" SERVER web\\n2026-01-01T00:00:00.000Z SERVER bank \"GET /pay\" GET /pay 200 1.000ms\\u{1b}[2J\\u{9b}1m\\u{202e} \"GET /a\" GET /a\\r\\nb?q=\\u{1b}]0;t\\u{7} 200 "),
             "{out}"
         );
+    }
+
+    #[test]
+    fn a_database_call_names_its_system_database_and_status_not_http() {
+        let res = ServiceResource {
+            service_name: "shop".into(),
+            service_instance_id: "h:1".into(),
+            host_name: "h".into(),
+            pid: 1,
+            executable_name: "shop".into(),
+            extra: vec![],
+        };
+        let ok = crate::meters::tests::db_span(2, None);
+        let mut failed = crate::meters::tests::db_span(2, Some("42601"));
+        failed.span_id = 2;
+        if let Some(c) = failed.db.as_mut() {
+            c.namespace = Some("sh\nop".into());
+        }
+        let mut unknown = crate::meters::tests::db_span(2, None);
+        unknown.error = true;
+        if let Some(c) = unknown.db.as_mut() {
+            c.namespace = None;
+        }
+        let batch = SpanBatch::of(vec![res], &[ok, failed, unknown]);
+        let mut out = Vec::new();
+        write(&Spans::of_own(&batch), &mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{out:?}");
+        assert!(lines[0].contains(" CLIENT shop \"SELECT users\" postgresql shop OK 2.000ms trace="), "{out}");
+        assert!(lines[0].ends_with(" peer=10.0.0.5:5432"), "{out}");
+        assert!(lines[1].contains(" \"SELECT users\" postgresql sh\\nop 42601 2.000ms "), "{out}");
+        assert!(lines[2].contains(" \"SELECT users\" postgresql - ERROR 2.000ms "), "{out}");
     }
 
     #[test]

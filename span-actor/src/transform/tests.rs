@@ -587,6 +587,7 @@ fn h2_record(conn: u64, send: bool, start: bool, pieces: Vec<u8>, mono_ns: u64) 
         tls: false,
         upgrade: false,
         caller: None,
+        db: None,
         local: v4([127, 0, 0, 1], 8000),
         peer: v4([10, 0, 0, 9], 50_123),
         pieces,

@@ -3,8 +3,9 @@
 //!
 //! Per traced service, a `ResourceMetrics` with scope `ringtail` and its
 //! `http.server.request.duration` / `http.client.request.duration`
-//! histograms and the RPC ones of its gRPC calls (`rpc.*.call.duration`
-//! and/or `rpc.*.duration`; cumulative, explicit buckets, sum, min, max); then
+//! histograms, the RPC ones of its gRPC calls (`rpc.*.call.duration`
+//! and/or `rpc.*.duration`) and `db.client.operation.duration` of its
+//! database calls (cumulative, explicit buckets, sum, min, max); then
 //! ringtail's own resource with every component's health points: counters
 //! as monotonic cumulative sums named without `_total`, gauges as gauges.
 //! Resources are packed into requests of about [`MAX_REQUEST`] bytes.

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, UNIX_EPOCH};
 
-use ipc_schema::{HttpSpan, ServiceResource, SpanKind};
+use ipc_schema::{DbCall, HttpSpan, ServiceResource, SpanKind, Value};
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::trace::{self, SpanContext, SpanId, Status, TraceFlags, TraceId, TraceState};
 use opentelemetry::{InstrumentationScope, KeyValue};
@@ -42,8 +42,48 @@ pub fn url_full(s: &HttpSpan) -> String {
     format!("{}://{host}{port}{}{query}", s.scheme, s.path)
 }
 
+/// A database span's attributes, as an SDK instrumentation following the
+/// stable database conventions sets them.
+pub fn db_attributes(s: &HttpSpan, c: &DbCall) -> Vec<KeyValue> {
+    let mut a = vec![KeyValue::new("db.system.name", c.system.clone())];
+    for (k, v) in [
+        ("db.namespace", &c.namespace),
+        ("db.operation.name", &c.operation),
+        ("db.collection.name", &c.collection),
+        ("db.query.text", &c.query_text),
+        ("db.query.summary", &c.query_summary),
+        ("db.response.status_code", &c.status_code),
+    ] {
+        if let Some(v) = v {
+            a.push(KeyValue::new(k, v.clone()));
+        }
+    }
+    if let Some(n) = c.returned_rows {
+        a.push(KeyValue::new("db.response.returned_rows", n as i64));
+    }
+    if let Some(e) = c.error_type.as_ref().filter(|_| !s.attributes.iter().any(|(k, _)| k == "error.type")) {
+        a.push(KeyValue::new("error.type", e.clone()));
+    }
+    if let Some(h) = &s.server_address {
+        a.push(KeyValue::new("server.address", h.clone()));
+    }
+    if s.server_port != 0 {
+        a.push(KeyValue::new("server.port", i64::from(s.server_port)));
+    }
+    if !s.peer_address.is_empty() {
+        a.push(KeyValue::new("network.peer.address", s.peer_address.clone()));
+    }
+    if s.peer_port != 0 {
+        a.push(KeyValue::new("network.peer.port", i64::from(s.peer_port)));
+    }
+    a
+}
+
 /// The span's attributes.
 pub fn attributes(s: &HttpSpan) -> Vec<KeyValue> {
+    if let Some(c) = &s.db {
+        return db_attributes(s, c);
+    }
     let mut a = Vec::with_capacity(16);
     a.push(KeyValue::new("http.request.method", s.method.clone()));
     if let Some(m) = &s.method_original {
@@ -110,7 +150,14 @@ pub fn span_data(s: &HttpSpan, scope: &InstrumentationScope) -> SpanData {
         name: Cow::Owned(s.name.clone()),
         start_time: UNIX_EPOCH + Duration::from_nanos(s.start_unix_ns),
         end_time: UNIX_EPOCH + Duration::from_nanos(s.end_unix_ns),
-        attributes: attributes(s),
+        attributes: attributes(s)
+            .into_iter()
+            .chain(s.attributes.iter().map(|(k, v)| match v {
+                Value::Str(v) => KeyValue::new(k.clone(), v.clone()),
+                Value::Int(v) => KeyValue::new(k.clone(), *v),
+                Value::Bool(v) => KeyValue::new(k.clone(), *v),
+            }))
+            .collect(),
         dropped_attributes_count: 0,
         events: SpanEvents::default(),
         links: SpanLinks::default(),
@@ -209,6 +256,28 @@ fn histogram_attributes(s: &HttpSpan) -> Vec<KeyValue> {
     attrs
 }
 
+/// The attributes the SDK path records a database call with.
+fn db_histogram_attributes(s: &HttpSpan, c: &DbCall) -> Vec<KeyValue> {
+    let mut attrs = vec![KeyValue::new("db.system.name", c.system.clone())];
+    for (k, v) in [
+        ("db.namespace", &c.namespace),
+        ("db.operation.name", &c.operation),
+        ("db.collection.name", &c.collection),
+        ("db.query.summary", &c.query_summary),
+        ("db.response.status_code", &c.status_code),
+        ("error.type", &c.error_type),
+        ("server.address", &s.server_address),
+    ] {
+        if let Some(v) = v {
+            attrs.push(KeyValue::new(k, v.clone()));
+        }
+    }
+    if s.server_port != 0 {
+        attrs.push(KeyValue::new("server.port", i64::from(s.server_port)));
+    }
+    attrs
+}
+
 /// What opentelemetry-otlp sent as metrics for the spans of `batch` that
 /// count in the metrics: one request per service (batch order).
 pub fn metric_requests(batch: &Spans<'_>, extra: &[(String, String)]) -> Vec<ExportMetricsServiceRequest> {
@@ -222,10 +291,21 @@ pub fn metric_requests(batch: &Spans<'_>, extra: &[(String, String)]) -> Vec<Exp
         };
         let server = hist("http.server.request.duration", "Duration of HTTP server requests.");
         let client = hist("http.client.request.duration", "Duration of HTTP client requests.");
+        let db = meter
+            .f64_histogram(ipc_schema::db::NAME)
+            .with_unit(ipc_schema::db::UNIT)
+            .with_description(ipc_schema::db::DESCRIPTION)
+            .with_boundaries(ipc_schema::db::BUCKETS.to_vec())
+            .build();
         let mut any = false;
         for s in batch.spans.iter().map(|s| s.to_owned_span()).filter(|s| s.export_metrics && s.resource as usize == i) {
             let s = &s;
             let seconds = s.end_unix_ns.saturating_sub(s.start_unix_ns) as f64 / 1e9;
+            if let Some(c) = &s.db {
+                db.record(seconds, &db_histogram_attributes(s, c));
+                any = true;
+                continue;
+            }
             match s.kind {
                 SpanKind::Server => server.record(seconds, &histogram_attributes(s)),
                 SpanKind::Client => client.record(seconds, &histogram_attributes(s)),

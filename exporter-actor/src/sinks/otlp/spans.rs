@@ -1,5 +1,8 @@
 //! `SpanBatch` → the bytes of an OTLP `ExportTraceServiceRequest`, with the
-//! attribute names of the stable HTTP semantic conventions.
+//! attribute names of the stable HTTP semantic conventions, or of the
+//! stable database ones for a database call (a span with a
+//! [`DbCall`], whose HTTP fields are empty and never
+//! written).
 //!
 //! Written straight from ringtail's spans into reused buffers: the batch's
 //! spans are grouped by resource once (a counting sort of their indices),
@@ -9,7 +12,7 @@
 
 use std::fmt::Write as _;
 
-use ipc_schema::{HttpSpan, SpanKind};
+use ipc_schema::{DbCall, HttpSpan, SpanKind};
 
 use super::wire::{self, key, kv, kv_known, len_field, Key, Out, Value, LEN, VARINT};
 use crate::batch::Spans;
@@ -78,9 +81,12 @@ pub fn url_full(s: &HttpSpan<&str>, out: &mut String) {
 }
 
 /// The span's attributes, in the order they are exported. `url` is the
-/// client span's `url.full` (see [`url_full`]).
+/// client span's `url.full` (see [`url_full`]; unused for a database call).
 #[inline(always)]
 pub fn attributes(s: &HttpSpan<&str>, url: &str, mut f: impl FnMut(&Key, Value<&str>)) {
+    if let Some(c) = &s.db {
+        return db_attributes(s, c, f);
+    }
     let mut digits = [0u8; 20];
     f(&key!("http.request.method"), Value::Str(s.method));
     if let Some(m) = &s.method_original {
@@ -123,6 +129,53 @@ pub fn attributes(s: &HttpSpan<&str>, url: &str, mut f: impl FnMut(&Key, Value<&
             f(&key!("network.peer.address"), Value::Str(s.peer_address));
             f(&key!("network.peer.port"), Value::Int(i64::from(s.peer_port)));
         }
+    }
+}
+
+/// A database call's attributes (the stable database conventions), in the
+/// order they are exported, each only when the call has it: none of HTTP's,
+/// whose fields a database span leaves empty. The server is the one the
+/// client connected to, the peer the socket's other end.
+#[inline]
+pub fn db_attributes(s: &HttpSpan<&str>, c: &DbCall<&str>, mut f: impl FnMut(&Key, Value<&str>)) {
+    f(&key!("db.system.name"), Value::Str(c.system));
+    if let Some(v) = c.namespace {
+        f(&key!("db.namespace"), Value::Str(v));
+    }
+    if let Some(v) = c.operation {
+        f(&key!("db.operation.name"), Value::Str(v));
+    }
+    if let Some(v) = c.collection {
+        f(&key!("db.collection.name"), Value::Str(v));
+    }
+    if let Some(v) = c.query_text {
+        f(&key!("db.query.text"), Value::Str(v));
+    }
+    if let Some(v) = c.query_summary {
+        f(&key!("db.query.summary"), Value::Str(v));
+    }
+    if let Some(v) = c.status_code {
+        f(&key!("db.response.status_code"), Value::Str(v));
+    }
+    if let Some(n) = c.returned_rows {
+        // An int attribute is an i64; no server returns 2^63 rows.
+        f(&key!("db.response.returned_rows"), Value::Int(i64::try_from(n).unwrap_or(i64::MAX)));
+    }
+    // As for HTTP: an `error.type` among the span's attributes replaces it.
+    if let Some(e) = c.error_type.filter(|_| !s.attributes.iter().any(|(k, _)| *k == "error.type")) {
+        f(&key!("error.type"), Value::Str(e));
+    }
+    if let Some(h) = s.server_address {
+        f(&key!("server.address"), Value::Str(h));
+    }
+    if s.server_port != 0 {
+        f(&key!("server.port"), Value::Int(i64::from(s.server_port)));
+    }
+    if !s.peer_address.is_empty() {
+        f(&key!("network.peer.address"), Value::Str(s.peer_address));
+    }
+    if s.peer_port != 0 {
+        f(&key!("network.peer.port"), Value::Int(i64::from(s.peer_port)));
     }
 }
 
@@ -219,7 +272,7 @@ impl TraceEncoder {
             self.spans.clear();
             for &i in &self.order[from..to] {
                 let s = &batch.spans[i as usize];
-                if s.kind == SpanKind::Client {
+                if s.kind == SpanKind::Client && s.db.is_none() {
                     url_full(s, &mut self.url);
                 } else {
                     self.url.clear();

@@ -15,6 +15,7 @@ use super::config::{parse_pairs, OtlpConfig};
 use super::spans::{url_full, TraceEncoder};
 use super::{metrics, reference};
 use crate::batch::Spans;
+use crate::meters::tests::db_span;
 use crate::meters::Meters;
 
 fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
@@ -191,6 +192,43 @@ fn varied() -> (Vec<ServiceResource>, Vec<HttpSpan>) {
         s.peer_address = if i % 6 == 0 { "fe80::1".into() } else { "10.1.2.3".into() };
         s.protocol_version = if i % 8 == 0 { "1.0".into() } else { "1.1".into() };
         s.name = format!("{} {}", s.method, s.route.as_deref().unwrap_or(""));
+        s.export_trace = i % 9 != 4;
+        s.export_metrics = i % 10 != 3;
+        spans.push(s);
+    }
+    // Database calls: PostgreSQL and Redis, failed or not, fields present
+    // or not, extra attributes (one an `error.type` of its own).
+    for i in 0..12u32 {
+        let mut s = db_span(1 + u64::from(i) * 7, (i % 3 == 2).then_some("42601"));
+        s.resource = if i % 2 == 0 { 0 } else { 2 };
+        s.span_id = 1000 + u64::from(i);
+        s.parent_span_id = if i % 4 == 0 { 0 } else { u64::from(i) };
+        s.start_unix_ns = 1_700_000_000_000_000_000 + u64::from(i) * 1_000_000;
+        s.end_unix_ns = s.start_unix_ns + [1, 5, 10, 50][i as usize % 4] * 1_000_000;
+        s.server_address = (i % 5 != 4).then(|| "db.internal".into());
+        s.server_port = if i % 6 == 5 { 0 } else { 5432 };
+        if let Some(c) = s.db.as_mut() {
+            if i % 4 == 3 {
+                c.system = "redis".into();
+                c.namespace = Some("0".into());
+                c.operation = Some("GET".into());
+                c.collection = None;
+                c.query_text = Some("GET ?".into());
+                c.query_summary = None;
+                c.returned_rows = None;
+                s.name = "GET".into();
+            }
+            if i % 5 == 1 {
+                c.namespace = None;
+                c.query_text = None;
+            }
+        }
+        if i == 7 {
+            s.attributes.push(("db.operation.batch.size".into(), ipc_schema::Value::Int(2)));
+        }
+        if i == 8 {
+            s.attributes.push(("error.type".into(), ipc_schema::Value::Str("syntax_error".into())));
+        }
         s.export_trace = i % 9 != 4;
         s.export_metrics = i % 10 != 3;
         spans.push(s);
@@ -537,4 +575,107 @@ fn grpc_calls_are_exported_as_the_rpc_duration_metrics_of_their_mode() {
     assert_eq!(client.explicit_bounds, ipc_schema::rpc::EXPERIMENTAL_BUCKETS);
     assert_eq!((client.sum, client.min, client.max), (Some(5.0), Some(5.0), Some(5.0)), "milliseconds");
     assert_eq!(client.bucket_counts[1], 1, "5 ms in (0, 5]");
+}
+
+fn str_kv(k: &str, v: &str) -> KeyValue {
+    KeyValue { key: k.into(), value: Some(AnyValue { value: Some(any_value::Value::StringValue(v.into())) }), ..Default::default() }
+}
+
+fn int_kv(k: &str, v: i64) -> KeyValue {
+    KeyValue { key: k.into(), value: Some(AnyValue { value: Some(any_value::Value::IntValue(v)) }), ..Default::default() }
+}
+
+#[test]
+fn database_spans_have_the_database_attributes_and_none_of_http() {
+    let b = SpanBatch::of(vec![resource("s", 1, &[])], &[db_span(4, None), db_span(4, Some("42601"))]);
+    let mut out = Vec::new();
+    assert_eq!(TraceEncoder::new(vec![]).encode(&Spans::of_own(&b), &mut out), 2);
+    let req = ExportTraceServiceRequest::decode(out.as_slice()).unwrap();
+    let spans = &req.resource_spans[0].scope_spans[0].spans;
+    let common = [
+        str_kv("db.system.name", "postgresql"),
+        str_kv("db.namespace", "shop"),
+        str_kv("db.operation.name", "SELECT"),
+        str_kv("db.collection.name", "users"),
+        str_kv("db.query.text", "SELECT * FROM users WHERE id = $1"),
+        str_kv("db.query.summary", "SELECT users"),
+    ];
+    let server = [
+        str_kv("server.address", "db.internal"),
+        int_kv("server.port", 5432),
+        str_kv("network.peer.address", "10.0.0.5"),
+        int_kv("network.peer.port", 5432),
+    ];
+    let ok: Vec<KeyValue> = common.iter().cloned().chain([int_kv("db.response.returned_rows", 1)]).chain(server.iter().cloned()).collect();
+    assert_eq!(spans[0].attributes, ok);
+    let failed: Vec<KeyValue> = common
+        .iter()
+        .cloned()
+        .chain([str_kv("db.response.status_code", "42601"), str_kv("error.type", "42601")])
+        .chain(server.iter().cloned())
+        .collect();
+    assert_eq!(spans[1].attributes, failed);
+    for s in spans {
+        assert_eq!(s.name, "SELECT users");
+        assert_eq!(s.kind, span::SpanKind::Client as i32);
+        for kv in &s.attributes {
+            let http = ["http.", "url.", "user_agent.", "client.", "network.protocol."].iter().any(|p| kv.key.starts_with(p));
+            assert!(!http, "{} on a database span", kv.key);
+        }
+    }
+    assert_eq!(spans[0].status.as_ref().map(|st| (st.code, st.message.as_str())), Some((0, "")));
+    assert_eq!(spans[1].status.as_ref().map(|st| (st.code, st.message.as_str())), Some((2, "")), "ERROR, no message");
+    // The SDK path writes the same.
+    let want = reference::trace_requests(&Spans::of_own(&b), &[]);
+    assert_eq!(want[0].resource_spans[0].scope_spans[0].spans, *spans);
+}
+
+#[test]
+fn database_calls_are_exported_as_db_client_operation_duration() {
+    let registry = Registry::new(Component::ExporterActor, 1);
+    let mut m = Meters::new(vec![], "host", &registry);
+    let mut http_client = span(SpanKind::Client);
+    http_client.error = false;
+    http_client.status = 200;
+    let spans = vec![db_span(3, None), db_span(30, None), db_span(2, Some("42601")), http_client];
+    m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![resource("shop", 1, &[])], &spans)), 1);
+    let requests = m.view().read(|m| metrics::encode(m, 2));
+    let req = ExportMetricsServiceRequest::decode(requests[0].as_slice()).unwrap();
+    let ms = &req.resource_metrics[0].scope_metrics[0].metrics;
+    let summary: Vec<_> = ms.iter().map(|m| (m.name.as_str(), m.unit.as_str(), m.description.as_str())).collect();
+    assert_eq!(
+        summary,
+        [
+            ("http.client.request.duration", "s", "Duration of HTTP client requests."),
+            ("db.client.operation.duration", "s", "Duration of database client operations."),
+        ]
+    );
+    let Some(metric::Data::Histogram(http)) = &ms[0].data else { panic!("{:?}", ms[0]) };
+    assert_eq!(http.data_points.iter().map(|p| p.count).sum::<u64>(), 1, "database calls are not HTTP requests");
+    let Some(metric::Data::Histogram(h)) = &ms[1].data else { panic!("{:?}", ms[1]) };
+    assert_eq!(h.aggregation_temporality, 2);
+    let points = points_by_attributes(&h.data_points);
+    assert_eq!(points.len(), 2, "{points:?}");
+    let attrs = |extra: &[KeyValue]| {
+        let mut v = vec![
+            str_kv("db.collection.name", "users"),
+            str_kv("db.namespace", "shop"),
+            str_kv("db.operation.name", "SELECT"),
+            str_kv("db.query.summary", "SELECT users"),
+            str_kv("db.system.name", "postgresql"),
+            str_kv("server.address", "db.internal"),
+            int_kv("server.port", 5432),
+        ];
+        v.extend_from_slice(extra);
+        sorted(v)
+    };
+    let ok = points.iter().find(|(a, _)| *a == attrs(&[])).map(|(_, p)| *p).expect("the OK series");
+    assert_eq!(ok.attributes, attrs(&[]), "written sorted by key");
+    assert_eq!((ok.count, ok.sum, ok.min, ok.max), (2, Some(0.033), Some(0.003), Some(0.03)));
+    assert_eq!(ok.explicit_bounds, ipc_schema::db::BUCKETS);
+    assert_eq!(ok.bucket_counts, [0, 1, 0, 1, 0, 0, 0, 0, 0, 0], "3 ms in (0.001, 0.005], 30 ms in (0.01, 0.05]");
+    let failed = attrs(&[str_kv("db.response.status_code", "42601"), str_kv("error.type", "42601")]);
+    let err = points.iter().find(|(a, _)| *a == failed).map(|(_, p)| *p).expect("the failed series");
+    assert_eq!(err.count, 1);
+    assert!(!h.data_points.iter().flat_map(|p| &p.attributes).any(|kv| kv.key == "db.query.text"), "one series a statement");
 }

@@ -72,7 +72,7 @@ fn value_text(v: Value<&str>) -> String {
     }
 }
 
-/// Renders the duration histograms (HTTP, then RPC).
+/// Renders the duration histograms (HTTP, then RPC, then database).
 pub fn render_metrics(m: &Metrics, out: &mut String) {
     for (i, inst) in instruments().enumerate() {
         let name = format!("{}{}", sanitize(inst.name), unit_suffix(inst.unit));

@@ -134,3 +134,33 @@ fn rpc_histograms_are_named_with_their_units() {
     }
     assert!(!text.contains("rpc_client_duration"), "the client span had only the stable set: {text}");
 }
+
+#[test]
+fn database_calls_are_db_client_operation_duration_seconds() {
+    use crate::meters::tests::db_span;
+    let registry = Registry::new(Component::ExporterActor, 1);
+    let mut m = Meters::new(vec![], "h", &registry);
+    m.record(&res(), &db_span(3, None));
+    m.record(&res(), &db_span(30, None));
+    m.record(&res(), &db_span(2, Some("42601")));
+    let text = exposition(&m.view());
+    assert!(!text.contains("http_client_request_duration"), "a database call is not an HTTP request: {text}");
+    assert!(text.contains("# HELP db_client_operation_duration_seconds Duration of database client operations."), "{text}");
+    assert!(text.contains("# TYPE db_client_operation_duration_seconds histogram"), "{text}");
+    let base = "service_name=\"shop\",service_instance_id=\"h:1\",db_collection_name=\"users\",db_namespace=\"shop\",db_operation_name=\"SELECT\",db_query_summary=\"SELECT users\"";
+    let server = "server_address=\"db.internal\",server_port=\"5432\"";
+    let lines = [
+        format!("db_client_operation_duration_seconds_bucket{{{base},db_system_name=\"postgresql\",{server},le=\"0.001\"}} 0"),
+        format!("db_client_operation_duration_seconds_bucket{{{base},db_system_name=\"postgresql\",{server},le=\"0.005\"}} 1"),
+        format!("db_client_operation_duration_seconds_bucket{{{base},db_system_name=\"postgresql\",{server},le=\"0.05\"}} 2"),
+        format!("db_client_operation_duration_seconds_bucket{{{base},db_system_name=\"postgresql\",{server},le=\"+Inf\"}} 2"),
+        format!("db_client_operation_duration_seconds_sum{{{base},db_system_name=\"postgresql\",{server}}} 0.033"),
+        format!("db_client_operation_duration_seconds_count{{{base},db_system_name=\"postgresql\",{server}}} 2"),
+        format!("db_client_operation_duration_seconds_count{{{base},db_response_status_code=\"42601\",db_system_name=\"postgresql\",error_type=\"42601\",{server}}} 1"),
+    ];
+    for l in &lines {
+        assert!(text.lines().any(|t| t == l), "{l} in\n{text}");
+    }
+    assert_eq!(text.lines().filter(|l| l.starts_with("db_client_operation_duration_seconds_count")).count(), 2, "{text}");
+    assert!(!text.contains("db_query_text"), "{text}");
+}

@@ -1,0 +1,148 @@
+//! A database record's `pieces` into [`Piece`]s, without copying.
+//!
+//! The bytes come from the privileged loader, which copied them from the
+//! kernel, which copied them from a traced process: hostile.
+//!
+//! # Layout
+//! Back-to-back pieces, each a tag byte then its body, integers
+//! little-endian:
+//! ```text
+//! pieces = piece*
+//! piece  = u8(2) u16le(n) n bytes   MORE: the next n bytes of the stream
+//!        | u8(3) u32le(n)           LOST: n bytes went by unseen
+//! ```
+//! The kernel captures the head of each syscall's bytes (up to ~3.9 KiB),
+//! then LOST for the middle, then MORE with the last (up to 256) bytes.
+//! An unknown tag or a piece cut by the end of the record makes the whole
+//! record malformed: the iterator yields one error and stops.
+
+/// `DBP_MORE`.
+pub const MORE: u8 = 2;
+/// `DBP_LOST`.
+pub const LOST: u8 = 3;
+
+/// One piece, borrowing the record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece<'a> {
+    /// The next bytes of the stream.
+    Bytes(&'a [u8]),
+    /// This many bytes of the stream went by unseen.
+    Lost(u32),
+}
+
+/// Why a record's pieces could not be read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum PiecesError {
+    /// An unknown tag, or a piece cut by the end of the record.
+    #[error("malformed database record piece at byte {at}")]
+    Malformed {
+        /// Where the bad piece starts.
+        at: usize,
+    },
+}
+
+/// The pieces of one record, in order; after an error, nothing.
+#[derive(Debug, Clone)]
+pub struct Pieces<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+/// Iterates the pieces of `bytes`.
+pub fn pieces(bytes: &[u8]) -> Pieces<'_> {
+    Pieces { bytes, at: 0 }
+}
+
+/// Checks a whole record first: protocol parsers must not act on half a
+/// record they will then call malformed.
+pub fn validate(bytes: &[u8]) -> Result<(), PiecesError> {
+    pieces(bytes).try_for_each(|p| p.map(drop))
+}
+
+/// The last [`Piece::Bytes`] of a valid record, if it is the record's
+/// last piece: the captured tail of the syscall, where the resync rules
+/// look for an end of response.
+pub fn tail(bytes: &[u8]) -> Option<&[u8]> {
+    match pieces(bytes).last() {
+        Some(Ok(Piece::Bytes(b))) => Some(b),
+        _ => None,
+    }
+}
+
+impl<'a> Iterator for Pieces<'a> {
+    type Item = Result<Piece<'a>, PiecesError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let rest = self.bytes.get(self.at..).filter(|r| !r.is_empty())?;
+        let bad = PiecesError::Malformed { at: self.at };
+        let item = match rest[0] {
+            MORE => rest.get(1..3).map(|b| usize::from(u16::from_le_bytes([b[0], b[1]]))).and_then(|n| {
+                let data = rest.get(3..3 + n)?;
+                Some((Piece::Bytes(data), 3 + n))
+            }),
+            LOST => rest.get(1..5).map(|b| (Piece::Lost(u32::from_le_bytes([b[0], b[1], b[2], b[3]])), 5)),
+            _ => None,
+        };
+        match item {
+            Some((piece, len)) => {
+                self.at += len;
+                Some(Ok(piece))
+            }
+            None => {
+                // Stop for good: what follows a bad piece is not pieces.
+                self.at = self.bytes.len();
+                Some(Err(bad))
+            }
+        }
+    }
+}
+
+/// Encodes pieces the way the kernel writes them (tests and fuzzing).
+pub fn encode(out: &mut Vec<u8>, piece: Piece<'_>) {
+    match piece {
+        Piece::Bytes(b) => {
+            for chunk in b.chunks(usize::from(u16::MAX)) {
+                out.push(MORE);
+                // `chunks` bounds the length to u16::MAX.
+                out.extend_from_slice(&(chunk.len() as u16).to_le_bytes());
+                out.extend_from_slice(chunk);
+            }
+        }
+        Piece::Lost(n) => {
+            out.push(LOST);
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_and_lost() {
+        let mut b = Vec::new();
+        encode(&mut b, Piece::Bytes(b"hello"));
+        encode(&mut b, Piece::Lost(70_000));
+        // An empty MORE (encode writes none; the kernel might).
+        b.extend_from_slice(&[MORE, 0, 0]);
+        encode(&mut b, Piece::Bytes(b"end"));
+        let p: Vec<_> = pieces(&b).collect::<Result<_, _>>().unwrap();
+        assert_eq!(p, vec![Piece::Bytes(b"hello"), Piece::Lost(70_000), Piece::Bytes(b""), Piece::Bytes(b"end")]);
+        assert_eq!(tail(&b), Some(&b"end"[..]));
+        assert!(validate(&b).is_ok());
+    }
+
+    #[test]
+    fn hostile_records_are_refused() {
+        for bad in [&[9u8][..], &[MORE, 5, 0, 1], &[MORE, 1], &[LOST, 1, 0], &[MORE, 0, 0, 7]] {
+            let r: Vec<_> = pieces(bad).collect();
+            assert!(r.last().unwrap().is_err(), "{bad:?}");
+            assert!(validate(bad).is_err());
+            // One error, then nothing.
+            assert_eq!(r.iter().filter(|p| p.is_err()).count(), 1);
+        }
+        assert_eq!(pieces(&[]).count(), 0);
+        assert_eq!(tail(&[LOST, 0, 0, 0, 0]), None);
+    }
+}

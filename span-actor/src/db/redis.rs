@@ -1,0 +1,469 @@
+//! Redis RESP2 and RESP3, client side: [`RedisConn`].
+//!
+//! # Layout
+//! ```text
+//! command = '*' N CRLF ('$' n CRLF n bytes CRLF){N}      (or an inline line: PING CRLF)
+//! reply   = simple: '+' '-' ':' '_' ',' '#' '(' ... CRLF
+//!         | blob:   '$' '!' '=' n CRLF n bytes CRLF       ('$-1': null)
+//!         | aggregate: '*' '~' '>' N CRLF value{N},  '%' '|' N CRLF value{2N}
+//! ```
+//! A direction is read token by token (a line, or a blob's body whose
+//! length its header gave), so a blob body in a LOST region is skipped;
+//! aggregates nest up to [`MAX_DEPTH`].
+//!
+//! # Calls
+//! Each command is a call (pipelines: N commands, N calls, paired with
+//! the replies in order; MULTI's commands each get theirs, answered
+//! `+QUEUED`, and EXEC its own). `db.operation.name` is the command
+//! uppercased, with its subcommand for container commands (`CLIENT
+//! SETNAME`, `CONFIG GET`...); `db.query.text` the operation and one `?`
+//! per other argument (`SET ? ?`): no key or value is kept, `AUTH` and
+//! `HELLO` arguments included. `db.namespace` is the database index: "0"
+//! until a `SELECT n` is answered `+OK`. Errors: `status_code` and
+//! `error.type` are the error's first word (`ERR`, `WRONGTYPE`,
+//! `NOAUTH`); never the rest.
+//!
+//! Pub/sub: pushed messages (RESP2 arrays starting `message`, `pmessage`,
+//! `smessage`; every RESP3 `>` push) are not replies: counted
+//! `pushes_ignored`. A (un)subscribe confirmation (an array or push
+//! starting `subscribe`, `unsubscribe`...) ends the oldest pending call
+//! if that call is a (un)subscribe command, and is ignored otherwise (a
+//! command with N channels gets N confirmations). RESP3 attributes (`|`)
+//! before a reply are skipped.
+//!
+//! # Desync
+//! RESP has no marker a byte tail could be recognised by, so a desync (a
+//! header in a LOST region, bytes that are not RESP, nesting past
+//! [`MAX_DEPTH`]) gives the connection up for good: counted `desync` and
+//! `given_up`, its pending calls `unanswered`. This is the simplest rule
+//! that never pairs a reply with the wrong command.
+//!
+//! # Memory
+//! Two [`Stream`]s, at most [`MAX_PENDING`] pending calls (each an op of
+//! a few short strings), a nesting stack of at most [`MAX_DEPTH`].
+
+use std::collections::VecDeque;
+
+use ipc_schema::db::system;
+
+use super::pieces;
+use super::stream::{Frame, Msg, Next, Stream, MAX_BUFFERED};
+use super::{op, op_heap, DbCounts, DbOp, MAX_PENDING};
+
+/// Deepest aggregate nesting read.
+pub const MAX_DEPTH: usize = 32;
+
+/// Longest command name or subcommand kept (longer: not a command).
+const MAX_COMMAND: usize = 32;
+
+/// Commands whose second argument is a subcommand (part of the name).
+const CONTAINERS: &[&str] = &[
+    "ACL", "CLIENT", "CLUSTER", "COMMAND", "CONFIG", "DEBUG", "FUNCTION", "LATENCY", "MEMORY", "MODULE", "OBJECT", "PUBSUB", "SCRIPT",
+    "SLOWLOG", "XGROUP", "XINFO",
+];
+
+/// Whether `b` starts like a RESP command array (`*N\r\n$`), for
+/// [`super::detect`].
+pub fn is_command_start(b: &[u8]) -> bool {
+    let Some(rest) = b.strip_prefix(b"*") else { return false };
+    let digits = rest.iter().take_while(|c| c.is_ascii_digit()).count();
+    (1..=6).contains(&digits) && rest[digits..].starts_with(b"\r\n$")
+}
+
+/// Length of the line at the head of `h` (CRLF included), or Need.
+fn line(h: &[u8]) -> Frame {
+    match memchr::memmem::find(h, b"\r\n") {
+        Some(i) => Frame::Len(i as u64 + 2),
+        None => Frame::Need,
+    }
+}
+
+/// The integer of a header line `Xn\r\n` (`-1`: null; `?`: streamed,
+/// refused).
+fn header_int(l: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(l.get(1..l.len().checked_sub(2)?)?).ok()?;
+    s.parse().ok()
+}
+
+/// A command being read from the send side.
+#[derive(Debug, Default)]
+struct Cmd {
+    /// Bulk strings still to come.
+    remaining: u64,
+    /// Arguments seen.
+    args: u64,
+    name: Option<String>,
+    sub: Option<String>,
+    /// SELECT's index (not secret).
+    select: Option<String>,
+}
+
+/// The reply being read.
+#[derive(Debug, Default)]
+struct Reply {
+    /// Remaining elements of each open aggregate.
+    stack: Vec<u64>,
+    /// The top-level value's type byte.
+    kind: u8,
+    /// The error's first word.
+    error: Option<String>,
+    /// The first element of a top-level array or push (pub/sub kind).
+    first: Option<String>,
+    /// Inside a top-level attribute (`|`): the reply proper follows it.
+    attribute: bool,
+    /// A simple-string reply's text, when short (`OK`, `QUEUED`).
+    simple: Option<String>,
+}
+
+/// What a pending call is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Plain,
+    /// (P/S)SUBSCRIBE and their UNSUBSCRIBE: answered by confirmations.
+    Subscribe,
+    /// SELECT n.
+    Select,
+}
+
+#[derive(Debug)]
+struct Pending {
+    op: DbOp,
+    kind: Kind,
+    /// SELECT's index.
+    index: Option<String>,
+}
+
+/// Per-direction token state besides the stream.
+#[derive(Debug, Default)]
+struct St {
+    given_up: bool,
+    namespace: String,
+    /// Length (CRLF included) of the blob body that comes next, per side.
+    send_body: Option<u64>,
+    recv_body: Option<u64>,
+    cmd: Option<Cmd>,
+    reply: Option<Reply>,
+    pending: VecDeque<Pending>,
+    subscribed: bool,
+}
+
+/// One Redis client connection. See the module doc.
+#[derive(Debug)]
+pub struct RedisConn {
+    send: Stream,
+    recv: Stream,
+    st: St,
+}
+
+impl Default for RedisConn {
+    fn default() -> RedisConn {
+        RedisConn { send: Stream::new(), recv: Stream::new(), st: St { namespace: "0".to_owned(), ..St::default() } }
+    }
+}
+
+impl RedisConn {
+    /// Calls awaiting replies.
+    pub fn pending(&self) -> usize {
+        self.st.pending.len()
+    }
+
+    /// Approximate bytes held.
+    pub fn held_bytes(&self) -> usize {
+        self.send.held() + self.recv.held() + self.st.pending.iter().map(|p| op_heap(&p.op) + 200).sum::<usize>()
+    }
+
+    /// Counts pending calls unanswered and forgets them.
+    pub fn abort(&mut self, counts: &mut DbCounts) {
+        counts.unanswered += self.st.pending.len() as u64;
+        self.st.pending.clear();
+    }
+
+    fn give_up(&mut self, counts: &mut DbCounts) {
+        counts.desync += 1;
+        counts.given_up += 1;
+        self.abort(counts);
+        self.st.given_up = true;
+        self.send.desync();
+        self.recv.desync();
+    }
+
+    /// One record (see [`super::DbConn::feed`]; `pieces` is valid).
+    pub fn feed(&mut self, send: bool, ts: u64, _tls: bool, bytes: &[u8], out: &mut Vec<DbOp>, counts: &mut DbCounts) {
+        if self.st.given_up {
+            return;
+        }
+        for piece in pieces::pieces(bytes).flatten() {
+            let stream = if send { &mut self.send } else { &mut self.recv };
+            stream.push(piece);
+            let mut bad = false;
+            loop {
+                let body = if send { self.st.send_body } else { self.st.recv_body };
+                let next = stream.next(|h| match body {
+                    Some(n) => Frame::Len(n),
+                    None => line(h),
+                });
+                match next {
+                    Next::Msg(m) => {
+                        if m.len > MAX_BUFFERED as u64 {
+                            counts.too_large += 1;
+                        }
+                        let ok = if send { self.st.on_send(m, ts, counts) } else { self.st.on_recv(m, ts, out, counts) };
+                        if !ok {
+                            bad = true;
+                            break;
+                        }
+                    }
+                    Next::Wait => break,
+                    Next::Desync => {
+                        bad = true;
+                        break;
+                    }
+                }
+            }
+            if bad {
+                self.give_up(counts);
+                return;
+            }
+        }
+    }
+}
+
+fn word(b: &[u8]) -> Option<String> {
+    (!b.is_empty() && b.len() <= MAX_COMMAND && b.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'|' | b'.')))
+        .then(|| String::from_utf8_lossy(b).to_ascii_uppercase())
+}
+
+impl St {
+    /// A send token. `false`: not RESP (give up).
+    fn on_send(&mut self, m: Msg<'_>, ts: u64, counts: &mut DbCounts) -> bool {
+        if let Some(_n) = self.send_body.take() {
+            // An argument's body: only the name, subcommand and SELECT's
+            // index are read, and only when whole.
+            let Some(cmd) = self.cmd.as_mut() else { return false };
+            let arg = if m.whole { m.bytes.get(..m.bytes.len().saturating_sub(2)) } else { None };
+            cmd.args += 1;
+            match cmd.args {
+                1 => cmd.name = arg.and_then(word),
+                2 if cmd.name.as_deref().is_some_and(|n| CONTAINERS.contains(&n)) => cmd.sub = arg.and_then(word),
+                2 if cmd.name.as_deref() == Some("SELECT") => {
+                    cmd.select =
+                        arg.filter(|a| a.len() <= 5 && a.iter().all(u8::is_ascii_digit)).map(|a| String::from_utf8_lossy(a).into_owned())
+                }
+                _ => {}
+            }
+            cmd.remaining -= 1;
+            if cmd.remaining == 0 {
+                let cmd = self.cmd.take().unwrap_or_default();
+                return self.command(cmd, ts, counts);
+            }
+            return true;
+        }
+        let l = m.bytes;
+        if !m.whole {
+            return false;
+        }
+        match (self.cmd.is_some(), l.first()) {
+            (false, Some(b'*')) => match header_int(l) {
+                Some(n) if n > 0 => {
+                    self.cmd = Some(Cmd { remaining: n as u64, ..Cmd::default() });
+                    true
+                }
+                // `*0` / `*-1`: nothing to run.
+                Some(_) => true,
+                None => false,
+            },
+            (true, Some(b'$')) => match header_int(l) {
+                Some(n) if n >= 0 => {
+                    // n + CRLF.
+                    self.send_body = Some(n as u64 + 2);
+                    true
+                }
+                _ => false,
+            },
+            (true, _) => false,
+            (false, _) => {
+                // An inline command: words separated by spaces.
+                let text = &l[..l.len() - 2];
+                let mut words = text.split(|c| *c == b' ').filter(|w| !w.is_empty());
+                let Some(first) = words.next() else { return true };
+                let name = word(first);
+                if name.is_none() {
+                    return false;
+                }
+                let mut cmd = Cmd { name, args: 1, ..Cmd::default() };
+                for w in words {
+                    cmd.args += 1;
+                    if cmd.args == 2 && cmd.name.as_deref().is_some_and(|n| CONTAINERS.contains(&n)) {
+                        cmd.sub = word(w);
+                    }
+                    if cmd.args == 2 && cmd.name.as_deref() == Some("SELECT") && w.len() <= 5 && w.iter().all(u8::is_ascii_digit) {
+                        cmd.select = Some(String::from_utf8_lossy(w).into_owned());
+                    }
+                }
+                self.command(cmd, ts, counts)
+            }
+        }
+    }
+
+    /// A whole command: a pending call.
+    fn command(&mut self, cmd: Cmd, ts: u64, counts: &mut DbCounts) -> bool {
+        let mut o = op(system::REDIS, ts);
+        o.namespace = Some(self.namespace.clone());
+        let mut operation = cmd.name.clone().unwrap_or_default();
+        let mut shown = 1;
+        if let Some(sub) = &cmd.sub {
+            operation.push(' ');
+            operation.push_str(sub);
+            shown = 2;
+        }
+        let kind = match cmd.name.as_deref() {
+            Some("SUBSCRIBE" | "PSUBSCRIBE" | "SSUBSCRIBE" | "UNSUBSCRIBE" | "PUNSUBSCRIBE" | "SUNSUBSCRIBE") => Kind::Subscribe,
+            Some("SELECT") => Kind::Select,
+            _ => Kind::Plain,
+        };
+        if !operation.is_empty() {
+            let mut text = operation.clone();
+            // Bounded: at most 2 KiB of `?`.
+            for _ in shown..cmd.args.min(1000) {
+                text.push_str(" ?");
+            }
+            o.query_text = Some(text);
+            o.query_summary = Some(operation.clone());
+            o.operation = Some(operation);
+        }
+        if self.pending.len() >= MAX_PENDING {
+            counts.too_many_pending += 1;
+            return false;
+        }
+        if kind == Kind::Subscribe {
+            self.subscribed = true;
+        }
+        self.pending.push_back(Pending { op: o, kind, index: cmd.select });
+        true
+    }
+
+    /// A recv token. `false`: not RESP (give up).
+    fn on_recv(&mut self, m: Msg<'_>, ts: u64, out: &mut Vec<DbOp>, counts: &mut DbCounts) -> bool {
+        let r = self.reply.get_or_insert_with(Reply::default);
+        if let Some(_n) = self.recv_body.take() {
+            let body = m.bytes.get(..m.bytes.len().saturating_sub(2)).unwrap_or(&[]);
+            if r.stack.is_empty() && r.kind == b'!' {
+                r.error = error_word(body);
+            }
+            if r.stack.len() == 1 && r.first.is_none() && m.whole && body.len() <= 16 {
+                r.first = Some(String::from_utf8_lossy(body).to_ascii_lowercase());
+            }
+            return self.value_done(ts, out, counts);
+        }
+        if !m.whole {
+            return false;
+        }
+        let l = m.bytes;
+        let Some(&t) = l.first() else { return false };
+        let top = r.stack.is_empty();
+        if top {
+            r.kind = t;
+        }
+        match t {
+            b'+' | b'-' | b':' | b'_' | b',' | b'#' | b'(' => {
+                let content = &l[1..l.len() - 2];
+                if top && t == b'-' {
+                    r.error = error_word(content);
+                }
+                if top && t == b'+' && content.len() <= 16 {
+                    r.simple = Some(String::from_utf8_lossy(content).into_owned());
+                }
+                if r.stack.len() == 1 && r.first.is_none() && t == b'+' && content.len() <= 16 {
+                    r.first = Some(String::from_utf8_lossy(content).to_ascii_lowercase());
+                }
+                self.value_done(ts, out, counts)
+            }
+            b'$' | b'!' | b'=' => match header_int(l) {
+                Some(n) if n >= 0 => {
+                    self.recv_body = Some(n as u64 + 2);
+                    true
+                }
+                Some(-1) => self.value_done(ts, out, counts),
+                _ => false,
+            },
+            b'*' | b'~' | b'>' | b'%' | b'|' => match header_int(l) {
+                Some(n) if n > 0 => {
+                    if r.stack.len() >= MAX_DEPTH {
+                        return false;
+                    }
+                    let n = n as u64;
+                    let elems = if matches!(t, b'%' | b'|') { n.saturating_mul(2) } else { n };
+                    if top && t == b'|' {
+                        r.attribute = true;
+                    }
+                    r.stack.push(elems);
+                    true
+                }
+                Some(0 | -1) => self.value_done(ts, out, counts),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
+    /// A value ended: pops finished aggregates; a finished top-level
+    /// reply is paired.
+    fn value_done(&mut self, ts: u64, out: &mut Vec<DbOp>, counts: &mut DbCounts) -> bool {
+        let Some(r) = self.reply.as_mut() else { return true };
+        while let Some(n) = r.stack.last_mut() {
+            *n -= 1;
+            if *n > 0 {
+                return true;
+            }
+            r.stack.pop();
+        }
+        let r = self.reply.take().unwrap_or_default();
+        if r.attribute {
+            // An attribute precedes the reply proper.
+            return true;
+        }
+        self.reply_done(r, ts, out, counts);
+        true
+    }
+
+    fn reply_done(&mut self, r: Reply, ts: u64, out: &mut Vec<DbOp>, counts: &mut DbCounts) {
+        let first = r.first.as_deref();
+        let confirmation =
+            matches!(first, Some("subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe" | "sunsubscribe"));
+        let message = matches!(first, Some("message" | "pmessage" | "smessage"));
+        let front_subscribe = self.pending.front().is_some_and(|p| p.kind == Kind::Subscribe);
+        if r.kind == b'>' || (self.subscribed && r.kind == b'*' && (message || confirmation)) {
+            if confirmation && front_subscribe {
+                // Ends its command's call (below).
+            } else {
+                counts.pushes_ignored += 1;
+                return;
+            }
+        }
+        let Some(mut p) = self.pending.pop_front() else {
+            counts.unpaired_answers += 1;
+            return;
+        };
+        if let Some(e) = r.error {
+            p.op.status_code = Some(e.clone());
+            p.op.error_type = Some(e);
+        } else if r.kind == b'-' || r.kind == b'!' {
+            p.op.error_type = Some("_OTHER".to_owned());
+        }
+        if p.kind == Kind::Select && r.simple.as_deref() == Some("OK") {
+            if let Some(i) = p.index.take() {
+                self.namespace = i;
+            }
+        }
+        p.op.end_ns = ts.max(p.op.start_ns);
+        out.push(p.op);
+    }
+}
+
+/// An error's first word (`ERR`, `WRONGTYPE`), uppercase letters only;
+/// never the message.
+fn error_word(b: &[u8]) -> Option<String> {
+    let w = b.split(|c| *c == b' ').next()?;
+    (!w.is_empty() && w.len() <= MAX_COMMAND && w.iter().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == b'_'))
+        .then(|| String::from_utf8_lossy(w).into_owned())
+}
