@@ -71,7 +71,7 @@ test_deps() {
     apt_install python3 python3-venv python3-pip curl nginx-light wrk apache2-utils prometheus systemd iproute2
     # The databases whose calls tests/tests/databases.rs reads off the wire
     # (each test starts its own server on its own port).
-    apt_install postgresql redis-server
+    apt_install postgresql redis-server mariadb-server memcached
     # The kernel matrix (tests/kernels/): qemu boots Debian's own kernels, an
     # initramfs of busybox shares this root with them over virtiofs.
     apt_install qemu-system-x86 busybox-static cpio default-jdk-headless
@@ -83,6 +83,7 @@ test_deps() {
     .venv/bin/python -c 'import grpc' 2>/dev/null || { say "pip install grpcio"; .venv/bin/pip install -q 'grpcio==1.*'; }
     .venv/bin/python -c 'import hypercorn' 2>/dev/null || { say "pip install hypercorn"; .venv/bin/pip install -q 'hypercorn==0.18.*'; }
     .venv/bin/python -c 'import redis, psycopg' 2>/dev/null || { say "pip install redis psycopg"; .venv/bin/pip install -q 'redis==5.*' 'psycopg[binary]==3.2.*'; }
+    .venv/bin/python -c 'import pymysql, pymemcache' 2>/dev/null || { say "pip install pymysql pymemcache"; .venv/bin/pip install -q 'pymysql==1.*' 'pymemcache==4.*'; }
     # The conventions' registry (every attribute and metric name), which
     # tests/tests/semconv.rs checks every key ringtail emits against.
     .venv/bin/python -c 'import importlib.metadata as m; assert m.version("opentelemetry-semantic-conventions") == "0.66b2"' 2>/dev/null \

@@ -7,7 +7,8 @@
 //! Layout: [`http1`] (captured request bytes through the whole
 //! transformation), [`route_redact`] (route grouping and query redaction
 //! against an independent oracle), [`ipc_decode`] (every message the
-//! actors and the loader decode), [`config`] (the configuration file).
+//! actors and the loader decode), [`config`] (the configuration file),
+//! [`db_conn`] (records into one database connection of each protocol).
 
 // Each target uses one of them.
 #![allow(dead_code)]
@@ -17,6 +18,8 @@ use std::time::Instant;
 use ipc_schema::{ProcessInfo, RawBatch, RawEvent, Role, SockAddr};
 use ringtail_config::{RouteSettings, Settings};
 use runtime_kit::counters::Registry;
+use span_actor::db::pieces::{encode, Piece};
+use span_actor::db::{sql, DbConn, DbCounts, System, MAX_PENDING};
 use span_actor::http::{parse_pipeline, parse_request};
 use span_actor::redact::{Redactor, REDACTED};
 use span_actor::routes::{Router, OVERFLOW_ROUTE};
@@ -210,5 +213,58 @@ pub fn config(data: &[u8]) {
     let text = String::from_utf8_lossy(data);
     if let Ok(s) = Settings::from_toml(&text) {
         assert!(s.validate().is_ok(), "loaded settings fail validation");
+    }
+}
+
+/// What a hostile connection may hold: above the worst case the `db`
+/// module's doc states (about 4 MiB).
+const DB_MAX_HELD: usize = 5 << 20;
+
+/// Arbitrary records into one database connection of each protocol
+/// (`span_actor::db`): never a panic, bounded state (pending calls and
+/// bytes held), nothing pending after close, well-formed ops.
+///
+/// Input layout: `u8(system % 4)` then records, each `u8(flags)
+/// u16le(len) len bytes`; flags: 1 send, 2 TLS plaintext, 4 the bytes are
+/// the record's raw pieces (hostile piece framing), else they are the
+/// stream bytes, captured whole or (flag 8) as head + LOST + tail the way
+/// the kernel captures a long syscall.
+pub fn db_conn(data: &[u8]) {
+    let Some((&sel, mut rest)) = data.split_first() else { return };
+    let system = [System::Postgres, System::MySql, System::Redis, System::Memcached][usize::from(sel % 4)];
+    let mut conn = DbConn::new(system);
+    let mut ops = Vec::new();
+    let mut counts = DbCounts::default();
+    let mut ts = 0u64;
+    while let [flags, a, b, tail @ ..] = rest {
+        let len = usize::from(u16::from_le_bytes([*a, *b])).min(tail.len());
+        let (bytes, next) = tail.split_at(len);
+        rest = next;
+        let pieces = if flags & 4 != 0 {
+            bytes.to_vec()
+        } else {
+            let mut p = Vec::new();
+            if flags & 8 != 0 && bytes.len() > 2 {
+                let head = bytes.len() / 2;
+                encode(&mut p, Piece::Bytes(&bytes[..head]));
+                encode(&mut p, Piece::Lost(u32::from(bytes[0]) * 97));
+                encode(&mut p, Piece::Bytes(&bytes[head..]));
+            } else {
+                encode(&mut p, Piece::Bytes(bytes));
+            }
+            p
+        };
+        ts += 1;
+        conn.feed(flags & 1 != 0, ts, flags & 2 != 0, &pieces, &mut ops, &mut counts);
+        assert!(conn.pending() <= MAX_PENDING, "{} pending", conn.pending());
+        assert!(conn.held_bytes() <= DB_MAX_HELD, "{} bytes held", conn.held_bytes());
+    }
+    conn.close(&mut counts);
+    assert_eq!(conn.pending(), 0, "calls pending after close");
+    for op in &ops {
+        assert!(op.start_ns <= op.end_ns, "{op:?}");
+        assert!(op.system == conn.system_name() || system == System::MySql, "{op:?}");
+        assert!(op.query_text.as_ref().is_none_or(|q| q.len() <= sql::MAX_QUERY_TEXT), "{op:?}");
+        assert!(op.query_summary.as_ref().is_none_or(|q| q.len() <= sql::MAX_SUMMARY), "{op:?}");
     }
 }

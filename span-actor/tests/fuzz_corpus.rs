@@ -50,6 +50,11 @@ fn config_seeds() {
 }
 
 #[test]
+fn db_conn_seeds() {
+    assert!(replay("db_conn", checks::db_conn) >= 6);
+}
+
+#[test]
 fn ipc_decode_seeds_and_real_messages() {
     assert!(replay("ipc_decode", checks::ipc_decode) >= 4);
     use ipc_schema::{encode, Ack, Body, Component, Envelope, HealthReport, MetricPoint, Producer};
@@ -85,9 +90,10 @@ fn ipc_decode_seeds_and_real_messages() {
     }
 }
 
-/// A raw batch with an HTTP/1 event and an HTTP/2 record.
+/// A raw batch with an HTTP/1 event, an HTTP/2 record and a database
+/// record.
 fn raw_batch() -> ipc_schema::RawBatch {
-    use ipc_schema::{ProcessInfo, RawBatch, RawEvent, RawH2, Role, SockAddr};
+    use ipc_schema::{DbLinks, ProcessInfo, RawBatch, RawEvent, RawH2, Role, SockAddr};
     let local = SockAddr::from_bytes(true, [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], 8000);
     let peer = SockAddr::from_bytes(false, [10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 40_000);
     let ev = RawEvent {
@@ -132,6 +138,13 @@ fn raw_batch() -> ipc_schema::RawBatch {
         peer,
         pieces: vec![1, 0, 0, 4, 4, 0, 0, 0, 0, 0],
     };
+    // a Redis PING sent while the thread served (conn 1, request 1)
+    let db = RawH2 {
+        conn_id: 5,
+        db: Some(DbLinks { parent: Some((1, 1)), unlinked: false }),
+        pieces: [&[2, 14, 0][..], b"*1\r\n$4\r\nPING\r\n"].concat(),
+        ..h2.clone()
+    };
     let process = ProcessInfo {
         pid: 10,
         proc_start_ns: 1,
@@ -151,5 +164,5 @@ fn raw_batch() -> ipc_schema::RawBatch {
         propagated: Some((0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c, 0xb7ad_6b71_6920_3331)),
         ..ev.clone()
     };
-    RawBatch::of(1_700_000_000_000_000_000, 9, vec![process], &[ev, propagated], &[h2])
+    RawBatch::of(1_700_000_000_000_000_000, 9, vec![process], &[ev, propagated], &[h2, db])
 }

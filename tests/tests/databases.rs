@@ -37,9 +37,16 @@ fn ready(tools: &[&str]) -> bool {
 /// ringtail on backend `b` exporting to `rotel`, tracing the processes
 /// `exe_names` selects, reading database calls to `port`.
 fn ringtail(b: &str, rotel: &Rotel, exe_names: &str, port: u16) -> Ringtail {
+    ringtail_with(b, rotel, exe_names, &[port], "")
+}
+
+/// [`ringtail`] reading database calls to every port of `ports`, with
+/// `extra` configuration (a Prometheus endpoint).
+fn ringtail_with(b: &str, rotel: &Rotel, exe_names: &str, ports: &[u16], extra: &str) -> Ringtail {
+    let ports = ports.iter().map(u16::to_string).collect::<Vec<_>>().join(", ");
     Ringtail::start(&format!(
-        "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\ndb_ports = [{port}]\n[pipeline]\nbatch_timeout = \"20ms\"\n\
-         [discovery]\nexe_names = {exe_names}\n[export]\nstdout = true\n[export.otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\n",
+        "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\ndb_ports = [{ports}]\n[pipeline]\nbatch_timeout = \"20ms\"\n\
+         [discovery]\nexe_names = {exe_names}\n[export]\nstdout = true\n[export.otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\n{extra}",
         rotel.grpc
     ))
 }
@@ -57,15 +64,29 @@ fn db_key(s: &Value) -> DbKey {
     )
 }
 
+/// Keeps the spans whose operation is one of `names`.
+fn ops<'a>(names: &'a [&'a str]) -> impl Fn(&Value) -> bool + 'a {
+    move |s| attr(s, "db.operation.name").is_some_and(|op| names.contains(&op.as_str()))
+}
+
+/// Keeps the spans of process `pid` whose operation is not one of
+/// `chatter` (what a client library says on connect).
+fn of_pid<'a>(pid: u32, chatter: &'a [&'a str]) -> impl Fn(&Value) -> bool + 'a {
+    move |s| {
+        res_attr(s, "process.pid") == Some(pid.to_string())
+            && !attr(s, "db.operation.name").is_some_and(|op| chatter.contains(&op.as_str()))
+    }
+}
+
 fn k(name: &str, op: &str, text: Option<&str>, status: Option<&str>) -> DbKey {
     (name.to_owned(), Some(op.to_owned()), text.map(str::to_owned), status.map(str::to_owned))
 }
 
 /// Waits until the receiver holds the database spans of `system` that
-/// `keep` keeps, as many as `want` says, lets more arrive for SETTLE, and
+/// `keep` keeps (see [`ops`], [`of_pid`]), as many as `want` says, lets more arrive for SETTLE, and
 /// checks them against `want` exactly; returns them.
-fn expect_db_spans(rotel: &Rotel, rt: &Ringtail, system: &str, keep: impl Fn(&DbKey) -> bool, want: &[(DbKey, usize)]) -> Vec<Value> {
-    let ours = |s: &Value| attr(s, "db.system.name").as_deref() == Some(system) && keep(&db_key(s));
+fn expect_db_spans(rotel: &Rotel, rt: &Ringtail, system: &str, keep: impl Fn(&Value) -> bool, want: &[(DbKey, usize)]) -> Vec<Value> {
+    let ours = |s: &Value| attr(s, "db.system.name").as_deref() == Some(system) && keep(s);
     let n: usize = want.iter().map(|(_, n)| n).sum();
     wait_until(WAIT, || (rotel.spans().iter().filter(|s| ours(s)).count() >= n).then_some(())).unwrap_or_else(|| {
         panic!(
@@ -172,7 +193,7 @@ fn redis_commands_and_pipelines(b: &str) {
         &rotel,
         &rt,
         "redis",
-        |k| k.1.as_deref().is_some_and(|op| counted.contains(&op)),
+        ops(&counted),
         &[
             (k("SET", "SET", Some("SET ? ?"), None), 101),
             (k("GET", "GET", Some("GET ?"), None), 2),

@@ -19,7 +19,8 @@
 //! and four pipelined requests (Rust server), HTTPS through OpenSSL (a
 //! Python TLS server, curl), HTTP/2 in clear text with prior knowledge (Go,
 //! curl: joined) and after `Upgrade: h2c` (hypercorn, curl), a server in a container's
-//! cgroup (its spans carry the container's id), then a `kill -9` of the
+//! cgroup (its spans carry the container's id), redis-cli against a real
+//! redis-server (database spans, read off the wire), then a `kill -9` of the
 //! loader: with pins, requests made while it is down are all reported by
 //! the next one; without (before 5.15 on the syscall backend), the kernel
 //! says so (`pins_unsupported`) and capture resumes.
@@ -120,6 +121,7 @@ struct Ports {
     h2: u16,
     h2c: u16,
     container: u16,
+    redis: u16,
 }
 
 /// Spans of exchanges with the server on `port`, checked exactly.
@@ -169,7 +171,7 @@ fn curl(args: &[&str]) -> String {
 /// Starts ringtail once on backend `b` and puts every kind of exchange
 /// through it (see the file's doc).
 fn every_exchange_on_one_start(b: &str) {
-    if !can_trace() || !Rotel::available() || !have("nginx") || !have("curl") || !have("openssl") {
+    if !can_trace() || !Rotel::available() || !have("nginx") || !have("curl") || !have("openssl") || !have("redis-server") {
         return;
     }
     let (Some(h2server), Some(_)) = (go_binary("h2server"), go_binary("h2client")) else { return };
@@ -184,14 +186,15 @@ fn every_exchange_on_one_start(b: &str) {
         h2: free_port(),
         h2c: free_port(),
         container: free_port(),
+        redis: free_port(),
     };
     let rotel = Rotel::start();
     let prom = free_port();
     let rt = Ringtail::start(&format!(
-        "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\n\
-         open_ports = [{}, {}, {}, {}, {}, {}, {}]\nexe_names = [\"^curl$\"]\n[export]\nstdout = true\n[export.otlp]\n\
+        "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\ndb_ports = [{}]\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\n\
+         open_ports = [{}, {}, {}, {}, {}, {}, {}]\nexe_names = [\"^curl$\", \"^redis-cli$\"]\n[export]\nstdout = true\n[export.otlp]\n\
          endpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
-        p.python, p.nginx, p.rust, p.tls, p.h2, p.h2c, p.container, rotel.grpc
+        p.redis, p.python, p.nginx, p.rust, p.tls, p.h2, p.h2c, p.container, rotel.grpc
     ));
     // (the loader's metrics reach the exporter a second or so after it is ready)
     let used = wait_until(wait(), || metric_value(prom, "ringtail_capture_backend", &[("component", "probe-loader"), ("backend", chosen)]));
@@ -398,6 +401,38 @@ fn every_exchange_on_one_start(b: &str) {
     }
     drop(contained);
     drop(cg);
+
+    // A database client (redis-cli, selected by name) and a real Redis on a
+    // configured database port: one CLIENT span per command, its error
+    // reply the span's status code (db.h ships the stream; the
+    // span-actor's db module reads it).
+    let redis_dir = TempDir::new("kernels-redis");
+    let _redis = Proc::spawn(
+        "redis-server",
+        Command::new("redis-server")
+            .args(["--port", &p.redis.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--dir", &redis_dir.0.display().to_string()]),
+    );
+    assert!(wait_port(p.redis, wait()), "redis-server did not listen");
+    for args in [&["SET", "k", "v"][..], &["GET", "k"], &["LPUSH", "k", "x"]] {
+        let out = Command::new("redis-cli").args(["-h", "127.0.0.1", "-p", &p.redis.to_string()]).args(args).output().expect("run redis-cli");
+        assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
+    }
+    let port = p.redis.to_string();
+    let db_calls = || -> Vec<(Option<String>, Option<String>)> {
+        let mut v: Vec<_> = rotel
+            .spans()
+            .iter()
+            .filter(|s| attr(s, "db.system.name").as_deref() == Some("redis") && attr(s, "server.port").as_deref() == Some(port.as_str()))
+            .map(|s| (attr(s, "db.query.text"), attr(s, "db.response.status_code")))
+            .collect();
+        v.sort();
+        v
+    };
+    wait_until(wait(), || (db_calls().len() >= 3).then_some(())).unwrap_or_else(|| panic!("redis spans: {:?}\n{}", db_calls(), rt.stdout()));
+    std::thread::sleep(SETTLE);
+    let want = |t: &str, st: Option<&str>| (Some(t.to_owned()), st.map(str::to_owned));
+    assert_eq!(db_calls(), vec![want("GET ?", None), want("LPUSH ? ?", Some("WRONGTYPE")), want("SET ? ?", None)]);
 
     loader_killed(&rt, &rotel, p.nginx, expect.pins(chosen));
 }

@@ -8,8 +8,10 @@
 //! A real ringtail exports to a real OTLP receiver (rotel) what real
 //! programs did: HTTP/1.1 server and client spans (curl against hypercorn:
 //! a query, an error status, an unknown method), HTTP/2 ones (curl's
-//! `Upgrade: h2c`), and gRPC calls that end OK and NOT_FOUND (grpcio at
-//! both ends), with a one-second metrics interval. Every key that reaches
+//! `Upgrade: h2c`), gRPC calls that end OK and NOT_FOUND (grpcio at
+//! both ends), and database calls (redis-cli against a redis-server of the
+//! test's own, `probe.db_ports`: a SET, a GET and a command the server
+//! refuses), with a one-second metrics interval. Every key that reaches
 //! the receiver is collected: span attributes, resource attributes (of
 //! spans and of metrics), metric names, metric data-point attributes. Run
 //! once with the stable conventions and once with
@@ -51,6 +53,24 @@ const OWN_METRIC_PREFIX: &str = "ringtail_";
 const OWN_ATTRIBUTE_PREFIX: &str = "ringtail.";
 
 const WAIT: Duration = Duration::from_secs(30);
+
+/// The database keys a Redis call must have made (the error's
+/// `db.response.status_code` among them), and its metric: the database
+/// part of the run is not vacuous.
+const DB_KEYS: &[&str] = &["db.system.name", "db.operation.name", "db.query.text", "db.namespace", "db.response.status_code"];
+const DB_METRIC: &str = "db.client.operation.duration";
+
+/// A redis-server of the test's own on `port`, keeping nothing on disk.
+fn redis_server(port: u16, dir: &TempDir) -> Proc {
+    let p = Proc::spawn(
+        "redis-server",
+        Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--dir", &dir.0.display().to_string()]),
+    );
+    assert!(wait_port(port, Duration::from_secs(10)), "redis-server did not listen on {port}");
+    p
+}
 
 /// The registry: (version, attribute names, template prefixes, metric names).
 struct Registry {
@@ -133,7 +153,17 @@ fn collect(rotel: &Rotel) -> (BTreeMap<String, String>, BTreeMap<String, String>
 }
 
 fn every_key_is_in_the_registry(opt_in: Option<&str>) {
-    if !can_trace() || !Rotel::available() || !have("curl") {
+    if !can_trace() {
+        return;
+    }
+    for tool in ["curl", "redis-server", "redis-cli"] {
+        if !have(tool) {
+            skip(&format!("{tool} is not installed"));
+            return;
+        }
+    }
+    if !Rotel::available() {
+        skip("the rotel OTLP receiver is not installed");
         return;
     }
     let Some(python) = venv_python("grpc, hypercorn") else { return };
@@ -143,11 +173,13 @@ fn every_key_is_in_the_registry(opt_in: Option<&str>) {
     let _web = server("hypercorn", web, &python, &[fixture("h2c_server.py").to_str().unwrap(), &web.to_string()]);
     let grpc_script = fixture("grpc_h2.py");
     let _rpc = server("grpc server", rpc, &python, &[grpc_script.to_str().unwrap(), "server", &rpc.to_string()]);
+    let (db, db_dir) = (free_port(), TempDir::new("redis"));
+    let _db = redis_server(db, &db_dir);
     let env: Vec<(&str, &str)> = opt_in.map(|v| ("OTEL_SEMCONV_STABILITY_OPT_IN", v)).into_iter().collect();
     // The socket backend: the only one that follows grpcio's writes (see h2.rs).
     let rt = Ringtail::start_with_env(
         &format!(
-            "[probe]\nbackend = \"socket\"\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{web}, {rpc}]\nexe_names = [\"^curl$\", \"^python\"]\n[export]\nstdout = true\n[export.otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\nmetrics_interval = \"1s\"\n",
+            "[probe]\nbackend = \"socket\"\nflush_interval = \"20ms\"\ndb_ports = [{db}]\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{web}, {rpc}]\nexe_names = [\"^curl$\", \"^python\", \"^redis-cli$\"]\n[export]\nstdout = true\n[export.otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\nmetrics_interval = \"1s\"\n",
             rotel.grpc
         ),
         &env,
@@ -180,28 +212,40 @@ fn every_key_is_in_the_registry(opt_in: Option<&str>) {
     // gRPC: OK, NOT_FOUND, a server stream and two concurrent calls.
     let out = Command::new(&python).arg(&grpc_script).args(["client", &rpc.to_string(), "2"]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Redis: a SET, a GET, and an LPUSH on a string, refused (WRONGTYPE).
+    for (args, answer) in [(&["SET", "k", "v"][..], "OK"), (&["GET", "k"], "v"), (&["LPUSH", "k", "x"], "WRONGTYPE")] {
+        let out = Command::new("redis-cli").args(["-h", "127.0.0.1", "-p", &db.to_string()]).args(args).output().unwrap();
+        assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains(answer), "redis-cli: {out:?}");
+    }
 
     // Every kind of span, both ends: 5 HTTP exchanges and 5 gRPC calls.
     let spans = wait_until(WAIT, || {
         let s = rotel.spans();
         let web_spans = s.iter().filter(|s| on_port(s, web)).count();
         let rpc_spans = s.iter().filter(|s| on_port(s, rpc)).count();
-        (web_spans >= 10 && rpc_spans >= 10).then_some(s)
+        let db_spans = s.iter().filter(|s| attr(s, "db.system.name").as_deref() == Some("redis")).count();
+        (web_spans >= 10 && rpc_spans >= 10 && db_spans >= 3).then_some(s)
     })
     .unwrap_or_else(|| panic!("spans: {:?}\nstdout:\n{}", rotel.spans().iter().map(key).collect::<Vec<_>>(), rt.stdout()));
     for version in ["1.1", "2"] {
         assert!(spans.iter().any(|s| on_port(s, web) && attr(s, "network.protocol.version").as_deref() == Some(version)), "HTTP/{version}");
     }
     // ... and every metric they make, with ringtail's own.
-    let mut want =
-        vec!["http.server.request.duration", "http.client.request.duration", "rpc.server.call.duration", "rpc.client.call.duration"];
+    let mut want = vec![
+        "http.server.request.duration",
+        "http.client.request.duration",
+        "rpc.server.call.duration",
+        "rpc.client.call.duration",
+        DB_METRIC,
+    ];
     if opt_in == Some("rpc/dup") {
         want.extend(["rpc.server.duration", "rpc.client.duration"]);
     }
-    // Each histogram has measured all 5 of its exchanges (each client is a
-    // process, a resource, of its own; counts are cumulative: a resource's
-    // largest is its latest), so every series (the error ones too) has
-    // been exported.
+    // Each histogram has measured all 5 of its exchanges (3 database
+    // calls: `count(DB_METRIC) >= 3`; each client is a process, a
+    // resource, of its own; counts are cumulative: a resource's largest
+    // is its latest), so every series (the error ones too) has been
+    // exported.
     let count = |name: &str| {
         let mut latest: BTreeMap<String, u64> = BTreeMap::new();
         for m in rotel.metrics().iter().filter(|m| m["name"] == name) {
@@ -212,8 +256,13 @@ fn every_key_is_in_the_registry(opt_in: Option<&str>) {
         latest.values().sum::<u64>()
     };
     let own = || rotel.metrics().iter().any(|m| m["name"].as_str().is_some_and(|n| n.starts_with(OWN_METRIC_PREFIX)));
-    let done = wait_until(WAIT, || (want.iter().all(|w| count(w) >= 5) && own()).then_some(()));
-    assert!(done.is_some(), "metrics: want 5 of each of {want:?}, got {:?}", want.iter().map(|w| count(w)).collect::<Vec<_>>());
+    let least = |w: &str| if w == DB_METRIC { 3 } else { 5 };
+    let done = wait_until(WAIT, || (want.iter().all(|w| count(w) >= least(w)) && own()).then_some(()));
+    assert!(
+        done.is_some(),
+        "metrics: want 5 of each of {want:?} (3 of {DB_METRIC}), got {:?}",
+        want.iter().map(|w| count(w)).collect::<Vec<_>>()
+    );
 
     let (attributes, metrics) = collect(&rotel);
     let unknown: Vec<String> = attributes
@@ -235,9 +284,12 @@ fn every_key_is_in_the_registry(opt_in: Option<&str>) {
         attributes.keys().collect::<Vec<_>>()
     );
     // Not vacuous: the keys of every kind of span were seen.
-    for k in ["http.request.method", "http.request.method_original", "url.query", "error.type", "rpc.method", "client.address", "url.full"]
-    {
-        assert!(attributes.contains_key(k), "{k} was never seen: {:?}", attributes.keys().collect::<Vec<_>>());
+    let seen = ["http.request.method", "http.request.method_original", "url.query", "error.type", "rpc.method", "client.address", "url.full"];
+    for k in seen.iter().chain(DB_KEYS) {
+        assert!(attributes.contains_key(*k), "{k} was never seen: {:?}", attributes.keys().collect::<Vec<_>>());
+    }
+    for m in &want {
+        assert!(metrics.contains_key(*m), "metric {m} was never seen: {:?}", metrics.keys().collect::<Vec<_>>());
     }
     println!(
         "{} attribute keys and {} metric names, all in the registry {} or ringtail's own",
