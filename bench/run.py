@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ringtail's benchmark: what the agent costs, measured on one machine.
 
-    python3 bench/run.py rates|optimisations|saturation|pipeline|all
+    python3 bench/run.py rates|optimisations|saturation|pipeline|db|all
                          [--quick] [--bin-dir DIR] [--out FILE.json] [--no-otlp] ...
 
 ringtail runs its real job by default: it exports every span (and its
@@ -30,7 +30,8 @@ Layout
 - `measure`: one point = one load against one server, with ringtail off or
   on in a given configuration; returns one JSON-able record.
 - Modes: `mode_rates`, `mode_optimisations`, `mode_saturation`,
-  `mode_pipeline`; each prints its table; `targets` compares with the goals.
+  `mode_pipeline`, `mode_db` (a database call's cost next to an HTTP
+  request's); each prints its table; `targets` compares with the goals.
 
 bench/README.md says what each mode measures and how to read it.
 """
@@ -423,6 +424,19 @@ class GoServer(Server):
             raise Fail(f"goserver did not listen on {self.port}: {self.child.err_tail()}")
 
 
+class RedisServer(Server):
+    """redis-server of its own (nothing on disk): the database of `db` mode."""
+
+    kind = "redis"
+
+    def __init__(self, tools, work):
+        self.port = free_port()
+        self.child = Child("redis-server", [tools.need("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1",
+                                            "--save", "", "--appendonly", "no", "--dir", str(work)], work)
+        if not wait_port(self.port, 10):
+            raise Fail(f"redis-server did not listen on {self.port}: {self.child.err_tail()}")
+
+
 def toml_value(v):
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -736,6 +750,21 @@ def blast_load(tools, work, port, conns, rate, duration, tag):
     }
 
 
+def redis_load(tools, work, port, calls, conns, tag):
+    """Closed loop: redis-benchmark, `conns` connections, `calls` GETs and
+    SETs (half each), one command at a time (no pipelining)."""
+    half = calls // 2
+    child = Child(f"redis-benchmark-{tag}", [tools.need("redis-benchmark"), "-h", "127.0.0.1", "-p", str(port), "-c", str(conns),
+                                             "-n", str(half), "-t", "set,get", "-P", "1", "--csv"], work)
+    t0 = time.monotonic()
+    rc = child.wait(600)
+    wall = time.monotonic() - t0
+    if rc != 0:
+        raise Fail(f"redis-benchmark failed ({rc}): {child.err_tail()}")
+    return {"tool": "redis-benchmark", "conns": conns, "requests": 2 * half, "achieved_rps": 2 * half / max(wall, 1e-9), "failed": 0,
+            "p50_ms": None, "p99_ms": None, "loadgen_cpu_ns": child.rusage_cpu_ns}
+
+
 def open_load(ctx, port, rate, duration, tag):
     """The open-loop load of --loadgen: k6 (constant-arrival-rate) or blast
     (bench/goserver paced on a schedule: a fraction of k6's CPU)."""
@@ -979,6 +1008,61 @@ def mode_rates(ctx):
     sat = [f"{s['server']} at {s['rate']}" for s in summary if s["saturated"]]
     print(f"saturated (the load generator could not hold the rate, * above): {', '.join(sat) if sat else 'none'}\n")
     return {"records": records, "summary": summary}
+
+
+def mode_db(ctx):
+    """What a database call costs next to an HTTP request, in one run: Redis
+    calls from redis-benchmark (the client traced: `exe_names`, the port in
+    `probe.db_ports`; one CLIENT span a call) and nginx requests from wrk
+    (the server traced: one SERVER span a request), ringtail off/on
+    alternated. In-kernel time from bpf_stats, ringtail's CPU from /proc."""
+    a = ctx.args
+    calls = 20000 if a.quick else 100000
+    records = []
+    redis, nginx = RedisServer(ctx.tools, ctx.work), Nginx(ctx.tools, ctx.work, a.nginx_workers)
+    try:
+        for rep in range(a.repeat):
+            for on in alternate([False, True], rep):
+                tag = f"db-redis-{rep}-{'on' if on else 'off'}"
+                say(f"db: redis-benchmark {calls} calls, ringtail {'on' if on else 'off'} (repeat {rep + 1}/{a.repeat})")
+                settings = {"discovery.exe_names": ["^redis-benchmark$"], "probe.db_ports": [redis.port], **otlp_settings(ctx)}
+                rec = measure(ctx, redis, "default" if on else "off", settings if on else None,
+                              lambda: redis_load(ctx.tools, ctx.work, redis.port, calls, 4, tag))
+                rec["repeat"] = rep
+                records.append(rec)
+                # HTTP with the database ports configured (the default) and
+                # with none (`probe.db_ports = []`): what they cost HTTP
+                for variant in (["off"] if not on else alternate(["default", "no-db-ports"], rep)):
+                    tag = f"db-nginx-{rep}-{variant}"
+                    say(f"db: nginx with wrk ({a.sat_duration} s), ringtail {variant} (repeat {rep + 1}/{a.repeat})")
+                    extra = {"probe.db_ports": []} if variant == "no-db-ports" else {}
+                    rec = measure(ctx, nginx, variant, ringtail_settings(ctx, nginx.port, extra) if on else None,
+                                  lambda: wrk_load(ctx.tools, ctx.work, nginx.port, 4, 1, a.sat_duration, tag))
+                    rec["repeat"] = rep
+                    records.append(rec)
+                    ctx.save(records=records)
+                    time.sleep(1)
+    finally:
+        redis.stop()
+        nginx.stop()
+    print_points("db: Redis calls (client traced) and nginx requests (server traced), ringtail off/on", records)
+    rows = []
+    for kind, variant, what in (("redis", "default", "a Redis call (CLIENT span)"), ("nginx", "default", "an HTTP request (SERVER span)"),
+                                ("nginx", "no-db-ports", "an HTTP request, probe.db_ports = []")):
+        on = [r for r in records if r["server"] == kind and r["variant"] == variant]
+        off = [r for r in records if r["server"] == kind and not r["ringtail"]]
+        if not on:
+            continue
+        loadgen_off, loadgen_on = mean([r["loadgen_us_per_req"] for r in off]), mean([r["loadgen_us_per_req"] for r in on])
+        srv_off, srv_on = mean([r["server_us_per_req"] for r in off]), mean([r["server_us_per_req"] for r in on])
+        rows.append([what, fmt(mean([r["achieved_rps"] for r in on]), ".0f"), fmt(mean([r["kernel_ns_per_req"] for r in on]), ".0f"),
+                     fmt(mean([r["kernel_runs_per_req"] for r in on])), fmt(mean([r["ringtail_total_us_per_req"] for r in on])),
+                     fmt(loadgen_on - loadgen_off if loadgen_on is not None and loadgen_off is not None else None),
+                     fmt(srv_on - srv_off if srv_on is not None and srv_off is not None else None),
+                     fmt(mean([r["spans_per_req"] for r in on]), ".3f")])
+    print("### cost per call (means of the repeats)\n")
+    table(["call", "calls/s on", "kern ns/call", "prog runs/call", "rt µs/call", "Δ client µs/call", "Δ server µs/call", "spans/call"], rows)
+    return {"records": records, "rows": rows}
 
 
 def summarise_rates(records):
@@ -1299,7 +1383,7 @@ class Ctx:
 
 def main():
     p = argparse.ArgumentParser(description="ringtail's benchmark (see bench/README.md)")
-    p.add_argument("mode", choices=["rates", "optimisations", "saturation", "pipeline", "all"])
+    p.add_argument("mode", choices=["rates", "optimisations", "saturation", "pipeline", "db", "all"])
     p.add_argument("--quick", action="store_true", help="short points (smoke test): 5 s, one repeat")
     p.add_argument("--bin-dir", help="ringtail's binaries (default: $RINGTAIL_BIN_DIR or <repo>/target/release)")
     p.add_argument("--out", help="write every run to this JSON file (default: bench/results/<date>-<mode>.json)")
@@ -1380,7 +1464,7 @@ def main():
         ctx.rotel = Rotel(tools, work)
         say(f"OTLP export on: rotel (blackhole) on 127.0.0.1:{ctx.rotel.grpc}")
     modes = ["rates", "optimisations", "saturation", "pipeline"] if args.mode == "all" else [args.mode]
-    fns = {"rates": mode_rates, "optimisations": mode_optimisations, "saturation": mode_saturation, "pipeline": mode_pipeline}
+    fns = {"rates": mode_rates, "optimisations": mode_optimisations, "saturation": mode_saturation, "pipeline": mode_pipeline, "db": mode_db}
     print(f"# ringtail benchmark: {args.mode}{' (quick)' if q else ''}")
     print(f"{ctx.meta['date']}  {ctx.meta['machine']['cpu']}, {ctx.meta['machine']['cores']} cores, "
           f"{ctx.meta['machine']['memory_mb']} MB, {ctx.meta['machine']['os']}, Linux {ctx.meta['machine']['kernel']}")

@@ -223,6 +223,11 @@ fn pg_bin(tool: &str) -> String {
 /// A PostgreSQL cluster of its own (trust authentication, no fsync) on
 /// `port`, run by the `postgres` user the package made.
 fn postgres_server(port: u16, dir: &TempDir) -> Proc {
+    postgres_server_with(port, dir, &[])
+}
+
+/// [`postgres_server`] with more settings (`ssl=on`), each given as `-c`.
+fn postgres_server_with(port: u16, dir: &TempDir, settings: &[&str]) -> Proc {
     let data = dir.join("data");
     std::fs::create_dir_all(&data).expect("data dir");
     let st = Command::new("chown").args(["-R", "postgres:postgres", &dir.0.display().to_string()]).status().expect("chown");
@@ -236,16 +241,10 @@ fn postgres_server(port: u16, dir: &TempDir) -> Proc {
     assert!(st.success(), "initdb failed");
     let p = Proc::spawn(
         "postgres",
-        Command::new("runuser").args(["-u", "postgres", "--", &pg_bin("postgres"), "-D", &data.display().to_string()]).args([
-            "-p",
-            &port.to_string(),
-            "-k",
-            &dir.0.display().to_string(),
-            "-c",
-            "listen_addresses=127.0.0.1",
-            "-c",
-            "fsync=off",
-        ]),
+        Command::new("runuser")
+            .args(["-u", "postgres", "--", &pg_bin("postgres"), "-D", &data.display().to_string()])
+            .args(["-p", &port.to_string(), "-k", &dir.0.display().to_string(), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off"])
+            .args(settings.iter().flat_map(|c| ["-c", c])),
     );
     assert!(wait_port(port, Duration::from_secs(30)), "postgres did not listen on {port}");
     p
@@ -320,4 +319,464 @@ fn postgres_psql_and_psycopg(b: &str) {
     assert_nowhere(&rotel, &rt, &["literal-secret", "42424242", "param-secret"]);
 }
 
-on_both_backends!(redis_commands_and_pipelines, postgres_psql_and_psycopg);
+/// A MariaDB server of its own on `port` (no privilege tables: any user,
+/// no password), its data in `dir`, run by the `mysql` user the package
+/// made.
+fn mariadb_server(port: u16, dir: &TempDir) -> Proc {
+    let data = dir.join("data");
+    std::fs::create_dir_all(&data).expect("data dir");
+    let st = Command::new("chown").args(["-R", "mysql:mysql", &dir.0.display().to_string()]).status().expect("chown");
+    assert!(st.success());
+    let out = Command::new("mariadb-install-db")
+        .args(["--no-defaults", "--user=mysql", "--auth-root-authentication-method=normal", "--skip-test-db"])
+        .arg(format!("--datadir={}", data.display()))
+        .output()
+        .expect("run mariadb-install-db");
+    assert!(out.status.success(), "mariadb-install-db failed: {out:?}");
+    let p = Proc::spawn(
+        "mariadbd",
+        Command::new("mariadbd")
+            .args(["--no-defaults", "--user=mysql", "--bind-address=127.0.0.1", "--skip-grant-tables", "--skip-name-resolve"])
+            // (the hostile test's connections must not get 127.0.0.1 blocked)
+            .args(["--skip-log-bin", "--innodb-buffer-pool-size=16M", "--max-connect-errors=1000000"])
+            .arg(format!("--port={port}"))
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--socket={}", dir.join("sock").display()))
+            .arg(format!("--log-error={}", dir.join("error.log").display())),
+    );
+    assert!(wait_port(port, Duration::from_secs(30)), "mariadbd did not listen on {port}");
+    p
+}
+
+/// PyMySQL: a parameter (PyMySQL quotes it into the query text), a change
+/// of database (COM_INIT_DB), a five-row result; then, on the same
+/// connection, a server-side prepared statement by hand (PyMySQL has no
+/// COM_STMT_PREPARE; nor has any other client here): prepared once,
+/// executed twice with a bound string, closed.
+const PYMYSQL: &str = r#"
+import struct, sys, pymysql
+from pymysql.constants import COMMAND
+c = pymysql.connect(host="127.0.0.1", port=int(sys.argv[1]), user="root", database="mysql", autocommit=None)
+with c.cursor() as cur:
+    cur.execute("SELECT %s", ("param-secret-quoted",))
+    assert cur.fetchone() == ("param-secret-quoted",)
+    c.select_db("information_schema")
+    assert cur.execute("SELECT TABLE_NAME FROM TABLES LIMIT 5") == 5
+
+def result():
+    # An OK, or a result set: columns, their definitions, EOF, rows, EOF.
+    p = c._read_packet()
+    if p.is_ok_packet():
+        return []
+    cols = [c._read_packet() for _ in range(p.read_length_encoded_integer())]
+    assert c._read_packet().is_eof_packet()
+    rows = []
+    while not (p := c._read_packet()).is_eof_packet():
+        rows.append(p.get_all_data())
+    return rows
+
+c._execute_command(COMMAND.COM_STMT_PREPARE, "SELECT CONCAT(?, 'literal-secret')")
+p = c._read_packet()
+stmt, ncols, nparams = struct.unpack("<xIHH", p.read(9))
+assert (ncols, nparams) == (1, 1)
+for n in (nparams, ncols):
+    # the parameters' definitions, then the columns', each ended by an EOF
+    for _ in range(n):
+        c._read_packet()
+    assert c._read_packet().is_eof_packet()
+for i in range(2):
+    v = b"param-secret-bound-%d" % i
+    # flags 0, one iteration, no NULLs, types bound: VAR_STRING
+    c._execute_command(COMMAND.COM_STMT_EXECUTE, struct.pack("<IBIBBBB", stmt, 0, 1, 0, 1, 0xFD, 0) + bytes([len(v)]) + v)
+    rows = result()
+    assert len(rows) == 1 and b"param-secret-bound-%d" % i in rows[0], rows
+c._execute_command(COMMAND.COM_STMT_CLOSE, struct.pack("<I", stmt))
+c.close()
+"#;
+
+/// The `mariadb` client and PyMySQL against a real MariaDB: one CLIENT
+/// span per query (`db.system.name` `mariadb`, from the greeting),
+/// sanitized text, the error number of a syntax error, `db.namespace`
+/// following `USE` (COM_INIT_DB), a prepared statement's executions with
+/// its text, and no literal or parameter anywhere.
+fn mariadb_client_and_pymysql(b: &str) {
+    let python = venv_python("pymysql");
+    if !ready(&["mariadb", "mariadbd", "mariadb-install-db", "chown"]) {
+        return;
+    }
+    let Some(python) = python else {
+        skip("pymysql is not installed in the test venv");
+        return;
+    };
+    let rotel = Rotel::start();
+    let port = free_port();
+    let dir = TempDir::new("mariadb");
+    let _server = mariadb_server(port, &dir);
+    let rt = ringtail(b, &rotel, "[\"^mariadb$\", \"^python\"]", port);
+    let mariadb = |db: &[&str], sql: &str| {
+        Command::new("mariadb")
+            .args(["-h", "127.0.0.1", "-P", &port.to_string(), "-u", "root"])
+            .args(db)
+            .args(["-e", sql])
+            .output()
+            .expect("run mariadb")
+    };
+    let out = mariadb(
+        &["-D", "mysql"],
+        "SELECT COUNT(*) FROM user WHERE User = 'literal-secret'; USE information_schema; SELECT COUNT(*) FROM TABLES WHERE TABLE_NAME = 'literal-secret'",
+    );
+    assert!(out.status.success(), "mariadb: {out:?}");
+    let out = mariadb(&["-D", "mysql"], "SELEC 1");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ERROR 1064"), "mariadb: {out:?}");
+    // PREPARE/EXECUTE statements are text queries (COM_QUERY) like any other.
+    let out = mariadb(&[], "PREPARE s FROM 'SELECT ? + 1'; SET @v = 'literal-secret'; EXECUTE s USING @v; DEALLOCATE PREPARE s");
+    assert!(out.status.success(), "mariadb: {out:?}");
+    let out = Command::new(&python).args(["-c", PYMYSQL, &port.to_string()]).output().expect("run python");
+    assert!(out.status.success(), "pymysql: {out:?}");
+    let spans = expect_db_spans(
+        &rotel,
+        &rt,
+        "mariadb",
+        |_| true,
+        &[
+            (k("SELECT user", "SELECT", Some("SELECT COUNT(*) FROM user WHERE User = ?"), None), 1),
+            // (the client's `USE` asks for the current database first)
+            (k("SELECT", "SELECT", Some("SELECT DATABASE()"), None), 1),
+            (k("SELECT TABLES", "SELECT", Some("SELECT COUNT(*) FROM TABLES WHERE TABLE_NAME = ?"), None), 1),
+            (("mariadb".into(), None, Some("SELEC ?".into()), Some("1064".into())), 1),
+            (k("PREPARE", "PREPARE", Some("PREPARE s FROM ?"), None), 1),
+            (k("SET", "SET", Some("SET @v = ?"), None), 1),
+            (k("EXECUTE", "EXECUTE", Some("EXECUTE s USING @v"), None), 1),
+            (k("DEALLOCATE", "DEALLOCATE", Some("DEALLOCATE PREPARE s"), None), 1),
+            // (PyMySQL's on connect)
+            (k("SET", "SET", Some("SET NAMES utf8mb4"), None), 1),
+            (k("SELECT", "SELECT", Some("SELECT ?"), None), 1),
+            (k("SELECT TABLES", "SELECT", Some("SELECT TABLE_NAME FROM TABLES LIMIT ?"), None), 1),
+            (k("SELECT", "SELECT", Some("SELECT CONCAT(?, ?)"), None), 2),
+        ],
+    );
+    for s in &spans {
+        assert_eq!(attr(s, "server.port"), Some(port.to_string()), "{s}");
+    }
+    let namespace = |text: &str| {
+        let s = spans.iter().find(|s| attr(s, "db.query.text").as_deref() == Some(text)).unwrap_or_else(|| panic!("no span {text:?}"));
+        attr(s, "db.namespace")
+    };
+    assert_eq!(namespace("SELECT COUNT(*) FROM user WHERE User = ?").as_deref(), Some("mysql"));
+    assert_eq!(namespace("SELECT COUNT(*) FROM TABLES WHERE TABLE_NAME = ?").as_deref(), Some("information_schema"));
+    assert_eq!(namespace("SELECT ?").as_deref(), Some("mysql"));
+    assert_eq!(namespace("SELECT TABLE_NAME FROM TABLES LIMIT ?").as_deref(), Some("information_schema"));
+    assert_eq!(namespace("SELECT DATABASE()").as_deref(), Some("mysql"));
+    assert_eq!(namespace("SELECT CONCAT(?, ?)").as_deref(), Some("information_schema"));
+    assert_eq!(namespace("PREPARE s FROM ?"), None);
+    let five = spans.iter().find(|s| attr(s, "db.query.text").is_some_and(|t| t.contains("LIMIT"))).expect("the five rows");
+    assert_eq!(attr(five, "db.response.returned_rows").as_deref(), Some("5"), "{five}");
+    let failed = spans.iter().find(|s| attr(s, "db.response.status_code").is_some()).expect("the failed query");
+    assert_eq!(attr(failed, "error.type").as_deref(), Some("1064"));
+    assert!(is_error(failed), "span status ERROR: {failed}");
+    assert_nowhere(&rotel, &rt, &["literal-secret", "param-secret"]);
+}
+
+/// A memcached of its own on `port` (TCP only).
+fn memcached_server(port: u16) -> Proc {
+    let p =
+        Proc::spawn("memcached", Command::new("memcached").args(["-p", &port.to_string(), "-l", "127.0.0.1", "-U", "0", "-u", "nobody"]));
+    assert!(wait_port(port, Duration::from_secs(10)), "memcached did not listen on {port}");
+    p
+}
+
+/// pymemcache (waiting for every answer: its default is `noreply`): two
+/// sets, a get, a get of three keys (one missing), a delete of a missing
+/// key, an incr of a value that is not a number.
+const PYMEMCACHE: &str = r#"
+import sys
+from pymemcache.client.base import Client
+from pymemcache.exceptions import MemcacheClientError
+c = Client(("127.0.0.1", int(sys.argv[1])))
+assert c.set("mc-key-1", "stored-secret-1", noreply=False)
+assert c.set("mc-key-2", "stored-secret-2", noreply=False)
+assert c.get("mc-key-1") == b"stored-secret-1"
+assert c.get_many(["mc-key-1", "mc-key-2", "mc-missing"]) == {"mc-key-1": b"stored-secret-1", "mc-key-2": b"stored-secret-2"}
+assert c.delete("mc-missing", noreply=False) is False
+try:
+    c.incr("mc-key-1", 1, noreply=False)
+    raise SystemExit("incr of a string succeeded")
+except MemcacheClientError:
+    pass
+"#;
+
+/// pymemcache against a real memcached: one CLIENT span per command, one
+/// `?` per key, the number of values a get returned, NOT_FOUND an
+/// answer, CLIENT_ERROR an error; no key or value anywhere.
+fn memcached_pymemcache(b: &str) {
+    let python = venv_python("pymemcache");
+    if !ready(&["memcached"]) {
+        return;
+    }
+    let Some(python) = python else {
+        skip("pymemcache is not installed in the test venv");
+        return;
+    };
+    let rotel = Rotel::start();
+    let port = free_port();
+    let _server = memcached_server(port);
+    let rt = ringtail(b, &rotel, "[\"^python\"]", port);
+    let out = Command::new(&python).args(["-c", PYMEMCACHE, &port.to_string()]).output().expect("run python");
+    assert!(out.status.success(), "pymemcache: {out:?}");
+    let spans = expect_db_spans(
+        &rotel,
+        &rt,
+        "memcached",
+        |_| true,
+        &[
+            (k("set", "set", Some("set ?"), None), 2),
+            (k("get", "get", Some("get ?"), None), 1),
+            (k("get", "get", Some("get ? ? ?"), None), 1),
+            (k("delete", "delete", Some("delete ?"), None), 1),
+            (k("incr", "incr", Some("incr ?"), Some("CLIENT_ERROR")), 1),
+        ],
+    );
+    for s in &spans {
+        assert_eq!(attr(s, "server.port"), Some(port.to_string()), "{s}");
+        let failed = attr(s, "db.operation.name").as_deref() == Some("incr");
+        assert_eq!(is_error(s), failed, "only the incr failed: {s}");
+        assert_eq!(attr(s, "error.type").is_some(), failed, "{s}");
+    }
+    let rows = |text: &str| {
+        spans.iter().find(|s| attr(s, "db.query.text").as_deref() == Some(text)).and_then(|s| attr(s, "db.response.returned_rows"))
+    };
+    assert_eq!(rows("get ? ? ?").as_deref(), Some("2"));
+    assert_eq!(rows("get ?").as_deref(), Some("1"));
+    assert_nowhere(&rotel, &rt, &["stored-secret", "mc-key", "mc-missing"]);
+}
+
+/// psql over TLS (`sslmode=require`: libpq's SSLRequest, then libssl)
+/// against a real PostgreSQL with a self-signed certificate: the spans are
+/// those of the same queries in clear text (read from the plaintext
+/// libssl's uprobes see).
+fn postgres_psql_over_tls(b: &str) {
+    if !ready(&["psql", "runuser", "openssl", &pg_bin("postgres")]) {
+        return;
+    }
+    let rotel = Rotel::start();
+    let port = free_port();
+    let dir = TempDir::new("pgtls");
+    let (cert, key) = certificate(&dir.0);
+    let _server = postgres_server_with(port, &dir, &["ssl=on", &format!("ssl_cert_file={cert}"), &format!("ssl_key_file={key}")]);
+    let rt = ringtail(b, &rotel, "[\"^psql$\"]", port);
+    let out = Command::new("psql")
+        .arg(format!("host=127.0.0.1 port={port} user=postgres dbname=postgres sslmode=require"))
+        .args(["-X", "-q", "-t", "-A", "-c", "SELECT 1", "-c", "SELECT count(*) FROM pg_class WHERE relname = 'literal-secret'"])
+        .args(["-c", "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()", "-c", "SELEC 1"])
+        .output()
+        .expect("run psql");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("syntax error"), "psql: {out:?}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().nth(2), Some("t"), "the connection is TLS: {out:?}");
+    let spans = expect_db_spans(
+        &rotel,
+        &rt,
+        "postgresql",
+        |_| true,
+        &[
+            (k("SELECT", "SELECT", Some("SELECT ?"), None), 1),
+            (k("SELECT pg_class", "SELECT", Some("SELECT count(*) FROM pg_class WHERE relname = ?"), None), 1),
+            (k("SELECT pg_stat_ssl", "SELECT", Some("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"), None), 1),
+            (("postgresql".into(), None, Some("SELEC ?".into()), Some("42601".into())), 1),
+        ],
+    );
+    for s in &spans {
+        assert_eq!(attr(s, "server.port"), Some(port.to_string()), "{s}");
+        assert_eq!(attr(s, "db.namespace").as_deref(), Some("postgres"), "{s}");
+    }
+    assert_nowhere(&rotel, &rt, &["literal-secret"]);
+}
+
+/// A Prometheus endpoint on `port`, for [`ringtail_with`].
+fn prometheus(port: u16) -> String {
+    format!("[export.prometheus]\nlisten = \"127.0.0.1:{port}\"\n")
+}
+
+/// redis-py pub/sub: one connection subscribes, another publishes three
+/// messages, the first reads them.
+const REDIS_PUBSUB: &str = r#"
+import sys, redis
+port = int(sys.argv[1])
+sub = redis.Redis(host="127.0.0.1", port=port, protocol=2).pubsub()
+sub.subscribe("news-channel")
+assert sub.get_message(timeout=5)["type"] == "subscribe"
+pub = redis.Redis(host="127.0.0.1", port=port, protocol=2)
+for i in range(3):
+    assert pub.publish("news-channel", "pushed-secret-%d" % i) == 1
+got = []
+while len(got) < 3:
+    m = sub.get_message(timeout=5)
+    assert m is not None, got
+    got.append(m["data"])
+assert got == [b"pushed-secret-%d" % i for i in range(3)], got
+sub.close()
+"#;
+
+/// redis-py pub/sub against a real redis-server: SUBSCRIBE (ended by its
+/// confirmation) and the three PUBLISHes are calls; the three messages
+/// pushed to the subscriber are not (counted `db_pushes_ignored`), and
+/// their contents are nowhere.
+fn redis_pubsub(b: &str) {
+    let python = venv_python("redis");
+    if !ready(&["redis-server"]) {
+        return;
+    }
+    let Some(python) = python else {
+        skip("redis-py is not installed in the test venv");
+        return;
+    };
+    let rotel = Rotel::start();
+    let port = free_port();
+    let prom = free_port();
+    let dir = TempDir::new("redis");
+    let _server = redis_server(port, &dir);
+    let rt = ringtail_with(b, &rotel, "[\"^python\"]", &[port], &prometheus(prom));
+    let out = Command::new(&python).args(["-c", REDIS_PUBSUB, &port.to_string()]).output().expect("run python");
+    assert!(out.status.success(), "redis-py: {out:?}");
+    // (redis-py says CLIENT SETINFO on each connection: not counted here)
+    let spans = expect_db_spans(
+        &rotel,
+        &rt,
+        "redis",
+        |s| !attr(s, "db.operation.name").is_some_and(|op| op.starts_with("CLIENT")),
+        &[(k("SUBSCRIBE", "SUBSCRIBE", Some("SUBSCRIBE ?"), None), 1), (k("PUBLISH", "PUBLISH", Some("PUBLISH ? ?"), None), 3)],
+    );
+    for s in &spans {
+        assert!(!is_error(s), "{s}");
+    }
+    let pushes = || metric_value(prom, "ringtail_dropped_events_total", &[("reason", "db_pushes_ignored")]).filter(|n| *n >= 3.0);
+    let pushes = wait_until(WAIT, pushes).unwrap_or_else(|| panic!("no db_pushes_ignored >= 3:\n{}", scrape(prom)));
+    assert_eq!(pushes, 3.0, "{}", scrape(prom));
+    assert_nowhere(&rotel, &rt, &["pushed-secret", "news-channel"]);
+}
+
+/// Hostile clients, seeded: to each server (PostgreSQL, Redis, MariaDB,
+/// memcached), connections that send random bytes, random bytes after a
+/// valid start, and valid messages cut short, then close.
+const HOSTILE: &str = r#"
+import random, socket, struct, sys
+rng = random.Random(int(sys.argv[1]))
+pg, rd, my, mc = (int(p) for p in sys.argv[2:6])
+def talk(port, data, greeting=False):
+    s = socket.create_connection(("127.0.0.1", port), timeout=2)
+    try:
+        if greeting:
+            s.recv(65536)
+        s.sendall(data)
+        s.shutdown(socket.SHUT_WR)
+        while s.recv(65536):
+            pass
+    except OSError:
+        pass
+    finally:
+        s.close()
+def noise():
+    return bytes(rng.getrandbits(8) for _ in range(rng.randint(1, 3000)))
+def cut(b):
+    return b[:rng.randint(1, len(b) - 1)]
+params = b"user\0postgres\0database\0postgres\0\0"
+startup = struct.pack("!ii", 8 + len(params), 196608) + params
+query = b"Q" + struct.pack("!i", 13) + b"SELECT 1\0"
+login = struct.pack("<IIB23x", 0x000FA685, 1 << 24, 33) + b"root\0\0"
+login = struct.pack("<I", len(login))[:3] + b"\x01" + login
+com_query = b"\x03SELECT 1"
+com_query = struct.pack("<I", len(com_query))[:3] + b"\x00" + com_query
+resp = b"*3\r\n$3\r\nSET\r\n$7\r\nhostile\r\n$5\r\nvalue\r\n"
+mcset = b"set hostile 0 0 10\r\n0123456789\r\nget hostile\r\n"
+servers = [
+    (pg, False, [startup + query], [startup, startup + b"Q\x00\x01\x00\x00", b"\x00\x00\x00\x08\x04\xd2\x16\x2f"]),
+    (rd, False, [resp], [b"*2\r\n$", b"*9999999\r\n", b"$-7\r\n"]),
+    (my, True, [login + com_query], [login, com_query, b"\xff\xff\xff\x00"]),
+    (mc, False, [mcset], [b"get ", b"set k 0 0 99999999\r\n", b"incr k\r\n"]),
+]
+for port, greeting, goods, starts in servers:
+    for _ in range(10):
+        talk(port, noise(), greeting)
+        talk(port, rng.choice(starts) + noise(), greeting)
+        talk(port, cut(rng.choice(goods)), greeting)
+"#;
+
+/// One good call to each server, after the hostile ones.
+const GOOD: &str = r#"
+import sys, psycopg, redis, pymysql
+from pymemcache.client.base import Client
+pg, rd, my, mc = (int(p) for p in sys.argv[1:5])
+with psycopg.connect(host="127.0.0.1", port=pg, user="postgres", dbname="postgres", sslmode="disable", autocommit=True) as c:
+    assert c.execute("SELECT 1").fetchone() == (1,)
+assert redis.Redis(host="127.0.0.1", port=rd, protocol=2).get("absent") is None
+c = pymysql.connect(host="127.0.0.1", port=my, user="root", autocommit=None)
+with c.cursor() as cur:
+    cur.execute("SELECT 1")
+c.close()
+assert Client(("127.0.0.1", mc)).get("absent") is None
+"#;
+
+/// Random bytes and truncated messages (seeded) to a real PostgreSQL,
+/// Redis, MariaDB and memcached, then a good client: ringtail's processes
+/// live on (none restarted), the good client's calls are its spans
+/// exactly, and what the parsers could not follow is counted
+/// (`ringtail_dropped_events_total{reason="db_*"}`).
+fn hostile_bytes_to_every_server(b: &str) {
+    let python = venv_python("psycopg, redis, pymysql, pymemcache");
+    if !ready(&["runuser", &pg_bin("postgres"), "redis-server", "mariadbd", "mariadb-install-db", "memcached"]) {
+        return;
+    }
+    let Some(python) = python else {
+        skip("psycopg, redis-py, pymysql or pymemcache is not installed in the test venv");
+        return;
+    };
+    let rotel = Rotel::start();
+    let ports = [free_port(), free_port(), free_port(), free_port()];
+    let prom = free_port();
+    let (pg_dir, redis_dir, mariadb_dir) = (TempDir::new("postgres"), TempDir::new("redis"), TempDir::new("mariadb"));
+    let _servers = [
+        postgres_server(ports[0], &pg_dir),
+        redis_server(ports[1], &redis_dir),
+        mariadb_server(ports[2], &mariadb_dir),
+        memcached_server(ports[3]),
+    ];
+    let rt = ringtail_with(b, &rotel, "[\"^python\"]", &ports, &prometheus(prom));
+    let components = ["probe-loader", "span-actor", "exporter-actor"];
+    let pids: Vec<_> = components.iter().map(|c| rt.pid(c).unwrap_or_else(|| panic!("{c}'s pid"))).collect();
+    let port_args: Vec<String> = ports.iter().map(u16::to_string).collect();
+    for seed in [1, 2] {
+        let out = Command::new(&python).args(["-c", HOSTILE, &seed.to_string()]).args(&port_args).output().expect("run python");
+        assert!(out.status.success(), "hostile client (seed {seed}): {out:?}");
+    }
+    let good = Command::new(&python).args(["-c", GOOD]).args(&port_args).spawn().expect("run python");
+    let pid = good.id();
+    let out = good.wait_with_output().expect("wait for python");
+    assert!(out.status.success(), "good client: {out:?}");
+    // (what redis-py and PyMySQL say on connect)
+    let chatter = ["CLIENT SETINFO", "SET"];
+    expect_db_spans(&rotel, &rt, "postgresql", of_pid(pid, &chatter), &[(k("SELECT", "SELECT", Some("SELECT ?"), None), 1)]);
+    expect_db_spans(&rotel, &rt, "redis", of_pid(pid, &chatter), &[(k("GET", "GET", Some("GET ?"), None), 1)]);
+    expect_db_spans(&rotel, &rt, "mariadb", of_pid(pid, &chatter), &[(k("SELECT", "SELECT", Some("SELECT ?"), None), 1)]);
+    expect_db_spans(&rotel, &rt, "memcached", of_pid(pid, &chatter), &[(k("get", "get", Some("get ?"), None), 1)]);
+    for (c, p) in components.iter().zip(&pids) {
+        assert_eq!(rt.pid(c), Some(*p), "{c} restarted:\n{}", rt.log());
+        assert!(Path::new(&format!("/proc/{p}")).exists(), "{c} is gone:\n{}", rt.log());
+    }
+    let text = scrape(prom);
+    let db_drops: Vec<&str> =
+        text.lines().filter(|l| l.starts_with("ringtail_dropped_events_total{") && l.contains("reason=\"db_")).collect();
+    eprintln!("{}", db_drops.join("\n"));
+    for reason in ["db_unknown_protocol", "db_unanswered", "db_desync", "db_too_large"] {
+        let n = metric(&text, "ringtail_dropped_events_total", &[("reason", reason)]);
+        assert!(n >= 1.0, "no {reason} counted:\n{text}");
+    }
+}
+
+on_both_backends!(
+    redis_commands_and_pipelines,
+    postgres_psql_and_psycopg,
+    mariadb_client_and_pymysql,
+    memcached_pymemcache,
+    postgres_psql_over_tls,
+    redis_pubsub,
+    hostile_bytes_to_every_server,
+);

@@ -415,7 +415,8 @@ fn every_exchange_on_one_start(b: &str) {
     );
     assert!(wait_port(p.redis, wait()), "redis-server did not listen");
     for args in [&["SET", "k", "v"][..], &["GET", "k"], &["LPUSH", "k", "x"]] {
-        let out = Command::new("redis-cli").args(["-h", "127.0.0.1", "-p", &p.redis.to_string()]).args(args).output().expect("run redis-cli");
+        let out =
+            Command::new("redis-cli").args(["-h", "127.0.0.1", "-p", &p.redis.to_string()]).args(args).output().expect("run redis-cli");
         assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
     }
     let port = p.redis.to_string();
@@ -429,7 +430,8 @@ fn every_exchange_on_one_start(b: &str) {
         v.sort();
         v
     };
-    wait_until(wait(), || (db_calls().len() >= 3).then_some(())).unwrap_or_else(|| panic!("redis spans: {:?}\n{}", db_calls(), rt.stdout()));
+    wait_until(wait(), || (db_calls().len() >= 3).then_some(()))
+        .unwrap_or_else(|| panic!("redis spans: {:?}\n{}", db_calls(), rt.stdout()));
     std::thread::sleep(SETTLE);
     let want = |t: &str, st: Option<&str>| (Some(t.to_owned()), st.map(str::to_owned));
     assert_eq!(db_calls(), vec![want("GET ?", None), want("LPUSH ? ?", Some("WRONGTYPE")), want("SET ? ?", None)]);

@@ -19,7 +19,8 @@
 //!
 //! # Pairing
 //! Every Query and Execute is a call; calls and Syncs wait in one queue in
-//! send order, and the server answers in that order: CommandComplete,
+//! send order (the startup message queues a Sync too: the server ends the
+//! startup with a ReadyForQuery), and the server answers in that order: CommandComplete,
 //! EmptyQuery, PortalSuspended or ErrorResponse end the oldest Execute;
 //! ReadyForQuery ends a Query (a multi-statement Query is one call: the
 //! first statement's operation and row count, the first error). After an
@@ -477,6 +478,11 @@ impl Core {
                 // The server's default database is the user's name.
                 self.namespace = database.filter(|d| !d.is_empty()).or(user);
                 self.phase = Phase::Typed;
+                // The server ends the startup with a ReadyForQuery of its
+                // own: a Query sent before it (in the same write) must not
+                // be ended by it. A Sync in the queue takes it. (Once per
+                // connection: the phase is typed from here on.)
+                self.queue.push_back(Entry::Sync);
             }
             _ => self.phase = Phase::Typed,
         }

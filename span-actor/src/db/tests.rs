@@ -255,6 +255,32 @@ fn pg_namespace_defaults_to_the_user() {
     assert_eq!(t.ops[0].returned_rows, None);
 }
 
+/// A Query sent with the startup message, before the server's
+/// ReadyForQuery for the startup: that `Z` answers the startup, not the
+/// Query (found by the end-to-end hostile test: a startup and a Query cut
+/// short in one write got an op ended by the startup's `Z`).
+#[test]
+fn pg_query_sent_with_the_startup_is_ended_by_its_own_ready() {
+    let mut t = T::new(System::Postgres);
+    let start = t.send(&cat(&[pg_startup("alice", Some("shop")), pg_query("SELECT 1")]));
+    t.recv(&pg_hello());
+    assert!(t.ops.is_empty(), "the startup's ReadyForQuery ended the query: {:?}", t.ops);
+    assert_eq!(t.c.pending(), 1);
+    let end = t.recv(&cat(&[pg_row_desc(&["?column?"]), pg_data_row(&[b"1"]), pg_cc("SELECT 1"), pg_ready(b'I')]));
+    assert_eq!(t.ops.len(), 1, "{:?}", t.ops);
+    assert_eq!((t.ops[0].start_ns, t.ops[0].end_ns), (start, end));
+    assert_eq!(t.ops[0].returned_rows, Some(1));
+    // The server closes without answering a query it never got whole: no op.
+    let mut t = T::new(System::Postgres);
+    let mut cut = pg_query("SELECT 1");
+    cut.truncate(7);
+    t.send(&cat(&[pg_startup("alice", Some("shop")), cut]));
+    t.recv(&pg_hello());
+    t.c.close(&mut t.counts);
+    assert!(t.ops.is_empty(), "{:?}", t.ops);
+    assert_eq!(t.counts.unanswered, 0);
+}
+
 #[test]
 fn pg_multi_statement_query_is_one_op() {
     let mut t = pg_connected();
