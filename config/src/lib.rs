@@ -70,6 +70,7 @@ pub const NOT_CONFIG: &[&str] = &[
 /// Keys whose environment value is a comma-separated list.
 const LIST_KEYS: &[&str] = &[
     "discovery.open_ports",
+    "probe.db_ports",
     "discovery.exe_names",
     "discovery.pids",
     "discovery.k8s_namespaces",
