@@ -6,7 +6,8 @@
 //! most `pipeline.h2_state_mb` of parser state in all (past it the
 //! connections that hold the most are forgotten, their pending calls
 //! counted `unanswered`; one that goes on is followed afresh, as one seen
-//! mid-way). What the parsers could not follow is counted by reason
+//! mid-way, its calls numbered on from where it was, so that no span id
+//! repeats). What the parsers could not follow is counted by reason
 //! (`ringtail_dropped_events_total{reason="db_*"}`).
 
 use std::collections::VecDeque;
@@ -59,6 +60,14 @@ struct Counters {
 pub struct DbTable {
     conns: HashMap<Key, Entry>,
     order: VecDeque<(Key, u64)>,
+    /// Connections forgotten while open (evicted, shed): the calls they
+    /// had made (and their `born`, which tells the entry of `gone_order`
+    /// that is current), for one followed afresh to number its calls on (a
+    /// call's `seq` is its span id: restarting at 1 would repeat the ids of
+    /// its first calls). The latest [`DB_CONNS`] (`gone_order`, oldest
+    /// first), well under 1 MiB; a close forgets one for good.
+    gone: HashMap<Key, (u32, u64)>,
+    gone_order: VecDeque<(Key, u64)>,
     born: u64,
     bytes: usize,
     budget: usize,
@@ -73,6 +82,8 @@ impl DbTable {
         DbTable {
             conns: HashMap::default(),
             order: VecDeque::new(),
+            gone: HashMap::default(),
+            gone_order: VecDeque::new(),
             born: 0,
             bytes: 0,
             budget,
@@ -111,7 +122,8 @@ impl DbTable {
     pub fn record(&mut self, inst: u64, r: &RawH2<&[u8]>, out: &mut Vec<Operation>) {
         let key = (inst, r.conn_id);
         if r.close {
-            self.end(key);
+            self.end(key, false);
+            self.gone.remove(&key);
             return;
         }
         if !self.conns.contains_key(&key) && !self.open(key, r) {
@@ -164,8 +176,9 @@ impl DbTable {
             self.evict_oldest();
         }
         let who = Conn { id: r.conn_id, pid: r.pid, proc_start_ns: r.proc_start_ns, local: r.local, peer: r.peer, tls: r.tls };
+        let calls = self.gone.remove(&key).map_or(0, |(calls, _)| calls);
         self.born += 1;
-        self.conns.insert(key, Entry { db: DbConn::new(system), who, calls: 0, sends: VecDeque::new(), born: self.born, bytes: 0 });
+        self.conns.insert(key, Entry { db: DbConn::new(system), who, calls, sends: VecDeque::new(), born: self.born, bytes: 0 });
         self.order.push_back((key, self.born));
         if self.order.len() > 2 * self.conns.len() + 64 {
             let conns = &self.conns;
@@ -174,12 +187,23 @@ impl DbTable {
         true
     }
 
-    /// The connection ends (closed, evicted or shed): its pending calls
-    /// are counted.
-    fn end(&mut self, key: Key) -> bool {
+    /// The connection ends (closed, or forgotten while open: evicted or
+    /// shed, `open`): its pending calls are counted; one forgotten while
+    /// open leaves its number of calls behind.
+    fn end(&mut self, key: Key, open: bool) -> bool {
         let Some(mut e) = self.conns.remove(&key) else { return false };
         self.bytes -= e.bytes;
         e.db.close(&mut self.counts);
+        if open {
+            self.gone.insert(key, (e.calls, e.born));
+            self.gone_order.push_back((key, e.born));
+            while self.gone_order.len() > DB_CONNS {
+                let Some((old, born)) = self.gone_order.pop_front() else { break };
+                if self.gone.get(&old).is_some_and(|(_, b)| *b == born) {
+                    self.gone.remove(&old);
+                }
+            }
+        }
         true
     }
 
@@ -187,7 +211,7 @@ impl DbTable {
         while let Some((key, born)) = self.order.pop_front() {
             if self.conns.get(&key).is_some_and(|e| e.born == born) {
                 self.stats.evicted.inc();
-                self.end(key);
+                self.end(key, true);
                 return;
             }
         }
@@ -214,9 +238,233 @@ impl DbTable {
             if self.bytes <= target {
                 break;
             }
-            if self.end(key) {
+            if self.end(key, true) {
                 self.stats.evicted.inc();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ipc_schema::SockAddr;
+
+    use super::*;
+    use crate::db::pieces::encode;
+
+    fn v4(a: [u8; 4], port: u16) -> SockAddr {
+        let mut ip = [0u8; 16];
+        ip[..4].copy_from_slice(&a);
+        SockAddr::from_bytes(false, ip, port)
+    }
+
+    struct Rig {
+        t: DbTable,
+        registry: Registry,
+        ts: u64,
+        out: Vec<Operation>,
+    }
+
+    impl Rig {
+        fn new(budget: usize) -> Rig {
+            let registry = Registry::new(ipc_schema::Component::SpanActor, 1);
+            Rig { t: DbTable::new(budget, &registry), registry, ts: 0, out: Vec::new() }
+        }
+
+        /// One record of Redis connection `conn` (its bytes whole, or a
+        /// close), then the table's invariants.
+        fn rec(&mut self, conn: u64, send: bool, close: bool, bytes: &[u8]) -> usize {
+            let mut pieces = Vec::new();
+            if !close {
+                encode(&mut pieces, Piece::Bytes(bytes));
+            }
+            self.ts += 10;
+            let r = RawH2 {
+                role: Role::Client,
+                pid: 100,
+                tid: 100,
+                fd: 5,
+                proc_start_ns: 7,
+                conn_id: conn,
+                mono_ns: self.ts,
+                send,
+                start: false,
+                close,
+                tls: false,
+                upgrade: false,
+                caller: None,
+                db: Some(DbLinks::default()),
+                local: v4([127, 0, 0, 1], 40_000),
+                peer: v4([127, 0, 0, 1], 6379),
+                pieces: &pieces[..],
+            };
+            let before = self.out.len();
+            self.t.record(1, &r, &mut self.out);
+            self.check();
+            self.out.len() - before
+        }
+
+        fn send(&mut self, conn: u64, bytes: &[u8]) -> usize {
+            self.rec(conn, true, false, bytes)
+        }
+
+        fn recv(&mut self, conn: u64, bytes: &[u8]) -> usize {
+            self.rec(conn, false, false, bytes)
+        }
+
+        fn close(&mut self, conn: u64) {
+            self.rec(conn, false, true, b"");
+        }
+
+        /// The count kept matches the connections, within the budget and
+        /// the number bound.
+        fn check(&self) {
+            let t = &self.t;
+            // (recounted while that is cheap)
+            if t.conns.len() <= 1000 {
+                let recount: usize = t.conns.values().map(|e| e.db.held_bytes() + ENTRY_OVERHEAD).sum();
+                assert_eq!(t.bytes, recount, "bytes counted");
+            }
+            assert!(t.bytes <= t.budget, "{} bytes held over a budget of {}", t.bytes, t.budget);
+            assert!(t.conns.len() <= DB_CONNS);
+            assert!(t.gone.len() <= DB_CONNS && t.gone_order.len() <= DB_CONNS);
+            // (pruned as connections open: closes leave entries behind)
+            assert!(t.order.len() <= 2 * DB_CONNS + 65, "order: {} for {} connections", t.order.len(), t.conns.len());
+        }
+
+        /// Publishes, then reads a point.
+        fn count(&mut self, name: &str, reason: Option<&str>) -> f64 {
+            self.t.publish();
+            self.registry
+                .report()
+                .points
+                .iter()
+                .filter(|p| p.name == name && reason.is_none_or(|r| p.labels.iter().any(|(k, v)| k == "reason" && v == r)))
+                .map(|p| p.value)
+                .sum()
+        }
+    }
+
+    const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
+    const PONG: &[u8] = b"+PONG\r\n";
+
+    /// Past DB_CONNS connections the oldest is forgotten (counted, its
+    /// pending call counted unanswered); the others go on.
+    #[test]
+    fn past_db_conns_the_oldest_connection_is_evicted() {
+        let mut rig = Rig::new(1 << 30);
+        for conn in 0..=DB_CONNS as u64 {
+            assert_eq!(rig.send(conn, PING), 0);
+        }
+        assert_eq!(rig.t.connections(), DB_CONNS);
+        assert_eq!(rig.count("ringtail_db_connections_evicted_total", None), 1.0);
+        assert_eq!(rig.count("ringtail_dropped_events_total", Some("db_unanswered")), 1.0);
+        assert_eq!(rig.count("ringtail_db_connections", None), DB_CONNS as f64);
+        // the second oldest and the newest are still followed
+        assert_eq!(rig.recv(1, PONG), 1);
+        assert_eq!(rig.recv(DB_CONNS as u64, PONG), 1);
+        // the oldest is not: its answer pairs with nothing (and following
+        // it afresh evicts the next oldest, the second)
+        assert_eq!(rig.recv(0, PONG), 0);
+        assert_eq!(rig.count("ringtail_dropped_events_total", Some("db_unpaired_answers")), 1.0);
+        assert_eq!(rig.count("ringtail_db_connections_evicted_total", None), 2.0);
+        assert_eq!(rig.t.connections(), DB_CONNS);
+        assert!(!rig.t.conns.contains_key(&(1, 1)));
+    }
+
+    /// A connection that grows its parser's state (a pipeline never
+    /// answered) past the budget is shed, the largest first: what the
+    /// table holds comes back under 7/8 of the budget, a small connection
+    /// beside it goes on, and the hostile one starts afresh.
+    #[test]
+    fn a_connection_growing_past_the_budget_is_shed() {
+        // (a Redis connection's 1024 pending calls, its bound, hold about
+        // 220 KiB)
+        const BUDGET: usize = 128 << 10;
+        let mut rig = Rig::new(BUDGET);
+        assert_eq!(rig.send(1, PING), 0);
+        let pipeline = b"*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$5\r\nvalue\r\n".repeat(64);
+        let mut sheds = 0;
+        let mut peak = 0;
+        for _ in 0..200 {
+            rig.send(2, &pipeline);
+            let held = rig.t.conns.get(&(1, 2)).map(|e| e.db.held_bytes());
+            peak = peak.max(rig.t.bytes);
+            if held.is_none() {
+                sheds += 1;
+                assert!(rig.t.bytes <= BUDGET / 8 * 7, "{} bytes after shedding", rig.t.bytes);
+            }
+        }
+        assert!(sheds >= 10, "shed {sheds} times: {peak} bytes at most");
+        assert!(peak > BUDGET / 2, "the pipeline grew the state: {peak}");
+        assert_eq!(rig.count("ringtail_db_connections_evicted_total", None), sheds as f64);
+        assert!(rig.count("ringtail_dropped_events_total", Some("db_unanswered")) >= 64.0);
+        // the small connection was never shed
+        assert_eq!(rig.recv(1, PONG), 1);
+    }
+
+    /// A connection forgotten while open (evicted, shed) and followed
+    /// afresh numbers its calls on from where it was: its calls' span ids
+    /// (`seq`) never repeat.
+    #[test]
+    fn a_connection_followed_afresh_never_repeats_a_span_id() {
+        let mut rig = Rig::new(1 << 30);
+        let mut seqs = Vec::new();
+        rig.send(0, PING);
+        assert_eq!(rig.recv(0, PONG), 1);
+        for conn in 1..=DB_CONNS as u64 {
+            rig.send(conn, PING);
+        }
+        assert!(!rig.t.conns.contains_key(&(1, 0)), "evicted");
+        rig.send(0, PING);
+        assert_eq!(rig.recv(0, PONG), 1);
+        // shed: connection 0 grows past a small budget
+        rig.t.budget = 128 << 10;
+        rig.t.shed();
+        rig.send(0, PING);
+        assert_eq!(rig.recv(0, PONG), 1);
+        let pipeline = b"*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$5\r\nvalue\r\n".repeat(64);
+        while rig.t.conns.contains_key(&(1, 0)) {
+            rig.send(0, &pipeline);
+        }
+        rig.send(0, PING);
+        assert_eq!(rig.recv(0, PONG), 1);
+        for op in &rig.out {
+            if op.conn.id == 0 {
+                seqs.push(op.seq);
+            }
+        }
+        assert_eq!(seqs, [1, 2, 3, 4], "the calls of connection 0");
+        // a close forgets it for good
+        rig.close(0);
+        assert!(!rig.t.gone.contains_key(&(1, 0)));
+    }
+
+    /// A close frees the connection and its bytes, and counts its pending
+    /// calls; a close of a connection never followed is nothing.
+    #[test]
+    fn close_frees() {
+        let mut rig = Rig::new(64 << 20);
+        for conn in 0..100 {
+            rig.send(conn, &PING.repeat(3));
+        }
+        assert_eq!(rig.t.connections(), 100);
+        assert!(rig.t.bytes >= 100 * ENTRY_OVERHEAD);
+        for conn in 0..100 {
+            rig.close(conn);
+        }
+        rig.close(1_000);
+        assert_eq!((rig.t.connections(), rig.t.bytes), (0, 0));
+        assert_eq!(rig.count("ringtail_dropped_events_total", Some("db_unanswered")), 300.0);
+        assert_eq!(rig.count("ringtail_db_connections_evicted_total", None), 0.0);
+        assert_eq!(rig.count("ringtail_db_state_bytes", None), 0.0);
+        // Churn: connections opened and closed by the thousand leave
+        // nothing behind (the order queue is pruned as it goes).
+        for conn in 10_000..60_000 {
+            rig.send(conn, PING);
+            rig.close(conn);
+        }
+        assert_eq!((rig.t.connections(), rig.t.bytes), (0, 0));
+        assert!(rig.t.order.len() <= 66, "{}", rig.t.order.len());
     }
 }

@@ -57,7 +57,8 @@ const WAIT: Duration = Duration::from_secs(30);
 /// The database keys a Redis call must have made (the error's
 /// `db.response.status_code` among them), and its metric: the database
 /// part of the run is not vacuous.
-const DB_KEYS: &[&str] = &["db.system.name", "db.operation.name", "db.query.text", "db.namespace", "db.response.status_code"];
+const DB_KEYS: &[&str] =
+    &["db.system.name", "db.operation.name", "db.query.text", "db.query.summary", "db.namespace", "db.response.status_code"];
 const DB_METRIC: &str = "db.client.operation.duration";
 
 /// A redis-server of the test's own on `port`, keeping nothing on disk.
@@ -218,7 +219,8 @@ fn every_key_is_in_the_registry(opt_in: Option<&str>) {
         assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains(answer), "redis-cli: {out:?}");
     }
 
-    // Every kind of span, both ends: 5 HTTP exchanges and 5 gRPC calls.
+    // Every kind of span: 5 HTTP exchanges and 5 gRPC calls (both ends),
+    // 3 Redis commands.
     let spans = wait_until(WAIT, || {
         let s = rotel.spans();
         let web_spans = s.iter().filter(|s| on_port(s, web)).count();
@@ -284,7 +286,8 @@ fn every_key_is_in_the_registry(opt_in: Option<&str>) {
         attributes.keys().collect::<Vec<_>>()
     );
     // Not vacuous: the keys of every kind of span were seen.
-    let seen = ["http.request.method", "http.request.method_original", "url.query", "error.type", "rpc.method", "client.address", "url.full"];
+    let seen =
+        ["http.request.method", "http.request.method_original", "url.query", "error.type", "rpc.method", "client.address", "url.full"];
     for k in seen.iter().chain(DB_KEYS) {
         assert!(attributes.contains_key(*k), "{k} was never seen: {:?}", attributes.keys().collect::<Vec<_>>());
     }

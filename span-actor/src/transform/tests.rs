@@ -1,8 +1,8 @@
 use super::*;
 use crate::http1::PIPELINED_HEADS;
 use crate::ledger::Ledger;
+use ipc_schema::{DbLinks, RawEvent, RawH2};
 use ipc_schema::{ProcessInfo, SockAddr};
-use ipc_schema::{RawEvent, RawH2};
 use ringtail_ipc::protocol::{InboundSeq, Verdict};
 
 const INST: u64 = 0xabcdef;
@@ -843,4 +843,234 @@ fn pipelined_heads_are_bounded_host_wide() {
     let forgotten = rig.count("ringtail_dropped_events_total", Some("pipelined_unanswered"));
     assert_eq!(forgotten + rig.t.pipelined_heads() as f64, 15.0 * conns as f64, "every head is waiting or counted");
     assert!(forgotten > 0.0);
+}
+
+// ------------------------------------------------------------- databases
+
+/// A database connection's record (`RawH2` with `db`) of process 100, the
+/// client, to the server at 10.0.0.5:`port`, its bytes captured whole.
+fn db_record(conn: u64, port: u16, send: bool, bytes: &[u8], mono_ns: u64, parent: Option<(u64, u32)>) -> RawH2 {
+    let mut pieces = Vec::new();
+    crate::db::pieces::encode(&mut pieces, crate::db::pieces::Piece::Bytes(bytes));
+    RawH2 {
+        role: Role::Client,
+        pid: 100,
+        tid: 101,
+        fd: 6,
+        proc_start_ns: 7,
+        conn_id: conn,
+        mono_ns,
+        send,
+        start: false,
+        close: false,
+        tls: false,
+        upgrade: false,
+        caller: None,
+        db: Some(DbLinks { parent: if send { parent } else { None }, unlinked: false }),
+        local: v4([127, 0, 0, 1], 41_000),
+        peer: v4([10, 0, 0, 5], port),
+        pieces,
+    }
+}
+
+/// The record the kernel ships when database connection `conn` closes.
+fn db_close(conn: u64, port: u16, mono_ns: u64) -> RawH2 {
+    RawH2 { close: true, send: false, pieces: Vec::new(), ..db_record(conn, port, false, b"", mono_ns, None) }
+}
+
+/// A PostgreSQL message: type, length, body.
+fn pg_msg(t: u8, body: &[u8]) -> Vec<u8> {
+    let mut v = vec![t];
+    v.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+    v.extend_from_slice(body);
+    v
+}
+
+/// psql's startup message for user alice, database shop.
+fn pg_startup() -> Vec<u8> {
+    let mut body = 196_608u32.to_be_bytes().to_vec();
+    body.extend_from_slice(b"user\0alice\0database\0shop\0application_name\0psql\0\0");
+    let mut v = (body.len() as u32 + 4).to_be_bytes().to_vec();
+    v.extend(body);
+    v
+}
+
+/// A `Rig::run` with database (or HTTP/2) records after the events.
+fn run_records(rig: &mut Rig, events: Vec<RawEvent>, records: &[RawH2]) -> Vec<Produced> {
+    rig.seq += 1;
+    assert_eq!(rig.ledger.seq.receive(rig.seq), Verdict::New);
+    let mut b = batch(events);
+    for r in records {
+        b.push_h2(r);
+    }
+    let mut out = Vec::new();
+    let made = rig.t.transform(INST, rig.seq, &b, Instant::now(), &mut out);
+    if rig.ledger.ledger.made((INST, rig.seq), made.total()) {
+        rig.ledger.seq.done(rig.seq);
+    }
+    out
+}
+
+/// The fields a database span leaves empty: it is no HTTP exchange.
+fn assert_no_http(s: &HttpSpan<Text>) {
+    assert_eq!((s.method.as_str(), s.method_original.as_deref(), s.route.as_deref()), ("", None, None), "{s:?}");
+    assert_eq!((s.path.as_str(), s.query.as_deref(), s.scheme.as_str(), s.status), ("", None, "", 0), "{s:?}");
+    assert_eq!((s.client_address.as_str(), s.client_port), ("", 0), "{s:?}");
+    assert_eq!((s.protocol_version.as_str(), s.user_agent.as_deref()), ("", None), "{s:?}");
+    assert!(s.rpc.is_none() && s.attributes.is_empty(), "{s:?}");
+}
+
+/// A PostgreSQL simple query and a Redis pipeline (one write, three
+/// commands, one refused) from one process: one CLIENT span per call,
+/// named by its summary, with its `db` fields and the server its peer;
+/// the span ids differ call by call; a close forgets the connection and
+/// counts what was still waiting for an answer.
+#[test]
+fn database_calls_become_client_spans() {
+    let mut rig = Rig::new(|_| {});
+    let pg_answer = [
+        pg_msg(b'T', &[&[0, 1][..], b"id\0", &[0, 0, 0x40, 1, 0, 1, 0, 0, 0, 23, 0, 4, 0xff, 0xff, 0xff, 0xff, 0, 0]].concat()),
+        pg_msg(b'D', &[0, 1, 0, 0, 0, 1, b'1']),
+        pg_msg(b'C', b"SELECT 1\0"),
+        pg_msg(b'Z', b"I"),
+    ]
+    .concat();
+    let records = [
+        db_record(20, 5432, true, &pg_startup(), 1_000_000, None),
+        db_record(20, 5432, false, &[pg_msg(b'R', &[0, 0, 0, 0]), pg_msg(b'Z', b"I")].concat(), 1_100_000, None),
+        db_record(20, 5432, true, &pg_msg(b'Q', b"SELECT id FROM users WHERE email = 'bob@example.com'\0"), 2_000_000, None),
+        db_record(20, 5432, false, &pg_answer, 2_500_000, None),
+        db_record(
+            21,
+            6379,
+            true,
+            b"*3\r\n$3\r\nSET\r\n$1\r\na\r\n$6\r\nsecret\r\n*2\r\n$3\r\nGET\r\n$1\r\na\r\n*3\r\n$5\r\nLPUSH\r\n$1\r\na\r\n$1\r\nx\r\n",
+            3_000_000,
+            None,
+        ),
+        db_record(
+            21,
+            6379,
+            false,
+            b"+OK\r\n$6\r\nsecret\r\n-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+            3_400_000,
+            None,
+        ),
+    ];
+    let out = run_records(&mut rig, vec![], &records);
+    assert_eq!(out.len(), 4, "{:?}", out.iter().map(|p| &p.span.name).collect::<Vec<_>>());
+    assert_eq!(rig.t.db.connections(), 2);
+    for p in &out {
+        let s = &p.span;
+        assert_eq!(s.kind, SpanKind::Client);
+        assert_eq!(s.server_address.as_deref(), Some("10.0.0.5"));
+        assert_eq!((s.peer_address.as_str(), s.peer_port), ("10.0.0.5", s.server_port));
+        assert_no_http(s);
+        assert_eq!((s.parent_span_id, s.trace_flags), (0, 1), "no parent: a trace of its own");
+        assert_ne!(s.trace_id, 0);
+        assert!(s.export_trace && s.export_metrics);
+        let db = s.db.as_ref().expect("a database span has db");
+        assert_eq!(Some(s.name.as_str()), db.query_summary.as_deref(), "named by its summary");
+        for f in [&db.query_text, &db.query_summary, &db.namespace, &db.collection].into_iter().flatten() {
+            assert!(!f.contains("secret") && !f.contains("bob@"), "a value exported: {db:?}");
+        }
+    }
+    let pg = &out[0].span;
+    let db = pg.db.as_ref().unwrap();
+    assert_eq!(pg.name, "SELECT users");
+    assert_eq!(pg.server_port, 5432);
+    assert_eq!((pg.start_unix_ns, pg.end_unix_ns), (OFFSET as u64 + 2_000_000, OFFSET as u64 + 2_500_000));
+    assert!(!pg.error);
+    assert_eq!(db.system, "postgresql");
+    assert_eq!(db.namespace.as_deref(), Some("shop"));
+    assert_eq!(db.operation.as_deref(), Some("SELECT"));
+    assert_eq!(db.collection.as_deref(), Some("users"));
+    assert_eq!(db.query_text.as_deref(), Some("SELECT id FROM users WHERE email = ?"));
+    assert_eq!((db.status_code.as_deref(), db.error_type.as_deref(), db.returned_rows), (None, None, Some(1)));
+    let redis: Vec<_> = out[1..].iter().map(|p| &p.span).collect();
+    let ops: Vec<_> = redis.iter().map(|s| (s.name.as_str(), s.db.as_ref().unwrap().query_text.as_deref().unwrap())).collect();
+    assert_eq!(ops, [("SET", "SET ? ?"), ("GET", "GET ?"), ("LPUSH", "LPUSH ? ?")]);
+    for s in &redis {
+        let db = s.db.as_ref().unwrap();
+        assert_eq!((db.system.as_str(), db.namespace.as_deref(), s.server_port), ("redis", Some("0"), 6379));
+        assert_eq!((s.start_unix_ns, s.end_unix_ns), (OFFSET as u64 + 3_000_000, OFFSET as u64 + 3_400_000));
+    }
+    let failed = redis[2];
+    let db = failed.db.as_ref().unwrap();
+    assert!(failed.error);
+    assert_eq!((db.status_code.as_deref(), db.error_type.as_deref()), (Some("WRONGTYPE"), Some("WRONGTYPE")));
+    assert!(!redis[0].error && !redis[1].error);
+    // Each call its span id (and trace), whatever the connection.
+    let ids: HashSet<u64> = out.iter().map(|p| p.span.span_id).collect();
+    assert_eq!(ids.len(), out.len(), "span ids collide");
+    let traces: HashSet<u128> = out.iter().map(|p| p.span.trace_id).collect();
+    assert_eq!(traces.len(), out.len(), "a parentless call starts its own trace");
+    // The same records again (another transformer): the same ids.
+    let mut again = Rig::new(|_| {});
+    let ids_again: Vec<u64> = run_records(&mut again, vec![], &records).iter().map(|p| p.span.span_id).collect();
+    assert_eq!(ids_again, out.iter().map(|p| p.span.span_id).collect::<Vec<_>>());
+    // A query left unanswered, then the close: forgotten, counted.
+    let unanswered = rig.count("ringtail_dropped_events_total", Some("db_unanswered"));
+    let out = run_records(
+        &mut rig,
+        vec![],
+        &[db_record(20, 5432, true, &pg_msg(b'Q', b"SELECT 1\0"), 4_000_000, None), db_close(20, 5432, 4_100_000)],
+    );
+    assert!(out.is_empty());
+    assert_eq!(rig.t.db.connections(), 1);
+    assert_eq!(rig.count("ringtail_dropped_events_total", Some("db_unanswered")) - unanswered, 1.0);
+    assert!(run_records(&mut rig, vec![], &[db_close(21, 6379, 4_200_000)]).is_empty());
+    assert_eq!(rig.t.db.connections(), 0);
+    // A close of a connection never seen is nothing.
+    assert!(run_records(&mut rig, vec![], &[db_close(22, 6379, 4_300_000)]).is_empty());
+    assert_eq!(rig.t.db.connections(), 0);
+}
+
+/// A database call sent while its thread served a request (the kernel's
+/// `DbLinks::parent`, as a client HTTP request's `parent`) is that server
+/// span's child, in the trace the request carried in; with no link it
+/// is a trace of its own.
+#[test]
+fn database_call_inside_a_server_request_is_its_child() {
+    let mut rig = Rig::new(|_| {});
+    let server = event(
+        Role::Server,
+        1,
+        1,
+        b"GET /orders HTTP/1.1\r\ntraceparent: 00-11111111111111111111111111111111-2222222222222222-01\r\n\r\n",
+        200,
+    );
+    let records = [
+        db_record(30, 6379, true, b"*2\r\n$3\r\nGET\r\n$1\r\na\r\n", 1_500_000, Some((1, 1))),
+        db_record(30, 6379, false, b"$-1\r\n", 1_600_000, None),
+        // (a later call of the same connection, sent outside any request)
+        db_record(30, 6379, true, b"*1\r\n$4\r\nPING\r\n", 5_000_000, None),
+        db_record(30, 6379, false, b"+PONG\r\n", 5_100_000, None),
+    ];
+    let out = run_records(&mut rig, vec![server], &records);
+    assert_eq!(out.len(), 3, "{out:?}");
+    let srv = out.iter().find(|p| p.span.kind == SpanKind::Server).expect("the server span");
+    let get = out.iter().find(|p| p.span.name == "GET").expect("the GET span");
+    let ping = out.iter().find(|p| p.span.name == "PING").expect("the PING span");
+    assert_eq!(get.span.kind, SpanKind::Client);
+    assert_eq!(get.span.trace_id, 0x11111111111111111111111111111111);
+    assert_eq!((get.span.trace_id, get.span.parent_span_id), (srv.span.trace_id, srv.span.span_id));
+    assert_eq!(ping.span.parent_span_id, 0);
+    assert_ne!(ping.span.trace_id, srv.span.trace_id);
+    assert_ne!(ping.span.span_id, get.span.span_id);
+    assert_eq!(rig.t.held(), 0);
+}
+
+/// A database call its thread made while serving several requests (the
+/// kernel could not link it: `unlinked`) carries no `traceparent` to be
+/// matched: it goes out at once, in a trace of its own, never held.
+#[test]
+fn an_unlinked_database_call_is_not_held() {
+    let mut rig = Rig::new(|_| {});
+    let mut send = db_record(40, 6379, true, b"*1\r\n$4\r\nPING\r\n", 1_000_000, None);
+    send.db = Some(DbLinks { parent: None, unlinked: true });
+    let out = run_records(&mut rig, vec![], &[send, db_record(40, 6379, false, b"+PONG\r\n", 1_100_000, None)]);
+    assert_eq!(out.len(), 1);
+    assert_eq!((out[0].span.name.as_str(), out[0].span.parent_span_id), ("PING", 0));
+    assert_eq!(rig.t.held(), 0);
 }
