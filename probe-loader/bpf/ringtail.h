@@ -177,12 +177,20 @@ struct exe_literal {
 #define CNT_DB_EVENTS 38     /* database records submitted to the ring */
 #define CNT_DB_LOST 39       /* database records lost: ring full (user space resynchronises or gives the connection up) */
 #define CNT_DB_PARTIAL 40    /* database syscalls whose middle bytes were not captured (H2P_LOST) */
-#define CNT_MAX 41
+#define CNT_GO_NO_SOCKET 41  /* Go crypto/tls calls whose connection's socket was not found (go_tls.h: not a TCP socket underneath) */
+#define CNT_MAX 42
 
 /* proc_head.kind: records of the `execs` ring. */
 #define PROC_EXEC 1
 #define PROC_FORK 2
 #define PROC_TLS 3 /* a struct proc_head alone: the process speaks TLS that no attached file handles (tls.attach_later) */
+
+/* Go crypto/tls (go_tls.h): where the socket's fd is, from a *tls.Conn.
+ * The loader attaches only to binaries whose Go version has this layout
+ * (src/gobin.rs, LAYOUTS; checked equal there). */
+#define GO_CONN_OFF 0   /* tls.Conn.conn, a net.Conn interface (itab, data) */
+#define GO_TCP_FD_OFF 0 /* *net.TCPConn: its embedded conn.fd, a *netFD */
+#define GO_SYSFD_OFF 16 /* netFD.pfd.Sysfd */
 
 /* exec_event.flags */
 #define EXECF_ENV 0x01           /* env holds the start of the new environment */

@@ -38,12 +38,9 @@
 #include "capture.h"
 #include "io.h"
 #include "tls.h"
+#include "fdsock.h"
 
 #define MSG_PEEK 2
-#define IPPROTO_TCP 6
-#define SOCK_STREAM 1
-#define S_IFMT 00170000
-#define S_IFSOCK 0140000
 
 /* The raw layout of syscalls/sys_{enter,exit}_* records (tracefs `format`):
  * 8 bytes of common fields, the syscall number, then 8-byte arguments. */
@@ -78,29 +75,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct pending_io);
 } sys_pending SEC(".maps");
-
-/* The TCP socket behind this process's `fd`, or NULL (not a socket, not
- * TCP, no such fd). */
-static __always_inline struct sock *fd_tcp_sock(__s32 fd)
-{
-	if (fd < 0)
-		return NULL;
-	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
-	if (!fdt || (__u32)fd >= BPF_CORE_READ(fdt, max_fds))
-		return NULL;
-	struct file **fds = BPF_CORE_READ(fdt, fd);
-	struct file *f = NULL;
-	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
-		return NULL;
-	if ((BPF_CORE_READ(f, f_inode, i_mode) & S_IFMT) != S_IFSOCK)
-		return NULL;
-	struct socket *so = BPF_CORE_READ(f, private_data);
-	struct sock *sk = BPF_CORE_READ(so, sk);
-	if (!sk || BPF_CORE_READ(sk, sk_protocol) != IPPROTO_TCP || BPF_CORE_READ(sk, sk_type) != SOCK_STREAM)
-		return NULL;
-	return sk;
-}
 
 /* A socket call begins: remember it when `fd` is a TCP socket. */
 static __always_inline void sys_enter(__s32 nr, __u64 fd_arg, __u64 buf, __u64 count, __u64 flags)

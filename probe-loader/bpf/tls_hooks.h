@@ -40,18 +40,12 @@ static __always_inline void tls_enter(__u32 kind, __u64 ssl, __u64 buf, __u64 ou
 	bpf_map_update_elem(&tls_calls, &tid, &c, BPF_ANY);
 }
 
-/* `n` bytes of plaintext at `buf` moved on SSL object `ssl`: to the state
- * machine, on the socket it is bound to. */
-static __always_inline void tls_data(__u64 ssl, __u64 buf, __u64 n, __u32 tgid, __u32 tid, int recv,
-				     const struct tls_call *c)
+/* `n` bytes of plaintext at `buf` moved on the TLS connection whose
+ * socket is `sk` (its fd `fd` in the process): to the state machine. `c`:
+ * an OpenSSL read's call record (where its ciphertext began), or NULL. */
+static __always_inline void tls_sock_data(struct sock *sk, __s32 fd, __u64 buf, __u64 n, __u32 tgid, __u32 tid,
+					  int recv, const struct tls_call *c)
 {
-	struct tls_key k = { .ssl = ssl, .tgid = tgid };
-	struct tls_sock *b = bpf_map_lookup_elem(&tls_socks, &k);
-	if (!b) {
-		count(CNT_TLS_UNBOUND);
-		return;
-	}
-	struct sock *sk = (struct sock *)b->sk;
 	struct conn_state *st = conn_get(sk);
 	if (st) {
 		if (st->role == ROLE_OPAQUE || st->h2 == H2_DEAD)
@@ -71,9 +65,9 @@ static __always_inline void tls_data(__u64 ssl, __u64 buf, __u64 n, __u32 tgid, 
 	sg.len[0] = n;
 	sg.n = 1;
 	sg.total = n > 0xffffffff ? 0xffffffff : n;
-	struct conn_io io = { .sk = sk, .tgid = tgid, .tid = tid, .fd = b->fd, .tls = 1 };
+	struct conn_io io = { .sk = sk, .tgid = tgid, .tid = tid, .fd = fd, .tls = 1 };
 	/* the read moved ciphertext if copied_seq moved: it began there */
-	if (c && c->seq_sk == b->sk && sk_u32_at(sk, tcp_copied_seq_off) != c->rec_seq) {
+	if (c && c->seq_sk == (__u64)sk && sk_u32_at(sk, tcp_copied_seq_off) != c->rec_seq) {
 		io.tls_seq_ok = 1;
 		io.tls_seq = c->rec_seq;
 	}
@@ -81,6 +75,20 @@ static __always_inline void tls_data(__u64 ssl, __u64 buf, __u64 n, __u32 tgid, 
 		conn_on_recv(st, &io, &sg);
 	else
 		conn_on_send(st, &io, &sg);
+}
+
+/* `n` bytes of plaintext at `buf` moved on SSL object `ssl`: to the state
+ * machine, on the socket it is bound to. */
+static __always_inline void tls_data(__u64 ssl, __u64 buf, __u64 n, __u32 tgid, __u32 tid, int recv,
+				     const struct tls_call *c)
+{
+	struct tls_key k = { .ssl = ssl, .tgid = tgid };
+	struct tls_sock *b = bpf_map_lookup_elem(&tls_socks, &k);
+	if (!b) {
+		count(CNT_TLS_UNBOUND);
+		return;
+	}
+	tls_sock_data((struct sock *)b->sk, b->fd, buf, n, tgid, tid, recv, c);
 }
 
 /* int SSL_read(SSL *ssl, void *buf, int num) */
@@ -173,5 +181,7 @@ int BPF_KPROBE(tls_free, void *ssl)
 	bpf_map_delete_elem(&tls_socks, &k);
 	return 0;
 }
+
+#include "go_tls.h"
 
 #endif

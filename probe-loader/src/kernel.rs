@@ -75,6 +75,7 @@ pub const COUNTERS: [KernelCounter; CNT_MAX] = {
     t[CNT_DB_EVENTS] = KernelCounter::Count("ringtail_db_records_total");
     t[CNT_DB_LOST] = KernelCounter::Drop("db_ring_full");
     t[CNT_DB_PARTIAL] = KernelCounter::Count("ringtail_db_partial_records_total");
+    t[CNT_GO_NO_SOCKET] = KernelCounter::Drop("go_tls_no_socket");
     t
 };
 

@@ -29,6 +29,8 @@
 //!   it dies with the loader.
 //! - `tls`: the OpenSSL files the TLS uprobes go to, each once, found and
 //!   read without trusting a name another process controls.
+//! - `gobin`: where the Go TLS uprobes go in a Go executable (crypto/tls's
+//!   Read entry and returns, Write's entry), or why it is refused.
 //! - `pump`: the loop: ring buffer → batches → the raw producer
 //!   (`ringtail_ipc::Producer`), plus heartbeats.
 //! - `bpf/`: the kernel programs, one `*.bpf.c` per hook family
@@ -44,6 +46,7 @@ mod backend;
 mod check_kernel;
 mod container;
 mod discovery;
+mod gobin;
 mod kernel;
 mod kernel_btf;
 mod pins;
@@ -99,18 +102,19 @@ async fn run(p: Process) -> anyhow::Result<()> {
     if settings.probe.pins() && !probes::Probes::pinned_set_exists(&settings.probe, &settings.discovery, &settings.tls, wakeup_len) {
         // A fresh load parses the kernel's BTF: in a child, which pins what
         // it attached; this process then opens the pins (see `step`).
-        let outcome = step::run(|| -> anyhow::Result<(step::Outcome, [u64; 2])> {
+        let outcome = step::run(|| -> anyhow::Result<(step::Outcome, [u64; tls::Refused::ARRAY])> {
             let (mut probes, _rings, _) = load()?;
             if !probes.pinned() {
-                return Ok((step::Outcome::NotPinnable, [0; 2]));
+                return Ok((step::Outcome::NotPinnable, [0; tls::Refused::ARRAY]));
             }
             let refused = seed(&mut probes, settings)?;
-            Ok((step::Outcome::Pinned, [refused.not_regular, refused.not_mapped]))
+            Ok((step::Outcome::Pinned, refused.to_array()))
         });
         match outcome {
-            Ok((o, [not_regular, not_mapped])) => {
-                // What the step refused to open is this loader's to count.
-                tls::Refused { not_regular, not_mapped }.count(&p.registry);
+            Ok((o, counts)) => {
+                // What the step refused to open (and the Go executables it
+                // attached) is this loader's to count.
+                tls::Refused::from_array(counts).count(&p.registry);
                 stepped = o == step::Outcome::Pinned;
                 tracing::info!(event = "load_step", pinned = stepped, "load step finished");
             }

@@ -130,6 +130,9 @@ pub struct Probes {
     /// The TLS programs reopened from the pin set, for files attached later
     /// by a loader that did not load them.
     tls_pinned: Vec<(&'static str, UProbe)>,
+    /// The executables looked into for OpenSSL or Go (device, inode),
+    /// each once (bounded: `tls::MAX_LOOKED`).
+    exes_looked: BTreeSet<(u64, u64)>,
 }
 
 /// What `attach_tls` did.
@@ -435,8 +438,19 @@ impl Probes {
         // The files a loader before this one attached to: their links' pin
         // names carry device and inode (`link_tls_DEV_INODE_I`).
         let tls_files = set.as_deref().map(pinned_tls_files).unwrap_or_default();
-        let probes =
-            Probes { ebpf, set, backend, sel_pids, _sel_ports: sel_ports, counters, epoch, tls, tls_files, tls_pinned: Vec::new() };
+        let probes = Probes {
+            ebpf,
+            set,
+            backend,
+            sel_pids,
+            _sel_ports: sel_ports,
+            counters,
+            epoch,
+            tls,
+            tls_files,
+            tls_pinned: Vec::new(),
+            exes_looked: BTreeSet::new(),
+        };
         Ok((probes, Rings { events, execs }))
     }
 
@@ -501,7 +515,7 @@ impl Probes {
             tracing::info!(event = "tls_pinned", attached = self.tls, "TLS uprobes: those of the pinned set stay attached");
             return Ok(done);
         };
-        let (targets, unusable) = tls::find(&settings.libraries, Path::new("/"), Path::new("/proc"), pids);
+        let (targets, unusable) = tls::find(&settings.libraries, Path::new("/"), Path::new("/proc"), pids, &mut self.exes_looked);
         if let Some(e) = unusable.into_iter().next() {
             return Err(match e {
                 runtime_kit::files::FileError::Open { path, .. } if e.is_not_found() => ProbeError::TlsMissing { path },
@@ -542,7 +556,7 @@ impl Probes {
             return Ok(done);
         }
         let mut targets = tls::Targets::default();
-        tls::of_process(Path::new("/proc"), pid, &mut BTreeSet::new(), &mut targets);
+        tls::of_process(Path::new("/proc"), pid, &mut self.exes_looked, &mut targets);
         done.refused = targets.refused;
         for target in targets.files {
             self.attach_tls_file(&target, &mut done)?;
@@ -587,6 +601,9 @@ impl Probes {
         let file = target.id;
         if !self.tls_files.insert(file) {
             return Ok(());
+        }
+        if let Some(go) = &target.go {
+            return self.attach_go_file(target, go, done);
         }
         let symbols: Vec<&str> = tls::PROGRAMS.iter().map(|p| p.symbol).collect();
         let offsets = tls::dynamic_symbols(&target.file, &symbols).unwrap_or_else(|_| vec![None; symbols.len()]);
@@ -638,6 +655,56 @@ impl Probes {
             tracing::info!(event = "tls_attached", path = ?path, uprobes = attached, "TLS uprobes attached");
             done.uprobes += attached;
             done.files.push(path.clone());
+        }
+        Ok(())
+    }
+
+    /// Attaches the Go TLS programs (`bpf/go_tls.h`) to a Go executable:
+    /// Read's entry, each of its returns, Write's entry, at the file
+    /// offsets `go` gives. A refusal by the kernel is said loudly, the
+    /// uprobes attached before it are detached with the program's links
+    /// when the loader stops (a Read entry without all its returns only
+    /// leaves records for the LRU), and the loader goes on.
+    fn attach_go_file(&mut self, target: &tls::Target, go: &crate::gobin::GoTls, done: &mut TlsAttached) -> Result<(), ProbeError> {
+        let path = &target.path;
+        let through = runtime_kit::files::fd_path(target.file.as_fd());
+        // Returns before the entry: a Read entered never misses its return.
+        let mut at: Vec<(&'static str, u64)> = go.read_returns.iter().map(|&o| (tls::GO_READ_EXIT, o)).collect();
+        at.push((tls::GO_READ_ENTER, go.read));
+        at.push((tls::GO_WRITE_ENTER, go.write));
+        let set = self.set.clone();
+        let mut attached = 0;
+        for (i, (program, offset)) in at.into_iter().enumerate() {
+            let prog = self.tls_program(program)?;
+            let link = match prog.attach(UProbeAttachLocation::AbsoluteOffset(offset), &through, UProbeScope::AllProcesses) {
+                Ok(link) => link,
+                Err(source) => {
+                    let error =
+                        ProbeError::TlsAttach { program, symbol: "crypto/tls.(*Conn)", path: path.clone(), source: Box::new(source) };
+                    tracing::warn!(event = "go_tls_attach_failed", path = ?path, error = %error_chain(&error), "Go TLS uprobes not attached: HTTPS of this executable is not traced");
+                    break;
+                }
+            };
+            attached += 1;
+            if let Some(set) = &set {
+                let link = prog.take_link(link).map_err(|source| ProbeError::Program { program, tracepoint: "uprobe", source })?;
+                let link = FdLink::try_from(link).map_err(|source| ProbeError::Link { program, tracepoint: "uprobe", source })?;
+                link.pin(pins::link_tls(set, target.id, i)).map_err(pin_err(format!("link {program} of {}", path.display())))?;
+            }
+        }
+        if attached > 0 {
+            tracing::info!(
+                event = "go_tls_attached",
+                path = ?path,
+                go = %go.version,
+                stripped = !go.symbols,
+                returns = go.read_returns.len(),
+                uprobes = attached,
+                "Go TLS uprobes attached"
+            );
+            done.uprobes += attached;
+            done.files.push(path.clone());
+            done.refused.go_attached += 1;
         }
         Ok(())
     }

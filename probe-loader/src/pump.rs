@@ -120,6 +120,10 @@ pub struct Pump {
     valve: Counter,
     /// tls.attach_later: OpenSSL files attached after start.
     tls_late_files: Counter,
+    /// tls.attach_later: a process selected at exec has its executable
+    /// looked into at once (a Go program's crypto/tls, an OpenSSL that
+    /// `node` carries), before its first connection.
+    attach_later: bool,
     malformed: Drops,
     publish_failed: Drops,
     kernel_last: [u64; COUNTERS.len()],
@@ -177,6 +181,7 @@ impl Pump {
             drain_cut: registry.counter("ringtail_ring_drain_cut_total", &[]),
             valve: registry.counter("ringtail_ring_released_unreceived_total", &[]),
             tls_late_files: registry.counter("ringtail_tls_files_attached_later_total", &[]),
+            attach_later: settings.tls.enabled && settings.tls.attach_later,
             malformed: registry.drops("ringtail_dropped_events_total", "malformed_record"),
             publish_failed: registry.drops("ringtail_dropped_events_total", "publish_failed"),
             kernel_last: [0; COUNTERS.len()],
@@ -293,12 +298,15 @@ impl Pump {
             Ok(done) => {
                 self.tls_late_files.add(done.files.len() as u64);
                 done.refused.count(&self.registry);
+                if done.files.is_empty() {
+                    return;
+                }
                 tracing::info!(
                     pid,
                     event = "tls_later",
                     files = done.files.len(),
                     uprobes = done.uprobes,
-                    "TLS seen: the process's OpenSSL files looked at"
+                    "TLS uprobes attached to a process's new files (OpenSSL, Go)"
                 );
             }
             Err(error) => {
@@ -335,7 +343,12 @@ impl Pump {
             let (pid, path) = (ev.h.tgid, ev.path());
             if self.discovery.exe_matches(&path) {
                 match self.probes.select_pid(pid, Selected::ByExe) {
-                    Ok(()) => tracing::info!(pid, exe = %path, event = "selected", "tracing new process"),
+                    Ok(()) => {
+                        tracing::info!(pid, exe = %path, event = "selected", "tracing new process");
+                        if self.attach_later {
+                            tls_pids.push(pid);
+                        }
+                    }
                     Err(error) => tracing::warn!(pid, %error, "cannot select process"),
                 }
             } else {

@@ -78,7 +78,13 @@ pub const PROGRAMS: &[Uprobe] = &[
     Uprobe { program: "tls_free", symbol: "SSL_free", required: true },
 ];
 
-/// The distinct programs of [`PROGRAMS`].
+/// The programs of `bpf/go_tls.h` on Go's crypto/tls: Read's entry, each
+/// of Read's returns, Write's entry (offsets from [`crate::gobin`]).
+pub const GO_READ_ENTER: &str = "go_tls_read_enter";
+pub const GO_READ_EXIT: &str = "go_tls_read_exit";
+pub const GO_WRITE_ENTER: &str = "go_tls_write_enter";
+
+/// The distinct programs of [`PROGRAMS`], then Go's.
 pub fn program_names() -> Vec<&'static str> {
     let mut names: Vec<&'static str> = Vec::new();
     for p in PROGRAMS {
@@ -86,6 +92,7 @@ pub fn program_names() -> Vec<&'static str> {
             names.push(p.program);
         }
     }
+    names.extend([GO_READ_ENTER, GO_READ_EXIT, GO_WRITE_ENTER]);
     names
 }
 
@@ -97,6 +104,11 @@ pub struct Refused {
     /// The name a process's maps show leads to another file than the one
     /// mapped there.
     pub not_mapped: u64,
+    /// Go executables not attached, by [`crate::gobin::Refusal::REASONS`].
+    pub go: [u64; crate::gobin::Refusal::REASONS.len()],
+    /// Go executables attached (not a refusal: counted with them, as the
+    /// load step hands both back at once).
+    pub go_attached: u64,
 }
 
 impl Refused {
@@ -108,6 +120,13 @@ impl Refused {
         [("not_regular", self.not_regular), ("not_mapped", self.not_mapped)]
     }
 
+    /// The counter Go executables not attached go to, by reason.
+    pub const GO_METRIC: &'static str = "ringtail_go_binaries_refused_total";
+    /// The counter of Go executables attached.
+    pub const GO_ATTACHED: &'static str = "ringtail_go_binaries_attached_total";
+    /// How many numbers [`Refused::to_array`] gives.
+    pub const ARRAY: usize = 3 + crate::gobin::Refusal::REASONS.len();
+
     /// Adds them to the registry's counters.
     pub fn count(&self, registry: &runtime_kit::counters::Registry) {
         for (reason, n) in self.by_reason() {
@@ -115,6 +134,40 @@ impl Refused {
                 registry.counter(Self::METRIC, &[("reason", reason)]).add(n);
             }
         }
+        for (reason, n) in crate::gobin::Refusal::REASONS.iter().zip(self.go) {
+            if n > 0 {
+                registry.counter(Self::GO_METRIC, &[("reason", reason)]).add(n);
+            }
+        }
+        if self.go_attached > 0 {
+            registry.counter(Self::GO_ATTACHED, &[]).add(self.go_attached);
+        }
+    }
+
+    /// All counts as numbers (the load step hands them back so).
+    pub fn to_array(self) -> [u64; Self::ARRAY] {
+        let mut a = [0u64; Self::ARRAY];
+        a[0] = self.not_regular;
+        a[1] = self.not_mapped;
+        a[2] = self.go_attached;
+        a[3..].copy_from_slice(&self.go);
+        a
+    }
+
+    /// The counts [`Refused::to_array`] gave.
+    pub fn from_array(a: [u64; Self::ARRAY]) -> Self {
+        let mut go = [0u64; crate::gobin::Refusal::REASONS.len()];
+        go.copy_from_slice(&a[3..]);
+        Refused { not_regular: a[0], not_mapped: a[1], go_attached: a[2], go }
+    }
+
+    /// Logs and counts a Go executable that is not attached.
+    pub fn note_go(&mut self, path: &Path, refusal: &crate::gobin::Refusal) {
+        let reason = refusal.reason();
+        if let Some(at) = crate::gobin::Refusal::REASONS.iter().position(|r| *r == reason) {
+            self.go[at] += 1;
+        }
+        tracing::warn!(event = "go_tls_refused", reason, path = ?path, why = %refusal, "a Go executable's crypto/tls is not traced");
     }
 
     /// Logs and counts a file that was not opened; a file that is simply
@@ -157,6 +210,8 @@ pub struct Target {
     pub id: (u64, u64),
     /// Named by `tls.libraries`: a file without the symbols is an error.
     pub configured: bool,
+    /// A Go executable: where its crypto/tls functions are (not OpenSSL).
+    pub go: Option<crate::gobin::GoTls>,
 }
 
 /// The files, each once (by device and inode), configured ones first.
@@ -173,7 +228,15 @@ impl Targets {
     pub fn push(&mut self, path: PathBuf, (file, st): (File, libc::stat), configured: bool) {
         let id = (st.st_dev, st.st_ino);
         if self.seen.insert(id) {
-            self.files.push(Target { path, file, id, configured });
+            self.files.push(Target { path, file, id, configured, go: None });
+        }
+    }
+
+    /// Adds a Go executable and where its crypto/tls functions are.
+    pub fn push_go(&mut self, path: PathBuf, (file, st): (File, libc::stat), go: crate::gobin::GoTls) {
+        let id = (st.st_dev, st.st_ino);
+        if self.seen.insert(id) {
+            self.files.push(Target { path, file, id, configured: false, go: Some(go) });
         }
     }
 
@@ -496,19 +559,36 @@ pub fn dynamic_symbols(file: &File, names: &[&str]) -> std::io::Result<Vec<Optio
     Ok(names.iter().map(|n| offset_of(n.as_bytes())).collect())
 }
 
+/// Most executables remembered as looked into ([`of_process`]); past it the
+/// memory starts again (an executable is then looked into once more).
+pub const MAX_LOOKED: usize = 65_536;
+
 /// The files of process `pid` to attach to: the `libssl` files it maps and
-/// its executable when that exports `SSL_read` (each executable file,
-/// by device and inode in `looked`, is looked into once), into `targets`.
+/// its executable when that exports `SSL_read` or is a Go program that
+/// links crypto/tls (each executable file, by device and inode in
+/// `looked`, is looked into once), into `targets`. A Go executable that
+/// cannot be attached is logged and counted (`targets.refused`).
 pub fn of_process(proc: &Path, pid: u32, looked: &mut BTreeSet<(u64, u64)>, targets: &mut Targets) {
     for m in libssl_mappings(proc, pid) {
         if let Some((shown, opened)) = open_mapped(proc, pid, &m, &mut targets.refused) {
             targets.push(shown, opened, false);
         }
     }
-    if let Some((shown, (file, st))) = exe_of(proc, pid, &mut targets.refused) {
-        if looked.insert((st.st_dev, st.st_ino)) && exports(&file, "SSL_read") {
-            targets.push(shown, (file, st), false);
-        }
+    let Some((shown, (file, st))) = exe_of(proc, pid, &mut targets.refused) else { return };
+    if looked.len() >= MAX_LOOKED {
+        looked.clear();
+    }
+    if !looked.insert((st.st_dev, st.st_ino)) {
+        return;
+    }
+    if exports(&file, "SSL_read") {
+        targets.push(shown, (file, st), false);
+        return;
+    }
+    match crate::gobin::inspect(&file) {
+        Ok(Some(go)) => targets.push_go(shown, (file, st), go),
+        Ok(None) => {}
+        Err(refusal) => targets.refused.note_go(&shown, &refusal),
     }
 }
 
@@ -516,7 +596,13 @@ pub fn of_process(proc: &Path, pid: u32, looked: &mut BTreeSet<(u64, u64)>, targ
 /// loader's directories under `root`, then what the processes `pids` map,
 /// then their executables that export OpenSSL's functions. The second
 /// value: why each configured file that cannot be used cannot.
-pub fn find(configured: &[PathBuf], root: &Path, proc: &Path, pids: impl IntoIterator<Item = u32>) -> (Targets, Vec<FileError>) {
+pub fn find(
+    configured: &[PathBuf],
+    root: &Path,
+    proc: &Path,
+    pids: impl IntoIterator<Item = u32>,
+    looked: &mut BTreeSet<(u64, u64)>,
+) -> (Targets, Vec<FileError>) {
     let mut t = Targets::default();
     let mut unusable = Vec::new();
     for path in configured {
@@ -529,9 +615,8 @@ pub fn find(configured: &[PathBuf], root: &Path, proc: &Path, pids: impl IntoIte
             t.refused.note(&e);
         }
     }
-    let mut looked = BTreeSet::new();
     for pid in pids {
-        of_process(proc, pid, &mut looked, &mut t);
+        of_process(proc, pid, looked, &mut t);
     }
     (t, unusable)
 }
@@ -577,7 +662,7 @@ mod tests {
         let dirs = loader_dirs(&root);
         assert_eq!(dirs[0], root.join("opt/ssl/lib"));
         assert!(!dirs.contains(&root.join("nowhere")));
-        let (targets, unusable) = find(&[root.join("absent.so")], &root, &root.join("proc"), []);
+        let (targets, unusable) = find(&[root.join("absent.so")], &root, &root.join("proc"), [], &mut BTreeSet::new());
         assert!(matches!(&unusable[..], [e @ FileError::Open { path, .. }] if e.is_not_found() && path == &root.join("absent.so")));
         // libssl.so and libssl.so.3 are one file: attached once
         let found: Vec<_> = targets.files.iter().map(|t| (t.path.clone(), t.configured)).collect();
@@ -690,7 +775,7 @@ mod tests {
         std::fs::rename(&name, dir.join("moved")).expect("rename");
         std::fs::write(&name, vec![8u8; 4096]).expect("another file");
         assert!(open_mapped_by_name(proc, me, &m, &mut refused).is_none());
-        assert_eq!(refused, Refused { not_regular: 0, not_mapped: 1 });
+        assert_eq!(refused, Refused { not_regular: 0, not_mapped: 1, ..Refused::default() });
         // A FIFO there: refused without blocking; a symlink: not followed.
         std::fs::remove_file(&name).expect("rm");
         let c = std::ffi::CString::new(name.as_os_str().as_bytes()).expect("c path");
@@ -700,7 +785,7 @@ mod tests {
         std::fs::remove_file(&name).expect("rm");
         std::os::unix::fs::symlink(dir.join("moved"), &name).expect("symlink");
         assert!(open_mapped_by_name(proc, me, &m, &mut refused).is_none());
-        assert_eq!(refused, Refused { not_regular: 2, not_mapped: 1 });
+        assert_eq!(refused, Refused { not_regular: 2, not_mapped: 1, ..Refused::default() });
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

