@@ -137,7 +137,7 @@ static __always_inline void db_on_data(struct conn_state *st, const struct conn_
 			}
 		}
 	}
-	if (h2_submit(&s->ev, st, io->sk, io->tid, io->fd, dir, flags, off, caller, parent_seq))
+	if (h2_submit(&s->ev, st, io->sk, io->tid, io->fd, dir, flags, off, caller, parent_seq, DB_DATA_LEN))
 		count(CNT_DB_LOST);
 	else
 		count(CNT_DB_EVENTS);
@@ -149,7 +149,7 @@ static __always_inline void db_close(struct conn_state *st, struct sock *sk)
 	__u32 zero = 0;
 	struct h2_scratch *s = bpf_map_lookup_elem(&h2_scratch, &zero);
 	if (s)
-		h2_submit(&s->ev, st, sk, st->tid, st->fd, H2_RECV, H2F_DB | H2F_CLOSE, 0, 0, 0);
+		h2_submit(&s->ev, st, sk, st->tid, st->fd, H2_RECV, H2F_DB | H2F_CLOSE, 0, 0, 0, H2_DATA_LEN);
 }
 
 #endif

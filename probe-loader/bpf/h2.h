@@ -59,6 +59,10 @@ static __always_inline int h2_is_preface(const __u8 *p, __u32 n)
 
 static __always_inline void h2_put(__u8 *data, __u32 off, __u8 b)
 {
+	/* the mask stays, whatever clang knows of off: a bound it proved may
+	 * live only in a register whose spill Linux 6.1's verifier reloads
+	 * without it */
+	barrier_var(off);
 	data[off & H2_DATA_MASK] = b;
 }
 
@@ -75,14 +79,17 @@ static __always_inline __u32 h2_lost(__u8 *data, __u32 off, __u64 bytes)
 }
 
 /* Fills the record's header and submits data_len bytes of pieces
- * (`caller`, `parent_seq`: the record's caller_conn and parent_seq).
- * Returns non-zero when the ring had no room (an HTTP/2 connection is
- * then given up; counted). */
+ * (`caller`, `parent_seq`: the record's caller_conn and parent_seq), at
+ * most `cap`, a constant of each caller: the room after `ev`'s header in
+ * the scratch value it lives in (H2_DATA_LEN in h2_scratch; a database
+ * record's DB_DATA_LEN in db_scratch, db.h). (Not derived from st->db: a
+ * verifier that loses data_len's bound in a spill, Linux 6.1, must still
+ * see the copy fit its value.) Returns non-zero when the ring had no room
+ * (an HTTP/2 connection is then given up; counted). */
 static __always_inline int h2_submit(struct h2_event *ev, struct conn_state *st, struct sock *sk, __u32 tid,
-				     __s32 fd, __u8 dir, __u8 flags, __u32 data_len, __u64 caller, __u32 parent_seq)
+				     __s32 fd, __u8 dir, __u8 flags, __u32 data_len, __u64 caller, __u32 parent_seq,
+				     const __u32 cap)
 {
-	/* (a database connection's record runs on past H2_DATA_LEN: db.h) */
-	__u32 cap = st->db ? DB_DATA_LEN : H2_DATA_LEN;
 	ev->kind = EV_H2;
 	ev->role = st->role;
 	ev->flags = flags | (st->tls ? H2F_TLS : 0);
@@ -210,6 +217,9 @@ static __always_inline int h2_step(struct h2_walk *w, struct h2_dir *d, const st
 		/* the header straddles: hold what is here (fewer than 9 bytes) */
 		__u32 n = avail & 7;
 		barrier_var(n);
+		barrier_var(held);
+		if (held > 8)
+			held = 8;
 		if (bpf_probe_read_user(&d->hdr[held], n, p)) {
 			w->bad = 1;
 			return 0;
@@ -219,6 +229,11 @@ static __always_inline int h2_step(struct h2_walk *w, struct h2_dir *d, const st
 		return 1;
 	}
 	barrier_var(need);
+	/* bounded again where it is used: held may come back from a spill,
+	 * and Linux 6.1's verifier does not carry the bound above to it */
+	barrier_var(held);
+	if (held > 8)
+		held = 8;
 	if (bpf_probe_read_user(&h[held], need & 15, p)) {
 		w->bad = 1;
 		return 0;
@@ -320,7 +335,8 @@ static __always_inline void h2_on_data(struct conn_state *st, const struct conn_
 	if (dir == H2_SEND && st->role == ROLE_SERVER)
 		flags |= join_take_h2(st, io->sk);
 	if (off || flags)
-		h2_submit(&s->ev, st, io->sk, io->tid, io->fd, dir, flags, off, flags & H2F_CALLER ? st->parent_conn : 0, 0);
+		h2_submit(&s->ev, st, io->sk, io->tid, io->fd, dir, flags, off, flags & H2F_CALLER ? st->parent_conn : 0, 0,
+			  H2_DATA_LEN);
 }
 
 /* The connection is HTTP/2 from now on, its first record flagged `first`;
@@ -421,7 +437,7 @@ static __always_inline void h2_close(struct conn_state *st, struct sock *sk)
 	if (!s)
 		return;
 	st->h2 = H2_LIVE; /* (a dead one's close is reported too) */
-	h2_submit(&s->ev, st, sk, st->tid, st->fd, H2_RECV, H2F_CLOSE, 0, 0, 0);
+	h2_submit(&s->ev, st, sk, st->tid, st->fd, H2_RECV, H2F_CLOSE, 0, 0, 0, H2_DATA_LEN);
 }
 
 #endif

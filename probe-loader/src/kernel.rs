@@ -19,6 +19,12 @@ use contract::*;
 pub use contract::{CAPTURE_LEN, COMM_LEN, DB_PORTS, EXE_LITERALS, EXE_LITERAL_LEN};
 
 const _: () = assert!(DB_PORTS == ringtail_config::probe::MAX_DB_PORTS, "probe.db_ports' bound is the kernel's");
+const _: () = assert!(
+    GO_CONN_OFF == crate::gobin::EXPECTED.conn
+        && GO_TCP_FD_OFF == crate::gobin::EXPECTED.tcp_fd
+        && GO_SYSFD_OFF == crate::gobin::EXPECTED.sysfd,
+    "the Go layout the loader accepts is the one bpf/go_tls.h reads"
+);
 
 /// The kernel contract's text (part of the pins' stamp).
 pub static CONTRACT_HEADER: &str = include_str!("../bpf/ringtail.h");

@@ -639,6 +639,15 @@ mod tests {
     }
 
     #[test]
+    fn counts_go_through_the_load_step_whole() {
+        let mut r = Refused { not_regular: 1, not_mapped: 2, go_attached: 3, ..Refused::default() };
+        r.go[0] = 4;
+        r.go[crate::gobin::Refusal::REASONS.len() - 1] = 5;
+        assert_eq!(Refused::from_array(r.to_array()), r);
+        assert_eq!(program_names().iter().filter(|p| p.starts_with("go_tls_")).count(), 3);
+    }
+
+    #[test]
     fn libssl_names() {
         for name in ["libssl.so", "libssl.so.3", "libssl.so.1.1", "libssl3.so"] {
             assert!(is_libssl(name), "{name}");
