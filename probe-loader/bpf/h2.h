@@ -59,10 +59,6 @@ static __always_inline int h2_is_preface(const __u8 *p, __u32 n)
 
 static __always_inline void h2_put(__u8 *data, __u32 off, __u8 b)
 {
-	/* the mask stays, whatever clang knows of off: a bound it proved may
-	 * live only in a register whose spill Linux 6.1's verifier reloads
-	 * without it */
-	barrier_var(off);
 	data[off & H2_DATA_MASK] = b;
 }
 
@@ -70,6 +66,10 @@ static __always_inline void h2_put(__u8 *data, __u32 off, __u8 b)
 static __always_inline __u32 h2_lost(__u8 *data, __u32 off, __u64 bytes)
 {
 	__u32 n = bytes > 0xffffffff ? 0xffffffff : bytes;
+	/* the masks stay, whatever clang knows of off: a bound it proved may
+	 * live only in a register whose spill Linux 6.1's verifier reloads
+	 * without it */
+	barrier_var(off);
 	h2_put(data, off, H2P_LOST);
 	h2_put(data, off + 1, n);
 	h2_put(data, off + 2, n >> 8);
