@@ -207,7 +207,7 @@ mod tests {
                 .programs()
                 .iter()
                 .map(|(name, _)| *name)
-                .chain(crate::tls::PROGRAMS.iter().map(|p| p.program))
+                .chain(crate::tls::program_names())
                 .chain(extra.iter().copied())
                 .collect();
             assert_eq!(in_object, listed, "{} propagate={propagate}", backend.name());
