@@ -203,13 +203,8 @@ mod tests {
             let object = aya_obj::Object::parse(backend.object(propagate)).expect("parse the eBPF object");
             let in_object: BTreeSet<&str> = object.programs.keys().map(String::as_str).collect();
             let extra: &[&str] = if propagate { &PROPAGATION_PROGRAMS } else { &[] };
-            let listed: BTreeSet<&str> = backend
-                .programs()
-                .iter()
-                .map(|(name, _)| *name)
-                .chain(crate::tls::program_names())
-                .chain(extra.iter().copied())
-                .collect();
+            let listed: BTreeSet<&str> =
+                backend.programs().iter().map(|(name, _)| *name).chain(crate::tls::program_names()).chain(extra.iter().copied()).collect();
             assert_eq!(in_object, listed, "{} propagate={propagate}", backend.name());
         }
     }
