@@ -75,6 +75,42 @@ const BACKENDS: [&str; 2] = ["sock", "syscalls"];
 /// in the object only when they are wanted).
 const OPTIONAL: [(&str, &str); 1] = [("propagate", "sock")];
 
+/// Backends whose object is also built without atomic exchange,
+/// `ringtail-<backend>-noxchg.bpf.o`: their own sources compiled again with
+/// RINGTAIL_NO_XCHG (bpf/http1_conn.h), for kernels before 5.12, whose
+/// verifier refuses the instruction anywhere in a program, even where a
+/// load-time constant leaves it dead. (The socket backend needs 6.3+.)
+const NO_XCHG: [&str; 1] = ["syscalls"];
+
+/// Compiles one source into `obj`, with `defines` (-D) added.
+fn compile(out: &Path, bpf: &Path, src: &Path, obj: &Path, defines: &[&str]) {
+    let status = Command::new("clang")
+        .args(["-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", "-Wall", "-Werror", "-Wno-unused-function"])
+        .args(defines.iter().map(|d| format!("-D{d}")))
+        .arg("-I")
+        .arg(out)
+        .arg("-I")
+        .arg(bpf)
+        .arg("-c")
+        .arg(src)
+        .arg("-o")
+        .arg(obj)
+        .status()
+        .unwrap_or_else(|e| panic!("clang not found ({e}): apt-get install clang libbpf-dev"));
+    assert!(status.success(), "clang failed to build {}", src.display());
+}
+
+/// Links `parts` into one object at `linked`.
+fn link(bpftool: &str, linked: &Path, parts: &[&PathBuf]) {
+    let link = Command::new(bpftool)
+        .args(["gen", "object"])
+        .arg(linked)
+        .args(parts)
+        .output()
+        .unwrap_or_else(|e| panic!("running bpftool gen object: {e}"));
+    assert!(link.status.success(), "bpftool gen object failed: {}", String::from_utf8_lossy(&link.stderr));
+}
+
 /// The backend a source (by stem) belongs to, None for a shared one.
 fn backend_of(stem: &str) -> Option<&'static str> {
     BACKENDS.into_iter().find(|b| stem == *b || stem.strip_prefix(b).is_some_and(|rest| rest.starts_with('_')))
@@ -129,19 +165,7 @@ fn main() {
     for src in &sources {
         let stem = src.file_name().and_then(|n| n.to_str()).unwrap_or_default().trim_end_matches(".c");
         let obj = out.join(format!("{stem}.o"));
-        let status = Command::new("clang")
-            .args(["-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86", "-Wall", "-Werror", "-Wno-unused-function"])
-            .arg("-I")
-            .arg(&out)
-            .arg("-I")
-            .arg(&bpf)
-            .arg("-c")
-            .arg(src)
-            .arg("-o")
-            .arg(&obj)
-            .status()
-            .unwrap_or_else(|e| panic!("clang not found ({e}): apt-get install clang libbpf-dev"));
-        assert!(status.success(), "clang failed to build {}", src.display());
+        compile(&out, &bpf, src, &obj, &[]);
         objects.push((stem.trim_end_matches(".bpf").to_owned(), obj));
     }
     let optional = |s: &str| OPTIONAL.iter().any(|(o, _)| *o == s);
@@ -156,13 +180,22 @@ fn main() {
             Some(part) => out.join(format!("ringtail-{backend}-{part}.bpf.o")),
             None => out.join(format!("ringtail-{backend}.bpf.o")),
         };
-        let link = Command::new(bpftool)
-            .args(["gen", "object"])
-            .arg(&linked)
-            .args(parts)
-            .output()
-            .unwrap_or_else(|e| panic!("running bpftool gen object: {e}"));
-        assert!(link.status.success(), "bpftool gen object failed: {}", String::from_utf8_lossy(&link.stderr));
+        link(bpftool, &linked, &parts.collect::<Vec<_>>());
+    }
+    for backend in NO_XCHG {
+        let mut parts = Vec::new();
+        for (stem, obj) in &objects {
+            match backend_of(stem) {
+                Some(b) if b == backend => {
+                    let again = out.join(format!("{stem}.noxchg.bpf.o"));
+                    compile(&out, &bpf, &bpf.join(format!("{stem}.bpf.c")), &again, &["RINGTAIL_NO_XCHG"]);
+                    parts.push(again);
+                }
+                None if !optional(stem) => parts.push(obj.clone()),
+                _ => {}
+            }
+        }
+        link(bpftool, &out.join(format!("ringtail-{backend}-noxchg.bpf.o")), &parts.iter().collect::<Vec<_>>());
     }
 
     // The contract's constants, evaluated by the C compiler.

@@ -19,11 +19,23 @@
 #include "propagate.h" /* socket backend only */
 #endif
 
-/* Marks a request begun whose bytes are already in st->buf. */
-static __always_inline void request_started(struct conn_state *st, __u32 tid, __u64 now)
+/* 1: atomic exchange (BPF_XCHG, Linux 5.12+). The syscall backend's object
+ * is also built without (RINGTAIL_NO_XCHG, build.rs) for older kernels,
+ * whose verifier refuses the instruction even in code a load-time constant
+ * leaves dead; the loader picks by trying one (backend.rs). */
+#ifdef RINGTAIL_NO_XCHG
+#define HAVE_XCHG 0
+#else
+#define HAVE_XCHG 1
+#endif
+
+/* Marks a request begun whose bytes are already in st->buf; `phase`: what
+ * st->phase becomes now (a client's request is published last, by
+ * client_begun, PHASE_IDLE here). */
+static __always_inline void request_started(struct conn_state *st, __u32 tid, __u64 now, __u8 phase)
 {
 	st->seq += 1;
-	st->phase = PHASE_REQUEST;
+	st->phase = phase;
 	st->start_ns = now;
 	st->tid = tid;
 	st->parent_conn = 0;
@@ -36,7 +48,7 @@ static __always_inline void request_started(struct conn_state *st, __u32 tid, __
 }
 
 static __always_inline void begin_request(struct conn_state *st, __u32 tid, __u64 now,
-					  const struct segs *sg, __u32 pend)
+					  const struct segs *sg, __u32 pend, __u8 phase)
 {
 	st->cap_len = 0;
 	st->req_len = 0;
@@ -48,7 +60,7 @@ static __always_inline void begin_request(struct conn_state *st, __u32 tid, __u6
 		st->req_len = st->cap_len;
 	}
 	capture(st, sg);
-	request_started(st, tid, now);
+	request_started(st, tid, now, phase);
 }
 
 /* A response (or interim response) went by, at the start of `sg`, in
@@ -95,55 +107,116 @@ static __always_inline void active_answered(const struct conn_state *st, __u32 t
 
 /* The send hooks fire when a send is over. A client that reads on another
  * thread than it writes (Go's HTTP/1 transport, gRPC) can read the answer
- * before that: a final response goes by while no request is pending, and
- * the request reported next is the one it answered (however long its send
- * took: a large body). Kept here: when (early_ns), its status, and when
- * its request left, where the socket says so for certain: everything the
- * process wrote has been acked (RACK's newest delivered segment ends at
- * write_seq), so that segment, sent at rack.mstamp, was the request's last
- * (the time a reported send is stamped with, as every client request is).
- * A send still under way (a body larger than the socket buffers) leaves it
- * unknown. */
+ * before that: a final response goes by while no request is pending. It is
+ * kept (answer_early) for the request reported next, and whichever of the
+ * two hooks comes second settles them (early_settle). The two run at once
+ * on two CPUs: each publishes its half first (the reader the answer, through
+ * the token early_ns, its time; the sender the request, through
+ * st->phase), then looks for the other's, and the token is taken by an
+ * exchange, so exactly one of them settles. Kernels before 5.12 have no
+ * exchange (RINGTAIL_NO_XCHG): there a request published while its answer is
+ * read can wait for the next send, which settles it then. */
+
+/* Takes the early answer's token: its time, or 0 if none is kept. */
+static __always_inline __u64 early_take(struct conn_state *st)
+{
+	if (HAVE_XCHG)
+		return __atomic_exchange_n(&st->early_ns, 0, __ATOMIC_SEQ_CST);
+	__u64 e = st->early_ns;
+	st->early_ns = 0;
+	return e;
+}
+
+/* The current client request (published) and its early answer, whose token
+ * `e` (when it was read) the caller took: one of three.
+ *  - The answer was read before any byte of this request was written
+ *    (early_seq, write_seq at the read, is at or before client_seqs' start):
+ *    it answered a request not seen (sent before the process was traced);
+ *    counted an orphan, and this request waits for its own.
+ *  - It was read when everything the process wrote had been acked (RACK's
+ *    newest delivered segment ended at write_seq, the end of this request's
+ *    send): that segment, sent at rack.mstamp, was the request's last; the
+ *    span is made from then (the time a reported send is stamped with, as
+ *    every client request is) to the read.
+ *  - Otherwise (a send still under way when the answer came, as a body
+ *    larger than the socket buffers; TLS, whose write_seq says nothing) it
+ *    is not traced, and counted: pairing it with the next response would
+ *    make a wrong span. */
+static __always_inline void early_settle(struct conn_state *st, const struct conn_io *io, __u64 e)
+{
+	if (st->early_seqs && (__s32)(st->early_seq - st->late_seq) <= 0) {
+		count(CNT_ORPHAN);
+		return;
+	}
+	if (st->early_start_ns && st->early_seqs && st->early_seq == st->sent_seq) {
+		count(CNT_ANSWERED_PAIRED);
+		st->start_ns = st->early_start_ns;
+		emit(st, io->sk, st->early_status, 0, e);
+		st->phase = PHASE_IDLE;
+		if ((st->flags & STF_CONNECT) && st->early_status < 300) {
+			count(CNT_UPGRADED);
+			st->role = ROLE_OPAQUE;
+		}
+		return;
+	}
+	count(CNT_ANSWERED_FIRST);
+	st->phase = PHASE_IDLE;
+}
+
+/* A final response read on a client connection with no request pending:
+ * kept with what the socket says of it (early_settle), then published. If
+ * the request was published meanwhile and its sender has not taken the
+ * answer, it is taken back and settled here. */
 static __always_inline void answer_early(struct conn_state *st, const struct conn_io *io, __u16 status,
 					 __u64 now)
 {
-	st->early_ns = now;
 	st->early_start_ns = 0;
-	if (!tcp_rack_mstamp_off || !tcp_write_seq_off || io->tls || status < 200)
-		return;
-	__u32 w = sk_u32_at(io->sk, tcp_write_seq_off);
-	if (sk_u32_at(io->sk, tcp_rack_end_seq_off) != w)
-		return;
-	__u64 sent = sk_u64_at(io->sk, tcp_rack_mstamp_off) * 1000;
-	if (!sent || sent > now)
-		return;
-	st->early_start_ns = sent;
-	st->early_seq = w;
+	st->early_seqs = 0;
 	st->early_status = status;
+	if (tcp_write_seq_off && !io->tls) {
+		__u32 w = sk_u32_at(io->sk, tcp_write_seq_off);
+		st->early_seq = w;
+		st->early_seqs = 1;
+		__u64 sent = tcp_rack_mstamp_off ? sk_u64_at(io->sk, tcp_rack_mstamp_off) * 1000 : 0;
+		if (status >= 200 && sk_u32_at(io->sk, tcp_rack_end_seq_off) == w && sent && sent <= now)
+			st->early_start_ns = sent;
+	}
+	if (!HAVE_XCHG) {
+		barrier();
+		st->early_ns = now;
+		return;
+	}
+	__atomic_exchange_n(&st->early_ns, now, __ATOMIC_SEQ_CST);
+	if (*(volatile __u8 *)&st->phase != PHASE_REQUEST)
+		return;
+	__u64 e = early_take(st);
+	if (e)
+		early_settle(st, io, e);
 }
 
-/* A client request reported after its answer was read (answer_early):
- * returns that answer's status when the request is certainly the one
- * answered (the send reported ends where the process's writes ended when
- * the answer was read), with when it left in *start and when it was
- * answered in *end; the caller pairs them. Otherwise the request is not
- * traced, and counted (-1): pairing it with the next response would make a
- * wrong span. (A response to a request sent before tracing began is taken
- * for an early one too: the next request is then given up, counted.) */
-static __always_inline int answered_first(struct conn_state *st, const struct conn_io *io, __u64 *start,
-					  __u64 *end)
+/* Where a client request's first send began and ended in the socket's
+ * write_seq (early_settle), before it is published. */
+static __always_inline void client_seqs(struct conn_state *st, const struct conn_io *io, __u32 total)
 {
-	if (!st->early_ns || st->role != ROLE_CLIENT)
-		return 0;
-	*end = st->early_ns;
-	st->early_ns = 0;
-	if (st->early_start_ns && sk_u32_at(io->sk, tcp_write_seq_off) == st->early_seq) {
-		*start = st->early_start_ns;
-		count(CNT_ANSWERED_PAIRED);
-		return st->early_status;
-	}
-	count(CNT_ANSWERED_FIRST);
-	return -1;
+	st->sent_seq = 0;
+	st->late_seq = 0;
+	if (!tcp_write_seq_off || io->tls)
+		return;
+	st->sent_seq = sk_u32_at(io->sk, tcp_write_seq_off);
+	st->late_seq = st->sent_seq - total;
+}
+
+/* Publishes a client request begun (its fields filled in), then settles its
+ * answer if that was read first. Nothing is written to st after the token
+ * is looked at, but by whoever took it. */
+static __always_inline void client_begun(struct conn_state *st, const struct conn_io *io)
+{
+	barrier();
+	st->phase = PHASE_REQUEST;
+	/* (the exchange in early_take orders the store before its load) */
+	__u64 e = early_take(st);
+	if (e)
+		early_settle(st, io, e);
 }
 
 /* Remembers the first bytes of a read that may begin a request line
@@ -235,7 +308,7 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 			st->cap_len = 0;
 			return NULL;
 		}
-		request_started(st, io->tid, now);
+		request_started(st, io->tid, now, PHASE_REQUEST);
 		join_note(st, io, start, leading_newlines(st->buf, n), 0);
 		sent_note(st, io);
 		goto active;
@@ -290,7 +363,7 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 		st = conn_new(io, ROLE_SERVER);
 	if (!st)
 		return NULL;
-	begin_request(st, io->tid, now, sg, pend);
+	begin_request(st, io->tid, now, sg, pend, PHASE_REQUEST);
 	join_note(st, io, start, skip, pend);
 	sent_note(st, io);
 active:;
@@ -361,8 +434,15 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 		return st->h2 ? st : NULL;
 	}
 	if (st && st->phase == PHASE_REQUEST) {
-		capture(st, sg); /* request body or the rest of the head */
-		return NULL;
+		/* A client request whose answer is kept unsettled (a kernel
+		 * without exchange, answer_early) is settled first. */
+		__u64 e = st->role == ROLE_CLIENT ? early_take(st) : 0;
+		if (e)
+			early_settle(st, io, e);
+		if (st->phase == PHASE_REQUEST) {
+			capture(st, sg); /* request body or the rest of the head */
+			return NULL;
+		}
 	}
 
 	/* An idle client connection, an unknown one, or one that only ever
@@ -399,16 +479,12 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 		st = conn_new(io, ROLE_CLIENT);
 	if (!st)
 		return NULL;
-	__u64 now = bpf_ktime_get_ns();
-	__u64 end = 0;
-	int early = answered_first(st, io, &now, &end);
-	if (early < 0)
-		return NULL;
 	/* (a record made by a request-line prefix received on what turns out
 	 * to be a client connection becomes the client's) */
 	st->role = ROLE_CLIENT;
 	st->pend_len = 0;
-	begin_request(st, io->tid, now, sg, 0);
+	client_seqs(st, io, sg->total);
+	begin_request(st, io->tid, bpf_ktime_get_ns(), sg, 0, PHASE_IDLE);
 #ifndef RINGTAIL_CONN_TABLE
 	/* Its traceparent, written by the kernel, names its trace: no join
 	 * offer (the server reads the header), no parent (propagate.h writes
@@ -416,15 +492,7 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 	if (!prop_claim(st, io))
 #endif
 		client_links(st, io, sg->total, skip);
-	if (early) {
-		/* answered already (answered_first) */
-		emit(st, io->sk, early, 0, end);
-		st->phase = PHASE_IDLE;
-		if ((st->flags & STF_CONNECT) && early < 300) {
-			count(CNT_UPGRADED);
-			st->role = ROLE_OPAQUE;
-		}
-	}
+	client_begun(st, io);
 	return NULL;
 }
 

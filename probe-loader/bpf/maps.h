@@ -30,7 +30,8 @@ struct h2_dir {
 struct conn_state {
 	__u64 conn_id;
 	__u64 start_ns;
-	/* A client's final response read while no request was pending: when;
+	/* A client's final response read while no request was pending: when
+	 * (the token its reader and its request's sender settle by, 0: none);
 	 * and when its request left, if the socket says (http1_conn.h,
 	 * answer_early), else 0 */
 	__u64 early_ns;
@@ -48,11 +49,13 @@ struct conn_state {
 	/* A server connection outside TLS: the socket's write_seq when the
 	 * hooks last saw it (its request began, or a send of it was reported);
 	 * and, with pend_len during a request, where the bytes held in pend
-	 * began (http1_conn.h, late_request_start) */
+	 * began (http1_conn.h, late_request_start). A client connection
+	 * outside TLS: where its current request's first send ended and began
+	 * (client_seqs) */
 	__u32 sent_seq;
 	__u32 late_seq;
-	/* With early_start_ns: the socket's write_seq when that response was
-	 * read, and its status */
+	/* With early_seqs: the socket's write_seq when the early response was
+	 * read; and its status */
 	__u32 early_seq;
 	__u16 early_status;
 	__u16 cap_len;
@@ -77,6 +80,8 @@ struct conn_state {
 	/* 1: a database connection (db.h): its bytes go to user space as a
 	 * stream, no protocol machine here */
 	__u8 db;
+	/* 1: early_seq is known (http1_conn.h, answer_early) */
+	__u8 early_seqs;
 	/* the trace id (16 bytes, W3C order) and span id (8, little-endian) of
 	 * the traceparent the kernel wrote into the current client request */
 	__u8 tp[24];

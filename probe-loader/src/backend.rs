@@ -17,7 +17,7 @@ use aya::Btf;
 use aya_obj::btf::BtfKind;
 use ringtail_config::Backend;
 
-use crate::kernel::{SOCKET_OBJECT, SOCKET_PROPAGATE_OBJECT, SYSCALLS_OBJECT};
+use crate::kernel::{SOCKET_OBJECT, SOCKET_PROPAGATE_OBJECT, SYSCALLS_NOXCHG_OBJECT, SYSCALLS_OBJECT};
 
 /// Propagation's programs (`probe.propagate`, bpf/propagate.bpf.c): the
 /// sk_msg program that writes a traceparent, the sockops program that
@@ -109,13 +109,22 @@ impl Chosen {
         }
     }
 
-    /// The eBPF object; with propagation's programs (`probe.propagate`,
-    /// socket backend only) if `propagate`.
+    /// The eBPF object for this kernel; with propagation's programs
+    /// (`probe.propagate`, socket backend only) if `propagate`. (Call it
+    /// while privileged: the syscall backend's depends on whether this
+    /// kernel has atomic exchange, found by loading a program.)
     pub fn object(self, propagate: bool) -> &'static [u8] {
+        self.object_with(propagate, self == Chosen::Socket || has_atomic_exchange())
+    }
+
+    /// The eBPF object, with atomic exchange or without (the syscall
+    /// backend's, for kernels before 5.12).
+    fn object_with(self, propagate: bool, xchg: bool) -> &'static [u8] {
         match self {
             Chosen::Socket if propagate => SOCKET_PROPAGATE_OBJECT,
             Chosen::Socket => SOCKET_OBJECT,
-            Chosen::Syscalls => SYSCALLS_OBJECT,
+            Chosen::Syscalls if xchg => SYSCALLS_OBJECT,
+            Chosen::Syscalls => SYSCALLS_NOXCHG_OBJECT,
         }
     }
 
@@ -154,6 +163,55 @@ impl Chosen {
 /// `tp_btf` program attaches by).
 pub fn has_socket_tracepoints(btf: &Btf) -> bool {
     ["btf_trace_sock_recv_length", "btf_trace_sock_send_length"].iter().all(|name| btf.id_by_type_name_kind(name, BtfKind::Typedef).is_ok())
+}
+
+/// Whether the kernel's BPF has atomic exchange (Linux 5.12+; without, the
+/// syscall backend's object built without it is loaded: bpf/http1_conn.h's
+/// HAVE_XCHG, build.rs's NO_XCHG), decided by loading a program that
+/// uses one: an exchange on its stack, as a socket filter (any program type
+/// will do). Older kernels refuse the instruction ("BPF_XADD uses reserved
+/// fields"); so does a process that may not load programs, which is then
+/// refused its real ones anyway.
+pub fn has_atomic_exchange() -> bool {
+    /// `struct bpf_insn`: opcode, registers (dst low nibble, src high), offset, immediate.
+    const fn insn(code: u8, dst: u8, src: u8, off: i16, imm: i32) -> [u8; 8] {
+        let o = off.to_le_bytes();
+        let i = imm.to_le_bytes();
+        [code, dst | (src << 4), o[0], o[1], i[0], i[1], i[2], i[3]]
+    }
+    const MOV64_IMM: u8 = 0xb7; // BPF_ALU64 | BPF_MOV | BPF_K
+    const STX_DW: u8 = 0x7b; // BPF_STX | BPF_MEM | BPF_DW
+    const ATOMIC_DW: u8 = 0xdb; // BPF_STX | BPF_ATOMIC | BPF_DW
+    const XCHG: i32 = 0xe1; // BPF_XCHG (BPF_FETCH | 0xe0)
+    const EXIT: u8 = 0x95; // BPF_JMP | BPF_EXIT
+    let prog: [[u8; 8]; 6] = [
+        insn(MOV64_IMM, 1, 0, 0, 0),
+        insn(STX_DW, 10, 1, -8, 0), // *(u64 *)(r10 - 8) = r1
+        insn(MOV64_IMM, 1, 0, 0, 1),
+        insn(ATOMIC_DW, 10, 1, -8, XCHG), // r1 = xchg((u64 *)(r10 - 8), r1)
+        insn(MOV64_IMM, 0, 0, 0, 0),
+        insn(EXIT, 0, 0, 0, 0),
+    ];
+    let license = c"GPL";
+    // `union bpf_attr` for BPF_PROG_LOAD: prog_type, insn_cnt, insns,
+    // license; the rest (log, version, flags...) zero. 128 bytes cover
+    // every field a kernel reads for this command.
+    let mut attr = [0u8; 128];
+    attr[0..4].copy_from_slice(&1u32.to_ne_bytes()); // BPF_PROG_TYPE_SOCKET_FILTER
+    attr[4..8].copy_from_slice(&(prog.len() as u32).to_ne_bytes());
+    attr[8..16].copy_from_slice(&(prog.as_ptr() as u64).to_ne_bytes());
+    attr[16..24].copy_from_slice(&(license.as_ptr() as u64).to_ne_bytes());
+    const BPF_PROG_LOAD: libc::c_long = 5;
+    // SAFETY: attr is a zeroed bpf_attr of the size passed, whose pointers
+    // (the instructions, the license) outlive the call; the kernel only
+    // reads them. A descriptor returned is closed at once.
+    let fd = unsafe { libc::syscall(libc::SYS_bpf, BPF_PROG_LOAD, attr.as_mut_ptr(), attr.len() as u32) };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: fd is the descriptor just returned, owned here.
+    unsafe { libc::close(fd as libc::c_int) };
+    true
 }
 
 /// Whether every syscall tracepoint the backend attaches to exists.
@@ -195,18 +253,53 @@ mod tests {
     use super::*;
     use std::collections::BTreeSet;
 
+    /// This kernel (6.18 here; the kernel matrix runs this on 5.10, where
+    /// it must say no, through the loader's check-kernel) has exchange.
+    #[test]
+    fn atomic_exchange_is_found_on_a_kernel_that_has_it() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("SKIPPED: needs root (loads a program)");
+            return;
+        }
+        assert!(has_atomic_exchange());
+    }
+
     /// Each backend's list names exactly the programs of its object: none
     /// missing at attach time, none compiled and silently never attached.
     #[test]
     fn each_backend_attaches_every_program_of_its_object() {
-        for (backend, propagate) in [(Chosen::Socket, false), (Chosen::Socket, true), (Chosen::Syscalls, false)] {
-            let object = aya_obj::Object::parse(backend.object(propagate)).expect("parse the eBPF object");
+        for (backend, propagate, xchg) in
+            [(Chosen::Socket, false, true), (Chosen::Socket, true, true), (Chosen::Syscalls, false, true), (Chosen::Syscalls, false, false)]
+        {
+            let object = aya_obj::Object::parse(backend.object_with(propagate, xchg)).expect("parse the eBPF object");
             let in_object: BTreeSet<&str> = object.programs.keys().map(String::as_str).collect();
             let extra: &[&str] = if propagate { &PROPAGATION_PROGRAMS } else { &[] };
             let listed: BTreeSet<&str> =
                 backend.programs().iter().map(|(name, _)| *name).chain(crate::tls::program_names()).chain(extra.iter().copied()).collect();
             assert_eq!(in_object, listed, "{} propagate={propagate}", backend.name());
         }
+    }
+
+    /// The object for kernels before 5.12 holds no atomic instruction but
+    /// a plain add (BPF_XADD, immediate 0): their verifier refuses any other
+    /// ("BPF_STX uses reserved fields") before it looks at what is reached.
+    /// The other syscall object does have exchanges (what it is for).
+    #[test]
+    fn the_object_for_old_kernels_has_no_atomic_but_add() {
+        let atomics = |bytes: &[u8]| -> Vec<i32> {
+            let object = aya_obj::Object::parse(bytes).expect("parse the eBPF object");
+            object
+                .functions
+                .values()
+                .flat_map(|f| f.instructions.iter())
+                .filter(|i| i.code & 0x07 == 0x03 && i.code & 0xe0 == 0xc0) // BPF_STX | BPF_ATOMIC
+                .map(|i| i.imm)
+                .collect()
+        };
+        let old = atomics(SYSCALLS_NOXCHG_OBJECT);
+        assert!(old.iter().all(|imm| *imm == 0), "{old:x?}");
+        assert!(atomics(SYSCALLS_OBJECT).contains(&0xe1), "BPF_XCHG expected");
     }
 
     #[test]

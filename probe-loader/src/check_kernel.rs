@@ -191,6 +191,20 @@ pub fn main() -> i32 {
         },
     ));
 
+    let xchg = backend::has_atomic_exchange();
+    lines.push(line(
+        "atomic exchange",
+        xchg,
+        if xchg {
+            "BPF_XCHG loads: a client's answer read before its send is reported is settled at once"
+        } else {
+            "refused (Linux 5.12+): a client's answer read while its request is reported may wait for its next send"
+        },
+    ));
+    if !xchg {
+        cannot.push("settle every early answer of a client that reads on another thread at once (Linux 5.12+)".to_owned());
+    }
+
     // What the loader keeps once started (besides tls.attach_later's).
     if let Some(map) = small_map() {
         use std::os::fd::AsFd;

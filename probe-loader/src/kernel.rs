@@ -36,6 +36,9 @@ pub static SOCKET_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_
 pub static SOCKET_PROPAGATE_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringtail-sock-propagate.bpf.o"));
 /// The compiled eBPF object of the syscall backend (`bpf/syscalls.bpf.c`).
 pub static SYSCALLS_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringtail-syscalls.bpf.o"));
+/// The syscall backend's object without atomic exchange, for kernels
+/// before 5.12 (build.rs, `NO_XCHG`).
+pub static SYSCALLS_NOXCHG_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringtail-syscalls-noxchg.bpf.o"));
 
 /// Names of the kernel's per-CPU counters, by index (CNT_* in ringtail.h).
 pub const COUNTERS: [KernelCounter; CNT_MAX] = {

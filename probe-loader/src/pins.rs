@@ -40,7 +40,7 @@ use ringtail_config::{DiscoverySettings, ProbeSettings, TlsSettings};
 use runtime_kit::dirs::DirError;
 use runtime_kit::files::{self, Kind};
 
-use crate::kernel::{CONTRACT_HEADER, SOCKET_OBJECT, SOCKET_PROPAGATE_OBJECT, SYSCALLS_OBJECT};
+use crate::kernel::{CONTRACT_HEADER, SOCKET_OBJECT, SOCKET_PROPAGATE_OBJECT, SYSCALLS_NOXCHG_OBJECT, SYSCALLS_OBJECT};
 
 /// Why pins could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -138,6 +138,7 @@ pub fn stamp(probe: &ProbeSettings, discovery: &DiscoverySettings, tls: &TlsSett
     let mut h = 0xcbf2_9ce4_8422_2325;
     h = fnv1a(h, SOCKET_OBJECT);
     h = fnv1a(h, SYSCALLS_OBJECT);
+    h = fnv1a(h, SYSCALLS_NOXCHG_OBJECT);
     h = fnv1a(h, SOCKET_PROPAGATE_OBJECT);
     h = fnv1a(h, CONTRACT_HEADER.as_bytes());
     // The whole selection, not only what is baked in: a reopened set keeps

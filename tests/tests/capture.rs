@@ -364,6 +364,48 @@ fn answer_read_before_the_send_is_reported(b: &str) {
     );
 }
 
+/// A client whose first request left before it was traced reads that
+/// request's answer while traced: the kernel sees an answer with no request
+/// on an unknown connection, kept as if read before its send was reported.
+/// The next request's send shows (TCP's sequence numbers: the answer was
+/// read before any byte of it was written) that the answer was not its: an
+/// orphan response, counted, and this request and the next are traced as
+/// usual (once, both were lost: a cascade over the connection).
+/// Deterministic: the client sends, ringtail starts, then the client reads.
+fn an_answer_to_a_request_sent_before_tracing_is_an_orphan(b: &str) {
+    if !can_trace() {
+        return;
+    }
+    let port = free_port();
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_rust_http_server"));
+    let _srv = server("rust server", port, &bin, &[&port.to_string()]);
+    let dir = TempDir::new("before-tracing");
+    let client = Command::new("python3")
+        .arg(fixture("py_before_tracing.py"))
+        .args([&port.to_string(), dir.0.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(wait_until(WAIT, || dir.0.join("sent").exists().then_some(())).is_some(), "the client never sent /before");
+    let prom = free_port();
+    let rt = start(
+        b,
+        &format!("[probe]\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nexe_names = [\"^python3\"]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n"),
+    );
+    std::fs::write(dir.0.join("go"), b"").unwrap();
+    let out = client.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "200 200 200");
+    let peer = format!("127.0.0.1:{port}");
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| s.kind == "CLIENT" && s.peer == peer).count() >= 2);
+    let got: Vec<&str> = spans.iter().filter(|s| s.kind == "CLIENT" && s.peer == peer).map(|s| s.path.as_str()).collect();
+    assert_eq!(got, ["/after1", "/after2"], "{}", rt.stdout());
+    let orphans = wait_until(WAIT, || metric_value(prom, "ringtail_orphan_responses_total", &[]).filter(|v| *v >= 1.0));
+    assert_eq!(orphans, Some(1.0), "{}", scrape(prom));
+    let dropped = metric_value(prom, "ringtail_dropped_events_total", &[("reason", "answered_before_sent")]);
+    assert_eq!(dropped, Some(0.0), "{}", scrape(prom));
+}
+
 /// A server that reads ahead while it answers (Go's net/http reads one
 /// byte in the background while a handler runs) can read the first byte of
 /// the next request before the kernel reports the send of the answer (the
@@ -734,6 +776,7 @@ on_both_backends!(
     answer_read_before_the_send_is_reported,
     a_request_begun_before_the_answer_s_send_is_reported,
     go_client_under_concurrency_every_request_is_a_span,
+    an_answer_to_a_request_sent_before_tracing_is_an_orphan,
     traceparent_is_joined_and_outgoing_calls_are_children,
     selection_by_pid_and_exe_and_never_itself,
     a_literal_exe_name_is_selected_at_exec,

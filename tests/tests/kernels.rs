@@ -92,6 +92,8 @@ fn check_kernel_agrees_with_the_kernel_table() {
         format!("propagation          {}", if socket { "ok" } else { "no" }),
         format!("ringtail will use: probe.backend = \"auto\" -> {}", expect.auto),
         format!("pins                 {}", if expect.pins(expect.auto) { "ok" } else { "no" }),
+        // BPF_XCHG (Linux 5.12+): early client answers settled at once
+        format!("atomic exchange      {}", if version >= (5, 12) { "ok" } else { "no" }),
     ] {
         assert!(text.contains(&needle), "{needle:?} not in:\n{text}");
     }
