@@ -128,36 +128,42 @@ static __always_inline __u64 early_take(struct conn_state *st)
 }
 
 /* The current client request (published) and its early answer, whose token
- * `e` (when it was read) the caller took: one of three.
+ * `e` (when it was read) the caller took: one of three. The request's bytes
+ * end at write_seq now (a client writes one request at a time: nothing of
+ * the next is written before this answer is seen) and began req_len
+ * before.
  *  - The answer was read before any byte of this request was written
- *    (early_seq, write_seq at the read, is at or before client_seqs' start):
- *    it answered a request not seen (sent before the process was traced);
+ *    (early_seq, write_seq at the read, is at or before its start): it
+ *    answered a request not seen (sent before the process was traced);
  *    counted an orphan, and this request waits for its own.
  *  - It was read when everything the process wrote had been acked (RACK's
- *    newest delivered segment ended at write_seq, the end of this request's
- *    send): that segment, sent at rack.mstamp, was the request's last; the
- *    span is made from then (the time a reported send is stamped with, as
- *    every client request is) to the read.
+ *    newest delivered segment ended at write_seq, the end of this
+ *    request): that segment, sent at rack.mstamp, was the request's last;
+ *    the span is made from then (the time a reported send is stamped with,
+ *    as every client request is) to the read.
  *  - Otherwise (a send still under way when the answer came, as a body
  *    larger than the socket buffers; TLS, whose write_seq says nothing) it
  *    is not traced, and counted: pairing it with the next response would
  *    make a wrong span. */
 static __always_inline void early_settle(struct conn_state *st, const struct conn_io *io, __u64 e)
 {
-	if (st->early_seqs && (__s32)(st->early_seq - st->late_seq) <= 0) {
-		count(CNT_ORPHAN);
-		return;
-	}
-	if (st->early_start_ns && st->early_seqs && st->early_seq == st->sent_seq) {
-		count(CNT_ANSWERED_PAIRED);
-		st->start_ns = st->early_start_ns;
-		emit(st, io->sk, st->early_status, 0, e);
-		st->phase = PHASE_IDLE;
-		if ((st->flags & STF_CONNECT) && st->early_status < 300) {
-			count(CNT_UPGRADED);
-			st->role = ROLE_OPAQUE;
+	if (st->early_seqs) {
+		__u32 w = sk_u32_at(io->sk, tcp_write_seq_off);
+		if ((__s32)(st->early_seq - (w - st->req_len)) <= 0) {
+			count(CNT_ORPHAN);
+			return;
 		}
-		return;
+		if (st->early_start_ns && st->early_seq == w) {
+			count(CNT_ANSWERED_PAIRED);
+			st->start_ns = st->early_start_ns;
+			emit(st, io->sk, st->early_status, 0, e);
+			st->phase = PHASE_IDLE;
+			if ((st->flags & STF_CONNECT) && st->early_status < 300) {
+				count(CNT_UPGRADED);
+				st->role = ROLE_OPAQUE;
+			}
+			return;
+		}
 	}
 	count(CNT_ANSWERED_FIRST);
 	st->phase = PHASE_IDLE;
@@ -192,18 +198,6 @@ static __always_inline void answer_early(struct conn_state *st, const struct con
 	__u64 e = early_take(st);
 	if (e)
 		early_settle(st, io, e);
-}
-
-/* Where a client request's first send began and ended in the socket's
- * write_seq (early_settle), before it is published. */
-static __always_inline void client_seqs(struct conn_state *st, const struct conn_io *io, __u32 total)
-{
-	st->sent_seq = 0;
-	st->late_seq = 0;
-	if (!tcp_write_seq_off || io->tls)
-		return;
-	st->sent_seq = sk_u32_at(io->sk, tcp_write_seq_off);
-	st->late_seq = st->sent_seq - total;
 }
 
 /* Publishes a client request begun (its fields filled in), then settles its
@@ -483,7 +477,6 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 	 * to be a client connection becomes the client's) */
 	st->role = ROLE_CLIENT;
 	st->pend_len = 0;
-	client_seqs(st, io, sg->total);
 	begin_request(st, io->tid, bpf_ktime_get_ns(), sg, 0, PHASE_IDLE);
 #ifndef RINGTAIL_CONN_TABLE
 	/* Its traceparent, written by the kernel, names its trace: no join

@@ -49,9 +49,7 @@ struct conn_state {
 	/* A server connection outside TLS: the socket's write_seq when the
 	 * hooks last saw it (its request began, or a send of it was reported);
 	 * and, with pend_len during a request, where the bytes held in pend
-	 * began (http1_conn.h, late_request_start). A client connection
-	 * outside TLS: where its current request's first send ended and began
-	 * (client_seqs) */
+	 * began (http1_conn.h, late_request_start) */
 	__u32 sent_seq;
 	__u32 late_seq;
 	/* With early_seqs: the socket's write_seq when the early response was
