@@ -618,7 +618,7 @@ pub fn go_binary(name: &str) -> Option<PathBuf> {
         return None;
     }
     let dir = bin_dir().join("test-fixtures");
-    Some(build_go(&go, name, &dir.join(name), &dir.join("gocache"), false))
+    Some(build_go(&go, name, &dir.join(name), &dir.join("gocache"), GoLink::Plain))
 }
 
 /// The release (`"1.27"`) `go version` names, if `go` runs.
@@ -650,22 +650,47 @@ pub fn go_toolchains() -> Vec<(String, PathBuf)> {
     found
 }
 
+/// How a Go fixture is linked ([`go_binary_with`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GoLink {
+    /// The default: an executable at a fixed address, with its symbol
+    /// table and DWARF.
+    Plain,
+    /// `-ldflags=-s -w`: no symbol table, no DWARF.
+    Stripped,
+    /// Stripped, and `-buildmode=pie`: loaded at a random address (ELF
+    /// type DYN), as distributions build their Go packages.
+    StrippedPie,
+}
+
+impl GoLink {
+    /// The suffix of the directory the fixture is built into.
+    fn suffix(self) -> &'static str {
+        match self {
+            GoLink::Plain => "",
+            GoLink::Stripped => "-stripped",
+            GoLink::StrippedPie => "-stripped-pie",
+        }
+    }
+}
+
 /// Builds the Go fixture `tests/fixtures/go/{name}.go` with the toolchain
 /// `go` (release `tag`, see [`go_toolchains`]) into
-/// `test-fixtures/go-{tag}[-stripped]/{name}` beside the ringtail binaries;
-/// `stripped` links with `-ldflags=-s -w` (no symbol table, no DWARF).
-/// Rebuilt only when the source or the toolchain is newer.
-pub fn go_binary_with(go: &Path, tag: &str, name: &str, stripped: bool) -> PathBuf {
+/// `test-fixtures/go-{tag}[-stripped[-pie]]/{name}` beside the ringtail
+/// binaries, linked as `link` says. Rebuilt only when the source or the
+/// toolchain is newer.
+pub fn go_binary_with(go: &Path, tag: &str, name: &str, link: GoLink) -> PathBuf {
     let dir = bin_dir().join("test-fixtures");
-    let variant = if stripped { format!("go-{tag}-stripped") } else { format!("go-{tag}") };
-    build_go(go, name, &dir.join(variant).join(name), &dir.join(format!("gocache-{tag}")), stripped)
+    // A PIE's packages are compiled otherwise: a build cache of its own.
+    let cache = if link == GoLink::StrippedPie { format!("gocache-{tag}-pie") } else { format!("gocache-{tag}") };
+    build_go(go, name, &dir.join(format!("go-{tag}{}", link.suffix())).join(name), &dir.join(cache), link)
 }
 
 /// `go build`s fixture `name` into `out` with the build cache `cache`,
 /// offline and with this toolchain only, unless `out` is newer than both
 /// the source and the toolchain. The binary is written beside `out` and
 /// renamed over it, so a test never runs half a file.
-fn build_go(go: &Path, name: &str, out: &Path, cache: &Path, stripped: bool) -> PathBuf {
+fn build_go(go: &Path, name: &str, out: &Path, cache: &Path, link: GoLink) -> PathBuf {
     let src = fixture(&format!("go/{name}.go"));
     let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
     let built = modified(out);
@@ -678,8 +703,11 @@ fn build_go(go: &Path, name: &str, out: &Path, cache: &Path, stripped: bool) -> 
     let partial = dir.join(format!(".{name}.{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
     let mut cmd = Command::new(go);
     cmd.arg("build").arg("-o").arg(&partial);
-    if stripped {
+    if link != GoLink::Plain {
         cmd.arg("-ldflags=-s -w");
+    }
+    if link == GoLink::StrippedPie {
+        cmd.arg("-buildmode=pie");
     }
     let gopath = bin_dir().join("test-fixtures/gopath");
     let st = cmd

