@@ -382,7 +382,7 @@ fn go_https_h2_both_ends(b: &str) {
         return;
     }
     let Some(go) = latest() else { return };
-    let builds = builds(&[go]);
+    let builds: Vec<Build> = builds(&[go]).into_iter().filter(|b| b.link != GoLink::StrippedPie).collect();
     let dir = TempDir::new("go-tls-h2");
     let cert = certificate(&dir.0);
     let rotel = Rotel::start();
