@@ -692,6 +692,44 @@ fn read_returns(version: &str, code: &[u8]) -> Result<Vec<u64>, Refusal> {
     Ok(found)
 }
 
+/// The fuzz target's check (`span-actor/fuzz/fuzz_targets/go_binary.rs`;
+/// this module's tests replay it over its seeds): whatever an executable
+/// holds, [`inspect`] returns, and what it accepts is inside the file, in a
+/// known layout, with 1 to [`MAX_RETURNS`] returns in order within Read.
+#[cfg(any(test, fuzzing))]
+pub fn check(data: &[u8]) {
+    let file = scratch_file(data);
+    match inspect(&file) {
+        Ok(Some(go)) => {
+            let len = data.len() as u64;
+            assert!(go.read < len && go.write < len, "{go:?} in {len} bytes");
+            assert!((1..=MAX_RETURNS).contains(&go.read_returns.len()), "{go:?}");
+            assert!(go.read_returns.windows(2).all(|w| w[0] < w[1]), "{go:?}");
+            assert!(go.read_returns.iter().all(|r| (go.read..go.read + MAX_FUNCTION).contains(r) && *r < len), "{go:?}");
+            assert!(check_layout(&go.version).is_ok(), "{go:?}");
+        }
+        Ok(None) => {}
+        Err(refusal) => {
+            assert!(Refusal::REASONS.contains(&refusal.reason()));
+            assert!(!refusal.to_string().is_empty());
+        }
+    }
+}
+
+/// `data` in a file of its own, already unlinked.
+#[cfg(any(test, fuzzing))]
+fn scratch_file(data: &[u8]) -> File {
+    use std::io::Write;
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let name = format!("ringtail-gobin-check-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+    let path = std::env::temp_dir().join(name);
+    let mut file = std::fs::OpenOptions::new().read(true).write(true).create_new(true).open(&path).expect("a scratch file");
+    std::fs::remove_file(&path).expect("the scratch file unlinked");
+    file.write_all(data).expect("the scratch file written");
+    file
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1157,5 +1195,225 @@ func main() {
         assert!(matches!(hops, Err(Refusal::BadElf { .. })));
         assert!(matches!(Window::new(&file, 0, MAX_SECTION + 1), Err(Refusal::BadElf { .. })));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// How a [`synthetic`] executable names its functions.
+    #[derive(Clone, Copy)]
+    enum Names {
+        /// `.symtab` and `.strtab`.
+        Symbols,
+        /// `.gopclntab` only (stripped), with this `textStart` (0: Go 1.26+).
+        Pclntab { text_start: u64 },
+    }
+
+    /// Where [`synthetic`] puts `.text` and the two functions in it.
+    const TEXT_ADDR: u64 = 0x40_1000;
+    const WRITE_AT: u64 = 0;
+    const READ_AT: u64 = 0x40;
+    /// Read: `cmp rsp, [r14+0x10]; jbe +3; xor eax, eax; ret; mov eax, 1; ret`.
+    const READ_CODE: [u8; 15] = [0x49, 0x3b, 0x66, 0x10, 0x76, 0x03, 0x31, 0xc0, 0xc3, 0xb8, 0x01, 0, 0, 0, 0xc3];
+    const READ_RETURNS: [u64; 2] = [8, 14];
+
+    /// One section of a [`synthetic`] executable.
+    struct Synth {
+        name: &'static str,
+        kind: u32,
+        flags: u64,
+        addr: u64,
+        contents: Vec<u8>,
+        link: u32,
+        entsize: u64,
+    }
+
+    /// The smallest executable [`inspect`] attaches to: an ELF header,
+    /// `.text` with Write (a stack check and `ret`) and Read
+    /// ([`READ_CODE`]), `.go.buildinfo` saying go1.27.3, the names as
+    /// `names` says, `.shstrtab`, then the section headers. The fuzz
+    /// target's seeds (`span-actor/fuzz/seeds/go_binary/`), written by
+    /// [`synthetic_executables_are_read_and_are_the_fuzz_seeds`].
+    fn synthetic(names: Names) -> Vec<u8> {
+        let mut text = vec![0u8; 0x80];
+        text[WRITE_AT as usize..][..5].copy_from_slice(&[0x49, 0x3b, 0x66, 0x10, 0xc3]);
+        text[READ_AT as usize..][..READ_CODE.len()].copy_from_slice(&READ_CODE);
+        let read_end = READ_AT + READ_CODE.len() as u64;
+        let mut buildinfo = BUILDINFO_MAGIC.to_vec();
+        buildinfo.extend_from_slice(&[8, 2]);
+        buildinfo.resize(32, 0);
+        buildinfo.push(8);
+        buildinfo.extend_from_slice(b"go1.27.3");
+        buildinfo.push(0);
+        let mut sections = vec![
+            Synth { name: "", kind: 0, flags: 0, addr: 0, contents: Vec::new(), link: 0, entsize: 0 },
+            Synth { name: ".text", kind: 1, flags: SHF_ALLOC | SHF_EXECINSTR, addr: TEXT_ADDR, contents: text, link: 0, entsize: 0 },
+            Synth { name: ".go.buildinfo", kind: 1, flags: SHF_ALLOC | 1, addr: 0x50_0000, contents: buildinfo, link: 0, entsize: 0 },
+        ];
+        match names {
+            Names::Symbols => {
+                let mut strtab = vec![0u8];
+                let mut symtab = vec![0u8; 24];
+                for (name, at, size) in [(READ, READ_AT, read_end - READ_AT), (WRITE, WRITE_AT, READ_AT - WRITE_AT)] {
+                    symtab.extend_from_slice(&(strtab.len() as u32).to_le_bytes());
+                    // STB_GLOBAL, STT_FUNC; in section 1 (.text)
+                    symtab.extend_from_slice(&[0x12, 0, 1, 0]);
+                    symtab.extend_from_slice(&(TEXT_ADDR + at).to_le_bytes());
+                    symtab.extend_from_slice(&size.to_le_bytes());
+                    strtab.extend_from_slice(name.as_bytes());
+                    strtab.push(0);
+                }
+                sections.push(Synth { name: ".symtab", kind: SHT_SYMTAB, flags: 0, addr: 0, contents: symtab, link: 4, entsize: 24 });
+                sections.push(Synth { name: ".strtab", kind: 3, flags: 0, addr: 0, contents: strtab, link: 0, entsize: 0 });
+            }
+            Names::Pclntab { text_start } => {
+                let mut names = Vec::new();
+                let mut name_offs = [0u32; 2];
+                for (slot, name) in name_offs.iter_mut().zip([WRITE, READ]) {
+                    *slot = names.len() as u32;
+                    names.extend_from_slice(name.as_bytes());
+                    names.push(0);
+                }
+                let funcnames = 8 + 8 * 8;
+                let functab = (funcnames + names.len() as u64).next_multiple_of(8);
+                // magic, pad, minLC, ptrSize; nfunc, nfiles, textStart,
+                // funcnameOffset, cuOffset, filetabOffset, pctabOffset, pclnOffset
+                let mut pcln = PCLNTAB_120.to_le_bytes().to_vec();
+                pcln.extend_from_slice(&[0, 0, 1, 8]);
+                for word in [2, 0, text_start, funcnames, 0, 0, 0, functab] {
+                    pcln.extend_from_slice(&word.to_le_bytes());
+                }
+                pcln.extend_from_slice(&names);
+                pcln.resize(functab as usize, 0);
+                // (entryoff, funcoff) twice, the end of the text, then each _func.
+                let funcs = [(WRITE_AT, name_offs[0]), (READ_AT, name_offs[1])];
+                for (i, (entry, _)) in funcs.iter().enumerate() {
+                    pcln.extend_from_slice(&(*entry as u32).to_le_bytes());
+                    pcln.extend_from_slice(&(20 + 8 * i as u32).to_le_bytes());
+                }
+                pcln.extend_from_slice(&(read_end as u32).to_le_bytes());
+                for (entry, name) in funcs {
+                    pcln.extend_from_slice(&(entry as u32).to_le_bytes());
+                    pcln.extend_from_slice(&name.to_le_bytes());
+                }
+                sections.push(Synth {
+                    name: ".gopclntab",
+                    kind: 1,
+                    flags: SHF_ALLOC,
+                    addr: 0x60_0000,
+                    contents: pcln,
+                    link: 0,
+                    entsize: 0,
+                });
+            }
+        }
+        let mut shstrtab = vec![0u8];
+        let mut name_at = Vec::new();
+        for Synth { name, .. } in &sections {
+            name_at.push(if name.is_empty() { 0 } else { shstrtab.len() as u32 });
+            if !name.is_empty() {
+                shstrtab.extend_from_slice(name.as_bytes());
+                shstrtab.push(0);
+            }
+        }
+        name_at.push(shstrtab.len() as u32);
+        shstrtab.extend_from_slice(b".shstrtab\0");
+        sections.push(Synth { name: ".shstrtab", kind: 3, flags: 0, addr: 0, contents: shstrtab, link: 0, entsize: 0 });
+        // The contents after the 64-byte header, each 16-aligned; then the headers.
+        let mut file = vec![0u8; 64];
+        let mut headers = Vec::new();
+        for (Synth { kind, flags, addr, contents, link, entsize, .. }, name) in sections.iter().zip(&name_at) {
+            let offset = if contents.is_empty() { 0 } else { file.len().next_multiple_of(16) as u64 };
+            if !contents.is_empty() {
+                file.resize(offset as usize, 0);
+                file.extend_from_slice(contents);
+            }
+            headers.extend_from_slice(&name.to_le_bytes());
+            headers.extend_from_slice(&kind.to_le_bytes());
+            for word in [*flags, *addr, offset, contents.len() as u64] {
+                headers.extend_from_slice(&word.to_le_bytes());
+            }
+            headers.extend_from_slice(&link.to_le_bytes());
+            headers.extend_from_slice(&0u32.to_le_bytes());
+            headers.extend_from_slice(&1u64.to_le_bytes());
+            headers.extend_from_slice(&entsize.to_le_bytes());
+        }
+        let shoff = file.len().next_multiple_of(8) as u64;
+        file.resize(shoff as usize, 0);
+        file.extend_from_slice(&headers);
+        // e_ident (ELF64, little-endian, version 1), ET_EXEC, x86-64, version 1
+        file[..8].copy_from_slice(b"\x7fELF\x02\x01\x01\x00");
+        file[0x10..0x18].copy_from_slice(&[2, 0, EM_X86_64 as u8, 0, 1, 0, 0, 0]);
+        file[0x28..0x30].copy_from_slice(&shoff.to_le_bytes());
+        file[0x34..0x36].copy_from_slice(&64u16.to_le_bytes());
+        file[0x3a..0x3c].copy_from_slice(&64u16.to_le_bytes());
+        file[0x3c..0x3e].copy_from_slice(&(sections.len() as u16).to_le_bytes());
+        file[0x3e..0x40].copy_from_slice(&(sections.len() as u16 - 1).to_le_bytes());
+        file
+    }
+
+    /// The checked-in seeds of the `go_binary` fuzz target.
+    fn seed_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../span-actor/fuzz/seeds/go_binary")
+    }
+
+    const SEEDS: [(&str, Names); 3] = [
+        ("symbols", Names::Symbols),
+        ("stripped", Names::Pclntab { text_start: 0 }),
+        ("stripped_text_start", Names::Pclntab { text_start: TEXT_ADDR }),
+    ];
+
+    /// `RINGTAIL_WRITE_SEEDS=1 cargo test -p probe-loader synthetic`
+    /// rewrites the seeds after a change to [`synthetic`].
+    #[test]
+    fn synthetic_executables_are_read_and_are_the_fuzz_seeds() {
+        for (name, names) in SEEDS {
+            let bytes = synthetic(names);
+            let go = inspect(&scratch_file(&bytes)).unwrap_or_else(|e| panic!("{name}: {e}")).unwrap_or_else(|| panic!("{name}: not Go"));
+            let text = bytes.windows(READ_CODE.len()).position(|w| w == READ_CODE).expect("Read's code") as u64 - READ_AT;
+            assert_eq!(
+                go,
+                GoTls {
+                    version: "go1.27.3".to_string(),
+                    read: text + READ_AT,
+                    read_returns: READ_RETURNS.iter().map(|r| text + READ_AT + r).collect(),
+                    write: text + WRITE_AT,
+                    symbols: matches!(names, Names::Symbols),
+                },
+                "{name}"
+            );
+            let path = seed_dir().join(name);
+            if std::env::var_os("RINGTAIL_WRITE_SEEDS").is_some() {
+                std::fs::create_dir_all(seed_dir()).expect("the seed directory");
+                std::fs::write(&path, &bytes).expect("write a seed");
+            }
+            let seed = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (RINGTAIL_WRITE_SEEDS=1 writes it)", path.display()));
+            assert!(seed == bytes, "{} is not what synthetic() makes now (RINGTAIL_WRITE_SEEDS=1 rewrites it)", path.display());
+        }
+    }
+
+    /// The fuzz target's check over each seed, each of its prefixes and
+    /// 2,000 seeded flips of each (the fuzzer's own runs are `cargo fuzz`'s,
+    /// on nightly: FUZZING.md).
+    #[test]
+    fn fuzz_seeds_replay() {
+        let mut rng = Rng(0xf022_5eed);
+        let mut seeds: Vec<_> = std::fs::read_dir(seed_dir()).expect("the seed directory").map(|e| e.expect("an entry").path()).collect();
+        seeds.sort();
+        assert!(seeds.len() >= SEEDS.len(), "{seeds:?}");
+        let mut attached = 0;
+        for path in seeds {
+            let seed = std::fs::read(&path).expect("a seed");
+            attached += usize::from(matches!(inspect(&scratch_file(&seed)), Ok(Some(_))));
+            for cut in 0..=seed.len() {
+                check(&seed[..cut]);
+            }
+            for _ in 0..2_000 {
+                let mut copy = seed.clone();
+                for _ in 0..1 + rng.below(4) {
+                    let at = rng.below(copy.len() as u64) as usize;
+                    copy[at] ^= 1 << rng.below(8);
+                }
+                check(&copy);
+            }
+        }
+        assert!(attached >= SEEDS.len());
     }
 }
