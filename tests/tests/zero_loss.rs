@@ -134,6 +134,18 @@ fn access_log(path: &Path) -> Vec<String> {
         .collect()
 }
 
+/// [`access_log`] once it has a line for each of `served` (or after 10 s):
+/// nginx writes a request's log line after its response, so the last ones
+/// may still be on their way when the clients are done.
+fn access_log_of(path: &Path, served: &[String]) -> Vec<String> {
+    let all_logged = || {
+        let logged = access_log(path);
+        let set: BTreeSet<&String> = logged.iter().collect();
+        served.iter().all(|p| set.contains(p)).then_some(logged)
+    };
+    wait_until(Duration::from_secs(10), all_logged).unwrap_or_else(|| access_log(path))
+}
+
 /// Every `ringtail_dropped_*` sample that is not zero.
 fn drops(text: &str) -> Vec<String> {
     text.lines()
@@ -243,16 +255,8 @@ impl Rig {
     /// backends keyed by span id store once). A second, different span for a
     /// request is never allowed.
     fn check(&self, served: Vec<String>, redelivery: bool) {
+        let logged = access_log_of(&self.log, &served);
         let served: BTreeSet<&String> = served.iter().collect();
-        // nginx writes a request's log line after its response: the last
-        // ones may still be on their way when the clients are done
-        let all_logged = || {
-            let logged = access_log(&self.log);
-            let set: BTreeSet<&String> = logged.iter().collect();
-            served.iter().all(|p| set.contains(p)).then_some(())
-        };
-        let _ = wait_until(Duration::from_secs(10), all_logged);
-        let logged = access_log(&self.log);
         let logged_set: BTreeSet<&String> = logged.iter().collect();
         assert_eq!(logged_set.len(), logged.len(), "nginx logged a path twice");
         assert_eq!(served, logged_set, "the clients' 200s are nginx's log");
@@ -372,7 +376,7 @@ fn a_span_actor_stopped_beyond_the_buffers_loses_only_what_is_counted() {
     // SAFETY: as above.
     unsafe { libc::kill(pid as i32, libc::SIGCONT) };
     let served = load.finish();
-    let logged = access_log(&rig.log);
+    let logged = access_log_of(&rig.log, &served);
     assert_eq!(served.len(), logged.len());
     let port = rig.port.to_string();
     let spans = || -> BTreeMap<String, BTreeSet<String>> {
