@@ -698,10 +698,14 @@ fn read_returns(version: &str, code: &[u8]) -> Result<Vec<u64>, Refusal> {
 /// known layout, with 1 to [`MAX_RETURNS`] returns in order within Read.
 #[cfg(any(test, fuzzing))]
 pub fn check(data: &[u8]) {
-    let file = scratch_file(data);
-    match inspect(&file) {
+    check_result(&inspect(&scratch_file(data)), data.len() as u64);
+}
+
+/// What [`check`] asserts of [`inspect`]'s answer for a file of `len` bytes.
+#[cfg(any(test, fuzzing))]
+fn check_result(result: &Result<Option<GoTls>, Refusal>, len: u64) {
+    match result {
         Ok(Some(go)) => {
-            let len = data.len() as u64;
             assert!(go.read < len && go.write < len, "{go:?} in {len} bytes");
             assert!((1..=MAX_RETURNS).contains(&go.read_returns.len()), "{go:?}");
             assert!(go.read_returns.windows(2).all(|w| w[0] < w[1]), "{go:?}");
@@ -1024,14 +1028,11 @@ func main() {
     }
 
     /// Writes `bytes` to `path` and inspects it: whatever it is, no panic,
-    /// and offsets given are inside the file.
+    /// and what is accepted passes [`check_result`].
     fn inspect_bytes(path: &Path, bytes: &[u8]) -> Result<Option<GoTls>, Refusal> {
         std::fs::write(path, bytes).expect("write a damaged copy");
         let got = inspect(&open(path));
-        if let Ok(Some(go)) = &got {
-            let len = bytes.len() as u64;
-            assert!(go.read < len && go.write < len && go.read_returns.iter().all(|r| *r < len), "{go:?} in {len} bytes");
-        }
+        check_result(&got, bytes.len() as u64);
         got
     }
 
@@ -1083,9 +1084,7 @@ func main() {
                         copy.write_all_at(&[good[at as usize] ^ 1 << rng.below(8)], at).expect("flip");
                     }
                     let got = inspect(&open(&path));
-                    if let Ok(Some(go)) = &got {
-                        assert!(go.read < len && go.write < len && go.read_returns.iter().all(|r| *r < len), "{go:?} in {len} bytes");
-                    }
+                    check_result(&got, len);
                     note(&got);
                     for &at in &flips {
                         copy.write_all_at(&good[at as usize..at as usize + 1], at).expect("restore");
