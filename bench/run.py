@@ -1110,18 +1110,23 @@ def parse_setting(text):
     """KEY=VALUE, the value as TOML would read it (number, bool, string)."""
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise Fail(f"--variant wants KEY=VALUE, got {text!r}")
+        raise Fail(f"--variant wants KEY=VALUE[+KEY=VALUE…], got {text!r}")
     try:
         return key, json.loads(value)
     except ValueError:
         return key, value
 
 
+def parse_variant(text):
+    """KEY=VALUE[+KEY=VALUE…]: the settings of one --variant."""
+    return dict(parse_setting(part) for part in text.split("+"))
+
+
 def mode_optimisations(ctx):
     """The seed's two optimisations undone one at a time, side by side."""
     a = ctx.args
     server = Nginx(ctx.tools, ctx.work, a.nginx_workers) if a.opt_server == "nginx" else GoServer(ctx.tools, ctx.work)
-    opt_variants = OPT_VARIANTS + [(v, dict([parse_setting(v)])) for v in a.variant]
+    opt_variants = (OPT_VARIANTS[:1] if a.opt_default_only else OPT_VARIANTS) + [(v, parse_variant(v)) for v in a.variant]
     variants = [("off", None)] + [(n, ringtail_settings(ctx, server.port, s)) for n, s in opt_variants]
     records = []
     try:
@@ -1181,7 +1186,7 @@ def mode_saturation(ctx):
         if server.kind == "nginx":
             variants.append(("wakeup_len=1", ringtail_settings(ctx, server.port, {"probe.wakeup_len": 1})))
         # --variant KEY=VALUE (e.g. probe.backend=syscalls): more rows in the points table
-        variants += [(v, ringtail_settings(ctx, server.port, dict([parse_setting(v)]))) for v in a.variant]
+        variants += [(v, ringtail_settings(ctx, server.port, parse_variant(v))) for v in a.variant]
         try:
             for rep in range(a.sat_repeat):
                 for name, settings in alternate(variants, rep):
@@ -1398,7 +1403,9 @@ def main():
     p.add_argument("--repeat", type=int, help="off/on pairs per point (default 2, quick 1)")
     p.add_argument("--opt-rate", type=int, default=5000, help="rate of the optimisations mode")
     p.add_argument("--opt-server", default="nginx", choices=["nginx", "go"])
-    p.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE",
+    p.add_argument("--opt-default-only", action="store_true",
+                   help="optimisations mode: of its own variants only the default (with --variant: the default against those)")
+    p.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE[+KEY=VALUE…]",
                    help="another optimisations variant, e.g. probe.wakeup_len=128 (repeatable)")
     p.add_argument("--wrk-conns", type=int, default=64)
     p.add_argument("--wrk-threads", type=int, default=1)

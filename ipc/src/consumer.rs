@@ -6,7 +6,7 @@
 //! after a gap waits for the gap to be filled by the producer's resend or
 //! replay: a stream such as HTTP/2's, whose header compression is a state
 //! carried from one message to the next, is read wrong out of order), and acks — contiguously, paced as
-//! [`crate::protocol::ack_due`] says — what the caller marks done with
+//! [`crate::protocol::ack_due_at`] says — what the caller marks done with
 //! [`Consumer::done`]. Both actors consume through it: the span-actor from
 //! the loader, the exporter from the span-actor.
 
@@ -22,9 +22,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use zeromq::PubSocket;
 
-use crate::protocol::{ack_due, next_ack_check, InOrder, InboundSeq, Verdict, ACK_EVERY};
+use crate::protocol::{ack_due_at, InOrder, InboundSeq, Verdict, ACK_EVERY};
 use crate::socket::{bind_pub, send, subscribe, Access};
 use crate::IpcError;
+use crate::HEARTBEAT;
 
 /// Messages queued between the subscription and the task.
 const SUBSCRIPTION: usize = 16;
@@ -125,6 +126,7 @@ impl Consumer {
             outstanding: 0,
             max,
             last_ack: None,
+            arrived: None,
             order: InOrder::new(max),
             ready: VecDeque::new(),
             out_of_order: registry.counter("ringtail_ipc_out_of_order_total", &[]),
@@ -163,6 +165,8 @@ struct Task {
     outstanding: usize,
     max: usize,
     last_ack: Option<(Ack, Instant)>,
+    /// When the first data message not yet acked as received arrived.
+    arrived: Option<Instant>,
     /// Data messages that came after a gap, waiting for it (at most `max`).
     order: InOrder<Inbound>,
     /// What is ready for the caller, in order.
@@ -177,7 +181,7 @@ struct Task {
 impl Task {
     async fn run(mut self, mut input: mpsc::Receiver<Envelope>, mut control: mpsc::Receiver<Control>, tx: mpsc::Sender<Inbound>) {
         let mut reading = true;
-        let check = tokio::time::sleep(next_ack_check(None, None));
+        let check = tokio::time::sleep(HEARTBEAT);
         tokio::pin!(check);
         loop {
             tokio::select! {
@@ -196,8 +200,7 @@ impl Task {
                 env = input.recv(), if reading && self.ready.is_empty() && self.outstanding < self.max => match env {
                     Some(env) => {
                         self.accept(env);
-                        self.maybe_ack(false).await;
-                        self.sooner(check.as_mut());
+                        self.settle(check.as_mut()).await;
                     }
                     None => reading = false, // shutdown
                 },
@@ -207,18 +210,16 @@ impl Task {
                             self.outstanding = self.outstanding.saturating_sub(1);
                             self.seq.done(id.seq);
                         }
-                        self.maybe_ack(false).await;
-                        self.sooner(check.as_mut());
+                        self.settle(check.as_mut()).await;
                     }
                     Some(Control::Close) | None => break,
                 },
-                _ = &mut check => {
-                    self.maybe_ack(false).await;
-                    check.as_mut().reset(tokio::time::Instant::now() + next_ack_check(self.last_ack, self.seq.ack()));
-                }
+                _ = &mut check => self.settle(check.as_mut()).await,
             }
         }
-        self.maybe_ack(true).await;
+        if let Some(ack) = self.seq.ack() {
+            self.send_ack(ack).await;
+        }
         tracing::debug!(endpoint = %self.ack_endpoint, "consumer stopped");
     }
 
@@ -251,6 +252,7 @@ impl Task {
         }
         match self.seq.receive(env.seq) {
             Verdict::New => {
+                self.arrived.get_or_insert_with(Instant::now);
                 let m = Inbound::Data { id: MessageId { instance: env.producer.instance, seq: env.seq }, body: env.body };
                 if self.order.push(env.seq, m, &mut deliver) {
                     self.out_of_order.inc();
@@ -260,20 +262,31 @@ impl Task {
         }
     }
 
-    /// Looks again at `ACK_EVERY` rather than `ACK_IDLE` once the ack moves.
-    fn sooner(&self, check: std::pin::Pin<&mut tokio::time::Sleep>) {
-        let at = tokio::time::Instant::now() + next_ack_check(self.last_ack, self.seq.ack());
-        if at < check.deadline() {
-            check.reset(at);
+    /// Sends the ack if it is due, and sets `check` to when it is next
+    /// due (`ack_due_at`): the task wakes for nothing else.
+    async fn settle(&mut self, mut check: std::pin::Pin<&mut tokio::time::Sleep>) {
+        let now = Instant::now();
+        let next = match self.seq.ack() {
+            None => now + HEARTBEAT,
+            Some(ack) => {
+                if ack_due_at(self.last_ack, ack, self.arrived, now) <= now {
+                    self.send_ack(ack).await;
+                }
+                // (still due: the send failed; try again a little later)
+                Some(ack_due_at(self.last_ack, ack, self.arrived, now)).filter(|&t| t > now).unwrap_or(now + ACK_EVERY)
+            }
+        };
+        let next = tokio::time::Instant::from_std(next);
+        // A timer reset to later still wakes the runtime at its old time
+        // (tokio moves it then): a new one does not.
+        if next > check.deadline() {
+            check.set(tokio::time::sleep_until(next));
+        } else {
+            check.reset(next);
         }
     }
 
-    /// Sends the ack when it is due (or `force`d): see `ack_due`.
-    async fn maybe_ack(&mut self, force: bool) {
-        let Some(ack) = self.seq.ack() else { return };
-        if !force && !ack_due(self.last_ack, ack, ACK_EVERY) {
-            return;
-        }
+    async fn send_ack(&mut self, ack: Ack) {
         let bytes = match encode(&Envelope::new(self.me, 0, Body::Ack(ack))) {
             Ok(b) => Bytes::from(b),
             Err(error) => {
@@ -282,7 +295,10 @@ impl Task {
             }
         };
         match send(&mut self.ack_socket, &self.ack_endpoint, bytes).await {
-            Ok(()) => self.last_ack = Some((ack, Instant::now())),
+            Ok(()) => {
+                self.last_ack = Some((ack, Instant::now()));
+                self.arrived = None;
+            }
             Err(error) => tracing::debug!(%error, "ack not sent"),
         }
     }

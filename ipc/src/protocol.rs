@@ -47,12 +47,10 @@ pub const RESEND_AFTER: Duration = Duration::from_secs(2);
 /// 20 ms this allows ~12,800 messages a second even with one event each;
 /// memory stays bounded by the kept buffer (`pipeline.replay_batches`).
 pub const WINDOW: u64 = 256;
-/// How often a consumer considers its ack while acks are moving.
+/// The least time between two acks that say something new (a tenth of
+/// [`WINDOW`] arriving sends one sooner): a consumer handed many small
+/// messages acks them together. See [`ack_due_at`].
 pub const ACK_EVERY: Duration = Duration::from_millis(20);
-/// How often it looks while nothing new arrived (each wake-up costs tens of
-/// microseconds on a virtual machine; the first ack after a quiet spell is
-/// late by at most this, far below the producer's resend time).
-pub const ACK_IDLE: Duration = Duration::from_millis(250);
 
 struct Kept<T> {
     seq: u64,
@@ -393,26 +391,35 @@ impl<T> InOrder<T> {
     }
 }
 
-/// When to look at the ack next: soon while it moves (`current` differs
-/// from the last one sent), rarely when idle.
-pub fn next_ack_check(last: Option<(Ack, Instant)>, current: Option<Ack>) -> Duration {
-    match (last, current) {
-        (Some((sent, _)), Some(now)) if sent == now => ACK_IDLE,
-        (_, None) => ACK_IDLE,
-        _ => ACK_EVERY,
+/// When a consumer's ack is next due; `arrived` is when the first message
+/// it has not yet acked as received arrived (None: none since the last).
+/// Each ack wakes the producer, and every wake-up of either costs tens of
+/// microseconds on a virtual machine, so an ack goes out when it says
+/// something the producer acts on, and the consumer sleeps until exactly
+/// then (no polling):
+///
+/// - never sent one: now (also "I am here": the producer replays to it);
+/// - a tenth of the window arrived since the last one: now (flow control);
+/// - more handled (`upto` moved): [`ACK_EVERY`] after the last one, so at
+///   once when messages come less often than that (the usual case: one ack
+///   a batch, sent when the batch is done, which says received too);
+/// - only more received: [`ACK_EVERY`] after the first of it arrived — a
+///   message is usually handled sooner, and the ack that says so covers
+///   both; one held longer is still acked far within [`RESEND_AFTER`], and
+///   the producer's marks (the loader's ring) move on with it;
+/// - nothing new: [`HEARTBEAT`] after the last one (a liveness signal).
+pub fn ack_due_at(last: Option<(Ack, Instant)>, now: Ack, arrived: Option<Instant>, at: Instant) -> Instant {
+    let Some((prev, sent)) = last else { return at };
+    if prev.for_instance != now.for_instance || now.received >= prev.received.saturating_add(WINDOW / 10) {
+        return at;
     }
-}
-
-/// When a consumer should send its ack: when it changed and either a
-/// tenth of the window arrived since the last one or `every` passed,
-/// and every [`HEARTBEAT`] regardless (it is also a liveness signal).
-pub fn ack_due(last: Option<(Ack, Instant)>, now: Ack, every: Duration) -> bool {
-    match last {
-        None => true,
-        Some((prev, at)) => {
-            let elapsed = at.elapsed();
-            (prev != now && (now.received >= prev.received + WINDOW / 10 || elapsed >= every)) || elapsed >= HEARTBEAT
-        }
+    let heartbeat = sent + HEARTBEAT;
+    if now.upto != prev.upto {
+        (sent + ACK_EVERY).min(heartbeat)
+    } else if now.received != prev.received {
+        arrived.map_or(at, |t| t + ACK_EVERY).min(heartbeat)
+    } else {
+        heartbeat
     }
 }
 
@@ -485,17 +492,21 @@ mod tests {
     #[test]
     fn acks_are_paced() {
         let a = |r, u| Ack { for_instance: 1, received: r, upto: u };
-        assert!(ack_due(None, a(0, 0), Duration::from_millis(50)));
-        let just = Some((a(1, 1), Instant::now()));
-        assert!(!ack_due(just, a(1, 1), Duration::from_millis(50)), "unchanged");
-        assert!(!ack_due(just, a(2, 1), Duration::from_millis(50)), "changed a little, too soon");
-        assert!(ack_due(just, a(1 + WINDOW / 10, 1), Duration::from_millis(50)), "a tenth of the window arrived");
-        let old = Some((a(1, 1), Instant::now() - Duration::from_millis(60)));
-        assert!(ack_due(old, a(2, 1), Duration::from_millis(50)));
-        assert_eq!(next_ack_check(just, Some(a(1, 1))), ACK_IDLE, "nothing new");
-        assert_eq!(next_ack_check(just, Some(a(2, 1))), ACK_EVERY, "moving");
-        assert_eq!(next_ack_check(None, Some(a(0, 0))), ACK_EVERY, "never sent");
-        assert_eq!(next_ack_check(None, None), ACK_IDLE, "nothing to ack");
+        let t = Instant::now();
+        assert_eq!(ack_due_at(None, a(0, 0), None, t), t, "the first one at once");
+        let just = Some((a(1, 1), t));
+        assert_eq!(ack_due_at(just, a(1, 1), None, t), t + HEARTBEAT, "unchanged: a heartbeat");
+        assert_eq!(ack_due_at(just, a(1, 2), None, t), t + ACK_EVERY, "more handled, too soon");
+        let came = t + Duration::from_millis(5);
+        assert_eq!(ack_due_at(just, a(2, 1), Some(came), came), came + ACK_EVERY, "received only: paced from its arrival");
+        assert_eq!(ack_due_at(just, a(1 + WINDOW / 10, 1), Some(t), t), t, "a tenth of the window arrived");
+        let other = Ack { for_instance: 2, ..a(1, 1) };
+        assert_eq!(ack_due_at(just, other, None, t), t, "another producer instance");
+        let old = t - Duration::from_millis(60);
+        let later = Some((a(1, 1), old));
+        assert_eq!(ack_due_at(later, a(2, 2), Some(t), t), old + ACK_EVERY, "handled, the last long ago: due already");
+        let quiet = t - Duration::from_secs(5);
+        assert_eq!(ack_due_at(Some((a(1, 1), quiet)), a(2, 1), Some(t), t), quiet + HEARTBEAT, "never later than a heartbeat");
     }
 
     fn body() -> Body {
