@@ -272,8 +272,13 @@ impl Task {
                 if ack_due_at(self.last_ack, ack, self.arrived, now) <= now {
                     self.send_ack(ack).await;
                 }
+                let due = ack_due_at(self.last_ack, ack, self.arrived, now);
                 // (still due: the send failed; try again a little later)
-                Some(ack_due_at(self.last_ack, ack, self.arrived, now)).filter(|&t| t > now).unwrap_or(now + ACK_EVERY)
+                if due > now {
+                    due
+                } else {
+                    now + ACK_EVERY
+                }
             }
         };
         let next = tokio::time::Instant::from_std(next);

@@ -408,16 +408,16 @@ impl<T> InOrder<T> {
 ///   both; one held longer is still acked far within [`RESEND_AFTER`], and
 ///   the producer's marks (the loader's ring) move on with it;
 /// - nothing new: [`HEARTBEAT`] after the last one (a liveness signal).
-pub fn ack_due_at(last: Option<(Ack, Instant)>, now: Ack, arrived: Option<Instant>, at: Instant) -> Instant {
-    let Some((prev, sent)) = last else { return at };
-    if prev.for_instance != now.for_instance || now.received >= prev.received.saturating_add(WINDOW / 10) {
-        return at;
+pub fn ack_due_at(last: Option<(Ack, Instant)>, current: Ack, arrived: Option<Instant>, now: Instant) -> Instant {
+    let Some((prev, sent)) = last else { return now };
+    if prev.for_instance != current.for_instance || current.received >= prev.received.saturating_add(WINDOW / 10) {
+        return now;
     }
     let heartbeat = sent + HEARTBEAT;
-    if now.upto != prev.upto {
+    if current.upto != prev.upto {
         (sent + ACK_EVERY).min(heartbeat)
-    } else if now.received != prev.received {
-        arrived.map_or(at, |t| t + ACK_EVERY).min(heartbeat)
+    } else if current.received != prev.received {
+        arrived.map_or(now, |t| t + ACK_EVERY).min(heartbeat)
     } else {
         heartbeat
     }
