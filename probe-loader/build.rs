@@ -9,10 +9,16 @@
 //!   in `contract.rs` (the C compiler evaluates the expressions), and the
 //!   sizes and offsets of its structs go to `layout.rs`, so the Rust
 //!   mirrors in `src/kernel.rs` are checked against what the kernel writes.
+//! - Each linked object's FNV-1a digest goes to `objects.rs`, for the pins'
+//!   stamp: the loader then never reads the embedded objects (megabytes it
+//!   would keep resident) unless it loads them itself.
 
 use std::env;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+#[path = "src/fnv.rs"]
+mod fnv;
 
 /// The Rust type of a contract constant, by its name.
 fn rust_type(name: &str) -> &'static str {
@@ -197,6 +203,21 @@ fn main() {
         }
         link(bpftool, &out.join(format!("ringtail-{backend}-noxchg.bpf.o")), &parts.iter().collect::<Vec<_>>());
     }
+
+    // The linked objects' digests, by file name.
+    let mut linked: Vec<_> = std::fs::read_dir(&out)
+        .expect("read OUT_DIR")
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with("ringtail-") && n.ends_with(".bpf.o"))
+        .collect();
+    linked.sort();
+    let mut digests = String::from("/// FNV-1a of each linked eBPF object, by file name (build.rs).\npub const OBJECT_DIGESTS: &[(&str, u64)] = &[\n");
+    for name in &linked {
+        let bytes = std::fs::read(out.join(name)).unwrap_or_else(|e| panic!("read {name}: {e}"));
+        digests.push_str(&format!("    ({name:?}, {:#018x}),\n", fnv::fnv1a(fnv::FNV_OFFSET, &bytes)));
+    }
+    digests.push_str("];\n");
+    std::fs::write(out.join("objects.rs"), digests).expect("write objects.rs");
 
     // The contract's constants, evaluated by the C compiler.
     let header = std::fs::read_to_string(bpf.join("ringtail.h")).expect("read bpf/ringtail.h");

@@ -40,6 +40,8 @@ pub static SYSCALLS_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OU
 /// before 5.12 (build.rs, `NO_XCHG`).
 pub static SYSCALLS_NOXCHG_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringtail-syscalls-noxchg.bpf.o"));
 
+include!(concat!(env!("OUT_DIR"), "/objects.rs"));
+
 /// Names of the kernel's per-CPU counters, by index (CNT_* in ringtail.h).
 pub const COUNTERS: [KernelCounter; CNT_MAX] = {
     let mut t = [KernelCounter::Count(""); CNT_MAX];
@@ -439,6 +441,23 @@ impl ExecEvent {
 mod tests {
     use super::*;
     use std::mem::{offset_of, size_of};
+
+    /// The stamp's digests are of the very objects embedded, and cover all.
+    #[test]
+    fn object_digests_are_of_the_embedded_objects() {
+        use crate::fnv::{fnv1a, FNV_OFFSET};
+        let embedded = [
+            ("ringtail-sock.bpf.o", SOCKET_OBJECT),
+            ("ringtail-sock-propagate.bpf.o", SOCKET_PROPAGATE_OBJECT),
+            ("ringtail-syscalls.bpf.o", SYSCALLS_OBJECT),
+            ("ringtail-syscalls-noxchg.bpf.o", SYSCALLS_NOXCHG_OBJECT),
+        ];
+        assert_eq!(OBJECT_DIGESTS.len(), embedded.len(), "every linked object is embedded: {OBJECT_DIGESTS:?}");
+        for (name, bytes) in embedded {
+            let digest = OBJECT_DIGESTS.iter().find(|(n, _)| *n == name).unwrap_or_else(|| panic!("no digest of {name}")).1;
+            assert_eq!(digest, fnv1a(FNV_OFFSET, bytes), "{name}");
+        }
+    }
 
     #[test]
     fn layouts_match_the_c_compiler() {

@@ -46,6 +46,7 @@ mod backend;
 mod check_kernel;
 mod container;
 mod discovery;
+mod fnv;
 mod gobin;
 mod kernel;
 mod kernel_btf;

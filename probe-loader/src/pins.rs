@@ -40,7 +40,8 @@ use ringtail_config::{DiscoverySettings, ProbeSettings, TlsSettings};
 use runtime_kit::dirs::DirError;
 use runtime_kit::files::{self, Kind};
 
-use crate::kernel::{CONTRACT_HEADER, SOCKET_OBJECT, SOCKET_PROPAGATE_OBJECT, SYSCALLS_NOXCHG_OBJECT, SYSCALLS_OBJECT};
+use crate::fnv::{fnv1a, FNV_OFFSET};
+use crate::kernel::{CONTRACT_HEADER, OBJECT_DIGESTS};
 
 /// Why pins could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -125,21 +126,15 @@ pub fn tls_file_of(name: &str) -> Option<(u64, u64)> {
 /// The name of the entry that completes a set (pinned last): the epoch map.
 pub const COMPLETE: &str = "map_epoch";
 
-fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
-
 /// The stamp of a set loaded from this object with these settings.
 pub fn stamp(probe: &ProbeSettings, discovery: &DiscoverySettings, tls: &TlsSettings, wakeup_len: u32) -> String {
-    let mut h = 0xcbf2_9ce4_8422_2325;
-    h = fnv1a(h, SOCKET_OBJECT);
-    h = fnv1a(h, SYSCALLS_OBJECT);
-    h = fnv1a(h, SYSCALLS_NOXCHG_OBJECT);
-    h = fnv1a(h, SOCKET_PROPAGATE_OBJECT);
+    // The objects by their build-time digests: hashing the embedded bytes
+    // here would page megabytes of them into a loader that never loads
+    // them itself (the load step does).
+    let mut h = FNV_OFFSET;
+    for (_, digest) in OBJECT_DIGESTS {
+        h = fnv1a(h, &digest.to_le_bytes());
+    }
     h = fnv1a(h, CONTRACT_HEADER.as_bytes());
     // The whole selection, not only what is baked in: a reopened set keeps
     // the processes its maps selected, which other settings must not inherit.
