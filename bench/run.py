@@ -65,6 +65,13 @@ TARGET_THROUGHPUT_RATIO = 0.97  # nginx with ringtail / without, closed loop
 TARGET_P99_ADDED = 0.05  # at 5k req/s
 TARGET_PIPELINE_SPANS_S = 500_000
 TARGET_TOTAL_PSS_MB = 40.0  # the four processes, shared pages counted once
+# What tracing costs the application (issue 30; the `app-cost` mode).
+TARGET_CLEAR_ADDED_US = 1.5  # CPU added to nginx a request, clear text
+TARGET_HTTPS_ADDED_US = 17.0  # CPU added to nginx a request, HTTPS
+TARGET_HTTPS_HITS = 3.0  # uprobe hits a request, HTTPS
+TARGET_OWN_US = 4.0  # ringtail's own CPU a request at 10,000 req/s, OTLP on
+# The TLS uprobes' programs (bpf/tls_hooks.h, bpf/go_tls.h), by name.
+UPROBE_PROGRAM = re.compile(r"^(tls|go)_")
 
 
 # --tls: the servers speak HTTPS (nginx only) and the loads use it.
@@ -1029,6 +1036,104 @@ def mode_rates(ctx):
     return {"records": records, "summary": summary}
 
 
+def mode_app_cost(ctx):
+    """Issue 30's table in one run: one nginx worker under blast at
+    --cost-rate in clear text, then over HTTPS, ringtail off/on alternated
+    --repeat times each (nginx's CPU a request, and over HTTPS the uprobe
+    hits a request); then ringtail on alone at --cost-own-rate in clear
+    text (its own CPU a request). Each figure against its target."""
+    global TLS
+    a = ctx.args
+    if a.loadgen != "blast":
+        raise Fail("app-cost: pass --loadgen blast (k6 costs more CPU a request than the server; the issue's figures are blast's)")
+    plan = [("clear", False, a.cost_rate, True), ("https", True, a.cost_rate, True), ("own", False, a.cost_own_rate, False)]
+    records, was = [], TLS
+    try:
+        for part, tls, rate, pairs in plan:
+            TLS = tls
+            server = Nginx(ctx.tools, ctx.work, 1)
+            try:
+                for rep in range(a.repeat):
+                    for on in (alternate([False, True], rep) if pairs else [True]):
+                        tag = f"cost-{part}-{rate}-{rep}-{'on' if on else 'off'}"
+                        say(f"app-cost: {part}, nginx {rate} req/s, ringtail {'on' if on else 'off'} (repeat {rep + 1}/{a.repeat})")
+                        rec = measure(ctx, server, "default" if on else "off", ringtail_settings(ctx, server.port) if on else None,
+                                      lambda: open_load(ctx, server.port, rate, a.duration, tag))
+                        rec.update(part=part, tls=tls, repeat=rep)
+                        if on:
+                            hits = sum(p["run_cnt"] for n, p in (rec.get("bpf") or {}).items() if UPROBE_PROGRAM.match(n))
+                            rec["uprobe_hits_per_req"] = hits / max(rec["requests"], 1)
+                        records.append(rec)
+                        ctx.save(records=records)
+                        time.sleep(1)
+            finally:
+                server.stop()
+    finally:
+        TLS = was
+    summary = summarise_cost(records)
+    print_cost(summary, a)
+    return {"records": records, "summary": summary}
+
+
+def summarise_cost(records):
+    """Per part: the off/on pairs' added server CPU, and the on runs' means."""
+    out = {}
+    for part in dict.fromkeys(r["part"] for r in records):
+        rs = [r for r in records if r["part"] == part]
+        on = [r for r in rs if r["ringtail"]]
+        added = []
+        for rep in sorted({r["repeat"] for r in rs}):
+            pair = {r["ringtail"]: r.get("server_us_per_req") for r in rs if r["repeat"] == rep}
+            if pair.get(True) is not None and pair.get(False) is not None:
+                added.append(pair[True] - pair[False])
+        m = lambda k: mean([r.get(k) for r in on])
+        out[part] = {
+            "rate": rs[0]["target_rps"], "added_us": mean(added), "added_us_pairs": added,
+            "srv_off": mean([r.get("server_us_per_req") for r in rs if not r["ringtail"]]), "srv_on": m("server_us_per_req"),
+            "hits": m("uprobe_hits_per_req"), "kernel_ns": m("kernel_ns_per_req"), "runs": m("kernel_runs_per_req"),
+            "rt_us": m("ringtail_total_us_per_req"),
+            "rt_us_by_process": {c: mean([(r.get("ringtail_us_per_req") or {}).get(c) for r in on]) for c in COMPONENTS},
+            "pss_mb": max([r.get("total_pss_mb") or 0 for r in on], default=None),
+            "spans_per_req": min([r.get("spans_per_req") or 0 for r in on], default=None),
+        }
+    return out
+
+
+def print_cost(summary, a):
+    print(f"### What tracing costs the application (issue 30): nginx, one worker, {LOADGEN['blast']}, "
+          f"OTLP {'on' if a.otlp else 'off'}, {a.repeat} run(s) of each\n")
+    rows = []
+
+    def row(name, got, target, ok, note=""):
+        rows.append([name, got, target, "-" if ok is None else ("met" if ok else "NOT met"), note])
+
+    def added(p):
+        pairs = ", ".join(fmt(x, "+.2f") for x in p["added_us_pairs"])
+        return f"{fmt(p['added_us'], '+.2f')} µs ({fmt(p['srv_off'])} → {fmt(p['srv_on'])}; pairs {pairs})"
+
+    def within(v, t):
+        return None if v is None else v <= t
+
+    if "https" in summary:
+        h = summary["https"]
+        row(f"HTTPS: uprobe hits a request at {h['rate']} req/s", fmt(h["hits"]), f"≤ {TARGET_HTTPS_HITS:.0f}", within(h["hits"], TARGET_HTTPS_HITS),
+            "the TLS programs' runs (bpf_stats), every process's, over the requests")
+        row(f"HTTPS: CPU added to nginx a request at {h['rate']} req/s", added(h), f"≤ +{TARGET_HTTPS_ADDED_US:.1f} µs",
+            within(h["added_us"], TARGET_HTTPS_ADDED_US), f"in-kernel {fmt(h['kernel_ns'], '.0f')} ns, {fmt(h['runs'])} program runs a request")
+    if "clear" in summary:
+        c = summary["clear"]
+        row(f"clear text: CPU added to nginx a request at {c['rate']} req/s", added(c), f"≤ +{TARGET_CLEAR_ADDED_US:.1f} µs",
+            within(c["added_us"], TARGET_CLEAR_ADDED_US), f"in-kernel {fmt(c['kernel_ns'], '.0f')} ns, {fmt(c['runs'])} program runs a request")
+    if "own" in summary:
+        o = summary["own"]
+        by = " / ".join(fmt(o["rt_us_by_process"][c]) for c in COMPONENTS[1:])
+        row(f"ringtail's own CPU a request at {o['rate']} req/s", f"{fmt(o['rt_us'])} µs (loader / span-actor / exporter {by})",
+            f"≤ {TARGET_OWN_US:.1f} µs", within(o["rt_us"], TARGET_OWN_US), f"PSS {fmt(o['pss_mb'], '.1f')} MB (≤ {TARGET_TOTAL_PSS_MB:.0f})")
+    table(["figure", "measured", "target", "", "note"], rows)
+    low = [f"{k} {fmt(p['spans_per_req'], '.4f')}" for k, p in summary.items() if (p["spans_per_req"] or 0) < 0.999]
+    print(f"spans a request (lowest on run): {'all ≥ 0.999' if not low else 'LOW: ' + ', '.join(low)}\n")
+
+
 def mode_db(ctx):
     """What a database call costs next to an HTTP request, in one run: Redis
     calls from redis-benchmark (the client traced: `exe_names`, the port in
@@ -1407,7 +1512,7 @@ class Ctx:
 
 def main():
     p = argparse.ArgumentParser(description="ringtail's benchmark (see bench/README.md)")
-    p.add_argument("mode", choices=["rates", "optimisations", "saturation", "pipeline", "db", "all"])
+    p.add_argument("mode", choices=["rates", "optimisations", "saturation", "pipeline", "db", "app-cost", "all"])
     p.add_argument("--quick", action="store_true", help="short points (smoke test): 5 s, one repeat")
     p.add_argument("--bin-dir", help="ringtail's binaries (default: $RINGTAIL_BIN_DIR or <repo>/target/release)")
     p.add_argument("--out", help="write every run to this JSON file (default: bench/results/<date>-<mode>.json)")
@@ -1421,6 +1526,8 @@ def main():
     p.add_argument("--duration", type=int, help="seconds per open-loop point (default 20, quick 5)")
     p.add_argument("--repeat", type=int, help="off/on pairs per point (default 2, quick 1)")
     p.add_argument("--opt-rate", type=int, default=5000, help="rate of the optimisations mode")
+    p.add_argument("--cost-rate", type=int, default=5000, help="app-cost: the rate of the off/on pairs, clear text and HTTPS")
+    p.add_argument("--cost-own-rate", type=int, default=10000, help="app-cost: the rate ringtail's own CPU is measured at")
     p.add_argument("--opt-server", default="nginx", choices=["nginx", "go"])
     p.add_argument("--opt-default-only", action="store_true",
                    help="optimisations mode: of its own variants only the default (with --variant: the default against those)")
@@ -1490,7 +1597,8 @@ def main():
         ctx.rotel = Rotel(tools, work)
         say(f"OTLP export on: rotel (blackhole) on 127.0.0.1:{ctx.rotel.grpc}")
     modes = ["rates", "optimisations", "saturation", "pipeline"] if args.mode == "all" else [args.mode]
-    fns = {"rates": mode_rates, "optimisations": mode_optimisations, "saturation": mode_saturation, "pipeline": mode_pipeline, "db": mode_db}
+    fns = {"rates": mode_rates, "optimisations": mode_optimisations, "saturation": mode_saturation, "pipeline": mode_pipeline, "db": mode_db,
+           "app-cost": mode_app_cost}
     print(f"# ringtail benchmark: {args.mode}{' (quick)' if q else ''}")
     print(f"{ctx.meta['date']}  {ctx.meta['machine']['cpu']}, {ctx.meta['machine']['cores']} cores, "
           f"{ctx.meta['machine']['memory_mb']} MB, {ctx.meta['machine']['os']}, Linux {ctx.meta['machine']['kernel']}")
