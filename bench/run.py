@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ringtail's benchmark: what the agent costs, measured on one machine.
 
-    python3 bench/run.py rates|optimisations|saturation|pipeline|db|all
+    python3 bench/run.py rates|optimisations|saturation|pipeline|db|app-cost|all
                          [--quick] [--bin-dir DIR] [--out FILE.json] [--no-otlp] ...
 
 ringtail runs its real job by default: it exports every span (and its
@@ -31,7 +31,9 @@ Layout
   on in a given configuration; returns one JSON-able record.
 - Modes: `mode_rates`, `mode_optimisations`, `mode_saturation`,
   `mode_pipeline`, `mode_db` (a database call's cost next to an HTTP
-  request's); each prints its table; `targets` compares with the goals.
+  request's), `mode_app_cost` (issue 30's table: what tracing adds to
+  nginx in clear text and HTTPS, uprobe hits, ringtail's own CPU); each
+  prints its table; `targets` compares with the goals.
 
 bench/README.md says what each mode measures and how to read it.
 """
