@@ -176,17 +176,19 @@ fn main() {
     }
     let optional = |s: &str| OPTIONAL.iter().any(|(o, _)| *o == s);
     let variants = BACKENDS.into_iter().map(|b| (b, None)).chain(OPTIONAL.into_iter().map(|(o, b)| (b, Some(o))));
+    let mut linked = Vec::new();
     for (backend, with) in variants {
         assert!(objects.iter().any(|(s, _)| s == backend), "bpf/{backend}.bpf.c is missing");
         let parts = objects
             .iter()
             .filter(|(s, _)| if optional(s) { Some(s.as_str()) == with } else { backend_of(s).is_none_or(|b| b == backend) })
             .map(|(_, o)| o);
-        let linked = match with {
+        let out_file = match with {
             Some(part) => out.join(format!("ringtail-{backend}-{part}.bpf.o")),
             None => out.join(format!("ringtail-{backend}.bpf.o")),
         };
-        link(bpftool, &linked, &parts.collect::<Vec<_>>());
+        link(bpftool, &out_file, &parts.collect::<Vec<_>>());
+        linked.push(out_file);
     }
     for backend in NO_XCHG {
         let mut parts = Vec::new();
@@ -201,19 +203,17 @@ fn main() {
                 _ => {}
             }
         }
-        link(bpftool, &out.join(format!("ringtail-{backend}-noxchg.bpf.o")), &parts.iter().collect::<Vec<_>>());
+        let out_file = out.join(format!("ringtail-{backend}-noxchg.bpf.o"));
+        link(bpftool, &out_file, &parts.iter().collect::<Vec<_>>());
+        linked.push(out_file);
     }
 
     // The linked objects' digests, by file name.
-    let mut linked: Vec<_> = std::fs::read_dir(&out)
-        .expect("read OUT_DIR")
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.starts_with("ringtail-") && n.ends_with(".bpf.o"))
-        .collect();
-    linked.sort();
-    let mut digests = String::from("/// FNV-1a of each linked eBPF object, by file name (build.rs).\npub const OBJECT_DIGESTS: &[(&str, u64)] = &[\n");
-    for name in &linked {
-        let bytes = std::fs::read(out.join(name)).unwrap_or_else(|e| panic!("read {name}: {e}"));
+    let mut digests =
+        String::from("/// FNV-1a of each linked eBPF object, by file name (build.rs).\npub const OBJECT_DIGESTS: &[(&str, u64)] = &[\n");
+    for path in &linked {
+        let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+        let name = path.file_name().and_then(|n| n.to_str()).expect("an object's name is UTF-8");
         digests.push_str(&format!("    ({name:?}, {:#018x}),\n", fnv::fnv1a(fnv::FNV_OFFSET, &bytes)));
     }
     digests.push_str("];\n");
