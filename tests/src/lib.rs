@@ -162,6 +162,16 @@ pub fn wait_until<T>(timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Opt
     }
 }
 
+/// The last `n` lines of `text` (with how many came before), for a
+/// failure's message: CI shows only part of a failed run's output, so a
+/// message leads with what differs and carries at most this much of a log.
+pub fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let from = lines.len().saturating_sub(n);
+    let before = if from > 0 { format!("({from} lines before)\n") } else { String::new() };
+    before + &lines[from..].join("\n")
+}
+
 /// Waits until something accepts TCP connections on `port`: `timeout`,
 /// stretched by [`time_scale`] (a program's start is what a slow machine
 /// slows most).
@@ -539,6 +549,25 @@ impl Ringtail {
         std::fs::read_to_string(self.dir.join("stderr")).unwrap_or_default()
     }
 
+    /// The counters (`…_total`) ringtail's Prometheus endpoint shows
+    /// above 0, one a line: what it dropped, refused or never saw, for a
+    /// failure's message ("" without `[export.prometheus]`).
+    pub fn counters(&self) -> String {
+        let cfg = std::fs::read_to_string(self.dir.join("ringtail.toml")).unwrap_or_default();
+        let listen = cfg
+            .split("[export.prometheus]")
+            .nth(1)
+            .and_then(|t| t.lines().find_map(|l| l.trim().strip_prefix("listen = \"")))
+            .and_then(|l| l.split('"').next()?.rsplit(':').next()?.parse::<u16>().ok());
+        let Some(port) = listen else { return String::new() };
+        scrape(port)
+            .lines()
+            .filter(|l| l.starts_with("ringtail_") && l.split(['{', ' ']).next().is_some_and(|n| n.ends_with("_total")))
+            .filter(|l| l.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok()).is_some_and(|v| v > 0.0))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// What the exporter printed (one line per span with stdout export).
     pub fn stdout(&self) -> String {
         std::fs::read_to_string(self.dir.join("stdout")).unwrap_or_default()
@@ -848,7 +877,14 @@ impl Ringtail {
     /// more and returns them (so extra spans show up too).
     pub fn spans_when(&self, timeout: Duration, settle: Duration, pred: impl Fn(&[SpanLine]) -> bool) -> Vec<SpanLine> {
         if wait_until(timeout, || pred(&self.spans()).then_some(())).is_none() {
-            panic!("spans never matched; got:\n{}\nlog:\n{}", self.stdout(), self.log());
+            let spans = self.spans();
+            panic!(
+                "spans never matched in {timeout:?}: {} printed; the last 20:\n{}\nringtail's counters:\n{}\nthe log's end:\n{}",
+                spans.len(),
+                last_lines(&self.stdout(), 20),
+                self.counters(),
+                last_lines(&self.log(), 40)
+            );
         }
         std::thread::sleep(settle);
         self.spans()

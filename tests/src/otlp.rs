@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::{attr, wait_until, Ringtail, Rotel, Value};
+use crate::{attr, last_lines, wait_until, Ringtail, Rotel, Value};
 
 /// (kind, scheme, method, path, status) of a span at the receiver.
 pub type Key = (String, String, String, String, u16);
@@ -33,7 +33,9 @@ pub fn on_port(s: &Value, port: u16) -> bool {
 
 /// Waits (up to `wait`) until the receiver has `want.values().sum()` spans
 /// that `ours` keeps, lets more arrive for `settle`, and checks them
-/// against `want` exactly; returns them.
+/// against `want` exactly; returns them. A failure says which keys differ
+/// and how the spans fall by `server.port`, then the log's end (CI shows
+/// only part of a failure's output: no whole dumps).
 pub fn expect_spans(
     rotel: &Rotel,
     rt: &Ringtail,
@@ -42,16 +44,60 @@ pub fn expect_spans(
     want: &[(Key, usize)],
 ) -> Vec<Value> {
     let n: usize = want.iter().map(|(_, n)| n).sum();
-    wait_until(wait, || (rotel.spans().iter().filter(|s| ours(s)).count() >= n).then_some(())).unwrap_or_else(|| {
-        panic!("the receiver got {:?}\nstdout:\n{}\nlog:\n{}", rotel.spans().iter().map(key).collect::<Vec<_>>(), rt.stdout(), rt.log())
+    let want: BTreeMap<Key, usize> = want.iter().cloned().collect();
+    let ours_now = || rotel.spans().into_iter().filter(|s| ours(s)).collect::<Vec<Value>>();
+    wait_until(wait, || (ours_now().len() >= n).then_some(())).unwrap_or_else(|| {
+        let spans = ours_now();
+        panic!(
+            "the receiver got {} of the {n} spans wanted in {wait:?}\n{}\nringtail's counters:\n{}\nthe log's end:\n{}",
+            spans.len(),
+            differences(&want, &spans),
+            rt.counters(),
+            last_lines(&rt.log(), 40)
+        )
     });
     std::thread::sleep(settle);
-    let spans: Vec<Value> = rotel.spans().into_iter().filter(|s| ours(s)).collect();
+    let spans = ours_now();
+    assert!(
+        counts(&spans) == want,
+        "the receiver's {} spans are not the {n} wanted\n{}\nringtail's counters:\n{}\nthe exporter's last lines:\n{}",
+        spans.len(),
+        differences(&want, &spans),
+        rt.counters(),
+        last_lines(&rt.stdout(), 20)
+    );
+    spans
+}
+
+/// How many spans of each [`Key`].
+fn counts(spans: &[Value]) -> BTreeMap<Key, usize> {
     let mut got: BTreeMap<Key, usize> = BTreeMap::new();
-    for s in &spans {
+    for s in spans {
         *got.entry(key(s)).or_default() += 1;
     }
-    let want: BTreeMap<Key, usize> = want.iter().cloned().collect();
-    assert_eq!(got, want, "stdout:\n{}", rt.stdout());
-    spans
+    got
+}
+
+/// The keys whose count differs (at most 30 of them), and the spans by
+/// kind and `server.port`.
+fn differences(want: &BTreeMap<Key, usize>, spans: &[Value]) -> String {
+    let got = counts(spans);
+    let keys: std::collections::BTreeSet<&Key> = want.keys().chain(got.keys()).collect();
+    let differ: Vec<String> = keys
+        .into_iter()
+        .filter_map(|k| {
+            let (w, g) = (want.get(k).copied().unwrap_or(0), got.get(k).copied().unwrap_or(0));
+            (w != g).then(|| format!("  {k:?}: want {w}, got {g}"))
+        })
+        .collect();
+    let mut by_port: BTreeMap<(String, String), usize> = BTreeMap::new();
+    for s in spans {
+        *by_port.entry((key(s).0, attr(s, "server.port").unwrap_or_default())).or_default() += 1;
+    }
+    format!(
+        "{} keys differ{}:\n{}\nby (kind, server.port): {by_port:?}",
+        differ.len(),
+        if differ.len() > 30 { ", the first 30" } else { "" },
+        differ.iter().take(30).cloned().collect::<Vec<_>>().join("\n")
+    )
 }

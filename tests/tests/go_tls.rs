@@ -219,8 +219,17 @@ fn pid_of(s: &Value) -> Option<u32> {
 fn wait_attached(rt: &Ringtail, prom: u16, n: usize) {
     let attached = || metric_value(prom, ATTACHED, &[]).filter(|v| *v >= n as f64);
     if wait_until(WAIT, attached).is_none() {
-        panic!("ringtail did not attach {n} Go binaries; metrics:\n{}\nlog:\n{}", scrape(prom), rt.log());
+        panic!(
+            "ringtail did not attach {n} Go binaries; its Go metrics:\n{}\nthe log's end:\n{}",
+            go_metrics(&scrape(prom)),
+            last_lines(&rt.log(), 40)
+        );
     }
+}
+
+/// The samples of ringtail's Go metrics in a scrape's `text`.
+fn go_metrics(text: &str) -> String {
+    text.lines().filter(|l| l.starts_with("ringtail_go_")).collect::<Vec<_>>().join("\n")
 }
 
 /// One server and its client, both of one build.
@@ -314,11 +323,22 @@ fn run_pairs(
 /// refused, by reason, exactly (no other reason counted).
 fn assert_counters(rt: &Ringtail, prom: u16, attached: usize, refused: &[(&str, usize)]) {
     let text = scrape(prom);
-    assert_eq!(metric(&text, ATTACHED, &[]), attached as f64, "{ATTACHED}; metrics:\n{text}\nlog:\n{}", rt.log());
+    assert_eq!(
+        metric(&text, ATTACHED, &[]),
+        attached as f64,
+        "{ATTACHED}; its Go metrics:\n{}\nthe log's end:\n{}",
+        go_metrics(&text),
+        last_lines(&rt.log(), 40)
+    );
     let total: usize = refused.iter().map(|(_, n)| n).sum();
-    assert_eq!(metric(&text, REFUSED, &[]), total as f64, "{REFUSED} (all reasons); metrics:\n{text}");
+    assert_eq!(metric(&text, REFUSED, &[]), total as f64, "{REFUSED} (all reasons); its Go metrics:\n{}", go_metrics(&text));
     for (reason, n) in refused {
-        assert_eq!(metric(&text, REFUSED, &[("reason", reason)]), *n as f64, "{REFUSED}{{reason={reason:?}}}; metrics:\n{text}");
+        assert_eq!(
+            metric(&text, REFUSED, &[("reason", reason)]),
+            *n as f64,
+            "{REFUSED}{{reason={reason:?}}}; its Go metrics:\n{}",
+            go_metrics(&text)
+        );
     }
 }
 

@@ -380,7 +380,17 @@ fn through_front(b: &str, front: Front, header: impl Fn(usize) -> Option<(&'stat
         m
     };
     let (fronts, calls, backs) = (of("SERVER", "/f/"), of("CLIENT", "/b/"), of("SERVER", "/b/"));
-    assert_eq!((fronts.len(), calls.len(), backs.len()), (400, 400, 400), "spans:\n{}", rt.stdout());
+    let missing = |m: &BTreeMap<usize, SpanLine>| (0..400).filter(|i| !m.contains_key(i)).collect::<Vec<_>>();
+    assert_eq!(
+        (fronts.len(), calls.len(), backs.len()),
+        (400, 400, 400),
+        "missing: fronts {:?}, calls {:?}, backends {:?}\nringtail's counters:\n{}\nthe log's end:\n{}",
+        missing(&fronts),
+        missing(&calls),
+        missing(&backs),
+        rt.counters(),
+        last_lines(&rt.log(), 40)
+    );
     Some(ThroughFront { _rt: rt, prom, fronts, calls, backs, _keep: (front_proc, backend, dir) })
 }
 
