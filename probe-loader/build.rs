@@ -88,6 +88,13 @@ const OPTIONAL: [(&str, &str); 1] = [("propagate", "sock")];
 /// load-time constant leaves it dead. (The socket backend needs 6.3+.)
 const NO_XCHG: [&str; 1] = ["syscalls"];
 
+/// Backends whose object is also built with bpf_loop,
+/// `ringtail-<backend>-loop.bpf.o`: their own sources compiled again with
+/// RINGTAIL_BPF_LOOP (bpf/h2.h), for kernels 5.17+, where an HTTP/2 walk
+/// may take many steps and records (a call moving hundreds of frames).
+/// (The socket backend, 6.3+, always has it.)
+const LOOP: [&str; 1] = ["syscalls"];
+
 /// Compiles one source into `obj`, with `defines` (-D) added.
 fn compile(out: &Path, bpf: &Path, src: &Path, obj: &Path, defines: &[&str]) {
     let status = Command::new("clang")
@@ -190,20 +197,21 @@ fn main() {
         link(bpftool, &out_file, &parts.collect::<Vec<_>>());
         linked.push(out_file);
     }
-    for backend in NO_XCHG {
+    let variants = NO_XCHG.iter().map(|b| (*b, "noxchg", "RINGTAIL_NO_XCHG")).chain(LOOP.iter().map(|b| (*b, "loop", "RINGTAIL_BPF_LOOP")));
+    for (backend, suffix, define) in variants {
         let mut parts = Vec::new();
         for (stem, obj) in &objects {
             match backend_of(stem) {
                 Some(b) if b == backend => {
-                    let again = out.join(format!("{stem}.noxchg.bpf.o"));
-                    compile(&out, &bpf, &bpf.join(format!("{stem}.bpf.c")), &again, &["RINGTAIL_NO_XCHG"]);
+                    let again = out.join(format!("{stem}.{suffix}.bpf.o"));
+                    compile(&out, &bpf, &bpf.join(format!("{stem}.bpf.c")), &again, &[define]);
                     parts.push(again);
                 }
                 None if !optional(stem) => parts.push(obj.clone()),
                 _ => {}
             }
         }
-        let out_file = out.join(format!("ringtail-{backend}-noxchg.bpf.o"));
+        let out_file = out.join(format!("ringtail-{backend}-{suffix}.bpf.o"));
         link(bpftool, &out_file, &parts.iter().collect::<Vec<_>>());
         linked.push(out_file);
     }

@@ -234,18 +234,19 @@ static __always_inline int h2_step(struct h2_walk *w, struct h2_dir *d, const st
 	barrier_var(held);
 	if (held > 8)
 		held = 8;
+	__u32 off = w->off;
+	if (off + 1 + H2_FRAME_HDR + H2_RESERVE > H2_DATA_LEN) {
+		/* the record is full: this frame begins the next one (h2_on_data),
+		 * its header read again from where it is */
+		w->full = 1;
+		return 0;
+	}
 	if (bpf_probe_read_user(&h[held], need & 15, p)) {
 		w->bad = 1;
 		return 0;
 	}
 	d->hlen = 0;
 	w->pos += need;
-	__u32 off = w->off;
-	if (off + 1 + H2_FRAME_HDR + H2_RESERVE > H2_DATA_LEN) {
-		count(CNT_H2_CUT);
-		w->bad = 1; /* the record is full: user space would miss a frame */
-		return 0;
-	}
 	h2_put(data, off, H2P_FRAME);
 #pragma unroll
 	for (int i = 0; i < H2_FRAME_HDR; i++)
@@ -260,27 +261,60 @@ static __always_inline int h2_step(struct h2_walk *w, struct h2_dir *d, const st
 	return 1;
 }
 
-#ifndef RINGTAIL_PORTABLE
-/* bpf_loop (Linux 5.17+; the socket backend needs 6.3): the step is
- * verified once, so the walk may be longer. */
-#define H2_LOOP_STEPS 512
+#if !defined(RINGTAIL_PORTABLE) || defined(RINGTAIL_BPF_LOOP)
+/* bpf_loop (Linux 5.17+: the socket backend, which needs 6.3, and the
+ * syscall backend's object for 5.17+): the step is verified once, so the
+ * walk may be long, and as many records go as the bytes need. */
+#define H2_WALK_LOOP 1
+#define H2_LOOP_STEPS 4096
+#define H2_RECORDS 8
 
 struct h2_loop_ctx {
 	struct h2_walk *w;
 	struct h2_dir *d;
 	const struct segs *sg;
-	__u8 *data;
+	struct h2_event *ev;
+	struct conn_state *st;
+	const struct conn_io *io;
+	__u32 records; /* submitted before the one being built */
+	__u8 dir;
+	__u8 flags; /* the next record's */
 };
 
+/* A step; a full record is submitted and the walk goes on in the next (one
+ * call site of h2_submit, in here, verified with the step). */
 static long h2_loop_cb(__u64 i, void *ctx)
 {
 	struct h2_loop_ctx *c = ctx;
-	return h2_step(c->w, c->d, c->sg, c->data) ? 0 : 1;
+	struct h2_walk *w = c->w;
+	if (h2_step(w, c->d, c->sg, c->ev->data))
+		return 0;
+	if (!w->full || w->bad || c->records >= H2_RECORDS - 1)
+		return 1; /* done, lost, or out of records: h2_on_data says */
+	struct conn_state *st = c->st;
+	__u8 flags = c->flags;
+	if (h2_submit(c->ev, st, c->io->sk, c->io->tid, c->io->fd, c->dir, flags, w->off,
+		      flags & H2F_CALLER ? st->parent_conn : 0, 0, H2_DATA_LEN))
+		return 1; /* the ring is full: the connection is given up (counted) */
+	c->records += 1;
+	c->flags = 0;
+	w->off = 0;
+	w->full = 0;
+	return 0;
 }
+#else
+/* Older kernels: H2_STEPS steps, one record a call. */
+#define H2_WALK_LOOP 0
 #endif
 
 /* The bytes of one send or receive on an HTTP/2 connection: walk them and
- * submit their record. `dir` is H2_RECV or H2_SEND. */
+ * submit their records. `dir` is H2_RECV or H2_SEND. A record holds
+ * H2_DATA_LEN bytes of pieces (some 400 frames); a call moving more frames
+ * (a server's 1 MiB answer in one write: 256 DATA frames of 4 KiB, and
+ * whatever else was queued) fills it, and the walk goes on in the next, up
+ * to H2_RECORDS records and H2_LOOP_STEPS steps; beyond, or past H2_STEPS
+ * steps and one record on kernels without bpf_loop, the connection is given
+ * up (counted). */
 static __always_inline void h2_on_data(struct conn_state *st, const struct conn_io *io,
 				       const struct segs *sg, __u8 dir)
 {
@@ -288,6 +322,9 @@ static __always_inline void h2_on_data(struct conn_state *st, const struct conn_
 		return;
 	__u8 flags = st->h2_first;
 	st->h2_first = 0;
+	/* (the first record names the caller: a stream it ends is joined) */
+	if (dir == H2_SEND && st->role == ROLE_SERVER)
+		flags |= join_take_h2(st, io->sk);
 	__u32 zero = 0;
 	struct h2_scratch *s = bpf_map_lookup_elem(&h2_scratch, &zero);
 	if (!s)
@@ -300,17 +337,21 @@ static __always_inline void h2_on_data(struct conn_state *st, const struct conn_
 	struct h2_walk *w = &s->walk;
 	__builtin_memset(w, 0, sizeof(*w));
 	__u8 *data = s->ev.data;
-#ifdef RINGTAIL_PORTABLE
+#if H2_WALK_LOOP
+	struct h2_loop_ctx c = { .w = w, .d = d, .sg = sg, .ev = &s->ev, .st = st, .io = io, .dir = dir, .flags = flags };
+	bpf_loop(H2_LOOP_STEPS, h2_loop_cb, &c, 0);
+	if (st->h2 != H2_LIVE)
+		return; /* a record found the ring full */
+	flags = c.flags;
+#else
 #pragma clang loop unroll(disable)
 	for (int i = 0; i < H2_STEPS; i++) {
 		if (!h2_step(w, d, sg, data))
 			break;
 	}
-#else
-	struct h2_loop_ctx c = { .w = w, .d = d, .sg = sg, .data = data };
-	bpf_loop(H2_LOOP_STEPS, h2_loop_cb, &c, 0);
 #endif
-	/* Bytes not walked: iovecs past MAX_SEGS, a walk out of steps. */
+	/* Bytes not walked: iovecs past MAX_SEGS, a walk out of steps or of
+	 * records. */
 	__u64 done = w->seen + w->pos;
 	__u64 rest = sg->total > done ? sg->total - done : 0;
 	__u32 bad = w->bad;
@@ -332,8 +373,6 @@ static __always_inline void h2_on_data(struct conn_state *st, const struct conn_
 		off = h2_lost(data, off, rest ? rest : 1);
 	if (bad)
 		st->h2 = H2_DEAD;
-	if (dir == H2_SEND && st->role == ROLE_SERVER)
-		flags |= join_take_h2(st, io->sk);
 	if (off || flags)
 		h2_submit(&s->ev, st, io->sk, io->tid, io->fd, dir, flags, off, flags & H2F_CALLER ? st->parent_conn : 0, 0,
 			  H2_DATA_LEN);

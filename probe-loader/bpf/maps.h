@@ -203,7 +203,9 @@ struct h2_walk {
 	__u32 seg;
 	__u32 off; /* bytes of pieces written */
 	__u32 bad; /* framing lost */
+	__u32 full; /* the record is full: the next frame begins the next */
 	__u32 iov_seg; /* 1 + the segment iov_base/iov_len hold */
+	__u32 _pad;
 	__u64 iov_base;
 	__u64 iov_len;
 };

@@ -17,7 +17,7 @@ use aya::Btf;
 use aya_obj::btf::BtfKind;
 use ringtail_config::Backend;
 
-use crate::kernel::{SOCKET_OBJECT, SOCKET_PROPAGATE_OBJECT, SYSCALLS_NOXCHG_OBJECT, SYSCALLS_OBJECT};
+use crate::kernel::{SOCKET_OBJECT, SOCKET_PROPAGATE_OBJECT, SYSCALLS_LOOP_OBJECT, SYSCALLS_NOXCHG_OBJECT, SYSCALLS_OBJECT};
 
 /// Propagation's programs (`probe.propagate`, bpf/propagate.bpf.c): the
 /// sk_msg program that writes a traceparent, the sockops program that
@@ -109,20 +109,23 @@ impl Chosen {
         }
     }
 
-    /// The eBPF object for this kernel; with propagation's programs
-    /// (`probe.propagate`, socket backend only) if `propagate`. (Call it
-    /// while privileged: the syscall backend's depends on whether this
-    /// kernel has atomic exchange, found by loading a program.)
-    pub fn object(self, propagate: bool) -> &'static [u8] {
-        self.object_with(propagate, self == Chosen::Socket || has_atomic_exchange())
+    /// The eBPF object for this kernel (`btf`, its BTF); with propagation's
+    /// programs (`probe.propagate`, socket backend only) if `propagate`.
+    /// (Call it while privileged: the syscall backend's depends on whether
+    /// this kernel has atomic exchange, found by loading a program.)
+    pub fn object(self, propagate: bool, btf: &Btf) -> &'static [u8] {
+        let socket = self == Chosen::Socket;
+        self.object_with(propagate, socket || has_atomic_exchange(), socket || has_bpf_loop(btf))
     }
 
     /// The eBPF object, with atomic exchange or without (the syscall
-    /// backend's, for kernels before 5.12).
-    fn object_with(self, propagate: bool, xchg: bool) -> &'static [u8] {
+    /// backend's, for kernels before 5.12), with bpf_loop or without (the
+    /// syscall backend's, for kernels before 5.17).
+    fn object_with(self, propagate: bool, xchg: bool, bpf_loop: bool) -> &'static [u8] {
         match self {
             Chosen::Socket if propagate => SOCKET_PROPAGATE_OBJECT,
             Chosen::Socket => SOCKET_OBJECT,
+            Chosen::Syscalls if xchg && bpf_loop => SYSCALLS_LOOP_OBJECT,
             Chosen::Syscalls if xchg => SYSCALLS_OBJECT,
             Chosen::Syscalls => SYSCALLS_NOXCHG_OBJECT,
         }
@@ -163,6 +166,13 @@ impl Chosen {
 /// `tp_btf` program attaches by).
 pub fn has_socket_tracepoints(btf: &Btf) -> bool {
     ["btf_trace_sock_recv_length", "btf_trace_sock_send_length"].iter().all(|name| btf.id_by_type_name_kind(name, BtfKind::Typedef).is_ok())
+}
+
+/// Whether the kernel has the bpf_loop helper (Linux 5.17+): its BTF
+/// declares the helper's function. (Every kernel with bpf_loop has atomic
+/// exchange.)
+pub fn has_bpf_loop(btf: &Btf) -> bool {
+    btf.id_by_type_name_kind("bpf_loop", BtfKind::Func).is_ok()
 }
 
 /// Whether the kernel's BPF has atomic exchange (Linux 5.12+; without, the
@@ -269,10 +279,14 @@ mod tests {
     /// missing at attach time, none compiled and silently never attached.
     #[test]
     fn each_backend_attaches_every_program_of_its_object() {
-        for (backend, propagate, xchg) in
-            [(Chosen::Socket, false, true), (Chosen::Socket, true, true), (Chosen::Syscalls, false, true), (Chosen::Syscalls, false, false)]
-        {
-            let object = aya_obj::Object::parse(backend.object_with(propagate, xchg)).expect("parse the eBPF object");
+        for (backend, propagate, xchg, bpf_loop) in [
+            (Chosen::Socket, false, true, true),
+            (Chosen::Socket, true, true, true),
+            (Chosen::Syscalls, false, true, true),
+            (Chosen::Syscalls, false, true, false),
+            (Chosen::Syscalls, false, false, false),
+        ] {
+            let object = aya_obj::Object::parse(backend.object_with(propagate, xchg, bpf_loop)).expect("parse the eBPF object");
             let in_object: BTreeSet<&str> = object.programs.keys().map(String::as_str).collect();
             let extra: &[&str] = if propagate { &PROPAGATION_PROGRAMS } else { &[] };
             let listed: BTreeSet<&str> =

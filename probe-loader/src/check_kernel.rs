@@ -204,6 +204,21 @@ pub fn main() -> i32 {
     if !xchg {
         cannot.push("settle every early answer of a client that reads on another thread at once (Linux 5.12+)".to_owned());
     }
+    if let Ok(btf) = &btf {
+        let bpf_loop = backend::has_bpf_loop(btf);
+        lines.push(line(
+            "bpf_loop",
+            bpf_loop,
+            if bpf_loop {
+                "in the kernel's BTF: an HTTP/2 call's frames are walked in as many records as they need, on either backend"
+            } else {
+                "not in the kernel's BTF (Linux 5.17+): the syscall backend walks at most 32 HTTP/2 frames a call, and gives up a connection that sends more at once"
+            },
+        ));
+        if !bpf_loop {
+            cannot.push("follow an HTTP/2 connection that moves more than 32 frames in one call (Linux 5.17+)".to_owned());
+        }
+    }
 
     // What the loader keeps once started (besides tls.attach_later's).
     if let Some(map) = small_map() {

@@ -39,6 +39,10 @@ pub static SYSCALLS_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OU
 /// The syscall backend's object without atomic exchange, for kernels
 /// before 5.12 (build.rs, `NO_XCHG`).
 pub static SYSCALLS_NOXCHG_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringtail-syscalls-noxchg.bpf.o"));
+/// The syscall backend's object with bpf_loop, for kernels 5.17+ (build.rs,
+/// `LOOP`): its HTTP/2 walk takes as many steps and records as a call's
+/// frames need.
+pub static SYSCALLS_LOOP_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringtail-syscalls-loop.bpf.o"));
 
 include!(concat!(env!("OUT_DIR"), "/objects.rs"));
 
@@ -451,6 +455,7 @@ mod tests {
             ("ringtail-sock-propagate.bpf.o", SOCKET_PROPAGATE_OBJECT),
             ("ringtail-syscalls.bpf.o", SYSCALLS_OBJECT),
             ("ringtail-syscalls-noxchg.bpf.o", SYSCALLS_NOXCHG_OBJECT),
+            ("ringtail-syscalls-loop.bpf.o", SYSCALLS_LOOP_OBJECT),
         ];
         assert_eq!(OBJECT_DIGESTS.len(), embedded.len(), "every linked object is embedded: {OBJECT_DIGESTS:?}");
         for (name, bytes) in embedded {

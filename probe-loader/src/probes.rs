@@ -387,7 +387,7 @@ impl Probes {
             .map_max_entries("tls_socks", probe.max_connections)
             // the connections that may carry a traceparent (bpf/propagate.bpf.c)
             .map_max_entries("prop_socks", probe.max_connections)
-            .load(backend.object(probe.propagate))
+            .load(backend.object(probe.propagate, btf))
             .map_err(|source| ProbeError::Load { source })?;
 
         // Maps first: selection must be in place before data programs run.
