@@ -38,12 +38,27 @@
 
 #define H2_PREFACE_LEN 24
 #define H2_FRAME_HDR 9
-/* Steps of the walk per syscall: a frame header, a payload part, a
- * preface skip or a segment change each take one. */
+/* Steps of the walk per syscall: a frame header (with its payload, as
+ * far as the segment holds it, when that is not captured), a payload
+ * part, a preface skip or a segment change each take one. */
 #define H2_STEPS 64
 #define H2_DATA_MASK (H2_DATA_LEN - 1)
 /* What the walk keeps free at the end of a record: one H2P_LOST piece. */
 #define H2_RESERVE 8
+#if !defined(RINGTAIL_PORTABLE) || defined(RINGTAIL_BPF_LOOP)
+/* bpf_loop (Linux 5.17+: the socket backend, which needs 6.3, and the
+ * syscall backend's object for 5.17+): the step is verified once, so the
+ * walk may be long, and as many records go as the bytes need: a frame
+ * takes a step (its payload, when not captured, passed over with its
+ * header) and some 10 bytes of a record, so 16 records hold some 6,500
+ * frames: a 1 MiB write of frames of 160 bytes or more. */
+#define H2_WALK_LOOP 1
+#define H2_LOOP_STEPS 8192
+#define H2_RECORDS 16
+#else
+/* Older kernels: H2_STEPS steps, one record a call. */
+#define H2_WALK_LOOP 0
+#endif
 
 /* "PRI * HTTP/2.0\r\n": the first PREFIX_LEN bytes of the client preface
  * (the rest, "\r\nSM\r\n\r\n", is skipped without a look: nothing else
@@ -245,6 +260,22 @@ static __always_inline int h2_step(struct h2_walk *w, struct h2_dir *d, const st
 		w->bad = 1;
 		return 0;
 	}
+	__u32 len = ((__u32)h[0] << 16) | ((__u32)h[1] << 8) | h[2];
+	__u8 typ = h[3];
+	/* HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, GOAWAY, CONTINUATION */
+	int wanted = typ == 1 || typ == 3 || typ == 4 || typ == 5 || typ == 7 || typ == 9;
+	__u32 want = wanted ? (len < H2_FRAME_CAP ? len : H2_FRAME_CAP) : 0;
+#if H2_WALK_LOOP
+	/* A frame whose payload is captured begins in a record with room for
+	 * all of it: a header block cut short at a record's end would put the
+	 * HPACK table out of step (want <= H2_FRAME_CAP: an empty record has
+	 * room). Without bpf_loop there is no next record: it is cut short,
+	 * counted. */
+	if (want && off + 1 + H2_FRAME_HDR + 3 + want + H2_RESERVE > H2_DATA_LEN) {
+		w->full = 1;
+		return 0;
+	}
+#endif
 	d->hlen = 0;
 	w->pos += need;
 	h2_put(data, off, H2P_FRAME);
@@ -252,22 +283,21 @@ static __always_inline int h2_step(struct h2_walk *w, struct h2_dir *d, const st
 	for (int i = 0; i < H2_FRAME_HDR; i++)
 		h2_put(data, off + 1 + i, h[i]);
 	w->off = off + 1 + H2_FRAME_HDR;
-	__u32 len = ((__u32)h[0] << 16) | ((__u32)h[1] << 8) | h[2];
-	__u8 typ = h[3];
 	d->left = len;
-	/* HEADERS, RST_STREAM, SETTINGS, PUSH_PROMISE, GOAWAY, CONTINUATION */
-	int wanted = typ == 1 || typ == 3 || typ == 4 || typ == 5 || typ == 7 || typ == 9;
-	d->want = wanted ? (len < H2_FRAME_CAP ? len : H2_FRAME_CAP) : 0;
+	d->want = want;
+	if (!want) {
+		/* a payload not captured (DATA, WINDOW_UPDATE, PING) is passed
+		 * over in this step, as much of it as this segment holds: a
+		 * frame costs one step, not two */
+		__u64 here = avail - need;
+		__u64 n = len < here ? len : here;
+		d->left = len - n;
+		w->pos += n;
+	}
 	return 1;
 }
 
-#if !defined(RINGTAIL_PORTABLE) || defined(RINGTAIL_BPF_LOOP)
-/* bpf_loop (Linux 5.17+: the socket backend, which needs 6.3, and the
- * syscall backend's object for 5.17+): the step is verified once, so the
- * walk may be long, and as many records go as the bytes need. */
-#define H2_WALK_LOOP 1
-#define H2_LOOP_STEPS 4096
-#define H2_RECORDS 8
+#if H2_WALK_LOOP
 
 struct h2_loop_ctx {
 	struct h2_walk *w;
@@ -302,16 +332,14 @@ static long h2_loop_cb(__u64 i, void *ctx)
 	w->full = 0;
 	return 0;
 }
-#else
-/* Older kernels: H2_STEPS steps, one record a call. */
-#define H2_WALK_LOOP 0
 #endif
 
 /* The bytes of one send or receive on an HTTP/2 connection: walk them and
  * submit their records. `dir` is H2_RECV or H2_SEND. A record holds
  * H2_DATA_LEN bytes of pieces (some 400 frames); a call moving more frames
- * (a server's 1 MiB answer in one write: 256 DATA frames of 4 KiB, and
- * whatever else was queued) fills it, and the walk goes on in the next, up
+ * (a Go server's 1 MiB answer in one write: 256 DATA frames of 4 KiB,
+ * or, when flow control hands out the window in small parts, some 2,700
+ * frames of ~380 bytes, seen on a loaded machine) fills it, and the walk goes on in the next, up
  * to H2_RECORDS records and H2_LOOP_STEPS steps; beyond, or past H2_STEPS
  * steps and one record on kernels without bpf_loop, the connection is given
  * up (counted). */
