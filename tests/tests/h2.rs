@@ -330,12 +330,45 @@ fn a_call_of_a_thousand_frames(b: &str) {
     assert_eq!(metric(&text, "ringtail_h2_connections_given_up_total", &[]), 0.0, "{}", rt.counters());
 }
 
+/// A client that sends 90 requests' HEADERS in one call, each header
+/// block ~220 bytes and changing HPACK's dynamic table (a header value of
+/// its own, indexed), and a server that answers them all in one call: a
+/// record holds some 18 such blocks, so blocks fall at records' ends, on
+/// both sides. A block begins in a record with room for all of it: no
+/// block cut short (a cut block would put the table out of step and every
+/// later request with it), every span exact, nothing given up.
+fn header_blocks_across_records(b: &str) {
+    if !can_trace() {
+        return;
+    }
+    let Some(python) = venv_python("h2") else { return };
+    let port = free_port();
+    let script = fixture("h2_many_frames.py");
+    let _srv = server("h2 many frames", port, &python, &[script.to_str().unwrap(), &port.to_string()]);
+    let (rt, prom) = ringtail(b, port, &["^python"]);
+    const N: usize = 90; // the server's concurrent streams: 100
+    let out = Command::new(&python).arg(&script).args(["client", &N.to_string(), &port.to_string()]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), format!("200 {N}"));
+    let spans = rt.spans_when(WAIT, SETTLE, |s| counts(s, port).values().sum::<usize>() >= 2 * N);
+    let expected = [("SERVER", "GET /frames/*", "GET", "/frames/1", 200, "", N), ("CLIENT", "GET", "GET", "/frames/1", 200, "", N)];
+    assert_eq!(counts(&spans, port), want(&expected), "{}\n{}", last_lines(&rt.stdout(), 20), rt.counters());
+    h2_connections(prom, 2.0);
+    let text = scrape(prom);
+    for name in ["ringtail_h2_header_blocks_truncated_total", "ringtail_h2_hpack_errors_total", "ringtail_h2_connections_given_up_total"] {
+        assert!(text.lines().any(|l| l.starts_with(name)), "{name} is not exported");
+        assert_eq!(metric(&text, name, &[]), 0.0, "{name}\n{}", rt.counters());
+    }
+    assert_eq!(metric(&text, "ringtail_dropped_events_total", &[("reason", "h2_framing_cut")]), 0.0, "{}", rt.counters());
+}
+
 on_both_backends!(
     prior_knowledge_against_go,
     upgrade_h2c,
     other_upgrades_are_left_alone,
     connection_begun_before_ringtail,
-    a_call_of_a_thousand_frames
+    a_call_of_a_thousand_frames,
+    header_blocks_across_records
 );
 
 // gRPC C-core and Node write with up to dozens of iovecs: the syscall
