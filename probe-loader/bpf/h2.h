@@ -48,7 +48,8 @@
 #if !defined(RINGTAIL_PORTABLE) || defined(RINGTAIL_BPF_LOOP)
 /* bpf_loop (Linux 5.17+: the socket backend, which needs 6.3, and the
  * syscall backend's object for 5.17+): the step is verified once, so the
- * walk may be long, and as many records go as the bytes need: a frame
+ * walk may be long, and a full record goes and the walk goes on in the
+ * next, up to H2_RECORDS: a frame
  * takes a step (its payload, when not captured, passed over with its
  * header) and some 10 bytes of a record, so 16 records hold some 6,500
  * frames: a 1 MiB write of frames of 160 bytes or more. */
@@ -144,6 +145,16 @@ static __always_inline int h2_submit(struct h2_event *ev, struct conn_state *st,
 	if (!st->db)
 		count(CNT_H2_EVENTS);
 	return 0;
+}
+
+/* A record of the walk of a call, `off` bytes of pieces (the first record
+ * of the call carries `flags`, naming its caller if H2F_CALLER); 0 when it
+ * went into the ring. */
+static __always_inline int h2_submit_walk(struct h2_event *ev, struct conn_state *st, const struct conn_io *io,
+					  __u8 dir, __u8 flags, __u32 off)
+{
+	return h2_submit(ev, st, io->sk, io->tid, io->fd, dir, flags, off, flags & H2F_CALLER ? st->parent_conn : 0, 0,
+			 H2_DATA_LEN);
 }
 
 /* One step of the walk on segment w->seg; 0 when the segments are done. */
@@ -321,10 +332,7 @@ static long h2_loop_cb(__u64 i, void *ctx)
 		return 0;
 	if (!w->full || w->bad || c->records >= H2_RECORDS - 1)
 		return 1; /* done, lost, or out of records: h2_on_data says */
-	struct conn_state *st = c->st;
-	__u8 flags = c->flags;
-	if (h2_submit(c->ev, st, c->io->sk, c->io->tid, c->io->fd, c->dir, flags, w->off,
-		      flags & H2F_CALLER ? st->parent_conn : 0, 0, H2_DATA_LEN))
+	if (h2_submit_walk(c->ev, c->st, c->io, c->dir, c->flags, w->off))
 		return 1; /* the ring is full: the connection is given up (counted) */
 	c->records += 1;
 	c->flags = 0;
@@ -339,10 +347,10 @@ static long h2_loop_cb(__u64 i, void *ctx)
  * H2_DATA_LEN bytes of pieces (some 400 frames); a call moving more frames
  * (a Go server's 1 MiB answer in one write: 256 DATA frames of 4 KiB,
  * or, when flow control hands out the window in small parts, some 2,700
- * frames of ~380 bytes, seen on a loaded machine) fills it, and the walk goes on in the next, up
- * to H2_RECORDS records and H2_LOOP_STEPS steps; beyond, or past H2_STEPS
- * steps and one record on kernels without bpf_loop, the connection is given
- * up (counted). */
+ * frames of ~380 bytes, seen on a loaded machine) fills it, and the walk
+ * goes on in the next, up to H2_RECORDS records and H2_LOOP_STEPS steps;
+ * beyond, or past H2_STEPS steps and one record on kernels without
+ * bpf_loop, the connection is given up (counted). */
 static __always_inline void h2_on_data(struct conn_state *st, const struct conn_io *io,
 				       const struct segs *sg, __u8 dir)
 {
@@ -402,8 +410,7 @@ static __always_inline void h2_on_data(struct conn_state *st, const struct conn_
 	if (bad)
 		st->h2 = H2_DEAD;
 	if (off || flags)
-		h2_submit(&s->ev, st, io->sk, io->tid, io->fd, dir, flags, off, flags & H2F_CALLER ? st->parent_conn : 0, 0,
-			  H2_DATA_LEN);
+		h2_submit_walk(&s->ev, st, io, dir, flags, off);
 }
 
 /* The connection is HTTP/2 from now on, its first record flagged `first`;

@@ -40,8 +40,8 @@ pub static SYSCALLS_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OU
 /// before 5.12 (build.rs, `NO_XCHG`).
 pub static SYSCALLS_NOXCHG_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringtail-syscalls-noxchg.bpf.o"));
 /// The syscall backend's object with bpf_loop, for kernels 5.17+ (build.rs,
-/// `LOOP`): its HTTP/2 walk takes as many steps and records as a call's
-/// frames need.
+/// `LOOP`): its HTTP/2 walk goes on in the next record when one is full
+/// (bpf/h2.h: up to 16 records, 8,192 steps a call).
 pub static SYSCALLS_LOOP_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/ringtail-syscalls-loop.bpf.o"));
 
 include!(concat!(env!("OUT_DIR"), "/objects.rs"));

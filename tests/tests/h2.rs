@@ -304,7 +304,7 @@ fn connection_begun_before_ringtail(b: &str) {
 /// A server that sends 1,000 DATA frames (and their HEADERS) in one call,
 /// as a Go server writes a 1 MiB answer: more frames than one record holds
 /// (some 400) and than a walk without bpf_loop takes (64 steps). The walk
-/// goes on in as many records as it needs (this kernel has bpf_loop on
+/// goes on in the next record when one is full (this kernel has bpf_loop on
 /// both backends): the server's and curl's spans exact, nothing given up.
 fn a_call_of_a_thousand_frames(b: &str) {
     if !can_trace() || !have("curl") {
