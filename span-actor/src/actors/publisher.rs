@@ -89,8 +89,11 @@ impl Publisher {
 
     /// Cuts one batch off the pending spans.
     fn cut(&mut self) -> (SpanBatch, Composition) {
-        let take = self.pending.len().min(self.batch_length);
-        let spans: Vec<Produced> = self.pending.drain(..take).collect();
+        let spans = if self.pending.len() <= self.batch_length {
+            std::mem::take(&mut self.pending)
+        } else {
+            self.pending.drain(..self.batch_length).collect()
+        };
         assemble(spans)
     }
 
@@ -238,7 +241,11 @@ impl Handler<Spans> for Publisher {
         if msg.spans.is_empty() {
             return;
         }
-        self.pending.extend(msg.spans);
+        if self.pending.is_empty() {
+            self.pending = msg.spans;
+        } else {
+            self.pending.extend(msg.spans);
+        }
         if self.pending.len() >= self.batch_length {
             self.flush(ctx);
         } else {
