@@ -38,10 +38,10 @@ pub struct PipelineSettings {
 impl Default for PipelineSettings {
     fn default() -> Self {
         PipelineSettings {
-            batch_length: 512,
+            batch_length: 1024,
             batch_timeout: Duration::from_millis(200),
             runtime_dir: PathBuf::from("/run/ringtail"),
-            replay_batches: 256,
+            replay_batches: 128,
             parent_wait: Duration::from_secs(5),
             h2_state_mb: 64,
         }
@@ -52,7 +52,7 @@ impl PipelineSettings {
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let pl = self;
         if !(1..=65536).contains(&pl.batch_length) {
-            return Err(invalid("pipeline.batch_length", "must be 1..=65536", "512", pl.batch_length));
+            return Err(invalid("pipeline.batch_length", "must be 1..=65536", "1024", pl.batch_length));
         }
         let limits = (Duration::from_millis(1), Duration::from_secs(60));
         duration_between("pipeline.batch_timeout", pl.batch_timeout, limits, "must be between 1ms and 60s", "\"200ms\"")?;
@@ -68,7 +68,7 @@ impl PipelineSettings {
             ));
         }
         if !(1..=100_000).contains(&pl.replay_batches) {
-            return Err(invalid("pipeline.replay_batches", "must be 1..=100000", "256", pl.replay_batches));
+            return Err(invalid("pipeline.replay_batches", "must be 1..=100000", "128", pl.replay_batches));
         }
         if !(1..=4096).contains(&pl.h2_state_mb) {
             return Err(invalid("pipeline.h2_state_mb", "must be 1..=4096", "64", pl.h2_state_mb));
