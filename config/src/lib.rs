@@ -349,15 +349,15 @@ mod tests {
     fn empty_file_gives_documented_defaults() {
         let s = load("", &[]).unwrap();
         assert_eq!(s, Settings::default());
-        assert_eq!(s.probe.wakeup_len, 1024);
-        assert_eq!(s.effective_wakeup_len(), 1024);
+        assert_eq!(s.probe.wakeup_len, 768);
+        assert_eq!(s.effective_wakeup_len(), 768);
         let mut small = s.clone();
         small.pipeline.batch_length = 1;
         assert_eq!(small.effective_wakeup_len(), 64, "half of 128 one-event batches");
         small.probe.wakeup_len = 0;
         assert_eq!(small.effective_wakeup_len(), 0, "the kernel's default stays");
         assert_eq!(s.probe.ring_buffer_mb, 4);
-        assert_eq!(s.pipeline.batch_length, 1024);
+        assert_eq!(s.pipeline.batch_length, 768);
         assert_eq!(s.pipeline.replay_batches, 128);
         assert!(s.export.stdout);
         assert!(s.discovery.selects_all());

@@ -38,7 +38,7 @@ pub struct PipelineSettings {
 impl Default for PipelineSettings {
     fn default() -> Self {
         PipelineSettings {
-            batch_length: 1024,
+            batch_length: 768,
             batch_timeout: Duration::from_millis(200),
             runtime_dir: PathBuf::from("/run/ringtail"),
             replay_batches: 128,
@@ -52,7 +52,7 @@ impl PipelineSettings {
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let pl = self;
         if !(1..=65536).contains(&pl.batch_length) {
-            return Err(invalid("pipeline.batch_length", "must be 1..=65536", "1024", pl.batch_length));
+            return Err(invalid("pipeline.batch_length", "must be 1..=65536", "768", pl.batch_length));
         }
         let limits = (Duration::from_millis(1), Duration::from_secs(60));
         duration_between("pipeline.batch_timeout", pl.batch_timeout, limits, "must be between 1ms and 60s", "\"200ms\"")?;

@@ -114,7 +114,7 @@ impl Default for ProbeSettings {
     fn default() -> Self {
         ProbeSettings {
             backend: Backend::Auto,
-            wakeup_len: 1024,
+            wakeup_len: 768,
             flush_interval: Duration::from_millis(100),
             ring_buffer_mb: 4,
             max_connections: 16384,
@@ -131,7 +131,7 @@ impl ProbeSettings {
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let p = self;
         if p.wakeup_len > 1_000_000 {
-            return Err(invalid("probe.wakeup_len", "must be 0..=1000000", "1024", p.wakeup_len));
+            return Err(invalid("probe.wakeup_len", "must be 0..=1000000", "768", p.wakeup_len));
         }
         let limits = (Duration::from_millis(1), Duration::from_secs(10));
         duration_between("probe.flush_interval", p.flush_interval, limits, "must be between 1ms and 10s", "\"100ms\"")?;

@@ -69,8 +69,8 @@ fn watch<R: std::os::fd::AsRawFd>(ring: R) -> Result<AsyncFd<R>, PumpError> {
 /// ring that never empties (a flood) must not starve the loop's other work
 /// (acks that release ring space, heartbeats, the flush timer).
 const DRAIN_BATCHES: usize = 4;
-/// Turns of reading at shutdown: 16 × 4 × 1024 = 65,536 records with the
-/// default batch length, a 40 MiB ring of 648-byte events.
+/// Turns of reading at shutdown: 16 × 4 × 768 = 49,152 records with the
+/// default batch length, a 30 MiB ring of 648-byte events.
 const SHUTDOWN_TURNS: usize = 16;
 
 struct Batch {

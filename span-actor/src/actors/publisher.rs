@@ -246,7 +246,13 @@ impl Handler<Spans> for Publisher {
         } else {
             self.pending.extend(msg.spans);
         }
-        if self.pending.len() >= self.batch_length {
+        // A raw batch's spans leave at once: the loader has batched them
+        // already (by `batch_length` or `batch_timeout`), and waiting here
+        // for a full batch would hold them (and the raw batch they came
+        // from, kept by the loader until they are exported) up to another
+        // `batch_timeout`. Only the spans released on their own (held for
+        // a parent that never came) wait to travel with others.
+        if self.pending.len() >= self.batch_length || msg.made.is_some() {
             self.flush(ctx);
         } else {
             self.arm(ctx);
