@@ -165,13 +165,13 @@ case "$cmd" in
         say "end-to-end tests (serial: they share the kernel and the CPUs; a skip is a failure here)"
         RINGTAIL_REQUIRE_ALL=1 cargo test -p ringtail-tests --no-fail-fast -- --test-threads=1
         say "kernel matrix: tests/tests/kernels.rs inside Debian's 5.10, 6.1 and 6.12 kernels"
-        kernels_test="$(cargo test -p ringtail-tests --test kernels --no-run --message-format=json 2>/dev/null | python3 -c '
+        kernels_test="$(cargo test -p ringtail-tests --test e2e --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
-    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "kernels" and m.get("executable"):
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "e2e" and m.get("executable"):
         print(m["executable"])')"
-        [ -x "$kernels_test" ] || { echo "ringtail.sh: the kernels test executable was not found" >&2; exit 1; }
+        [ -x "$kernels_test" ] || { echo "ringtail.sh: the end-to-end test executable was not found" >&2; exit 1; }
         tests/kernels/kernels.sh matrix "$kernels_test" "${CARGO_TARGET_DIR:-target}/debug"
         ;;
     *)

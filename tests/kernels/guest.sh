@@ -6,6 +6,9 @@
 set -eu
 echo "guest: Linux $(uname -r), $(nproc) CPUs, $(sed -n 's/MemTotal: *//p' /proc/meminfo)"
 export RINGTAIL_REQUIRE_ALL=1 RINGTAIL_BIN_DIR="$RT_BIN_DIR" RINGTAIL_TEST_TIME_SCALE="$RT_SCALE" RUST_BACKTRACE=1
+# A host directory under /var/tmp (the matrix's own) must be seen here at
+# its path, as a checkout there must: init keeps it over the guest's tmpfs.
+[ -f "$RT_KEPT/kept" ] || { echo "guest: the host's $RT_KEPT is hidden by the guest's tmpfs: a checkout under /tmp, /run or /var/tmp could not run" >&2; exit 1; }
 # The guest's root is the host's, read-only: work where tmpfs is.
 cd /tmp
 # (word splitting of RT_TESTS is wanted: one argument per test name)

@@ -6,8 +6,8 @@
 #   kernels.sh list                    the kernels of the matrix, one "<version> <vmlinuz>" a line
 #   kernels.sh boot KVER SCRIPT        boot KVER, run SCRIPT (a host path) inside as root;
 #                                      the console on stdout, the exit status the script's
-#   kernels.sh matrix TESTBIN BIN_DIR  run the kernel-matrix tests (tests/tests/kernels.rs,
-#                                      built as TESTBIN) in every kernel (RINGTAIL_KERNELS="5.10
+#   kernels.sh matrix TESTBIN BIN_DIR  run the kernel-matrix tests (tests/tests/kernels.rs, in
+#                                      the end-to-end executable TESTBIN) in every kernel (RINGTAIL_KERNELS="5.10
 #                                      6.1": only those), two guests at a time; each guest's
 #                                      console in $RINGTAIL_KERNEL_LOGS
 #
@@ -39,14 +39,15 @@ die() { printf 'kernels.sh: %s\n' "$*" >&2; exit 1; }
 # suite:series, oldest first. The series is what README's kernel table names.
 SUITES=(bullseye:5.10 bookworm:6.1 trixie:6.12)
 
-# What the matrix runs in each series (tests/tests/kernels.rs): everything
-# on the default backend everywhere, and the syscall backend too where the
-# default is the socket one (6.3+).
+# What the matrix runs in each series (tests/tests/kernels.rs, the
+# `kernels::` module of the end-to-end executable): everything on the
+# default backend everywhere, and the syscall backend too where the default
+# is the socket one (6.3+).
 matrix_tests() {
-    local common="check_kernel_agrees_with_the_kernel_table every_exchange_on_the_default_backend"
+    local common="kernels::check_kernel_agrees_with_the_kernel_table kernels::every_exchange_on_the_default_backend"
     case "$1" in
         5.* | 6.[0-2]) echo "$common" ;;
-        *) echo "$common every_exchange_on_the_syscall_backend" ;;
+        *) echo "$common kernels::every_exchange_on_the_syscall_backend" ;;
     esac
 }
 
@@ -163,13 +164,16 @@ boot() {
     [ -S "$sock" ] || { kill "$vpid" 2>/dev/null; die "virtiofsd did not start"; }
     local smp=${RINGTAIL_VM_SMP:-2} mem=${RINGTAIL_VM_MEMORY_MB:-3072}
     [ "$(nproc)" -ge "$smp" ] || smp=1
+    # Host directories the guest must see at their own paths, even under
+    # the tmpfs it puts on /tmp, /run and /var/tmp (init: rt.keep=).
+    local keep=${RT_KEEP:-}
     local rc=0
     timeout "${RINGTAIL_VM_TIMEOUT:-1800}" qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp "$smp" -m "$mem" \
         -nographic -no-reboot -nic none \
         -object memory-backend-memfd,id=mem,size="${mem}M",share=on -numa node,memdev=mem \
         -chardev socket,id=vfs,path="$sock" -device vhost-user-fs-pci,chardev=vfs,tag=hostroot \
         -kernel "$vmlinuz" -initrd "$CACHE/initrd.gz" \
-        -append "console=ttyS0 quiet panic=-1 rt.script=$script ${RINGTAIL_VM_APPEND:-}" </dev/null | tee "$log" || rc=$?
+        -append "console=ttyS0 quiet panic=-1 rt.script=$script${keep:+ rt.keep=$keep} ${RINGTAIL_VM_APPEND:-}" </dev/null | tee "$log" || rc=$?
     kill "$vpid" 2>/dev/null || true
     wait "$vpid" 2>/dev/null || true
     local grc
@@ -186,10 +190,29 @@ matrix() {
     local testbin bindir
     testbin=$(realpath "$1") bindir=$(realpath "$2")
     [ -x "$testbin" ] || die "no test executable $testbin"
-    local logs=${RINGTAIL_KERNEL_LOGS:-$CACHE/logs}
-    mkdir -p "$logs"
+    # The checkout, the test executable and the binaries, seen by the guest
+    # at their own paths (a checkout under /tmp, /run or /var/tmp would be
+    # hidden by the guest's tmpfs there: init keeps these visible). The
+    # kernel command line is split at spaces, the list at colons.
+    local workspace p
+    workspace=$(realpath "$HERE/../..")
+    for p in "$workspace" "$testbin" "$bindir"; do
+        case "$p" in
+        *[[:space:]:]*) die "the kernel matrix cannot run from $p: a path with a space or a colon cannot be passed to the guest (clone elsewhere)" ;;
+        esac
+        # The guest sees the host's root filesystem alone (boot: a
+        # non-recursive bind of /), not what is mounted on it.
+        [ "$(findmnt -n -o TARGET --target "$p")" = / ] ||
+            die "the kernel matrix cannot run from $p: it is on $(findmnt -n -o TARGET --target "$p"), a separate mount the guests do not see (clone onto the root filesystem)"
+    done
     local work
     work=$(mktemp -d /var/tmp/rt-matrix.XXXXXX)
+    # The matrix's own directory is under /var/tmp: each guest checks that it
+    # sees it (guest.sh), which is what a checkout there needs.
+    echo kept >"$work/kept"
+    export RT_KEEP="$workspace:$(dirname "$testbin"):$bindir:$work"
+    local logs=${RINGTAIL_KERNEL_LOGS:-$CACHE/logs}
+    mkdir -p "$logs"
     local -a pids=() names=()
     local i series kver running=0
     # newest first: the 6.3+ kernels run one test more
@@ -203,8 +226,9 @@ matrix() {
 RT_BIN_DIR=%q
 RT_SCALE=%q
 RT_TESTS=%q
+RT_KEPT=%q
 ' \
-                "$testbin" "$bindir" "${RINGTAIL_VM_TIME_SCALE:-8}" "$(matrix_tests "$series")"
+                "$testbin" "$bindir" "${RINGTAIL_VM_TIME_SCALE:-8}" "$(matrix_tests "$series")" "$work"
             cat "$HERE/guest.sh"
         } >"$work/$series.sh"
         if [ "$running" -ge "${RINGTAIL_VM_PARALLEL:-2}" ]; then
