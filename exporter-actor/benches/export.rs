@@ -78,6 +78,7 @@ fn batch(n: usize, k: u64, grpc: bool) -> SpanBatch {
             attributes: Vec::new(),
             rpc: None,
             db: None,
+            edge: None,
         })
         .map(|mut s| {
             if grpc {
