@@ -160,7 +160,10 @@ fn env_of<'a>(objects: &'a [Value], name: &str) -> Option<&'a Value> {
 }
 
 fn config_toml(objects: &[Value]) -> String {
-    one(objects, "ConfigMap")["data"]["ringtail.toml"].as_str().expect("ringtail.toml in the ConfigMap").to_owned()
+    // (the dashboard's ConfigMap, prometheus.dashboard, holds no configuration)
+    let configs: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "ConfigMap" && o["data"]["ringtail.toml"].is_string()).collect();
+    assert_eq!(configs.len(), 1, "one ConfigMap with ringtail.toml");
+    configs[0]["data"]["ringtail.toml"].as_str().expect("ringtail.toml in the ConfigMap").to_owned()
 }
 
 /// `ringtail check-config` on a rendered configuration: every component
