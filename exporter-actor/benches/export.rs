@@ -196,8 +196,9 @@ fn main() {
         let registry = Registry::new(Component::ExporterActor, 1);
         let mut meters = Meters::new(Vec::new(), "host", &registry).derive(derived);
         let me = Producer { component: Component::SpanActor, instance: 3 };
-        let inputs: Vec<Vec<u8>> =
-            (0..16).map(|k| ipc_schema::encode(&Envelope::new(me, k + 1, Body::Spans(batch(512, k, grpc, edges)))).expect("encode")).collect();
+        let inputs: Vec<Vec<u8>> = (0..16)
+            .map(|k| ipc_schema::encode(&Envelope::new(me, k + 1, Body::Spans(batch(512, k, grpc, edges)))).expect("encode"))
+            .collect();
         let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
         let queue = 65_536;
         let mut sink = TraceSink::start(transport, &cfg, queue, &registry, done_tx);
