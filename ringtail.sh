@@ -100,6 +100,13 @@ test_deps() {
     apt_install buildah
     .venv/bin/python -c 'import kubernetes_validate' 2>/dev/null || { say "pip install kubernetes-validate"; .venv/bin/pip install -q 'kubernetes-validate==1.37.0'; }
     .venv/bin/python -c 'import helm_python' 2>/dev/null || { say "pip install helm-python-sdk"; .venv/bin/pip install -q --require-hashes -r deploy/helm/requirements.txt; }
+    # The Prometheus Operator's CRD schemas, which the chart's PodMonitor,
+    # ServiceMonitor and PrometheusRule are validated against (deploy.rs);
+    # promtool (Debian's prometheus, above) checks the alert rules.
+    [ -f .venv/npm/node_modules/@kubernetes-models/prometheus-operator/package.json ] || {
+        say "npm install @kubernetes-models/prometheus-operator"
+        npm install --silent --prefix .venv/npm --no-audit --no-fund '@kubernetes-models/prometheus-operator@6.0.0'
+    }
     # Coverage-guided fuzzing: libFuzzer through cargo-fuzz, on nightly.
     rustup run nightly cargo --version >/dev/null 2>&1 || { say "rustup toolchain install nightly"; rustup toolchain install nightly --profile minimal; }
     cargo +nightly fuzz --version >/dev/null 2>&1 || { say "cargo install cargo-fuzz"; cargo install -q cargo-fuzz --version 0.13.2 --locked; }

@@ -15,8 +15,11 @@
 //! One module per section, each with its struct, defaults, a doc comment on
 //! every field, and its rules:
 //! [`probe`], [`pipeline`], [`discovery`], [`routes`], [`services`],
-//! [`redaction`], [`export`], [`actors`], [`profile`], [`log`], [`tls`],
-//! [`kubernetes`].
+//! [`redaction`], [`export`], [`metrics`], [`actors`], [`profile`], [`log`],
+//! [`tls`], [`kubernetes`].
+//! - [`obi`]: the `OTEL_EBPF_*` (and Beyla's `BEYLA_*`) environment
+//!   variables that name a setting ringtail has too, mapped onto its keys
+//!   (one table), and those that have no equivalent.
 //! - [`types`]: the parsed value types and their rules.
 //! - this file: [`Settings`] (the whole file), loading with the
 //!   environment, and [`ConfigError`].
@@ -26,6 +29,8 @@ pub mod discovery;
 pub mod export;
 pub mod kubernetes;
 pub mod log;
+pub mod metrics;
+pub mod obi;
 pub mod pipeline;
 pub mod probe;
 pub mod profile;
@@ -44,6 +49,7 @@ pub use discovery::DiscoverySettings;
 pub use export::{ExportSettings, OtlpProtocol, OtlpSettings, PrometheusSettings, RetrySettings};
 pub use kubernetes::KubernetesSettings;
 pub use log::LogSettings;
+pub use metrics::MetricsSettings;
 pub use pipeline::PipelineSettings;
 pub use probe::{Backend, ProbeSettings};
 pub use profile::ProfileSettings;
@@ -112,6 +118,8 @@ pub struct Settings {
     pub redaction: RedactionSettings,
     /// Where spans and metrics go.
     pub export: ExportSettings,
+    /// Which metrics are derived from spans (service graph, span metrics).
+    pub metrics: MetricsSettings,
     /// How the unprivileged actors run.
     pub actors: ActorSettings,
     /// CPU profiling endpoints.
@@ -139,6 +147,10 @@ pub enum ConfigError {
     Schema { key: String, problem: String },
     #[error("{key}: {rule}, e.g. {example} (got {value})")]
     Invalid { key: String, rule: &'static str, example: &'static str, value: String },
+    /// Two environment variables set one key to different values (an
+    /// OBI or Beyla name and ringtail's, or two of theirs: [`obi`]).
+    #[error("{first} and {second} both set {key}, to different values ({values}): set one")]
+    Conflict { first: String, second: String, key: String, values: String },
 }
 
 /// Why the file or the environment could not be read, as `config` said,
@@ -200,19 +212,34 @@ impl Settings {
     }
 
     /// Reads `path` (when given) and the `RINGTAIL_…` environment, then
-    /// validates. `PROFILE_PORT` is accepted as an alias of `profile.port`.
+    /// validates. `PROFILE_PORT` is accepted as an alias of `profile.port`,
+    /// and OBI's and Beyla's names of the settings ringtail shares with them
+    /// as their keys' ([`obi`]).
     pub fn load(path: Option<&Path>) -> Result<Settings, ConfigError> {
         Self::load_with_env(path, std::env::vars())
     }
 
     /// [`Settings::load`] with an explicit environment (for tests).
     pub fn load_with_env(path: Option<&Path>, env: impl IntoIterator<Item = (String, String)>) -> Result<Settings, ConfigError> {
+        let env: std::collections::BTreeMap<String, String> = env.into_iter().collect();
+        let theirs = obi::overlay(&env)?;
         let mut vars: std::collections::HashMap<String, String> = env
             .into_iter()
             .filter(|(k, _)| (k.starts_with("RINGTAIL_") && !NOT_CONFIG.contains(&k.as_str())) || k == "PROFILE_PORT")
             .collect();
         if let Some(port) = vars.remove("PROFILE_PORT") {
             vars.entry("RINGTAIL_PROFILE__PORT".into()).or_insert(port);
+        }
+        // (equal to any RINGTAIL_ variable of the same key: obi::overlay checked)
+        vars.extend(theirs);
+        // List keys are set as lists here: the environment source parses a
+        // lone number ("8080") as one before it splits lists, and a list
+        // key then refused a one-item list.
+        let mut lists = Vec::new();
+        for key in LIST_KEYS {
+            if let Some(v) = vars.remove(&obi::env_name(key)) {
+                lists.push((*key, v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_owned).collect::<Vec<String>>()));
+            }
         }
         let mut environment = config::Environment::with_prefix(ENV_PREFIX)
             .prefix_separator("_")
@@ -227,7 +254,11 @@ impl Settings {
         if let Some(path) = path {
             builder = builder.add_source(config::File::from(path).format(config::FileFormat::Toml).required(true));
         }
-        let cfg = builder.add_source(environment).build().map_err(ConfigError::load)?;
+        let mut builder = builder.add_source(environment);
+        for (key, list) in lists {
+            builder = builder.set_override(key, list).map_err(ConfigError::load)?;
+        }
+        let cfg = builder.build().map_err(ConfigError::load)?;
         Self::from_config(cfg)
     }
 
@@ -270,6 +301,7 @@ impl Settings {
         self.services.validate()?;
         self.redaction.validate()?;
         self.export.validate()?;
+        self.metrics.validate()?;
         self.actors.validate()?;
         self.profile.validate()?;
         self.tls.validate()?;
@@ -382,6 +414,21 @@ mod tests {
         assert_eq!(s.export.otlp.endpoint.as_ref().map(|e| e.as_str()), Some("http://127.0.0.1:4317"));
         assert_eq!(s.export.otlp.headers.get(&"authorization".parse().unwrap()).map(String::as_str), Some("x"));
         assert_eq!(s.profile.port, 6060);
+    }
+
+    /// A one-item list from the environment is a list (the environment
+    /// source read `8080` as a number, and the list key refused it).
+    #[test]
+    fn a_one_item_list_from_the_environment_is_a_list() {
+        let s =
+            load("[discovery]\nopen_ports = [1, 2]\n", &[("RINGTAIL_DISCOVERY__OPEN_PORTS", "8080"), ("RINGTAIL_DISCOVERY__PIDS", "12")])
+                .unwrap();
+        assert_eq!(s.discovery.open_ports.iter().map(|p| p.get()).collect::<Vec<_>>(), [8080]);
+        assert_eq!(s.discovery.pids, [12]);
+        let s = load("[discovery]\nopen_ports = [1, 2]\n", &[("RINGTAIL_DISCOVERY__OPEN_PORTS", "")]).unwrap();
+        assert!(s.discovery.open_ports.is_empty(), "an empty variable clears the list");
+        let err = load("", &[("RINGTAIL_DISCOVERY__OPEN_PORTS", "80,http")]).unwrap_err().to_string();
+        assert!(err.contains("discovery.open_ports"), "{err}");
     }
 
     #[test]

@@ -10,7 +10,11 @@
 //! `BENCH_PROTOCOL=http/protobuf` exports over HTTP instead of gRPC,
 //! `BENCH_SPANS=grpc` sends gRPC spans (HTTP/2, the stable RPC
 //! conventions' attributes, recorded in the RPC histograms) instead of
-//! HTTP/1.1 ones,
+//! HTTP/1.1 ones, `BENCH_SPANS=edges` HTTP/1.1 server spans that each
+//! complete a service-graph edge (their caller's end on this host: the
+//! service graph's most costly case), `BENCH_GRAPH=0` records no service
+//! graph (`metrics.service_graph = false`), `BENCH_SPAN_METRICS=1` also
+//! records span metrics,
 //! `BENCH_SECS` sets the measured time (5 s), `BENCH_STEPS=0` leaves out the
 //! steps measured alone (for instruction counts under callgrind: two runs of
 //! different lengths, the difference divided by the difference in "spans in
@@ -34,7 +38,7 @@ use runtime_kit::profiling::cpu_time;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-fn batch(n: usize, k: u64, grpc: bool) -> SpanBatch {
+fn batch(n: usize, k: u64, grpc: bool, edges: bool) -> SpanBatch {
     let resources: Vec<ServiceResource> = (0..4)
         .map(|i| ServiceResource {
             service_name: format!("svc-{i}"),
@@ -78,6 +82,11 @@ fn batch(n: usize, k: u64, grpc: bool) -> SpanBatch {
             attributes: Vec::new(),
             rpc: None,
             db: None,
+            edge: edges.then(|| ipc_schema::Edge {
+                peer_service: format!("svc-{}", (i + 1) % 4),
+                peer_duration_ns: 250_000,
+                peer_error: i % 50 == 0,
+            }),
         })
         .map(|mut s| {
             if grpc {
@@ -167,6 +176,11 @@ fn main() {
     let protocol = std::env::var("BENCH_PROTOCOL").unwrap_or_else(|_| "grpc".into());
     let steps = std::env::var("BENCH_STEPS").as_deref() != Ok("0");
     let grpc = std::env::var("BENCH_SPANS").as_deref() == Ok("grpc");
+    let edges = std::env::var("BENCH_SPANS").as_deref() == Ok("edges");
+    let derived = exporter_actor::meters::Derived {
+        service_graph: std::env::var("BENCH_GRAPH").as_deref() != Ok("0"),
+        span_metrics: std::env::var("BENCH_SPAN_METRICS").as_deref() == Ok("1"),
+    };
     let secs: f64 = std::env::var("BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0);
     let result = tokio::task::LocalSet::new().block_on(&rt, async {
         let settings = match protocol.as_str() {
@@ -180,10 +194,11 @@ fn main() {
         let cfg = OtlpConfig::resolve(&settings, &HashMap::new()).expect("config");
         let transport = Transport::new(cfg.traces_endpoint.as_ref().expect("endpoint"), &cfg).expect("transport");
         let registry = Registry::new(Component::ExporterActor, 1);
-        let mut meters = Meters::new(Vec::new(), "host", &registry);
+        let mut meters = Meters::new(Vec::new(), "host", &registry).derive(derived);
         let me = Producer { component: Component::SpanActor, instance: 3 };
-        let inputs: Vec<Vec<u8>> =
-            (0..16).map(|k| ipc_schema::encode(&Envelope::new(me, k + 1, Body::Spans(batch(512, k, grpc)))).expect("encode")).collect();
+        let inputs: Vec<Vec<u8>> = (0..16)
+            .map(|k| ipc_schema::encode(&Envelope::new(me, k + 1, Body::Spans(batch(512, k, grpc, edges)))).expect("encode"))
+            .collect();
         let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
         let queue = 65_536;
         let mut sink = TraceSink::start(transport, &cfg, queue, &registry, done_tx);

@@ -14,8 +14,11 @@
 //!   re-derived spans by id, feeds the sinks and marks batches done.
 //! - [`meters`]: the duration histograms derived from spans (HTTP
 //!   requests, RPC calls, database calls in `db.client.operation.duration`;
-//!   fixed buckets, one lookup per span, bounded, idle series evicted) and
-//!   the health of every component, read by both OTLP and Prometheus.
+//!   fixed buckets, one lookup per span, bounded, idle series evicted), the
+//!   host's service graph (`traces_service_graph_*`, from the edges the
+//!   span-actor put on server spans) and span metrics
+//!   (`traces_span_metrics_*`, opt-in), and the health of every component,
+//!   read by both OTLP and Prometheus.
 //! - [`resource`]: the OpenTelemetry resource of each traced service.
 //! - [`sinks::otlp`]: configuration (file + `OTEL_*` environment), OTLP
 //!   protobuf written straight from span batches and metrics

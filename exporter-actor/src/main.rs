@@ -36,7 +36,10 @@ async fn run(p: Process, otlp: OtlpConfig) -> anyhow::Result<()> {
     p.socket_file(&acks_path);
 
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map(|h| h.trim().to_owned()).unwrap_or_default();
-    let meters = Meters::new(otlp.resource_attributes.clone(), &host, registry).evict_idle_after(meters::idle_limit(otlp.metrics_interval));
+    let derived = meters::Derived { service_graph: settings.metrics.service_graph, span_metrics: settings.metrics.span_metrics };
+    let meters = Meters::new(otlp.resource_attributes.clone(), &host, registry)
+        .evict_idle_after(meters::idle_limit(otlp.metrics_interval))
+        .derive(derived);
     if let Some(listen) = settings.export.prometheus.listen {
         prometheus::start(listen.get(), meters.view(), registry, p.shutdown.clone()).await?;
     }

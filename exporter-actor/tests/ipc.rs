@@ -44,6 +44,7 @@ fn span(id: u64, path: &str) -> HttpSpan {
         attributes: Vec::new(),
         rpc: None,
         db: None,
+        edge: None,
     }
 }
 

@@ -51,7 +51,7 @@ pub use component::{Component, ComponentInfo, COMPONENTS};
 pub use envelope::{decode, decode_ack, encode, Ack, Body, DecodeError, Envelope, Producer};
 pub use health::{HealthReport, MetricPoint};
 pub use raw::{DbLinks, ProcessInfo, RawBatch, RawEvent, RawH2, Role, SockAddr};
-pub use span::{DbCall, HttpSpan, RpcCall, ServiceResource, SpanBatch, SpanKind, Value};
+pub use span::{DbCall, Edge, HttpSpan, RpcCall, ServiceResource, SpanBatch, SpanKind, Value};
 pub use text::Text;
 pub use wire::WireError;
 

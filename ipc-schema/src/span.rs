@@ -93,6 +93,34 @@ pub struct HttpSpan<S = String> {
     /// HTTP's (the HTTP fields are empty and not exported), and it is
     /// measured in `db.client.operation.duration` ([`crate::db`]).
     pub db: Option<DbCall<S>>,
+    /// Set on a SERVER span that the span-actor joined to the CLIENT span
+    /// on this host that called it: the other end of the service-graph
+    /// edge, which the exporter counts from these values
+    /// (`traces_service_graph_*`), never from a pairing of its own.
+    pub edge: Option<Edge<S>>,
+}
+
+/// The other end of a call that ringtail knows for certain, carried on the
+/// span that completes the call's service-graph edge: on a SERVER span, the
+/// CLIENT span on this host that sent its request (the kernel named the
+/// request at both ends: the span-actor joins them exactly). What the
+/// edge's `client` label and `traces_service_graph_request_client_seconds`
+/// take, and whether it failed at that end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edge<S = String> {
+    /// The other end's `service.name`.
+    pub peer_service: S,
+    /// The other end's span duration, in nanoseconds.
+    pub peer_duration_ns: u64,
+    /// The other end's span status is ERROR.
+    pub peer_error: bool,
+}
+
+impl<S: AsRef<str>> Edge<S> {
+    /// The same edge, with its string in `T`.
+    pub fn map_str<'a, T>(&'a self, f: impl Fn(&'a str) -> T) -> Edge<T> {
+        Edge { peer_service: f(self.peer_service.as_ref()), peer_duration_ns: self.peer_duration_ns, peer_error: self.peer_error }
+    }
 }
 
 /// An attribute value: of a span's [`HttpSpan::attributes`], of a metric
@@ -306,6 +334,7 @@ impl<S: AsRef<str>> HttpSpan<S> {
             attributes: self.attributes.iter().map(|(k, v)| (k.as_ref(), v.as_borrowed())).collect(),
             rpc: self.rpc.as_ref().map(|r| r.map_str(|v| v)),
             db: self.db.as_ref().map(|d| d.map_str(|v| v)),
+            edge: self.edge.as_ref().map(|e| e.map_str(|v| v)),
         }
     }
 
@@ -345,6 +374,7 @@ impl<S: AsRef<str>> HttpSpan<S> {
             attributes: b.attributes.iter().map(|(k, v)| (o(k), v.map_str(o))).collect(),
             rpc: b.rpc.as_ref().map(|r| r.map_str(o)),
             db: b.db.as_ref().map(|d| d.map_str(o)),
+            edge: b.edge.as_ref().map(|e| e.map_str(o)),
         }
     }
 }
@@ -405,6 +435,7 @@ mod tests {
                     error_type: Some("UNIMPLEMENTED".into()),
                 }),
                 db: None,
+                edge: Some(Edge { peer_service: "front".into(), peer_duration_ns: 7, peer_error: true }),
             }],
         );
         let env = Envelope::new(Producer { component: Component::SpanActor, instance: 2 }, 3, Body::Spans(batch.clone()));
@@ -417,6 +448,7 @@ mod tests {
         assert_eq!((span.method, span.method_original, span.path), ("_OTHER", Some("PURGE"), "/users/12"));
         assert_eq!(span.attributes, vec![("rpc.system", Value::Str("grpc")), ("x", Value::Bool(true))]);
         assert_eq!(span.rpc.as_ref().map(|r| (r.method, r.code, r.status)), Some(("_OTHER", Some(12), Some("UNIMPLEMENTED"))));
+        assert_eq!(span.edge, Some(Edge { peer_service: "front", peer_duration_ns: 7, peer_error: true }));
         assert_eq!(span.to_owned_span().as_borrowed(), span);
     }
 }

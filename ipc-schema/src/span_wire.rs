@@ -21,7 +21,7 @@
 //!            opt(server_address) uint(server_port) str(client_address)
 //!            uint(client_port) str(peer_address) uint(peer_port)
 //!            str(protocol_version) opt(user_agent) count(attributes)
-//!            (str(key) attr)* rpc db
+//!            (str(key) attr)* rpc db edge
 //! attr     = u8(0) str | u8(1) int | u8(2) u8(0 false, 1 true)
 //! rpc      = u8(0) | u8(1) u8(bit 0 stable, 1 experimental) str(system)
 //!            str(method) (u8(0) | u8(1) str(service) str(method))
@@ -29,6 +29,8 @@
 //! db       = u8(0) | u8(1) str(system) opt(namespace) opt(operation)
 //!            opt(collection) opt(query_text) opt(query_summary)
 //!            opt(status_code) opt(error_type) (u8(0) | u8(1) uint(rows))
+//! edge     = u8(0) | u8(1) str(peer_service) u64le(peer_duration_ns)
+//!            u8(peer_error: 0 or 1)
 //! int      = zigzag uint (an i64; a status code is range-checked as i32)
 //! uint     = LEB128, at most 10 bytes, range-checked for its field
 //! count    = uint, never more than the bytes left could hold
@@ -52,7 +54,7 @@ use serde::de::{self, SeqAccess, Visitor};
 use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::span::{DbCall, HttpSpan, RpcCall, ServiceResource, SpanBatch, SpanKind, Value};
+use crate::span::{DbCall, Edge, HttpSpan, RpcCall, ServiceResource, SpanBatch, SpanKind, Value};
 pub use crate::wire::WireError;
 use crate::wire::{put_int, put_opt, put_str, put_uint, Reader, Section};
 
@@ -61,7 +63,7 @@ use crate::wire::{put_int, put_opt, put_str, put_uint, Reader, Section};
 const MIN_RESOURCE: usize = 6;
 /// The fewest bytes a span takes (fixed-width fields and one-byte
 /// integers, counts, empty strings and absent options).
-const MIN_SPAN: usize = 1 + 1 + 16 + 8 + 8 + 1 + 1 + 8 + 8 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1;
+const MIN_SPAN: usize = 1 + 1 + 16 + 8 + 8 + 1 + 1 + 8 + 8 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1;
 const RPC_STABLE: u8 = 1;
 const RPC_EXPERIMENTAL: u8 = 2;
 const FLAG_ERROR: u8 = 1;
@@ -120,6 +122,7 @@ pub(crate) fn write_span<S: AsRef<str>>(s: &HttpSpan<S>, out: &mut Vec<u8>) {
         attributes,
         rpc,
         db,
+        edge,
     } = s;
     put_uint(out, u64::from(*resource));
     out.push(match kind {
@@ -177,6 +180,36 @@ pub(crate) fn write_span<S: AsRef<str>>(s: &HttpSpan<S>, out: &mut Vec<u8>) {
         None => out.push(0),
         Some(d) => write_db(d, out),
     }
+    match edge {
+        None => out.push(0),
+        Some(e) => write_edge(e, out),
+    }
+}
+
+/// Out of line, as [`write_rpc`].
+#[inline(never)]
+fn write_edge<S: AsRef<str>>(edge: &Edge<S>, out: &mut Vec<u8>) {
+    let Edge { peer_service, peer_duration_ns, peer_error } = edge;
+    out.push(1);
+    put_str(out, peer_service.as_ref());
+    out.extend_from_slice(&peer_duration_ns.to_le_bytes());
+    out.push(u8::from(*peer_error));
+}
+
+fn read_edge<'a>(rd: &mut Reader<'a>) -> Result<Option<Edge<&'a str>>, WireError> {
+    match rd.u8("edge")? {
+        0 => return Ok(None),
+        1 => {}
+        _ => return Err(WireError::Range { field: "edge" }),
+    }
+    let peer_service = rd.str_ref("edge peer_service")?;
+    let peer_duration_ns = rd.u64le("edge peer_duration_ns")?;
+    let peer_error = match rd.u8("edge peer_error")? {
+        0 => false,
+        1 => true,
+        _ => return Err(WireError::Range { field: "edge peer_error" }),
+    };
+    Ok(Some(Edge { peer_service, peer_duration_ns, peer_error }))
 }
 
 /// Out of line, as [`write_rpc`].
@@ -376,6 +409,7 @@ pub(crate) fn read_span<'a>(rd: &mut Reader<'a>) -> Result<HttpSpan<&'a str>, Wi
     }
     let rpc = read_rpc(rd)?;
     let db = read_db(rd)?;
+    let edge = read_edge(rd)?;
     Ok(HttpSpan {
         resource,
         kind,
@@ -407,6 +441,7 @@ pub(crate) fn read_span<'a>(rd: &mut Reader<'a>) -> Result<HttpSpan<&'a str>, Wi
         attributes,
         rpc,
         db,
+        edge,
     })
 }
 
@@ -524,6 +559,7 @@ mod tests {
                 error_type: Some("42601".into()),
                 returned_rows: Some(u64::MAX),
             }),
+            edge: Some(Edge { peer_service: "front-€".into(), peer_duration_ns: u64::MAX, peer_error: true }),
         }
     }
 
@@ -608,6 +644,7 @@ mod tests {
             attributes: Vec::new(),
             rpc: None,
             db: None,
+            edge: None,
         };
         let mut out = Vec::new();
         write_span(&s, &mut out);
@@ -639,7 +676,9 @@ mod tests {
         s.attributes.clear();
         s.rpc = None;
         s.db = None;
+        s.edge = None;
         let mut bytes = span_bytes(&s);
+        bytes.pop(); // edge: none
         bytes.pop(); // db: none
         bytes.pop(); // rpc: none
         bytes.pop(); // the count: 0
@@ -681,10 +720,23 @@ mod tests {
         b.splice(at..=at, big);
         assert_eq!(read_all(&res_bytes(&[resource("a")], 1), b), Err(WireError::Range { field: "rpc code" }));
         // an unknown set bit: the byte after the rpc tag, which stands
-        // where a span without rpc and db has its last byte
+        // where a span without rpc, db and edge has its db tag
         let mut bad = span_bytes(&span(0));
-        bad[span_bytes(&HttpSpan { rpc: None, db: None, ..span(0) }).len() - 1] |= 8;
+        bad[span_bytes(&HttpSpan { rpc: None, db: None, edge: None, ..span(0) }).len() - 2] |= 8;
         assert_eq!(read_all(&res_bytes(&[resource("a")], 1), bad), Err(WireError::Range { field: "rpc sets" }));
+    }
+
+    #[test]
+    fn an_edge_with_a_bad_tag_or_flag_is_refused() {
+        let with = span_bytes(&span(0));
+        // the edge's error flag is the last byte: only 0 and 1
+        let mut bad = with.clone();
+        *bad.last_mut().unwrap() = 2;
+        assert_eq!(read_all(&res_bytes(&[resource("a")], 1), bad), Err(WireError::Range { field: "edge peer_error" }));
+        // the tag of an absent edge is the last byte: only 0 and 1
+        let mut bad = span_bytes(&HttpSpan { edge: None, ..span(0) });
+        *bad.last_mut().unwrap() = 2;
+        assert_eq!(read_all(&res_bytes(&[resource("a")], 1), bad), Err(WireError::Range { field: "edge" }));
     }
 
     #[test]

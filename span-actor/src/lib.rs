@@ -21,6 +21,8 @@
 //! - [`transform`]: batch by batch, the protocol modules' operations into
 //!   spans by one path ([`transform::Transformer`]'s `emit`): resource,
 //!   route, name, status, ids, parent/child linking.
+//! - [`graph`]: the service-graph edges put on server spans (the client
+//!   end of the call each joined), kept apart from the trace join.
 //! - [`semconv`]: method, status and naming rules of the HTTP conventions.
 //! - [`redact`]: query values under secret keys become `REDACTED` (or the
 //!   query is dropped); what is exported of a request and what never is.
@@ -69,6 +71,7 @@
 pub mod actors;
 pub mod db;
 pub mod db_table;
+pub mod graph;
 pub mod h2;
 pub mod http;
 pub mod http1;

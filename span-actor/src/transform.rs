@@ -21,6 +21,7 @@ use runtime_kit::counters::{Counter, Gauge, Registry};
 
 use crate::db::DbOp;
 use crate::db_table::DbTable;
+use crate::graph::{Caller, Callers};
 use crate::h2::grpc;
 use crate::h2::table::{H2Table, H2_SUB};
 use crate::http::{self, split_host_port};
@@ -146,6 +147,10 @@ pub struct Transformer {
     /// Processes by how many times in a row a call of theirs waited in vain
     /// for a server request that forwarded its `traceparent`.
     forward_misses: HashMap<u32, u8>,
+    /// Service-graph edges are put on server spans (`metrics.service_graph`).
+    graph: bool,
+    /// Client ends of recent calls, for server spans that come after them.
+    callers: Callers,
     /// Spans held, by the context they wait for, and when each wait ends.
     held: HashMap<CtxKey, Vec<Held>>,
     held_count: usize,
@@ -279,6 +284,8 @@ impl Transformer {
             contexts: Contexts::new(),
             forwarded: Forwarded::new(),
             forward_misses: HashMap::default(),
+            graph: settings.metrics.service_graph,
+            callers: Callers::default(),
             held: HashMap::default(),
             held_count: 0,
             held_order: VecDeque::new(),
@@ -455,6 +462,7 @@ impl Transformer {
             attributes: Vec::new(),
             rpc: None,
             db: None,
+            edge: None,
         });
         if http.status.is_none() {
             // reset, refused or closed before a response
@@ -542,6 +550,7 @@ impl Transformer {
                 error_type: error_type.map(Text::Owned),
                 returned_rows,
             }),
+            edge: None,
         });
         self.trace(b, Produced { resource, span, origin: b.origin }, (conn.id, seq, sub), links);
     }
@@ -635,6 +644,10 @@ impl Transformer {
         if let Some((trace, flags)) = known.filter(|&(trace, _)| trace != 0) {
             span.trace_id = trace;
             span.trace_flags = flags;
+            if self.graph {
+                // (a server span after its caller: the caller's end was kept)
+                span.edge = self.callers.get(Contexts::fingerprint(key)).and_then(|c| c.edge(span));
+            }
             self.publish(b.out, p, own, true, &mut b.made);
         } else if known.is_some() {
             // the span it joins is not exported (Transformer::forget)
@@ -735,27 +748,41 @@ impl Transformer {
         } else {
             self.stats.spans.inc();
         }
+        // (the client end of a call, for its server span: waiting below, or to come)
+        let caller = if self.graph && own.is_some() { Caller::of(&p.resource, &p.span) } else { None };
         out.push(p);
         let Some(key) = own else { return };
         self.contexts.insert(key, trace, flags);
+        if let Some(c) = &caller {
+            self.callers.insert(Contexts::fingerprint(key), c.clone());
+        }
         // (nothing held: nothing waits, and no held span is pending)
         if self.held.is_empty() {
             return;
         }
         self.pending.remove(&key);
         let Some(waiting) = self.held.remove(&key) else { return };
-        let mut todo: Vec<(Held, u128, u8)> = waiting.into_iter().map(|h| (h, trace, flags)).collect();
-        while let Some((h, trace, flags)) = todo.pop() {
+        // Each released span with the client end of the span it waited for
+        // (a server span waiting for its caller completes the edge).
+        let mut todo: Vec<(Held, u128, u8, Option<Caller>)> = waiting.into_iter().map(|h| (h, trace, flags, caller.clone())).collect();
+        while let Some((h, trace, flags, from)) = todo.pop() {
             self.held_count -= 1;
             let mut s = h.span;
             s.trace_id = trace;
             s.trace_flags = flags;
+            if let Some(c) = &from {
+                s.edge = c.edge(&s);
+            }
+            let caller = if self.graph && h.own.is_some() { Caller::of(&h.resource, &s) } else { None };
             self.stats.spans.inc();
             out.push(Produced { resource: h.resource, span: s, origin: h.origin });
             if let Some(key) = h.own {
                 self.contexts.insert(key, trace, flags);
+                if let Some(c) = &caller {
+                    self.callers.insert(Contexts::fingerprint(key), c.clone());
+                }
                 self.pending.remove(&key);
-                todo.extend(self.held.remove(&key).unwrap_or_default().into_iter().map(|h| (h, trace, flags)));
+                todo.extend(self.held.remove(&key).unwrap_or_default().into_iter().map(|h| (h, trace, flags, caller.clone())));
             }
         }
     }

@@ -207,6 +207,10 @@ fn main() -> anyhow::Result<()> {
         Command::Run => {
             runtime_kit::logging::init(&settings.log.level);
             check_components(&bin, args.config.as_deref()).context("invalid configuration")?;
+            // OBI / Beyla variables ringtail has no equivalent of: said, not read.
+            for (var, instead) in ringtail_config::obi::unmapped(&std::env::vars().collect()) {
+                tracing::warn!(variable = %var, instead, event = "unmapped_variable", "an OBI or Beyla setting ringtail has no equivalent of: ignored");
+            }
             // SAFETY: geteuid has no preconditions.
             if unsafe { libc::geteuid() } != 0 {
                 bail!(

@@ -160,7 +160,10 @@ fn env_of<'a>(objects: &'a [Value], name: &str) -> Option<&'a Value> {
 }
 
 fn config_toml(objects: &[Value]) -> String {
-    one(objects, "ConfigMap")["data"]["ringtail.toml"].as_str().expect("ringtail.toml in the ConfigMap").to_owned()
+    // (the dashboard's ConfigMap, prometheus.dashboard, holds no configuration)
+    let configs: Vec<&Value> = objects.iter().filter(|o| o["kind"] == "ConfigMap" && o["data"]["ringtail.toml"].is_string()).collect();
+    assert_eq!(configs.len(), 1, "one ConfigMap with ringtail.toml");
+    configs[0]["data"]["ringtail.toml"].as_str().expect("ringtail.toml in the ConfigMap").to_owned()
 }
 
 /// `ringtail check-config` on a rendered configuration: every component
@@ -350,6 +353,132 @@ fn daemonset_holds_what_the_docs_say() {
             assert!(out.status.success(), "{name}: ringtail check-config refuses the rendered configuration\n{toml}\n{}", text(&out));
         }
     }
+}
+
+/// The npm modules directory with @kubernetes-models/prometheus-operator
+/// (the Prometheus Operator's CRD schemas), when installed; otherwise a
+/// loud skip.
+fn monitoring_schemas() -> Option<PathBuf> {
+    let modules = venv().join("npm/node_modules");
+    if !modules.join("@kubernetes-models/prometheus-operator/package.json").exists() || !have("node") || !have("promtool") {
+        skip(&format!(
+            "{} lacks @kubernetes-models/prometheus-operator, or node or promtool is missing (./ringtail.sh test installs them)",
+            modules.display()
+        ));
+        return None;
+    }
+    Some(modules)
+}
+
+/// The chart installs what a Prometheus (Operator) needs to watch ringtail,
+/// only on request: `/metrics` on the pod's port, a PodMonitor or a
+/// ServiceMonitor (with its Service) scraping exactly ringtail's pods on
+/// that port, the alert rules as a PrometheusRule (the rules file, which
+/// promtool accepts), the dashboard in a ConfigMap for Grafana's sidecar.
+/// The core objects validate against Kubernetes' schemas, the operator's
+/// against its CRDs' (the npm package generated from them); a monitor
+/// without `/metrics` is refused at render.
+#[test]
+fn the_chart_installs_prometheus_monitoring_on_request() {
+    let Some(py) = python() else { return };
+    let Some(modules) = monitoring_schemas() else { return };
+    let dir = TempDir::new("deploy-mon");
+    // Off by default: nothing of it, no port.
+    let (_, objects) = render(&py, "{}");
+    assert!(objects.iter().all(|o| o["apiVersion"] != "monitoring.coreos.com/v1" && o["kind"] != "Service"), "monitoring by default");
+    assert!(container(&objects).get("ports").is_none(), "a port by default");
+    assert!(!config_toml(&objects).contains("[export.prometheus]"));
+
+    let values = r#"{"prometheus": {"enabled": true, "port": 9464, "podMonitor": {"enabled": true, "labels": {"release": "kps"}},
+        "serviceMonitor": {"enabled": true, "interval": "15s"}, "rules": {"enabled": true}, "dashboard": {"enabled": true}}}"#;
+    let (_, objects) = render(&py, values);
+    // Core objects: Kubernetes' schemas; the operator's: its CRDs'.
+    let (operator, core): (Vec<&Value>, Vec<&Value>) = objects.iter().partition(|o| o["apiVersion"] == "monitoring.coreos.com/v1");
+    assert_eq!(
+        operator.iter().map(|o| o["kind"].as_str().unwrap_or_default()).collect::<Vec<_>>(),
+        ["PodMonitor", "ServiceMonitor", "PrometheusRule"]
+    );
+    let core_file = dir.join("core.yaml");
+    std::fs::write(&core_file, core.iter().map(|o| o.to_string()).collect::<Vec<_>>().join("\n---\n")).expect("write core objects");
+    validate(&core_file).unwrap_or_else(|e| panic!("the chart with monitoring does not validate\n{e}"));
+    let objects_file = dir.join("objects.json");
+    std::fs::write(&objects_file, serde_json::to_string(&objects).expect("JSON")).expect("write objects");
+    let out = Command::new("node").arg(fixture("validate_monitoring.cjs")).arg(&modules).arg(&objects_file).output().expect("run node");
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("3 checked"), "the operator's objects\n{}", text(&out));
+    // The validator refuses what the operator would: a bad interval, a rule without expr.
+    for (what, bad) in [
+        (
+            "an interval the CRD's pattern refuses",
+            serde_json::json!({"podMetricsEndpoints": [{"port": "metrics", "interval": "30 seconds"}], "selector": {}}),
+        ),
+        ("a rule without expr", serde_json::json!({"groups": [{"name": "g", "rules": [{"alert": "A"}]}]})),
+    ] {
+        let kind = if bad.get("groups").is_some() { "PrometheusRule" } else { "PodMonitor" };
+        let o = serde_json::json!([{"apiVersion": "monitoring.coreos.com/v1", "kind": kind, "metadata": {"name": "x"}, "spec": bad}]);
+        std::fs::write(&objects_file, o.to_string()).expect("write");
+        let out = Command::new("node").arg(fixture("validate_monitoring.cjs")).arg(&modules).arg(&objects_file).output().expect("run node");
+        assert!(!out.status.success(), "the CRD schemas accepted {what}");
+    }
+
+    // /metrics on the pod's port, from every address of the pod.
+    let toml = config_toml(&objects);
+    assert!(toml.contains("\n[export.prometheus]\nallow_remote = true\nlisten = \"0.0.0.0:9464\"\n"), "{toml}");
+    if bin_dir().join("ringtail").exists() {
+        let out = check_config(&toml, &dir, "monitoring");
+        assert!(out.status.success(), "ringtail check-config refuses the rendered configuration\n{toml}\n{}", text(&out));
+    }
+    let ports = &container(&objects)["ports"];
+    assert_eq!(ports, &serde_json::json!([{"name": "metrics", "containerPort": 9464, "protocol": "TCP"}]));
+    // The monitors scrape exactly ringtail's pods, on that port.
+    let pod_labels = &one(&objects, "DaemonSet")["spec"]["template"]["metadata"]["labels"];
+    let selects = |selector: &Value| {
+        selector.as_object().expect("matchLabels").iter().all(|(k, v)| pod_labels.get(k) == Some(v))
+            && !selector.as_object().unwrap().is_empty()
+    };
+    let pm = one(&objects, "PodMonitor");
+    assert!(selects(&pm["spec"]["selector"]["matchLabels"]), "{pm}");
+    assert_eq!(pm["metadata"]["labels"]["release"], "kps");
+    assert_eq!(pm["spec"]["podMetricsEndpoints"], serde_json::json!([{"port": "metrics", "path": "/metrics", "interval": "30s"}]));
+    let svc = one(&objects, "Service");
+    assert!(selects(&svc["spec"]["selector"]), "{svc}");
+    assert_eq!(svc["spec"]["clusterIP"], "None");
+    assert_eq!(svc["spec"]["ports"][0]["targetPort"], "metrics");
+    let sm = one(&objects, "ServiceMonitor");
+    let svc_labels = &svc["metadata"]["labels"];
+    assert!(sm["spec"]["selector"]["matchLabels"].as_object().unwrap().iter().all(|(k, v)| svc_labels.get(k) == Some(v)));
+    assert_eq!(sm["spec"]["endpoints"], serde_json::json!([{"port": "metrics", "path": "/metrics", "interval": "15s"}]));
+    // The rules are the rules file, and promtool accepts them as the
+    // operator hands them to Prometheus.
+    let rules_file = deploy_dir().join("prometheus/ringtail-rules.yml");
+    let file: serde_json::Value = {
+        let out = Command::new(&py)
+            .args(["-c", "import json,sys,yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))))"])
+            .arg(&rules_file)
+            .output()
+            .expect("python");
+        serde_json::from_slice(&out.stdout).expect("the rules file as JSON")
+    };
+    let spec = &one(&objects, "PrometheusRule")["spec"];
+    assert_eq!(spec, &file, "the PrometheusRule is deploy/prometheus/ringtail-rules.yml");
+    let from_chart = dir.join("rules-from-chart.yml");
+    std::fs::write(&from_chart, spec.to_string()).expect("write");
+    let out = Command::new("promtool").args(["check", "rules"]).arg(&from_chart).output().expect("promtool");
+    assert!(out.status.success(), "promtool check rules on the PrometheusRule's spec\n{}", text(&out));
+    // The dashboard, byte for byte.
+    let dashboard = std::fs::read_to_string(deploy_dir().join("grafana/ringtail-dashboard.json")).expect("the dashboard");
+    let cm = objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap" && o["metadata"]["labels"]["grafana_dashboard"] == "1")
+        .expect("the dashboard ConfigMap");
+    assert_eq!(cm["data"]["ringtail.json"].as_str().map(str::trim_end), Some(dashboard.trim_end()));
+
+    // A monitor of pods that serve no /metrics is refused by name.
+    let out = Command::new(&py)
+        .arg(deploy_dir().join("helm/render.py"))
+        .args(["--values", r#"{"prometheus": {"serviceMonitor": {"enabled": true}}}"#])
+        .output()
+        .expect("run render.py");
+    assert!(!out.status.success() && text(&out).contains("need prometheus.enabled"), "{}", text(&out));
 }
 
 /// The image, built by deploy/image/build.sh into scratch storage and

@@ -47,6 +47,21 @@ const OWN_METRIC_LABELS: &[(&str, &str)] = &[
     ("backend", "which capture backend runs"),
 ];
 
+/// Metric names that are not the conventions' but Grafana Tempo's metrics
+/// generator's, as OBI also emits them (over OTLP the histograms without
+/// their unit's suffix), with the labels each carries: the service graph
+/// and span metrics (docs/telemetry.md, "Service graph and span metrics").
+/// Grafana's service graph and its span-metrics panels read exactly these
+/// names and labels, so they are kept as those tools write them.
+const OWN_METRICS: &[(&str, &[&str])] = &[
+    ("traces_service_graph_request_total", &["client", "server", "connection_type"]),
+    ("traces_service_graph_request_failed_total", &["client", "server", "connection_type"]),
+    ("traces_service_graph_request_server", &["client", "server", "connection_type"]),
+    ("traces_service_graph_request_client", &["client", "server", "connection_type"]),
+    ("traces_span_metrics_calls_total", &["service", "span_name", "span_kind", "status_code"]),
+    ("traces_span_metrics_duration", &["service", "span_name", "span_kind", "status_code"]),
+];
+
 /// The prefix of ringtail's own metric names (its health counters and
 /// gauges) and of any attribute key of ringtail's own.
 const OWN_METRIC_PREFIX: &str = "ringtail_";
@@ -140,9 +155,10 @@ fn collect(rotel: &Rotel) -> (BTreeMap<String, String>, BTreeMap<String, String>
             attributes.entry(k).or_insert_with(|| format!("metric resource ({name})"));
         }
         let own = name.starts_with(OWN_METRIC_PREFIX);
+        let tempo = OWN_METRICS.iter().find(|(n, _)| *n == name).map_or(&[][..], |(_, labels)| *labels);
         for p in m["points"].as_array().into_iter().flatten() {
             for k in keys_of(&p["attributes"]) {
-                if own && OWN_METRIC_LABELS.iter().any(|(l, _)| *l == k) {
+                if (own && OWN_METRIC_LABELS.iter().any(|(l, _)| *l == k)) || tempo.contains(&k.as_str()) {
                     continue;
                 }
                 attributes.entry(k).or_insert_with(|| format!("metric data point ({name})"));
@@ -180,7 +196,7 @@ fn every_key_is_in_the_registry(opt_in: Option<&str>) {
     // The socket backend: the only one that follows grpcio's writes (see h2.rs).
     let rt = Ringtail::start_with_env(
         &format!(
-            "[probe]\nbackend = \"socket\"\nflush_interval = \"20ms\"\ndb_ports = [{db}]\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{web}, {rpc}]\nexe_names = [\"^curl$\", \"^python\", \"^redis-cli$\"]\n[export]\nstdout = true\n[export.otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\nmetrics_interval = \"1s\"\n",
+            "[probe]\nbackend = \"socket\"\nflush_interval = \"20ms\"\ndb_ports = [{db}]\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{web}, {rpc}]\nexe_names = [\"^curl$\", \"^python\", \"^redis-cli$\"]\n[metrics]\nspan_metrics = true\n[export]\nstdout = true\n[export.otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\nmetrics_interval = \"1s\"\n",
             rotel.grpc
         ),
         &env,
@@ -243,6 +259,10 @@ fn every_key_is_in_the_registry(opt_in: Option<&str>) {
     if opt_in == Some("rpc/dup") {
         want.extend(["rpc.server.duration", "rpc.client.duration"]);
     }
+    // The service graph (curl → hypercorn and grpcio → grpcio on this host,
+    // redis-cli's calls) and span metrics: Tempo's names, checked against
+    // OWN_METRICS.
+    let tempo = ["traces_service_graph_request_total", "traces_service_graph_request_server", "traces_span_metrics_calls_total"];
     // Each histogram has measured all 5 of its exchanges (3 database
     // calls: `count(DB_METRIC) >= 3`; each client is a process, a
     // resource, of its own; counts are cumulative: a resource's largest
@@ -259,7 +279,8 @@ fn every_key_is_in_the_registry(opt_in: Option<&str>) {
     };
     let own = || rotel.metrics().iter().any(|m| m["name"].as_str().is_some_and(|n| n.starts_with(OWN_METRIC_PREFIX)));
     let least = |w: &str| if w == DB_METRIC { 3 } else { 5 };
-    let done = wait_until(WAIT, || (want.iter().all(|w| count(w) >= least(w)) && own()).then_some(()));
+    let seen = |n: &str| rotel.metrics().iter().any(|m| m["name"] == n);
+    let done = wait_until(WAIT, || (want.iter().all(|w| count(w) >= least(w)) && own() && tempo.iter().all(|t| seen(t))).then_some(()));
     assert!(
         done.is_some(),
         "metrics: want 5 of each of {want:?} (3 of {DB_METRIC}), got {:?}",
@@ -274,7 +295,7 @@ fn every_key_is_in_the_registry(opt_in: Option<&str>) {
         .chain(
             metrics
                 .keys()
-                .filter(|m| !m.starts_with(OWN_METRIC_PREFIX) && !registry.metrics.contains(*m))
+                .filter(|m| !m.starts_with(OWN_METRIC_PREFIX) && !registry.metrics.contains(*m) && !OWN_METRICS.iter().any(|(n, _)| n == m))
                 .map(|m| format!("metric name {m:?}")),
         )
         .collect();
@@ -291,7 +312,7 @@ fn every_key_is_in_the_registry(opt_in: Option<&str>) {
     for k in seen.iter().chain(DB_KEYS) {
         assert!(attributes.contains_key(*k), "{k} was never seen: {:?}", attributes.keys().collect::<Vec<_>>());
     }
-    for m in &want {
+    for m in want.iter().chain(&tempo) {
         assert!(metrics.contains_key(*m), "metric {m} was never seen: {:?}", metrics.keys().collect::<Vec<_>>());
     }
     println!(

@@ -42,7 +42,12 @@
 //!   least 10 minutes: see [`idle_limit`]) is forgotten, and so is a
 //!   service left with none; if it comes back it starts again from zero
 //!   with a new start time (a cumulative reset, which backends expect).
-
+//!
+//! Besides, for the host as a whole: the service graph ([`graph`], Tempo's
+//! `traces_service_graph_*`, from the edges the span-actor put on server
+//! spans and from database calls; `metrics.service_graph`, on by default)
+//! and span metrics ([`span_metrics`], `traces_span_metrics_*`;
+//! `metrics.span_metrics`, opt-in), bounded and evicted as the rest.
 //!
 //! # Layout
 //! - [`http`]: the HTTP histograms' instruments and series keys.
@@ -50,6 +55,7 @@
 //! - [`db`]: the database histogram's instrument and series keys, from the
 //!   span's call.
 //! - [`store`]: the series store and its cardinality limits.
+//! - [`graph`]: the service graph's edges; [`span_metrics`]: span metrics.
 //! - [`health`]: the components' health reports.
 //! - here: [`Meters`] (recording, eviction), [`Metrics`] and
 //!   [`MetricsView`] (what the sinks read).
@@ -67,9 +73,11 @@ use crate::batch::Spans;
 use crate::resource;
 
 pub mod db;
+pub mod graph;
 pub mod health;
 pub mod http;
 pub mod rpc;
+pub mod span_metrics;
 pub mod store;
 
 pub use db::DbKey;
@@ -162,6 +170,10 @@ pub struct Metrics {
     free: Vec<usize>,
     series: usize,
     health: health::Health,
+    /// The service graph's edges (the host's).
+    graph: graph::Graph,
+    /// Span metrics (the host's).
+    span_metrics: span_metrics::SpanMetrics,
     /// ringtail itself, as a resource of its own metrics.
     me: ServiceResource,
     /// Attributes added to every resource (ringtail's `OTEL_RESOURCE_ATTRIBUTES`).
@@ -177,6 +189,16 @@ impl Metrics {
     /// Series held, overflow series included.
     pub fn series_count(&self) -> usize {
         self.series
+    }
+
+    /// The service graph.
+    pub fn graph(&self) -> &graph::Graph {
+        &self.graph
+    }
+
+    /// The span metrics.
+    pub fn span_metrics(&self) -> &span_metrics::SpanMetrics {
+        &self.span_metrics
     }
 
     /// The latest health report of each component.
@@ -245,7 +267,7 @@ impl Metrics {
     }
 
     fn evict(&mut self, cutoff: u64) -> usize {
-        let mut gone = 0;
+        let mut gone = self.graph.evict(cutoff) + self.span_metrics.evict(cutoff);
         for i in 0..self.services.len() {
             let Some(svc) = &mut self.services[i] else {
                 continue;
@@ -295,6 +317,25 @@ pub struct Meters {
     evicted: Counter,
     /// Services with histograms now (at most [`MAX_SERVICES`]).
     services: Gauge,
+    /// Which of the host's derived metrics are recorded.
+    derived: Derived,
+}
+
+/// Which metrics derived from spans for the host as a whole are recorded
+/// (`[metrics]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Derived {
+    /// The service graph ([`graph`]).
+    pub service_graph: bool,
+    /// Span metrics ([`span_metrics`]).
+    pub span_metrics: bool,
+}
+
+impl Default for Derived {
+    /// As `[metrics]`'s defaults: the service graph only.
+    fn default() -> Self {
+        Derived { service_graph: true, span_metrics: false }
+    }
 }
 
 impl Meters {
@@ -307,6 +348,8 @@ impl Meters {
             free: Vec::new(),
             series: 0,
             health: health::Health::default(),
+            graph: graph::Graph::default(),
+            span_metrics: span_metrics::SpanMetrics::default(),
             me: resource::ringtail_process(host),
             extra,
         };
@@ -321,7 +364,14 @@ impl Meters {
             series_overflow: registry.counter("ringtail_metric_series_overflow_total", &[]),
             evicted: registry.counter("ringtail_metric_series_evicted_total", &[]),
             services: registry.gauge("ringtail_metric_services", &[]),
+            derived: Derived::default(),
         }
+    }
+
+    /// Records the host's derived metrics that `derived` turns on.
+    pub fn derive(mut self, derived: Derived) -> Meters {
+        self.derived = derived;
+        self
     }
 
     /// Forgets series idle for `idle` (e.g. [`idle_limit`] of the export interval).
@@ -351,6 +401,20 @@ impl Meters {
         let (mut recorded, mut no_service, mut overflow, mut evicted_services) = (0u64, 0u64, 0u64, 0u64);
         for s in batch.spans.iter().filter(|s| s.export_metrics) {
             let r = s.resource as usize;
+            let Some(res) = batch.resources.get(r) else {
+                continue;
+            };
+            // The host's: an edge, a span's name; whatever the service cap.
+            if self.derived.service_graph {
+                if let Some(o) = graph::edge_of(res, s) {
+                    let Metrics { graph, series, .. } = &mut *st;
+                    overflow += u64::from(!graph.record(&o, now, series));
+                }
+            }
+            if self.derived.span_metrics {
+                let Metrics { span_metrics, series, .. } = &mut *st;
+                overflow += u64::from(!span_metrics.record(res, s, now, series));
+            }
             let Some(cached) = self.slots.get_mut(r) else {
                 continue;
             };
@@ -492,6 +556,7 @@ pub(crate) mod tests {
             attributes: Vec::new(),
             rpc: None,
             db: None,
+            edge: None,
         }
     }
 
@@ -654,7 +719,9 @@ pub(crate) mod tests {
     #[test]
     fn database_series_are_bounded_like_the_others() {
         let registry = Registry::new(Component::ExporterActor, 1);
-        let mut m = Meters::new(vec![], "h", &registry).evict_idle_after(Duration::from_secs(100));
+        // (the database edge of the service graph is a series too: graph.rs's tests)
+        let off = Derived { service_graph: false, span_metrics: false };
+        let mut m = Meters::new(vec![], "h", &registry).evict_idle_after(Duration::from_secs(100)).derive(off);
         let spans: Vec<HttpSpan> = (0..MAX_SERIES_PER_INSTRUMENT + 3)
             .map(|i| {
                 let mut s = db_span(1, None);

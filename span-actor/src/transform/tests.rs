@@ -41,22 +41,21 @@ fn event(role: Role, conn: u64, seq: u32, req: &[u8], status: u16) -> RawEvent {
 }
 
 fn batch(events: Vec<RawEvent>) -> RawBatch {
-    RawBatch::of(
-        OFFSET,
-        0,
-        vec![ProcessInfo {
-            pid: 100,
-            proc_start_ns: 7,
-            comm: "python3".into(),
-            exe_name: Some("python3.11".into()),
-            exe_path: Some("/usr/bin/python3.11".into()),
-            env_service_name: None,
-            env_resource_attributes: None,
-            container_id: None,
-        }],
-        &events,
-        &[],
-    )
+    RawBatch::of(OFFSET, 0, vec![process(100, None)], &events, &[])
+}
+
+/// Process `pid` (python3), named `service` by its `OTEL_SERVICE_NAME`.
+fn process(pid: u32, service: Option<&str>) -> ProcessInfo {
+    ProcessInfo {
+        pid,
+        proc_start_ns: 7,
+        comm: "python3".into(),
+        exe_name: Some("python3.11".into()),
+        exe_path: Some("/usr/bin/python3.11".into()),
+        env_service_name: service.map(Into::into),
+        env_resource_attributes: None,
+        container_id: None,
+    }
 }
 
 /// The raw consumer's sequence tracking and the publisher's ledger, as
@@ -96,10 +95,14 @@ impl Rig {
     }
 
     fn run(&mut self, events: Vec<RawEvent>) -> Vec<Produced> {
+        self.run_batch(batch(events))
+    }
+
+    fn run_batch(&mut self, batch: RawBatch) -> Vec<Produced> {
         self.seq += 1;
         assert_eq!(self.ledger.seq.receive(self.seq), Verdict::New);
         let mut out = Vec::new();
-        let made = self.t.transform(INST, self.seq, &batch(events), Instant::now(), &mut out);
+        let made = self.t.transform(INST, self.seq, &batch, Instant::now(), &mut out);
         if self.ledger.ledger.made((INST, self.seq), made.total()) {
             self.ledger.seq.done(self.seq);
         }
@@ -453,6 +456,91 @@ fn server_span_joins_its_caller_on_this_host_in_either_order() {
     let out = rig.run(vec![carried]);
     assert_eq!((out[0].span.trace_id, out[0].span.parent_span_id), (0x33333333333333333333333333333333, 0x4444444444444444));
     assert_eq!(rig.count("ringtail_parent_wait_timeouts_total", None), 0.0);
+}
+
+/// The service graph's edge of a call on this host: the server span joined
+/// to its caller carries the caller's end (its service, duration, error),
+/// whichever of the two comes first, along a chain too; a server span
+/// joined to nothing (a `traceparent`, a caller never reported) and every
+/// client span carry none; with `metrics.service_graph` off, none does.
+#[test]
+fn a_server_span_joined_to_its_caller_carries_the_callers_end_of_the_edge() {
+    let procs = || vec![process(100, Some("front")), process(200, Some("back"))];
+    let run = |rig: &mut Rig, events: Vec<RawEvent>| rig.run_batch(RawBatch::of(OFFSET, 0, procs(), &events, &[]));
+    let pair = |conn: u64, seq: u32, status: u16| {
+        let mut call = event(Role::Client, conn, seq, b"GET /b HTTP/1.1\r\n\r\n", status);
+        (call.start_mono_ns, call.end_mono_ns) = (1_000_000, 9_000_000);
+        let mut served = event(Role::Server, conn + 1, seq, b"GET /b HTTP/1.1\r\n\r\n", status);
+        served.pid = 200;
+        served.parent = Some((conn, seq));
+        (call, served)
+    };
+    type Ends = Vec<(SpanKind, Option<(String, u64, bool)>)>;
+    let edge = |out: &[Produced]| -> Ends {
+        out.iter()
+            .map(|p| (p.span.kind, p.span.edge.as_ref().map(|e| (e.peer_service.to_string(), e.peer_duration_ns, e.peer_error))))
+            .collect()
+    };
+    let mut rig = Rig::new(|_| {});
+    // the server span first (the usual order): it waits, its caller completes it
+    let (call, served) = pair(20, 1, 200);
+    assert!(run(&mut rig, vec![served]).is_empty());
+    let out = run(&mut rig, vec![call]);
+    let mut got = edge(&out);
+    got.sort_by_key(|(k, _)| *k == SpanKind::Client);
+    assert_eq!(got, [(SpanKind::Server, Some(("front".to_owned(), 8_000_000, false))), (SpanKind::Client, None)]);
+    assert_eq!(out.iter().find(|p| p.span.kind == SpanKind::Server).map(|p| p.resource.service_name.as_str()), Some("back"));
+    // the caller first: its end is kept for the server span (a 503: the
+    // client's end failed)
+    let (call, served) = pair(40, 3, 503);
+    assert_eq!(edge(&run(&mut rig, vec![call])), [(SpanKind::Client, None)]);
+    assert_eq!(edge(&run(&mut rig, vec![served])), [(SpanKind::Server, Some(("front".to_owned(), 8_000_000, true)))]);
+    // in one batch, either order
+    for swap in [false, true] {
+        let (call, served) = pair(60 + u64::from(swap) * 10, 1, 200);
+        let events = if swap { vec![call, served] } else { vec![served, call] };
+        let out = run(&mut rig, events);
+        assert_eq!(out.iter().filter(|p| p.span.edge.is_some()).count(), 1, "swap {swap}: {:?}", edge(&out));
+    }
+    // joined to nothing: a traceparent it carried, a caller never reported
+    let mut carried =
+        event(Role::Server, 81, 1, b"GET /y HTTP/1.1\r\ntraceparent: 00-33333333333333333333333333333333-4444444444444444-01\r\n\r\n", 200);
+    carried.parent = Some((40, 3));
+    assert_eq!(edge(&run(&mut rig, vec![carried])), [(SpanKind::Server, None)]);
+    let (_, orphan) = pair(90, 1, 200);
+    assert!(run(&mut rig, vec![orphan]).is_empty());
+    let mut out = Vec::new();
+    rig.t.expire(Instant::now() + Duration::from_secs(60), &mut out);
+    assert_eq!(edge(&out), [(SpanKind::Server, None)]);
+    // the graph off: no edge in either order
+    let mut rig = Rig::new(|s| s.metrics.service_graph = false);
+    let (call, served) = pair(20, 1, 200);
+    assert!(run(&mut rig, vec![served]).is_empty());
+    assert!(run(&mut rig, vec![call]).iter().all(|p| p.span.edge.is_none()));
+    let (call, served) = pair(40, 1, 200);
+    run(&mut rig, vec![call]);
+    assert!(run(&mut rig, vec![served]).iter().all(|p| p.span.edge.is_none()));
+}
+
+/// Along a chain front server → its call → back server, reported back
+/// first: the back server's edge is completed by the call when the call is
+/// itself released by its parent.
+#[test]
+fn an_edge_is_completed_when_its_caller_is_released_from_its_own_wait() {
+    let procs = vec![process(100, Some("front")), process(200, Some("back"))];
+    let mut rig = Rig::new(|_| {});
+    let mut back = event(Role::Server, 30, 1, b"GET /back HTTP/1.1\r\n\r\n", 200);
+    (back.pid, back.parent) = (200, Some((20, 1)));
+    let mut call = event(Role::Client, 20, 1, b"GET /back HTTP/1.1\r\n\r\n", 200);
+    call.parent = Some((10, 1));
+    let front = event(Role::Server, 10, 1, b"GET /front HTTP/1.1\r\n\r\n", 200);
+    assert!(rig.run_batch(RawBatch::of(OFFSET, 0, procs.clone(), &[back], &[])).is_empty());
+    assert!(rig.run_batch(RawBatch::of(OFFSET, 0, procs.clone(), &[call], &[])).is_empty());
+    let out = rig.run_batch(RawBatch::of(OFFSET, 0, procs, &[front], &[]));
+    assert_eq!(out.len(), 3);
+    let edges: Vec<_> =
+        out.iter().filter_map(|p| Some((p.span.path.to_string(), p.span.edge.as_ref()?.peer_service.to_string()))).collect();
+    assert_eq!(edges, [("/back".to_owned(), "front".to_owned())], "only the back server has a caller on this host");
 }
 
 /// A caller never reported: after `parent_wait` the server span goes out in

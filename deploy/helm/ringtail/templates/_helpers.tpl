@@ -90,6 +90,9 @@ actors' user with none.
   "export" (dict "stdout" $stdout)
 -}}
 {{- if .Values.discovery -}}{{- $_ := set $s "discovery" (deepCopy .Values.discovery) -}}{{- end -}}
+{{- if .Values.prometheus.enabled -}}
+{{- $_ := set $s "export.prometheus" (dict "listen" (printf "0.0.0.0:%d" (int .Values.prometheus.port)) "allow_remote" true) -}}
+{{- end -}}
 {{- $k := dict -}}
 {{- $e := toString .Values.kubernetes.enabled -}}
 {{- if ne $e "auto" -}}{{- $_ := set $k "enabled" $e -}}{{- end -}}
@@ -106,4 +109,11 @@ actors' user with none.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- end -}}
+
+{{/* The monitors scrape the port the pods serve /metrics on. */}}
+{{- define "ringtail.needsMetrics" -}}
+{{- if and (or .Values.prometheus.podMonitor.enabled .Values.prometheus.serviceMonitor.enabled) (not .Values.prometheus.enabled) -}}
+{{- fail "prometheus.podMonitor and prometheus.serviceMonitor need prometheus.enabled (the pods' /metrics)" -}}
+{{- end -}}
 {{- end -}}

@@ -7,7 +7,11 @@
 //! and/or `rpc.*.duration`) and `db.client.operation.duration` of its
 //! database calls (cumulative, explicit buckets, sum, min, max); then
 //! ringtail's own resource with every component's health points: counters
-//! as monotonic cumulative sums named without `_total`, gauges as gauges.
+//! as monotonic cumulative sums named without `_total`, gauges as gauges;
+//! and on it too the host's service graph and span metrics, named as OBI
+//! names them over OTLP (`traces_service_graph_request_total`,
+//! `traces_service_graph_request_server` in `s`...: see
+//! [`crate::meters::graph`]).
 //! Resources are packed into requests of about [`MAX_REQUEST`] bytes.
 
 use std::collections::BTreeMap;
@@ -22,7 +26,7 @@ use super::client::{self, Signal, Transport};
 use super::spans::SCOPE_NAME;
 use super::wire::{self, kv, message, opt_double, Out, Value, FIXED64, LEN};
 use super::OtlpConfig;
-use crate::meters::{unix_ns, Histogram, Instrument, Key, Metrics, MetricsView, Point, OVERFLOW_ATTRIBUTE};
+use crate::meters::{graph, span_metrics, unix_ns, Histogram, Instrument, Key, Metrics, MetricsView, Point, OVERFLOW_ATTRIBUTE};
 use crate::resource;
 
 /// A request is closed once it holds this many bytes (receivers commonly
@@ -70,6 +74,15 @@ fn resource_field(o: &mut dyn Out, attrs: &resource::Attributes<'_>) {
 }
 
 fn histogram_point(o: &mut dyn Out, key: Option<&Key>, p: &Point, now: u64) {
+    histogram_point_with(o, p, now, |o| match key {
+        Some(k) => k.attributes(|name, v| kv(o, HDP_ATTRIBUTES, name, v)),
+        None => kv(o, HDP_ATTRIBUTES, OVERFLOW_ATTRIBUTE.0, OVERFLOW_ATTRIBUTE.1),
+    });
+}
+
+/// A cumulative histogram data point whose attributes `attrs` writes
+/// (as field `HDP_ATTRIBUTES`).
+fn histogram_point_with(o: &mut dyn Out, p: &Point, now: u64, attrs: impl Fn(&mut dyn Out)) {
     message(o, DATA_POINTS, |o| {
         wire::fixed64(o, HDP_START, p.start_ns);
         wire::fixed64(o, HDP_TIME, now);
@@ -85,10 +98,7 @@ fn histogram_point(o: &mut dyn Out, key: Option<&Key>, p: &Point, now: u64) {
         for b in p.bounds {
             o.put(&b.to_le_bytes());
         }
-        match key {
-            Some(k) => k.attributes(|name, v| kv(o, HDP_ATTRIBUTES, name, v)),
-            None => kv(o, HDP_ATTRIBUTES, OVERFLOW_ATTRIBUTE.0, OVERFLOW_ATTRIBUTE.1),
-        }
+        attrs(o);
         if p.count > 0 {
             opt_double(o, HDP_MIN, p.min);
             opt_double(o, HDP_MAX, p.max);
@@ -126,6 +136,87 @@ fn number_point(o: &mut dyn Out, p: &MetricPoint, start: u64, now: u64) {
     });
 }
 
+/// A monotonic cumulative sum's data point: `value` since `start`, its
+/// attributes written by `attrs` (as field `NDP_ATTRIBUTES`).
+fn sum_point_with(o: &mut dyn Out, value: f64, start: u64, now: u64, attrs: impl Fn(&mut dyn Out)) {
+    message(o, DATA_POINTS, |o| {
+        wire::fixed64(o, NDP_START, start);
+        wire::fixed64(o, NDP_TIME, now);
+        o.key(NDP_AS_DOUBLE, FIXED64);
+        o.put(&value.to_le_bytes());
+        attrs(o);
+    });
+}
+
+/// Writes a derived series key's labels (edge or span-metrics key).
+type Labels<K> = fn(&K, &mut dyn FnMut(&'static str, Value<&str>));
+
+/// A derived series' attributes: its key's (`labels` writes them as data
+/// point field `field`), or the overflow attribute.
+fn derived_attrs<K>(o: &mut dyn Out, field: u32, key: Option<&K>, labels: Labels<K>) {
+    match key {
+        Some(k) => labels(k, &mut |n, v| kv(o, field, n, v)),
+        None => kv(o, field, OVERFLOW_ATTRIBUTE.0, OVERFLOW_ATTRIBUTE.1),
+    }
+}
+
+/// A counter of the derived metrics: one point per series.
+fn derived_sum<K>(o: &mut dyn Out, name: &str, series: &[(Option<&K>, u64, u64)], labels: Labels<K>, now: u64) {
+    message(o, SM_METRICS, |o| {
+        wire::opt_bytes(o, METRIC_NAME, name.as_bytes());
+        message(o, METRIC_SUM, |o| {
+            for &(key, value, start) in series {
+                sum_point_with(o, value as f64, start, now, |o| derived_attrs(o, NDP_ATTRIBUTES, key, labels));
+            }
+            wire::uint(o, TEMPORALITY, CUMULATIVE);
+            wire::uint(o, SUM_MONOTONIC, 1);
+        });
+    });
+}
+
+/// A histogram of the derived metrics (unit `s`): one point per series.
+fn derived_histogram<K>(o: &mut dyn Out, name: &str, series: &[(Option<&K>, &Point)], labels: Labels<K>, now: u64) {
+    message(o, SM_METRICS, |o| {
+        wire::opt_bytes(o, METRIC_NAME, name.as_bytes());
+        wire::opt_bytes(o, METRIC_UNIT, b"s");
+        message(o, METRIC_HISTOGRAM, |o| {
+            for &(key, p) in series {
+                histogram_point_with(o, p, now, |o| derived_attrs(o, HDP_ATTRIBUTES, key, labels));
+            }
+            wire::uint(o, TEMPORALITY, CUMULATIVE);
+        });
+    });
+}
+
+fn edge_labels(k: &graph::EdgeKey, f: &mut dyn FnMut(&'static str, Value<&str>)) {
+    k.labels(f)
+}
+
+fn span_labels(k: &span_metrics::SpanKey, f: &mut dyn FnMut(&'static str, Value<&str>)) {
+    k.labels(f)
+}
+
+/// The host's service graph and span metrics, as OBI names them over OTLP.
+fn derived_metrics(o: &mut dyn Out, m: &Metrics, now: u64) {
+    let g = m.graph();
+    if !g.is_empty() {
+        let edges: Vec<_> = g.edges().collect();
+        let sums = |v: fn(&graph::EdgePoint) -> u64| edges.iter().map(|(k, p)| (*k, v(p), p.server.start_ns)).collect::<Vec<_>>();
+        let hists = |server: bool| edges.iter().map(|(k, p)| (*k, if server { &p.server } else { &p.client })).collect::<Vec<_>>();
+        derived_sum(o, graph::REQUEST_TOTAL, &sums(|p| p.server.count), edge_labels, now);
+        derived_sum(o, graph::REQUEST_FAILED_TOTAL, &sums(|p| p.failed), edge_labels, now);
+        derived_histogram(o, graph::SERVER, &hists(true), edge_labels, now);
+        derived_histogram(o, graph::CLIENT, &hists(false), edge_labels, now);
+    }
+    let sm = m.span_metrics();
+    if !sm.is_empty() {
+        let series: Vec<_> = sm.series().collect();
+        let calls: Vec<_> = series.iter().map(|(k, p)| (*k, p.count, p.start_ns)).collect();
+        derived_sum(o, span_metrics::CALLS_TOTAL, &calls, span_labels, now);
+        derived_histogram(o, span_metrics::DURATION, &series, span_labels, now);
+    }
+}
+
 /// One metric of ringtail's own: its kind, and each point with the start
 /// time of its component.
 type Family<'a> = (PointKind, Vec<(&'a MetricPoint, u64)>);
@@ -145,7 +236,7 @@ fn own_metrics(o: &mut Vec<u8>, m: &Metrics, now: u64) {
             by_name.entry(name).or_insert_with(|| (p.kind, Vec::new())).1.push((p, start));
         }
     }
-    if by_name.is_empty() {
+    if by_name.is_empty() && m.graph().is_empty() && m.span_metrics().is_empty() {
         return;
     }
     let attrs = m.own_resource();
@@ -173,6 +264,7 @@ fn own_metrics(o: &mut Vec<u8>, m: &Metrics, now: u64) {
                     });
                 });
             }
+            derived_metrics(o, m, now);
         });
     });
 }

@@ -134,6 +134,7 @@ fn span(kind: SpanKind) -> HttpSpan {
         attributes: Vec::new(),
         rpc: None,
         db: None,
+        edge: None,
     }
 }
 
@@ -409,7 +410,9 @@ fn metrics_request_decodes_to_what_the_sdk_path_sent() {
     let batch = views(&resources, &spans);
     let extra = vec![("deployment.environment".to_owned(), "prod".to_owned())];
     let registry = Registry::new(Component::ExporterActor, 1);
-    let mut m = Meters::new(extra.clone(), "host", &registry);
+    // (the SDK path has no service graph: the_service_graph_and_span_metrics_are_obis_over_otlp)
+    let off = crate::meters::Derived { service_graph: false, span_metrics: false };
+    let mut m = Meters::new(extra.clone(), "host", &registry).derive(off);
     m.record_batch_at(&batch, 1_700_000_001_000_000_000);
     let requests = m.view().read(|m| metrics::encode(m, 1_700_000_002_000_000_000));
     let got: Vec<_> =
@@ -678,4 +681,76 @@ fn database_calls_are_exported_as_db_client_operation_duration() {
     let err = points.iter().find(|(a, _)| *a == failed).map(|(_, p)| *p).expect("the failed series");
     assert_eq!(err.count, 1);
     assert!(!h.data_points.iter().flat_map(|p| &p.attributes).any(|kv| kv.key == "db.query.text"), "one series a statement");
+}
+
+/// The service graph and span metrics go on ringtail's own resource, named
+/// as OBI names them over OTLP: the counters with `_total`, the histograms
+/// without their unit (`s`), OBI's buckets; labels Tempo's.
+#[test]
+fn the_service_graph_and_span_metrics_are_obis_over_otlp() {
+    let registry = Registry::new(Component::ExporterActor, 1);
+    let mut m = Meters::new(vec![], "host", &registry).derive(crate::meters::Derived { service_graph: true, span_metrics: true });
+    let mut served = crate::meters::tests::span("/b", 30, 503);
+    served.edge = Some(ipc_schema::Edge { peer_service: "front".into(), peer_duration_ns: 40_000_000, peer_error: false });
+    let ok = crate::meters::tests::span("/b", 3, 200);
+    m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![resource("back", 1, &[])], &[served, ok])), 5);
+    let requests = m.view().read(|m| metrics::encode(m, 9));
+    let req = ExportMetricsServiceRequest::decode(requests[0].as_slice()).unwrap();
+    let own = req
+        .resource_metrics
+        .iter()
+        .find(|rm| rm.resource.as_ref().is_some_and(|r| r.attributes.contains(&str_kv("service.name", "ringtail"))))
+        .expect("ringtail's own resource");
+    let ms = &own.scope_metrics[0].metrics;
+    let names: Vec<_> = ms.iter().map(|m| (m.name.as_str(), m.unit.as_str())).collect();
+    assert_eq!(
+        names,
+        [
+            ("traces_service_graph_request_total", ""),
+            ("traces_service_graph_request_failed_total", ""),
+            ("traces_service_graph_request_server", "s"),
+            ("traces_service_graph_request_client", "s"),
+            ("traces_span_metrics_calls_total", ""),
+            ("traces_span_metrics_duration", "s"),
+        ]
+    );
+    let edge = vec![str_kv("client", "front"), str_kv("server", "back"), str_kv("connection_type", "")];
+    let value = |i: usize| {
+        let Some(metric::Data::Sum(sum)) = &ms[i].data else { panic!("{:?}", ms[i]) };
+        assert!(sum.is_monotonic && sum.aggregation_temporality == 2);
+        assert_eq!(sum.data_points.len(), 1);
+        assert_eq!(sum.data_points[0].attributes, edge);
+        assert_eq!((sum.data_points[0].start_time_unix_nano, sum.data_points[0].time_unix_nano), (5, 9));
+        sum.data_points[0].value
+    };
+    use opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsDouble;
+    assert_eq!((value(0), value(1)), (Some(AsDouble(1.0)), Some(AsDouble(1.0))), "one call, failed at the server");
+    let hist = |i: usize| {
+        let Some(metric::Data::Histogram(h)) = &ms[i].data else { panic!("{:?}", ms[i]) };
+        h.data_points.clone()
+    };
+    let (server, client) = (hist(2), hist(3));
+    assert_eq!((server[0].count, server[0].sum, client[0].sum), (1, Some(0.03), Some(0.04)));
+    assert_eq!(server[0].attributes, edge);
+    assert_eq!(server[0].explicit_bounds, crate::meters::graph::BUCKETS);
+    let Some(metric::Data::Sum(calls)) = &ms[4].data else { panic!("{:?}", ms[4]) };
+    let mut by: Vec<(Vec<KeyValue>, f64)> = calls
+        .data_points
+        .iter()
+        .map(|p| {
+            let Some(AsDouble(v)) = p.value else { panic!("{p:?}") };
+            (p.attributes.clone(), v)
+        })
+        .collect();
+    by.sort_by(|a, b| format!("{:?}", a.0).cmp(&format!("{:?}", b.0)));
+    let labels = |status: &str| {
+        vec![
+            str_kv("service", "back"),
+            str_kv("span_name", "GET /b"),
+            str_kv("span_kind", "SPAN_KIND_SERVER"),
+            str_kv("status_code", status),
+        ]
+    };
+    assert_eq!(by, [(labels("STATUS_CODE_ERROR"), 1.0), (labels("STATUS_CODE_UNSET"), 1.0)]);
+    assert_eq!(hist(5).iter().map(|p| p.count).sum::<u64>(), 2);
 }

@@ -19,6 +19,7 @@ pub fn exposition(view: &MetricsView) -> String {
     let mut out = String::with_capacity(16 * 1024);
     view.read(|m| {
         render::render_metrics(m, &mut out);
+        render::render_derived(m, &mut out);
         render::render_health(m.health(), &mut out);
     });
     out

@@ -5,7 +5,9 @@
 //! `_sum` and `_count`. The resource's `service.name` and
 //! `service.instance.id` become `service_name` and `service_instance_id`
 //! labels (Prometheus keeps `job` and `instance` for the scrape target),
-//! then the series' attributes sorted by name.
+//! then the series' attributes sorted by name. The host's derived metrics
+//! (service graph, span metrics) carry their own labels only, as Tempo
+//! writes them ([`render_derived`]).
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -13,7 +15,7 @@ use std::fmt::Write;
 use ipc_schema::health::PointKind;
 use ipc_schema::{Component, HealthReport};
 
-use crate::meters::{instruments, Metrics, OVERFLOW_ATTRIBUTE};
+use crate::meters::{graph, instruments, span_metrics, Metrics, Point, OVERFLOW_ATTRIBUTE};
 use ipc_schema::Value;
 
 /// A metric or label name made Prometheus-safe.
@@ -94,15 +96,85 @@ pub fn render_metrics(m: &Metrics, out: &mut String) {
                     None => pairs.push((OVERFLOW_ATTRIBUTE.0.to_owned(), value_text(OVERFLOW_ATTRIBUTE.1))),
                 }
                 let base = labels(pairs.into_iter());
-                let mut cumulative = 0u64;
-                for (i, c) in p.buckets.iter().enumerate() {
-                    cumulative += c;
-                    let le = p.bounds.get(i).copied().map(fmt_f64).unwrap_or_else(|| "+Inf".into());
-                    let _ = writeln!(out, "{name}_bucket{{{base},le=\"{le}\"}} {cumulative}");
-                }
-                let _ = writeln!(out, "{name}_sum{{{base}}} {}", fmt_f64(p.sum));
-                let _ = writeln!(out, "{name}_count{{{base}}} {}", p.count);
+                histogram_lines(out, &name, &base, p);
             }
+        }
+    }
+}
+
+/// One histogram series' lines (`_bucket`, `_sum`, `_count`) under labels `base`.
+fn histogram_lines(out: &mut String, name: &str, base: &str, p: &Point) {
+    let sep = if base.is_empty() { "" } else { "," };
+    let mut cumulative = 0u64;
+    for (i, c) in p.buckets.iter().enumerate() {
+        cumulative += c;
+        let le = p.bounds.get(i).copied().map(fmt_f64).unwrap_or_else(|| "+Inf".into());
+        let _ = writeln!(out, "{name}_bucket{{{base}{sep}le=\"{le}\"}} {cumulative}");
+    }
+    let _ = writeln!(out, "{name}_sum{{{base}}} {}", fmt_f64(p.sum));
+    let _ = writeln!(out, "{name}_count{{{base}}} {}", p.count);
+}
+
+/// A derived series' labels, as `put` gives them (`None`: the overflow series').
+fn derived_labels(put: Option<impl FnOnce(&mut Vec<(String, String)>)>) -> String {
+    let mut pairs = Vec::new();
+    match put {
+        Some(put) => put(&mut pairs),
+        None => pairs.push((OVERFLOW_ATTRIBUTE.0.to_owned(), value_text(OVERFLOW_ATTRIBUTE.1))),
+    }
+    labels(pairs.into_iter())
+}
+
+fn edge_labels(k: Option<&graph::EdgeKey>) -> String {
+    derived_labels(k.map(|k| move |pairs: &mut Vec<(String, String)>| k.labels(|n, v| pairs.push((n.to_owned(), value_text(v))))))
+}
+
+fn span_labels(k: Option<&span_metrics::SpanKey>) -> String {
+    derived_labels(k.map(|k| move |pairs: &mut Vec<(String, String)>| k.labels(|n, v| pairs.push((n.to_owned(), value_text(v))))))
+}
+
+/// Renders the service graph and span metrics, under Tempo's names
+/// (`traces_service_graph_request_server_seconds`,
+/// `traces_span_metrics_duration_seconds`...) and labels only.
+pub fn render_derived(m: &Metrics, out: &mut String) {
+    let g = m.graph();
+    if !g.is_empty() {
+        let edges: Vec<(String, &graph::EdgePoint)> = g.edges().map(|(k, p)| (edge_labels(k), p)).collect();
+        let counter = |out: &mut String, name: &str, help: &str, v: &dyn Fn(&graph::EdgePoint) -> u64| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            for (l, p) in &edges {
+                let _ = writeln!(out, "{name}{{{l}}} {}", v(p));
+            }
+        };
+        counter(out, graph::REQUEST_TOTAL, "Calls between two services (service graph).", &|p| p.server.count);
+        counter(out, graph::REQUEST_FAILED_TOTAL, "Failed calls between two services (service graph).", &|p| p.failed);
+        for (name, help, server) in [
+            (graph::SERVER, "Server-side duration of calls between two services (service graph).", true),
+            (graph::CLIENT, "Client-side duration of calls between two services (service graph).", false),
+        ] {
+            let name = format!("{name}_seconds");
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} histogram");
+            for (l, p) in &edges {
+                histogram_lines(out, &name, l, if server { &p.server } else { &p.client });
+            }
+        }
+    }
+    let sm = m.span_metrics();
+    if !sm.is_empty() {
+        let series: Vec<(String, &Point)> = sm.series().map(|(k, p)| (span_labels(k), p)).collect();
+        let name = span_metrics::CALLS_TOTAL;
+        let _ = writeln!(out, "# HELP {name} Spans by service, name, kind and status (span metrics).");
+        let _ = writeln!(out, "# TYPE {name} counter");
+        for (l, p) in &series {
+            let _ = writeln!(out, "{name}{{{l}}} {}", p.count);
+        }
+        let name = format!("{}_seconds", span_metrics::DURATION);
+        let _ = writeln!(out, "# HELP {name} Span durations by service, name, kind and status (span metrics).");
+        let _ = writeln!(out, "# TYPE {name} histogram");
+        for (l, p) in &series {
+            histogram_lines(out, &name, l, p);
         }
     }
 }

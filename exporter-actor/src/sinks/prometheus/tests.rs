@@ -164,3 +164,45 @@ fn database_calls_are_db_client_operation_duration_seconds() {
     assert_eq!(text.lines().filter(|l| l.starts_with("db_client_operation_duration_seconds_count")).count(), 2, "{text}");
     assert!(!text.contains("db_query_text"), "{text}");
 }
+
+/// The service graph and span metrics under Tempo's and OBI's Prometheus
+/// names, with their own labels only (no `service_name`), the overflow
+/// series as the others'.
+#[test]
+fn the_service_graph_and_span_metrics_have_tempos_names_and_labels() {
+    let registry = Registry::new(Component::ExporterActor, 1);
+    let mut m = Meters::new(vec![], "h", &registry).derive(crate::meters::Derived { service_graph: true, span_metrics: true });
+    let mut served = span(3, 200);
+    served.edge = Some(ipc_schema::Edge { peer_service: "front".into(), peer_duration_ns: 7_000_000, peer_error: true });
+    let db = crate::meters::tests::db_span(20, None);
+    m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![res()], &[served.clone(), served, db])), 1);
+    let text = exposition(&m.view());
+    let edge = "client=\"front\",server=\"shop\",connection_type=\"\"";
+    let db_edge = "client=\"shop\",server=\"db.internal\",connection_type=\"database\"";
+    for want in [
+        "# TYPE traces_service_graph_request_total counter".to_owned(),
+        format!("traces_service_graph_request_total{{{edge}}} 2"),
+        format!("traces_service_graph_request_failed_total{{{edge}}} 2"),
+        format!("traces_service_graph_request_total{{{db_edge}}} 1"),
+        format!("traces_service_graph_request_failed_total{{{db_edge}}} 0"),
+        "# TYPE traces_service_graph_request_server_seconds histogram".to_owned(),
+        format!("traces_service_graph_request_server_seconds_bucket{{{edge},le=\"0.005\"}} 2"),
+        format!("traces_service_graph_request_client_seconds_bucket{{{edge},le=\"0.005\"}} 0"),
+        format!("traces_service_graph_request_client_seconds_bucket{{{edge},le=\"0.01\"}} 2"),
+        format!("traces_service_graph_request_client_seconds_count{{{edge}}} 2"),
+        format!("traces_service_graph_request_server_seconds_sum{{{db_edge}}} 0.02"),
+        "traces_span_metrics_calls_total{service=\"shop\",span_name=\"GET /x\",span_kind=\"SPAN_KIND_SERVER\",status_code=\"STATUS_CODE_UNSET\"} 2".to_owned(),
+        "traces_span_metrics_calls_total{service=\"shop\",span_name=\"SELECT users\",span_kind=\"SPAN_KIND_CLIENT\",status_code=\"STATUS_CODE_UNSET\"} 1".to_owned(),
+        "# TYPE traces_span_metrics_duration_seconds histogram".to_owned(),
+        "traces_span_metrics_duration_seconds_count{service=\"shop\",span_name=\"GET /x\",span_kind=\"SPAN_KIND_SERVER\",status_code=\"STATUS_CODE_UNSET\"} 2".to_owned(),
+    ] {
+        assert!(text.lines().any(|l| l == want), "{want}\nnot in\n{text}");
+    }
+    assert!(!text.lines().any(|l| l.starts_with("traces_") && l.contains("service_name=")), "{text}");
+    // Off: none of them.
+    let mut off = Meters::new(vec![], "h", &registry).derive(crate::meters::Derived { service_graph: false, span_metrics: false });
+    let mut served = span(3, 200);
+    served.edge = Some(ipc_schema::Edge { peer_service: "front".into(), peer_duration_ns: 7_000_000, peer_error: true });
+    off.record(&res(), &served);
+    assert!(!exposition(&off.view()).contains("traces_"), "{}", exposition(&off.view()));
+}
