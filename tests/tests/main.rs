@@ -21,6 +21,7 @@ mod hostile;
 mod kernels;
 mod kubernetes;
 mod kubernetes_spans;
+mod operators;
 mod propagation;
 mod security;
 mod semconv;
