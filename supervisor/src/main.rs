@@ -103,10 +103,11 @@ fn wanted(settings: &Settings) -> Vec<&'static ComponentInfo> {
 /// configuration is not written there (see `handover`).
 fn prepare_runtime_dir(settings: &Settings, actors: UserIds) -> anyhow::Result<()> {
     let dir = &settings.pipeline.runtime_dir;
-    // Never through a symlink, never someone else's directory.
-    runtime_kit::dirs::ensure(dir, 0, 0, 0o755)?;
+    // Never through a symlink, never someone else's directory, never below
+    // a directory another user could rename it out of.
+    runtime_kit::dirs::ensure_trusted(dir, 0, 0, 0o755).with_context(|| format!("pipeline.runtime_dir {}", dir.display()))?;
     let own = endpoints::actors_dir(dir);
-    runtime_kit::dirs::ensure(&own, actors.uid, actors.gid, 0o750)
+    runtime_kit::dirs::ensure_trusted(&own, actors.uid, actors.gid, 0o750)
         .with_context(|| format!("cannot give {} to the actors", own.display()))?;
     // Stale sockets of a previous run would only confuse a connect; the
     // effective configuration earlier versions wrote here held secrets.
