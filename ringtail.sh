@@ -39,6 +39,13 @@ need_actors_user() {
         useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
             --comment "ringtail eBPF agent (unprivileged actors)" --user-group ringtail
     fi
+    # The k8s-actor's own (`actors.k8s_user`'s default): the only user that
+    # may read the cluster credentials, with Kubernetes metadata on.
+    if ! getent passwd ringtail-k8s >/dev/null; then
+        say "useradd --system ringtail-k8s (the k8s-actor's user)"
+        useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+            --comment "ringtail eBPF agent (Kubernetes metadata)" --user-group ringtail-k8s
+    fi
 }
 
 need_rust() {

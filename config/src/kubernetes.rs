@@ -81,7 +81,8 @@ pub struct KubernetesSettings {
     /// the API server.
     pub enabled: Enabled,
     /// A kubeconfig file to reach the API server with (out of cluster; it
-    /// must be readable by `actors.user`, which the k8s-actor runs as).
+    /// must be readable by `actors.k8s_user`, which the k8s-actor runs as,
+    /// and by no one else but root).
     /// Empty: the pod's service account (in cluster), as every in-cluster
     /// client does.
     pub kubeconfig: PathBuf,

@@ -18,6 +18,10 @@
 #   --uid N           uid and gid of the actors' user `ringtail` (default
 #                     7464): the supervisor refuses to start if any other
 #                     process on the node (hostPID) runs as it
+#   --k8s-uid N       uid and gid of the k8s-actor's user `ringtail-k8s`
+#                     (default 7465): the chart's k8sActorUid (the pod's
+#                     fsGroup, which alone may read the service account
+#                     token); the same rule
 #   --storage DIR     buildah's storage root (default: the system's); the
 #                     tests use a scratch one
 #
@@ -28,7 +32,8 @@
 #                                 libgcc_s, copied from the Debian packages
 #                                 installed here after checking each file
 #                                 against dpkg's checksums
-#   /etc/passwd, /etc/group       root and the actors' user `ringtail`
+#   /etc/passwd, /etc/group       root, the actors' user `ringtail` and the
+#                                 k8s-actor's `ringtail-k8s`
 #   /etc/nsswitch.conf            passwd/group from files (built into glibc)
 #   /etc/ringtail/ringtail.toml   a configuration for a pod (the chart mounts
 #                                 its own over /etc/ringtail)
@@ -37,7 +42,7 @@ set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
-bin_dir="" tag="" output="" push="" uid=7464 storage=()
+bin_dir="" tag="" output="" push="" uid=7464 k8s_uid=7465 storage=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --bin-dir) bin_dir="$2"; shift 2 ;;
@@ -45,8 +50,9 @@ while [ $# -gt 0 ]; do
         --output) output="$2"; shift 2 ;;
         --push) push="$2"; shift 2 ;;
         --uid) uid="$2"; shift 2 ;;
+        --k8s-uid) k8s_uid="$2"; shift 2 ;;
         --storage) storage=(--root "$2/root" --runroot "$2/run" --storage-driver vfs); shift 2 ;;
-        *) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+        *) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
     esac
 done
 say() { echo "build.sh: $*" >&2; }
@@ -56,6 +62,8 @@ die() { say "$*"; exit 1; }
 command -v buildah >/dev/null || die "buildah is missing: apt-get install buildah"
 case "$uid" in ''|*[!0-9]*) die "--uid: a number, got $uid" ;; esac
 [ "$uid" -gt 0 ] && [ "$uid" -lt 65534 ] || die "--uid: between 1 and 65533, got $uid"
+case "$k8s_uid" in ''|*[!0-9]*) die "--k8s-uid: a number, got $k8s_uid" ;; esac
+[ "$k8s_uid" -gt 0 ] && [ "$k8s_uid" -lt 65534 ] && [ "$k8s_uid" != "$uid" ] || die "--k8s-uid: between 1 and 65533 and not --uid's, got $k8s_uid"
 
 version="$(sed -n 's/^version = "\(.*\)"/\1/p' "$repo/Cargo.toml" | head -n1)"
 [ -n "$version" ] || die "no version in $repo/Cargo.toml"
@@ -114,10 +122,12 @@ done
 cat >"$rootfs/etc/passwd" <<EOF
 root:x:0:0:root:/:/nonexistent
 ringtail:x:$uid:$uid:ringtail actors:/nonexistent:/nonexistent
+ringtail-k8s:x:$k8s_uid:$k8s_uid:ringtail k8s-actor:/nonexistent:/nonexistent
 EOF
 cat >"$rootfs/etc/group" <<EOF
 root:x:0:
 ringtail:x:$uid:
+ringtail-k8s:x:$k8s_uid:
 EOF
 printf 'passwd: files\ngroup: files\n' >"$rootfs/etc/nsswitch.conf"
 install -m 0644 "$here/ringtail.toml" "$rootfs/etc/ringtail/ringtail.toml"
@@ -138,6 +148,7 @@ buildah "${storage[@]}" config \
     --label org.opencontainers.image.version="$version" \
     --label org.opencontainers.image.description="eBPF HTTP auto-instrumentation (OpenTelemetry)" \
     --label io.ringtail.actors-uid="$uid" \
+    --label io.ringtail.k8s-actor-uid="$k8s_uid" \
     "$ctr"
 dest="${output:-$tag}"
 say "buildah commit $dest"

@@ -36,10 +36,12 @@ pub fn span_acks(runtime_dir: &Path) -> PathBuf {
     actors_dir(runtime_dir).join("span-ack.sock")
 }
 
-/// The k8s-actor's directory under the actors' own (theirs, 0700): the
-/// Kubernetes metadata snapshot and the k8s-actor's health.
+/// The k8s-actor's directory in the runtime directory (made by the
+/// supervisor: the k8s-actor's uid, the actors' group, 2750): the
+/// Kubernetes metadata snapshot and the k8s-actor's health, which the
+/// actors read and cannot write.
 pub fn k8s_dir(runtime_dir: &Path) -> PathBuf {
-    actors_dir(runtime_dir).join("k8s")
+    runtime_dir.join("k8s")
 }
 
 /// The Kubernetes metadata of the node's containers (`crate::k8s::Snapshot`),

@@ -111,6 +111,9 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
 /// the protocol resends.
 pub const SEND_QUEUE_BYTES: usize = 32 << 20;
 
+/// How often a line a peer's behaviour repeats is said at most.
+const SAY_EVERY: Duration = Duration::from_secs(10);
+
 /// Which end of which stream a socket is: sets its message limit.
 #[derive(Debug, Clone, Copy)]
 enum Role {
@@ -140,6 +143,9 @@ fn options(role: Role, access: Access, socket: &'static str, registry: &Registry
     let (uid, too_large, subscriptions) = (refused("uid"), refused("message_too_large"), refused("subscriptions"));
     let (connections, handshake) = (refused("connections"), refused("handshake_timeout"));
     let queue_full = registry.counter("ringtail_ipc_send_queue_full_total", &[("socket", socket)]);
+    // A peer's junk, one a message: counted, and logged at most once per
+    // 10 s (as every drop), never once a message (a peer fills no log).
+    let unexpected = registry.drops("ringtail_ipc_rejected_total", "unexpected_from_subscriber");
     let accept_failed = registry.counter("ringtail_ipc_accept_failed_total", &[("socket", socket)]);
     let mut o = SocketOptions::default();
     // Batches are tens to hundreds of KiB: read in chunks up to 256 KiB
@@ -163,6 +169,7 @@ fn options(role: Role, access: Access, socket: &'static str, registry: &Registry
                 tracing::debug!(socket, declared, limit, "peer disconnected: message too large");
             }
             LimitEvent::SubscriptionRefused => subscriptions.inc(),
+            LimitEvent::UnexpectedMessage { .. } => unexpected.add(1),
             LimitEvent::SendQueueFull | LimitEvent::FanoutQueueFull => queue_full.inc(),
             LimitEvent::ConnectionRefused { limit } => {
                 connections.inc();
@@ -258,6 +265,7 @@ fn spawn_subscription<T: Send + 'static>(
     tokio::spawn(async move {
         let mut attempts = 0u64;
         let mut ever_connected = false;
+        let mut said_subscribed = None;
         loop {
             if shutdown.is_fired() {
                 return;
@@ -309,7 +317,13 @@ fn spawn_subscription<T: Send + 'static>(
                 reconnects.inc();
             }
             ever_connected = true;
-            tracing::info!(%endpoint, event = "subscribed", "subscribed");
+            // A publisher that sends junk makes this loop subscribe again and
+            // again: said the first time, then at most once per 10 s
+            // (counted: ringtail_ipc_resubscribes_total).
+            if said_subscribed.is_none_or(|t: std::time::Instant| t.elapsed() >= SAY_EVERY) {
+                tracing::info!(%endpoint, event = "subscribed", resubscribes = reconnects.get(), "subscribed");
+                said_subscribed = Some(std::time::Instant::now());
+            }
             let mut codec_in_a_row = 0;
             loop {
                 let next = tokio::select! {

@@ -1,7 +1,8 @@
 //! The k8s-actor: the Kubernetes metadata of this node's containers.
 //!
-//! Runs unprivileged (as `actors.user`, no capabilities, like the other
-//! actors), and only when `kubernetes` is on; it is the one ringtail
+//! Runs unprivileged (as `actors.k8s_user`, a user of its own: the only
+//! one that may read the cluster credentials; no capabilities, like the
+//! other actors), and only when `kubernetes` is on; it is the one ringtail
 //! process that talks to the Kubernetes API server (never the root loader).
 //! It watches the pods of its own node only (field selector
 //! `spec.nodeName=<node>`: one list and one long watch per node, resumed
@@ -17,6 +18,8 @@
 //! per-pod bounds of `ipc_schema::k8s`.
 //!
 //! # Layout
+//! - [`credentials`]: the token or kubeconfig read only if no other
+//!   unprivileged user may read it.
 //! - [`pod`]: the facts kept of a Pod object, bounded; container ids out of
 //!   `<runtime>://<id>`; the Deployment from its ReplicaSet's name.
 //! - [`derive`]: facts → resource attributes (`k8s.*`, `service.*`), pure.
@@ -28,6 +31,7 @@
 //!   counters and health.
 //! - `main.rs`: configuration, start-up, readiness, shutdown.
 
+pub mod credentials;
 pub mod derive;
 pub mod pod;
 pub mod publish;
@@ -70,4 +74,15 @@ pub enum K8sError {
     },
     #[error("cannot tell which node this is: kubernetes.node_name is empty, $NODE_NAME is not set and the host name is not a node name")]
     Node,
+    #[error("cannot read the cluster credentials {path}")]
+    Credentials {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "the cluster credentials {path} are not the k8s-actor's alone ({why}; mode {mode:04o}): in a pod, mount the token as the chart does \
+         (automountServiceAccountToken: false, a projected volume, fsGroup = actors.k8s_user's group); out of one, give the kubeconfig to actors.k8s_user, mode 0600"
+    )]
+    CredentialsExposed { path: PathBuf, why: String, mode: u32 },
 }

@@ -1,8 +1,10 @@
 //! Writing the k8s-actor's two files into its directory
-//! (`endpoints::k8s_dir`: the actors' own, mode 0700, made as
-//! `runtime_kit::dirs` makes directories): each a new file, written whole,
-//! then renamed over the old one, so a reader sees the previous version or
-//! the next, never half of one.
+//! (`endpoints::k8s_dir`: under the supervisor, made by it in root's
+//! runtime directory, the k8s-actor's uid, the actors' group and 2750, so
+//! that the actors read what it writes and write nothing there; run alone,
+//! made here, this uid's and 0700): each a new file (0640: the directory's
+//! group reads it), written whole, then renamed over the old one, so a
+//! reader sees the previous version or the next, never half of one.
 //!
 //! The directory is opened once, without following a symlink, and checked
 //! to be this uid's and writable by no one else; every later step is
@@ -31,11 +33,15 @@ fn cstr(name: &str) -> CString {
 }
 
 impl Publisher {
-    /// Makes (or takes) `path` as this uid's private directory and opens it.
+    /// Takes `path` (the supervisor made it this uid's), or makes it this
+    /// uid's private directory, and opens it.
     pub fn open(path: &Path) -> Result<Publisher, K8sError> {
         // SAFETY: geteuid and getegid have no preconditions.
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        runtime_kit::dirs::ensure(path, uid, gid, 0o700).map_err(|source| K8sError::Directory { source })?;
+        let made = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir() && m.uid() == uid && m.uid() != 0);
+        if !made {
+            runtime_kit::dirs::ensure(path, uid, gid, 0o700).map_err(|source| K8sError::Directory { source })?;
+        }
         let fd = runtime_kit::files::open_at(None, path, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW)
             .map_err(|source| K8sError::Publish { path: path.to_owned(), source })?;
         let dir = File::from(fd);
@@ -63,13 +69,13 @@ impl Publisher {
         unsafe { libc::unlinkat(dirfd, ctmp.as_ptr(), 0) };
         let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
         // SAFETY: as above; the mode is an integer.
-        let fd = unsafe { libc::openat(dirfd, ctmp.as_ptr(), flags, 0o600 as libc::c_uint) };
+        let fd = unsafe { libc::openat(dirfd, ctmp.as_ptr(), flags, 0o640 as libc::c_uint) };
         if fd < 0 {
             return Err(err(std::io::Error::last_os_error()));
         }
         // SAFETY: openat just returned this descriptor; nothing else owns it.
         let mut file = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-        let written = file.set_permissions(std::fs::Permissions::from_mode(0o600)).and_then(|()| file.write_all(bytes));
+        let written = file.set_permissions(std::fs::Permissions::from_mode(0o640)).and_then(|()| file.write_all(bytes));
         if let Err(e) = written {
             // SAFETY: as above.
             unsafe { libc::unlinkat(dirfd, ctmp.as_ptr(), 0) };
@@ -111,7 +117,7 @@ mod tests {
         p.replace("pods.msgpack", b"one").unwrap();
         p.replace("pods.msgpack", b"two").unwrap();
         assert_eq!(std::fs::read(d.join("k8s/pods.msgpack")).unwrap(), b"two");
-        assert_eq!(std::fs::metadata(d.join("k8s/pods.msgpack")).unwrap().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::metadata(d.join("k8s/pods.msgpack")).unwrap().mode() & 0o777, 0o640);
         let names: Vec<_> = std::fs::read_dir(d.join("k8s")).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names, ["pods.msgpack"], "no temporary file left");
         p.remove("pods.msgpack");

@@ -19,6 +19,7 @@
 //! `metadata_dropped_total{reason}` (see `table`).
 
 use std::collections::HashSet;
+use std::path::Path;
 use std::time::Duration;
 
 use futures_util::StreamExt;
@@ -108,12 +109,18 @@ impl Counters {
 pub async fn client(settings: &ringtail_config::KubernetesSettings) -> Result<Client, K8sError> {
     let config = match settings.kubeconfig() {
         Some(path) => {
+            crate::credentials::check(path)?;
             let kc = kube::config::Kubeconfig::read_from(path).map_err(|source| K8sError::Kubeconfig { path: path.to_owned(), source })?;
             kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
                 .await
                 .map_err(|source| K8sError::Kubeconfig { path: path.to_owned(), source })?
         }
-        None => kube::Config::incluster().map_err(|source| K8sError::InCluster { source })?,
+        None => {
+            // kube reads the token from this path again (and again as the
+            // kubelet rotates it): checked first, while it is this one.
+            crate::credentials::check(Path::new(crate::credentials::SERVICE_ACCOUNT_TOKEN))?;
+            kube::Config::incluster().map_err(|source| K8sError::InCluster { source })?
+        }
     };
     Client::try_from(config).map_err(|source| K8sError::Client { source })
 }

@@ -10,20 +10,46 @@
 //! | CRI-O | `…/crio-<id>.scope` (`crio-conmon-<id>.scope` is its monitor, not the container) |
 //! | podman | `…/libpod-<id>.scope`, rootless on cgroup v2 `…/libpod-<id>.scope/container` (`libpod-conmon-…` is the monitor) |
 //!
-//! An id is 64 lowercase hexadecimal digits; the deepest cgroup name that
-//! is one (alone, or between one of the runtimes' prefixes and `.scope`)
-//! gives it, so a process in a cgroup its container made below its own
-//! (podman's `container`) still has it. A process outside any container
-//! has none; nothing is guessed from other shapes.
+//! An id is 64 lowercase hexadecimal digits; a cgroup name carries one
+//! when it is one, or is one of the runtimes' prefixes, the id and
+//! `.scope`.
 //!
-//! Two sources, one rule: `/proc/PID/cgroup` (whole paths, every hierarchy)
-//! for the processes running at start, and for later ones the names the
-//! kernel copied at exec (`bpf/process.bpf.c`: the cgroup and its parent, in
-//! the unified hierarchy and in the memory controller's, which is where
-//! cgroup v1 hosts put containers).
+//! **The rule: the outermost such name on the process's cgroup path gives
+//! the id, and nothing below it is read.** The runtime makes that cgroup;
+//! what is below it may be the container's own doing: a runtime may
+//! delegate the subtree (cgroup namespaces, systemd's `Delegate=`, podman's
+//! `container` below `libpod-<id>.scope`, Docker-in-Docker), and there the
+//! container makes cgroups named as it likes, a runtime's shape included.
+//! So a container that makes `docker-B.scope` inside its own
+//! `docker-A.scope` (moving a process in) is still A, never B; a
+//! runtime inside a container (Docker-in-Docker, a kind node) gives its
+//! containers the outer container's id. A process outside any container
+//! has none; nothing is guessed from other shapes. What the rule cannot
+//! stop: a user who may make cgroups outside any container (a systemd user
+//! session's delegated `user@UID.service`, as rootless podman does) can
+//! name its own processes' cgroups as a runtime does (docs/security.md).
+//!
+//! Two sources, one rule: `/proc/PID/cgroup` (whole paths, every
+//! hierarchy; the unified one first, then the memory controller's, then
+//! the others) for the processes running at start, and for later ones the
+//! names the kernel copied at exec (`bpf/process.bpf.c`: the cgroup and its
+//! parent, in the unified hierarchy and in the memory controller's, which
+//! is where cgroup v1 hosts put containers). Two names are not a path: when
+//! they carry an id, the process's whole path is read from
+//! `/proc/PID/cgroup` if it is still there (same start time), and decides
+//! ([`of_exec`]); a process gone by then keeps the outer of its two names'
+//! ids (a container nesting its own runtime-shaped cgroup two or more
+//! levels below its own could pass such a short-lived process as another
+//! container: closed only when the kernel reports the path's outer names,
+//! docs/security.md).
+
+use std::io::Read;
 
 /// Runtimes' prefixes of a container's cgroup name (`<prefix>-<id>.scope`).
 const SCOPE_PREFIXES: [&str; 4] = ["docker", "cri-containerd", "crio", "libpod"];
+
+/// Largest `/proc/PID/cgroup` read (a line per hierarchy: a few KiB at most).
+const MAX_CGROUP_FILE: u64 = 64 << 10;
 
 /// The container id one cgroup name carries, if any (an id's form is
 /// `ipc_schema::k8s::is_container_id`'s: the Kubernetes metadata is
@@ -37,15 +63,69 @@ fn id_in_name(name: &str) -> Option<&str> {
     (SCOPE_PREFIXES.contains(&prefix) && is_id(rest)).then_some(rest)
 }
 
-/// The container id of a cgroup path's names, deepest first.
-pub fn id_in_names<'a>(deepest_first: impl IntoIterator<Item = &'a str>) -> Option<String> {
-    deepest_first.into_iter().find_map(id_in_name).map(str::to_owned)
+/// The container id of a cgroup path, given as its names from the
+/// outermost down: the outermost name that carries one (see the rule).
+pub fn id_in_path<'a>(outermost_first: impl IntoIterator<Item = &'a str>) -> Option<String> {
+    outermost_first.into_iter().find_map(id_in_name).map(str::to_owned)
 }
 
 /// The container id in the contents of `/proc/PID/cgroup`
-/// (`hierarchy:controllers:path` lines; cgroup v2's is `0::path`).
+/// (`hierarchy:controllers:path` lines; cgroup v2's is `0::path`): each
+/// path by the rule, the unified hierarchy's first, then the memory
+/// controller's, then the others in the file's order.
 pub fn id_in_proc_cgroup(text: &str) -> Option<String> {
-    text.lines().filter_map(|l| l.splitn(3, ':').nth(2)).find_map(|path| id_in_names(path.rsplit('/')))
+    // (rank, path): the unified hierarchy 0, the memory controller 1, others 2.
+    let mut paths: Vec<(u8, &str)> = text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (hierarchy, controllers, path) = (f.next()?, f.next()?, f.next()?);
+            let rank = if hierarchy == "0" && controllers.is_empty() {
+                0
+            } else if controllers.split(',').any(|c| c == "memory") {
+                1
+            } else {
+                2
+            };
+            Some((rank, path))
+        })
+        .collect();
+    // Stable: the file's order within a rank.
+    paths.sort_by_key(|(rank, _)| *rank);
+    paths.into_iter().find_map(|(_, path)| id_in_path(path.split('/')))
+}
+
+/// The container id of a process the kernel reported at exec: `names` are
+/// the kernel's (each hierarchy's cgroup, then its parent). Names with no
+/// id give none. Otherwise the process's whole path decides while it runs
+/// (its `/proc/PID/cgroup`, read if `/proc/PID/stat` still shows the start
+/// time `start_ns`), else the outer of the two names' ids.
+pub fn of_exec(names: &[String], pid: u32, start_ns: u64) -> Option<String> {
+    let seen = names.chunks(2).find_map(|pair| id_in_path(pair.iter().rev().map(String::as_str)))?;
+    match live_cgroups(pid, start_ns) {
+        Some(text) => id_in_proc_cgroup(&text),
+        None => Some(seen),
+    }
+}
+
+/// `/proc/PID/cgroup` of process `pid` if it is the one started at
+/// `start_ns` (`CLOCK_BOOTTIME`, as `/proc/PID/stat`'s start time, to a
+/// clock tick), before and after the read.
+fn live_cgroups(pid: u32, start_ns: u64) -> Option<String> {
+    let dir = std::path::PathBuf::from(format!("/proc/{pid}"));
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) }).ok().filter(|h| *h > 0)?;
+    let same = || {
+        let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
+        let ticks: u64 = crate::discovery::parse_stat(&stat)?.1.get(19)?.parse().ok()?;
+        let want = start_ns / (1_000_000_000 / hz);
+        (ticks.abs_diff(want) <= 1).then_some(())
+    };
+    same()?;
+    let mut text = String::new();
+    std::fs::File::open(dir.join("cgroup")).ok()?.take(MAX_CGROUP_FILE).read_to_string(&mut text).ok()?;
+    same()?;
+    Some(text)
 }
 
 #[cfg(test)]
@@ -95,15 +175,61 @@ mod tests {
         }
     }
 
-    /// The kernel's names (cgroup, then its parent) follow the same rule.
+    /// The kernel's two names (cgroup, then its parent) follow the same
+    /// rule: the outer one's id.
     #[test]
     fn names_from_the_kernel() {
+        let of = |pair: [&str; 2]| of_exec(&pair.map(str::to_owned), u32::MAX, 0);
         let scope = format!("cri-containerd-{ID}.scope");
-        assert_eq!(id_in_names([scope.as_str(), "kubepods-burstable-pod0a1b.slice"]).as_deref(), Some(ID));
+        assert_eq!(of([scope.as_str(), "kubepods-burstable-pod0a1b.slice"]).as_deref(), Some(ID));
         let podman = format!("libpod-{ID}.scope");
-        assert_eq!(id_in_names(["container", podman.as_str()]).as_deref(), Some(ID));
-        assert_eq!(id_in_names([ID, "pod0a1b"]).as_deref(), Some(ID));
-        assert_eq!(id_in_names(["session-1.scope", "user-0.slice"]), None);
-        assert_eq!(id_in_names(["", ""]), None);
+        assert_eq!(of(["container", podman.as_str()]).as_deref(), Some(ID));
+        assert_eq!(of([ID, "pod0a1b"]).as_deref(), Some(ID));
+        assert_eq!(of(["session-1.scope", "user-0.slice"]), None);
+        assert_eq!(of(["", ""]), None);
+        // A container's own docker-B.scope right inside its docker-A.scope.
+        let (a, b) = (format!("docker-{ID}.scope"), format!("docker-{OTHER}.scope"));
+        assert_eq!(of([b.as_str(), a.as_str()]).as_deref(), Some(ID));
+    }
+
+    const OTHER: &str = "b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0";
+
+    /// A container that makes cgroups named as a runtime names them below
+    /// its own (it may: the subtree is delegated to it) is still itself:
+    /// the outermost runtime-shaped name decides, nothing below it.
+    #[test]
+    fn below_a_container_s_cgroup_nothing_is_read() {
+        let cases = [
+            format!("0::/system.slice/docker-{ID}.scope/docker-{OTHER}.scope\n"),
+            format!("0::/system.slice/docker-{ID}.scope/init.scope/system.slice/docker-{OTHER}.scope\n"),
+            format!("0::/kubepods.slice/kubepods-pod0a1b.slice/cri-containerd-{ID}.scope/kubepods.slice/cri-containerd-{OTHER}.scope\n"),
+            format!("0::/machine.slice/libpod-{ID}.scope/container/libpod-{OTHER}.scope\n"),
+            format!("0::/docker/{ID}/docker/{OTHER}\n"),
+            format!("0::/kubepods/burstable/pod0a1b/{ID}/{OTHER}\n"),
+            // hierarchies: the unified one first
+            format!("4:memory:/docker/{OTHER}\n0::/system.slice/docker-{ID}.scope\n"),
+            // a cgroup namespace: the path seen from another namespace
+            format!("0::/../../system.slice/docker-{ID}.scope/x/docker-{OTHER}.scope\n"),
+        ];
+        for text in &cases {
+            assert_eq!(id_in_proc_cgroup(text).as_deref(), Some(ID), "{text}");
+        }
+    }
+
+    /// A process the kernel named with an id and that still runs: its
+    /// whole path decides (this test process's own, in no container).
+    #[test]
+    fn a_running_process_s_whole_path_decides() {
+        let me = std::process::id();
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let ticks: u64 = crate::discovery::parse_stat(&stat).unwrap().1[19].parse().unwrap();
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+        let start_ns = ticks * (1_000_000_000 / hz);
+        let own = id_in_proc_cgroup(&std::fs::read_to_string("/proc/self/cgroup").unwrap());
+        let names = [format!("docker-{OTHER}.scope"), "x".to_owned()];
+        assert_eq!(of_exec(&names, me, start_ns), own, "this process's path, not the kernel's two names");
+        // Another start time: not this process (a reused pid): the names.
+        assert_eq!(of_exec(&names, me, start_ns + 10_000_000_000).as_deref(), Some(OTHER));
     }
 }

@@ -418,11 +418,13 @@ impl ExecEvent {
         Some(c_string(&self.exe)).filter(|n| !n.is_empty())
     }
 
-    /// The container id the process's cgroups name, if any (`container`).
+    /// The container id the process's cgroups name, if any
+    /// ([`crate::container::of_exec`]: the outermost runtime-shaped name,
+    /// from the process's whole path while it still runs).
     pub fn container_id(&self) -> Option<String> {
-        let names: Vec<String> = self.cgroups.iter().map(|n| c_string(n)).collect();
         // each hierarchy's cgroup, then its parent
-        names.chunks(2).find_map(|pair| crate::container::id_in_names(pair.iter().map(String::as_str)))
+        let names: Vec<String> = self.cgroups.iter().map(|n| c_string(n)).collect();
+        crate::container::of_exec(&names, self.h.tgid, self.h.proc_start_ns)
     }
 
     /// The environment bytes the kernel copied, if it was asked to and could

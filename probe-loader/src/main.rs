@@ -154,8 +154,9 @@ async fn run(p: Process) -> anyhow::Result<()> {
     let named = procs.scan();
     tracing::info!(processes = named, read_env = settings.probe.read_process_env, "process names read");
     let dir = &settings.pipeline.runtime_dir;
-    // Never through a symlink, never someone else's directory.
-    runtime_kit::dirs::ensure(dir, 0, 0, 0o755)?;
+    // Never through a symlink, never someone else's directory, never below
+    // a directory another user could rename it out of.
+    runtime_kit::dirs::ensure_trusted(dir, 0, 0, 0o755).with_context(|| format!("pipeline.runtime_dir {}", dir.display()))?;
     let actors = users::actor_ids(&settings.actors)
         .with_context(|| format!("actors.user {:?} / actors.group {:?} do not exist", settings.actors.user, settings.actors.group))?;
     let raw_path = endpoints::raw_events(dir);

@@ -231,6 +231,9 @@ where
         let (trigger, shutdown) = shutdown::channel();
         shutdown::on_signals(trigger);
         let sockets = Arc::new(Unlink::default());
+        // On this thread, where the component allocates: memory it freed
+        // goes back to the system within a second, busy or idle.
+        tokio::task::spawn_local(crate::memory::collector(shutdown.clone()));
         let process = Process { component, settings, instance, registry, shutdown, sockets: sockets.clone() };
         let result = run(process, checked).await;
         drop(sockets);
@@ -240,11 +243,10 @@ where
         result
     };
     match runtime {
-        Runtime::CurrentThread => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .map_err(|source| StartError::Runtime { source })?
-            .block_on(body),
+        Runtime::CurrentThread => {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|source| StartError::Runtime { source })?;
+            tokio::task::LocalSet::new().block_on(&rt, body)
+        }
         Runtime::Actix => actix_rt::System::new().block_on(async {
             let result = body.await;
             actix_rt::System::current().stop();

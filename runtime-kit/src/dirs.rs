@@ -9,9 +9,15 @@
 //! make itself (the pins on a bpffs) is opened by [`open_trusted`]: each
 //! component from `/` opened under the previous one without following a
 //! symlink, each checked to be root's and writable by nobody else (or
-//! sticky), so that no one else can put anything in the way.
+//! sticky), so that no one else can put anything in the way. Root's own
+//! runtime directory is made by [`ensure_trusted`]: its parents so
+//! checked (made, root's, where missing), then the directory itself
+//! made and opened under the last of them: a user who owns a parent could
+//! otherwise rename root's directory away and put one of theirs in its
+//! place, between the start's checks or between two starts.
 //!
-//! Layout: [`ensure`], [`open_trusted`] and their [`DirError`].
+//! Layout: [`ensure`], [`ensure_trusted`], [`open_trusted`] and their
+//! [`DirError`].
 
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io;
@@ -47,6 +53,19 @@ pub enum DirError {
         #[source]
         source: io::Error,
     },
+    #[error("{path}: every directory above it must be root's and writable by no one else")]
+    Parent {
+        path: PathBuf,
+        #[source]
+        source: Box<DirError>,
+    },
+}
+
+impl DirError {
+    /// This error, met on the way to `path`'s parent.
+    fn under(self, path: &Path) -> DirError {
+        DirError::Parent { path: path.to_owned(), source: Box::new(self) }
+    }
 }
 
 /// Makes `path` a directory owned by `uid:gid` with `mode` (its parents are
@@ -67,6 +86,34 @@ pub fn ensure(path: &Path, uid: u32, gid: u32, mode: u32) -> Result<(), DirError
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(path)
         .map_err(|source| DirError::Open { path: path.to_owned(), source })?;
+    take(&dir, path, uid, gid, mode)
+}
+
+/// [`ensure`] for root's own directories: every directory above `path`
+/// (absolute, plain names) is opened from `/` down without following a
+/// symlink and must be root's and writable by nobody else unless sticky
+/// ([`open_trusted`]'s rule; a missing one is made, root's, 0755); `path`
+/// itself is made and opened under the last of them (`mkdirat`,
+/// `openat` with `O_NOFOLLOW`), then given `uid:gid` and `mode` as
+/// [`ensure`] does.
+pub fn ensure_trusted(path: &Path, uid: u32, gid: u32, mode: u32) -> Result<(), DirError> {
+    use std::os::fd::AsFd;
+    let (Some(parent), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(DirError::NotPlain { path: path.to_owned() });
+    };
+    let parent = walk_trusted(parent, true).map_err(|e| e.under(path))?;
+    crate::files::mkdir_at(parent.as_fd(), name, 0o700).map_err(|source| DirError::Create { path: path.to_owned(), source })?;
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW;
+    let dir = File::from(
+        crate::files::open_at(Some(parent.as_fd()), Path::new(name), flags)
+            .map_err(|source| DirError::Open { path: path.to_owned(), source })?,
+    );
+    take(&dir, path, uid, gid, mode)
+}
+
+/// Gives the directory open at `dir` (at `path`, for messages) its owner
+/// and mode, refusing someone else's.
+fn take(dir: &File, path: &Path, uid: u32, gid: u32, mode: u32) -> Result<(), DirError> {
     let perm = |source| DirError::Permissions { path: path.to_owned(), source };
     let meta = dir.metadata().map_err(perm)?;
     let (mut owner, group) = (meta.uid(), meta.gid());
@@ -78,13 +125,13 @@ pub fn ensure(path: &Path, uid: u32, gid: u32, mode: u32) -> Result<(), DirError
     // need CAP_FOWNER, which a container (the DaemonSet) does not grant.
     if meta.mode() & 0o7777 != mode {
         if owner != 0 {
-            std::os::unix::fs::fchown(&dir, Some(0), None).map_err(perm)?;
+            std::os::unix::fs::fchown(dir, Some(0), None).map_err(perm)?;
             owner = 0;
         }
         dir.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(perm)?;
     }
     if (owner, group) != (uid, gid) {
-        std::os::unix::fs::fchown(&dir, Some(uid), Some(gid)).map_err(perm)?;
+        std::os::unix::fs::fchown(dir, Some(uid), Some(gid)).map_err(perm)?;
     }
     Ok(())
 }
@@ -98,6 +145,12 @@ pub fn ensure(path: &Path, uid: u32, gid: u32, mode: u32) -> Result<(), DirError
 /// (and, as long as those directories stay so, below `path`) only root can
 /// change.
 pub fn open_trusted(path: &Path) -> Result<File, DirError> {
+    walk_trusted(path, false)
+}
+
+/// [`open_trusted`], making missing directories (root's, 0755) when
+/// `create`.
+fn walk_trusted(path: &Path, create: bool) -> Result<File, DirError> {
     use std::os::fd::AsFd;
     use std::path::Component;
     let open_err = |at: &Path| {
@@ -116,6 +169,9 @@ pub fn open_trusted(path: &Path) -> Result<File, DirError> {
             Component::RootDir => continue,
             Component::Normal(name) => {
                 at.push(name);
+                if create {
+                    crate::files::mkdir_at(dir.as_fd(), name, 0o755).map_err(|source| DirError::Create { path: at.clone(), source })?;
+                }
                 dir = File::from(crate::files::open_at(Some(dir.as_fd()), Path::new(name), flags).map_err(open_err(&at))?);
                 check_trusted(&dir, &at)?;
             }
@@ -237,6 +293,51 @@ mod tests {
         .expect("the thread without CAP_FOWNER");
         let meta = std::fs::symlink_metadata(&dir).unwrap();
         assert_eq!((meta.uid(), meta.gid(), meta.mode() & 0o7777), (65534, 65534, 0o750));
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    /// Root's runtime directory under a directory another user owns (who
+    /// could rename it away and put theirs there) is refused, saying
+    /// which; under root's parents it is made, missing parents too.
+    #[test]
+    fn a_runtime_directory_under_another_user_s_directory_is_refused() {
+        if euid() != 0 {
+            eprintln!("SKIPPED: needs root (a directory of another uid)");
+            return;
+        }
+        let base = std::env::temp_dir().join(format!("rk-rt-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(base.join("home/user")).unwrap();
+        std::fs::set_permissions(&base, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(base.join("home"), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::os::unix::fs::chown(base.join("home/user"), Some(65534), Some(65534)).unwrap();
+        let run = base.join("home/user/ringtail/run");
+        let e = ensure_trusted(&run, 0, 0, 0o755).unwrap_err();
+        let text = format!("{e}: {}", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default());
+        assert!(matches!(&e, DirError::Parent { source, .. } if matches!(**source, DirError::NotRoot { owner: 65534, .. })), "{text}");
+        assert!(text.contains(&format!("{}: every directory above it must be root's", run.display())), "{text}");
+        assert!(text.contains(&format!("{} belongs to uid 65534, not root", base.join("home/user").display())), "{text}");
+        assert!(!base.join("home/user/ringtail").exists(), "nothing made below the user's directory");
+        // A parent open to all (not sticky), a symlink on the way: refused.
+        std::fs::create_dir(base.join("open")).unwrap();
+        std::fs::set_permissions(base.join("open"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = ensure_trusted(&base.join("open/run"), 0, 0, 0o755).unwrap_err();
+        assert!(matches!(&e, DirError::Parent { source, .. } if matches!(**source, DirError::OpenToOthers { mode: 0o777, .. })), "{e}");
+        std::os::unix::fs::symlink(base.join("home/user"), base.join("link")).unwrap();
+        let e = ensure_trusted(&base.join("link/run"), 0, 0, 0o755).unwrap_err();
+        assert!(matches!(&e, DirError::Parent { source, .. } if matches!(**source, DirError::Open { .. })), "{e}");
+        // Root's all the way: made, missing parents root's and 0755.
+        let good = base.join("var/lib/rt/run");
+        ensure_trusted(&good, 0, 0, 0o755).unwrap();
+        ensure_trusted(&good.join("actors"), 65534, 65534, 0o750).unwrap();
+        for (p, want) in [(base.join("var/lib"), (0, 0o755)), (good.clone(), (0, 0o755)), (good.join("actors"), (65534, 0o750))] {
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            assert_eq!((m.uid(), m.mode() & 0o7777), want, "{}", p.display());
+        }
+        // The directory itself planted by another user: refused as ensure does.
+        std::fs::create_dir(base.join("var/lib/planted")).unwrap();
+        std::os::unix::fs::chown(base.join("var/lib/planted"), Some(65534), None).unwrap();
+        assert!(matches!(ensure_trusted(&base.join("var/lib/planted"), 0, 0, 0o755), Err(DirError::Owner { owner: 65534, .. })));
         let _ = std::fs::remove_dir_all(&base);
     }
 

@@ -1,11 +1,14 @@
 //! Reading what the k8s-actor publishes: the Kubernetes metadata snapshot
 //! of the node's containers (`ipc_schema::k8s`) and the k8s-actor's health,
-//! two files in `endpoints::k8s_dir` that the actors' uid writes by rename.
+//! two files in `endpoints::k8s_dir` that the k8s-actor's uid writes by
+//! rename (the supervisor makes that directory in root's runtime
+//! directory: the k8s-actor's uid, the actors' group, 2750).
 //!
 //! Opened as files another process wrote ([`crate::files`]): without
-//! following a symlink, only if regular, only if the reader's own uid's
-//! (the actors' directory is theirs alone), size checked by `fstat` before
-//! a byte is read, then decoded as hostile bytes.
+//! following a symlink, only if regular, only if the uid that owns their
+//! directory wrote them (or the reader's own: the k8s-actor run alone), in
+//! a directory no one else may write, size checked by `fstat` before a
+//! byte is read, then decoded as hostile bytes.
 //!
 //! The span-actor's use: [`SnapshotReader::refresh`] when it wants news
 //! (cheap when nothing changed: the stamp is read from the file's first
@@ -32,8 +35,10 @@ pub enum ReadError {
         #[source]
         source: FileError,
     },
-    #[error("{path} belongs to uid {owner}, not this process's uid {expected}: refused")]
+    #[error("{path} belongs to uid {owner}, not its directory's owner {expected} nor this process's uid: refused")]
     Owner { path: PathBuf, owner: u32, expected: u32 },
+    #[error("{path}'s directory may be written by others (mode {mode:04o}): refused")]
+    OpenDirectory { path: PathBuf, mode: u32 },
     #[error("{path} is {len} bytes, over the {limit}-byte limit: refused")]
     TooLarge { path: PathBuf, len: u64, limit: usize },
     #[error("cannot read {path}")]
@@ -57,9 +62,21 @@ pub enum ReadError {
 }
 
 /// Reads at most `limit` bytes of `path` (`at_most` of them when given: a
-/// head), if it is a regular file of this process's uid; `None` if there is
-/// no such file.
+/// head), if it is a regular file of the uid that owns its directory (or
+/// of this process's uid), in a directory nobody else may write; `None` if
+/// there is no such file.
 fn read_own(path: &Path, limit: usize, at_most: Option<usize>) -> Result<Option<Vec<u8>>, ReadError> {
+    use std::os::unix::fs::MetadataExt;
+    let parent = path.parent().unwrap_or(Path::new("/"));
+    let dir = match files::open_at(None, parent, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW) {
+        Ok(fd) => std::fs::File::from(fd),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(ReadError::Read { path: path.to_owned(), source }),
+    };
+    let dir_meta = dir.metadata().map_err(|source| ReadError::Read { path: path.to_owned(), source })?;
+    if dir_meta.mode() & 0o022 != 0 {
+        return Err(ReadError::OpenDirectory { path: path.to_owned(), mode: dir_meta.mode() & 0o7777 });
+    }
     let (file, st) = match files::open_regular(path, false) {
         Ok(f) => f,
         Err(e) if e.is_not_found() => return Ok(None),
@@ -67,8 +84,8 @@ fn read_own(path: &Path, limit: usize, at_most: Option<usize>) -> Result<Option<
     };
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
-    if st.st_uid != me {
-        return Err(ReadError::Owner { path: path.to_owned(), owner: st.st_uid, expected: me });
+    if st.st_uid != dir_meta.uid() && st.st_uid != me {
+        return Err(ReadError::Owner { path: path.to_owned(), owner: st.st_uid, expected: dir_meta.uid() });
     }
     let len = u64::try_from(st.st_size).unwrap_or(u64::MAX);
     if len > limit as u64 {

@@ -268,3 +268,260 @@ pub fn db_conn(data: &[u8]) {
         assert!(op.query_summary.as_ref().is_none_or(|q| q.len() <= sql::MAX_SUMMARY), "{op:?}");
     }
 }
+
+/// Secrets planted in literals, keys and values by [`db_secrets`]: none
+/// may appear in any exported text of any op.
+const PLANTED: [&str; 4] = ["SECRET", "DEADBEEFCAFE", "9876543210", "1011001110001"];
+
+/// Reads the generator's choices off the fuzzer's bytes (0 when they run
+/// out).
+struct Choices<'a>(&'a [u8]);
+
+impl Choices<'_> {
+    fn next(&mut self) -> u8 {
+        match self.0.split_first() {
+            Some((&b, rest)) => {
+                self.0 = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+
+    fn pick<'s>(&mut self, from: &[&'s str]) -> &'s str {
+        from[usize::from(self.next()) % from.len()]
+    }
+
+    fn done(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// A value for a string literal, as the application has it: the secret
+/// among quotes, backslashes and comment or dollar markers.
+fn value(c: &mut Choices<'_>) -> String {
+    const PARTS: [&str; 14] = ["SECRET", "a b", "'", "\\", "\\'", "''", "--", "/*", "*/", "$", "\"", "\n", ";", "$q$"];
+    let mut v = String::new();
+    for _ in 0..1 + c.next() % 6 {
+        v.push_str(c.pick(&PARTS));
+    }
+    v.push_str("SECRET");
+    v
+}
+
+/// A literal holding a planted secret, written as a client escaping for
+/// the session's rule (`backslash`) writes it.
+fn literal(c: &mut Choices<'_>, pg: bool, backslash: bool) -> String {
+    let v = value(c);
+    // A quote inside escaped by doubling it, or (backslash rule) by `\`.
+    let doubled = c.next().is_multiple_of(2);
+    let quote = |v: &str, q: char, backslash: bool| -> String {
+        let v = if backslash { v.replace('\\', "\\\\") } else { v.to_owned() };
+        let escaped = if backslash && !doubled { format!("\\{q}") } else { format!("{q}{q}") };
+        format!("{q}{}{q}", v.replace(q, &escaped))
+    };
+    match c.next() % 10 {
+        0 if pg => format!("E{}", quote(&v, '\'', true)),
+        1 if pg => format!("$q${}$q$", v.replace("$q$", "")),
+        2 if !pg => quote(&v, '"', backslash),
+        3 if !pg => format!("_utf8mb4{}", quote(&v, '\'', backslash)),
+        // Unicode escapes (standard strings only): no backslash but theirs.
+        3 if !backslash => format!("U&{}", quote(&v.replace('\\', ""), '\'', false)),
+        4 => format!("N{}", quote(&v, '\'', backslash)),
+        5 => "X'DEADBEEFCAFE'".to_owned(),
+        6 => "0xDEADBEEFCAFE".to_owned(),
+        7 => format!("{}9876543210", c.pick(&["-", "+", "", "1_", "0.", "1e"])),
+        8 => c.pick(&["0b1011001110001", "B'1011001110001'", "b'1011001110001'", "0o1011001110001"]).to_owned(),
+        _ => quote(&v, '\'', backslash),
+    }
+}
+
+/// A statement: code fragments and literals with planted secrets, each
+/// literal written for the session's rule.
+fn statement(c: &mut Choices<'_>, pg: bool, backslash: bool) -> String {
+    const CODE: [&str; 16] =
+        ["SELECT", " a", ",", " FROM t", " WHERE", " =", " -", " (", ")", " AND", " --c\n", " /* c */", " $1", " ?", " ;", "\n"];
+    let mut q = String::from("SELECT ");
+    for _ in 0..1 + c.next() % 8 {
+        if c.next().is_multiple_of(2) {
+            q.push_str(c.pick(&CODE));
+        } else {
+            let lit = literal(c, pg, backslash);
+            q.push(' ');
+            q.push_str(&lit);
+        }
+    }
+    q
+}
+
+fn pg_msg(t: u8, body: &[u8]) -> Vec<u8> {
+    let mut v = vec![t];
+    v.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+    v.extend_from_slice(body);
+    v
+}
+
+fn my_pkt(seq: u8, payload: &[u8]) -> Vec<u8> {
+    let mut v = (payload.len() as u32).to_le_bytes()[..3].to_vec();
+    v.push(seq);
+    v.extend_from_slice(payload);
+    v
+}
+
+/// Records into one connection: statements, keys and values holding
+/// planted secrets, written as a client following the session's quoting
+/// rule writes them (the server saying the rule, or not); no op may
+/// export any of them ([`PLANTED`]), whatever the protocol.
+pub fn db_secrets(data: &[u8]) {
+    let mut c = Choices(data);
+    let sel = c.next();
+    let system = [System::Postgres, System::MySql, System::Redis, System::Memcached][usize::from(sel % 4)];
+    let mut conn = DbConn::new(system);
+    let mut ops = Vec::new();
+    let mut counts = DbCounts::default();
+    let mut ts = 0u64;
+    let mut feed = |conn: &mut DbConn, send: bool, bytes: &[u8], ops: &mut Vec<_>, counts: &mut DbCounts| {
+        let mut p = Vec::new();
+        encode(&mut p, Piece::Bytes(bytes));
+        ts += 1;
+        conn.feed(send, ts, false, &p, ops, counts);
+    };
+    // The session's rule: said by the server (0: not said, the client's
+    // choice), and kept.
+    let said = sel / 4 % 3;
+    let backslash = match said {
+        1 => true,
+        2 => false,
+        _ => sel / 12 % 2 == 0,
+    };
+    match system {
+        System::Postgres => {
+            let mut startup = 196_608u32.to_be_bytes().to_vec();
+            startup.extend_from_slice(b"user\0app\0\0");
+            let mut framed = (startup.len() as u32 + 4).to_be_bytes().to_vec();
+            framed.extend(startup);
+            feed(&mut conn, true, &framed, &mut ops, &mut counts);
+            let mut hello = pg_msg(b'R', &0u32.to_be_bytes());
+            if said != 0 {
+                let v: &[u8] = if backslash { b"standard_conforming_strings\0off\0" } else { b"standard_conforming_strings\0on\0" };
+                hello.extend(pg_msg(b'S', v));
+            }
+            hello.extend(pg_msg(b'Z', b"I"));
+            feed(&mut conn, false, &hello, &mut ops, &mut counts);
+            while !c.done() {
+                let mut q = statement(&mut c, true, backslash).into_bytes();
+                q.push(0);
+                let send = if c.next() % 2 == 0 {
+                    pg_msg(b'Q', &q)
+                } else {
+                    let mut parse = vec![0];
+                    parse.extend_from_slice(&q);
+                    parse.extend_from_slice(&[0, 0]);
+                    [pg_msg(b'P', &parse), pg_msg(b'B', b"\0\0\0\0\0\0\0\0"), pg_msg(b'E', b"\0\0\0\0\0"), pg_msg(b'S', &[])].concat()
+                };
+                feed(&mut conn, true, &send, &mut ops, &mut counts);
+                feed(&mut conn, false, &[pg_msg(b'C', b"SELECT 1\0"), pg_msg(b'Z', b"I")].concat(), &mut ops, &mut counts);
+            }
+        }
+        System::MySql => {
+            let status: u16 = if backslash { 0x0002 } else { 0x0202 };
+            let ok = |seq: u8| {
+                let mut p = vec![0, 0, 0];
+                p.extend_from_slice(&status.to_le_bytes());
+                p.extend_from_slice(&[0, 0]);
+                my_pkt(seq, &p)
+            };
+            let attrs = sel / 24 % 2 == 1;
+            if said != 0 {
+                let mut g = vec![10];
+                g.extend_from_slice(b"8.0.36\0");
+                g.extend_from_slice(&[1, 0, 0, 0]);
+                g.extend_from_slice(b"abcdefgh\0");
+                g.extend_from_slice(&0xf7ffu16.to_le_bytes());
+                g.push(0x2d);
+                g.extend_from_slice(&status.to_le_bytes());
+                let upper: u16 = if attrs { 0x0800 } else { 0 };
+                g.extend_from_slice(&upper.to_le_bytes());
+                g.push(21);
+                g.extend_from_slice(&[0; 10]);
+                g.extend_from_slice(b"ijklmnopqrst\0");
+                feed(&mut conn, false, &my_pkt(0, &g), &mut ops, &mut counts);
+                let caps: u32 = 0x8 | 0x200 | 0x8000 | if attrs { 1 << 27 } else { 0 };
+                let mut hs = caps.to_le_bytes().to_vec();
+                hs.extend_from_slice(&[0, 0, 0, 1, 0x2d]);
+                hs.extend_from_slice(&[0; 23]);
+                hs.extend_from_slice(b"app\0\x00db\0");
+                feed(&mut conn, true, &my_pkt(1, &hs), &mut ops, &mut counts);
+                feed(&mut conn, false, &ok(2), &mut ops, &mut counts);
+            }
+            while !c.done() {
+                let q = statement(&mut c, false, backslash);
+                let mut p = vec![0x03];
+                if attrs {
+                    // One string attribute holding a secret.
+                    p.extend_from_slice(&[1, 1, 0, 1, 0xfe, 0, 6]);
+                    p.extend_from_slice(b"tenant\x0cSECRET-value");
+                }
+                p.extend_from_slice(q.as_bytes());
+                feed(&mut conn, true, &my_pkt(0, &p), &mut ops, &mut counts);
+                feed(&mut conn, false, &ok(1), &mut ops, &mut counts);
+            }
+        }
+        System::Redis => {
+            while !c.done() {
+                let name = c.pick(&["SET", "GET", "SECRET", "CLIENT", "CONFIG", "AUTH", "HELLO", "QUIT", "9876543210"]);
+                let n = 1 + c.next() % 4;
+                let mut args = vec![name.to_owned()];
+                for _ in 0..n {
+                    args.push(c.pick(&["SECRET", "SETNAME", "GET", "x", "DEADBEEFCAFE"]).to_owned());
+                }
+                let req = if c.next() % 3 == 0 {
+                    format!("{}\r\n", args.join(" ")).into_bytes()
+                } else {
+                    let mut v = format!("*{}\r\n", args.len()).into_bytes();
+                    for a in &args {
+                        v.extend_from_slice(format!("${}\r\n{a}\r\n", a.len()).as_bytes());
+                    }
+                    v
+                };
+                feed(&mut conn, true, &req, &mut ops, &mut counts);
+                let reply: &[u8] = match c.next() % 3 {
+                    0 => b"+OK\r\n",
+                    1 => b"-ERR SECRET unknown\r\n",
+                    _ => b"$6\r\nSECRET\r\n",
+                };
+                feed(&mut conn, false, reply, &mut ops, &mut counts);
+            }
+        }
+        System::Memcached => {
+            while !c.done() {
+                let cmd = c.pick(&["get", "set", "SECRET", "delete", "quit", "mg", "incr"]);
+                let key = c.pick(&["SECRET", "9876543210", "k"]);
+                let req = match cmd {
+                    "set" => format!("set {key} 0 0 6\r\nSECRET\r\n"),
+                    _ => format!("{cmd} {key}\r\n"),
+                };
+                feed(&mut conn, true, req.as_bytes(), &mut ops, &mut counts);
+                let reply: &[u8] = match cmd {
+                    "get" => b"VALUE SECRET 0 6\r\nSECRET\r\nEND\r\n",
+                    "set" => b"STORED\r\n",
+                    "quit" => b"",
+                    "mg" => b"EN\r\n",
+                    _ => b"CLIENT_ERROR SECRET\r\n",
+                };
+                if !reply.is_empty() {
+                    feed(&mut conn, false, reply, &mut ops, &mut counts);
+                }
+            }
+        }
+    }
+    conn.close(&mut counts);
+    for op in &ops {
+        let fields = [&op.namespace, &op.operation, &op.collection, &op.query_text, &op.query_summary, &op.status_code, &op.error_type];
+        for f in fields.into_iter().flatten() {
+            for s in PLANTED {
+                assert!(!f.contains(s), "planted {s:?} exported in {op:?}");
+            }
+        }
+    }
+}

@@ -480,7 +480,8 @@ impl Transformer {
     }
 
     /// A database call's span: CLIENT, named by the conventions
-    /// (`db.query.summary`, else the operation, else the system), its
+    /// (`db.query.summary`, else the operation, else the system; the
+    /// system for `_OTHER`), its
     /// `db.*` attributes as the database module decided them; the server is
     /// its peer. Linked as a client HTTP request is (the kernel's link of
     /// the send that carried it).
@@ -503,9 +504,12 @@ impl Transformer {
             error_type,
             returned_rows,
         } = db;
+        // `_OTHER` (a command not known) is no name: the system's is, as
+        // `HTTP` is for an `_OTHER` method.
         let name = match (&query_summary, &operation) {
-            (Some(s), _) | (None, Some(s)) => Text::Owned(s.clone()),
-            (None, None) => Text::Static(system),
+            (Some(s), _) => Text::Owned(s.clone()),
+            (None, Some(s)) if s != crate::db::OTHER => Text::Owned(s.clone()),
+            _ => Text::Static(system),
         };
         let peer_ip = self.ip_text(&conn.peer);
         let start_unix_ns = unix_ns(start, b.offset);

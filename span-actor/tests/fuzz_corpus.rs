@@ -55,6 +55,30 @@ fn db_conn_seeds() {
 }
 
 #[test]
+fn db_secrets_seeds() {
+    assert!(replay("db_secrets", checks::db_secrets) >= 8);
+}
+
+/// The planted-secret check over 20,000 inputs of a seeded generator (what
+/// fuzzing explores, a deterministic sample of it on stable).
+#[test]
+fn db_secrets_seeded_inputs() {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for n in 0..20_000u32 {
+        let len = 4 + n as usize % 60;
+        let data: Vec<u8> = (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        checks::db_secrets(&data);
+    }
+}
+
+#[test]
 fn ipc_decode_seeds_and_real_messages() {
     assert!(replay("ipc_decode", checks::ipc_decode) >= 4);
     use ipc_schema::{encode, Ack, Body, Component, Envelope, HealthReport, MetricPoint, Producer};

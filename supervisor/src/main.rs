@@ -98,16 +98,25 @@ fn wanted(settings: &Settings) -> Vec<&'static ComponentInfo> {
     Component::supervised().filter(|c| c.component != Component::K8sActor || k8s).collect()
 }
 
-/// Creates the runtime directory (root, 0755) and the actors' directory
-/// (theirs, 0750: the loader reads their acks through the group). The
-/// configuration is not written there (see `handover`).
-fn prepare_runtime_dir(settings: &Settings, actors: UserIds) -> anyhow::Result<()> {
+/// Creates the runtime directory (root, 0755), the actors' directory
+/// (theirs, 0750: the loader reads their acks through the group) and,
+/// when the k8s-actor runs, its directory (its uid, the actors' group,
+/// 2750: the span-actor reads what it publishes, writes nothing there, and
+/// new files take the actors' group). The configuration is not written
+/// there (see `handover`).
+fn prepare_runtime_dir(settings: &Settings, actors: UserIds, k8s: Option<UserIds>) -> anyhow::Result<()> {
     let dir = &settings.pipeline.runtime_dir;
-    // Never through a symlink, never someone else's directory.
-    runtime_kit::dirs::ensure(dir, 0, 0, 0o755)?;
+    // Never through a symlink, never someone else's directory, never below
+    // a directory another user could rename it out of.
+    runtime_kit::dirs::ensure_trusted(dir, 0, 0, 0o755).with_context(|| format!("pipeline.runtime_dir {}", dir.display()))?;
     let own = endpoints::actors_dir(dir);
-    runtime_kit::dirs::ensure(&own, actors.uid, actors.gid, 0o750)
+    runtime_kit::dirs::ensure_trusted(&own, actors.uid, actors.gid, 0o750)
         .with_context(|| format!("cannot give {} to the actors", own.display()))?;
+    if let Some(k8s) = k8s {
+        let dir = endpoints::k8s_dir(dir);
+        runtime_kit::dirs::ensure_trusted(&dir, k8s.uid, actors.gid, 0o2750)
+            .with_context(|| format!("cannot give {} to the k8s-actor", dir.display()))?;
+    }
     // Stale sockets of a previous run would only confuse a connect; the
     // effective configuration earlier versions wrote here held secrets.
     // A previous run's Kubernetes metadata is not this one's (metadata
@@ -231,7 +240,22 @@ fn main() -> anyhow::Result<()> {
             if !others.is_empty() {
                 tracing::warn!(user = %settings.actors.user, uid = actors.uid, processes = ?others, event = "shared_user", "actors.allow_shared_user: other processes run as the actors' user and can read what they hold");
             }
-            prepare_runtime_dir(&settings, actors)?;
+            let components = wanted(&settings);
+            let k8s = if components.iter().any(|c| c.component == Component::K8sActor) {
+                let k8s = users::user(&settings.actors.k8s_user).with_context(|| {
+                    format!(
+                        "actors.k8s_user {:?}: no such user (the k8s-actor's own: `useradd --system --user-group {}`)",
+                        settings.actors.k8s_user, settings.actors.k8s_user
+                    )
+                })?;
+                settings.actors.check_k8s_ids((actors.uid, actors.gid), (k8s.uid, k8s.gid)).context("invalid configuration")?;
+                let others = shared_user::processes_of(k8s.uid).context("cannot list the processes in /proc")?;
+                settings.actors.check_k8s_unshared(k8s.uid, &others).context("invalid configuration")?;
+                Some(k8s)
+            } else {
+                None
+            };
+            prepare_runtime_dir(&settings, actors, k8s)?;
             let config = handover::Handover::new(&settings).context("cannot hand the configuration over")?;
             let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
             rt.block_on(async {
@@ -242,12 +266,17 @@ fn main() -> anyhow::Result<()> {
                     let registry = runtime_kit::counters::Registry::new(Component::Supervisor, runtime_kit::instance_id());
                     runtime_kit::profiling::start(addr, Component::Supervisor.name(), &registry, shutdown.clone()).await?;
                 }
-                tracing::info!(version = env!("CARGO_PKG_VERSION"), actors_uid = actors.uid, event = "starting", "ringtail starting");
-                let components = wanted(&settings);
-                if !components.iter().any(|c| c.component == Component::K8sActor) {
+                tracing::info!(
+                    version = env!("CARGO_PKG_VERSION"),
+                    actors_uid = actors.uid,
+                    k8s_uid = k8s.map(|k| k.uid),
+                    event = "starting",
+                    "ringtail starting"
+                );
+                if k8s.is_none() {
                     tracing::info!(event = "k8s_off", "Kubernetes metadata is off (kubernetes.enabled; not in a cluster): no k8s-actor");
                 }
-                supervise::run(bin, components, config, actors, shutdown).await
+                supervise::run(bin, components, config, spawn::Users { actors, k8s }, shutdown).await
             })?;
             let dir = &settings.pipeline.runtime_dir;
             for p in [

@@ -38,6 +38,26 @@ const CAPS_TO_SWITCH: [i32; 3] = [6, 7, 8];
 /// CAP_SYS_ADMIN: still in the bounding set means the drop failed.
 const CAP_SYS_ADMIN: i32 = 21;
 
+/// Who the unprivileged components become: the actors' user, and the
+/// k8s-actor's own (when it runs): it alone may read the cluster
+/// credentials, which the span-actor and exporter, parsing hostile bytes,
+/// must not.
+#[derive(Debug, Clone, Copy)]
+pub struct Users {
+    pub actors: UserIds,
+    pub k8s: Option<UserIds>,
+}
+
+impl Users {
+    /// The ids `component` runs as (the privileged one ignores them).
+    pub fn of(&self, component: ipc_schema::Component) -> UserIds {
+        match (component, self.k8s) {
+            (ipc_schema::Component::K8sActor, Some(k8s)) => k8s,
+            _ => self.actors,
+        }
+    }
+}
+
 /// A started child and the read end of its readiness pipe.
 pub struct Spawned {
     pub child: tokio::process::Child,

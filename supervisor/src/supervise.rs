@@ -11,11 +11,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use runtime_kit::shutdown::Shutdown;
-use runtime_kit::users::UserIds;
 use tokio::sync::mpsc;
 
 use crate::handover::Handover;
-use crate::spawn::{spawn, wait_ready};
+use crate::spawn::{spawn, wait_ready, Users};
 use ipc_schema::ComponentInfo;
 
 /// How long a ready component must live for its back-off to reset.
@@ -56,7 +55,7 @@ pub async fn run(
     bin_dir: PathBuf,
     components: Vec<&'static ComponentInfo>,
     config: Handover,
-    actors: UserIds,
+    users: Users,
     mut shutdown: Shutdown,
 ) -> anyhow::Result<()> {
     let (tx, mut rx) = mpsc::unbounded_channel::<Event>();
@@ -68,7 +67,7 @@ pub async fn run(
         slot.started = Instant::now();
         slot.ready = false;
         let generation = slot.generation;
-        match spawn(c, &bin_dir, &config, actors) {
+        match spawn(c, &bin_dir, &config, users.of(c.component)) {
             Ok(mut s) => {
                 slot.pid = s.child.id();
                 tracing::info!(component = c.name, pid = slot.pid, event = "started", "started");

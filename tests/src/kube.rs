@@ -65,8 +65,9 @@ impl StandIn {
         std::fs::read_to_string(self.dir.join("apiserver.log")).unwrap_or_default()
     }
 
-    /// A kubeconfig (readable by all, as the actors' user must read it)
-    /// that reaches it with its token.
+    /// A kubeconfig that reaches it with its token: the k8s-actor's user's
+    /// (`ringtail-k8s`), 0600, as the k8s-actor reads credentials only
+    /// from a file no other unprivileged user may read.
     pub fn kubeconfig(&self) -> PathBuf {
         let path = self.dir.join("kubeconfig");
         std::fs::write(
@@ -77,6 +78,11 @@ impl StandIn {
             ),
         )
         .expect("write kubeconfig");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod kubeconfig");
+        if let Some((uid, gid)) = crate::k8s_actor_ids() {
+            std::os::unix::fs::chown(&path, Some(uid), Some(gid)).expect("chown kubeconfig");
+        }
         path
     }
 

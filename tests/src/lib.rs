@@ -455,19 +455,32 @@ pub fn test_pin_dir() -> PathBuf {
 /// Makes the actors' default user, `ringtail`, as `./ringtail.sh` does, if
 /// it is missing (as root; a no-op otherwise).
 pub fn ensure_actors_user() {
-    // SAFETY: getpwnam returns static storage or null; only nullness is read.
-    let exists = unsafe { !libc::getpwnam(c"ringtail".as_ptr()).is_null() };
-    // SAFETY: geteuid has no preconditions.
-    if exists || unsafe { libc::geteuid() } != 0 {
-        return;
+    for name in [c"ringtail", c"ringtail-k8s"] {
+        // SAFETY: getpwnam returns static storage or null; only nullness is read.
+        let exists = unsafe { !libc::getpwnam(name.as_ptr()).is_null() };
+        // SAFETY: geteuid has no preconditions.
+        if exists || unsafe { libc::geteuid() } != 0 {
+            continue;
+        }
+        let user = name.to_str().expect("ASCII");
+        let status = Command::new("useradd")
+            .args(["--system", "--no-create-home", "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", "--user-group", user])
+            .status()
+            .expect("run useradd");
+        // Another test binary may have made it meanwhile (exit status 9).
+        // SAFETY: as above.
+        assert!(status.success() || unsafe { !libc::getpwnam(name.as_ptr()).is_null() }, "useradd {user}: {status}");
     }
-    let status = Command::new("useradd")
-        .args(["--system", "--no-create-home", "--home-dir", "/nonexistent", "--shell", "/usr/sbin/nologin", "--user-group", "ringtail"])
-        .status()
-        .expect("run useradd");
-    // Another test binary may have made it meanwhile (exit status 9).
-    // SAFETY: as above.
-    assert!(status.success() || unsafe { !libc::getpwnam(c"ringtail".as_ptr()).is_null() }, "useradd ringtail: {status}");
+}
+
+/// The k8s-actor's user's uid and gid (`ringtail-k8s`, made by the
+/// harness), `None` when it cannot be made (not root).
+pub fn k8s_actor_ids() -> Option<(u32, u32)> {
+    ensure_actors_user();
+    // SAFETY: getpwnam returns static storage or null; read at once.
+    let pw = unsafe { libc::getpwnam(c"ringtail-k8s".as_ptr()) };
+    // SAFETY: non-null, as checked.
+    (!pw.is_null()).then(|| unsafe { ((*pw).pw_uid, (*pw).pw_gid) })
 }
 
 impl Ringtail {

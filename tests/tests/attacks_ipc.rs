@@ -746,6 +746,113 @@ fn subscribers_that_never_read_do_not_grow_the_loader() {
 }
 
 // ---------------------------------------------------------------------------
+// Issue 44: junk from a subscriber fills no log.
+
+const JUNK_PATH: &str = "RT_ATTACK_JUNK_PATH";
+const JUNK_COUNT: &str = "RT_ATTACK_JUNK_COUNT";
+/// Junk messages the attacker sends: the issue's 50,000.
+const JUNK: usize = 50_000;
+
+/// Not a test by itself: as the actors' uid, subscribes to the socket at
+/// [`JUNK_PATH`] (greeting, READY as SUB, SUBSCRIBE to everything) and
+/// sends [`JUNK_COUNT`] messages a subscriber has no business sending
+/// (one part whose first byte is neither subscribe nor unsubscribe, and
+/// two-part ones), then prints `JUNK SENT <n>` and holds on until its
+/// standard input closes.
+#[test]
+fn junk_role() {
+    let (Ok(path), Ok(count)) = (std::env::var(JUNK_PATH), std::env::var(JUNK_COUNT)) else {
+        return;
+    };
+    let count: usize = count.parse().expect("message count");
+    let mut sock = std::os::unix::net::UnixStream::connect(&path).expect("connect to the socket");
+    let mut hello = zeromq_hostile_peers::zmtp::greeting().to_vec();
+    hello.extend_from_slice(&zeromq_hostile_peers::zmtp::ready("SUB"));
+    hello.extend_from_slice(&zeromq_hostile_peers::zmtp::subscribe(b""));
+    sock.write_all(&hello).expect("handshake");
+    // What the PUB sends is read and thrown away meanwhile (a subscriber
+    // that never reads is another test's attack).
+    let mut reader = sock.try_clone().expect("clone");
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 1 << 16];
+        while matches!(reader.read(&mut buf), Ok(n) if n > 0) {}
+    });
+    let mut batch = Vec::new();
+    let mut sent = 0;
+    while sent < count {
+        let junk = if sent % 2 == 0 {
+            zeromq_hostile_peers::zmtp::frame(b"\x07not a subscription", false)
+        } else {
+            [zeromq_hostile_peers::zmtp::frame(b"\x01a", true), zeromq_hostile_peers::zmtp::frame(b"b", false)].concat()
+        };
+        batch.extend_from_slice(&junk);
+        sent += 1;
+        if batch.len() > 64 * 1024 || sent == count {
+            sock.write_all(&batch).expect("send the junk");
+            batch.clear();
+        }
+    }
+    println!("\nJUNK SENT {sent}");
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+}
+
+/// Issue 44 (round 2): the actors' uid subscribes to the root loader's
+/// raw.sock and sends 50,000 junk messages. Each was a warning line of the
+/// loader's (+4.4 MiB of log in 0.2 s); now each is counted
+/// (`ringtail_ipc_rejected_total{reason="unexpected_from_subscriber"}`
+/// says 50,000) and the log grows by a few lines at most, while the loader
+/// keeps its pid and keeps tracing.
+#[test]
+fn junk_from_a_subscriber_is_counted_and_logged_now_and_then() {
+    let Some(rig) = rig("", "") else {
+        return;
+    };
+    rig.traced("/before-the-junk");
+    let loader = rig.ringtail.pid("probe-loader").expect("loader pid");
+    let counted = || metric_value(rig.prom, "ringtail_ipc_rejected_total", &[("reason", "unexpected_from_subscriber")]).unwrap_or(0.0);
+    let before = counted();
+    let log_before = rig.ringtail.log();
+    let ids = actors_ids();
+    let mut cmd = Command::new(std::env::current_exe().expect("this test binary"));
+    cmd.args(["--exact", "junk_role", "--nocapture", "--test-threads=1"])
+        .uid(ids.0)
+        .gid(ids.1)
+        .current_dir("/")
+        .env(JUNK_PATH, rig.raw_sock())
+        .env(JUNK_COUNT, JUNK.to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped());
+    let mut attacker = cmd.spawn().expect("start the attacker");
+    let mut lines = BufReader::new(attacker.stdout.take().expect("attacker stdout")).lines();
+    let sent: usize = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|l| l.strip_prefix("JUNK SENT ").and_then(|n| n.parse().ok()))
+        .expect("the attacker sent nothing");
+    assert_eq!(sent, JUNK);
+    let all = wait_until(Duration::from_secs(60), || (counted() - before >= JUNK as f64).then_some(()));
+    let n = counted() - before;
+    drop(attacker.stdin.take());
+    let _ = attacker.wait();
+    let log = rig.ringtail.log();
+    let grown: Vec<&str> = log.get(log_before.len()..).unwrap_or("").lines().collect();
+    eprintln!(
+        "{n} junk messages counted; the log grew by {} lines, {} bytes:\n{}",
+        grown.len(),
+        log.len() - log_before.len(),
+        grown.join("\n")
+    );
+    assert!(all.is_some(), "counted {n} of {JUNK} junk messages");
+    assert_eq!(n, JUNK as f64, "each junk message counted once");
+    // One "dropped" line per 10 s for this reason, and whatever else a few
+    // seconds bring (the test's own requests, none here): far from 50,000.
+    assert!(grown.len() <= 20, "the log grew by {} lines for {JUNK} junk messages", grown.len());
+    assert_eq!(rig.ringtail.pid("probe-loader"), Some(loader), "the loader restarted:\n{log}");
+    rig.traced("/after-the-junk");
+}
+
+// ---------------------------------------------------------------------------
 // Item 7: the HTTP endpoints.
 
 /// A uid that is neither root, nor ringtail's, nor nobody.

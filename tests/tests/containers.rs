@@ -5,7 +5,9 @@
 //! a container carries exactly its id, whichever way the loader learnt of
 //! the process (the start scan's `/proc/PID/cgroup`, or the kernel's exec
 //! record read after a short-lived client is gone); a host process in the
-//! same test carries none.
+//! same test carries none; and a container that makes a runtime-shaped
+//! cgroup inside its own (its delegated subtree) and moves a process in
+//! still carries its own id, never the one it named (issue 44).
 //!
 //! (Real container runtimes cannot run on the machines this suite runs on:
 //! podman's `crun` is refused `setrlimit(RLIMIT_NPROC)` without
@@ -90,6 +92,21 @@ fn every_runtime_s_layout_gives_exactly_its_container_id() {
         let p = python_in(&cg, port);
         servers.push((p, cg));
         expect.push((port, Some(cid), what));
+    }
+    // The nested-delegation attack (issue 44): container A's cgroup is its
+    // own to subdivide (a delegated subtree); it makes `docker-B.scope`
+    // there, right below its own and two levels below, and moves a server
+    // into each. Both are still A: the outermost runtime-shaped name
+    // decides (the one two levels below from the process's whole path,
+    // the kernel's record naming only the cgroup and its parent).
+    let a = id(11);
+    let deep_cg = Cgroup::make(&v2, &format!("rt-test.slice/docker-{a}.scope/delegated/docker-{}.scope", id(13)));
+    let direct_cg = Cgroup::make(&v2, &format!("rt-test.slice/docker-{a}.scope/docker-{}.scope", id(12)));
+    for (cg, what) in [(direct_cg, "B made right inside container A"), (deep_cg, "B made two levels inside container A")] {
+        let port = free_port();
+        let p = python_in(&cg, port);
+        servers.push((p, cg));
+        expect.push((port, Some(a.clone()), what));
     }
     // A process on the host: no container.
     let host_port = free_port();

@@ -771,7 +771,56 @@ fn hostile_bytes_to_every_server(b: &str) {
     }
 }
 
+/// Issue 44: the session's quoting rule, as real servers say it. A
+/// PostgreSQL started with `standard_conforming_strings = off` (its
+/// ParameterStatus says so) and a MariaDB session set to
+/// NO_BACKSLASH_ESCAPES (its OKs' status flags say so) run the statements
+/// their clients escape for those rules; no literal reaches the exported
+/// text, which keeps the code both rules agree on. Also Redis commands
+/// that are no command (`_OTHER`, never their name) and memcached `quit`.
+fn quoting_rules_and_names_follow_the_servers(b: &str) {
+    if !ready(&["psql", "runuser", &pg_bin("postgres"), "mariadb", "mariadbd", "mariadb-install-db", "chown", "redis-cli", "redis-server"])
+    {
+        return;
+    }
+    let rotel = Rotel::start();
+    let (pg_port, my_port, redis_port) = (free_port(), free_port(), free_port());
+    let (pg_dir, my_dir, redis_dir) = (TempDir::new("pg-quoting"), TempDir::new("my-quoting"), TempDir::new("redis-names"));
+    let _pg = postgres_server_with(pg_port, &pg_dir, &["standard_conforming_strings=off", "escape_string_warning=off"]);
+    let _my = mariadb_server(my_port, &my_dir);
+    let _redis = redis_server(redis_port, &redis_dir);
+    let rt = ringtail_with(b, &rotel, "[\"^psql$\", \"^mariadb$\", \"^redis-cli$\"]", &[pg_port, my_port, redis_port], "");
+    let out = Command::new("psql")
+        .args(["-h", "127.0.0.1", "-p", &pg_port.to_string(), "-U", "postgres", "-d", "postgres", "-X", "-q"])
+        .args(["-c", "SELECT 'it\\'s PGSECRET here' AS a, 1 AS b", "-c", "SELECT E'\\'PGSECRET2' AS c"])
+        .output()
+        .expect("run psql");
+    assert!(out.status.success(), "psql: {out:?}");
+    let out = Command::new("mariadb")
+        .args(["-h", "127.0.0.1", "-P", &my_port.to_string(), "-u", "root"])
+        .args(["-e", "SET SESSION sql_mode = 'NO_BACKSLASH_ESCAPES'; SELECT 'C:\\' AS p, 'MYSECRET' AS q"])
+        .output()
+        .expect("run mariadb");
+    assert!(out.status.success(), "mariadb: {out:?}");
+    let out = Command::new("redis-cli").args(["-p", &redis_port.to_string(), "REDISSECRET", "x"]).output().expect("run redis-cli");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("unknown command"), "redis-cli: {out:?}");
+    // (the statements above: each has an alias; what the clients say on
+    // their own has none)
+    let aliased = |s: &Value| attr(s, "db.query.text").is_some_and(|t| t.contains(" AS "));
+    expect_db_spans(
+        &rotel,
+        &rt,
+        "postgresql",
+        aliased,
+        &[(k("SELECT", "SELECT", Some("SELECT ? AS a, ? AS b"), None), 1), (k("SELECT", "SELECT", Some("SELECT ? AS c"), None), 1)],
+    );
+    expect_db_spans(&rotel, &rt, "mariadb", aliased, &[(k("SELECT", "SELECT", Some("SELECT ? AS p, ? AS q"), None), 1)]);
+    expect_db_spans(&rotel, &rt, "redis", ops(&["_OTHER"]), &[(("redis".into(), Some("_OTHER".into()), None, Some("ERR".into())), 1)]);
+    assert_nowhere(&rotel, &rt, &["PGSECRET", "MYSECRET", "REDISSECRET"]);
+}
+
 on_both_backends!(
+    quoting_rules_and_names_follow_the_servers,
     redis_commands_and_pipelines,
     postgres_psql_and_psycopg,
     mariadb_client_and_pymysql,

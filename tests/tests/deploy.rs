@@ -57,6 +57,11 @@ const POD_CAPS: &[&str] = &[
 
 /// The actors' uid the image's /etc/passwd gives `ringtail` (build.sh's default).
 const ACTORS_UID: u32 = 7464;
+/// The k8s-actor's uid and gid the image gives `ringtail-k8s` (build.sh's
+/// default, the chart's `k8sActorUid`: the pod's fsGroup).
+const K8S_UID: u32 = 7465;
+/// Where the pod's service account token is.
+const TOKEN_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 fn deploy_dir() -> PathBuf {
     workspace().join("deploy")
@@ -263,6 +268,8 @@ fn daemonset_holds_what_the_docs_say() {
                 "emptyDir".to_owned()
             } else if v["configMap"].is_object() {
                 "configMap".to_owned()
+            } else if v["projected"].is_object() {
+                "projected".to_owned()
             } else {
                 panic!("unexpected volume {v}")
             };
@@ -274,11 +281,30 @@ fn daemonset_holds_what_the_docs_say() {
         ("/run/ringtail", "emptyDir", false),
         ("/sys/fs/bpf", "hostPath /sys/fs/bpf", false),
         ("/sys/kernel/tracing", "hostPath /sys/kernel/tracing", true),
+        (TOKEN_DIR, "projected", true),
     ]
     .iter()
     .map(|(a, b, c)| (a.to_string(), b.to_string(), *c))
     .collect();
     assert_eq!(mounts, want, "the pod's mounts");
+    // The cluster token (issue 44): never automounted (every process of the
+    // container could read it, the span-actor and exporter included); the
+    // k8s-actor's own, projected, group-readable only (0440; with fsGroup
+    // the kubelet makes it 0640, root's and that group's), the group the
+    // image's ringtail-k8s (the k8s-actor) alone has.
+    assert_eq!(pod["automountServiceAccountToken"], false);
+    assert_eq!(one(&objects, "ServiceAccount")["automountServiceAccountToken"], false);
+    assert_eq!(pod["securityContext"]["fsGroup"], K8S_UID, "the token's group: the k8s-actor's");
+    let token = volumes.iter().find(|v| v["projected"].is_object()).expect("the projected token");
+    assert_eq!(token["projected"]["defaultMode"], 0o440, "the token readable by its group alone");
+    let sources = &token["projected"]["sources"];
+    assert_eq!(sources[0]["serviceAccountToken"]["path"], "token");
+    assert!(sources[0]["serviceAccountToken"]["expirationSeconds"].as_u64().is_some_and(|s| s <= 3607), "a short-lived token");
+    assert_eq!(sources[1]["configMap"]["name"], "kube-root-ca.crt");
+    assert_eq!(sources[2]["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"], "metadata.namespace");
+    let toml = config_toml(&objects);
+    assert!(toml.contains("k8s_user = \"ringtail-k8s\"") && toml.contains("user = \"ringtail\""), "{toml}");
+    assert_eq!(one(&objects, "ClusterRole")["rules"][0]["verbs"], serde_json::json!(["list", "watch"]), "read verbs only");
     // RBAC: pods list/watch and jobs get, nothing else.
     let rules = &one(&objects, "ClusterRole")["rules"];
     assert_eq!(
@@ -291,7 +317,7 @@ fn daemonset_holds_what_the_docs_say() {
     );
     let binding = one(&objects, "ClusterRoleBinding");
     assert_eq!(binding["subjects"][0]["name"], one(&objects, "ServiceAccount")["metadata"]["name"]);
-    assert_eq!(pod["automountServiceAccountToken"], true);
+    assert_eq!(binding["roleRef"]["kind"], "ClusterRole");
 
     // TLS off: no CAP_SYS_ADMIN, and no privilege escalation either.
     let (_, objects) = render(&py, r#"{"tls": {"enabled": false}}"#);
@@ -299,10 +325,13 @@ fn daemonset_holds_what_the_docs_say() {
     assert_eq!(container(&objects)["securityContext"]["allowPrivilegeEscalation"], false);
     assert!(config_toml(&objects).contains("\n[tls]\nattach_later = false\nenabled = false\n"), "{}", config_toml(&objects));
 
-    // Kubernetes metadata off: no RBAC object, no token.
+    // Kubernetes metadata off: no RBAC object, no token, no fsGroup.
     let (_, objects) = render(&py, r#"{"kubernetes": {"enabled": "false"}}"#);
     assert!(objects.iter().all(|o| o["kind"] != "ClusterRole" && o["kind"] != "ClusterRoleBinding"), "RBAC without the metadata actor");
-    assert_eq!(one(&objects, "DaemonSet")["spec"]["template"]["spec"]["automountServiceAccountToken"], false);
+    let off = &one(&objects, "DaemonSet")["spec"]["template"]["spec"];
+    assert_eq!(off["automountServiceAccountToken"], false);
+    assert!(off["volumes"].as_array().expect("volumes").iter().all(|v| !v["projected"].is_object()), "a token without the metadata actor");
+    assert!(off["securityContext"]["fsGroup"].is_null(), "fsGroup without the metadata actor");
     assert_eq!(one(&objects, "ServiceAccount")["automountServiceAccountToken"], false);
 
     // OTLP: the endpoint in the environment, the headers from the Secret.
@@ -552,7 +581,8 @@ fn files_below(root: &Path) -> BTreeSet<String> {
 
 /// One volume of the pod, mounted at `target` (inside the root).
 enum Volume {
-    /// A host directory bound in (hostPath, the ConfigMap's files).
+    /// A host directory bound in (hostPath, the ConfigMap's files, the
+    /// projected token's files as the kubelet writes them).
     Bind { source: PathBuf, read_only: bool },
     /// A tmpfs (emptyDir).
     Tmpfs,
@@ -562,6 +592,10 @@ enum Volume {
 struct Pod {
     rootfs: PathBuf,
     mounts: Vec<(String, Volume)>,
+    /// The pod's fsGroup: a supplementary group of its processes, the
+    /// group of its emptyDir (setgid, group-writable) and of the projected
+    /// token, as the kubelet makes them.
+    fs_group: Option<u32>,
     caps: Vec<String>,
     no_new_privs: bool,
     read_only_root: bool,
@@ -578,6 +612,7 @@ impl Pod {
         assert_eq!(spec["hostPID"], true, "the play assumes hostPID");
         let c = container(objects);
         let volumes = spec["volumes"].as_array().expect("volumes");
+        let fs_group = spec["securityContext"]["fsGroup"].as_u64().map(|g| g as u32);
         let mut mounts = Vec::new();
         for m in c["volumeMounts"].as_array().expect("volumeMounts") {
             let v = volumes.iter().find(|v| v["name"] == m["name"]).expect("the mount's volume");
@@ -592,6 +627,23 @@ impl Pod {
                 std::fs::create_dir_all(&files).expect("mkdir configmap");
                 for (file, content) in cm["data"].as_object().expect("ConfigMap data") {
                     std::fs::write(files.join(file), content.as_str().expect("a string")).expect("write a ConfigMap file");
+                }
+                Volume::Bind { source: files, read_only }
+            } else if v["projected"].is_object() {
+                // As the kubelet writes a projected service account token
+                // with fsGroup: the token root's and the group's, 0640; the
+                // CA and the namespace defaultMode, the group's.
+                use std::os::unix::fs::PermissionsExt;
+                let files = dir.join("projected");
+                std::fs::create_dir_all(&files).expect("mkdir projected");
+                let group = fs_group.expect("a projected token comes with fsGroup");
+                for (file, content, mode) in
+                    [("token", "not-a-real-token", 0o640), ("ca.crt", "not-a-real-ca", 0o440), ("namespace", "ringtail", 0o440)]
+                {
+                    let path = files.join(file);
+                    std::fs::write(&path, content).expect("write a projected file");
+                    std::os::unix::fs::chown(&path, Some(0), Some(group)).expect("chown a projected file");
+                    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).expect("chmod a projected file");
                 }
                 Volume::Bind { source: files, read_only }
             } else {
@@ -629,6 +681,7 @@ impl Pod {
         Pod {
             rootfs: image.rootfs.clone(),
             mounts,
+            fs_group,
             caps: capabilities(objects).into_iter().collect(),
             no_new_privs: sc["allowPrivilegeEscalation"] == false,
             read_only_root: sc["readOnlyRootFilesystem"] == true,
@@ -666,18 +719,31 @@ impl Pod {
             devices.iter().map(|d| (c(&format!("/dev/{d}")), inside(&format!("/dev/{d}")))).collect();
         let mut volumes: Vec<M> = Vec::new();
         for (target, v) in &self.mounts {
+            // A mount point the image lacks is made, as a runtime makes it
+            // before the root file system turns read-only.
+            let point = self.rootfs.join(target.trim_start_matches('/'));
+            if !point.exists() {
+                std::fs::create_dir_all(&point).unwrap_or_else(|e| panic!("mkdir {}: {e}", point.display()));
+            }
             volumes.push(match v {
                 Volume::Bind { source, read_only } => {
                     (Some(p(source)), inside(target), None, libc::MS_BIND | libc::MS_REC, None, *read_only)
                 }
                 Volume::Tmpfs => {
-                    (Some(c("tmpfs")), inside(target), Some(c("tmpfs")), libc::MS_NOSUID | libc::MS_NODEV, Some(c("mode=755")), false)
+                    // An emptyDir: 0777, and with fsGroup the group's, setgid.
+                    let data = match self.fs_group {
+                        Some(g) => format!("mode=2777,gid={g}"),
+                        None => "mode=777".to_owned(),
+                    };
+                    (Some(c("tmpfs")), inside(target), Some(c("tmpfs")), libc::MS_NOSUID | libc::MS_NODEV, Some(c(&data)), false)
                 }
             });
         }
         mounts.extend(volumes);
         let keep: Vec<i32> = caps.iter().map(|n| cap_number(n)).collect();
         let no_new_privs = self.no_new_privs;
+        // The container's supplementary groups: the fsGroup, if any.
+        let groups: Vec<libc::gid_t> = self.fs_group.into_iter().collect();
         let hostname = c("ringtail-pod-under-test");
 
         let out = std::fs::File::create(dir.join(&format!("pod-{tag}.out"))).expect("create the pod's stdout");
@@ -714,6 +780,7 @@ impl Pod {
                         }
                     }
                 }
+                check(libc::setgroups(groups.len(), groups.as_ptr()))?;
                 check(libc::chroot(root.as_ptr()))?;
                 check(libc::chdir(c"/".as_ptr()))?;
                 // The container's capabilities: root keeps its bounding set
@@ -899,6 +966,7 @@ fn image_builds_and_runs_as_the_daemonset_says() {
     }
     let passwd = std::fs::read_to_string(image.rootfs.join("etc/passwd")).expect("the image's /etc/passwd");
     assert!(passwd.lines().any(|l| l.starts_with(&format!("ringtail:x:{ACTORS_UID}:{ACTORS_UID}:"))), "{passwd}");
+    assert!(passwd.lines().any(|l| l.starts_with(&format!("ringtail-k8s:x:{K8S_UID}:{K8S_UID}:"))), "{passwd}");
     // Each binary runs with the image's libraries alone (chroot).
     let version = env!("CARGO_PKG_VERSION");
     for b in &binaries {
@@ -952,6 +1020,17 @@ fn image_builds_and_runs_as_the_daemonset_says() {
     for actor in ["span-actor", "exporter-actor"] {
         let pid = run.pid(actor).unwrap_or_else(|| panic!("no pid for {actor}:\n{log}"));
         assert_eq!(uids(pid), vec![ACTORS_UID; 4], "{actor} should run as the image's user ringtail");
+        // Not the pod's fsGroup: the token's group is not theirs.
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let groups = status.lines().find_map(|l| l.strip_prefix("Groups:")).unwrap_or("").trim().to_owned();
+        assert_eq!(groups, ACTORS_UID.to_string(), "{actor}'s groups: its own alone, never the token's {K8S_UID}");
+    }
+    // The token: root's and the k8s-actor's group's, read by neither the
+    // actors' uid nor any other.
+    let token = std::fs::metadata(dir.join("projected/token")).expect("the projected token");
+    {
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!((token.uid(), token.gid(), token.mode() & 0o777), (0, K8S_UID, 0o640));
     }
     let actors: Vec<u32> = ["span-actor", "exporter-actor"].iter().filter_map(|a| run.pid(a)).collect();
     assert!(run.stop(), "the pod did not stop on SIGTERM:\n{}", run.log());

@@ -368,9 +368,23 @@ fn the_supervisor_starts_it_only_when_on_restarts_it_alone_and_it_runs_unprivile
         assert_eq!(status_field(pid, cap), "0000000000000000", "{cap}");
     }
     assert_eq!(status_field(pid, "NoNewPrivs:"), "1");
-    let actors_uid: u32 = status_field(pid, "Uid:").split_whitespace().next().unwrap().parse().unwrap();
+    // Its own user (actors.k8s_user), neither the actors' uid nor group,
+    // and no other group: it alone may read the cluster credentials.
+    let (k8s_uid, k8s_gid) = k8s_actor_ids().expect("the harness makes ringtail-k8s");
+    let span_actor = rt.pid("span-actor").expect("span-actor pid");
+    let actors_uid: u32 = status_field(span_actor, "Uid:").split_whitespace().next().unwrap().parse().unwrap();
+    let actors_gid: u32 = status_field(span_actor, "Gid:").split_whitespace().next().unwrap().parse().unwrap();
+    assert_eq!(status_field(pid, "Uid:"), format!("{k8s_uid}\t{k8s_uid}\t{k8s_uid}\t{k8s_uid}"));
+    assert_eq!(status_field(pid, "Gid:"), format!("{k8s_gid}\t{k8s_gid}\t{k8s_gid}\t{k8s_gid}"));
+    assert_eq!(status_field(pid, "Groups:"), k8s_gid.to_string());
+    assert!(k8s_uid != actors_uid && k8s_gid != actors_gid, "the k8s-actor shares the actors' user or group");
+    // The kubeconfig is its alone; the span-actor cannot read it.
+    let kubeconfig = std::fs::metadata(api.kubeconfig()).unwrap();
+    assert_eq!((kubeconfig.uid(), kubeconfig.mode() & 0o777), (k8s_uid, 0o600));
 
-    // Its snapshot: the actors' uid's, private, with the node's pod.
+    // Its snapshot: written by its uid in the directory the supervisor
+    // gave it (its uid, the actors' group, 2750), readable by the actors'
+    // group, with the node's pod.
     let run = rt.dir.join("run");
     let path = ipc_schema::endpoints::k8s_snapshot(&run);
     let snapshot = || std::fs::read(&path).ok().and_then(|b| ipc_schema::k8s::decode(&b).ok());
@@ -378,9 +392,9 @@ fn the_supervisor_starts_it_only_when_on_restarts_it_alone_and_it_runs_unprivile
         .unwrap_or_else(|| panic!("no snapshot with the pod:\n{}", rt.log()));
     assert_eq!(Table::new(s.clone()).lookup(&id(40)).map(|v| v.pod.name.clone()).as_deref(), Some("web-0"));
     let meta = std::fs::metadata(&path).unwrap();
-    assert_eq!((meta.uid(), meta.mode() & 0o777), (actors_uid, 0o600));
+    assert_eq!((meta.uid(), meta.gid(), meta.mode() & 0o777), (k8s_uid, actors_gid, 0o640));
     let dir = std::fs::metadata(ipc_schema::endpoints::k8s_dir(&run)).unwrap();
-    assert_eq!((dir.uid(), dir.mode() & 0o777), (actors_uid, 0o700));
+    assert_eq!((dir.uid(), dir.gid(), dir.mode() & 0o7777), (k8s_uid, actors_gid, 0o2750));
 
     // kill -9: it alone comes back, and publishes a new instance's table.
     let others: Vec<(&str, u32)> = ["probe-loader", "span-actor", "exporter-actor"].into_iter().map(|c| (c, rt.pid(c).unwrap())).collect();

@@ -446,3 +446,34 @@ fn otlp_headers_reach_the_receiver_and_no_file_in_the_runtime_dir() {
         "the actors' user read the exporter's configuration"
     );
 }
+
+/// Issue 44: root's runtime directory below a directory another user owns
+/// (who could rename it away and put theirs in its place) is refused at
+/// start, saying which directory and why; nothing is made below it.
+#[test]
+fn a_runtime_dir_below_another_user_s_directory_is_refused_at_start() {
+    if euid() != 0 {
+        skip("needs root: a directory of another uid, and ringtail's supervisor");
+        return;
+    }
+    let dir = TempDir::new("rtdir");
+    let theirs = dir.join("theirs");
+    std::fs::create_dir(&theirs).expect("mkdir");
+    std::os::unix::fs::chown(&theirs, Some(STRANGER), Some(STRANGER)).expect("chown");
+    let run = theirs.join("run");
+    let config = format!("[export]\nstdout = false\n[discovery]\nopen_ports = [1]\n[pipeline]\nruntime_dir = \"{}\"\n", run.display());
+    let mut refused = Ringtail::spawn_with_env(&config, &[]);
+    let status = wait_until(Duration::from_secs(60), || refused.proc.child.try_wait().ok().flatten())
+        .unwrap_or_else(|| panic!("ringtail started with its runtime directory below uid {STRANGER}'s:\n{}", refused.log()));
+    let log = refused.log();
+    assert!(!status.success(), "{status}\n{log}");
+    for needle in [
+        format!("pipeline.runtime_dir {}", run.display()),
+        format!("{}: every directory above it must be root's and writable by no one else", run.display()),
+        format!("{} belongs to uid {STRANGER}, not root", theirs.display()),
+    ] {
+        assert!(log.contains(&needle), "{needle:?} not in:\n{log}");
+    }
+    assert!(!run.exists(), "the runtime directory was made below the other user's directory");
+    assert!(refused.events("probe-loader", "started").is_empty(), "the loader started:\n{log}");
+}

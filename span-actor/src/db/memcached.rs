@@ -15,8 +15,10 @@
 //! # Decisions
 //! - `db.operation.name` is the command as the protocol spells it
 //!   (lowercase: `get`, `set`, `mg`), from a closed list (the name is a
-//!   metric attribute); `db.query.text` is the command and one `?` per key
-//!   (`get ? ?`); no key or value is kept.
+//!   metric attribute; any other command is `_OTHER`, with no text);
+//!   `db.query.text` is the command and one `?` per key (`get ? ?`); no
+//!   key or value is kept.
+//! - `quit` has no reply (the server closes): no op, counted `no_reply`.
 //! - `noreply` (and the meta quiet flag `q`) means no reply comes: no op,
 //!   counted `no_reply` (a span would have no end to measure; a quiet
 //!   meta command's failure reply could then be mispaired, so quiet meta
@@ -40,7 +42,7 @@ use ipc_schema::db::system;
 
 use super::pieces;
 use super::stream::{Frame, Msg, Next, Stream, MAX_BUFFERED};
-use super::{op, op_heap, DbCounts, DbOp, MAX_PENDING};
+use super::{op, op_heap, DbCounts, DbOp, MAX_PENDING, OTHER};
 
 /// Commands recognised: (name, how its reply ends, whether it carries a
 /// data block, which argument positions are keys: `Keys::All` from 1).
@@ -207,11 +209,16 @@ impl St {
         let mut words = l.split(|c| *c == b' ').filter(|w| !w.is_empty());
         let Some(name) = words.next() else { return true };
         let args: Vec<&[u8]> = words.take(64).collect();
+        if name == b"quit" {
+            // The server closes the connection without a reply.
+            counts.no_reply += 1;
+            return true;
+        }
         let Some(&(cmd, reply, data, keys)) = COMMANDS.iter().find(|c| c.0.as_bytes() == name) else {
             // Unknown command: the server answers ERROR; pair it anyway so
-            // the replies stay in order.
+            // the replies stay in order. Its name is not exported.
             let mut o = op(system::MEMCACHED, ts);
-            o.query_text = None;
+            o.operation = Some(OTHER.to_owned());
             return self.push(Pending { op: o, reply: Reply::Line, values: 0 }, counts);
         };
         if data {

@@ -75,6 +75,11 @@ pub const MAX_STATEMENTS: usize = 256;
 /// [`sql::MAX_QUERY_TEXT`] bytes.
 pub const MAX_STATEMENT_TEXT: usize = sql::MAX_QUERY_TEXT;
 
+/// `db.operation.name` of a call whose command is not one of the
+/// protocol's known names (a metric label: what a client sends there is
+/// never exported), as HTTP's `_OTHER` method.
+pub const OTHER: &str = "_OTHER";
+
 /// Longest statement or portal name remembered (a longer one is not
 /// remembered: its executions have no text, counted).
 pub const MAX_NAME: usize = 128;
@@ -140,7 +145,9 @@ pub struct DbCounts {
     pub too_many_pending: u64,
     /// Redis pushes and pub/sub messages (not calls).
     pub pushes_ignored: u64,
-    /// Requests with no answer by design (memcached `noreply`): no op.
+    /// Requests with no answer by design (memcached `noreply` and
+    /// `quit`), and a Redis QUIT whose `+OK` did not come before the
+    /// connection closed: no op.
     pub no_reply: u64,
     /// Statement preparations (MySQL COM_STMT_PREPARE): not a call the
     /// application made, no op.

@@ -27,6 +27,14 @@
 //!   call, set only when every row header was seen.
 //! - An ERR gives `status_code` and `error_type`: the error number, as
 //!   decimal text (`1064`); never the message.
+//! - Statements are sanitized by the session's backslash rule: the status
+//!   flags of the greeting and of each OK and EOF say whether `sql_mode`
+//!   has NO_BACKSLASH_ESCAPES; not known (traced mid-way, a call still
+//!   unanswered), [`sql::sanitize`] reads the text both ways.
+//! - Query attributes (CLIENT_QUERY_ATTRIBUTES) are skipped by their
+//!   types' lengths, never read; when the handshake was not seen, a body
+//!   shaped as attributes (a count, then a set count of 1: no SQL text
+//!   starts so) is read as them.
 //!
 //! # Desync and resync
 //! The protocol is one command, one answer. A recv desync is recovered by
@@ -45,7 +53,7 @@ use std::sync::Arc;
 use ipc_schema::db::system;
 
 use super::pieces::{self, Piece};
-use super::sql::{self, Dialect};
+use super::sql::{self, Dialect, Escapes};
 use super::stream::{Frame, Next, Stream, MAX_BUFFERED};
 use super::{op, op_heap, set_sql, text, DbCounts, DbOp, MAX_STATEMENTS};
 
@@ -59,6 +67,10 @@ const CLIENT_QUERY_ATTRIBUTES: u32 = 0x0800_0000;
 
 /// SERVER_MORE_RESULTS_EXISTS in a terminator's status flags.
 const MORE_RESULTS: u16 = 0x0008;
+/// SERVER_STATUS_NO_BACKSLASH_ESCAPES: the session's `sql_mode` has
+/// NO_BACKSLASH_ESCAPES (in the greeting's and every OK's and EOF's
+/// status flags).
+const NO_BACKSLASH_ESCAPES: u16 = 0x0200;
 
 const COM_QUIT: u8 = 0x01;
 const COM_INIT_DB: u8 = 0x02;
@@ -176,6 +188,9 @@ struct St {
     resp: Resp,
     /// The next send packet continues a 16 MiB one.
     send_continued: bool,
+    /// NO_BACKSLASH_ESCAPES, as the last status flags said (`None`: none
+    /// seen, or the recv side lost its place since).
+    no_backslash: Option<bool>,
 }
 
 /// One MySQL/MariaDB client connection. See the module doc.
@@ -256,12 +271,19 @@ impl MyConn {
                         if desync {
                             counts.desync += 1;
                             stream.desync();
+                            if !send {
+                                // Status flags may go by unseen.
+                                self.st.no_backslash = None;
+                            }
                             break;
                         }
                     }
                     Next::Wait => break,
                     Next::Desync => {
                         counts.desync += 1;
+                        if !send {
+                            self.st.no_backslash = None;
+                        }
                         break;
                     }
                 }
@@ -284,6 +306,23 @@ impl St {
             (Some(s), Some(c)) => Some(s & c & CLIENT_DEPRECATE_EOF != 0),
             _ => None,
         }
+    }
+
+    /// How the server reads a backslash in the statement sent now: as the
+    /// last status flags said, unless a call is still unanswered (it may
+    /// change `sql_mode`) or none were seen.
+    fn escapes(&self) -> Escapes {
+        match self.no_backslash {
+            _ if matches!(self.resp, Resp::Call { .. }) => Escapes::Unknown,
+            Some(true) => Escapes::Standard,
+            Some(false) => Escapes::Backslash,
+            None => Escapes::Unknown,
+        }
+    }
+
+    /// Status flags from an OK, EOF or greeting.
+    fn status_flags(&mut self, flags: u16) {
+        self.no_backslash = Some(flags & NO_BACKSLASH_ESCAPES != 0);
     }
 
     fn new_op(&self, ts: u64) -> DbOp {
@@ -350,25 +389,25 @@ impl St {
         self.resp = match cmd {
             COM_QUERY => {
                 let mut o = self.new_op(ts);
-                let attrs = self.client_caps.zip(self.server_caps).is_some_and(|(c, s)| c & s & CLIENT_QUERY_ATTRIBUTES != 0);
-                let q = if attrs {
-                    // parameter_count, parameter_set_count (1); a query
-                    // with attributes carries values: its text is not read.
-                    match lenenc(body) {
-                        Some((0, k)) => lenenc(&body[k..]).and_then(|(_, k2)| body.get(k + k2..)),
-                        _ => None,
-                    }
-                } else {
-                    Some(body)
+                let escapes = self.escapes();
+                let attrs = self.client_caps.zip(self.server_caps).map(|(c, s)| c & s & CLIENT_QUERY_ATTRIBUTES != 0);
+                let q = match attrs {
+                    Some(true) => after_attributes(body),
+                    Some(false) => Some(body),
+                    // The handshake was not seen: a body shaped as
+                    // attributes is read as them (no SQL text starts so),
+                    // so their values are never read as text.
+                    None if attributes_shaped(body) => after_attributes(body),
+                    None => Some(body),
                 };
                 if let Some(q) = q {
-                    set_sql(&mut o, &sql::sanitize(q, Dialect::MySql));
+                    set_sql(&mut o, &sql::sanitize(q, Dialect::MySql, escapes));
                 }
                 Resp::Call { op: Box::new(o), rs: Rs::First, rows: 0 }
             }
             COM_STMT_PREPARE => {
                 counts.prepares += 1;
-                Resp::Prepare(sql::sanitize(body, Dialect::MySql).into())
+                Resp::Prepare(sql::sanitize(body, Dialect::MySql, self.escapes()).into())
             }
             COM_STMT_EXECUTE => {
                 let mut o = self.new_op(ts);
@@ -410,6 +449,7 @@ impl St {
                 if p.first() == Some(&0x00) {
                     self.phase = Phase::Command;
                     self.resp = Resp::None;
+                    self.status_flags(Self::status(p));
                 }
                 false
             }
@@ -425,6 +465,10 @@ impl St {
         let at = version_end + 1 + 4 + 8 + 1;
         if let (Some(lower), Some(upper)) = (p.get(at..).and_then(u16le), p.get(at + 5..).and_then(u16le)) {
             self.server_caps = Some(u32::from(lower) | u32::from(upper) << 16);
+        }
+        // caps (lower), charset, status flags.
+        if let Some(flags) = p.get(at + 3..).and_then(u16le) {
+            self.status_flags(flags);
         }
     }
 
@@ -466,6 +510,7 @@ impl St {
             Resp::InitDb(name) => {
                 if p.first() == Some(&0x00) {
                     self.namespace = Some(name);
+                    self.status_flags(Self::status(p));
                 }
                 Resp::Ignore
             }
@@ -484,8 +529,15 @@ impl St {
                 } else {
                     match rs {
                         Rs::First => match first {
-                            Some(0x00) if Self::status(p) & MORE_RESULTS != 0 => Resp::Call { op, rs: Rs::First, rows },
-                            Some(0x00) => finish(op, (rows > 0).then_some(rows)),
+                            Some(0x00) => {
+                                let flags = Self::status(p);
+                                self.no_backslash = Some(flags & NO_BACKSLASH_ESCAPES != 0);
+                                if flags & MORE_RESULTS != 0 {
+                                    Resp::Call { op, rs: Rs::First, rows }
+                                } else {
+                                    finish(op, (rows > 0).then_some(rows))
+                                }
+                            }
                             // LOCAL INFILE: the client sends the file, then
                             // the server answers.
                             Some(0xfb) => Resp::Call { op, rs: Rs::First, rows },
@@ -500,10 +552,12 @@ impl St {
                         Rs::Columns(n) if n > 1 => Resp::Call { op, rs: Rs::Columns(n - 1), rows },
                         Rs::Columns(_) => Resp::Call { op, rs: Rs::Rows { eof: self.deprecate_eof() == Some(true) }, rows },
                         Rs::Rows { eof } if self.is_terminator(p) => {
+                            let flags = Self::status(p);
+                            self.no_backslash = Some(flags & NO_BACKSLASH_ESCAPES != 0);
                             if !eof && p.len() < 9 {
                                 // The EOF after the column definitions.
                                 Resp::Call { op, rs: Rs::Rows { eof: true }, rows }
-                            } else if Self::status(p) & MORE_RESULTS != 0 {
+                            } else if flags & MORE_RESULTS != 0 {
                                 Resp::Call { op, rs: Rs::First, rows }
                             } else {
                                 finish(op, Some(rows))
@@ -569,6 +623,67 @@ fn set_error(op: &mut DbOp, p: &[u8]) {
     let code = p.get(1..).and_then(u16le).map(|c| c.to_string());
     op.error_type = Some(code.clone().unwrap_or_else(|| "_OTHER".to_owned()));
     op.status_code = code;
+}
+
+/// Whether a COM_QUERY body starts as query attributes do
+/// (CLIENT_QUERY_ATTRIBUTES): a parameter count, then a parameter set
+/// count of 1. SQL text never does (its second byte would be 0x01).
+fn attributes_shaped(body: &[u8]) -> bool {
+    lenenc(body).is_some_and(|(_, k)| body.get(k) == Some(&1))
+}
+
+/// The query text after a COM_QUERY's attributes (parameter count, set
+/// count, null bitmap, bind flag, types and names, values): the values
+/// are skipped by their types' lengths, never read. `None` when they do
+/// not parse (the text is then not read at all).
+fn after_attributes(body: &[u8]) -> Option<&[u8]> {
+    let (n, k) = lenenc(body)?;
+    let mut at = k;
+    let (sets, k) = lenenc(body.get(at..)?)?;
+    at += k;
+    if n == 0 {
+        return body.get(at..);
+    }
+    // At most one set (always 1 today), and a count a packet can hold.
+    if sets != 1 || n > 4096 {
+        return None;
+    }
+    let n = n as usize;
+    let bitmap = body.get(at..at + n.div_ceil(8))?;
+    at += n.div_ceil(8);
+    if body.get(at) != Some(&1) {
+        return None;
+    }
+    at += 1;
+    let mut types = Vec::with_capacity(n);
+    for _ in 0..n {
+        types.push(*body.get(at)?);
+        at += 2;
+        let (len, k) = lenenc(body.get(at..)?)?;
+        at = at.checked_add(k)?.checked_add(usize::try_from(len).ok()?)?;
+    }
+    for (i, t) in types.into_iter().enumerate() {
+        if bitmap[i / 8] & (1 << (i % 8)) != 0 {
+            continue; // NULL: no value
+        }
+        let len = match t {
+            1 => 1,
+            2 | 13 => 2,
+            3 | 4 | 9 => 4,
+            5 | 8 => 8,
+            6 => 0,
+            // TIMESTAMP, DATE, TIME, DATETIME: a length byte, then that many.
+            7 | 10 | 11 | 12 => 1 + usize::from(*body.get(at)?),
+            // Strings, decimals, blobs, JSON, BIT, ENUM, SET, GEOMETRY.
+            0 | 15 | 16 | 245..=255 => {
+                let (len, k) = lenenc(body.get(at..)?)?;
+                k.checked_add(usize::try_from(len).ok()?)?
+            }
+            _ => return None,
+        };
+        at = at.checked_add(len)?;
+    }
+    body.get(at..)
 }
 
 /// Whether a send record starting with `b` is a sequence-0 command packet

@@ -14,7 +14,11 @@
 //! `f` `p` are framed and ignored (`p`, the password, is never read).
 //! Backend types used: `C` CommandComplete (tag), `I` EmptyQuery, `s`
 //! PortalSuspended, `E` ErrorResponse (only its `C` field, the SQLSTATE),
-//! `Z` ReadyForQuery, `G`/`H` CopyIn/CopyOut; the rest (`N`, `S`, `A`,
+//! `Z` ReadyForQuery, `G`/`H` CopyIn/CopyOut, `S` ParameterStatus (only
+//! `standard_conforming_strings`: how the server reads a backslash in a
+//! statement, so how [`sql::sanitize`] must; a statement sent while a call
+//! is in flight, or before the server said it, is read both ways); the
+//! rest (`N`, `A`,
 //! `T`, `D`, `1`, `2`, `3`, `t`, `n`, `R`, `K`, `d`, `c`) framed and ignored.
 //!
 //! # Pairing
@@ -49,7 +53,7 @@ use std::sync::Arc;
 use ipc_schema::db::system;
 
 use super::pieces::{self, Piece};
-use super::sql::{self, Dialect};
+use super::sql::{self, Dialect, Escapes};
 use super::stream::{Frame, Msg, Next, Stream, MAX_BUFFERED};
 use super::{op, op_heap, set_sql, text, DbCounts, DbOp, MAX_NAME, MAX_PENDING, MAX_STATEMENTS};
 
@@ -225,6 +229,10 @@ struct Core {
     /// An error was answered and no Sync was queued after it: the server
     /// skips the Executes sent until the next Sync.
     skip_until_sync: bool,
+    /// The session's `standard_conforming_strings`, as its last
+    /// ParameterStatus said (`None`: none seen, or the recv side lost its
+    /// place since).
+    standard_strings: Option<bool>,
 }
 
 /// One PostgreSQL client connection. See the module doc.
@@ -375,6 +383,8 @@ impl PgConn {
                     Next::Wait => break,
                     Next::Desync => {
                         counts.desync += 1;
+                        // A ParameterStatus may go by unseen.
+                        self.core.standard_strings = None;
                         break;
                     }
                 }
@@ -536,7 +546,7 @@ impl Core {
             b'Q' => {
                 let (q, _) = cstr(body);
                 let mut o = self.new_op(ts);
-                set_sql(&mut o, &sql::sanitize(q, Dialect::Postgres));
+                set_sql(&mut o, &sql::sanitize(q, Dialect::Postgres, self.escapes()));
                 return self.enqueue(Entry::Call { op: Box::new(o), simple: true, copy_out: false, first_done: false }, counts);
             }
             b'P' => {
@@ -544,7 +554,7 @@ impl Core {
                 match rest {
                     Some(rest) => {
                         let (q, _) = cstr(rest);
-                        let sanitized: Arc<str> = sql::sanitize(q, Dialect::Postgres).into();
+                        let sanitized: Arc<str> = sql::sanitize(q, Dialect::Postgres, self.escapes()).into();
                         self.remember(name, sanitized, counts);
                     }
                     // The name was cut: that statement's text is unknown.
@@ -614,12 +624,41 @@ impl Core {
             }
             b'E' => self.end_front(Completion::Error(sqlstate(body)), ts, out, counts),
             b'Z' => self.ready(ts, out),
+            b'S' => self.parameter_status(body, m.whole),
             t @ (b'G' | b'H') => {
                 if let Some(Entry::Call { copy_out, .. }) = self.queue.front_mut() {
                     *copy_out = t == b'H';
                 }
             }
             _ => {}
+        }
+    }
+
+    /// ParameterStatus: the server reports `standard_conforming_strings`
+    /// at the start and whenever it changes (a SET, a rollback of one).
+    fn parameter_status(&mut self, body: &[u8], whole: bool) {
+        let (name, rest) = cstr(body);
+        if name != b"standard_conforming_strings" {
+            return;
+        }
+        let value = rest.map(|r| cstr(r).0);
+        self.standard_strings = match value {
+            Some(b"on") if whole => Some(true),
+            Some(b"off") if whole => Some(false),
+            _ => None,
+        };
+    }
+
+    /// How the server reads a backslash in the statement sent now: as
+    /// the last ParameterStatus said, unless a call still in flight may
+    /// change it (its ParameterStatus would come before its answer) or
+    /// none was seen.
+    fn escapes(&self) -> Escapes {
+        match self.standard_strings {
+            _ if !self.queue.is_empty() => Escapes::Unknown,
+            Some(true) => Escapes::Standard,
+            Some(false) => Escapes::Backslash,
+            None => Escapes::Unknown,
         }
     }
 

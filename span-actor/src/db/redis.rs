@@ -14,11 +14,17 @@
 //! # Calls
 //! Each command is a call (pipelines: N commands, N calls, paired with
 //! the replies in order; MULTI's commands each get theirs, answered
-//! `+QUEUED`, and EXEC its own). `db.operation.name` is the command
-//! uppercased, with its subcommand for container commands (`CLIENT
-//! SETNAME`, `CONFIG GET`...); `db.query.text` the operation and one `?`
-//! per other argument (`SET ? ?`): no key or value is kept, `AUTH` and
-//! `HELLO` arguments included. `db.namespace` is the database index: "0"
+//! `+QUEUED`, and EXEC its own). `db.operation.name` is the command's
+//! name from a fixed table of Redis's commands (`COMMANDS`, matched
+//! without regard to case, written uppercase), with its subcommand for
+//! container commands when the table knows it (`CLIENT SETNAME`, `CONFIG
+//! GET`); a first argument not in the table is `_OTHER` (the name is a
+//! metric attribute and the span's name, and a client may put anything
+//! there), with no `db.query.text`. `db.query.text` is the operation and
+//! one `?` per other argument (`SET ? ?`): no key or value is kept,
+//! `AUTH` and `HELLO` arguments included. A QUIT whose `+OK` did not come
+//! before the connection closed is counted `no_reply`, not `unanswered`.
+//! `db.namespace` is the database index: "0"
 //! until a `SELECT n` is answered `+OK`. Errors: `status_code` and
 //! `error.type` are the error's first word (`ERR`, `WRONGTYPE`,
 //! `NOAUTH`); never the rest.
@@ -48,7 +54,7 @@ use ipc_schema::db::system;
 
 use super::pieces;
 use super::stream::{Frame, Msg, Next, Stream, MAX_BUFFERED};
-use super::{op, op_heap, DbCounts, DbOp, MAX_PENDING};
+use super::{op, op_heap, DbCounts, DbOp, MAX_PENDING, OTHER};
 
 /// Deepest aggregate nesting read.
 pub const MAX_DEPTH: usize = 32;
@@ -56,11 +62,361 @@ pub const MAX_DEPTH: usize = 32;
 /// Longest command name or subcommand kept (longer: not a command).
 const MAX_COMMAND: usize = 32;
 
-/// Commands whose second argument is a subcommand (part of the name).
-const CONTAINERS: &[&str] = &[
-    "ACL", "CLIENT", "CLUSTER", "COMMAND", "CONFIG", "DEBUG", "FUNCTION", "LATENCY", "MEMORY", "MODULE", "OBJECT", "PUBSUB", "SCRIPT",
-    "SLOWLOG", "XGROUP", "XINFO",
+/// Redis commands, uppercase, sorted (binary searched): what `COMMAND
+/// LIST` of Redis 7.0 names, and the commands Redis 7.2 to 8.2 and Valkey
+/// added. A first argument not in it is not a command name (it may be
+/// anything a client sends, a secret included): `_OTHER`.
+const COMMANDS: &[&str] = &[
+    "ACL",
+    "APPEND",
+    "ASKING",
+    "AUTH",
+    "BGREWRITEAOF",
+    "BGSAVE",
+    "BITCOUNT",
+    "BITFIELD",
+    "BITFIELD_RO",
+    "BITOP",
+    "BITPOS",
+    "BLMOVE",
+    "BLMPOP",
+    "BLPOP",
+    "BRPOP",
+    "BRPOPLPUSH",
+    "BZMPOP",
+    "BZPOPMAX",
+    "BZPOPMIN",
+    "CLIENT",
+    "CLUSTER",
+    "COMMAND",
+    "CONFIG",
+    "COPY",
+    "DBSIZE",
+    "DEBUG",
+    "DECR",
+    "DECRBY",
+    "DEL",
+    "DISCARD",
+    "DUMP",
+    "ECHO",
+    "EVAL",
+    "EVALSHA",
+    "EVALSHA_RO",
+    "EVAL_RO",
+    "EXEC",
+    "EXISTS",
+    "EXPIRE",
+    "EXPIREAT",
+    "EXPIRETIME",
+    "FAILOVER",
+    "FCALL",
+    "FCALL_RO",
+    "FLUSHALL",
+    "FLUSHDB",
+    "FUNCTION",
+    "GEOADD",
+    "GEODIST",
+    "GEOHASH",
+    "GEOPOS",
+    "GEORADIUS",
+    "GEORADIUSBYMEMBER",
+    "GEORADIUSBYMEMBER_RO",
+    "GEORADIUS_RO",
+    "GEOSEARCH",
+    "GEOSEARCHSTORE",
+    "GET",
+    "GETBIT",
+    "GETDEL",
+    "GETEX",
+    "GETRANGE",
+    "GETSET",
+    "HDEL",
+    "HELLO",
+    "HEXISTS",
+    "HEXPIRE",
+    "HEXPIREAT",
+    "HEXPIRETIME",
+    "HGET",
+    "HGETALL",
+    "HGETDEL",
+    "HGETEX",
+    "HINCRBY",
+    "HINCRBYFLOAT",
+    "HKEYS",
+    "HLEN",
+    "HMGET",
+    "HMSET",
+    "HPERSIST",
+    "HPEXPIRE",
+    "HPEXPIREAT",
+    "HPEXPIRETIME",
+    "HPTTL",
+    "HRANDFIELD",
+    "HSCAN",
+    "HSET",
+    "HSETEX",
+    "HSETNX",
+    "HSTRLEN",
+    "HTTL",
+    "HVALS",
+    "INCR",
+    "INCRBY",
+    "INCRBYFLOAT",
+    "INFO",
+    "KEYS",
+    "LASTSAVE",
+    "LATENCY",
+    "LCS",
+    "LINDEX",
+    "LINSERT",
+    "LLEN",
+    "LMOVE",
+    "LMPOP",
+    "LOLWUT",
+    "LPOP",
+    "LPOS",
+    "LPUSH",
+    "LPUSHX",
+    "LRANGE",
+    "LREM",
+    "LSET",
+    "LTRIM",
+    "MEMORY",
+    "MGET",
+    "MIGRATE",
+    "MODULE",
+    "MONITOR",
+    "MOVE",
+    "MSET",
+    "MSETNX",
+    "MULTI",
+    "OBJECT",
+    "PERSIST",
+    "PEXPIRE",
+    "PEXPIREAT",
+    "PEXPIRETIME",
+    "PFADD",
+    "PFCOUNT",
+    "PFDEBUG",
+    "PFMERGE",
+    "PFSELFTEST",
+    "PING",
+    "PSETEX",
+    "PSUBSCRIBE",
+    "PSYNC",
+    "PTTL",
+    "PUBLISH",
+    "PUBSUB",
+    "PUNSUBSCRIBE",
+    "QUIT",
+    "RANDOMKEY",
+    "READONLY",
+    "READWRITE",
+    "RENAME",
+    "RENAMENX",
+    "REPLCONF",
+    "REPLICAOF",
+    "RESET",
+    "RESTORE",
+    "RESTORE-ASKING",
+    "ROLE",
+    "RPOP",
+    "RPOPLPUSH",
+    "RPUSH",
+    "RPUSHX",
+    "SADD",
+    "SAVE",
+    "SCAN",
+    "SCARD",
+    "SCRIPT",
+    "SDIFF",
+    "SDIFFSTORE",
+    "SELECT",
+    "SET",
+    "SETBIT",
+    "SETEX",
+    "SETNX",
+    "SETRANGE",
+    "SHUTDOWN",
+    "SINTER",
+    "SINTERCARD",
+    "SINTERSTORE",
+    "SISMEMBER",
+    "SLAVEOF",
+    "SLOWLOG",
+    "SMEMBERS",
+    "SMISMEMBER",
+    "SMOVE",
+    "SORT",
+    "SORT_RO",
+    "SPOP",
+    "SPUBLISH",
+    "SRANDMEMBER",
+    "SREM",
+    "SSCAN",
+    "SSUBSCRIBE",
+    "STRLEN",
+    "SUBSCRIBE",
+    "SUBSTR",
+    "SUNION",
+    "SUNIONSTORE",
+    "SUNSUBSCRIBE",
+    "SWAPDB",
+    "SYNC",
+    "TIME",
+    "TOUCH",
+    "TTL",
+    "TYPE",
+    "UNLINK",
+    "UNSUBSCRIBE",
+    "UNWATCH",
+    "WAIT",
+    "WAITAOF",
+    "WATCH",
+    "XACK",
+    "XACKDEL",
+    "XADD",
+    "XAUTOCLAIM",
+    "XCLAIM",
+    "XDEL",
+    "XDELEX",
+    "XGROUP",
+    "XINFO",
+    "XLEN",
+    "XPENDING",
+    "XRANGE",
+    "XREAD",
+    "XREADGROUP",
+    "XREVRANGE",
+    "XSETID",
+    "XTRIM",
+    "ZADD",
+    "ZCARD",
+    "ZCOUNT",
+    "ZDIFF",
+    "ZDIFFSTORE",
+    "ZINCRBY",
+    "ZINTER",
+    "ZINTERCARD",
+    "ZINTERSTORE",
+    "ZLEXCOUNT",
+    "ZMPOP",
+    "ZMSCORE",
+    "ZPOPMAX",
+    "ZPOPMIN",
+    "ZRANDMEMBER",
+    "ZRANGE",
+    "ZRANGEBYLEX",
+    "ZRANGEBYSCORE",
+    "ZRANGESTORE",
+    "ZRANK",
+    "ZREM",
+    "ZREMRANGEBYLEX",
+    "ZREMRANGEBYRANK",
+    "ZREMRANGEBYSCORE",
+    "ZREVRANGE",
+    "ZREVRANGEBYLEX",
+    "ZREVRANGEBYSCORE",
+    "ZREVRANK",
+    "ZSCAN",
+    "ZSCORE",
+    "ZUNION",
+    "ZUNIONSTORE",
 ];
+
+/// Container commands and their subcommands (`CLIENT SETNAME`), sorted;
+/// an unknown subcommand leaves the container's name alone.
+const SUBCOMMANDS: &[(&str, &[&str])] = &[
+    ("ACL", &["CAT", "DELUSER", "DRYRUN", "GENPASS", "GETUSER", "HELP", "LIST", "LOAD", "LOG", "SAVE", "SETUSER", "USERS", "WHOAMI"]),
+    (
+        "CLIENT",
+        &[
+            "CACHING",
+            "CAPA",
+            "GETNAME",
+            "GETREDIR",
+            "HELP",
+            "ID",
+            "IMPORT-SOURCE",
+            "INFO",
+            "KILL",
+            "LIST",
+            "NO-EVICT",
+            "NO-TOUCH",
+            "PAUSE",
+            "REPLY",
+            "SETINFO",
+            "SETNAME",
+            "TRACKING",
+            "TRACKINGINFO",
+            "UNBLOCK",
+            "UNPAUSE",
+        ],
+    ),
+    (
+        "CLUSTER",
+        &[
+            "ADDSLOTS",
+            "ADDSLOTSRANGE",
+            "BUMPEPOCH",
+            "COUNT-FAILURE-REPORTS",
+            "COUNTKEYSINSLOT",
+            "DELSLOTS",
+            "DELSLOTSRANGE",
+            "FAILOVER",
+            "FLUSHSLOTS",
+            "FORGET",
+            "GETKEYSINSLOT",
+            "HELP",
+            "INFO",
+            "KEYSLOT",
+            "LINKS",
+            "MEET",
+            "MYID",
+            "MYSHARDID",
+            "NODES",
+            "REPLICAS",
+            "REPLICATE",
+            "RESET",
+            "SAVECONFIG",
+            "SET-CONFIG-EPOCH",
+            "SETSLOT",
+            "SHARDS",
+            "SLAVES",
+            "SLOT-STATS",
+            "SLOTS",
+        ],
+    ),
+    ("COMMAND", &["COUNT", "DOCS", "GETKEYS", "GETKEYSANDFLAGS", "HELP", "INFO", "LIST"]),
+    ("CONFIG", &["GET", "HELP", "RESETSTAT", "REWRITE", "SET"]),
+    ("FUNCTION", &["DELETE", "DUMP", "FLUSH", "HELP", "KILL", "LIST", "LOAD", "RESTORE", "STATS"]),
+    ("LATENCY", &["DOCTOR", "GRAPH", "HELP", "HISTOGRAM", "HISTORY", "LATEST", "RESET"]),
+    ("MEMORY", &["DOCTOR", "HELP", "MALLOC-STATS", "PURGE", "STATS", "USAGE"]),
+    ("MODULE", &["HELP", "LIST", "LOAD", "LOADEX", "UNLOAD"]),
+    ("OBJECT", &["ENCODING", "FREQ", "HELP", "IDLETIME", "REFCOUNT"]),
+    ("PUBSUB", &["CHANNELS", "HELP", "NUMPAT", "NUMSUB", "SHARDCHANNELS", "SHARDNUMSUB"]),
+    ("SCRIPT", &["DEBUG", "EXISTS", "FLUSH", "HELP", "KILL", "LOAD"]),
+    ("SLOWLOG", &["GET", "HELP", "LEN", "RESET"]),
+    ("XGROUP", &["CREATE", "CREATECONSUMER", "DELCONSUMER", "DESTROY", "HELP", "SETID"]),
+    ("XINFO", &["CONSUMERS", "GROUPS", "HELP", "STREAM"]),
+];
+
+/// The table's spelling of a command name (`None`: not a command).
+fn known_command(name: &str) -> Option<&'static str> {
+    COMMANDS.binary_search(&name).ok().map(|i| COMMANDS[i])
+}
+
+/// The table's spelling of a subcommand of `container`.
+fn known_subcommand(container: &str, sub: &str) -> Option<&'static str> {
+    let i = SUBCOMMANDS.binary_search_by(|(c, _)| c.cmp(&container)).ok()?;
+    let subs = SUBCOMMANDS[i].1;
+    subs.binary_search(&sub).ok().map(|j| subs[j])
+}
+
+/// Whether `name` is a container command (its second argument names it).
+fn is_container(name: &str) -> bool {
+    SUBCOMMANDS.binary_search_by(|(c, _)| c.cmp(&name)).is_ok()
+}
 
 /// Whether `b` starts like a RESP command array (`*N\r\n$`), for
 /// [`super::detect`].
@@ -123,6 +479,9 @@ enum Kind {
     Subscribe,
     /// SELECT n.
     Select,
+    /// QUIT: the server may close before its `+OK` is read (and 7.2+
+    /// clients close without sending it): not an unanswered call.
+    Quit,
 }
 
 #[derive(Debug)]
@@ -172,10 +531,16 @@ impl RedisConn {
         self.send.held() + self.recv.held() + self.st.pending.iter().map(|p| op_heap(&p.op) + 200).sum::<usize>()
     }
 
-    /// Counts pending calls unanswered and forgets them.
+    /// Counts pending calls unanswered (a QUIT: `no_reply`) and forgets
+    /// them.
     pub fn abort(&mut self, counts: &mut DbCounts) {
-        counts.unanswered += self.st.pending.len() as u64;
-        self.st.pending.clear();
+        for p in self.st.pending.drain(..) {
+            if p.kind == Kind::Quit {
+                counts.no_reply += 1;
+            } else {
+                counts.unanswered += 1;
+            }
+        }
     }
 
     fn give_up(&mut self, counts: &mut DbCounts) {
@@ -244,7 +609,7 @@ impl St {
             cmd.args += 1;
             match cmd.args {
                 1 => cmd.name = arg.and_then(word),
-                2 if cmd.name.as_deref().is_some_and(|n| CONTAINERS.contains(&n)) => cmd.sub = arg.and_then(word),
+                2 if cmd.name.as_deref().is_some_and(is_container) => cmd.sub = arg.and_then(word),
                 2 if cmd.name.as_deref() == Some("SELECT") => {
                     cmd.select =
                         arg.filter(|a| a.len() <= 5 && a.iter().all(u8::is_ascii_digit)).map(|a| String::from_utf8_lossy(a).into_owned())
@@ -293,7 +658,7 @@ impl St {
                 let mut cmd = Cmd { name, args: 1, ..Cmd::default() };
                 for w in words {
                     cmd.args += 1;
-                    if cmd.args == 2 && cmd.name.as_deref().is_some_and(|n| CONTAINERS.contains(&n)) {
+                    if cmd.args == 2 && cmd.name.as_deref().is_some_and(is_container) {
                         cmd.sub = word(w);
                     }
                     if cmd.args == 2 && cmd.name.as_deref() == Some("SELECT") && w.len() <= 5 && w.iter().all(u8::is_ascii_digit) {
@@ -305,23 +670,21 @@ impl St {
         }
     }
 
-    /// A whole command: a pending call.
+    /// A whole command: a pending call. Its name is the table's (a first
+    /// argument that is not a command is `_OTHER`, with no text: whatever
+    /// a client sends there is never exported).
     fn command(&mut self, cmd: Cmd, ts: u64, counts: &mut DbCounts) -> bool {
         let mut o = op(system::REDIS, ts);
         o.namespace = Some(self.namespace.clone());
-        let mut operation = cmd.name.clone().unwrap_or_default();
-        let mut shown = 1;
-        if let Some(sub) = &cmd.sub {
-            operation.push(' ');
-            operation.push_str(sub);
-            shown = 2;
-        }
-        let kind = match cmd.name.as_deref() {
-            Some("SUBSCRIBE" | "PSUBSCRIBE" | "SSUBSCRIBE" | "UNSUBSCRIBE" | "PUNSUBSCRIBE" | "SUNSUBSCRIBE") => Kind::Subscribe,
-            Some("SELECT") => Kind::Select,
-            _ => Kind::Plain,
-        };
-        if !operation.is_empty() {
+        let name = cmd.name.as_deref().and_then(known_command);
+        if let Some(name) = name {
+            let mut operation = name.to_owned();
+            let mut shown = 1;
+            if let Some(sub) = cmd.sub.as_deref().and_then(|s| known_subcommand(name, s)) {
+                operation.push(' ');
+                operation.push_str(sub);
+                shown = 2;
+            }
             let mut text = operation.clone();
             // Bounded: at most 2 KiB of `?`.
             for _ in shown..cmd.args.min(1000) {
@@ -330,7 +693,15 @@ impl St {
             o.query_text = Some(text);
             o.query_summary = Some(operation.clone());
             o.operation = Some(operation);
+        } else if cmd.args > 0 {
+            o.operation = Some(OTHER.to_owned());
         }
+        let kind = match name {
+            Some("SUBSCRIBE" | "PSUBSCRIBE" | "SSUBSCRIBE" | "UNSUBSCRIBE" | "PUNSUBSCRIBE" | "SUNSUBSCRIBE") => Kind::Subscribe,
+            Some("SELECT") => Kind::Select,
+            Some("QUIT") => Kind::Quit,
+            _ => Kind::Plain,
+        };
         if self.pending.len() >= MAX_PENDING {
             counts.too_many_pending += 1;
             return false;
@@ -466,4 +837,25 @@ fn error_word(b: &[u8]) -> Option<String> {
     let w = b.split(|c| *c == b' ').next()?;
     (!w.is_empty() && w.len() <= MAX_COMMAND && w.iter().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == b'_'))
         .then(|| String::from_utf8_lossy(w).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tables are binary searched.
+    #[test]
+    fn tables_are_sorted_and_uppercase() {
+        let sorted = |t: &[&str]| t.windows(2).all(|w| w[0] < w[1]) && t.iter().all(|c| c.bytes().all(|b| !b.is_ascii_lowercase()));
+        assert!(sorted(COMMANDS));
+        assert!(sorted(&SUBCOMMANDS.iter().map(|(c, _)| *c).collect::<Vec<_>>()));
+        for (c, subs) in SUBCOMMANDS {
+            assert!(sorted(subs), "{c}");
+            assert!(known_command(c).is_some(), "{c}");
+        }
+        assert_eq!(known_command("GET"), Some("GET"));
+        assert_eq!(known_command("SECRET"), None);
+        assert_eq!(known_subcommand("CLIENT", "SETNAME"), Some("SETNAME"));
+        assert_eq!(known_subcommand("CLIENT", "SECRET"), None);
+    }
 }

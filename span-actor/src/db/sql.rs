@@ -34,14 +34,36 @@ const MAX_TOKENS: usize = 1024;
 /// Which SQL lexical rules apply: they differ in what a quote means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
-    /// `'..'` strings (standard: a backslash is an ordinary character,
-    /// except in `E'..'`), `$tag$..$tag$` strings, `"ident"`.
+    /// `'..'` strings (a backslash escapes in them only where the
+    /// session's `standard_conforming_strings` is off: [`Escapes`]),
+    /// `E'..'` (a backslash always escapes), `B'..'`, `X'..'`, `N'..'`,
+    /// `U&'..'`, `$tag$..$tag$` strings, `"ident"`, `0x`/`0o`/`0b`
+    /// numbers, nested block comments.
     Postgres,
-    /// `'..'` and `".."` strings with backslash escapes (the default
-    /// `sql_mode`: `".."` is a string unless `ANSI_QUOTES`, so a double
-    /// quoted token is treated as a string: never a leak), `` `ident` ``,
-    /// `#` comments.
+    /// `'..'` and `".."` strings (a backslash escapes unless the session's
+    /// `sql_mode` has NO_BACKSLASH_ESCAPES: [`Escapes`]; `".."` is a
+    /// string unless ANSI_QUOTES, so a double quoted token is treated as
+    /// a string: never a leak), `X'..'`, `B'..'`, `N'..'`, character set
+    /// introducers (`_utf8mb4'..'`, `_binary 0x..`), `0x`/`0b` numbers,
+    /// `` `ident` ``, `#` comments.
     MySql,
+}
+
+/// What a backslash inside a quoted string is, in the session a statement
+/// is sent on (the server's rule, which the client's escaping follows).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Escapes {
+    /// It escapes the next byte: MySQL's default; PostgreSQL with
+    /// `standard_conforming_strings = off`.
+    Backslash,
+    /// An ordinary character: PostgreSQL's default
+    /// (`standard_conforming_strings = on`); MySQL with
+    /// NO_BACKSLASH_ESCAPES.
+    Standard,
+    /// Not known (the session's start was not seen, or a statement still
+    /// in flight may change it): text that either reading calls a literal
+    /// is hidden.
+    Unknown,
 }
 
 fn is_ident_start(b: u8) -> bool {
@@ -52,10 +74,11 @@ fn is_ident_char(b: u8) -> bool {
     is_ident_start(b) || b.is_ascii_digit() || b == b'$'
 }
 
-/// The end (exclusive) of a quoted run starting at `s[i]` (the quote),
-/// with the quote doubled as an escape, and a backslash escaping the next
-/// byte when `backslash`. An unterminated run ends at the end.
-fn quoted_end(s: &[u8], i: usize, quote: u8, backslash: bool) -> usize {
+/// A quoted run starting at `s[i]` (the quote), with the quote doubled as
+/// an escape, and a backslash escaping the next byte when `backslash`:
+/// its end (exclusive), and whether its closing quote was found (an
+/// unterminated run ends at the end).
+fn quoted(s: &[u8], i: usize, quote: u8, backslash: bool) -> (usize, bool) {
     let mut j = i + 1;
     while j < s.len() {
         let c = s[j];
@@ -68,11 +91,16 @@ fn quoted_end(s: &[u8], i: usize, quote: u8, backslash: bool) -> usize {
                 j += 2;
                 continue;
             }
-            return j + 1;
+            return (j + 1, true);
         }
         j += 1;
     }
-    s.len()
+    (s.len(), false)
+}
+
+/// The end (exclusive) of a quoted run starting at `s[i]` ([`quoted`]).
+fn quoted_end(s: &[u8], i: usize, quote: u8, backslash: bool) -> usize {
+    quoted(s, i, quote, backslash).0
 }
 
 /// `$tag$` at `s[i]` (PostgreSQL dollar quoting): the tag's length
@@ -89,170 +117,399 @@ fn dollar_tag(s: &[u8], i: usize) -> Option<usize> {
 }
 
 /// The end of a numeric literal starting at `s[i]` (a digit, or `.`
-/// followed by a digit): digits, one fraction, an exponent, `0x..`.
+/// followed by a digit): `0x`/`0b`/`0o` and their digits, or digits with
+/// `_` separators, one fraction and an exponent (`1.5e-3`); then the rest
+/// of its alphanumeric run (what PostgreSQL refuses as trailing junk and
+/// MySQL reads as an identifier that starts with digits): all inside the
+/// `?`, whichever reading is the server's.
 fn number_end(s: &[u8], i: usize) -> usize {
     let mut j = i;
-    if s[j] == b'0' && matches!(s.get(j + 1), Some(b'x' | b'X')) {
+    if s[j] == b'0' && matches!(s.get(j + 1), Some(b'x' | b'X' | b'b' | b'B' | b'o' | b'O')) {
         j += 2;
-        while j < s.len() && s[j].is_ascii_hexdigit() {
+    } else {
+        while j < s.len() && (s[j].is_ascii_digit() || s[j] == b'_' || s[j] == b'.') {
             j += 1;
         }
-        return j;
-    }
-    while j < s.len() && (s[j].is_ascii_digit() || s[j] == b'.' || s[j] == b'_') {
-        j += 1;
-    }
-    if j < s.len() && matches!(s[j], b'e' | b'E') {
-        let mut k = j + 1;
-        if k < s.len() && matches!(s[k], b'+' | b'-') {
-            k += 1;
-        }
-        if k < s.len() && s[k].is_ascii_digit() {
-            j = k;
-            while j < s.len() && s[j].is_ascii_digit() {
-                j += 1;
+        if j < s.len() && matches!(s[j], b'e' | b'E') {
+            let k = j + 1 + usize::from(matches!(s.get(j + 1), Some(b'+' | b'-')));
+            if s.get(k).is_some_and(u8::is_ascii_digit) {
+                j = k;
             }
         }
+    }
+    while j < s.len() && (s[j].is_ascii_alphanumeric() || s[j] == b'_') {
+        j += 1;
     }
     j
 }
 
-/// The text with every literal replaced by `?` (strings in all their
-/// forms, numbers, `TRUE`/`FALSE`; `NULL` kept), comments dropped,
-/// whitespace runs made one space, capped at [`MAX_QUERY_TEXT`] bytes on
-/// a char boundary. Input bytes that are not UTF-8 become U+FFFD.
-///
-/// Why a lexer and not a parser: statements from the wire may be cut by
-/// the capture or be dialects nobody can fully parse; a lexer fails safe
-/// (an unterminated string swallows the rest, which is then not output).
-pub fn sanitize(text: &[u8], dialect: Dialect) -> String {
-    let s = text;
-    // Room for a multi-byte char past the cap; cut exactly below.
-    let mut out: Vec<u8> = Vec::with_capacity(s.len().min(MAX_QUERY_TEXT + 4));
-    let mut i = 0usize;
-    let mut pending_space = false;
-    let push = |out: &mut Vec<u8>, pending_space: &mut bool, bytes: &[u8]| {
-        if *pending_space && !out.is_empty() {
-            out.push(b' ');
-        }
-        *pending_space = false;
-        out.extend_from_slice(bytes);
-    };
-    while i < s.len() && out.len() <= MAX_QUERY_TEXT {
-        let c = s[i];
-        let next = s.get(i + 1).copied();
-        // Comments.
-        if c == b'-' && next == Some(b'-') || (dialect == Dialect::MySql && c == b'#') {
-            while i < s.len() && s[i] != b'\n' {
-                i += 1;
+/// The end of a block comment starting at `s[i]` (`/*`). PostgreSQL
+/// nests them; MySQL does not, and nesting there only keeps more text
+/// out. An unterminated one ends at the end.
+fn block_comment_end(s: &[u8], mut i: usize) -> usize {
+    let mut depth = 0usize;
+    while i < s.len() {
+        if s[i] == b'/' && s.get(i + 1) == Some(&b'*') {
+            depth += 1;
+            i += 2;
+        } else if s[i] == b'*' && s.get(i + 1) == Some(&b'/') {
+            depth -= 1;
+            i += 2;
+            if depth == 0 {
+                return i;
             }
-            pending_space = true;
-            continue;
-        }
-        if c == b'/' && next == Some(b'*') {
-            // PostgreSQL nests block comments; MySQL does not, and nesting
-            // there only keeps more text out.
-            let mut depth = 0usize;
-            while i < s.len() {
-                if s[i] == b'/' && s.get(i + 1) == Some(&b'*') {
-                    depth += 1;
-                    i += 2;
-                } else if s[i] == b'*' && s.get(i + 1) == Some(&b'/') {
-                    depth -= 1;
-                    i += 2;
-                    if depth == 0 {
-                        break;
-                    }
-                } else {
-                    i += 1;
-                }
-            }
-            pending_space = true;
-            continue;
-        }
-        if c.is_ascii_whitespace() {
-            pending_space = true;
+        } else {
             i += 1;
-            continue;
         }
-        // String literals, with their prefixes (E'', X'', B'', N'', U&'').
-        if c == b'\'' {
-            let backslash = dialect == Dialect::MySql;
-            i = quoted_end(s, i, b'\'', backslash);
-            push(&mut out, &mut pending_space, b"?");
-            continue;
+    }
+    s.len()
+}
+
+/// What a lexed token of raw text is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Space,
+    Comment,
+    /// A string in any of its forms, a number, `TRUE`/`FALSE`: `?`.
+    Literal,
+    /// A MySQL character set introducer right before a literal
+    /// (`_utf8mb4'..'`): part of that literal, not output.
+    Introducer,
+    /// A keyword or identifier.
+    Word,
+    /// `"ident"` (PostgreSQL), `` `ident` `` (MySQL).
+    QuotedIdent,
+    /// `$1`.
+    Placeholder,
+    /// One byte of punctuation or operator.
+    Punct,
+}
+
+/// A token of raw text: `s[start..end]`.
+#[derive(Debug, Clone, Copy)]
+struct Lexeme {
+    start: usize,
+    end: usize,
+    kind: Kind,
+}
+
+/// The raw text read as one dialect with one backslash rule.
+struct Lexer<'a> {
+    s: &'a [u8],
+    i: usize,
+    dialect: Dialect,
+    /// A backslash escapes in plain `'..'` (and MySQL `".."`) strings.
+    backslash: bool,
+    /// A string ran off the end of the text.
+    unterminated: bool,
+}
+
+impl<'a> Lexer<'a> {
+    fn new(s: &'a [u8], dialect: Dialect, backslash: bool) -> Lexer<'a> {
+        Lexer { s, i: 0, dialect, backslash, unterminated: false }
+    }
+
+    fn quoted(&mut self, i: usize, quote: u8, backslash: bool) -> usize {
+        let (end, closed) = quoted(self.s, i, quote, backslash);
+        self.unterminated |= !closed;
+        end
+    }
+
+    /// A literal that a prefix word (ending at `j`) opens: `E'..'`,
+    /// `B'..'`, `X'..'`, `N'..'`, `U&'..'`; its end.
+    fn prefixed(&mut self, word: &[u8], j: usize) -> Option<usize> {
+        let s = self.s;
+        let pg = self.dialect == Dialect::Postgres;
+        if pg && word.eq_ignore_ascii_case(b"U") && s.get(j) == Some(&b'&') && s.get(j + 1) == Some(&b'\'') {
+            // Unicode escapes are `\XXXX`: a quote is only ever doubled.
+            return Some(self.quoted(j + 1, b'\'', false));
         }
-        if c == b'"' {
-            if dialect == Dialect::MySql {
-                i = quoted_end(s, i, b'"', true);
-                push(&mut out, &mut pending_space, b"?");
-            } else {
-                let end = quoted_end(s, i, b'"', false);
-                push(&mut out, &mut pending_space, &s[i..end]);
-                i = end;
-            }
-            continue;
+        if s.get(j) != Some(&b'\'') || word.len() != 1 {
+            return None;
         }
-        if c == b'`' && dialect == Dialect::MySql {
-            let end = quoted_end(s, i, b'`', false);
-            push(&mut out, &mut pending_space, &s[i..end]);
-            i = end;
-            continue;
+        let backslash = match word[0].to_ascii_uppercase() {
+            b'E' if pg => true,
+            // Bit and hex strings: digits only, no escapes.
+            b'B' | b'X' => false,
+            b'N' => self.backslash,
+            _ => return None,
+        };
+        Some(self.quoted(j, b'\'', backslash))
+    }
+
+    /// Whether a MySQL literal starts at `j` or after the spaces there (a
+    /// character set introducer's literal).
+    fn literal_follows(&self, mut j: usize) -> bool {
+        let s = self.s;
+        while s.get(j).is_some_and(u8::is_ascii_whitespace) {
+            j += 1;
         }
-        if c == b'$' && dialect == Dialect::Postgres {
-            if let Some(tag_len) = dollar_tag(s, i) {
-                let tag = &s[i..i + tag_len];
-                let body = i + tag_len;
-                i = memchr::memmem::find(&s[body..], tag).map_or(s.len(), |p| body + p + tag_len);
-                push(&mut out, &mut pending_space, b"?");
-                continue;
-            }
-            // `$1`: a placeholder, kept.
+        match s.get(j) {
+            Some(b'\'' | b'"') => true,
+            Some(c) if c.is_ascii_digit() => true,
+            Some(c) => matches!(c.to_ascii_uppercase(), b'X' | b'B' | b'N') && s.get(j + 1) == Some(&b'\''),
+            None => false,
+        }
+    }
+
+    fn next_tok(&mut self) -> Option<Lexeme> {
+        let s = self.s;
+        let i = self.i;
+        let c = *s.get(i)?;
+        let next = s.get(i + 1).copied();
+        let pg = self.dialect == Dialect::Postgres;
+        let (end, kind) = if c == b'-' && next == Some(b'-') || (!pg && c == b'#') {
+            (memchr::memchr(b'\n', &s[i..]).map_or(s.len(), |p| i + p), Kind::Comment)
+        } else if c == b'/' && next == Some(b'*') {
+            (block_comment_end(s, i), Kind::Comment)
+        } else if c.is_ascii_whitespace() {
             let mut j = i + 1;
-            while j < s.len() && s[j].is_ascii_digit() {
+            while j < s.len() && s[j].is_ascii_whitespace() {
                 j += 1;
             }
-            push(&mut out, &mut pending_space, &s[i..j]);
-            i = j;
-            continue;
-        }
-        if c.is_ascii_digit() || (c == b'.' && next.is_some_and(|n| n.is_ascii_digit())) {
-            i = number_end(s, i);
-            push(&mut out, &mut pending_space, b"?");
-            continue;
-        }
-        if is_ident_start(c) {
+            (j, Kind::Space)
+        } else if c == b'\'' {
+            (self.quoted(i, b'\'', self.backslash), Kind::Literal)
+        } else if c == b'"' && !pg {
+            (self.quoted(i, b'"', self.backslash), Kind::Literal)
+        } else if c == b'"' || c == b'`' && !pg {
+            (quoted_end(s, i, c, false), Kind::QuotedIdent)
+        } else if c == b'$' && pg {
+            if let Some(tag_len) = dollar_tag(s, i) {
+                let body = i + tag_len;
+                match memchr::memmem::find(&s[body..], &s[i..body]) {
+                    Some(p) => (body + p + tag_len, Kind::Literal),
+                    None => {
+                        self.unterminated = true;
+                        (s.len(), Kind::Literal)
+                    }
+                }
+            } else {
+                let mut j = i + 1;
+                while j < s.len() && s[j].is_ascii_digit() {
+                    j += 1;
+                }
+                (j, if j > i + 1 { Kind::Placeholder } else { Kind::Punct })
+            }
+        } else if c.is_ascii_digit() || (c == b'.' && next.is_some_and(|n| n.is_ascii_digit())) {
+            (number_end(s, i), Kind::Literal)
+        } else if is_ident_start(c) {
             let mut j = i;
             while j < s.len() && is_ident_char(s[j]) {
                 j += 1;
             }
             let word = &s[i..j];
-            // A one- or two-letter prefix right before a quote makes a
-            // literal: E'..', X'..', B'..', N'..', U&'..'.
-            let prefixed = matches!(s.get(j), Some(b'\''))
-                && word.len() <= 2
-                && word.iter().all(|b| matches!(b.to_ascii_uppercase(), b'E' | b'X' | b'B' | b'N' | b'R'));
-            let unicode = word.eq_ignore_ascii_case(b"U") && s.get(j) == Some(&b'&') && s.get(j + 1) == Some(&b'\'');
-            if prefixed || unicode {
-                let q = if unicode { j + 1 } else { j };
-                let backslash = dialect == Dialect::MySql || word.eq_ignore_ascii_case(b"E");
-                i = quoted_end(s, q, b'\'', backslash);
-                push(&mut out, &mut pending_space, b"?");
+            if let Some(end) = self.prefixed(word, j) {
+                (end, Kind::Literal)
+            } else if !pg && word[0] == b'_' && self.literal_follows(j) {
+                (j, Kind::Introducer)
+            } else if word.eq_ignore_ascii_case(b"TRUE") || word.eq_ignore_ascii_case(b"FALSE") {
+                (j, Kind::Literal)
+            } else {
+                (j, Kind::Word)
+            }
+        } else {
+            (i + 1, Kind::Punct)
+        };
+        self.i = end.max(i + 1);
+        Some(Lexeme { start: i, end: self.i, kind })
+    }
+}
+
+/// The other reading of the same text, consulted token by token of the
+/// first (both advance from the start).
+struct Other<'a> {
+    lexer: Lexer<'a>,
+    current: Option<Lexeme>,
+}
+
+impl Other<'_> {
+    /// Whether this reading has a literal, and a comment, overlapping
+    /// `start..end` (called with increasing, adjacent ranges).
+    fn overlap(&mut self, start: usize, end: usize) -> (bool, bool) {
+        let (mut literal, mut comment) = (false, false);
+        loop {
+            if self.current.is_none() {
+                self.current = self.lexer.next_tok();
+            }
+            let Some(t) = self.current else { break };
+            if t.end <= start {
+                self.current = None;
                 continue;
             }
-            if word.eq_ignore_ascii_case(b"TRUE") || word.eq_ignore_ascii_case(b"FALSE") {
-                push(&mut out, &mut pending_space, b"?");
-            } else {
-                push(&mut out, &mut pending_space, word);
+            if t.start >= end {
+                break;
             }
-            i = j;
-            continue;
+            literal |= t.kind == Kind::Literal;
+            comment |= t.kind == Kind::Comment;
+            if t.end > end {
+                break;
+            }
+            self.current = None;
         }
-        // Operators and punctuation, one byte at a time.
-        push(&mut out, &mut pending_space, &s[i..i + 1]);
-        i += 1;
+        (literal, comment)
     }
-    let mut text = match String::from_utf8(out) {
+}
+
+/// Words after which a value is expected: a `-` or `+` right after one is
+/// a literal's sign (`WHERE a > -1`, `THEN -1`), not an operator.
+const BEFORE_A_VALUE: &[&str] = &[
+    "AND", "ANY", "BETWEEN", "BY", "CASE", "DEFAULT", "DISTINCT", "DIV", "ELSE", "ELSIF", "ESCAPE", "FETCH", "FIRST", "HAVING", "IF",
+    "ILIKE", "IN", "INTERVAL", "IS", "LIKE", "LIMIT", "MOD", "NEXT", "NOT", "OFFSET", "ON", "OR", "REGEXP", "RETURN", "RLIKE", "SELECT",
+    "SET", "SIMILAR", "SOME", "THEN", "TO", "VALUES", "WHEN", "WHERE", "XOR", "ALL",
+];
+
+/// What was written to the sanitized text, for the sign rule and for
+/// hidden runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Item {
+    /// `?`; `hidden`: for the other reading's literal (runs of them are
+    /// one `?`).
+    Q {
+        hidden: bool,
+    },
+    /// An identifier, a quoted identifier, a placeholder.
+    Operand,
+    /// A word from [`BEFORE_A_VALUE`].
+    Keyword,
+    Punct(u8),
+}
+
+impl Item {
+    /// A value or what ends one: a `-` after it is an operator.
+    fn is_operand(self) -> bool {
+        matches!(self, Item::Q { .. } | Item::Operand | Item::Punct(b')' | b']'))
+    }
+}
+
+/// The sanitized text being written.
+#[derive(Default)]
+struct Writer {
+    out: Vec<u8>,
+    pending_space: bool,
+    /// The last two items: (item, where it starts in `out` before its
+    /// space, whether a space went before it).
+    last: [Option<(Item, usize, bool)>; 2],
+}
+
+impl Writer {
+    fn space(&mut self) {
+        self.pending_space = true;
+    }
+
+    fn push(&mut self, item: Item, bytes: &[u8]) {
+        let at = self.out.len();
+        let spaced = self.pending_space && !self.out.is_empty();
+        if spaced {
+            self.out.push(b' ');
+        }
+        self.pending_space = false;
+        self.out.extend_from_slice(bytes);
+        self.last = [Some((item, at, spaced)), self.last[0]];
+    }
+
+    /// A literal: `?`. A sign right before it goes into it (`= -1` is
+    /// `= ?`, `a - 1` stays `a - ?`); the other reading's literal runs on
+    /// through adjacent ones (one `?`).
+    fn literal(&mut self, hidden: bool) {
+        if let Some((Item::Q { hidden: h }, at, spaced)) = self.last[0] {
+            if hidden || h {
+                self.last[0] = Some((Item::Q { hidden: true }, at, spaced));
+                return;
+            }
+        }
+        if let Some((Item::Punct(b'-' | b'+'), at, spaced)) = self.last[0] {
+            if !self.last[1].is_some_and(|(item, _, _)| item.is_operand()) {
+                self.out.truncate(at);
+                self.pending_space = spaced;
+                self.last = [self.last[1], None];
+            }
+        }
+        self.push(Item::Q { hidden }, b"?");
+    }
+
+    fn full(&self) -> bool {
+        self.out.len() > MAX_QUERY_TEXT
+    }
+}
+
+/// Whether a reading of `s` leaves doubt: a string runs off the end (the
+/// server would refuse the text as read this way, so it may read it the
+/// other way), or (MySQL) a statement follows a `;` (the server reads it
+/// after the first ran, which may have changed the rule).
+fn doubtful(s: &[u8], dialect: Dialect, backslash: bool) -> bool {
+    let mut lexer = Lexer::new(s, dialect, backslash);
+    let mut after_semicolon = false;
+    while let Some(t) = lexer.next_tok() {
+        match t.kind {
+            Kind::Space | Kind::Comment => {}
+            Kind::Punct if s[t.start] == b';' => after_semicolon = true,
+            _ if after_semicolon && dialect == Dialect::MySql => return true,
+            _ => {}
+        }
+    }
+    lexer.unterminated
+}
+
+/// Whether a reading of `s` leaves a string open at its end.
+fn ends_in_string(s: &[u8], dialect: Dialect, backslash: bool) -> bool {
+    let mut lexer = Lexer::new(s, dialect, backslash);
+    while lexer.next_tok().is_some() {}
+    lexer.unterminated
+}
+
+/// The text with every literal replaced by `?` (strings in all their
+/// forms, numbers in all theirs with their sign, `TRUE`/`FALSE`; `NULL`
+/// kept), comments dropped, whitespace runs made one space, capped at
+/// [`MAX_QUERY_TEXT`] bytes on a char boundary. Input bytes that are not
+/// UTF-8 become U+FFFD.
+///
+/// `escapes` is the session's backslash rule. Where it is not known, or
+/// the text as read by the known rule leaves doubt ([`doubtful`]), the
+/// text is read both ways and what either reading calls a literal or a
+/// comment is not output: only bytes both readings call code are.
+///
+/// Why a lexer and not a parser: statements from the wire may be cut by
+/// the capture or be dialects nobody can fully parse; a lexer fails safe
+/// (an unterminated string swallows the rest, which is then not output).
+pub fn sanitize(text: &[u8], dialect: Dialect, escapes: Escapes) -> String {
+    let s = text;
+    // Without a backslash both readings are one.
+    let two = memchr::memchr(b'\\', s).is_some();
+    let (backslash, other) = match escapes {
+        _ if !two => (true, None),
+        Escapes::Backslash => (true, doubtful(s, dialect, true).then_some(false)),
+        Escapes::Standard => (false, doubtful(s, dialect, false).then_some(true)),
+        Escapes::Unknown => (true, Some(false)),
+    };
+    // A text that leaves a string open whichever way it is read is no
+    // statement the server runs (a client escaping for one rule never
+    // writes it): nothing after its first literal is output.
+    let swallow = other.is_some_and(|b| ends_in_string(s, dialect, backslash) && ends_in_string(s, dialect, b));
+    let mut lexer = Lexer::new(s, dialect, backslash);
+    let mut other = other.map(|b| Other { lexer: Lexer::new(s, dialect, b), current: None });
+    let mut w = Writer::default();
+    while !w.full() {
+        if swallow && w.last[0].is_some_and(|(item, _, _)| matches!(item, Item::Q { .. })) {
+            break;
+        }
+        let Some(t) = lexer.next_tok() else { break };
+        let (hidden, commented) = other.as_mut().map_or((false, false), |o| o.overlap(t.start, t.end));
+        let bytes = &s[t.start..t.end];
+        match t.kind {
+            Kind::Space | Kind::Comment => w.space(),
+            Kind::Introducer => {}
+            // A literal of this reading, or of the other: `?` (the other's
+            // runs on through adjacent ones).
+            Kind::Literal => w.literal(hidden),
+            _ if hidden => w.literal(true),
+            _ if commented => w.space(),
+            Kind::Word if BEFORE_A_VALUE.iter().any(|k| k.as_bytes().eq_ignore_ascii_case(bytes)) => w.push(Item::Keyword, bytes),
+            Kind::Word | Kind::QuotedIdent | Kind::Placeholder => w.push(Item::Operand, bytes),
+            Kind::Punct => w.push(Item::Punct(bytes[0]), bytes),
+        }
+    }
+    let mut text = match String::from_utf8(w.out) {
         Ok(t) => t,
         Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
     };
@@ -678,35 +935,113 @@ mod tests {
     #[test]
     fn sanitize_table() {
         use Dialect::{MySql, Postgres};
-        let cases: &[(&str, Dialect, &str)] = &[
-            ("SELECT * FROM users WHERE id = 42", Postgres, "SELECT * FROM users WHERE id = ?"),
-            ("select a from t where name='O''Brien' and x=-1.5e3", Postgres, "select a from t where name=? and x=-?"),
-            ("SELECT E'it\\'s secret', 'C:\\' , 2", Postgres, "SELECT ?, ? , ?"),
-            ("SELECT $body$ secret ' $body$ || $$x$$, $1, $2", Postgres, "SELECT ? || ?, $1, $2"),
-            ("SELECT X'DEADBEEF', B'0101', N'nat', U&'d\\0061t'", Postgres, "SELECT ?, ?, ?, ?"),
+        use Escapes::{Backslash, Standard, Unknown};
+        let cases: &[(&str, Dialect, Escapes, &str)] = &[
+            ("SELECT * FROM users WHERE id = 42", Postgres, Standard, "SELECT * FROM users WHERE id = ?"),
+            ("select a from t where name='O''Brien' and x=-1.5e3", Postgres, Standard, "select a from t where name=? and x=?"),
+            ("SELECT E'it\\'s secret', 'C:\\' , 2", Postgres, Standard, "SELECT ?, ? , ?"),
+            ("SELECT $body$ secret ' $body$ || $$x$$, $1, $2", Postgres, Standard, "SELECT ? || ?, $1, $2"),
+            ("SELECT X'DEADBEEF', B'0101', N'nat', U&'d\\0061t'", Postgres, Standard, "SELECT ?, ?, ?, ?"),
             (
                 "SELECT \"Weird\"\"Name\" FROM \"S\".\"T\" WHERE flag = TRUE OR x IS NULL",
                 Postgres,
+                Standard,
                 "SELECT \"Weird\"\"Name\" FROM \"S\".\"T\" WHERE flag = ? OR x IS NULL",
             ),
-            ("SELECT 1 -- secret comment\n, /* a /* nested */ comment */ t1.c2 FROM t1", Postgres, "SELECT ? , t1.c2 FROM t1"),
-            ("INSERT INTO t (a,b) VALUES (0x1F, .5)", Postgres, "INSERT INTO t (a,b) VALUES (?, ?)"),
-            ("SELECT 'unterminated secret", Postgres, "SELECT ?"),
-            ("SELECT * FROM `db`.`t` WHERE a = \"secret\" AND b = 'it\\'s' # c", MySql, "SELECT * FROM `db`.`t` WHERE a = ? AND b = ?"),
-            ("UPDATE t SET a = ? WHERE b = ?", MySql, "UPDATE t SET a = ? WHERE b = ?"),
-            ("  SELECT\n\t1  ", Postgres, "SELECT ?"),
+            ("SELECT 1 -- secret comment\n, /* a /* nested */ comment */ t1.c2 FROM t1", Postgres, Standard, "SELECT ? , t1.c2 FROM t1"),
+            ("INSERT INTO t (a,b) VALUES (0x1F, .5)", Postgres, Standard, "INSERT INTO t (a,b) VALUES (?, ?)"),
+            ("SELECT 'unterminated secret", Postgres, Standard, "SELECT ?"),
+            (
+                "SELECT * FROM `db`.`t` WHERE a = \"secret\" AND b = 'it\\'s' # c",
+                MySql,
+                Backslash,
+                "SELECT * FROM `db`.`t` WHERE a = ? AND b = ?",
+            ),
+            ("UPDATE t SET a = ? WHERE b = ?", MySql, Backslash, "UPDATE t SET a = ? WHERE b = ?"),
+            ("  SELECT\n\t1  ", Postgres, Standard, "SELECT ?"),
+            // standard_conforming_strings off: a backslash escapes.
+            ("SELECT 'it\\'s SECRET here' FROM t", Postgres, Backslash, "SELECT ? FROM t"),
+            // on: `'C:\'` is whole, what follows is code.
+            ("SELECT 'C:\\' , x FROM t", Postgres, Standard, "SELECT ? , x FROM t"),
+            // on, but read so the text would be refused (a string runs off
+            // the end): read both ways, what either calls a literal hidden.
+            ("SELECT 'it\\'s SECRET here' FROM t", Postgres, Standard, "SELECT ?"),
+            // not known: both ways.
+            ("SELECT 'it\\'s SECRET here' FROM t", Postgres, Unknown, "SELECT ?"),
+            ("SELECT 'C:\\' , x FROM t WHERE y = 1", Postgres, Unknown, "SELECT ?"),
+            ("SELECT 'a\\' = 'b' AS x FROM t", Postgres, Unknown, "SELECT ?"),
+            ("SELECT 'a\\' = 'c' AS x FROM t WHERE 'd' = 1", Postgres, Unknown, "SELECT ?"),
+            // both readings agree: all of it shows.
+            ("SELECT 'a\\\\' , x FROM t", Postgres, Unknown, "SELECT ? , x FROM t"),
+            // MySQL with NO_BACKSLASH_ESCAPES, and not known.
+            ("SELECT * FROM t WHERE p = 'C:\\' OR secret = 'SECRET'", MySql, Standard, "SELECT * FROM t WHERE p = ? OR secret = ?"),
+            ("SELECT * FROM t WHERE p = 'C:\\' OR secret = 'SECRET'", MySql, Unknown, "SELECT * FROM t WHERE p = ?"),
+            ("SELECT * FROM t WHERE p = 'C:\\' OR secret = 'SECRET'", MySql, Backslash, "SELECT * FROM t WHERE p = ?"),
+            // MySQL: a second statement may run under another rule.
+            ("SET sql_mode = ?; SELECT 'C:\\' , 'SECRET'", MySql, Backslash, "SET sql_mode = ?; SELECT ?"),
+            // every literal form: numbers in every base, with separators,
+            // exponents and junk; prefixed strings; introducers.
+            ("SELECT 0b1011SECRET, 0o76, 0x1Fab, 1_000_000, 1.5E+10, 7e-3, 12abc", Postgres, Standard, "SELECT ?, ?, ?, ?, ?, ?, ?"),
+            ("SELECT b'1011', x'1f', n'x', e'\\'', B'1', X'2'", Postgres, Standard, "SELECT ?, ?, ?, ?, ?, ?"),
+            (
+                "SELECT _utf8mb4'SECRET', _binary 0xBEEF, _latin1 X'41', N'n', x'1F', b'01', 0b0101",
+                MySql,
+                Backslash,
+                "SELECT ?, ?, ?, ?, ?, ?, ?",
+            ),
+            ("SELECT _utf8'a\\'b'", MySql, Backslash, "SELECT ?"),
+            // signs: a literal's sign is in it, an operator stays.
+            ("UPDATE a SET b = b + -3712 WHERE c = -1", Postgres, Standard, "UPDATE a SET b = b + ? WHERE c = ?"),
+            ("SELECT -1, +2, (-3), a - 1, a-1, f(x) - -4, 5 - 6", Postgres, Standard, "SELECT ?, ?, (?), a - ?, a-?, f(x) - ?, ? - ?"),
+            (
+                "SELECT CASE WHEN a THEN -1 ELSE - 2 END FROM t LIMIT -1",
+                Postgres,
+                Standard,
+                "SELECT CASE WHEN a THEN ? ELSE ? END FROM t LIMIT ?",
+            ),
+            ("SELECT x FROM t WHERE a = -$1", Postgres, Standard, "SELECT x FROM t WHERE a = -$1"),
         ];
-        for (input, d, want) in cases {
-            assert_eq!(sanitize(input.as_bytes(), *d), *want, "{input:?}");
+        for (input, d, e, want) in cases {
+            let got = sanitize(input.as_bytes(), *d, *e);
+            assert_eq!(got, *want, "{input:?} ({d:?}, {e:?})");
+            assert!(!got.contains("SECRET"), "{input:?}: {got:?}");
+        }
+    }
+
+    /// Whatever the rule, a secret in a literal written for that rule never
+    /// shows, and where the rule is not known it never shows for either.
+    #[test]
+    fn a_literal_written_for_either_rule_never_shows_when_the_rule_is_unknown() {
+        // Values as the application has them.
+        let bodies = ["SECRET", "it's SECRET", "C:\\", "\\' OR SECRET", "'SECRET'", "a\\", "\\", "x\\\\' OR SECRET = '"];
+        for dialect in [Dialect::Postgres, Dialect::MySql] {
+            for (i, a) in bodies.iter().enumerate() {
+                for b in &bodies[i..] {
+                    for (rule, backslash) in [(Escapes::Backslash, true), (Escapes::Standard, false)] {
+                        // Each literal as a client escapes it for the rule.
+                        let esc = |v: &str| -> String {
+                            let v = if backslash { v.replace('\\', "\\\\") } else { v.to_owned() };
+                            v.replace('\'', "''")
+                        };
+                        let q = format!("SELECT * FROM t WHERE a = '{}' AND b = '{}' AND c = 1", esc(a), esc(b));
+                        for e in [rule, Escapes::Unknown] {
+                            let got = sanitize(q.as_bytes(), dialect, e);
+                            assert!(!got.contains("SECRET"), "{q:?} ({dialect:?}, {e:?}): {got:?}");
+                        }
+                        let got = sanitize(q.as_bytes(), dialect, rule);
+                        assert_eq!(got, "SELECT * FROM t WHERE a = ? AND b = ? AND c = ?", "{q:?} ({dialect:?}, {rule:?})");
+                    }
+                }
+            }
         }
     }
 
     #[test]
     fn sanitize_caps_on_a_char_boundary() {
         let long = format!("SELECT {}", "é".repeat(3000));
-        let s = sanitize(long.as_bytes(), Dialect::Postgres);
+        let s = sanitize(long.as_bytes(), Dialect::Postgres, Escapes::Standard);
         assert!(s.len() <= MAX_QUERY_TEXT && s.len() > MAX_QUERY_TEXT - 4);
-        let bad = sanitize(b"SELECT \xff\xfe FROM t", Dialect::Postgres);
+        let bad = sanitize(b"SELECT \xff\xfe FROM t", Dialect::Postgres, Escapes::Standard);
         assert!(bad.starts_with("SELECT") && bad.ends_with("FROM t"));
     }
 

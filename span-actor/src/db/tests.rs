@@ -1170,3 +1170,221 @@ fn redis_over_tls_from_the_start() {
     assert_eq!(t.ops.len(), 1);
     assert_eq!(t.counts.desync, 0);
 }
+
+// ---------------------------------------------------------------- quoting rules, names
+
+/// Never exported, whatever the quoting rule of the session.
+fn assert_no(ops: &[DbOp], secret: &str) {
+    for op in ops {
+        let fields = [&op.namespace, &op.operation, &op.collection, &op.query_text, &op.query_summary, &op.status_code, &op.error_type];
+        for f in fields.into_iter().flatten() {
+            assert!(!f.contains(secret), "{secret:?} in {op:?}");
+        }
+    }
+}
+
+fn pg_status(name: &str, value: &str) -> Vec<u8> {
+    pg(b'S', &cstrs(&[name.as_bytes(), value.as_bytes()]))
+}
+
+/// A simple Query and its answer; the op it made.
+fn pg_simple(t: &mut T, q: &str, answer: &[Vec<u8>]) -> DbOp {
+    t.send(&pg_query(q));
+    t.recv(&answer.concat());
+    t.ops.last().cloned().expect("an op")
+}
+
+#[test]
+fn pg_follows_standard_conforming_strings() {
+    let mut t = T::new(System::Postgres);
+    t.send(&pg_startup("alice", Some("shop")));
+    // The server says it, as every server does after the startup.
+    t.recv(&cat(&[pg(b'R', &0u32.to_be_bytes()), pg_status("standard_conforming_strings", "on"), pg_ready(b'I')]));
+    let done = [pg_cc("SELECT 1"), pg_ready(b'I')];
+    // on: `'C:\'` is a whole literal.
+    let op = pg_simple(&mut t, "SELECT 'C:\\' , x FROM t", &done);
+    assert_eq!(op.query_text.as_deref(), Some("SELECT ? , x FROM t"));
+    // on, but text only the other rule reads (a string would run off the
+    // end): nothing either rule calls a literal shows.
+    let op = pg_simple(&mut t, "SELECT 'it\\'s SECRET here' FROM t", &done);
+    assert_eq!(op.query_text.as_deref(), Some("SELECT ?"));
+    // off, said by the SET's answer: a backslash escapes.
+    pg_simple(
+        &mut t,
+        "SET standard_conforming_strings = off",
+        &[pg_status("standard_conforming_strings", "off"), pg_cc("SET"), pg_ready(b'I')],
+    );
+    let op = pg_simple(&mut t, "SELECT 'it\\'s SECRET here', x FROM t", &done);
+    assert_eq!(op.query_text.as_deref(), Some("SELECT ?, x FROM t"));
+    // E'' escapes whatever the setting; dollar quotes have no escapes.
+    pg_simple(
+        &mut t,
+        "SET standard_conforming_strings = on",
+        &[pg_status("standard_conforming_strings", "on"), pg_cc("SET"), pg_ready(b'I')],
+    );
+    let op = pg_simple(&mut t, "SELECT E'it\\'s SECRET', $q$SECRET ' \\$q$, y FROM t", &done);
+    assert_eq!(op.query_text.as_deref(), Some("SELECT ?, ?, y FROM t"));
+    // A pipeline: the SET may change the rule before the next Parse is
+    // read, so that one is read both ways.
+    t.send(&cat(&[
+        pg_parse("", "SET standard_conforming_strings = off", 0),
+        pg_bind("", "", &[]),
+        pg_execute(""),
+        pg_parse("", "SELECT 'it\\'s SECRET', z FROM t", 0),
+        pg_bind("", "", &[]),
+        pg_execute(""),
+        pg_sync(),
+    ]));
+    t.recv(&cat(&[
+        pg(b'1', &[]),
+        pg(b'2', &[]),
+        pg_status("standard_conforming_strings", "off"),
+        pg_cc("SET"),
+        pg(b'1', &[]),
+        pg(b'2', &[]),
+        pg_cc("SELECT 1"),
+        pg_ready(b'I'),
+    ]));
+    assert_eq!(t.ops.last().unwrap().query_text.as_deref(), Some("SELECT ?"));
+    assert_no(&t.ops, "SECRET");
+}
+
+#[test]
+fn pg_without_the_startup_reads_both_ways() {
+    let mut t = T::new(System::Postgres);
+    let op =
+        pg_simple(&mut t, "SELECT 'it\\'s SECRET here' FROM t WHERE a = 'C:\\' OR b = 'SECRET2'", &[pg_cc("SELECT 1"), pg_ready(b'I')]);
+    assert_eq!(op.query_text.as_deref(), Some("SELECT ?"));
+    assert_no(&t.ops, "SECRET");
+}
+
+/// An OK with these status flags.
+fn my_ok_status(seq: u8, status: u16) -> Vec<u8> {
+    let mut p = vec![0, 0, 0];
+    p.extend_from_slice(&status.to_le_bytes());
+    p.extend_from_slice(&[0, 0]);
+    my(seq, &p)
+}
+
+#[test]
+fn mysql_follows_no_backslash_escapes() {
+    let mut t = my_connected();
+    let q = b"\x03SELECT * FROM t WHERE p = 'C:\\' OR secret = 'SECRET'";
+    // The default: a backslash escapes (the greeting's and the OK's
+    // status flags say so), so the text is one literal to its end.
+    t.send(&my(0, q));
+    t.recv(&my_ok_status(1, 0x0002));
+    assert_eq!(t.ops.last().unwrap().query_text.as_deref(), Some("SELECT * FROM t WHERE p = ?"));
+    t.send(&my(0, b"\x03SET sql_mode = 'NO_BACKSLASH_ESCAPES'"));
+    t.recv(&my_ok_status(1, 0x0202));
+    t.send(&my(0, q));
+    t.recv(&my_ok_status(1, 0x0202));
+    assert_eq!(t.ops.last().unwrap().query_text.as_deref(), Some("SELECT * FROM t WHERE p = ? OR secret = ?"));
+    // Traced mid-way: both ways.
+    let mut u = T::new(System::MySql);
+    u.send(&my(0, q));
+    u.recv(&my_ok_status(1, 0x0202));
+    assert_eq!(u.ops.last().unwrap().query_text.as_deref(), Some("SELECT * FROM t WHERE p = ?"));
+    assert_no(&t.ops, "SECRET");
+    assert_no(&u.ops, "SECRET");
+}
+
+/// A COM_QUERY with one query attribute (a string) before `q`.
+fn my_query_with_attribute(name: &str, value: &str, q: &str) -> Vec<u8> {
+    let mut p = vec![0x03, 1, 1, 0, 1, 0xfe, 0];
+    p.push(name.len() as u8);
+    p.extend_from_slice(name.as_bytes());
+    p.push(value.len() as u8);
+    p.extend_from_slice(value.as_bytes());
+    p.extend_from_slice(q.as_bytes());
+    my(0, &p)
+}
+
+#[test]
+fn mysql_query_attributes_are_never_read_as_text() {
+    // The handshake not seen: a body shaped as attributes is read as them.
+    let mut t = T::new(System::MySql);
+    t.send(&my_query_with_attribute("tenant", "SECRET-tenant", "SELECT a FROM t WHERE b = 1"));
+    t.recv(&my_ok_status(1, 2));
+    assert_eq!(t.ops.last().unwrap().query_text.as_deref(), Some("SELECT a FROM t WHERE b = ?"));
+    t.send(&my(0, b"\x03\x00\x01SELECT 2"));
+    t.recv(&my_ok_status(1, 2));
+    assert_eq!(t.ops.last().unwrap().query_text.as_deref(), Some("SELECT ?"));
+    // Attributes whose values do not parse: no text at all.
+    t.send(&my(0, b"\x03\x02\x01\x00\x01\xfe\x00\x06tenantSECRET-x"));
+    t.recv(&my_ok_status(1, 2));
+    assert_eq!(t.ops.last().unwrap().query_text, None);
+    assert_eq!(t.ops.len(), 3);
+    // The handshake seen, attributes on both sides.
+    let mut u = T::new(System::MySql);
+    let mut greeting = mariadb_greeting();
+    // Upper capability bits: CLIENT_QUERY_ATTRIBUTES (1 << 27).
+    let at = 4 + 1 + "5.5.5-10.11.6-MariaDB-0+deb12u1".len() + 1 + 4 + 9 + 2 + 1 + 2;
+    greeting[at + 1] |= 0x08;
+    u.recv(&greeting);
+    u.send(&my_handshake_response(CAPS | 1 << 27, "shop"));
+    u.recv(&my_ok(2));
+    u.send(&my_query_with_attribute("tenant", "SECRET-tenant", "SELECT a FROM t WHERE b = 1"));
+    u.recv(&my_ok_status(1, 2));
+    assert_eq!(u.ops.last().unwrap().query_text.as_deref(), Some("SELECT a FROM t WHERE b = ?"));
+    assert_no(&t.ops, "SECRET");
+    assert_no(&u.ops, "SECRET");
+}
+
+#[test]
+fn redis_names_only_known_commands() {
+    let mut t = T::new(System::Redis);
+    t.send(&cat(&[
+        resp(&[b"SECRETRD8", b"x"]),
+        resp(&[b"get", b"k"]),
+        resp(&[b"CLIENT", b"SETNAME", b"w"]),
+        resp(&[b"CONFIG", b"SECRETSUB", b"x"]),
+        resp(&[b"config", b"get", b"maxmemory"]),
+    ]));
+    t.recv(b"-ERR unknown command 'SECRETRD8'\r\n$1\r\nv\r\n+OK\r\n-ERR unknown subcommand\r\n*0\r\n");
+    t.send(b"SECRETINLINE now\r\n");
+    t.recv(b"-ERR unknown command\r\n");
+    let names: Vec<_> = t.ops.iter().map(|o| (o.operation.as_deref(), o.query_text.as_deref())).collect();
+    assert_eq!(
+        names,
+        [
+            (Some("_OTHER"), None),
+            (Some("GET"), Some("GET ?")),
+            (Some("CLIENT SETNAME"), Some("CLIENT SETNAME ?")),
+            (Some("CONFIG"), Some("CONFIG ? ?")),
+            (Some("CONFIG GET"), Some("CONFIG GET ?")),
+            (Some("_OTHER"), None),
+        ]
+    );
+    assert_no(&t.ops, "SECRET");
+}
+
+#[test]
+fn quit_is_not_an_unanswered_call() {
+    // Redis: the server closes after QUIT (a client may not read its +OK).
+    let mut t = T::new(System::Redis);
+    t.send(&resp(&[b"GET", b"k"]));
+    t.recv(b"$-1\r\n");
+    t.send(&resp(&[b"QUIT"]));
+    t.c.close(&mut t.counts);
+    assert_eq!((t.counts.unanswered, t.counts.no_reply, t.ops.len()), (0, 1, 1));
+    // Answered: an op like any other.
+    let mut t = T::new(System::Redis);
+    t.send(&resp(&[b"QUIT"]));
+    t.recv(b"+OK\r\n");
+    t.c.close(&mut t.counts);
+    assert_eq!((t.counts.unanswered, t.counts.no_reply, t.ops.len()), (0, 0, 1));
+    // memcached: `quit` has no reply.
+    let mut t = T::new(System::Memcached);
+    t.send(b"get k\r\n");
+    t.recv(b"END\r\n");
+    t.send(b"quit\r\n");
+    t.c.close(&mut t.counts);
+    assert_eq!((t.counts.unanswered, t.counts.no_reply, t.ops.len()), (0, 1, 1));
+    // An unknown memcached command is `_OTHER`, never its name.
+    let mut t = T::new(System::Memcached);
+    t.send(b"SECRETCMD k\r\n");
+    t.recv(b"ERROR\r\n");
+    assert_eq!(t.ops[0].operation.as_deref(), Some("_OTHER"));
+    assert_no(&t.ops, "SECRET");
+}

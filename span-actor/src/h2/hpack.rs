@@ -86,12 +86,23 @@ struct Entry {
     size: usize,
 }
 
+impl Entry {
+    /// What a name and value take on the heap.
+    fn held(name: Option<&[u8]>, value: &[u8]) -> usize {
+        use runtime_kit::memory::allocated;
+        name.map_or(0, |n| allocated(n.len())) + allocated(value.len())
+    }
+}
+
 /// The decoding state of one direction of one connection.
 #[derive(Debug)]
 pub struct Decoder {
     /// Newest first.
     entries: VecDeque<Entry>,
     size: usize,
+    /// What the entries' names and values take on the heap (their size
+    /// classes: more than their RFC size for large ones).
+    held: usize,
     max_size: usize,
     /// The bound the decoding side announced (SETTINGS_HEADER_TABLE_SIZE).
     limit: usize,
@@ -109,6 +120,7 @@ impl Decoder {
         Decoder {
             entries: VecDeque::new(),
             size: 0,
+            held: 0,
             max_size: if mid_connection { MAX_TABLE_SIZE } else { DEFAULT_TABLE_SIZE },
             limit: if mid_connection { MAX_TABLE_SIZE } else { DEFAULT_TABLE_SIZE },
             name_buf: Vec::new(),
@@ -127,6 +139,7 @@ impl Decoder {
     pub fn gap(&mut self) {
         self.entries.clear();
         self.size = 0;
+        self.held = 0;
         self.gapped = true;
         // The encoder's size is not known either: allow up to the limit.
         self.max_size = self.limit.max(self.max_size);
@@ -137,11 +150,14 @@ impl Decoder {
         self.gapped
     }
 
-    /// Heap bytes held: the table (its RFC size counts each entry's name,
-    /// value and 32 bytes, more than an entry's own overhead) with its
-    /// slots, and the scratch buffers of Huffman-coded strings.
+    /// Heap bytes held: the entries' names and values as allocated, the
+    /// table's slots, and the scratch buffers of Huffman-coded strings.
     pub fn bytes(&self) -> usize {
-        self.size + self.entries.capacity() * std::mem::size_of::<Entry>() + self.name_buf.capacity() + self.value_buf.capacity()
+        use runtime_kit::memory::allocated;
+        self.held
+            + allocated(self.entries.capacity() * std::mem::size_of::<Entry>())
+            + allocated(self.name_buf.capacity())
+            + allocated(self.value_buf.capacity())
     }
 
     /// Entries held (for tests).
@@ -286,9 +302,11 @@ impl Decoder {
             // RFC 7541 4.4: an entry larger than the table empties it.
             self.entries.clear();
             self.size = 0;
+            self.held = 0;
             return;
         }
         self.evict(size);
+        self.held += Entry::held(name.as_deref(), &value);
         self.entries.push_front(Entry { name, value, size });
         self.size += size;
     }
@@ -297,7 +315,10 @@ impl Decoder {
     fn evict(&mut self, room: usize) {
         while self.size + room > self.max_size {
             match self.entries.pop_back() {
-                Some(e) => self.size -= e.size,
+                Some(e) => {
+                    self.size -= e.size;
+                    self.held -= Entry::held(e.name.as_deref(), &e.value);
+                }
                 None => break,
             }
         }

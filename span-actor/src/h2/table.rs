@@ -40,7 +40,9 @@ type Key = (u64, u64);
 
 /// One connection being followed, and who it belongs to.
 struct Entry {
-    conn: H2Conn,
+    /// Boxed: the table's slots stay small (a hash table holds up to
+    /// 16/7 slots per entry).
+    conn: Box<H2Conn>,
     role: Role,
     who: Conn,
     /// A server connection's client connection on this host (the kernel's
@@ -65,9 +67,11 @@ pub struct Upgrade {
     pub caller: Option<u64>,
 }
 
-/// What an entry costs besides its connection's state: its key, its entry
-/// and its place in the eviction order, and the table's slot overhead.
-const ENTRY_OVERHEAD: usize = std::mem::size_of::<Key>() * 2 + std::mem::size_of::<Entry>() - std::mem::size_of::<H2Conn>() + 16;
+/// What an entry costs besides its connection's state (its box counted
+/// there): its slot in the table, and its place in the eviction order (a
+/// deque that may hold twice as many as are live, and doubles as it
+/// grows).
+const ENTRY_OVERHEAD: usize = runtime_kit::memory::table_slot(std::mem::size_of::<(Key, Entry)>()) + 4 * std::mem::size_of::<(Key, u64)>();
 
 /// What is not traced of HTTP/2, counted.
 struct Counters {
@@ -238,7 +242,7 @@ impl H2Table {
         }
         let who = Conn { id: r.conn_id, pid: r.pid, proc_start_ns: r.proc_start_ns, local: r.local, peer: r.peer, tls: r.tls };
         self.born += 1;
-        self.conns.insert(key, Entry { conn, role: r.role, who, caller, born: self.born, bytes: 0 });
+        self.conns.insert(key, Entry { conn: Box::new(conn), role: r.role, who, caller, born: self.born, bytes: 0 });
         self.order.push_back((key, self.born));
         if self.order.len() > 2 * self.conns.len() + 64 {
             let conns = &self.conns;

@@ -51,13 +51,15 @@ actors' user with none.
 - SYS_PTRACE
 # the loader at start: the same files' modes (0400/0500, other owners)
 - DAC_READ_SEARCH
-# the supervisor: the actors become the image's user ringtail
+# the supervisor: the actors become the image's users ringtail and
+# ringtail-k8s
 - SETUID
 # the actors' groups; the loader joins the actors' group
 - SETGID
 # dropping bounding sets (the loader's, the actors')
 - SETPCAP
-# the supervisor gives /run/ringtail/actors to the actors' user
+# the supervisor gives /run/ringtail/actors to the actors' user (and
+# /run/ringtail/k8s to the k8s-actor's)
 - CHOWN
 # the supervisor stops the actors (SIGTERM, SIGKILL after 5 s): another
 # uid; their parent-death signal is checked against its credentials too
@@ -83,7 +85,7 @@ actors' user with none.
 {{- $stdout := .Values.stdout -}}
 {{- if kindIs "invalid" $stdout -}}{{- $stdout = not .Values.otlp.endpoint -}}{{- end -}}
 {{- $s := dict
-  "actors" (dict "user" "ringtail" "group" "ringtail")
+  "actors" (dict "user" "ringtail" "group" "ringtail" "k8s_user" "ringtail-k8s")
   "pipeline" (dict "runtime_dir" "/run/ringtail")
   "probe" (dict "backend" .Values.probe.backend)
   "tls" (dict "enabled" .Values.tls.enabled "attach_later" .Values.tls.attachLater)

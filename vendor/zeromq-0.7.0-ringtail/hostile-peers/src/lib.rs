@@ -85,6 +85,9 @@ pub struct Recorded {
     pub connections_refused: u64,
     /// `LimitEvent::HandshakeTimeout`: peers closed for a slow handshake.
     pub handshake_timeouts: u64,
+    /// `LimitEvent::UnexpectedMessage`: messages a peer had no business
+    /// sending (to a PUB: anything but a subscription), ignored.
+    pub unexpected: u64,
     /// `LimitEvent::AcceptFailed`: failed accepts (each followed by a pause).
     pub accept_failed: u64,
 }
@@ -115,6 +118,7 @@ impl Recorder {
                 LimitEvent::ConnectionRefused { .. } => r.connections_refused += 1,
                 LimitEvent::HandshakeTimeout { .. } => r.handshake_timeouts += 1,
                 LimitEvent::AcceptFailed { .. } => r.accept_failed += 1,
+                LimitEvent::UnexpectedMessage { .. } => r.unexpected += 1,
                 _ => {}
             }
         })

@@ -260,6 +260,8 @@ async fn endless_subscriptions_and_small_messages_stay_bounded() {
         recorder.get().subscriptions_refused == (SENT - SUBSCRIPTIONS) as u64
     })
     .await;
+    // Each junk message reported (the caller counts it), none logged.
+    wait_until("every junk message reported", DEADLINE, || recorder.get().unexpected == SENT as u64).await;
     assert_rss_bounded(before, "subscription flood");
     assert_still_serves(&mut publisher, &path).await;
 }

@@ -443,6 +443,13 @@ pub enum LimitEvent {
         /// The limit.
         after: Duration,
     },
+    /// A peer sent a message this socket does not expect (to a PUB:
+    /// anything but a one-part subscribe or unsubscribe): it was ignored.
+    /// `what` names the rule it broke (`parts`, `empty`, `first_byte`).
+    UnexpectedMessage {
+        /// Which rule.
+        what: &'static str,
+    },
     /// Accepting a connection failed (e.g. `EMFILE`, out of descriptors);
     /// the listener pauses [`ACCEPT_BACKOFF`] before it accepts again.
     AcceptFailed {

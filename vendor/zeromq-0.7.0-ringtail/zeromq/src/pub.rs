@@ -204,10 +204,14 @@ impl PubSocketBackend {
     }
 
     fn message_received(&self, peer_id: &PeerIdentity, message: Message) {
+        // ringtail: what a subscriber sends besides (un)subscriptions is
+        // reported (the caller counts it and logs now and then), not
+        // logged once a message: a peer could fill the log.
+        let unexpected = |what| self.socket_options.report(LimitEvent::UnexpectedMessage { what });
         let data = match message {
             Message::Message(m) => {
                 if m.len() != 1 {
-                    log::warn!("Received message with unexpected length: {}", m.len());
+                    unexpected("parts");
                     return;
                 }
                 m.into_vec().pop().unwrap_or_default()
@@ -216,6 +220,7 @@ impl PubSocketBackend {
         };
 
         if data.is_empty() {
+            unexpected("empty");
             return;
         }
 
@@ -239,10 +244,7 @@ impl PubSocketBackend {
                     }
                 }
             }
-            _ => log::warn!(
-                "Received message with unexpected first byte: {:?}",
-                data.first()
-            ),
+            _ => unexpected("first_byte"),
         }
     }
 }
@@ -335,7 +337,9 @@ impl MultiPeerBackend for PubSocketBackend {
     }
 
     fn peer_disconnected(&self, peer_id: &PeerIdentity) {
-        log::info!("Client disconnected {:?}", peer_id);
+        // ringtail: debug, not info: a peer that connects and leaves again
+        // and again would otherwise write a line each time.
+        log::debug!("Client disconnected {:?}", peer_id);
         if let Some(monitor) = self.monitor().lock().as_mut() {
             let _ = monitor.try_send(SocketEvent::Disconnected(peer_id.clone()));
         }

@@ -115,7 +115,9 @@ impl MultiPeerBackend for XPubSocketBackend {
     }
 
     fn peer_disconnected(&self, peer_id: &PeerIdentity) {
-        log::info!("Client disconnected {:?}", peer_id);
+        // ringtail: debug, not info: a peer that connects and leaves again
+        // and again would otherwise write a line each time.
+        log::debug!("Client disconnected {:?}", peer_id);
         self.subscribers.remove_sync(peer_id);
         self.fair_queue_inner.lock().remove(peer_id);
     }
