@@ -276,6 +276,29 @@ pub fn main() -> i32 {
         ));
         if propagation.is_err() {
             cannot.push("write a traceparent into traced clients' HTTP/1 requests (probe.propagate)".to_owned());
+        } else {
+            // What a socket in the map sees of FIONREAD (sockmap.rs): where
+            // it reads 0, "auto" writes each connection's first request only.
+            let fionread = crate::sockmap::fionread_in_socket_map();
+            lines.push(line(
+                "socket map FIONREAD",
+                fionread == Ok(crate::sockmap::Fionread::Right),
+                match &fionread {
+                    Ok(crate::sockmap::Fionread::Right) => {
+                        "right for a socket in a socket map: probe.propagate_keep_alive = \"auto\" writes every request a connection keeps alive".to_owned()
+                    }
+                    Ok(crate::sockmap::Fionread::ReadsZero) => "reads 0 for a socket in a socket map (kernel commit 929e30f93125): probe.propagate_keep_alive = \"auto\" takes each connection out of the map within its first request's send".to_owned(),
+                    Err(e) => format!("not tried: {e}"),
+                },
+            ));
+            if fionread != Ok(crate::sockmap::Fionread::Right) {
+                cannot.push("write a traceparent into the later requests of a kept-alive connection without changing what FIONREAD says to its client (probe.propagate_keep_alive = \"auto\": first requests only; \"always\" takes the FIONREAD change)".to_owned());
+            }
+            lines.push(line(
+                "blocking sockets",
+                true,
+                "never put in the socket map (a recv waiting in tcp_bpf_recvmsg returns EAGAIN when a signal, a FIN's ack or room to write wakes it, on every kernel): their requests are not written (blocking_socket)",
+            ));
         }
         let sys_tp = tracefs.is_ok() && backend::tracefs().is_some_and(|p| backend::has_syscall_tracepoints(&p));
         let syscalls = if sys_tp {
