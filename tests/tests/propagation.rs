@@ -555,3 +555,71 @@ fn nginx_proxying_through_propagation_delivers_every_byte() {
     assert_eq!(counted, Some(40.0), "{}", rt.counters());
     eprintln!("propagation: nginx proxied 40 answers of 2 MiB, whole, through propagation");
 }
+
+/// Requests whose body or order the kernel must follow, on connections
+/// kept alive (`KEEP_ALIVE`): a Content-Length body sent in writes of its
+/// own that look like requests is not written into, and the request after
+/// it is; a chunked body, an `Expect: 100-continue`, two requests in one
+/// send, a request sent before the previous one's answer was read: the
+/// request whose start is verified is written, the connection is then given
+/// up, its later requests sent as they are; every body arrives as sent.
+#[test]
+fn requests_are_written_only_at_the_starts_the_kernel_framed() {
+    if !can_trace() || !have("ip") || !have("/usr/bin/python3") {
+        return;
+    }
+    let (ns, port) = (VethNs::create(), free_port());
+    let _srv = wire_server(&ns, "http-server", port);
+    let mut launcher = Launcher::new();
+    let (rt, prom) = ringtail_with(&[], &launcher, true, KEEP_ALIVE);
+    let written = |tp: &str| tp.starts_with("00-") && tp.len() == 55;
+    for (case, want) in [
+        ("content-length", [true, true, false]),
+        ("chunked", [true, false, false]),
+        ("expect", [true, false, false]),
+        ("pipelined", [true, false, false]),
+        ("unanswered", [true, false, false]),
+    ] {
+        let out = wire_client(&mut launcher, "framing-client", &ns, port, &[case]);
+        assert_eq!(out.len(), 1, "{case}: {out:?}");
+        let seen: Vec<&str> = out[0].strip_prefix("ok ").unwrap_or_else(|| panic!("{case}: {out:?}")).split(' ').collect();
+        let got: Vec<bool> = seen.iter().map(|tp| written(tp)).collect();
+        assert_eq!(got, want[..seen.len()], "{case}: the requests carried {seen:?}\n{}", rt.counters());
+    }
+    for (reason, n) in [("body_length_unknown", 2.0), ("pipelined", 2.0), ("connection_given_up", 4.0)] {
+        let counted = wait_until(WAIT, || Some(refused(prom, reason)).filter(|c| *c >= n));
+        assert_eq!(counted, Some(n), "{reason}: {}", rt.counters());
+    }
+    assert_eq!(refused(prom, "unclaimed"), 0.0, "{}", rt.counters());
+    eprintln!("propagation: bodies followed by their Content-Length, chunked, Expect and pipelined requests given up, every byte as sent");
+}
+
+/// A connection kept alive stays in the socket map while its requests can
+/// be written (`KEEP_ALIVE`), and leaves it at its FIN: held open after
+/// shutdown(SHUT_WR), it is no longer there.
+#[test]
+fn a_connection_leaves_the_socket_map_at_its_fin() {
+    if !can_trace() || !have("ip") || !have("/usr/bin/python3") || !have("bpftool") {
+        return;
+    }
+    let (ns, port) = (VethNs::create(), free_port());
+    let _srv = wire_server(&ns, "http-server", port);
+    let mut launcher = Launcher::new();
+    let (rt, _prom) = ringtail_with(&[], &launcher, true, KEEP_ALIVE);
+    let out = TempDir::new("propagation-held");
+    for (how, in_map) in [("open", 1), ("shut", 0)] {
+        let said = out.join(how);
+        launcher.run(&format!(
+            "/usr/bin/python3 '{}' held-client {} {port} {how} 4 > '{}' 2>&1 &",
+            fixture("prop_wire.py").display(),
+            ns.ns_addr,
+            said.display()
+        ));
+        let got = wait_until(WAIT, || std::fs::read_to_string(&said).ok().filter(|s| s.contains('\n')));
+        assert_eq!(got.as_deref(), Some("ok 200\n"), "{how}");
+        assert_eq!(socks_in_map(&rt), in_map, "a connection held {how}");
+        // (gone once the client ends)
+        assert_eq!(wait_until(WAIT, || (socks_in_map(&rt) == 0).then_some(())), Some(()), "{how}: the closed connection");
+    }
+    eprintln!("propagation: a kept-alive connection in the socket map until its FIN");
+}
