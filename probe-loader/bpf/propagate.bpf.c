@@ -258,7 +258,7 @@ static __always_inline int room_for_line(struct sock *sk, __u32 seq)
 	__s64 room = (__s64)sk->sk_sndbuf - sk->sk_wmem_queued;
 	if (room < PROP_SEND_ROOM)
 		return 0;
-	if (!tcp_snd_nxt_off)
+	if (!tcp_snd_nxt_off || !tcp_write_seq_off)
 		return sk->sk_wmem_queued == 0;
 	return sk_u32_at(sk, tcp_snd_nxt_off) == seq;
 }

@@ -237,6 +237,8 @@ pub fn main() -> i32 {
 
     let mut usable = Vec::new();
     let mut verified: Vec<(Chosen, Vec<probes::ProgramStats>)> = Vec::new();
+    // the socket object's variant with propagation's programs
+    let mut propagation_stats: Vec<probes::ProgramStats> = Vec::new();
     if let Ok(btf) = &btf {
         let socket_tp = backend::has_socket_tracepoints(btf);
         let socket =
@@ -260,7 +262,7 @@ pub fn main() -> i32 {
             Ok(_) => {
                 let mut with = settings.clone();
                 with.probe.propagate = true;
-                try_backend(btf, Chosen::Socket, &with).map(|_| ())
+                try_backend(btf, Chosen::Socket, &with)
             }
             Err(_) => Err("needs the socket backend (Linux 6.3+)".to_owned()),
         };
@@ -268,12 +270,15 @@ pub fn main() -> i32 {
             "propagation",
             propagation.is_ok(),
             match &propagation {
-                Ok(()) => {
+                Ok(_) => {
                     "sockops on the cgroup v2 root, sk_msg on its socket map: loaded and attached (probe.propagate can be on)".to_owned()
                 }
                 Err(e) => e.clone(),
             },
         ));
+        if let Ok(stats) = &propagation {
+            propagation_stats = stats.clone();
+        }
         if propagation.is_err() {
             cannot.push("write a traceparent into traced clients' HTTP/1 requests (probe.propagate)".to_owned());
         } else {
@@ -380,6 +385,10 @@ pub fn main() -> i32 {
             let insns = st.verified_insns.map_or_else(|| "unknown (Linux 5.16+ reports it)".to_owned(), |n| n.to_string());
             println!("{:<20} {:<4} {} {} {insns} of {VERIFIER_LIMIT} instructions", "verifier", "ok", backend.name(), st.name);
         }
+    }
+    for st in &propagation_stats {
+        let insns = st.verified_insns.map_or_else(|| "unknown (Linux 5.16+ reports it)".to_owned(), |n| n.to_string());
+        println!("{:<20} {:<4} socket+propagate {} {insns} of {VERIFIER_LIMIT} instructions", "verifier", "ok", st.name);
     }
     println!();
     match chosen {

@@ -732,6 +732,8 @@ impl Probes {
             .iter()
             .map(|&(name, _)| name)
             .chain(tls)
+            // (propagation's, when its object is loaded: absent ones are skipped)
+            .chain(crate::backend::PROPAGATION_PROGRAMS)
             .filter_map(|name| {
                 let info = match (&self.ebpf, &self.set) {
                     (Some(ebpf), _) => ebpf.program(name)?.info().ok()?,
