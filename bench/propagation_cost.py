@@ -2,6 +2,7 @@
 """What writing a traceparent costs (probe.propagate, issue 29).
 
     sudo python3 bench/propagation_cost.py [--bin-dir target/release] [--runs 2] [--duration 10]
+        [--keep-alive auto|always|never]
 
 A wrk client (keep-alive, `-t1 -c4`) against nginx (one worker, `return
 200`, bench/nginx.conf) on loopback. ringtail traces wrk only (it is
@@ -12,7 +13,11 @@ of ringtail's programs (kernel.bpf_stats_enabled=1: the run_time_ns delta
 of every program the loader holds, and the sk_msg program's alone), and
 wrk's own CPU (its rusage, user + system: the sk_msg program runs in wrk's
 sends and is charged to it). nginx is not traced: only the client's side
-changes.
+changes. `--keep-alive` sets probe.propagate_keep_alive (left out of the
+configuration when not given, for loaders that predate the setting): with
+"always" every request wrk sends is framed and written in the kernel;
+where FIONREAD reads 0 in a socket map "auto" writes each connection's
+first request only, and the connections then leave the map.
 """
 
 import argparse
@@ -34,7 +39,9 @@ def main():
     ap.add_argument("--bin-dir", default="target/release")
     ap.add_argument("--runs", type=int, default=2, help="pairs of (off, on) runs")
     ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--keep-alive", choices=("auto", "always", "never"), help="probe.propagate_keep_alive")
     a = ap.parse_args()
+    keep = f'propagate_keep_alive = "{a.keep_alive}"\n' if a.keep_alive else ""
     for tool in ("wrk", "nginx", "bpftool"):
         if not shutil.which(tool) and not os.path.exists(f"/usr/sbin/{tool}"):
             raise SystemExit(f"{tool} is needed")
@@ -58,7 +65,7 @@ def main():
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             cfg = os.path.join(work, f"{variant}-{i}.toml")
             with open(cfg, "w") as f:
-                f.write(f'[probe]\nbackend = "socket"\npin_dir = ""\npropagate = {"true" if variant == "on" else "false"}\n'
+                f.write(f'[probe]\nbackend = "socket"\npin_dir = ""\npropagate = {"true" if variant == "on" else "false"}\n{keep}'
                         f'[discovery]\npids = [{sh.pid}]\n[pipeline]\nruntime_dir = "{work}/run-{i}"\n[log]\nlevel = "info"\n')
             log = os.path.join(work, f"{variant}-{i}.log")
             rt = subprocess.Popen([os.path.join(a.bin_dir, "ringtail"), "--config", cfg],
@@ -83,8 +90,9 @@ def main():
             delta = {k: (after[k][0] - before.get(k, (0, 0))[0], after[k][1] - before.get(k, (0, 0))[1]) for k in after}
             total_ns = sum(ns for ns, _ in delta.values())
             msg_ns, msg_runs = delta.get("prop_msg", (0, 0))
+            per = {k: delta.get(k, (0, 0))[0] / n for k in ("prop_sockops", "sock_send", "sock_recv")}
             wrk_us = (usage.ru_utime + usage.ru_stime) * 1e6 / n
-            rows.append((variant, n, total_ns / n, msg_ns / n, msg_runs, wrk_us))
+            rows.append((variant, n, total_ns / n, msg_ns / n, msg_runs, wrk_us, per))
             print(f"run {i + 1} propagate {variant:3}: {n} requests, in-kernel {total_ns / n:.0f} ns a request "
                   f"(sk_msg {msg_ns / n:.0f} ns, {msg_runs} runs), wrk {wrk_us:.2f} us CPU a request", flush=True)
             busy = sorted(((ns, runs, k) for k, (ns, runs) in delta.items() if runs), reverse=True)
@@ -94,10 +102,10 @@ def main():
         nginx.wait(timeout=10)
         shutil.rmtree(work, ignore_errors=True)
     print()
-    print("| propagate | requests | in-kernel ns a request | of which sk_msg | wrk µs CPU a request |")
-    print("|---|---|---|---|---|")
-    for v, n, k, m, _, w in rows:
-        print(f"| {v} | {n} | {k:.0f} | {m:.0f} | {w:.2f} |")
+    print("| propagate | requests | in-kernel ns a request | `prop_msg` | `prop_sockops` | `sock_send` | `sock_recv` | wrk µs CPU a request |")
+    print("|---|---|---|---|---|---|---|---|")
+    for v, n, k, m, _, w, per in rows:
+        print(f"| {v} | {n} | {k:.0f} | {m:.0f} | {per['prop_sockops']:.0f} | {per['sock_send']:.0f} | {per['sock_recv']:.0f} | {w:.2f} |")
 
 
 if __name__ == "__main__":

@@ -97,6 +97,7 @@ const ENUM_RULES: &[(&str, &str, &str)] = &[
     ("routes.unmatched", "must be path, wildcard or heuristic", "\"heuristic\""),
     ("routes.ignore_mode", "must be all, traces or metrics", "\"all\""),
     ("probe.backend", "must be auto, socket or syscalls", "\"auto\""),
+    ("probe.propagate_keep_alive", "must be auto, always or never", "\"auto\""),
     ("kubernetes.enabled", "must be auto, true or false", "\"auto\""),
 ];
 
@@ -459,6 +460,7 @@ mod tests {
             ("[redaction]\nquery_keys = [\"a=b\"]\n", "redaction.query_keys[0]", "a=b"),
             ("[redaction]\nquery_keys = [\"\"]\n", "redaction.query_keys[0]", "\"\""),
             ("[probe]\nbackend = \"kprobes\"\n", "probe.backend", "kprobes"),
+            ("[probe]\npropagate_keep_alive = \"sometimes\"\n", "probe.propagate_keep_alive", "sometimes"),
         ];
         for (text, key, value) in cases {
             let err = load(text, &[]).unwrap_err().to_string();

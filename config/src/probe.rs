@@ -39,6 +39,37 @@ impl Backend {
     }
 }
 
+/// With `probe.propagate`: whether a connection stays in the socket map
+/// after its first request, so that the later requests it keeps alive
+/// carry a `traceparent` too.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeepAlive {
+    /// `Always` where the kernel reports FIONREAD right for a socket in a
+    /// socket map (the loader tries one at start), else `Never`.
+    Auto,
+    /// Also where FIONREAD reads 0 for a socket in a socket map (kernel
+    /// commit 929e30f93125: Linux 6.6.128+, 6.12.75+, 6.18.14+, 6.19+,
+    /// until its fix): a traced client that sizes its reads with FIONREAD
+    /// on such a connection (nginx, Java, .NET can) then waits for data
+    /// that is there.
+    Always,
+    /// Each connection leaves the socket map within its first request's
+    /// send: only that request is written into.
+    Never,
+}
+
+impl KeepAlive {
+    /// The configuration spelling.
+    pub fn name(self) -> &'static str {
+        match self {
+            KeepAlive::Auto => "auto",
+            KeepAlive::Always => "always",
+            KeepAlive::Never => "never",
+        }
+    }
+}
+
 /// Kernel side: how events leave the kernel.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -97,6 +128,15 @@ pub struct ProbeSettings {
     /// CAP_NET_ADMIN at start (a sockops program on the root cgroup, an
     /// sk_msg program on the traced processes' connections).
     pub propagate: bool,
+    /// With `propagate`: `"auto"`, `"always"` or `"never"`. A connection
+    /// in the socket map gets the kernel's tcp_bpf socket calls, whose
+    /// FIONREAD reads 0 on recent kernels (see [`KeepAlive`]): `"auto"`
+    /// keeps connections there after their first request (so that a kept
+    /// alive connection's later requests are written too) only where the
+    /// loader found FIONREAD right at start; elsewhere, as with `"never"`,
+    /// each connection leaves the map within its first request's send and
+    /// its later requests are counted (`keep_alive_off`).
+    pub propagate_keep_alive: KeepAlive,
     /// Server ports of the databases whose calls become spans (PostgreSQL
     /// 5432, MySQL/MariaDB 3306, Redis 6379, memcached 11211): a traced
     /// process's connection to one of these ports is read as a database
@@ -122,6 +162,7 @@ impl Default for ProbeSettings {
             pin_dir: PathBuf::from(DEFAULT_PIN_DIR),
             keep_pins_on_stop: false,
             propagate: false,
+            propagate_keep_alive: KeepAlive::Auto,
             db_ports: vec![5432, 3306, 6379, 11211],
         }
     }

@@ -42,6 +42,10 @@ RINGTAIL_GLOBAL(const volatile __u8, tls_late, 0);
 
 /* 1 = probe.propagate: write a traceparent into traced clients' HTTP/1 requests (propagate.h). */
 RINGTAIL_GLOBAL(const volatile __u8, propagate, 0);
+/* 1 = a connection stays in the socket map after its first request, so
+ * that its later requests are written too (probe.propagate_keep_alive,
+ * decided by the loader: not where FIONREAD reads 0 in a socket map). */
+RINGTAIL_GLOBAL(const volatile __u8, prop_keep_alive, 0);
 
 /* Byte offsets of struct tcp_sock's copied_seq and write_seq, from the
  * kernel's BTF (the loader's kernel_btf.rs; CO-RE cannot place them here);
@@ -53,6 +57,9 @@ RINGTAIL_GLOBAL(const volatile __u32, tcp_write_seq_off, 0);
  * it ended (http1_conn.h, answer_early); 0: unknown. */
 RINGTAIL_GLOBAL(const volatile __u32, tcp_rack_mstamp_off, 0);
 RINGTAIL_GLOBAL(const volatile __u32, tcp_rack_end_seq_off, 0);
+/* And of snd_nxt: where the next byte never sent goes (propagate.bpf.c);
+ * 0: unknown, nothing is written but into a socket with nothing queued. */
+RINGTAIL_GLOBAL(const volatile __u32, tcp_snd_nxt_off, 0);
 
 /* A u32 field of the socket at byte `off` (one of those above). */
 static __always_inline __u32 sk_u32_at(struct sock *sk, __u32 off)

@@ -441,6 +441,12 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 
 	/* An idle client connection, an unknown one, or one that only ever
 	 * received the start of a request line: does a request begin? */
+#ifndef RINGTAIL_CONN_TABLE
+	/* Not inside a body, as propagation framed this send (a body sent
+	 * after an early answer can look like a request) */
+	if (st && st->role == ROLE_CLIENT && prop_in_body(io))
+		return NULL;
+#endif
 	__u8 p[PREFIX_LEN * 2] = {};
 	__u32 n = read_prefix(p, sg);
 	__u32 skip = leading_newlines(p, n);

@@ -164,7 +164,7 @@ struct exe_literal {
 #define CNT_LINK_ALT_STACK 25 /* client requests not linked: their thread has an alternate signal stack (Go, Rust) */
 #define CNT_JOIN_LATE 26     /* loopback requests not joined: the client's send was reported after its server answered */
 #define CNT_PROPAGATED 27   /* client requests sent with a traceparent the kernel wrote (propagate.h) */
-#define CNT_PROP_SERVING 28  /* not written: the thread was serving a request (its trace is not the kernel's to name) */
+#define CNT_PROP_SERVING 28  /* not written: the thread was serving a request (its trace is not the kernel's to name), or made the connection while serving one */
 #define CNT_PROP_HAS_TP 29   /* not written: the request carried a traceparent */
 #define CNT_PROP_HEAD 30     /* not written: the request head's end was not in the send's first PROP_HEAD_MAX bytes */
 #define CNT_PROP_NO_ROOM 31  /* not written: the kernel refused to insert the bytes */
@@ -178,7 +178,18 @@ struct exe_literal {
 #define CNT_DB_LOST 39       /* database records lost: ring full (user space resynchronises or gives the connection up) */
 #define CNT_DB_PARTIAL 40    /* database syscalls whose middle bytes were not captured (H2P_LOST) */
 #define CNT_GO_NO_SOCKET 41  /* Go crypto/tls calls whose connection's socket was not found (go_tls.h: not a TCP socket underneath) */
-#define CNT_MAX 42
+/* probe.propagate (propagate.h): requests not written into, and connections given up */
+#define CNT_PROP_NOT_HTTP 42 /* connections given up: a send where a request had to begin (the first, or one after an exchange) did not begin with an HTTP/1 request line */
+#define CNT_PROP_BLOCKING 43 /* requests on a blocking socket: never in the socket map (a recv waiting there can return EAGAIN) */
+#define CNT_PROP_KEEP_ALIVE_OFF 44 /* requests after a connection's first, which left the socket map after it (probe.propagate_keep_alive) */
+#define CNT_PROP_GIVEN_UP 45 /* requests on a connection given up earlier (counted once as why) or closing */
+#define CNT_PROP_BODY_UNKNOWN 46 /* connections given up after a request whose body's end is not counted (Transfer-Encoding, Expect, a bad or repeated Content-Length) */
+#define CNT_PROP_UPGRADE 47  /* connections given up after a request that may switch protocols (Upgrade, CONNECT) */
+#define CNT_PROP_PIPELINED 48 /* connections given up: a request began before the previous one's answer was read, or inside a send */
+#define CNT_PROP_SEND_UNSEEN 49 /* connections given up: a send the sk_msg program did not see (the kernel skips it after a send it could not complete) */
+#define CNT_PROP_IN_BODY 50  /* requests the capture began where the sk_msg program framed body bytes or took no head */
+#define CNT_PROP_QUEUE_BUSY 51 /* requests not written: the socket had unsent bytes queued, or its send buffer little room (a send cut short would keep part of the line) */
+#define CNT_MAX 52
 
 /* proc_head.kind: records of the `execs` ring. */
 #define PROC_EXEC 1

@@ -17,7 +17,8 @@
  *    (connection state is deleted; it would go with the socket anyway) and
  *    connect (a traced process's connection is marked for propagation).
  *  - sockops and sk_msg (probe.propagate, propagate.h): the traceparent
- *    written into traced clients' requests.
+ *    written into traced clients' requests; a read that begins with a
+ *    final answer tells them an exchange may be over (prop_on_recv).
  *
  * This object defines the globals the loader sets (globals.h).
  */
@@ -73,8 +74,10 @@ static __always_inline void sock_data(struct sock *sk, int ret, int recv)
 SEC("tp_btf/sock_recv_length")
 int BPF_PROG(sock_recv, struct sock *sk, int ret, int flags)
 {
-	if (ret > 0 && !(flags & MSG_PEEK) && is_tcp(sk))
+	if (ret > 0 && !(flags & MSG_PEEK) && is_tcp(sk)) {
 		sock_data(sk, ret, 1);
+		prop_on_recv(sk, ret);
+	}
 	return 0;
 }
 

@@ -237,6 +237,8 @@ pub fn main() -> i32 {
 
     let mut usable = Vec::new();
     let mut verified: Vec<(Chosen, Vec<probes::ProgramStats>)> = Vec::new();
+    // the socket object's variant with propagation's programs
+    let mut propagation_stats: Vec<probes::ProgramStats> = Vec::new();
     if let Ok(btf) = &btf {
         let socket_tp = backend::has_socket_tracepoints(btf);
         let socket =
@@ -260,7 +262,7 @@ pub fn main() -> i32 {
             Ok(_) => {
                 let mut with = settings.clone();
                 with.probe.propagate = true;
-                try_backend(btf, Chosen::Socket, &with).map(|_| ())
+                try_backend(btf, Chosen::Socket, &with)
             }
             Err(_) => Err("needs the socket backend (Linux 6.3+)".to_owned()),
         };
@@ -268,14 +270,40 @@ pub fn main() -> i32 {
             "propagation",
             propagation.is_ok(),
             match &propagation {
-                Ok(()) => {
+                Ok(_) => {
                     "sockops on the cgroup v2 root, sk_msg on its socket map: loaded and attached (probe.propagate can be on)".to_owned()
                 }
                 Err(e) => e.clone(),
             },
         ));
+        if let Ok(stats) = &propagation {
+            propagation_stats = stats.clone();
+        }
         if propagation.is_err() {
             cannot.push("write a traceparent into traced clients' HTTP/1 requests (probe.propagate)".to_owned());
+        } else {
+            // What a socket in the map sees of FIONREAD (sockmap.rs): where
+            // it reads 0, "auto" writes each connection's first request only.
+            let fionread = crate::sockmap::fionread_in_socket_map();
+            lines.push(line(
+                "socket map FIONREAD",
+                fionread == Ok(crate::sockmap::Fionread::Right),
+                match &fionread {
+                    Ok(crate::sockmap::Fionread::Right) => {
+                        "right for a socket in a socket map: probe.propagate_keep_alive = \"auto\" writes every request a connection keeps alive".to_owned()
+                    }
+                    Ok(crate::sockmap::Fionread::ReadsZero) => "reads 0 for a socket in a socket map (kernel commit 929e30f93125): probe.propagate_keep_alive = \"auto\" takes each connection out of the map within its first request's send".to_owned(),
+                    Err(e) => format!("not tried: {e}"),
+                },
+            ));
+            if fionread != Ok(crate::sockmap::Fionread::Right) {
+                cannot.push("write a traceparent into the later requests of a kept-alive connection without changing what FIONREAD says to its client (probe.propagate_keep_alive = \"auto\": first requests only; \"always\" takes the FIONREAD change)".to_owned());
+            }
+            lines.push(line(
+                "blocking sockets",
+                true,
+                "never put in the socket map (a recv waiting in tcp_bpf_recvmsg returns EAGAIN when a signal, a FIN's ack or room to write wakes it, on every kernel): their requests are not written (blocking_socket)",
+            ));
         }
         let sys_tp = tracefs.is_ok() && backend::tracefs().is_some_and(|p| backend::has_syscall_tracepoints(&p));
         let syscalls = if sys_tp {
@@ -357,6 +385,10 @@ pub fn main() -> i32 {
             let insns = st.verified_insns.map_or_else(|| "unknown (Linux 5.16+ reports it)".to_owned(), |n| n.to_string());
             println!("{:<20} {:<4} {} {} {insns} of {VERIFIER_LIMIT} instructions", "verifier", "ok", backend.name(), st.name);
         }
+    }
+    for st in &propagation_stats {
+        let insns = st.verified_insns.map_or_else(|| "unknown (Linux 5.16+ reports it)".to_owned(), |n| n.to_string());
+        println!("{:<20} {:<4} socket+propagate {} {insns} of {VERIFIER_LIMIT} instructions", "verifier", "ok", st.name);
     }
     println!();
     match chosen {

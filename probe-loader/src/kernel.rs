@@ -91,6 +91,16 @@ pub const COUNTERS: [KernelCounter; CNT_MAX] = {
     t[CNT_DB_LOST] = KernelCounter::Drop("db_ring_full");
     t[CNT_DB_PARTIAL] = KernelCounter::Count("ringtail_db_partial_records_total");
     t[CNT_GO_NO_SOCKET] = KernelCounter::Drop("go_tls_no_socket");
+    t[CNT_PROP_NOT_HTTP] = KernelCounter::NotPropagated("not_http");
+    t[CNT_PROP_BLOCKING] = KernelCounter::NotPropagated("blocking_socket");
+    t[CNT_PROP_KEEP_ALIVE_OFF] = KernelCounter::NotPropagated("keep_alive_off");
+    t[CNT_PROP_GIVEN_UP] = KernelCounter::NotPropagated("connection_given_up");
+    t[CNT_PROP_BODY_UNKNOWN] = KernelCounter::NotPropagated("body_length_unknown");
+    t[CNT_PROP_UPGRADE] = KernelCounter::NotPropagated("upgrade");
+    t[CNT_PROP_PIPELINED] = KernelCounter::NotPropagated("pipelined");
+    t[CNT_PROP_SEND_UNSEEN] = KernelCounter::NotPropagated("send_not_seen");
+    t[CNT_PROP_IN_BODY] = KernelCounter::NotPropagated("not_at_request_start");
+    t[CNT_PROP_QUEUE_BUSY] = KernelCounter::NotPropagated("send_queue_busy");
     t
 };
 

@@ -1,8 +1,9 @@
 //! Offsets of the kernel fields the probes read that the loader's CO-RE
 //! relocation cannot place: aya 0.14 finds no match for any field of
 //! `struct tcp_sock` (the instruction is poisoned and the program refused),
-//! so the ones the probes need (the TCP sequence numbers of `bpf/join.h`,
-//! RACK's newest delivered segment of `bpf/http1_conn.h`) are looked up
+//! so the ones the probes need (the TCP sequence numbers of `bpf/join.h`
+//! and `bpf/propagate.bpf.c`, RACK's newest delivered segment of
+//! `bpf/http1_conn.h`) are looked up
 //! here, in the running kernel's BTF, and handed to the
 //! programs as globals (0: not found, and those probes do without).
 //!
@@ -38,6 +39,9 @@ pub struct TcpSeqOffsets {
     pub write_seq: u32,
     pub rack_mstamp: u32,
     pub rack_end_seq: u32,
+    /// `snd_nxt` (0 when not found): where the next byte never sent goes
+    /// (bpf/propagate.bpf.c: nothing queued is unsent when it is write_seq).
+    pub snd_nxt: u32,
 }
 
 impl TcpSeqOffsets {
@@ -66,7 +70,8 @@ impl TcpSeqOffsets {
             Some((field("mstamp")?, field("end_seq")?))
         };
         let (rack_mstamp, rack_end_seq) = rack().unwrap_or((0, 0));
-        Some(TcpSeqOffsets { copied_seq, write_seq, rack_mstamp, rack_end_seq })
+        let snd_nxt = member_offset(btf, "tcp_sock", "snd_nxt").unwrap_or(0);
+        Some(TcpSeqOffsets { copied_seq, write_seq, rack_mstamp, rack_end_seq, snd_nxt })
     }
 }
 
@@ -191,5 +196,6 @@ mod tests {
         assert!(o.copied_seq > 1000 && o.write_seq > 1000 && o.copied_seq != o.write_seq, "{o:?}");
         // struct tcp_rack { u64 mstamp; u32 rtt_us; u32 end_seq; ... }
         assert!(o.rack_mstamp > 1000 && o.rack_end_seq == o.rack_mstamp + 12, "{o:?}");
+        assert!(o.snd_nxt > 1000 && o.snd_nxt != o.write_seq, "{o:?}");
     }
 }

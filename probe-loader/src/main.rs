@@ -24,6 +24,8 @@
 //! - `procinfo`: process names and `OTEL_*` variables: from /proc at start,
 //!   then from the kernel's exec and fork records.
 //! - `privileges`: the capability check before, and the drop after.
+//! - `sockmap`: what a socket map does to its sockets, tried on this kernel
+//!   (FIONREAD), for `probe.propagate_keep_alive`.
 //! - `step`: the load step: a fresh load (and its BTF parse) in a
 //!   short-lived child, so that the loader's own peak memory stays low;
 //!   it dies with the loader.
@@ -56,6 +58,7 @@ mod probes;
 mod procinfo;
 mod pump;
 mod ring;
+mod sockmap;
 mod step;
 mod tls;
 

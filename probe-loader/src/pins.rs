@@ -139,12 +139,13 @@ pub fn stamp(probe: &ProbeSettings, discovery: &DiscoverySettings, tls: &TlsSett
     // The whole selection, not only what is baked in: a reopened set keeps
     // the processes its maps selected, which other settings must not inherit.
     let baked = format!(
-        "backend={} wakeup_len={wakeup_len} ring_mb={} conns={} read_env={} propagate={} discovery={discovery:?} tls={tls:?}",
+        "backend={} wakeup_len={wakeup_len} ring_mb={} conns={} read_env={} propagate={} keep_alive={} discovery={discovery:?} tls={tls:?}",
         probe.backend.name(),
         probe.ring_buffer_mb,
         probe.max_connections,
         probe.read_process_env,
-        probe.propagate
+        probe.propagate,
+        probe.propagate_keep_alive.name()
     );
     h = fnv1a(h, baked.as_bytes());
     format!("{h:016x}")
@@ -409,6 +410,8 @@ mod tests {
         assert_eq!(a, stamp(&kept, &discovery, &tls, 512), "user-space settings are not");
         let no_tls = TlsSettings { enabled: false, ..TlsSettings::default() };
         assert_ne!(a, stamp(&probe, &discovery, &no_tls, 512), "TLS capture is baked in");
+        let always = ProbeSettings { propagate_keep_alive: ringtail_config::probe::KeepAlive::Always, ..ProbeSettings::default() };
+        assert_ne!(a, stamp(&always, &discovery, &tls, 512), "whether connections stay in the socket map is baked in");
     }
 
     /// A set's name on a symlink, and a "pin" that is a symlink inside a

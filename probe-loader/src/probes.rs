@@ -345,6 +345,20 @@ impl Probes {
             });
         }
         let propagate = u8::from(probe.propagate);
+        let tcp = crate::kernel_btf::TcpSeqOffsets::of_running_kernel();
+        // Whether connections stay in the socket map after their first
+        // request (bpf/propagate.h): tried on this kernel (sockmap.rs).
+        let keep_alive = if probe.propagate {
+            let (keep, why) = crate::sockmap::keep_alive(probe.propagate_keep_alive, tcp.write_seq != 0);
+            if keep {
+                tracing::info!(event = "propagation_mode", keep_alive = true, reason = %why, "connections stay in the socket map while their requests can be written: every request kept alive on one is written");
+            } else {
+                tracing::warn!(event = "propagation_mode", keep_alive = false, reason = %why, "each connection leaves the socket map within its first request's send: only that request is written (later ones counted as keep_alive_off)");
+            }
+            u8::from(keep)
+        } else {
+            0
+        };
         let wakeup_len = u64::from(wakeup_len);
         let select_all = u8::from(discovery.selects_all());
         let watch_exec = u8::from(!discovery.exe_names.is_empty());
@@ -354,7 +368,6 @@ impl Probes {
         let mut db_ports = [0u16; crate::kernel::DB_PORTS];
         db_ports.iter_mut().zip(&probe.db_ports).for_each(|(slot, port)| *slot = *port);
         let ring_bytes = probe.ring_buffer_mb << 20;
-        let tcp = crate::kernel_btf::TcpSeqOffsets::of_running_kernel();
         if tcp.copied_seq == 0 {
             tracing::warn!(
                 event = "tcp_offsets_unknown",
@@ -380,7 +393,9 @@ impl Probes {
             .override_global("tcp_write_seq_off", &tcp.write_seq, true)
             .override_global("tcp_rack_mstamp_off", &tcp.rack_mstamp, true)
             .override_global("tcp_rack_end_seq_off", &tcp.rack_end_seq, true)
+            .override_global("tcp_snd_nxt_off", &tcp.snd_nxt, true)
             .override_global("propagate", &propagate, true)
+            .override_global("prop_keep_alive", &keep_alive, true)
             .map_max_entries("events", ring_bytes)
             // the connection table (bpf/conn.h), and the TLS bindings (bpf/tls.h)
             .map_max_entries("conn_table", conn_table)
@@ -717,6 +732,8 @@ impl Probes {
             .iter()
             .map(|&(name, _)| name)
             .chain(tls)
+            // (propagation's, when its object is loaded: absent ones are skipped)
+            .chain(crate::backend::PROPAGATION_PROGRAMS)
             .filter_map(|name| {
                 let info = match (&self.ebpf, &self.set) {
                     (Some(ebpf), _) => ebpf.program(name)?.info().ok()?,

@@ -42,15 +42,24 @@ http.server.HTTPServer((sys.argv[2], int(sys.argv[1])), H).serve_forever()
 /// processes `launcher` starts, with propagation `on` or off; prints spans,
 /// serves Prometheus.
 fn ringtail(ports: &[u16], launcher: &Launcher, on: bool) -> (Ringtail, u16) {
+    ringtail_with(ports, launcher, on, "")
+}
+
+/// [`ringtail`] with more `[probe]` settings (`probe` lines).
+fn ringtail_with(ports: &[u16], launcher: &Launcher, on: bool, probe: &str) -> (Ringtail, u16) {
     let prom = free_port();
     let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
     let rt = Ringtail::start(&format!(
-        "[probe]\nbackend = \"socket\"\npropagate = {on}\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{}]\npids = [{}]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
+        "[probe]\nbackend = \"socket\"\npropagate = {on}\nflush_interval = \"20ms\"\n{probe}\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{}]\npids = [{}]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
         ports.join(","),
         launcher.sh.pid()
     ));
     (rt, prom)
 }
+
+/// Connections stay in the socket map after their first request (their
+/// later requests written too) whatever the kernel's FIONREAD says.
+const KEEP_ALIVE: &str = "propagate_keep_alive = \"always\"";
 
 /// A shell started before ringtail and selected by its pid, which runs
 /// the test's commands: they are traced from their first instruction (a
@@ -81,9 +90,23 @@ impl Launcher {
     /// curl with `args` (single-quoted, without quotes of their own): its
     /// standard output, lines.
     fn curl(&mut self, args: &[&str]) -> Vec<String> {
-        use std::io::{BufRead, Write};
         let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
-        writeln!(self.input, "curl -sS {} || echo curl failed", quoted.join(" ")).expect("write to the launcher");
+        let lines = self.run(&format!("curl -sS {} || echo curl failed", quoted.join(" ")));
+        assert!(!lines.iter().any(|l| l.contains("curl failed")), "curl {args:?}: {lines:?}");
+        lines
+    }
+
+    /// `program` with `args` (single-quoted, without quotes of their own),
+    /// its standard error with its standard output: the lines.
+    fn exec(&mut self, program: &str, args: &[&str]) -> Vec<String> {
+        let quoted: Vec<String> = args.iter().map(|a| format!("'{a}'")).collect();
+        self.run(&format!("'{program}' {} 2>&1", quoted.join(" ")))
+    }
+
+    /// A shell command line, run by the launcher: its standard output, lines.
+    fn run(&mut self, command: &str) -> Vec<String> {
+        use std::io::{BufRead, Write};
+        writeln!(self.input, "{command}").expect("write to the launcher");
         let mut lines = Vec::new();
         loop {
             let mut l = String::new();
@@ -94,9 +117,8 @@ impl Launcher {
             }
             lines.push(l);
         }
-        // (the `echo` before the end mark ends curl's last line)
+        // (the `echo` before the end mark ends the command's last line)
         assert_eq!(lines.pop().as_deref(), Some(""), "{lines:?}");
-        assert!(!lines.iter().any(|l| l.contains("curl failed")), "curl {args:?}: {lines:?}");
         lines
     }
 }
@@ -153,7 +175,7 @@ fn a_traced_client_request_carries_its_span_context_to_a_server_in_another_names
     let base = format!("http://{}:{port}", ns.ns_addr);
 
     let mut launcher = Launcher::new();
-    let (rt, prom) = ringtail(&[port], &launcher, true);
+    let (rt, prom) = ringtail_with(&[port], &launcher, true, KEEP_ALIVE);
     // 100 GETs on one connection, then a POST with a body
     let mut got = launcher.curl(&[&format!("{base}/p/[100-199]")]);
     got.extend(launcher.curl(&["-d", "a body", &format!("{base}/p/200")]));
@@ -227,7 +249,7 @@ fn a_call_made_while_serving_carries_nothing_and_the_trace_goes_on() {
     );
     assert!(wait_port(front, Duration::from_secs(15)), "the front did not listen");
     let mut launcher = Launcher::new();
-    let (rt, prom) = ringtail(&[back, front], &launcher, true);
+    let (rt, prom) = ringtail_with(&[back, front], &launcher, true, KEEP_ALIVE);
     let got = launcher.curl(&[&format!("http://127.0.0.1:{front}/f/[100-119]")]);
     assert_eq!(got, vec![String::new(); 20], "the server read no traceparent from the front's calls");
     let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| s.path.starts_with("/f/") || s.path.starts_with("/b/")).count() >= 80);
@@ -293,4 +315,313 @@ fn propagation_with_the_syscall_backend_is_refused_with_a_reason() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("probe.propagate") && err.contains("socket backend"), "{err}");
+}
+
+/// `mode` of tests/fixtures/prop_wire.py (a server) on `port` of the
+/// namespace `ns`.
+fn wire_server(ns: &VethNs, mode: &str, port: u16) -> Proc {
+    let srv = Proc::spawn(
+        mode,
+        ns.command("/usr/bin/python3")
+            .arg(fixture("prop_wire.py"))
+            .args([mode, &port.to_string(), &ns.ns_addr])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    assert!(ns.wait_port(port, Duration::from_secs(15)), "{mode} did not listen");
+    srv
+}
+
+/// tests/fixtures/prop_wire.py's client `mode` against `port` of `ns`,
+/// run by the launcher: its output.
+fn wire_client(launcher: &mut Launcher, mode: &str, ns: &VethNs, port: u16, args: &[&str]) -> Vec<String> {
+    let wire = fixture("prop_wire.py");
+    let port = port.to_string();
+    let mut all = vec![wire.to_str().expect("a UTF-8 path"), mode, ns.ns_addr.as_str(), port.as_str()];
+    all.extend_from_slice(args);
+    launcher.exec("/usr/bin/python3", &all)
+}
+
+/// The sockets in ringtail's socket map (`prop_socks`, pinned in its set).
+fn socks_in_map(rt: &Ringtail) -> usize {
+    let pin = std::fs::read_dir(&rt.pin_dir)
+        .expect("the pin directory")
+        .flatten()
+        .map(|set| set.path().join("map_prop_socks"))
+        .find(|p| p.exists())
+        .expect("map_prop_socks pinned");
+    let out = Command::new("bpftool").args(["-j", "map", "dump", "pinned"]).arg(&pin).output().expect("run bpftool");
+    let entries: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("bpftool map dump: {e}"));
+    entries.as_array().map_or(0, Vec::len)
+}
+
+/// A connection whose first send is not an HTTP/1 request head is never
+/// written into, whatever its later sends look like, and leaves the socket
+/// map within that send: a length-prefixed protocol whose second and third
+/// messages are HTTP/1 requests (each length sent in a write of its own),
+/// and a real Redis server given a SET whose value, sent in a second write,
+/// is one. Both read exactly what was sent; counted, once a connection.
+#[test]
+fn a_connection_that_does_not_begin_with_an_http_request_is_never_written_into() {
+    if !can_trace() || !have("ip") || !have("/usr/bin/python3") || !have("redis-server") || !have("bpftool") {
+        return;
+    }
+    let ns = VethNs::create();
+    let (frames, redis) = (free_port(), free_port());
+    let _frames = wire_server(&ns, "frames-server", frames);
+    let _redis = Proc::spawn(
+        "redis-server in a namespace",
+        ns.command("redis-server")
+            .args(["--port", &redis.to_string(), "--bind", &ns.ns_addr, "--save", "", "--appendonly", "no", "--protected-mode", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    assert!(ns.wait_port(redis, Duration::from_secs(15)), "redis-server did not listen");
+    let mut launcher = Launcher::new();
+    let (rt, prom) = ringtail_with(&[], &launcher, true, KEEP_ALIVE);
+    for _ in 0..5 {
+        assert_eq!(wire_client(&mut launcher, "frames-client", &ns, frames, &[]), ["ok"], "{}", rt.counters());
+        assert_eq!(wire_client(&mut launcher, "redis-client", &ns, redis, &[]), ["ok"], "{}", rt.counters());
+    }
+    let counted = wait_until(WAIT, || Some(refused(prom, "not_http")).filter(|n| *n >= 10.0));
+    assert_eq!(counted, Some(10.0), "each connection counted once: {}", rt.counters());
+    assert_eq!(metric_value(prom, "ringtail_propagated_requests_total", &[]), Some(0.0));
+
+    // out of the map as soon as its first send showed it is not HTTP: a
+    // connection held open after its frames is not in the map
+    let out = TempDir::new("propagation-hold");
+    let held = out.join("held");
+    launcher.run(&format!(
+        "/usr/bin/python3 '{}' frames-client {} {frames} 5 > '{}' 2>&1 &",
+        fixture("prop_wire.py").display(),
+        ns.ns_addr,
+        held.display()
+    ));
+    let said = wait_until(WAIT, || std::fs::read_to_string(&held).ok().filter(|s| s.contains('\n')));
+    assert_eq!(said.as_deref(), Some("ok\n"), "the held client");
+    assert_eq!(socks_in_map(&rt), 0, "a connection that is not HTTP is not in the socket map");
+    eprintln!("propagation: 10 connections that are not HTTP delivered byte-exact, none written into, none left in the map");
+}
+
+/// A POST whose server answers 401 before reading the body, the body (which
+/// begins like an HTTP/1 request) then sent: the server reads exactly that
+/// body; the request after it on the connection begins where the body's
+/// Content-Length ends and the 401 was read, a request start verified, so
+/// it carries the context of its own client span.
+#[test]
+fn a_body_sent_after_an_early_answer_is_delivered_as_sent() {
+    if !can_trace() || !have("ip") || !have("/usr/bin/python3") {
+        return;
+    }
+    let (ns, port) = (VethNs::create(), free_port());
+    let _srv = wire_server(&ns, "http-server", port);
+    let mut launcher = Launcher::new();
+    let (rt, prom) = ringtail_with(&[], &launcher, true, KEEP_ALIVE);
+    let mut written = Vec::new();
+    for _ in 0..5 {
+        let out = wire_client(&mut launcher, "early-client", &ns, port, &[]);
+        assert_eq!(out.len(), 1, "{out:?}");
+        let tp = out[0].strip_prefix("ok ").unwrap_or_else(|| panic!("the server read another body: {out:?}\n{}", rt.counters()));
+        written.push(tp.to_owned());
+    }
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| s.kind == "CLIENT" && s.path == "/sha").count() >= 5);
+    for tp in &written {
+        assert!(
+            spans.iter().any(|s| s.kind == "CLIENT" && s.path == "/sha" && *tp == format!("00-{}-{}-01", s.trace, s.span)),
+            "the request after the body carried {tp}, no client span's context:\n{}\n{}",
+            rt.stdout(),
+            rt.counters()
+        );
+    }
+    assert_eq!(refused(prom, "unclaimed"), 0.0, "{}", rt.counters());
+    eprintln!("propagation: 5 bodies sent after an early 401 delivered as sent; the requests after them carried their own context");
+}
+
+/// A client on a blocking socket waiting in recv gets what it gets
+/// untraced: after shutdown(SHUT_WR), through a signal whose handler asks
+/// for the call to be restarted, and while another thread writes a large
+/// body (a socket in a socket map waits in the kernel's tcp_bpf_recvmsg,
+/// which returns EAGAIN when anything but data wakes it). Such sockets are
+/// never put in the map: counted.
+#[test]
+fn a_client_waiting_in_a_blocking_recv_sees_what_it_sees_untraced() {
+    if !can_trace() || !have("ip") || !have("/usr/bin/python3") {
+        return;
+    }
+    let (ns, port) = (VethNs::create(), free_port());
+    let _srv = wire_server(&ns, "http-server", port);
+    let mut launcher = Launcher::new();
+    let modes = ["shutdown", "signal", "duplex"];
+    let untraced: Vec<Vec<String>> = modes.iter().map(|m| wire_client(&mut launcher, "blocking-client", &ns, port, &[m])).collect();
+    for (m, out) in modes.iter().zip(&untraced) {
+        assert!(out.len() == 1 && out[0].starts_with("HTTP/1.1 200"), "untraced {m}: {out:?}");
+    }
+    let (rt, prom) = ringtail_with(&[], &launcher, true, KEEP_ALIVE);
+    for _ in 0..3 {
+        for (m, want) in modes.iter().zip(&untraced) {
+            assert_eq!(&wire_client(&mut launcher, "blocking-client", &ns, port, &[m]), want, "traced {m}\n{}", rt.counters());
+        }
+    }
+    let counted = wait_until(WAIT, || Some(refused(prom, "blocking_socket")).filter(|n| *n >= 9.0));
+    assert_eq!(counted, Some(9.0), "one request a connection: {}", rt.counters());
+    eprintln!("propagation: blocking recv after shutdown, through a signal and beside a writer: as untraced, 9 of 9");
+}
+
+/// A client that sizes its reads with ioctl(FIONREAD) once poll says its
+/// socket is readable (as nginx, Java and .NET do) reads what it reads
+/// untraced over a kept-alive connection, with the default
+/// `probe.propagate_keep_alive`: where the kernel's FIONREAD says 0 of a
+/// socket in a socket map (Linux 6.6.128+, 6.12.75+, 6.18.14+ and 6.19+),
+/// a connection leaves the map within its first request's send, so only
+/// that request carries a traceparent; the others are counted.
+#[test]
+fn a_client_sizing_reads_with_fionread_reads_what_it_reads_untraced() {
+    if !can_trace() || !have("ip") || !have("/usr/bin/python3") {
+        return;
+    }
+    let (ns, port) = (VethNs::create(), free_port());
+    let _srv = wire_server(&ns, "http-server", port);
+    let mut launcher = Launcher::new();
+    assert_eq!(wire_client(&mut launcher, "fionread-client", &ns, port, &["20"]), ["ok"], "untraced");
+    let (rt, prom) = ringtail(&[], &launcher, true);
+    for _ in 0..3 {
+        assert_eq!(wire_client(&mut launcher, "fionread-client", &ns, port, &["20"]), ["ok"], "traced\n{}", rt.counters());
+    }
+    let log = rt.log();
+    let mode: Vec<&str> = log.lines().filter(|l| l.contains("event=\"propagation_mode\"")).collect();
+    assert_eq!(mode.len(), 1, "the loader says which requests it writes:\n{log}");
+    let keep_alive = !mode[0].contains("keep_alive=false");
+    let want = if keep_alive { 60.0 } else { 3.0 };
+    let written = wait_until(WAIT, || metric_value(prom, "ringtail_propagated_requests_total", &[]).filter(|n| *n >= want));
+    if !keep_alive {
+        assert_eq!(written, Some(3.0), "each connection's first request: {}", rt.counters());
+        let later = wait_until(WAIT, || Some(refused(prom, "keep_alive_off")).filter(|n| *n >= 57.0));
+        assert_eq!(later, Some(57.0), "the later requests counted: {}", rt.counters());
+    } else {
+        assert_eq!(written, Some(60.0), "{}", rt.counters());
+    }
+    eprintln!("propagation: a FIONREAD reader read 60 answers as untraced ({})", mode[0]);
+}
+
+/// Clients on epoll and non-blocking sockets, kept alive (in the socket map
+/// the whole time, `KEEP_ALIVE`): Python asyncio, Node's `http` and Go's
+/// net/http, hundreds of requests each, every answer whole at its first
+/// attempt, every request written.
+#[test]
+fn epoll_clients_get_every_byte_at_their_first_attempt() {
+    if !can_trace() || !have("ip") || !have("/usr/bin/python3") || !have("node") {
+        return;
+    }
+    let Some(go_client) = go_binary("client") else { return };
+    let (ns, port) = (VethNs::create(), free_port());
+    let _srv = wire_server(&ns, "http-server", port);
+    let url = format!("http://{}:{port}/big/65536", ns.ns_addr);
+    let mut launcher = Launcher::new();
+    let (rt, prom) = ringtail_with(&[], &launcher, true, KEEP_ALIVE);
+    assert_eq!(wire_client(&mut launcher, "asyncio-client", &ns, port, &["100", "4"]), ["ok 400"], "asyncio\n{}", rt.counters());
+    let node = fixture("node/client.js");
+    assert_eq!(launcher.exec("node", &[node.to_str().expect("UTF-8"), &url, "400", "8"]), ["ok 400"], "node\n{}", rt.counters());
+    let go = launcher.run(&format!("'{}' '{url}' 100 4 2>&1; echo exit $?", go_client.display()));
+    assert_eq!(go, ["exit 0"], "go\n{}", rt.counters());
+    let written = wait_until(WAIT, || metric_value(prom, "ringtail_propagated_requests_total", &[]).filter(|n| *n >= 1200.0));
+    assert_eq!(written, Some(1200.0), "every request written: {}", rt.counters());
+    eprintln!("propagation: asyncio, Node and Go clients, 1,200 requests kept alive in the socket map, all whole at the first attempt");
+}
+
+/// nginx proxying 2 MiB answers from a server in another namespace over
+/// kept-alive upstream connections: every byte delivered, no stall (nginx
+/// sizes its reads with FIONREAD). Its upstream connections are made while
+/// it serves a request, so they are never put in the socket map.
+#[test]
+fn nginx_proxying_through_propagation_delivers_every_byte() {
+    if !can_trace() || !have("ip") || !have("/usr/bin/python3") || !have("nginx") || !have("curl") {
+        return;
+    }
+    let (ns, back, front) = (VethNs::create(), free_port(), free_port());
+    let _srv = wire_server(&ns, "http-server", back);
+    let root = TempDir::new("propagation-nginx");
+    let _nginx = nginx_with(
+        front,
+        &root.0,
+        1,
+        &format!("upstream be {{ server {}:{back}; keepalive 4; }}", ns.ns_addr),
+        "location /up/ { proxy_pass http://be/; proxy_http_version 1.1; proxy_set_header Connection \"\"; }",
+    );
+    let mut launcher = Launcher::new();
+    let (rt, prom) = ringtail_with(&[front], &launcher, true, KEEP_ALIVE);
+    let url = format!("http://127.0.0.1:{front}/up/big/2097152");
+    let got = launcher.curl(&["--max-time", "10", "-o", "/dev/null", "-w", "%{http_code} %{size_download}\\n", &format!("{url}?[1-40]")]);
+    assert_eq!(got, vec!["200 2097152".to_owned(); 40], "{}", rt.counters());
+    // nginx's upstream requests, on connections made while it served
+    let counted = wait_until(WAIT, || Some(refused(prom, "serving_a_request")).filter(|n| *n >= 40.0));
+    assert_eq!(counted, Some(40.0), "{}", rt.counters());
+    eprintln!("propagation: nginx proxied 40 answers of 2 MiB, whole, through propagation");
+}
+
+/// Requests whose body or order the kernel must follow, on connections
+/// kept alive (`KEEP_ALIVE`): a Content-Length body sent in writes of its
+/// own that look like requests is not written into, and the request after
+/// it is; a chunked body, an `Expect: 100-continue`, two requests in one
+/// send, a request sent before the previous one's answer was read: the
+/// request whose start is verified is written, the connection is then given
+/// up, its later requests sent as they are; every body arrives as sent.
+#[test]
+fn requests_are_written_only_at_the_starts_the_kernel_framed() {
+    if !can_trace() || !have("ip") || !have("/usr/bin/python3") {
+        return;
+    }
+    let (ns, port) = (VethNs::create(), free_port());
+    let _srv = wire_server(&ns, "http-server", port);
+    let mut launcher = Launcher::new();
+    let (rt, prom) = ringtail_with(&[], &launcher, true, KEEP_ALIVE);
+    let written = |tp: &str| tp.starts_with("00-") && tp.len() == 55;
+    for (case, want) in [
+        ("content-length", [true, true, false]),
+        ("chunked", [true, false, false]),
+        ("expect", [true, false, false]),
+        ("pipelined", [true, false, false]),
+        ("unanswered", [true, false, false]),
+    ] {
+        let out = wire_client(&mut launcher, "framing-client", &ns, port, &[case]);
+        assert_eq!(out.len(), 1, "{case}: {out:?}");
+        let seen: Vec<&str> = out[0].strip_prefix("ok ").unwrap_or_else(|| panic!("{case}: {out:?}")).split(' ').collect();
+        let got: Vec<bool> = seen.iter().map(|tp| written(tp)).collect();
+        assert_eq!(got, want[..seen.len()], "{case}: the requests carried {seen:?}\n{}", rt.counters());
+    }
+    for (reason, n) in [("body_length_unknown", 2.0), ("pipelined", 2.0), ("connection_given_up", 4.0)] {
+        let counted = wait_until(WAIT, || Some(refused(prom, reason)).filter(|c| *c >= n));
+        assert_eq!(counted, Some(n), "{reason}: {}", rt.counters());
+    }
+    assert_eq!(refused(prom, "unclaimed"), 0.0, "{}", rt.counters());
+    eprintln!("propagation: bodies followed by their Content-Length, chunked, Expect and pipelined requests given up, every byte as sent");
+}
+
+/// A connection kept alive stays in the socket map while its requests can
+/// be written (`KEEP_ALIVE`), and leaves it at its FIN: held open after
+/// shutdown(SHUT_WR), it is no longer there.
+#[test]
+fn a_connection_leaves_the_socket_map_at_its_fin() {
+    if !can_trace() || !have("ip") || !have("/usr/bin/python3") || !have("bpftool") {
+        return;
+    }
+    let (ns, port) = (VethNs::create(), free_port());
+    let _srv = wire_server(&ns, "http-server", port);
+    let mut launcher = Launcher::new();
+    let (rt, _prom) = ringtail_with(&[], &launcher, true, KEEP_ALIVE);
+    let out = TempDir::new("propagation-held");
+    for (how, in_map) in [("open", 1), ("shut", 0)] {
+        let said = out.join(how);
+        launcher.run(&format!(
+            "/usr/bin/python3 '{}' held-client {} {port} {how} 4 > '{}' 2>&1 &",
+            fixture("prop_wire.py").display(),
+            ns.ns_addr,
+            said.display()
+        ));
+        let got = wait_until(WAIT, || std::fs::read_to_string(&said).ok().filter(|s| s.contains('\n')));
+        assert_eq!(got.as_deref(), Some("ok 200\n"), "{how}");
+        assert_eq!(socks_in_map(&rt), in_map, "a connection held {how}");
+        // (gone once the client ends)
+        assert_eq!(wait_until(WAIT, || (socks_in_map(&rt) == 0).then_some(())), Some(()), "{how}: the closed connection");
+    }
+    eprintln!("propagation: a kept-alive connection in the socket map until its FIN");
 }
