@@ -77,8 +77,9 @@ test_deps() {
     done
     apt_install python3 python3-venv python3-pip curl nginx-light wrk apache2-utils prometheus systemd iproute2
     # The databases whose calls tests/tests/databases.rs reads off the wire
-    # (each test starts its own server on its own port).
-    apt_install postgresql redis-server mariadb-server memcached
+    # (each test starts its own server on its own port), and memcslap
+    # (libmemcached-tools), the load a memcached test runs.
+    apt_install postgresql redis-server mariadb-server memcached libmemcached-tools
     # The kernel matrix (tests/kernels/): qemu boots Debian's own kernels, an
     # initramfs of busybox shares this root with them over virtiofs.
     apt_install qemu-system-x86 busybox-static cpio default-jdk-headless

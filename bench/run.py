@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ringtail's benchmark: what the agent costs, measured on one machine.
 
-    python3 bench/run.py rates|optimisations|saturation|pipeline|db|app-cost|all
+    python3 bench/run.py rates|optimisations|saturation|pipeline|db|db-load|app-cost|all
                          [--quick] [--bin-dir DIR] [--out FILE.json] [--no-otlp] ...
 
 ringtail runs its real job by default: it exports every span (and its
@@ -31,7 +31,8 @@ Layout
   on in a given configuration; returns one JSON-able record.
 - Modes: `mode_rates`, `mode_optimisations`, `mode_saturation`,
   `mode_pipeline`, `mode_db` (a database call's cost next to an HTTP
-  request's), `mode_app_cost` (issue 30's table: what tracing adds to
+  request's), `mode_db_load` (database load tools as fast as they go:
+  calls not traced, counted, records lost, CPU a call), `mode_app_cost` (issue 30's table: what tracing adds to
   nginx in clear text and HTTPS, uprobe hits, ringtail's own CPU); each
   prints its table; `targets` compares with the goals.
 
@@ -447,6 +448,60 @@ class RedisServer(Server):
             raise Fail(f"redis-server did not listen on {self.port}: {self.child.err_tail()}")
 
 
+class MemcachedServer(Server):
+    """memcached of its own (TCP only, 1 GiB): the database of `db-load`."""
+
+    kind = "memcached"
+
+    def __init__(self, tools, work):
+        self.port = free_port()
+        self.child = Child("memcached", [tools.need("memcached"), "-p", str(self.port), "-l", "127.0.0.1", "-U", "0", "-u", "nobody",
+                                         "-m", "1024"], work)
+        if not wait_port(self.port, 10):
+            raise Fail(f"memcached did not listen on {self.port}: {self.child.err_tail()}")
+
+    def calls(self):
+        """The calls it served: get (a key each) and set commands."""
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as c:
+            c.sendall(b"stats\r\n")
+            text = b""
+            while not text.endswith(b"END\r\n"):
+                chunk = c.recv(65536)
+                if not chunk:
+                    break
+                text += chunk
+        stats = dict(l.split(" ")[1:3] for l in text.decode().splitlines() if l.startswith("STAT "))
+        return sum(int(stats.get(k, 0)) for k in ("cmd_get", "cmd_set", "cmd_flush", "cmd_touch"))
+
+
+class PostgresServer(Server):
+    """A PostgreSQL cluster of its own (trust, no fsync), run by `postgres`."""
+
+    kind = "postgresql"
+
+    def __init__(self, tools, work):
+        self.port = free_port()
+        versions = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
+        if not versions:
+            raise Fail("PostgreSQL is not installed (apt-get install postgresql)")
+        self.bin = versions[-1]
+        self.dir = work / f"pg-{self.port}"
+        (self.dir / "data").mkdir(parents=True)
+        subprocess.run(["chown", "-R", "postgres:", str(self.dir)], check=True)
+        subprocess.run(["runuser", "-u", "postgres", "--", str(self.bin / "initdb"), "-D", str(self.dir / "data"), "--auth=trust",
+                        "-U", "postgres", "--no-sync"], check=True, capture_output=True)
+        self.child = Child("postgres", ["runuser", "-u", "postgres", "--", str(self.bin / "postgres"), "-D", str(self.dir / "data"),
+                                        "-p", str(self.port), "-k", str(self.dir), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
+                                        "-c", "synchronous_commit=off", "-c", "max_connections=50"], work)
+        if not wait_port(self.port, 30):
+            raise Fail(f"postgres did not listen on {self.port}: {self.child.err_tail()}")
+
+    def pids(self):
+        # runuser's child is the postmaster; its backends are its children.
+        kids = children(self.child.pid)
+        return [self.child.pid] + kids + [g for k in kids for g in children(k)]
+
+
 def toml_value(v):
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -791,6 +846,71 @@ def redis_load(tools, work, port, calls, conns, tag):
     if rc != 0:
         raise Fail(f"redis-benchmark failed ({rc}): {child.err_tail()}")
     return {"tool": "redis-benchmark", "conns": conns, "requests": 2 * half, "achieved_rps": 2 * half / max(wall, 1e-9), "failed": 0,
+            "p50_ms": None, "p99_ms": None, "loadgen_cpu_ns": child.rusage_cpu_ns}
+
+
+def memcslap_load(tools, work, server, conns, execs, tag):
+    """Closed loop: memcslap (libmemcached-tools) `-t get`: `execs` sets of
+    0.1–5 KiB values from one connection, then `execs` gets from each of
+    `conns` (and a `quit` on each, which memcached does not count)."""
+    before = server.calls()
+    child = Child(f"memcslap-{tag}", [tools.need("memcslap"), "-s", f"127.0.0.1:{server.port}", "-t", "get", "-c", str(conns),
+                                      "-e", str(execs)], work)
+    t0 = time.monotonic()
+    rc = child.wait(600)
+    wall = time.monotonic() - t0
+    if rc != 0:
+        raise Fail(f"memcslap failed ({rc}): {child.err_tail()}")
+    calls = server.calls() - before
+    return {"tool": "memcslap", "conns": conns, "requests": calls, "achieved_rps": calls / max(wall, 1e-9), "failed": 0,
+            "p50_ms": None, "p99_ms": None, "loadgen_cpu_ns": child.rusage_cpu_ns}
+
+
+def redis_calls(port):
+    """Calls redis-server served (INFO commandstats), the INFO itself not yet."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as c:
+        c.sendall(b"*2\r\n$4\r\nINFO\r\n$12\r\ncommandstats\r\n")
+        head = b""
+        while b"\r\n" not in head:
+            head += c.recv(65536)
+        n = int(head[1:head.index(b"\r\n")])
+        body = head[head.index(b"\r\n") + 2:]
+        while len(body) < n:
+            body += c.recv(65536)
+    return sum(int(m.group(1)) for m in re.finditer(rb"cmdstat_[^:]+:calls=(\d+)", body))
+
+
+def redis_big_load(tools, work, port, calls, conns, size, tag):
+    """Closed loop: redis-benchmark, `conns` connections, `calls` GETs and
+    SETs of `size`-byte values (half each), one command at a time; the
+    calls from the server's own count."""
+    before = redis_calls(port)
+    child = Child(f"redis-benchmark-{tag}", [tools.need("redis-benchmark"), "-h", "127.0.0.1", "-p", str(port), "-c", str(conns),
+                                             "-n", str(calls // 2), "-t", "set,get", "-P", "1", "-d", str(size), "--csv"], work)
+    t0 = time.monotonic()
+    rc = child.wait(600)
+    wall = time.monotonic() - t0
+    if rc != 0:
+        raise Fail(f"redis-benchmark failed ({rc}): {child.err_tail()}")
+    got = redis_calls(port) - before - 1  # (our INFO before)
+    return {"tool": "redis-benchmark", "conns": conns, "requests": got, "achieved_rps": got / max(wall, 1e-9), "failed": 0,
+            "p50_ms": None, "p99_ms": None, "loadgen_cpu_ns": child.rusage_cpu_ns}
+
+
+def pgbench_load(tools, work, server, conns, duration, tag):
+    """Closed loop: pgbench's TPC-B-like transactions (7 statements each, the
+    simple protocol) from `conns` connections for `duration` s."""
+    child = Child(f"pgbench-{tag}", [str(server.bin / "pgbench"), "-h", "127.0.0.1", "-p", str(server.port), "-U", "postgres", "-n",
+                                     "-M", "simple", "-c", str(conns), "-j", "1", "-T", str(duration), "postgres"], work)
+    t0 = time.monotonic()
+    rc = child.wait(duration + 120)
+    wall = time.monotonic() - t0
+    out = child.out_path.read_text(errors="replace")
+    m = re.search(r"number of transactions actually processed: (\d+)", out)
+    if rc != 0 or not m:
+        raise Fail(f"pgbench failed ({rc}): {out[-500:]} {child.err_tail()}")
+    calls = 7 * int(m.group(1))
+    return {"tool": "pgbench", "conns": conns, "requests": calls, "achieved_rps": calls / max(wall, 1e-9), "failed": 0,
             "p50_ms": None, "p99_ms": None, "loadgen_cpu_ns": child.rusage_cpu_ns}
 
 
@@ -1209,6 +1329,65 @@ def mode_db(ctx):
     return {"records": records, "rows": rows}
 
 
+def mode_db_load(ctx):
+    """Database calls as fast as the load tools go, the client traced
+    (`exe_names`, the server's port in `probe.db_ports`): memcslap against
+    memcached (0.1–5 KiB values), redis-benchmark with 2 KiB values,
+    pgbench. Per tool: the calls the server counted, the spans ringtail
+    made, the calls it counted as not traced (`db_calls_lost`,
+    `db_unanswered`), the records its ring had no room for, and its CPU a
+    call. Run with each build (`--bin-dir`) for a before/after."""
+    a = ctx.args
+    q = a.quick
+    rows, records = [], []
+    mc, rd, pg = MemcachedServer(ctx.tools, ctx.work), RedisServer(ctx.tools, ctx.work), PostgresServer(ctx.tools, ctx.work)
+    try:
+        if "postgresql" in a.dbs.split(","):
+            subprocess.run([str(pg.bin / "pgbench"), "-h", "127.0.0.1", "-p", str(pg.port), "-U", "postgres", "-i", "-q", "-s", "4", "postgres"],
+                           check=True, capture_output=True)
+        loads = [
+            ("memcached", mc, "^memcslap$", lambda tag: memcslap_load(ctx.tools, ctx.work, mc, a.db_conns, 10000 if q else 40000, tag)),
+            ("redis", rd, "^redis-benchmark$", lambda tag: redis_big_load(ctx.tools, ctx.work, rd.port, 40000 if q else 200000, a.db_conns, 2048, tag)),
+            ("postgresql", pg, "^pgbench$", lambda tag: pgbench_load(ctx.tools, ctx.work, pg, a.db_conns, 5 if q else 20, tag)),
+        ]
+        loads = [x for x in loads if x[0] in a.dbs.split(",")]
+        extra = {}
+        for v in a.variant:
+            extra.update(parse_variant(v))
+        for rep in range(a.repeat):
+            for name, server, exe, load in loads:
+                say(f"db-load: {name}, ringtail on (repeat {rep + 1}/{a.repeat}){' ' + str(extra) if extra else ''}")
+                settings = {"discovery.exe_names": [exe], "probe.db_ports": [server.port], **otlp_settings(ctx), **extra}
+                rec = measure(ctx, server, "default", settings, lambda: load(f"{name}-{rep}"))
+                rec["db"], rec["repeat"] = name, rep
+                other = rec.get("other_counters", {})
+                rec["db_records_lost"] = sum(v for k, v in other.items() if k.startswith("ringtail_db_records_lost_total")) + \
+                    sum(v for k, v in rec["drops"].items() if k.endswith("/db_ring_full"))
+                rec["db_counted"] = sum(v for k, v in rec["drops"].items() if k.endswith(("/db_calls_lost", "/db_unanswered")))
+                records.append(rec)
+                ctx.save(records=records)
+                time.sleep(1)
+    finally:
+        for srv in (mc, rd, pg):
+            srv.stop()
+    for name in ("memcached", "redis", "postgresql"):
+        rs = [r for r in records if r["db"] == name]
+        if not rs:
+            continue
+        calls = sum(r["requests"] for r in rs)
+        spans = sum(r["counters"]["spans_received"] for r in rs)
+        counted = sum(r["db_counted"] for r in rs)
+        lost_records = sum(r["db_records_lost"] for r in rs)
+        by = " / ".join(fmt(mean([(r.get("ringtail_us_per_req") or {}).get(c) for r in rs])) for c in COMPONENTS[1:])
+        rows.append([name, rs[0]["tool"], fmt(mean([r["achieved_rps"] for r in rs]), ".0f"), str(calls), str(spans),
+                     f"{calls - spans} ({100 * (calls - spans) / max(calls, 1):.1f}%)", str(counted), str(lost_records),
+                     f"{fmt(mean([r['ringtail_total_us_per_req'] for r in rs]))} ({by})", fmt(max(r.get("total_pss_mb") or 0 for r in rs), ".1f")])
+    print(f"### db-load: the load tools as fast as they go, {a.db_conns} connections, the client traced\n")
+    table(["db", "tool", "calls/s", "calls", "spans", "not traced", "counted not traced", "records lost", "ringtail µs/call (loader / span / exporter)",
+           "PSS MB"], rows)
+    return {"records": records, "rows": rows}
+
+
 def summarise_rates(records):
     out = []
     keys = []
@@ -1532,7 +1711,7 @@ class Ctx:
 
 def main():
     p = argparse.ArgumentParser(description="ringtail's benchmark (see bench/README.md)")
-    p.add_argument("mode", choices=["rates", "optimisations", "saturation", "pipeline", "db", "app-cost", "all"])
+    p.add_argument("mode", choices=["rates", "optimisations", "saturation", "pipeline", "db", "db-load", "app-cost", "all"])
     p.add_argument("--quick", action="store_true", help="short points (smoke test): 5 s, one repeat")
     p.add_argument("--bin-dir", help="ringtail's binaries (default: $RINGTAIL_BIN_DIR or <repo>/target/release)")
     p.add_argument("--out", help="write every run to this JSON file (default: bench/results/<date>-<mode>.json)")
@@ -1552,7 +1731,9 @@ def main():
     p.add_argument("--opt-default-only", action="store_true",
                    help="optimisations mode: of its own variants only the default (with --variant: the default against those)")
     p.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE[+KEY=VALUE…]",
-                   help="another optimisations variant, e.g. probe.wakeup_len=128 (repeatable)")
+                   help="another optimisations variant, e.g. probe.wakeup_len=128 (repeatable); db-load: settings for every run")
+    p.add_argument("--db-conns", type=int, default=4, help="db-load: connections of each load tool")
+    p.add_argument("--dbs", default="memcached,redis,postgresql", help="db-load: which databases")
     p.add_argument("--wrk-conns", type=int, default=64)
     p.add_argument("--wrk-threads", type=int, default=1)
     p.add_argument("--sat-duration", type=int, help="seconds per wrk run (default 15, quick 5)")
@@ -1618,7 +1799,7 @@ def main():
         say(f"OTLP export on: rotel (blackhole) on 127.0.0.1:{ctx.rotel.grpc}")
     modes = ["rates", "optimisations", "saturation", "pipeline"] if args.mode == "all" else [args.mode]
     fns = {"rates": mode_rates, "optimisations": mode_optimisations, "saturation": mode_saturation, "pipeline": mode_pipeline, "db": mode_db,
-           "app-cost": mode_app_cost}
+           "db-load": mode_db_load, "app-cost": mode_app_cost}
     print(f"# ringtail benchmark: {args.mode}{' (quick)' if q else ''}")
     print(f"{ctx.meta['date']}  {ctx.meta['machine']['cpu']}, {ctx.meta['machine']['cores']} cores, "
           f"{ctx.meta['machine']['memory_mb']} MB, {ctx.meta['machine']['os']}, Linux {ctx.meta['machine']['kernel']}")

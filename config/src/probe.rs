@@ -76,11 +76,14 @@ impl KeepAlive {
 pub struct ProbeSettings {
     /// The capture backend: `"auto"`, `"socket"` or `"syscalls"`.
     pub backend: Backend,
-    /// Events buffered in the ring before the kernel wakes the loader. A
-    /// wakeup costs more than handling an event, so batching them is the
-    /// main lever on the agent's CPU cost; 0 = the kernel's default (a
-    /// wakeup per event whenever the loader has caught up). Higher values
-    /// add latency only up to `flush_interval`.
+    /// How much waits in the ring before the kernel wakes the loader, in
+    /// HTTP events' worth of bytes (672 bytes each; the kernel counts the
+    /// ring's unread bytes, so a database record of up to ~16.5 KiB counts
+    /// for what it takes; at most an eighth of the ring). A wakeup costs
+    /// more than handling an event, so batching them is the main lever on
+    /// the agent's CPU cost; 0 = the kernel's default (a wakeup per record
+    /// whenever the loader has caught up). Higher values add latency only
+    /// up to `flush_interval`.
     pub wakeup_len: u32,
     /// The loader drains the ring at least this often, so that an event
     /// never waits longer than this for `wakeup_len` to fill up.
@@ -89,7 +92,8 @@ pub struct ProbeSettings {
     /// Ring buffer size in MiB (a power of two). Bigger rides out longer
     /// loader stalls before events are lost (and counted); the loader maps
     /// it twice, so it costs twice this in resident memory once used. 4 MiB
-    /// holds ~6,000 events: over half a second at 10,000 requests/s.
+    /// holds ~6,200 HTTP events (over half a second at 10,000 requests/s),
+    /// or ~1,600 database calls of 2 KiB values.
     pub ring_buffer_mb: u32,
     /// Connections tracked at once by the `syscalls` backend (a hash table:
     /// tracepoint programs may not use socket-local storage); beyond it new

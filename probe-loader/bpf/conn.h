@@ -21,7 +21,6 @@
 #define RINGBUF_HDR 8
 /* conn_state.flags bit that never reaches an event */
 #define STF_CONNECT 0x80
-#define EVENT_RECORD ((sizeof(struct http_event) + RINGBUF_HDR + 7) & ~7ULL)
 
 /* One send or receive on a connection, as a hook saw it. */
 struct conn_io {
@@ -133,16 +132,27 @@ static __always_inline int conn_wanted(struct conn_state *st, struct sock *sk, _
 	return recv ? server_selected(tgid, SK(sk, __sk_common.skc_num)) : pid_selected(tgid);
 }
 
-static __always_inline __u64 wakeup_flags(void)
+/* The ring-buffer flags for a record of `size` bytes of data (its header
+ * and padding added here), submitted when the ring's unread bytes are
+ * `avail` without it (bpf_ringbuf_output: queried before) or with it
+ * (bpf_ringbuf_reserve: its space is taken when queried; `included`). The
+ * loader is woken when the unread bytes cross a multiple of wakeup_bytes,
+ * whatever the records' sizes: a database record of 16 KiB counts for what
+ * it takes, so records that big cannot fill the ring between wake-ups.
+ * "At least the threshold" would wake it on every record while it lags;
+ * the loader's flush timer drains what stays below the threshold. */
+static __always_inline __u64 wakeup_flags(__u64 size, int included)
 {
-	if (wakeup_len == 0)
+	if (wakeup_bytes == 0)
 		return 0;
-	__u64 thr = wakeup_len * EVENT_RECORD;
+	__u64 rec = (size + RINGBUF_HDR + 7) & ~7ULL;
 	__u64 avail = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
-	/* Wake only when the unread data crosses a multiple of the threshold:
-	 * "at least the threshold" would wake on every event while the reader
-	 * lags. The loader's flush timer drains what stays below it. */
-	if (avail >= EVENT_RECORD && avail / thr != (avail - EVENT_RECORD) / thr) {
+	__u64 before = avail, after = avail + rec;
+	if (included) {
+		before = avail >= rec ? avail - rec : 0;
+		after = avail;
+	}
+	if (before / wakeup_bytes != after / wakeup_bytes) {
 		count(CNT_WAKEUPS);
 		return BPF_RB_FORCE_WAKEUP;
 	}
@@ -195,7 +205,7 @@ static __always_inline void emit(struct conn_state *st, struct sock *sk, __u16 s
 	count(CNT_EVENTS);
 	if (ev->flags & EVF_TRUNCATED)
 		count(CNT_TRUNCATED);
-	bpf_ringbuf_submit(ev, wakeup_flags());
+	bpf_ringbuf_submit(ev, wakeup_flags(sizeof(*ev), 1));
 }
 
 #endif

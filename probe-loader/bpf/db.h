@@ -21,9 +21,9 @@
 #include "conn.h"
 #include "h2.h"
 
-/* Room for the head's pieces: what is left leaves an H2P_LOST piece and
- * the tail's H2P_MORE piece. */
-#define DB_HEAD_ROOM (DB_DATA_LEN - DB_TAIL - 8)
+/* Room for the head's pieces: what is left leaves an H2P_LOST piece, the
+ * tail's H2P_MORE piece and two H2P_GAP pieces. */
+#define DB_HEAD_ROOM (DB_DATA_LEN - DB_TAIL - 8 - 2 * DB_GAP_PIECE)
 
 /* Whether `sk`'s peer port is a configured database port. */
 static __always_inline int db_port(struct sock *sk)
@@ -58,6 +58,34 @@ static __always_inline __u32 db_more_head(__u8 *data, __u32 off, __u64 n)
 	data[off + 1] = n;
 	data[off + 2] = n >> 8;
 	return off + 3 + n;
+}
+
+/* Takes the bytes of direction `dir` lost since the connection's last
+ * record (the hooks of its reader and writer may run at once on two CPUs:
+ * an exchange, where the kernel has one; before 5.12 two records racing
+ * for the same gap can tell it twice or drop part of its count). */
+static __always_inline __u64 db_gap_take(struct conn_state *st, int dir)
+{
+#ifdef RINGTAIL_NO_XCHG
+	__u64 g = st->db_gap[dir & 1];
+	st->db_gap[dir & 1] = 0;
+	return g;
+#else
+	return __atomic_exchange_n(&st->db_gap[dir & 1], 0, __ATOMIC_SEQ_CST);
+#endif
+}
+
+/* Appends an H2P_GAP piece at `off` (<= DB_DATA_LEN - DB_GAP_PIECE). */
+static __always_inline __u32 db_gap_piece(__u8 *data, __u32 off, __u8 dir, __u64 bytes)
+{
+	__u32 n = bytes > 0xffffffff ? 0xffffffff : bytes;
+	data[off] = H2P_GAP;
+	data[off + 1] = dir;
+	data[off + 2] = n;
+	data[off + 3] = n >> 8;
+	data[off + 4] = n >> 16;
+	data[off + 5] = n >> 24;
+	return off + DB_GAP_PIECE;
 }
 
 /* The bytes of one send or receive on a database connection (`st` NULL:
@@ -119,6 +147,18 @@ static __always_inline void db_on_data(struct conn_state *st, const struct conn_
 		if (t && !bpf_probe_read_user(data + off + 3, t, sg->base[0] + (total - t)))
 			off = db_more_head(data, off, t);
 	}
+	/* Records of this connection the ring had no room for since its last
+	 * one: user space must know before it reads this one (a call whose
+	 * request or answer went by unseen is not paired with another's). */
+	__u64 gap_recv = db_gap_take(st, H2_RECV);
+	__u64 gap_send = db_gap_take(st, H2_SEND);
+	if (gap_recv | gap_send) {
+		barrier_var(off);
+		if (off > DB_DATA_LEN - 2 * DB_GAP_PIECE)
+			off = DB_DATA_LEN - 2 * DB_GAP_PIECE;
+		off = db_gap_piece(data, off, H2_RECV, gap_recv);
+		off = db_gap_piece(data, off, H2_SEND, gap_send);
+	}
 	__u8 flags = H2F_DB | st->h2_first;
 	st->h2_first = 0;
 	__u64 caller = 0;
@@ -137,10 +177,18 @@ static __always_inline void db_on_data(struct conn_state *st, const struct conn_
 			}
 		}
 	}
-	if (h2_submit(&s->ev, st, io->sk, io->tid, io->fd, dir, flags, off, caller, parent_seq, DB_DATA_LEN))
+	if (h2_submit(&s->ev, st, io->sk, io->tid, io->fd, dir, flags, off, caller, parent_seq, DB_DATA_LEN)) {
+		/* The ring is full: the next record that fits tells the gap, its
+		 * bytes and those it was to tell. A send carried a call (a
+		 * client writes one a syscall), counted here where it is lost. */
+		__sync_fetch_and_add(&st->db_gap[dir & 1], total + (dir == H2_RECV ? gap_recv : gap_send));
+		__sync_fetch_and_add(&st->db_gap[(dir ^ 1) & 1], dir == H2_RECV ? gap_send : gap_recv);
 		count(CNT_DB_LOST);
-	else
+		if (dir == H2_SEND)
+			count(CNT_DB_CALLS_LOST);
+	} else {
 		count(CNT_DB_EVENTS);
+	}
 }
 
 /* The connection closed: user space forgets it. */

@@ -18,8 +18,10 @@ char LICENSE[] SEC("license") = "GPL";
 #endif
 
 /* Set by the loader before load. */
-/* Force a wakeup each time the unread events cross a multiple of this; 0 = kernel default. */
-RINGTAIL_GLOBAL(const volatile __u64, wakeup_len, 0);
+/* Force a wakeup each time the ring's unread bytes cross a multiple of
+ * this (probe.wakeup_len HTTP events' worth, at most an eighth of the ring:
+ * probes.rs); 0 = kernel default. */
+RINGTAIL_GLOBAL(const volatile __u64, wakeup_bytes, 0);
 /* 1 = trace every process except ringtail's own. */
 RINGTAIL_GLOBAL(const volatile __u8, select_all, 1);
 /* 1 = report exec events (exe-name discovery is configured). */

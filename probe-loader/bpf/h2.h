@@ -134,7 +134,7 @@ static __always_inline int h2_submit(struct h2_event *ev, struct conn_state *st,
 	barrier_var(size);
 	if (size > offsetof(struct h2_event, data) + cap)
 		return 1;
-	if (bpf_ringbuf_output(&events, ev, size, wakeup_flags())) {
+	if (bpf_ringbuf_output(&events, ev, size, wakeup_flags(size, 0))) {
 		if (st->db)
 			return 1;
 		count(CNT_H2_LOST);

@@ -55,6 +55,10 @@ struct conn_state {
 	/* With early_seqs: the socket's write_seq when the early response was
 	 * read; and its status */
 	__u32 early_seq;
+	/* A database connection (db.h): bytes of each direction (H2_RECV,
+	 * H2_SEND) in its records that the ring had no room for, not yet told
+	 * to user space (H2P_GAP pieces of its next record) */
+	__u64 db_gap[2];
 	__u16 early_status;
 	__u16 cap_len;
 	__u8 role;

@@ -89,10 +89,15 @@
  *  H2P_FRAME: the 9-byte frame header as on the wire; its payload's
  *             captured bytes follow in H2P_MORE pieces (if any);
  *  H2P_MORE:  u16 n, then n bytes: more of the current frame's payload;
- *  H2P_LOST:  u32 n: n bytes went by unseen. */
+ *  H2P_LOST:  u32 n: n bytes went by unseen;
+ *  H2P_GAP:   (H2F_DB records only, after every other piece) u8 dir,
+ *             u32 n: before this record, n bytes of direction dir (H2_*)
+ *             went by in records of this connection that the ring had no
+ *             room for (db.h); at most one a direction. */
 #define H2P_FRAME 1
 #define H2P_MORE 2
 #define H2P_LOST 3
+#define H2P_GAP 4
 /* Bytes of pieces one record carries at most (a power of two: the kernel
  * masks offsets with H2_DATA_LEN - 1). Header blocks are what matters:
  * DATA frames cost 10 bytes each. */
@@ -100,8 +105,10 @@
 /* A database connection's record (db.h) carries the first bytes of a
  * syscall, then (H2P_LOST) how many went by unseen, then its last DB_TAIL
  * bytes: a response's end (PostgreSQL's ReadyForQuery, MySQL's final EOF)
- * is in its last bytes. */
+ * is in its last bytes; then H2P_GAP pieces, if records were lost. */
 #define DB_TAIL 256
+/* Bytes of an H2P_GAP piece (tag, dir, u32). */
+#define DB_GAP_PIECE 6
 /* Bytes of pieces a database connection's record carries at most (its
  * data runs on past h2_event's H2_DATA_LEN: the record is that much
  * longer): a pipeline of requests is read whole up to this. A power of
@@ -175,7 +182,7 @@ struct exe_literal {
 #define CNT_ANSWERED_PAIRED 36 /* client requests whose response was read before their send was reported, paired with it (http1_conn.h) */
 #define CNT_DB_CONNS 37      /* connections recognised as a database's (db.h) */
 #define CNT_DB_EVENTS 38     /* database records submitted to the ring */
-#define CNT_DB_LOST 39       /* database records lost: ring full (user space resynchronises or gives the connection up) */
+#define CNT_DB_LOST 39       /* database records lost, either direction: ring full (the connection's next record says so: H2P_GAP) */
 #define CNT_DB_PARTIAL 40    /* database syscalls whose middle bytes were not captured (H2P_LOST) */
 #define CNT_GO_NO_SOCKET 41  /* Go crypto/tls calls whose connection's socket was not found (go_tls.h: not a TCP socket underneath) */
 /* probe.propagate (propagate.h): requests not written into, and connections given up */
@@ -189,7 +196,11 @@ struct exe_literal {
 #define CNT_PROP_SEND_UNSEEN 49 /* connections given up: a send the sk_msg program did not see (the kernel skips it after a send it could not complete) */
 #define CNT_PROP_IN_BODY 50  /* requests the capture began where the sk_msg program framed body bytes or took no head */
 #define CNT_PROP_QUEUE_BUSY 51 /* requests not written: the socket had unsent bytes queued, or its send buffer little room (a send cut short would keep part of the line) */
-#define CNT_MAX 52
+/* database sends whose record the ring had no room for: the calls they
+ * carried are not traced (one a send: a client writes a call a syscall; a
+ * pipeline written in one counts once) */
+#define CNT_DB_CALLS_LOST 52
+#define CNT_MAX 53
 
 /* proc_head.kind: records of the `execs` ring. */
 #define PROC_EXEC 1

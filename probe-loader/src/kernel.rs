@@ -88,7 +88,11 @@ pub const COUNTERS: [KernelCounter; CNT_MAX] = {
     t[CNT_PROP_WHILE_SERVING] = KernelCounter::Refused("written_while_serving");
     t[CNT_DB_CONNS] = KernelCounter::Count("ringtail_db_connections_total");
     t[CNT_DB_EVENTS] = KernelCounter::Count("ringtail_db_records_total");
-    t[CNT_DB_LOST] = KernelCounter::Drop("db_ring_full");
+    // Records (either direction), for sizing the ring; what is not traced
+    // is counted by call: the sends lost here, the calls in flight when a
+    // gap is told in the span-actor (both `db_calls_lost`).
+    t[CNT_DB_LOST] = KernelCounter::Count("ringtail_db_records_lost_total");
+    t[CNT_DB_CALLS_LOST] = KernelCounter::Drop("db_calls_lost");
     t[CNT_DB_PARTIAL] = KernelCounter::Count("ringtail_db_partial_records_total");
     t[CNT_GO_NO_SOCKET] = KernelCounter::Drop("go_tls_no_socket");
     t[CNT_PROP_NOT_HTTP] = KernelCounter::NotPropagated("not_http");
@@ -137,6 +141,24 @@ pub enum KernelCounter {
     /// kernel (`probe.propagate`), or written and not followed, exported as
     /// `ringtail_propagation_refused_total{reason}`.
     NotPropagated(&'static str),
+}
+
+/// The bytes an HTTP event takes in the ring (with the ring's 8-byte
+/// record header, padded to 8): `probe.wakeup_len`'s unit.
+pub const HTTP_RECORD_BYTES: u64 = (std::mem::size_of::<HttpEvent>() as u64 + 8).next_multiple_of(8);
+
+/// The kernel's wake-up threshold (`wakeup_bytes` in bpf/globals.h): the
+/// loader is woken each time the ring's unread bytes cross a multiple of
+/// it, whatever the size of the records (an HTTP event takes 672 bytes, a
+/// database record up to ~16.5 KiB): `wakeup_len` HTTP events' worth, and
+/// at most an eighth of the ring, so that several wake-ups come before it
+/// fills, the unacknowledged half (`pump::commit`'s valve) included. 0
+/// (`wakeup_len = 0`) keeps the kernel's default.
+pub fn wakeup_bytes(wakeup_len: u32, ring_bytes: u64) -> u64 {
+    if wakeup_len == 0 {
+        return 0;
+    }
+    (u64::from(wakeup_len) * HTTP_RECORD_BYTES).min(ring_bytes / 8).max(HTTP_RECORD_BYTES)
 }
 
 /// `struct http_event`.
@@ -477,8 +499,19 @@ mod tests {
     }
 
     #[test]
+    fn the_wakeup_threshold_is_bytes_and_an_eighth_of_the_ring_at_most() {
+        let ring = 4u64 << 20;
+        assert_eq!(wakeup_bytes(768, ring), 768 * 672, "the default: 504 KiB, under an eighth of 4 MiB");
+        assert_eq!(wakeup_bytes(768, 1 << 20), 128 << 10, "a 1 MiB ring: an eighth");
+        assert_eq!(wakeup_bytes(1, ring), 672);
+        assert_eq!(wakeup_bytes(0, ring), 0, "the kernel's default stays");
+        assert_eq!(wakeup_bytes(u32::MAX, 1 << 30), 128 << 20, "no overflow");
+    }
+
+    #[test]
     fn layouts_match_the_c_compiler() {
         assert_eq!(size_of::<HttpEvent>(), layout::HTTP_EVENT_SIZE);
+        assert_eq!(HTTP_RECORD_BYTES, 672, "probe.wakeup_len's unit, as the docs say");
         assert_eq!(size_of::<ExecEvent>(), layout::EXEC_EVENT_SIZE);
         assert_eq!(size_of::<ForkEvent>(), layout::FORK_EVENT_SIZE);
         assert_eq!(size_of::<ProcHead>(), layout::PROC_HEAD_SIZE);

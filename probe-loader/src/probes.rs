@@ -248,7 +248,8 @@ impl Probes {
     /// Opens the pinned set for this configuration if there is a complete
     /// one, or decides the backend (`probe.backend`), loads and attaches its
     /// programs (pinning them when `probe.pin_dir` is set); the kernel wakes
-    /// the loader every `wakeup_len` events.
+    /// the loader each time `wakeup_len` events' worth of bytes are waiting
+    /// ([`crate::kernel::wakeup_bytes`]).
     pub fn load(
         probe: &ProbeSettings,
         discovery: &DiscoverySettings,
@@ -359,7 +360,8 @@ impl Probes {
         } else {
             0
         };
-        let wakeup_len = u64::from(wakeup_len);
+        let ring_bytes = probe.ring_buffer_mb << 20;
+        let wakeup_bytes = crate::kernel::wakeup_bytes(wakeup_len, u64::from(ring_bytes));
         let select_all = u8::from(discovery.selects_all());
         let watch_exec = u8::from(!discovery.exe_names.is_empty());
         let exe_literals = crate::discovery::Discovery::new(discovery).kernel_literals();
@@ -367,7 +369,6 @@ impl Probes {
         let read_env = u8::from(probe.read_process_env);
         let mut db_ports = [0u16; crate::kernel::DB_PORTS];
         db_ports.iter_mut().zip(&probe.db_ports).for_each(|(slot, port)| *slot = *port);
-        let ring_bytes = probe.ring_buffer_mb << 20;
         if tcp.copied_seq == 0 {
             tracing::warn!(
                 event = "tcp_offsets_unknown",
@@ -380,7 +381,7 @@ impl Probes {
             // The task- and socket-local storage maps (`active`, `conns`)
             // have no aya wrapper; only the kernel programs use them.
             .allow_unsupported_maps()
-            .override_global("wakeup_len", &wakeup_len, true)
+            .override_global("wakeup_bytes", &wakeup_bytes, true)
             .override_global("select_all", &select_all, true)
             .override_global("watch_exec", &watch_exec, true)
             .override_global("exe_literals", &exe_literals[..], true)

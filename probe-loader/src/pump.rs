@@ -1,9 +1,12 @@
 //! The loader's loop: ring buffer → batches → PUB socket.
 //!
-//! The kernel wakes us only when `wakeup_len` events have piled up (or for
-//! an exec event); a `flush_interval` timer drains whatever is below that
-//! threshold, so no event waits longer than `flush_interval`. Events are cut
-//! into batches of `batch_length`, or sent after `batch_timeout`.
+//! The kernel wakes us only when `wakeup_len` events' worth of bytes have
+//! piled up (`kernel::wakeup_bytes`; or for an exec event); a
+//! `flush_interval` timer drains whatever is below that threshold, so no
+//! event waits longer than `flush_interval`. Records are cut into batches
+//! of `batch_length`, or of as many bytes as `batch_length` HTTP events
+//! (database records weigh up to 25 times more), or sent after
+//! `batch_timeout`.
 //!
 //! The request ring is a write-ahead log (see `ring`): each batch is
 //! published with the ring position just past its last event as its mark,
@@ -70,7 +73,7 @@ fn watch<R: std::os::fd::AsRawFd>(ring: R) -> Result<AsyncFd<R>, PumpError> {
 /// (acks that release ring space, heartbeats, the flush timer).
 const DRAIN_BATCHES: usize = 4;
 /// Turns of reading at shutdown: 16 × 4 × 768 = 49,152 records with the
-/// default batch length, a 30 MiB ring of 648-byte events.
+/// default batch length, a 32 MiB ring of 672-byte events.
 const SHUTDOWN_TURNS: usize = 16;
 
 struct Batch {
@@ -110,6 +113,13 @@ pub struct Pump {
     registry: Registry,
     batch: Batch,
     batch_length: usize,
+    /// A batch is cut at this many bytes of records too: what
+    /// `batch_length` HTTP events weigh. Database records are up to ~16
+    /// KiB: counted in records alone, a batch of them would hold up to 25
+    /// times the ring space until the span-actor has it, and the replay
+    /// buffer (`replay_batches` batches) and the span-actor's batches up to
+    /// 25 times the memory.
+    batch_bytes: usize,
     batch_timeout: Duration,
     flush_interval: Duration,
     read: Counter,
@@ -175,6 +185,7 @@ impl Pump {
             execs,
             batch: Batch { raw: RawBatch::default(), procs: Vec::new(), seen: HashSet::new(), deadline: None, mark: 0 },
             batch_length: settings.pipeline.batch_length,
+            batch_bytes: batch_bytes(settings.pipeline.batch_length),
             batch_timeout: settings.pipeline.batch_timeout,
             flush_interval: settings.probe.flush_interval,
             read: registry.counter("ringtail_events_read_total", &[]),
@@ -235,7 +246,7 @@ impl Pump {
                 _ = shutdown.fired() => break,
             }
         }
-        // What a full ring holds (4 MiB of 648-byte records by default),
+        // What a full ring holds (4 MiB of 672-byte records by default),
         // not what a flood goes on writing meanwhile: that stays in the
         // pinned ring for the next loader.
         for _ in 0..SHUTDOWN_TURNS {
@@ -282,7 +293,7 @@ impl Pump {
             if was_empty {
                 self.batch.deadline = Some(Instant::now() + self.batch_timeout);
             }
-            if self.batch.len() >= self.batch_length {
+            if self.batch.len() >= self.batch_length || self.batch.raw.record_bytes() >= self.batch_bytes {
                 self.send_batch_at(ring.read_pos()).await;
             }
         };
@@ -423,6 +434,12 @@ impl Pump {
 
 /// A process: tgid and start time.
 type ProcKey = (u32, u64);
+
+/// The bytes a batch is cut at: `batch_length` HTTP events' worth (as
+/// the ring counts them, `kernel::HTTP_RECORD_BYTES`).
+fn batch_bytes(batch_length: usize) -> usize {
+    batch_length.saturating_mul(crate::kernel::HTTP_RECORD_BYTES as usize).max(1)
+}
 
 /// Writes one record of the events ring straight into the batch's wire
 /// layout; returns its process and, when its process fields are its own,

@@ -31,6 +31,31 @@ fn mount_of(matches: impl Fn(&str, &str) -> bool) -> Option<PathBuf> {
     })
 }
 
+/// A cgroup `relative` whose processes together get at most `percent` of
+/// one CPU (a load tool paced by the CPU it may use): the v2 hierarchy's
+/// `cpu.max` where its `cpu` controller is, else the v1 `cpu` controller's
+/// CFS quota; `None` when neither is there.
+pub fn cpu_limited(relative: &str, percent: u32) -> Option<Cgroup> {
+    const PERIOD_US: u32 = 100_000;
+    let quota = PERIOD_US / 100 * percent;
+    if let Some(root) = v2_root() {
+        let controllers = std::fs::read_to_string(root.join("cgroup.controllers")).unwrap_or_default();
+        if controllers.split_whitespace().any(|c| c == "cpu") {
+            // (may fail where it is on already, or not ours to turn on)
+            let _ = std::fs::write(root.join("cgroup.subtree_control"), "+cpu");
+            let cg = Cgroup::make(&root, relative);
+            if std::fs::write(cg.path.join("cpu.max"), format!("{quota} {PERIOD_US}")).is_ok() {
+                return Some(cg);
+            }
+        }
+    }
+    let root = mount_of(|fstype, options| fstype == "cgroup" && options.split(',').any(|o| o == "cpu"))?;
+    let cg = Cgroup::make(&root, relative);
+    std::fs::write(cg.path.join("cpu.cfs_period_us"), PERIOD_US.to_string()).ok()?;
+    std::fs::write(cg.path.join("cpu.cfs_quota_us"), quota.to_string()).ok()?;
+    Some(cg)
+}
+
 /// A container id, 64 hexadecimal digits, different for each `n`.
 pub fn container_id(n: u32) -> String {
     format!("{:016x}", u64::from(n) + 0x5eed_0000).repeat(4)

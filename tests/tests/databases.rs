@@ -550,6 +550,132 @@ fn memcached_pymemcache(b: &str) {
     assert_nowhere(&rotel, &rt, &["stored-secret", "mc-key", "mc-missing"]);
 }
 
+/// memcached's own count of the calls it served (`stats`: get and set
+/// commands, a key a get; flush and touch, which memcslap does not send).
+fn memcached_calls(port: u16) -> u64 {
+    let mut c = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect to memcached");
+    std::io::Write::write_all(&mut c, b"stats\r\nquit\r\n").expect("ask memcached's stats");
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut c, &mut text).expect("read memcached's stats");
+    let stat = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("STAT {name} ")))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    };
+    stat("cmd_get") + stat("cmd_set") + stat("cmd_flush") + stat("cmd_touch")
+}
+
+/// The database calls ringtail measured (one a span), and those it counted
+/// as not traced for want of a record (`db_calls_lost`, the loader's sends
+/// and the span-actor's calls in flight when it learned of a gap) or of an
+/// answer (`db_unanswered`), once the counters stop moving.
+fn db_calls_accounted(prom: u16) -> (f64, f64) {
+    let read = || {
+        let text = scrape(prom);
+        let spans = metric(&text, "db_client_operation_duration_seconds_count", &[]);
+        let lost = metric(&text, "ringtail_dropped_events_total", &[("reason", "db_calls_lost")]);
+        let unanswered = metric(&text, "ringtail_dropped_events_total", &[("reason", "db_unanswered")]);
+        (spans, lost + unanswered)
+    };
+    let mut last = read();
+    let mut since = std::time::Instant::now();
+    let deadline = std::time::Instant::now() + WAIT;
+    while std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = read();
+        if now != last {
+            (last, since) = (now, std::time::Instant::now());
+        } else if since.elapsed() >= Duration::from_millis(2500) && now.0 > 0.0 {
+            // (heartbeats every second: two and a half without a change)
+            return now;
+        }
+    }
+    panic!("ringtail's database counters still moving after {WAIT:?}: {last:?}\n{}", scrape(prom));
+}
+
+/// memcslap (Debian's libmemcached-tools) against a real memcached, paced
+/// by the CPU it may use (15% of one: ~7,000 calls a second here, a set or
+/// a get of a 0.1–5 KiB value each; at full speed the records outrun the
+/// debug build's pipeline on a busy machine): under 1% of its calls are
+/// not traced. Then the same while the loader is stopped long enough for
+/// the ring to fill: records are lost, and every call is still a span or
+/// counted as not traced (`db_calls_lost`: the loader's sends lost, the
+/// span-actor's calls in flight when the next record told it of the gap;
+/// `db_unanswered`). A memcslap connection's `quit`, which memcached does
+/// not count, may be counted too when its record is lost.
+fn memcached_under_load_every_call_is_a_span_or_counted(b: &str) {
+    if !ready(&["memcached", "memcslap"]) {
+        return;
+    }
+    const CONNS: u64 = 2;
+    let Some(paced) = cgroups::cpu_limited(&format!("ringtail-test-memcslap-{}", std::process::id()), 15) else {
+        skip("no cgroup cpu controller to pace memcslap with");
+        return;
+    };
+    let port = free_port();
+    let prom = free_port();
+    let _server = memcached_server(port);
+    let rt = Ringtail::start(&format!(
+        "[probe]\nbackend = \"{b}\"\ndb_ports = [{port}]\n[discovery]\nexe_names = [\"^memcslap$\"]\n[export]\nstdout = false\n{}",
+        prometheus(prom)
+    ));
+    let memcslap = || {
+        paced
+            .command("memcslap")
+            .args(["-s", &format!("127.0.0.1:{port}"), "-t", "get", "-c", &CONNS.to_string(), "-e", "20000"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("run memcslap")
+    };
+    let why = || {
+        let text = scrape(prom);
+        let lines: Vec<&str> = text.lines().filter(|l| l.contains("reason=\"db_") || l.starts_with("ringtail_db_")).collect();
+        format!("{}\nthe log's end:\n{}", lines.join("\n"), last_lines(&rt.log(), 20))
+    };
+    // Every call of a run is a span or counted (`before`: the counters
+    // before it); returns (calls, spans, counted) of the run.
+    let accounted = |before: (u64, u64, u64), out: std::process::Output| {
+        assert!(out.status.success(), "memcslap: {out:?}");
+        let calls = memcached_calls(port) - before.0;
+        assert!(calls >= 60_000, "memcached served {calls} calls");
+        let (spans, counted) = db_calls_accounted(prom);
+        let (spans, counted) = (spans as u64 - before.1, counted as u64 - before.2);
+        eprintln!(
+            "memcslap: {calls} calls, {spans} spans, {counted} counted not traced ({:.3}%), {} records lost in all\n{}",
+            100.0 * counted as f64 / calls as f64,
+            metric(&scrape(prom), "ringtail_db_records_lost_total", &[]),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(
+            spans + counted >= calls,
+            "{} of {calls} calls neither a span nor counted ({spans} spans, {counted} counted):\n{}",
+            calls - spans - counted,
+            why()
+        );
+        assert!(spans + counted <= calls + CONNS, "{spans} spans and {counted} counted for {calls} calls (and {CONNS} quits):\n{}", why());
+        (calls, spans, counted)
+    };
+    let (calls, spans, counted) = accounted((0, 0, 0), memcslap().wait_with_output().expect("wait for memcslap"));
+    assert!(counted * 100 < calls, "{counted} of {calls} calls not traced: over 1%\n{}", why());
+
+    // The loader stopped while memcached serves 4,000 calls: their records
+    // (~2.6 KiB a call) are more than the ring (4 MiB) holds.
+    let before = (memcached_calls(port), spans, counted);
+    let load = memcslap();
+    assert!(wait_until(WAIT, || (memcached_calls(port) >= before.0 + 2_000).then_some(())).is_some(), "memcslap never got going");
+    let loader = rt.pid("probe-loader").expect("the loader's pid");
+    // SAFETY: signals to a child of this test's ringtail.
+    unsafe { libc::kill(loader as i32, libc::SIGSTOP) };
+    let at = memcached_calls(port);
+    let filled = wait_until(WAIT, || (memcached_calls(port) >= at + 4_000).then_some(()));
+    // SAFETY: as above.
+    unsafe { libc::kill(loader as i32, libc::SIGCONT) };
+    assert!(filled.is_some(), "memcslap stalled too");
+    let (_, _, lost) = accounted(before, load.wait_with_output().expect("wait for memcslap"));
+    assert!(lost > 0, "the stall lost nothing:\n{}", why());
+}
+
 /// psql over TLS (`sslmode=require`: libpq's SSLRequest, then libssl)
 /// against a real PostgreSQL with a self-signed certificate: the spans are
 /// those of the same queries in clear text (read from the plaintext
@@ -828,4 +954,5 @@ on_both_backends!(
     postgres_psql_over_tls,
     redis_pubsub,
     hostile_bytes_to_every_server,
+    memcached_under_load_every_call_is_a_span_or_counted,
 );

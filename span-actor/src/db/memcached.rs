@@ -22,7 +22,8 @@
 //! - `noreply` (and the meta quiet flag `q`) means no reply comes: no op,
 //!   counted `no_reply` (a span would have no end to measure; a quiet
 //!   meta command's failure reply could then be mispaired, so quiet meta
-//!   commands are rare enough to accept that).
+//!   commands are rare enough to accept that). So does `quit`: the server
+//!   closes the connection without a word.
 //! - `returned_rows` is the number of `VALUE` items of a retrieval.
 //! - `ERROR`, `CLIENT_ERROR`, `SERVER_ERROR` set `status_code` and
 //!   `error.type` to that word (never the message); `NOT_FOUND`,
@@ -208,6 +209,10 @@ impl St {
         let l = &m.bytes[..m.bytes.len() - 2];
         let mut words = l.split(|c| *c == b' ').filter(|w| !w.is_empty());
         let Some(name) = words.next() else { return true };
+        if name == b"quit" {
+            counts.no_reply += 1;
+            return true;
+        }
         let args: Vec<&[u8]> = words.take(64).collect();
         if name == b"quit" {
             // The server closes the connection without a reply.

@@ -50,6 +50,8 @@
 //! one (buffers shrink when empty). The caller bounds the number of
 //! connections.
 
+#[cfg(test)]
+mod gap_tests;
 pub mod memcached;
 pub mod mysql;
 pub mod pieces;
@@ -160,6 +162,11 @@ pub struct DbCounts {
     /// Connections given up for good (malformed records, a protocol that
     /// cannot resync).
     pub given_up: u64,
+    /// Calls awaiting an answer when a record told of records the kernel's
+    /// ring had no room for (Redis, memcached: their answers may have
+    /// been in them): not traced. (The calls whose sends were lost are
+    /// the loader's, counted under the same reason.)
+    pub calls_lost: u64,
 }
 
 impl DbCounts {
@@ -181,6 +188,7 @@ impl DbCounts {
             unpaired_answers,
             ciphertext_records,
             given_up,
+            calls_lost,
         } = *other;
         self.malformed += malformed;
         self.desync += desync;
@@ -197,11 +205,12 @@ impl DbCounts {
         self.unpaired_answers += unpaired_answers;
         self.ciphertext_records += ciphertext_records;
         self.given_up += given_up;
+        self.calls_lost += calls_lost;
     }
 
     /// (label, value) pairs, for `ringtail_dropped_events_total{reason}`
     /// and logs.
-    pub fn labelled(&self) -> [(&'static str, u64); 15] {
+    pub fn labelled(&self) -> [(&'static str, u64); 16] {
         [
             ("db_malformed", self.malformed),
             ("db_desync", self.desync),
@@ -218,6 +227,7 @@ impl DbCounts {
             ("db_unpaired_answers", self.unpaired_answers),
             ("db_ciphertext_records", self.ciphertext_records),
             ("db_given_up", self.given_up),
+            ("db_calls_lost", self.calls_lost),
         ]
     }
 }
@@ -304,6 +314,11 @@ enum Proto {
 #[derive(Debug)]
 pub struct DbConn {
     proto: Proto,
+    /// Redis and memcached, whose streams mark no boundary a byte tail
+    /// could be recognised by: the connection is followed from its next
+    /// send that begins a command (records before it are ignored), as
+    /// after records were lost, or when it is followed from mid-way.
+    await_command: bool,
     /// TLS plaintext was seen (or a handshake on the socket): socket
     /// bytes are ciphertext from now on.
     tls_only: bool,
@@ -325,7 +340,64 @@ impl DbConn {
             System::Redis => Proto::Redis(Box::default()),
             System::Memcached => Proto::Memcached(Box::default()),
         };
-        DbConn { proto, tls_only: false, given_up: false, seen: false }
+        DbConn { proto, await_command: false, tls_only: false, given_up: false, seen: false }
+    }
+
+    /// The connection was found mid-way (its first record is not its
+    /// first: tracing began after it did, or it is followed afresh after
+    /// being forgotten): Redis and memcached wait for a send that begins
+    /// a command (an answer read first would be an unpaired one, and give
+    /// the connection up for good); PostgreSQL and MySQL find their place
+    /// by their own rules.
+    pub fn joined_midway(&mut self) {
+        self.await_command = matches!(self.proto, Proto::Redis(_) | Proto::Memcached(_));
+    }
+
+    /// Whether a send starting with `b` begins a command where a Redis or
+    /// memcached connection is followed again (see `await_command`): a
+    /// RESP array's header; a memcached command's name, then its line's
+    /// end within the first bytes (keys are at most 250 bytes). Inline
+    /// Redis commands are not trusted: a value's bytes look the same.
+    fn begins_command(&self, b: &[u8]) -> bool {
+        match self.proto {
+            Proto::Redis(_) => redis::is_command_start(b),
+            Proto::Memcached(_) => memcached::is_command_start(b) && memchr::memmem::find(&b[..b.len().min(1024)], b"\r\n").is_some(),
+            Proto::Postgres(_) | Proto::MySql(_) => true,
+        }
+    }
+
+    /// Records of the connection went by unseen (the kernel's ring was
+    /// full, `gap` says how many bytes each way), before a record that
+    /// came. PostgreSQL and MySQL read them as LOST bytes of each
+    /// direction and find their place again by their own rules (their
+    /// calls left unpaired are counted `unanswered`). Redis and memcached
+    /// have no such place: the calls awaiting answers are counted
+    /// `calls_lost` and forgotten, and the connection is followed again
+    /// from its next send that begins a command.
+    fn gap(&mut self, gap: pieces::Gap, ts_ns: u64, tls: bool, out: &mut Vec<DbOp>, counts: &mut DbCounts) {
+        let system = match &mut self.proto {
+            Proto::Postgres(_) | Proto::MySql(_) => {
+                for (send, n) in [(true, gap.send), (false, gap.recv)] {
+                    if n == 0 {
+                        continue;
+                    }
+                    let mut lost = Vec::with_capacity(5);
+                    pieces::encode(&mut lost, pieces::Piece::Lost(n));
+                    match &mut self.proto {
+                        Proto::Postgres(c) => c.feed(send, ts_ns, tls, &lost, out, counts),
+                        Proto::MySql(c) => c.feed(send, ts_ns, tls, &lost, out, counts),
+                        Proto::Redis(_) | Proto::Memcached(_) => {}
+                    }
+                }
+                return;
+            }
+            Proto::Redis(_) => System::Redis,
+            Proto::Memcached(_) => System::Memcached,
+        };
+        counts.calls_lost += self.pending() as u64;
+        // a fresh parser: its streams at a boundary, nothing pending
+        self.proto = DbConn::new(system).proto;
+        self.await_command = true;
     }
 
     /// `db.system.name`: `mariadb` once a MySQL-protocol greeting said so.
@@ -342,14 +414,17 @@ impl DbConn {
     /// completed, whether its bytes are TLS plaintext, and its pieces
     /// ([`pieces`] layout). Finished calls are appended to `out`; what was
     /// dropped is added to `counts`.
-    pub fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, pieces: &[u8], out: &mut Vec<DbOp>, counts: &mut DbCounts) {
+    pub fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, record: &[u8], out: &mut Vec<DbOp>, counts: &mut DbCounts) {
         if self.given_up {
             return;
         }
-        if pieces::validate(pieces).is_err() {
+        let Ok((pieces, gap)) = pieces::split_gap(record) else {
             counts.malformed += 1;
             self.give_up(counts);
             return;
+        };
+        if !gap.is_empty() {
+            self.gap(gap, ts_ns, tls, out, counts);
         }
         let first = !std::mem::replace(&mut self.seen, true);
         if tls {
@@ -361,6 +436,16 @@ impl DbConn {
             self.tls_only = true;
             counts.ciphertext_records += 1;
             return;
+        }
+        if self.await_command {
+            let head = match pieces::pieces(pieces).next() {
+                Some(Ok(pieces::Piece::Bytes(b))) => b,
+                _ => &[],
+            };
+            if !send || !self.begins_command(head) {
+                return;
+            }
+            self.await_command = false;
         }
         match &mut self.proto {
             Proto::Postgres(c) => c.feed(send, ts_ns, tls, pieces, out, counts),

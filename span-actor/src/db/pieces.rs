@@ -10,16 +10,46 @@
 //! pieces = piece*
 //! piece  = u8(2) u16le(n) n bytes   MORE: the next n bytes of the stream
 //!        | u8(3) u32le(n)           LOST: n bytes went by unseen
+//! record = piece* gap*
+//! gap    = u8(4) u8(dir) u32le(n)   GAP: before this record, n bytes of
+//!                                   direction dir (0 received, 1 sent) went
+//!                                   by in records of the connection the
+//!                                   ring had no room for
 //! ```
-//! The kernel captures the head of each syscall's bytes (up to ~3.9 KiB),
-//! then LOST for the middle, then MORE with the last (up to 256) bytes.
-//! An unknown tag or a piece cut by the end of the record makes the whole
-//! record malformed: the iterator yields one error and stops.
+//! The kernel captures the head of each syscall's bytes (up to ~16 KiB),
+//! then LOST for the middle, then MORE with the last (up to 256) bytes,
+//! then the GAP pieces when records of the connection were lost since its
+//! last one ([`split_gap`] takes them off: the protocols see pieces only).
+//! An unknown tag (GAP included, to [`pieces`]), a piece after a GAP, or a
+//! piece cut by the end of the record makes the whole record malformed:
+//! the iterator yields one error and stops.
 
 /// `DBP_MORE`.
 pub const MORE: u8 = 2;
 /// `DBP_LOST`.
 pub const LOST: u8 = 3;
+/// `H2P_GAP`.
+pub const GAP: u8 = 4;
+/// A GAP piece's length.
+const GAP_LEN: usize = 6;
+
+/// What a record's GAP pieces say: bytes of each direction that went by,
+/// before the record, in records the kernel's ring had no room for (the
+/// calls they carried are not traced; the kernel counted their sends).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Gap {
+    /// Bytes the client received, unseen.
+    pub recv: u32,
+    /// Bytes the client sent, unseen.
+    pub send: u32,
+}
+
+impl Gap {
+    /// Whether nothing went by unseen.
+    pub fn is_empty(&self) -> bool {
+        self.recv == 0 && self.send == 0
+    }
+}
 
 /// One piece, borrowing the record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +87,41 @@ pub fn pieces(bytes: &[u8]) -> Pieces<'_> {
 /// record they will then call malformed.
 pub fn validate(bytes: &[u8]) -> Result<(), PiecesError> {
     pieces(bytes).try_for_each(|p| p.map(drop))
+}
+
+/// Splits a record into its pieces (everything before its GAP pieces,
+/// checked as [`validate`] does) and the gap they tell. Malformed: a piece
+/// after a GAP, a direction other than 0 and 1, anything [`validate`]
+/// refuses.
+pub fn split_gap(bytes: &[u8]) -> Result<(&[u8], Gap), PiecesError> {
+    let mut gap = Gap::default();
+    let mut at = 0;
+    let mut end = None;
+    while let Some(rest) = bytes.get(at..).filter(|r| !r.is_empty()) {
+        let bad = PiecesError::Malformed { at };
+        let len = match rest[0] {
+            GAP => {
+                let g = rest.get(..GAP_LEN).ok_or(bad)?;
+                let n = u32::from_le_bytes([g[2], g[3], g[4], g[5]]);
+                match g[1] {
+                    0 => gap.recv = gap.recv.saturating_add(n),
+                    1 => gap.send = gap.send.saturating_add(n),
+                    _ => return Err(bad),
+                }
+                end.get_or_insert(at);
+                GAP_LEN
+            }
+            _ if end.is_some() => return Err(bad),
+            MORE => 3 + usize::from(u16::from_le_bytes([*rest.get(1).ok_or(bad)?, *rest.get(2).ok_or(bad)?])),
+            LOST => 5,
+            _ => return Err(bad),
+        };
+        if rest.len() < len {
+            return Err(bad);
+        }
+        at += len;
+    }
+    Ok((&bytes[..end.unwrap_or(bytes.len())], gap))
 }
 
 /// The last [`Piece::Bytes`] of a valid record, if it is the record's
@@ -115,6 +180,15 @@ pub fn encode(out: &mut Vec<u8>, piece: Piece<'_>) {
     }
 }
 
+/// Encodes a gap's GAP pieces the way the kernel writes them (tests and
+/// fuzzing): after the record's other pieces.
+pub fn encode_gap(out: &mut Vec<u8>, gap: Gap) {
+    for (dir, n) in [(0u8, gap.recv), (1, gap.send)] {
+        out.extend_from_slice(&[GAP, dir]);
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,5 +218,44 @@ mod tests {
         }
         assert_eq!(pieces(&[]).count(), 0);
         assert_eq!(tail(&[LOST, 0, 0, 0, 0]), None);
+    }
+
+    #[test]
+    fn a_gap_ends_the_record_and_is_taken_off() {
+        let mut b = Vec::new();
+        encode(&mut b, Piece::Bytes(b"get k\r\n"));
+        encode(&mut b, Piece::Lost(9));
+        let stream = b.len();
+        encode_gap(&mut b, Gap { recv: 2_519, send: 0 });
+        let (p, gap) = split_gap(&b).unwrap();
+        assert_eq!((p, gap), (&b[..stream], Gap { recv: 2_519, send: 0 }));
+        assert!(validate(p).is_ok());
+        // the protocols never see a GAP piece
+        assert!(validate(&b).is_err());
+        // a record that is only a gap (its own bytes all lost in the middle are LOST, never GAP)
+        let mut only = Vec::new();
+        encode_gap(&mut only, Gap { recv: 0, send: 62 });
+        assert_eq!(split_gap(&only).unwrap(), (&[][..], Gap { recv: 0, send: 62 }));
+        // none
+        assert_eq!(split_gap(&b[..stream]).unwrap(), (&b[..stream], Gap::default()));
+        assert!(Gap::default().is_empty());
+    }
+
+    #[test]
+    fn hostile_gaps_are_refused() {
+        let mut after = Vec::new();
+        encode_gap(&mut after, Gap { recv: 1, send: 1 });
+        encode(&mut after, Piece::Bytes(b"x"));
+        let mut cut = Vec::new();
+        encode_gap(&mut cut, Gap { recv: 1, send: 1 });
+        cut.pop();
+        for bad in [&after[..], &cut, &[GAP, 2, 1, 0, 0, 0], &[MORE, 5, 0, 1, GAP, 0, 0, 0, 0, 0], &[9]] {
+            assert!(split_gap(bad).is_err(), "{bad:?}");
+        }
+        // counts add up without overflow
+        let mut big = Vec::new();
+        encode_gap(&mut big, Gap { recv: u32::MAX, send: 0 });
+        encode_gap(&mut big, Gap { recv: u32::MAX, send: 7 });
+        assert_eq!(split_gap(&big).unwrap().1, Gap { recv: u32::MAX, send: 7 });
     }
 }
