@@ -45,6 +45,7 @@
 mod backend;
 mod check_kernel;
 mod container;
+mod deadline;
 mod discovery;
 mod fnv;
 mod gobin;

@@ -80,7 +80,7 @@ pub enum ProbeError {
     #[error("tls.libraries: cannot use it")]
     TlsUnusable {
         #[source]
-        source: runtime_kit::files::FileError,
+        source: tls::Unopened,
     },
     #[error("tls.libraries: {path} has no OpenSSL symbol {symbol}")]
     TlsNotOpenssl { path: PathBuf, symbol: &'static str },
@@ -132,7 +132,10 @@ pub struct Probes {
     tls_pinned: Vec<(&'static str, UProbe)>,
     /// The executables looked into for OpenSSL or Go (device, inode),
     /// each once (bounded: `tls::MAX_LOOKED`).
-    exes_looked: BTreeSet<(u64, u64)>,
+    exes_looked: tls::Looked,
+    /// Where other processes' files are read: a worker with a deadline
+    /// per process (`deadline`).
+    overseer: crate::deadline::Overseer,
 }
 
 /// What `attach_tls` did.
@@ -449,7 +452,8 @@ impl Probes {
             tls,
             tls_files,
             tls_pinned: Vec::new(),
-            exes_looked: BTreeSet::new(),
+            exes_looked: tls::Looked::default(),
+            overseer: crate::deadline::Overseer::new(),
         };
         Ok((probes, Rings { events, execs }))
     }
@@ -515,10 +519,15 @@ impl Probes {
             tracing::info!(event = "tls_pinned", attached = self.tls, "TLS uprobes: those of the pinned set stay attached");
             return Ok(done);
         };
-        let (targets, unusable) = tls::find(&settings.libraries, Path::new("/"), Path::new("/proc"), pids, &mut self.exes_looked);
+        let (targets, unusable) =
+            tls::find(&settings.libraries, Path::new("/"), Path::new("/proc"), pids, &self.exes_looked, &mut self.overseer);
         if let Some(e) = unusable.into_iter().next() {
             return Err(match e {
-                runtime_kit::files::FileError::Open { path, .. } if e.is_not_found() => ProbeError::TlsMissing { path },
+                tls::Unopened::File(runtime_kit::files::FileError::Open { path, source })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    ProbeError::TlsMissing { path }
+                }
                 source => ProbeError::TlsUnusable { source },
             });
         }
@@ -556,7 +565,7 @@ impl Probes {
             return Ok(done);
         }
         let mut targets = tls::Targets::default();
-        tls::of_process(Path::new("/proc"), pid, &mut self.exes_looked, &mut targets);
+        tls::of_process_within(&mut self.overseer, Path::new("/proc"), pid, &self.exes_looked, &mut targets);
         done.refused = targets.refused;
         for target in targets.files {
             self.attach_tls_file(&target, &mut done)?;
@@ -605,9 +614,8 @@ impl Probes {
         if let Some(go) = &target.go {
             return self.attach_go_file(target, go, done);
         }
-        let symbols: Vec<&str> = tls::PROGRAMS.iter().map(|p| p.symbol).collect();
-        let offsets = tls::dynamic_symbols(&target.file, &symbols).unwrap_or_else(|_| vec![None; symbols.len()]);
-        if let Some(up) = tls::PROGRAMS.iter().zip(&offsets).find_map(|(up, o)| (up.required && o.is_none()).then_some(up)) {
+        let offsets = &target.offsets;
+        if let Some(up) = tls::PROGRAMS.iter().zip(offsets).find_map(|(up, o)| (up.required && o.is_none()).then_some(up)) {
             // not OpenSSL (NSS's libssl3.so), or not an ELF object at all
             if target.configured {
                 return Err(ProbeError::TlsNotOpenssl { path: path.clone(), symbol: up.symbol });
@@ -619,7 +627,7 @@ impl Probes {
         let mut attached = 0;
         // the pin set, apart from `self` (a program borrows it below)
         let set = self.set.clone();
-        for (i, (up, offset)) in tls::PROGRAMS.iter().zip(offsets).enumerate() {
+        for (i, (up, &offset)) in tls::PROGRAMS.iter().zip(offsets).enumerate() {
             // OpenSSL 1.1.0 has no `_ex` functions
             let Some(offset) = offset else { continue };
             let program = up.program;

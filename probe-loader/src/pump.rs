@@ -395,6 +395,9 @@ impl Pump {
     /// Refreshes kernel counters and sends a health report (also the
     /// heartbeat subscribers use to notice a silent publisher).
     async fn heartbeat(&mut self) {
+        // A load step left behind (it reported, then a thread of it waited
+        // on a file that did not answer) is reaped once it ends.
+        crate::step::reap();
         let now = self.probes.counters();
         for (i, v) in now.iter().enumerate() {
             if let Some(Some(d)) = self.kernel_drops.get(i) {

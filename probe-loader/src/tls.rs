@@ -25,25 +25,34 @@
 //! # Hostile files
 //! What a process maps, and what its root shows, is that process's to
 //! choose: a name may be a FIFO (an `open` that never returns), a device, a
-//! symlink, or a name with spaces that reads as another path. So a file is
-//! only ever inspected open, as a regular file ([`runtime_kit::files`]:
-//! `O_PATH`, `fstat`, then reopened non-blocking), and found without trusting
-//! a name the process controls:
+//! symlink, or a name with spaces that reads as another path; and the file
+//! may be on a filesystem another process serves (FUSE), which answers
+//! every call into it when it likes, or never. So a file is only ever
+//! inspected open, as a regular file on a filesystem no process serves,
+//! and found without trusting a name the process controls:
 //! - its executable through `/proc/PID/exe` (the file it runs, not the name);
 //! - a mapped `libssl` through `/proc/PID/map_files/START-END` (the file
 //!   mapped there; needs CAP_SYS_ADMIN, or CAP_CHECKPOINT_RESTORE), else by
 //!   the whole name `/proc/PID/maps` prints, resolved inside the process's
-//!   root (`RESOLVE_IN_ROOT`, no symlink as the last component), and kept
-//!   only if it is the device and inode that line gives (on btrfs and on
-//!   overlayfs before Linux 6.8 the two differ: such a file is refused);
-//! - its symbols read by bounded `pread`s ([`dynamic_symbols`]), and the
-//!   uprobes given file offsets and `/proc/self/fd/N`, so that aya neither
-//!   maps nor opens anything by name.
+//!   root from the kernel's cache of names (`RESOLVE_IN_ROOT`,
+//!   `RESOLVE_CACHED`, no symlink as the last component), and kept only if
+//!   it is the device and inode that line gives (on btrfs and on overlayfs
+//!   before Linux 6.8 the two differ: such a file is refused);
+//! - opened `O_PATH` first (no call into its filesystem), its mount read
+//!   from the descriptor and that mount's type from the process's mount
+//!   table ([`reopen_checked`]): FUSE is refused there, before `fstat`, a
+//!   read, or the uprobe attach, which reads the probed instruction's page
+//!   holding a lock that every `fork` on the host waits for;
+//! - each process's files inspected by a job with a deadline
+//!   ([`crate::deadline`]): a job past it is abandoned, the mount it was in
+//!   never entered again;
+//! - its symbols read by bounded `pread`s ([`dynamic_symbols`]), the
+//!   probed instructions read too (so that attaching finds them cached),
+//!   and the uprobes given file offsets and `/proc/self/fd/N`, so that aya
+//!   neither maps nor opens anything by name.
 //!
 //! A refused file is logged (`event=tls_file_refused`) and counted,
-//! `ringtail_tls_files_refused_total{reason}`: `not_regular` (a FIFO, a
-//! device, a symlink...), `not_mapped` (the name leads to another file
-//! than the one mapped).
+//! `ringtail_tls_files_refused_total{reason}` ([`Reason`]).
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -51,6 +60,7 @@ use std::io::{BufRead, Read};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use runtime_kit::files::{self, FileError};
 
@@ -96,14 +106,44 @@ pub fn program_names() -> Vec<&'static str> {
     names
 }
 
+/// Why a file of another process was not inspected: each a label of
+/// `ringtail_tls_files_refused_total{reason}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// Not a regular file (a FIFO, a device, a symlink, a directory...).
+    NotRegular,
+    /// The name a process's maps show leads to another file than the one
+    /// mapped there.
+    NotMapped,
+    /// On a filesystem a process serves (FUSE): never called into.
+    ServedByAProcess,
+    /// On a mount the process's mount table does not list (its type cannot
+    /// be told).
+    UnknownMount,
+    /// On a mount that hung an earlier inspection.
+    MountHung,
+    /// Its inspection ran past its deadline and was abandoned.
+    Deadline,
+    /// Not inspected: too many inspections were abandoned already.
+    WorkersExhausted,
+}
+
+impl Reason {
+    /// Every reason's label, in variant order.
+    pub const LABELS: [&'static str; 7] =
+        ["not_regular", "not_mapped", "served_by_a_process", "unknown_mount", "mount_hung", "deadline", "workers_exhausted"];
+
+    /// The counter's `reason` label.
+    pub fn label(self) -> &'static str {
+        Self::LABELS[self as usize]
+    }
+}
+
 /// Files refused on inspection, by reason.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Refused {
-    /// Not a regular file (a FIFO, a device, a symlink, a directory...).
-    pub not_regular: u64,
-    /// The name a process's maps show leads to another file than the one
-    /// mapped there.
-    pub not_mapped: u64,
+    /// By [`Reason`] (its index).
+    pub files: [u64; Reason::LABELS.len()],
     /// Go executables not attached, by [`crate::gobin::Refusal::REASONS`].
     pub go: [u64; crate::gobin::Refusal::REASONS.len()],
     /// Go executables attached (not a refusal: counted with them, as the
@@ -111,13 +151,23 @@ pub struct Refused {
     pub go_attached: u64,
 }
 
+/// A file of another process that was not opened.
+#[derive(Debug, thiserror::Error)]
+pub enum Unopened {
+    #[error(transparent)]
+    File(#[from] FileError),
+    #[error("{path}: {hung}")]
+    Hung { path: PathBuf, hung: crate::deadline::Hung },
+}
+
 impl Refused {
     /// The counter these go to.
     pub const METRIC: &'static str = "ringtail_tls_files_refused_total";
 
-    /// (reason label, count) of each reason.
-    pub fn by_reason(&self) -> [(&'static str, u64); 2] {
-        [("not_regular", self.not_regular), ("not_mapped", self.not_mapped)]
+    /// The count of one reason.
+    #[cfg(test)]
+    pub fn of(&self, reason: Reason) -> u64 {
+        self.files[reason as usize]
     }
 
     /// The counter Go executables not attached go to, by reason.
@@ -125,11 +175,11 @@ impl Refused {
     /// The counter of Go executables attached.
     pub const GO_ATTACHED: &'static str = "ringtail_go_binaries_attached_total";
     /// How many numbers [`Refused::to_array`] gives.
-    pub const ARRAY: usize = 3 + crate::gobin::Refusal::REASONS.len();
+    pub const ARRAY: usize = Reason::LABELS.len() + 1 + crate::gobin::Refusal::REASONS.len();
 
     /// Adds them to the registry's counters.
     pub fn count(&self, registry: &runtime_kit::counters::Registry) {
-        for (reason, n) in self.by_reason() {
+        for (reason, n) in Reason::LABELS.iter().zip(self.files) {
             if n > 0 {
                 registry.counter(Self::METRIC, &[("reason", reason)]).add(n);
             }
@@ -144,21 +194,30 @@ impl Refused {
         }
     }
 
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &Refused) {
+        self.files.iter_mut().zip(other.files).for_each(|(a, b)| *a += b);
+        self.go.iter_mut().zip(other.go).for_each(|(a, b)| *a += b);
+        self.go_attached += other.go_attached;
+    }
+
     /// All counts as numbers (the load step hands them back so).
     pub fn to_array(self) -> [u64; Self::ARRAY] {
         let mut a = [0u64; Self::ARRAY];
-        a[0] = self.not_regular;
-        a[1] = self.not_mapped;
-        a[2] = self.go_attached;
-        a[3..].copy_from_slice(&self.go);
+        let n = Reason::LABELS.len();
+        a[..n].copy_from_slice(&self.files);
+        a[n] = self.go_attached;
+        a[n + 1..].copy_from_slice(&self.go);
         a
     }
 
     /// The counts [`Refused::to_array`] gave.
     pub fn from_array(a: [u64; Self::ARRAY]) -> Self {
-        let mut go = [0u64; crate::gobin::Refusal::REASONS.len()];
-        go.copy_from_slice(&a[3..]);
-        Refused { not_regular: a[0], not_mapped: a[1], go_attached: a[2], go }
+        let n = Reason::LABELS.len();
+        let mut r = Refused { go_attached: a[n], ..Refused::default() };
+        r.files.copy_from_slice(&a[..n]);
+        r.go.copy_from_slice(&a[n + 1..]);
+        r
     }
 
     /// Logs and counts a Go executable that is not attached.
@@ -170,17 +229,65 @@ impl Refused {
         tracing::warn!(event = "go_tls_refused", reason, path = ?path, why = %refusal, "a Go executable's crypto/tls is not traced");
     }
 
+    /// Logs and counts a file refused for `reason` (`why` says more).
+    pub fn refuse(&mut self, reason: Reason, path: &Path, why: &dyn std::fmt::Display) {
+        self.files[reason as usize] += 1;
+        tracing::warn!(event = "tls_file_refused", reason = reason.label(), path = ?path, why = %why, "a file of another process: not inspected");
+    }
+
     /// Logs and counts a file that was not opened; a file that is simply
     /// not there (a process gone) is neither.
-    fn note(&mut self, error: &FileError) {
-        match error {
-            FileError::Kind { path, found, .. } => {
-                self.not_regular += 1;
+    fn note(&mut self, error: &Unopened) {
+        let reason = match error {
+            Unopened::File(FileError::Kind { path, found, .. }) => {
+                self.files[Reason::NotRegular as usize] += 1;
                 tracing::warn!(event = "tls_file_refused", reason = "not_regular", path = ?path, kind = found.name(), "not a regular file: not opened");
+                return;
             }
-            error => tracing::debug!(%error, "TLS candidate not opened"),
-        }
+            Unopened::File(FileError::ServedByAProcess { .. }) => Reason::ServedByAProcess,
+            Unopened::File(FileError::UnknownMount { .. }) => Reason::UnknownMount,
+            Unopened::Hung { .. } => Reason::MountHung,
+            error => {
+                tracing::debug!(%error, "TLS candidate not opened");
+                return;
+            }
+        };
+        let path = match error {
+            Unopened::File(FileError::ServedByAProcess { path, .. } | FileError::UnknownMount { path, .. })
+            | Unopened::Hung { path, .. } => path,
+            _ => return,
+        };
+        self.refuse(reason, path, error);
     }
+}
+
+/// Opens, for reading, the file at the `O_PATH` descriptor `opath` (found
+/// through a process whose mount table is `mounts`), only if its
+/// filesystem is not served by a process: its mount comes from the
+/// descriptor and its type from that table, before any call into the file
+/// (see `runtime_kit::files`); the gate is told the mount, and refuses one
+/// that hung an earlier job. Then `fstat`, regular only, reopened.
+pub fn reopen_checked(opath: OwnedFd, shown: &Path, mounts: &Path, gate: &crate::deadline::Gate) -> Result<(File, libc::stat), Unopened> {
+    let open_err = |source| FileError::Open { path: shown.to_owned(), source };
+    let mount = files::mount_id(opath.as_fd()).map_err(open_err)?;
+    // Mount 0: the kernel's own internal mount (a memfd's, shmem's), in no
+    // table and served by no process.
+    let fstype = if mount == 0 { Some("internal".to_owned()) } else { files::mount_type(mounts, mount).map_err(open_err)? };
+    match fstype {
+        None => return Err(FileError::UnknownMount { path: shown.to_owned(), mount }.into()),
+        Some(fstype) if files::served_by_a_process(&fstype) => {
+            return Err(FileError::ServedByAProcess { path: shown.to_owned(), fstype }.into())
+        }
+        Some(_) => {}
+    }
+    gate.enter(mount).map_err(|hung| Unopened::Hung { path: shown.to_owned(), hung })?;
+    Ok(files::reopen_regular(opath.as_fd(), shown)?)
+}
+
+/// [`reopen_checked`] of `path` (a host file, or a `/proc/PID/...` magic
+/// link: `follow`).
+pub fn open_checked(path: &Path, follow: bool, mounts: &Path, gate: &crate::deadline::Gate) -> Result<(File, libc::stat), Unopened> {
+    reopen_checked(files::open_path(path, follow)?, path, mounts, gate)
 }
 
 /// Directories searched for `libssl` besides those of `/etc/ld.so.conf`.
@@ -198,13 +305,13 @@ const STANDARD_DIRS: &[&str] = &[
 /// Most `include` levels followed in ld.so.conf.
 const MAX_INCLUDE_DEPTH: u32 = 4;
 
-/// One file to attach to, open.
+/// One file to attach to, open, and where its uprobes go (read by the
+/// job that opened it: attaching reads nothing more of it).
 #[derive(Debug)]
 pub struct Target {
     /// The name it was found by, for logs (maybe through `/proc/PID/root`).
     pub path: PathBuf,
-    /// The file itself: its symbols are read from it, and the uprobes go
-    /// to it through `/proc/self/fd/N`.
+    /// The file itself: the uprobes go to it through `/proc/self/fd/N`.
     pub file: File,
     /// Its device and inode (`fstat`).
     pub id: (u64, u64),
@@ -212,6 +319,9 @@ pub struct Target {
     pub configured: bool,
     /// A Go executable: where its crypto/tls functions are (not OpenSSL).
     pub go: Option<crate::gobin::GoTls>,
+    /// OpenSSL: the file offset of each of [`PROGRAMS`]' symbols (None:
+    /// not defined there; all None: not an ELF object with a `.dynsym`).
+    pub offsets: Vec<Option<u64>>,
 }
 
 /// The files, each once (by device and inode), configured ones first.
@@ -223,12 +333,28 @@ pub struct Targets {
     pub refused: Refused,
 }
 
+/// Reads the bytes a uprobe at each offset makes the kernel read (the
+/// instruction, up to 16 bytes), so that attaching finds them in the page
+/// cache and reads nothing from the file's filesystem itself (it does so
+/// holding a lock every fork on the host waits for).
+fn prefetch(file: &File, offsets: impl IntoIterator<Item = u64>) {
+    use std::os::unix::fs::FileExt;
+    let mut insn = [0u8; 16];
+    for at in offsets {
+        let _ = file.read_at(&mut insn, at);
+    }
+}
+
 impl Targets {
-    /// Adds an open file unless it is there already.
+    /// Adds an open OpenSSL candidate unless it is there already: where
+    /// its symbols are is read now.
     pub fn push(&mut self, path: PathBuf, (file, st): (File, libc::stat), configured: bool) {
         let id = (st.st_dev, st.st_ino);
         if self.seen.insert(id) {
-            self.files.push(Target { path, file, id, configured, go: None });
+            let symbols: Vec<&str> = PROGRAMS.iter().map(|p| p.symbol).collect();
+            let offsets = dynamic_symbols(&file, &symbols).unwrap_or_else(|_| vec![None; symbols.len()]);
+            prefetch(&file, offsets.iter().flatten().copied());
+            self.files.push(Target { path, file, id, configured, go: None, offsets });
         }
     }
 
@@ -236,16 +362,28 @@ impl Targets {
     pub fn push_go(&mut self, path: PathBuf, (file, st): (File, libc::stat), go: crate::gobin::GoTls) {
         let id = (st.st_dev, st.st_ino);
         if self.seen.insert(id) {
-            self.files.push(Target { path, file, id, configured: false, go: Some(go) });
+            prefetch(&file, go.read_returns.iter().copied().chain([go.read, go.write]));
+            self.files.push(Target { path, file, id, configured: false, go: Some(go), offsets: Vec::new() });
         }
     }
 
-    /// Opens `path` (a host file: a symlink there is followed) and adds it;
-    /// why not, if it cannot be used.
-    pub fn add(&mut self, path: PathBuf, configured: bool) -> Result<(), FileError> {
-        let opened = files::open_regular(&path, true)?;
+    /// Opens `path` (a host file: a symlink there is followed; its mount
+    /// checked in this process's table) and adds it; why not, if it cannot
+    /// be used.
+    pub fn add(&mut self, path: PathBuf, configured: bool, gate: &crate::deadline::Gate) -> Result<(), Unopened> {
+        let opened = open_checked(&path, true, Path::new("/proc/self/mountinfo"), gate)?;
         self.push(path, opened, configured);
         Ok(())
+    }
+
+    /// Moves `other`'s files (those not here already) and counts here.
+    pub fn merge(&mut self, other: Targets) {
+        self.refused.add(&other.refused);
+        for t in other.files {
+            if self.seen.insert(t.id) {
+                self.files.push(t);
+            }
+        }
     }
 }
 
@@ -416,29 +554,50 @@ pub fn libssl_mappings(proc: &Path, pid: u32) -> Vec<Mapping> {
 /// through the process's root, for logs. Through `/proc/PID/map_files`
 /// where the loader may (CAP_SYS_ADMIN), else by the printed name inside
 /// the process's root and then only if it has the device and inode the
-/// maps line gives (see the module doc).
-pub fn open_mapped(proc: &Path, pid: u32, m: &Mapping, refused: &mut Refused) -> Option<(PathBuf, (File, libc::stat))> {
+/// maps line gives (see the module doc). Either way, only on a mount the
+/// process's table lists and no process serves ([`reopen_checked`]).
+pub fn open_mapped(
+    proc: &Path,
+    pid: u32,
+    m: &Mapping,
+    refused: &mut Refused,
+    gate: &crate::deadline::Gate,
+) -> Option<(PathBuf, (File, libc::stat))> {
     let dir = proc.join(pid.to_string());
-    match files::open_regular(&dir.join("map_files").join(format!("{:x}-{:x}", m.start, m.end)), true) {
-        Ok(opened) => Some((dir.join("root").join(Path::new(std::ffi::OsStr::from_bytes(&m.path[1..]))), opened)),
+    let shown = dir.join("root").join(Path::new(std::ffi::OsStr::from_bytes(&m.path[1..])));
+    let through = dir.join("map_files").join(format!("{:x}-{:x}", m.start, m.end));
+    match files::open_path(&through, true) {
+        Ok(opath) => match reopen_checked(opath, &shown, &dir.join("mountinfo"), gate) {
+            Ok(opened) => Some((shown, opened)),
+            Err(e) => {
+                refused.note(&e);
+                None
+            }
+        },
         Err(e) if e.is_not_found() => None,
-        Err(e @ FileError::Kind { .. }) => {
-            refused.note(&e);
-            None
-        }
         // Not allowed to: by name, checked.
-        Err(_) => open_mapped_by_name(proc, pid, m, refused),
+        Err(_) => open_mapped_by_name(proc, pid, m, refused, gate),
     }
 }
 
 /// [`open_mapped`] by the name the maps line prints: resolved inside the
-/// process's root, kept only if it is the device and inode mapped.
-pub fn open_mapped_by_name(proc: &Path, pid: u32, m: &Mapping, refused: &mut Refused) -> Option<(PathBuf, (File, libc::stat))> {
+/// process's root from the kernel's cache of names
+/// (`files::open_path_at`), kept only if it is the device and inode mapped.
+pub fn open_mapped_by_name(
+    proc: &Path,
+    pid: u32,
+    m: &Mapping,
+    refused: &mut Refused,
+    gate: &crate::deadline::Gate,
+) -> Option<(PathBuf, (File, libc::stat))> {
     let dir = proc.join(pid.to_string());
     let relative = Path::new(std::ffi::OsStr::from_bytes(&m.path[1..]));
     let shown = dir.join("root").join(relative);
     let root: OwnedFd = files::open_at(None, &dir.join("root"), libc::O_PATH | libc::O_DIRECTORY).ok()?;
-    let (file, st) = match files::open_regular_at(root.as_fd(), relative, &shown) {
+    let opened = files::open_path_at(root.as_fd(), relative, &shown)
+        .map_err(Unopened::from)
+        .and_then(|opath| reopen_checked(opath, &shown, &dir.join("mountinfo"), gate));
+    let (file, st) = match opened {
         Ok(opened) => opened,
         Err(e) => {
             refused.note(&e);
@@ -447,25 +606,18 @@ pub fn open_mapped_by_name(proc: &Path, pid: u32, m: &Mapping, refused: &mut Ref
     };
     let dev = (libc::major(st.st_dev), libc::minor(st.st_dev));
     if (dev, st.st_ino) != (m.dev, m.ino) {
-        refused.not_mapped += 1;
-        tracing::warn!(
-            event = "tls_file_refused",
-            reason = "not_mapped",
-            pid,
-            path = ?shown,
-            "the name a process maps leads to another file than the one mapped: not used"
-        );
+        refused.refuse(Reason::NotMapped, &shown, &"the name a process maps leads to another file than the one mapped: not used");
         return None;
     }
     Some((shown, (file, st)))
 }
 
 /// The executable of process `pid`, open through `/proc/PID/exe` (the file
-/// it runs, whatever its name shows now), and its name through the
-/// process's root, for logs.
-pub fn exe_of(proc: &Path, pid: u32, refused: &mut Refused) -> Option<(PathBuf, (File, libc::stat))> {
+/// it runs, whatever its name shows now; its mount checked in the
+/// process's table), and its name through the process's root, for logs.
+pub fn exe_of(proc: &Path, pid: u32, refused: &mut Refused, gate: &crate::deadline::Gate) -> Option<(PathBuf, (File, libc::stat))> {
     let dir = proc.join(pid.to_string());
-    let opened = match files::open_regular(&dir.join("exe"), true) {
+    let opened = match open_checked(&dir.join("exe"), true, &dir.join("mountinfo"), gate) {
         Ok(opened) => opened,
         Err(e) => {
             refused.note(&e);
@@ -563,23 +715,39 @@ pub fn dynamic_symbols(file: &File, names: &[&str]) -> std::io::Result<Vec<Optio
 /// memory starts again (an executable is then looked into once more).
 pub const MAX_LOOKED: usize = 65_536;
 
+/// The executables looked into, by device and inode, shared with the jobs
+/// that look.
+pub type Looked = std::sync::Arc<std::sync::Mutex<BTreeSet<(u64, u64)>>>;
+
+/// How long one process's files may take to inspect (its mapped
+/// `libssl` files and its executable: a Go executable of 100 MiB reads in
+/// well under a second); past it the job is abandoned (`deadline`).
+pub const PROCESS_DEADLINE: Duration = Duration::from_secs(2);
+/// How long the host's own files may take (`tls.libraries`, the loader's
+/// directories).
+pub const HOST_DEADLINE: Duration = Duration::from_secs(10);
+
 /// The files of process `pid` to attach to: the `libssl` files it maps and
 /// its executable when that exports `SSL_read` or is a Go program that
 /// links crypto/tls (each executable file, by device and inode in
 /// `looked`, is looked into once), into `targets`. A Go executable that
-/// cannot be attached is logged and counted (`targets.refused`).
-pub fn of_process(proc: &Path, pid: u32, looked: &mut BTreeSet<(u64, u64)>, targets: &mut Targets) {
+/// cannot be attached is logged and counted (`targets.refused`). Runs as a
+/// job ([`crate::deadline`]): every file is opened through `gate`.
+pub fn of_process(proc: &Path, pid: u32, looked: &Looked, targets: &mut Targets, gate: &crate::deadline::Gate) {
     for m in libssl_mappings(proc, pid) {
-        if let Some((shown, opened)) = open_mapped(proc, pid, &m, &mut targets.refused) {
+        if let Some((shown, opened)) = open_mapped(proc, pid, &m, &mut targets.refused, gate) {
             targets.push(shown, opened, false);
         }
     }
-    let Some((shown, (file, st))) = exe_of(proc, pid, &mut targets.refused) else { return };
-    if looked.len() >= MAX_LOOKED {
-        looked.clear();
-    }
-    if !looked.insert((st.st_dev, st.st_ino)) {
-        return;
+    let Some((shown, (file, st))) = exe_of(proc, pid, &mut targets.refused, gate) else { return };
+    {
+        let mut looked = looked.lock().unwrap_or_else(|e| e.into_inner());
+        if looked.len() >= MAX_LOOKED {
+            looked.clear();
+        }
+        if !looked.insert((st.st_dev, st.st_ino)) {
+            return;
+        }
     }
     if exports(&file, "SSL_read") {
         targets.push(shown, (file, st), false);
@@ -592,31 +760,73 @@ pub fn of_process(proc: &Path, pid: u32, looked: &mut BTreeSet<(u64, u64)>, targ
     }
 }
 
+/// [`of_process`] as a job of `overseer`, within [`PROCESS_DEADLINE`]: an
+/// abandoned job's files count as `deadline`, one not run as
+/// `workers_exhausted`.
+pub fn of_process_within(overseer: &mut crate::deadline::Overseer, proc: &Path, pid: u32, looked: &Looked, targets: &mut Targets) {
+    let (proc_owned, looked) = (proc.to_owned(), looked.clone());
+    let outcome = overseer.run(PROCESS_DEADLINE, move |gate| {
+        let mut found = Targets::default();
+        of_process(&proc_owned, pid, &looked, &mut found, gate);
+        found
+    });
+    let shown = proc.join(pid.to_string());
+    match outcome {
+        crate::deadline::Outcome::Done(found) => targets.merge(found),
+        crate::deadline::Outcome::Abandoned { mount } => {
+            let why = format!(
+                "process {pid}'s files took longer than {PROCESS_DEADLINE:?} (mount {mount:?}): abandoned, that mount is not entered again"
+            );
+            targets.refused.refuse(Reason::Deadline, &shown, &why);
+        }
+        crate::deadline::Outcome::Exhausted => {
+            targets.refused.refuse(Reason::WorkersExhausted, &shown, &"too many inspections abandoned: not inspected");
+        }
+    }
+}
+
 /// Every file to attach to: `configured` (tls.libraries) first, then the
 /// loader's directories under `root`, then what the processes `pids` map,
-/// then their executables that export OpenSSL's functions. The second
-/// value: why each configured file that cannot be used cannot.
+/// then their executables that export OpenSSL's functions, each process
+/// a job of `overseer`. The second value: why each configured file that
+/// cannot be used cannot.
 pub fn find(
     configured: &[PathBuf],
     root: &Path,
     proc: &Path,
     pids: impl IntoIterator<Item = u32>,
-    looked: &mut BTreeSet<(u64, u64)>,
-) -> (Targets, Vec<FileError>) {
+    looked: &Looked,
+    overseer: &mut crate::deadline::Overseer,
+) -> (Targets, Vec<Unopened>) {
     let mut t = Targets::default();
-    let mut unusable = Vec::new();
-    for path in configured {
-        if let Err(e) = t.add(path.clone(), true) {
-            unusable.push(e);
+    let (configured, root_owned) = (configured.to_vec(), root.to_owned());
+    let host = overseer.run(HOST_DEADLINE, move |gate| {
+        let mut t = Targets::default();
+        let mut unusable = Vec::new();
+        for path in configured {
+            if let Err(e) = t.add(path, true, gate) {
+                unusable.push(e);
+            }
         }
-    }
-    for path in libssl_in(&loader_dirs(root)) {
-        if let Err(e) = t.add(path, false) {
-            t.refused.note(&e);
+        for path in libssl_in(&loader_dirs(&root_owned)) {
+            if let Err(e) = t.add(path, false, gate) {
+                t.refused.note(&e);
+            }
         }
-    }
+        (t, unusable)
+    });
+    let unusable = match host {
+        crate::deadline::Outcome::Done((found, unusable)) => {
+            t.merge(found);
+            unusable
+        }
+        _ => {
+            t.refused.refuse(Reason::Deadline, root, &format!("the host's libssl files took longer than {HOST_DEADLINE:?}"));
+            Vec::new()
+        }
+    };
     for pid in pids {
-        of_process(proc, pid, looked, &mut t);
+        of_process_within(overseer, proc, pid, looked, &mut t);
     }
     (t, unusable)
 }
@@ -640,7 +850,9 @@ mod tests {
 
     #[test]
     fn counts_go_through_the_load_step_whole() {
-        let mut r = Refused { not_regular: 1, not_mapped: 2, go_attached: 3, ..Refused::default() };
+        let mut r = Refused { go_attached: 3, ..Refused::default() };
+        r.files[Reason::NotRegular as usize] = 1;
+        r.files[Reason::WorkersExhausted as usize] = 2;
         r.go[0] = 4;
         r.go[crate::gobin::Refusal::REASONS.len() - 1] = 5;
         assert_eq!(Refused::from_array(r.to_array()), r);
@@ -671,8 +883,12 @@ mod tests {
         let dirs = loader_dirs(&root);
         assert_eq!(dirs[0], root.join("opt/ssl/lib"));
         assert!(!dirs.contains(&root.join("nowhere")));
-        let (targets, unusable) = find(&[root.join("absent.so")], &root, &root.join("proc"), [], &mut BTreeSet::new());
-        assert!(matches!(&unusable[..], [e @ FileError::Open { path, .. }] if e.is_not_found() && path == &root.join("absent.so")));
+        let mut overseer = crate::deadline::Overseer::new();
+        let (targets, unusable) = find(&[root.join("absent.so")], &root, &root.join("proc"), [], &Looked::default(), &mut overseer);
+        assert!(
+            matches!(&unusable[..], [Unopened::File(e @ FileError::Open { path, .. })] if e.is_not_found() && path == &root.join("absent.so")),
+            "{unusable:?}"
+        );
         // libssl.so and libssl.so.3 are one file: attached once
         let found: Vec<_> = targets.files.iter().map(|t| (t.path.clone(), t.configured)).collect();
         assert_eq!(found, vec![(root.join("opt/ssl/lib/libssl.so"), false)]);
@@ -713,7 +929,7 @@ mod tests {
     fn a_process_executable_is_the_file_it_runs() {
         use std::os::unix::fs::MetadataExt;
         let me = std::process::id();
-        let (shown, (_, st)) = exe_of(Path::new("/proc"), me, &mut Refused::default()).expect("our exe");
+        let (shown, (_, st)) = exe_of(Path::new("/proc"), me, &mut Refused::default(), &crate::deadline::Gate::new()).expect("our exe");
         assert!(shown.starts_with(format!("/proc/{me}/root/")), "{}", shown.display());
         assert_eq!(st.st_ino, std::fs::metadata(std::env::current_exe().expect("exe")).expect("stat").ino());
     }
@@ -776,25 +992,26 @@ mod tests {
         let m = map(&name);
         assert_eq!(m.path, name.as_os_str().as_bytes());
         let mut refused = Refused::default();
-        let (shown, _) = open_mapped_by_name(proc, me, &m, &mut refused).expect("the file mapped, by its whole name");
+        let gate = crate::deadline::Gate::new();
+        let (shown, _) = open_mapped_by_name(proc, me, &m, &mut refused, &gate).expect("the file mapped, by its whole name");
         assert_eq!(shown, proc.join(me.to_string()).join("root").join(name.strip_prefix("/").expect("absolute")));
         // Through map_files (root here): the same file, whatever its name.
-        assert!(open_mapped(proc, me, &m, &mut refused).is_some());
+        assert!(open_mapped(proc, me, &m, &mut refused, &gate).is_some());
         // The name now leads to another file: refused, not read.
         std::fs::rename(&name, dir.join("moved")).expect("rename");
         std::fs::write(&name, vec![8u8; 4096]).expect("another file");
-        assert!(open_mapped_by_name(proc, me, &m, &mut refused).is_none());
-        assert_eq!(refused, Refused { not_regular: 0, not_mapped: 1, ..Refused::default() });
+        assert!(open_mapped_by_name(proc, me, &m, &mut refused, &gate).is_none());
+        assert_eq!((refused.of(Reason::NotRegular), refused.of(Reason::NotMapped)), (0, 1));
         // A FIFO there: refused without blocking; a symlink: not followed.
         std::fs::remove_file(&name).expect("rm");
         let c = std::ffi::CString::new(name.as_os_str().as_bytes()).expect("c path");
         // SAFETY: a valid C string.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        assert!(open_mapped_by_name(proc, me, &m, &mut refused).is_none());
+        assert!(open_mapped_by_name(proc, me, &m, &mut refused, &gate).is_none());
         std::fs::remove_file(&name).expect("rm");
         std::os::unix::fs::symlink(dir.join("moved"), &name).expect("symlink");
-        assert!(open_mapped_by_name(proc, me, &m, &mut refused).is_none());
-        assert_eq!(refused, Refused { not_regular: 2, not_mapped: 1, ..Refused::default() });
+        assert!(open_mapped_by_name(proc, me, &m, &mut refused, &gate).is_none());
+        assert_eq!((refused.of(Reason::NotRegular), refused.of(Reason::NotMapped)), (2, 1));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
