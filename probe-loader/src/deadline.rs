@@ -8,9 +8,11 @@
 //! makes such a call on a thread it needs: each job (one process's files)
 //! runs on a worker thread ([`Overseer::run`]), and the caller waits at
 //! most the job's deadline. A worker past its deadline is abandoned (it
-//! ends on its own if the call ever returns; its result is dropped), the
-//! mount it said it was calling into ([`Gate::enter`]) is never entered
-//! again by any later job, and a fresh worker takes the next job. At most
+//! ends on its own if the call ever returns; its result is dropped); if it
+//! was inside a call into a mount then ([`Gate::enter`] to [`Gate::leave`]),
+//! that mount is never entered again by any later job (a job merely slow
+//! between calls marks nothing: its mount is not at fault), and a fresh
+//! worker takes the next job. At most
 //! [`MAX_ABANDONED`] workers are abandoned in a process's life: past that
 //! no job runs ([`Outcome::Exhausted`]), so that a filesystem that hangs
 //! can cost a few threads and never more.
@@ -27,7 +29,7 @@ pub const MAX_ABANDONED: usize = 4;
 /// What the jobs and their overseer share.
 #[derive(Debug, Default)]
 struct Shared {
-    /// The mount the running job is calling into, if it said.
+    /// The mount the running job is calling into now, if it is.
     current: Mutex<Option<u64>>,
     /// Mounts a job hung in: never entered again.
     hung: Mutex<BTreeSet<u64>>,
@@ -53,8 +55,8 @@ impl Gate {
         Gate::default()
     }
 
-    /// Says that the job is about to call into `mount` (until the next
-    /// `enter`); refused if that mount hung a job before.
+    /// Says that the job is about to call into `mount` (until
+    /// [`Gate::leave`]); refused if that mount hung a job before.
     pub fn enter(&self, mount: u64) -> Result<(), Hung> {
         // A poisoned lock only means a job panicked (the process aborts on
         // panic): the data is a set of numbers either way.
@@ -63,6 +65,19 @@ impl Gate {
         }
         *self.shared.current.lock().unwrap_or_else(|e| e.into_inner()) = Some(mount);
         Ok(())
+    }
+
+    /// Says that the job's call into a mount returned.
+    pub fn leave(&self) {
+        self.take_current();
+    }
+
+    /// [`Gate::enter`] `mount`, `call`, [`Gate::leave`].
+    pub fn call<T>(&self, mount: u64, call: impl FnOnce() -> T) -> Result<T, Hung> {
+        self.enter(mount)?;
+        let r = call();
+        self.leave();
+        Ok(r)
     }
 
     /// The mounts that hung jobs, so far.
@@ -216,20 +231,31 @@ mod tests {
         let mut o = Overseer::new();
         let (release, held) = channel::<()>();
         // Stands for a call that does not return: it waits for `release`.
-        let outcome = o.run(Duration::from_millis(50), move |gate| {
-            gate.enter(7).expect("not hung yet");
-            let _ = held.recv();
-        });
+        let outcome = o.run(Duration::from_millis(50), move |gate| gate.call(7, || held.recv()).expect("not hung yet"));
         assert!(matches!(outcome, Outcome::Abandoned { mount: Some(7) }), "{outcome:?}");
         assert_eq!(o.gate().hung(), 1);
         // The next job runs on a fresh worker, and is refused mount 7.
-        match o.run(Duration::from_secs(5), |gate| (gate.enter(7), gate.enter(8))) {
+        match o.run(Duration::from_secs(5), |gate| (gate.call(7, || 7), gate.call(8, || 8))) {
             Outcome::Done((seven, eight)) => {
                 assert_eq!(seven, Err(Hung { mount: 7 }));
-                assert_eq!(eight, Ok(()));
+                assert_eq!(eight, Ok(8));
             }
             other => panic!("{other:?}"),
         }
+        drop(release);
+    }
+
+    #[test]
+    fn a_job_slow_between_calls_marks_no_mount() {
+        let mut o = Overseer::new();
+        let (release, held) = channel::<()>();
+        let outcome = o.run(Duration::from_millis(50), move |gate| {
+            gate.call(9, || ()).expect("not hung");
+            // Slow after the call returned (stands for parsing).
+            let _ = held.recv();
+        });
+        assert!(matches!(outcome, Outcome::Abandoned { mount: None }), "{outcome:?}");
+        assert_eq!(o.gate().hung(), 0);
         drop(release);
     }
 

@@ -43,6 +43,7 @@
 //!   syscall registers). A new protocol or hook set is a new file.
 
 mod backend;
+mod budget;
 mod check_kernel;
 mod container;
 mod deadline;

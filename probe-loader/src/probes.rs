@@ -565,7 +565,8 @@ impl Probes {
             return Ok(done);
         }
         let mut targets = tls::Targets::default();
-        tls::of_process_within(&mut self.overseer, Path::new("/proc"), pid, &self.exes_looked, &mut targets);
+        let limits = (tls::PROCESS_DEADLINE, crate::budget::PROCESS_BYTES);
+        tls::of_process_within(&mut self.overseer, Path::new("/proc"), pid, &self.exes_looked, &mut targets, limits);
         done.refused = targets.refused;
         for target in targets.files {
             self.attach_tls_file(&target, &mut done)?;

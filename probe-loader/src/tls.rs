@@ -64,6 +64,8 @@ use std::time::Duration;
 
 use runtime_kit::files::{self, FileError};
 
+use crate::budget::{Allowance, ReadAt};
+
 /// One uprobe: a program of `bpf/tls_hooks.h` on a library function.
 #[derive(Debug, Clone, Copy)]
 pub struct Uprobe {
@@ -126,12 +128,34 @@ pub enum Reason {
     Deadline,
     /// Not inspected: too many inspections were abandoned already.
     WorkersExhausted,
+    /// Its user's share of the time or bytes allowed for reading other
+    /// processes' files was spent (`crate::budget`).
+    Budget,
+    /// A table it declares lies in a hole of a sparse file.
+    Sparse,
 }
 
 impl Reason {
     /// Every reason's label, in variant order.
-    pub const LABELS: [&'static str; 7] =
-        ["not_regular", "not_mapped", "served_by_a_process", "unknown_mount", "mount_hung", "deadline", "workers_exhausted"];
+    pub const LABELS: [&'static str; 9] = [
+        "not_regular",
+        "not_mapped",
+        "served_by_a_process",
+        "unknown_mount",
+        "mount_hung",
+        "deadline",
+        "workers_exhausted",
+        "budget",
+        "sparse",
+    ];
+
+    /// Why a reader within an allowance stopped, as a reason.
+    pub fn of_stop(stop: crate::budget::Stop) -> Reason {
+        match stop {
+            crate::budget::Stop::Hole => Reason::Sparse,
+            crate::budget::Stop::Bytes | crate::budget::Stop::Time => Reason::Budget,
+        }
+    }
 
     /// The counter's `reason` label.
     pub fn label(self) -> &'static str {
@@ -261,13 +285,24 @@ impl Refused {
     }
 }
 
+/// A file of another process, open for reading.
+#[derive(Debug)]
+pub struct Opened {
+    pub file: File,
+    /// What `fstat` said of it.
+    pub st: libc::stat,
+    /// The mount it is on (each read of it is a call into that mount).
+    pub mount: u64,
+}
+
 /// Opens, for reading, the file at the `O_PATH` descriptor `opath` (found
 /// through a process whose mount table is `mounts`), only if its
 /// filesystem is not served by a process: its mount comes from the
 /// descriptor and its type from that table, before any call into the file
-/// (see `runtime_kit::files`); the gate is told the mount, and refuses one
-/// that hung an earlier job. Then `fstat`, regular only, reopened.
-pub fn reopen_checked(opath: OwnedFd, shown: &Path, mounts: &Path, gate: &crate::deadline::Gate) -> Result<(File, libc::stat), Unopened> {
+/// (see `runtime_kit::files`); the calls that follow (`fstat`, the reopen)
+/// go through the gate, which refuses a mount that hung an earlier job.
+/// Regular files only.
+pub fn reopen_checked(opath: OwnedFd, shown: &Path, mounts: &Path, gate: &crate::deadline::Gate) -> Result<Opened, Unopened> {
     let open_err = |source| FileError::Open { path: shown.to_owned(), source };
     let mount = files::mount_id(opath.as_fd()).map_err(open_err)?;
     // Mount 0: the kernel's own internal mount (a memfd's, shmem's), in no
@@ -280,13 +315,15 @@ pub fn reopen_checked(opath: OwnedFd, shown: &Path, mounts: &Path, gate: &crate:
         }
         Some(_) => {}
     }
-    gate.enter(mount).map_err(|hung| Unopened::Hung { path: shown.to_owned(), hung })?;
-    Ok(files::reopen_regular(opath.as_fd(), shown)?)
+    let (file, st) = gate
+        .call(mount, || files::reopen_regular(opath.as_fd(), shown))
+        .map_err(|hung| Unopened::Hung { path: shown.to_owned(), hung })??;
+    Ok(Opened { file, st, mount })
 }
 
 /// [`reopen_checked`] of `path` (a host file, or a `/proc/PID/...` magic
 /// link: `follow`).
-pub fn open_checked(path: &Path, follow: bool, mounts: &Path, gate: &crate::deadline::Gate) -> Result<(File, libc::stat), Unopened> {
+pub fn open_checked(path: &Path, follow: bool, mounts: &Path, gate: &crate::deadline::Gate) -> Result<Opened, Unopened> {
     reopen_checked(files::open_path(path, follow)?, path, mounts, gate)
 }
 
@@ -347,19 +384,26 @@ fn prefetch(file: &File, offsets: impl IntoIterator<Item = u64>) {
 
 impl Targets {
     /// Adds an open OpenSSL candidate unless it is there already: where
-    /// its symbols are is read now.
-    pub fn push(&mut self, path: PathBuf, (file, st): (File, libc::stat), configured: bool) {
+    /// its symbols are is read now, within `allowance`, through `gate` (a
+    /// reader it stops leaves the file out, counted).
+    pub fn push(&mut self, path: PathBuf, opened: Opened, configured: bool, allowance: &Allowance, gate: &crate::deadline::Gate) {
+        let Opened { file, st, mount } = opened;
         let id = (st.st_dev, st.st_ino);
-        if self.seen.insert(id) {
-            let symbols: Vec<&str> = PROGRAMS.iter().map(|p| p.symbol).collect();
-            let offsets = dynamic_symbols(&file, &symbols).unwrap_or_else(|_| vec![None; symbols.len()]);
-            prefetch(&file, offsets.iter().flatten().copied());
-            self.files.push(Target { path, file, id, configured, go: None, offsets });
+        if !self.seen.insert(id) {
+            return;
         }
+        let symbols: Vec<&str> = PROGRAMS.iter().map(|p| p.symbol).collect();
+        let offsets = dynamic_symbols(&allowance.over_on(&file, gate, mount), &symbols).unwrap_or_else(|_| vec![None; symbols.len()]);
+        if let Some(stop) = allowance.stopped() {
+            self.refused.refuse(Reason::of_stop(stop), &path, &format!("reading its symbols stopped: {stop:?}"));
+            return;
+        }
+        prefetch(&file, offsets.iter().flatten().copied());
+        self.files.push(Target { path, file, id, configured, go: None, offsets });
     }
 
     /// Adds a Go executable and where its crypto/tls functions are.
-    pub fn push_go(&mut self, path: PathBuf, (file, st): (File, libc::stat), go: crate::gobin::GoTls) {
+    pub fn push_go(&mut self, path: PathBuf, Opened { file, st, .. }: Opened, go: crate::gobin::GoTls) {
         let id = (st.st_dev, st.st_ino);
         if self.seen.insert(id) {
             prefetch(&file, go.read_returns.iter().copied().chain([go.read, go.write]));
@@ -370,9 +414,9 @@ impl Targets {
     /// Opens `path` (a host file: a symlink there is followed; its mount
     /// checked in this process's table) and adds it; why not, if it cannot
     /// be used.
-    pub fn add(&mut self, path: PathBuf, configured: bool, gate: &crate::deadline::Gate) -> Result<(), Unopened> {
+    pub fn add(&mut self, path: PathBuf, configured: bool, gate: &crate::deadline::Gate, allowance: &Allowance) -> Result<(), Unopened> {
         let opened = open_checked(&path, true, Path::new("/proc/self/mountinfo"), gate)?;
-        self.push(path, opened, configured);
+        self.push(path, opened, configured, allowance, gate);
         Ok(())
     }
 
@@ -556,13 +600,7 @@ pub fn libssl_mappings(proc: &Path, pid: u32) -> Vec<Mapping> {
 /// the process's root and then only if it has the device and inode the
 /// maps line gives (see the module doc). Either way, only on a mount the
 /// process's table lists and no process serves ([`reopen_checked`]).
-pub fn open_mapped(
-    proc: &Path,
-    pid: u32,
-    m: &Mapping,
-    refused: &mut Refused,
-    gate: &crate::deadline::Gate,
-) -> Option<(PathBuf, (File, libc::stat))> {
+pub fn open_mapped(proc: &Path, pid: u32, m: &Mapping, refused: &mut Refused, gate: &crate::deadline::Gate) -> Option<(PathBuf, Opened)> {
     let dir = proc.join(pid.to_string());
     let shown = dir.join("root").join(Path::new(std::ffi::OsStr::from_bytes(&m.path[1..])));
     let through = dir.join("map_files").join(format!("{:x}-{:x}", m.start, m.end));
@@ -589,7 +627,7 @@ pub fn open_mapped_by_name(
     m: &Mapping,
     refused: &mut Refused,
     gate: &crate::deadline::Gate,
-) -> Option<(PathBuf, (File, libc::stat))> {
+) -> Option<(PathBuf, Opened)> {
     let dir = proc.join(pid.to_string());
     let relative = Path::new(std::ffi::OsStr::from_bytes(&m.path[1..]));
     let shown = dir.join("root").join(relative);
@@ -597,25 +635,25 @@ pub fn open_mapped_by_name(
     let opened = files::open_path_at(root.as_fd(), relative, &shown)
         .map_err(Unopened::from)
         .and_then(|opath| reopen_checked(opath, &shown, &dir.join("mountinfo"), gate));
-    let (file, st) = match opened {
+    let opened = match opened {
         Ok(opened) => opened,
         Err(e) => {
             refused.note(&e);
             return None;
         }
     };
-    let dev = (libc::major(st.st_dev), libc::minor(st.st_dev));
-    if (dev, st.st_ino) != (m.dev, m.ino) {
+    let dev = (libc::major(opened.st.st_dev), libc::minor(opened.st.st_dev));
+    if (dev, opened.st.st_ino) != (m.dev, m.ino) {
         refused.refuse(Reason::NotMapped, &shown, &"the name a process maps leads to another file than the one mapped: not used");
         return None;
     }
-    Some((shown, (file, st)))
+    Some((shown, opened))
 }
 
 /// The executable of process `pid`, open through `/proc/PID/exe` (the file
 /// it runs, whatever its name shows now; its mount checked in the
 /// process's table), and its name through the process's root, for logs.
-pub fn exe_of(proc: &Path, pid: u32, refused: &mut Refused, gate: &crate::deadline::Gate) -> Option<(PathBuf, (File, libc::stat))> {
+pub fn exe_of(proc: &Path, pid: u32, refused: &mut Refused, gate: &crate::deadline::Gate) -> Option<(PathBuf, Opened)> {
     let dir = proc.join(pid.to_string());
     let opened = match open_checked(&dir.join("exe"), true, &dir.join("mountinfo"), gate) {
         Ok(opened) => opened,
@@ -631,26 +669,31 @@ pub fn exe_of(proc: &Path, pid: u32, refused: &mut Refused, gate: &crate::deadli
     Some((shown, opened))
 }
 
-/// Most bytes of a dynamic symbol or string table read to look for a
-/// symbol (Node's are 1.8 and 5.3 MB).
-const MAX_TABLE: u64 = 64 << 20;
+/// Most bytes of section headers read (65,535 headers of 64 bytes).
+const MAX_SECTION_HEADERS: u64 = 4 << 20;
 
 /// Whether the ELF `file` defines the dynamic symbol `name`.
-pub fn exports(file: &File, name: &str) -> bool {
+pub fn exports(file: &dyn ReadAt, name: &str) -> bool {
     dynamic_symbols(file, &[name]).is_ok_and(|found| found[0].is_some())
 }
 
 /// Where in `file` (an ELF object) each of `names` is, as uprobes take it:
 /// the file offset of a symbol `.dynsym` defines (None: not defined there).
 /// Only the header, the section headers, `.dynsym` and `.dynstr` are read,
-/// each bounded, by `pread` (an executable can be hundreds of megabytes; a
-/// file someone shortens meanwhile reads short, it cannot fault); anything
-/// that is not a well-formed 64-bit little-endian ELF is an error.
-pub fn dynamic_symbols(file: &File, names: &[&str]) -> std::io::Result<Vec<Option<u64>>> {
-    use std::os::unix::fs::FileExt;
+/// by `pread` (an executable can be hundreds of megabytes; a file someone
+/// shortens meanwhile reads short, it cannot fault), the two tables
+/// streamed through a window of 64 KiB with a budget of reads (each at
+/// most 64 MiB: Node's are 1.8 and 5.3 MB), so memory stays at a few
+/// megabytes whatever the file says; anything that is not a well-formed
+/// 64-bit little-endian ELF is an error.
+pub fn dynamic_symbols(file: &dyn ReadAt, names: &[&str]) -> std::io::Result<Vec<Option<u64>>> {
     let invalid = || std::io::Error::from(std::io::ErrorKind::InvalidData);
+    let refused = |r: crate::gobin::Refusal| match r {
+        crate::gobin::Refusal::Io { source } => source,
+        _ => invalid(),
+    };
     let read = |offset: u64, len: u64| -> std::io::Result<Vec<u8>> {
-        if len > MAX_TABLE {
+        if len > MAX_SECTION_HEADERS {
             return Err(invalid());
         }
         let mut buf = vec![0; len as usize];
@@ -686,29 +729,36 @@ pub fn dynamic_symbols(file: &File, names: &[&str]) -> std::io::Result<Vec<Optio
     const SHT_DYNSYM: u32 = 11;
     let dynsym = (0..shnum).filter_map(section).find(|h| u32_at(h, 4) == SHT_DYNSYM).ok_or_else(invalid)?;
     let strtab = section(u64::from(u32_at(dynsym, 0x28))).ok_or_else(invalid)?;
-    let symbols = read(u64_at(dynsym, 0x18), u64_at(dynsym, 0x20))?;
-    let strings = read(u64_at(strtab, 0x18), u64_at(strtab, 0x20))?;
+    // Where each name is written in .dynstr (Elf64_Shdr: sh_offset 0x18, sh_size 0x20).
+    let mut strings = crate::gobin::Window::new(file, u64_at(strtab, 0x18), u64_at(strtab, 0x20)).map_err(refused)?;
+    let written = crate::gobin::find_names(&mut strings, names).map_err(refused)?;
+    let (sym_at, sym_size) = (u64_at(dynsym, 0x18), u64_at(dynsym, 0x20));
+    let mut symbols = crate::gobin::Window::new(file, sym_at, sym_size).map_err(refused)?;
     // Below SHN_LORESERVE: a real section (not ABS, COMMON...).
     const SHN_LORESERVE: u16 = 0xff00;
-    let offset_of = |want: &[u8]| -> Option<u64> {
-        // Elf64_Sym: st_name u32, st_info u8, st_other u8, st_shndx u16, st_value u64, st_size u64
-        symbols.chunks_exact(24).find_map(|sym| {
-            let at = u32_at(sym, 0) as usize;
-            let shndx = u16_at(sym, 6);
-            let named = strings.get(at..).is_some_and(|s| s.starts_with(want) && s.get(want.len()) == Some(&0));
-            if !named || shndx == 0 || shndx >= SHN_LORESERVE {
-                return None;
+    let mut found: Vec<Option<u64>> = vec![None; names.len()];
+    let mut at = 0;
+    // Elf64_Sym: st_name u32, st_info u8, st_other u8, st_shndx u16, st_value u64, st_size u64
+    while at + 24 <= sym_size && found.iter().any(Option::is_none) {
+        let sym = symbols.bytes(at, 24).map_err(refused)?;
+        at += 24;
+        let (name, shndx, value) = (u64::from(u32_at(sym, 0)), u16_at(sym, 6), u64_at(sym, 8));
+        if shndx == 0 || shndx >= SHN_LORESERVE {
+            continue;
+        }
+        for (slot, places) in found.iter_mut().zip(&written) {
+            if slot.is_some() || !places.contains(&name) {
+                continue;
             }
-            let value = u64_at(sym, 8);
-            if !translate {
-                return Some(value);
-            }
-            // Elf64_Shdr: sh_addr at 0x10, sh_offset at 0x18
-            let sec = section(u64::from(shndx))?;
-            value.checked_sub(u64_at(sec, 0x10))?.checked_add(u64_at(sec, 0x18))
-        })
-    };
-    Ok(names.iter().map(|n| offset_of(n.as_bytes())).collect())
+            *slot = if translate {
+                // Elf64_Shdr: sh_addr at 0x10, sh_offset at 0x18
+                section(u64::from(shndx)).and_then(|sec| value.checked_sub(u64_at(sec, 0x10))?.checked_add(u64_at(sec, 0x18)))
+            } else {
+                Some(value)
+            };
+        }
+    }
+    Ok(found)
 }
 
 /// Most executables remembered as looked into ([`of_process`]); past it the
@@ -732,14 +782,16 @@ pub const HOST_DEADLINE: Duration = Duration::from_secs(10);
 /// links crypto/tls (each executable file, by device and inode in
 /// `looked`, is looked into once), into `targets`. A Go executable that
 /// cannot be attached is logged and counted (`targets.refused`). Runs as a
-/// job ([`crate::deadline`]): every file is opened through `gate`.
-pub fn of_process(proc: &Path, pid: u32, looked: &Looked, targets: &mut Targets, gate: &crate::deadline::Gate) {
+/// job ([`crate::deadline`]): every file is opened through `gate` and read
+/// within `allowance` ([`crate::budget`]).
+pub fn of_process(proc: &Path, pid: u32, looked: &Looked, targets: &mut Targets, gate: &crate::deadline::Gate, allowance: &Allowance) {
     for m in libssl_mappings(proc, pid) {
         if let Some((shown, opened)) = open_mapped(proc, pid, &m, &mut targets.refused, gate) {
-            targets.push(shown, opened, false);
+            targets.push(shown, opened, false, allowance, gate);
         }
     }
-    let Some((shown, (file, st))) = exe_of(proc, pid, &mut targets.refused, gate) else { return };
+    let Some((shown, opened)) = exe_of(proc, pid, &mut targets.refused, gate) else { return };
+    let (st, mount) = (opened.st, opened.mount);
     {
         let mut looked = looked.lock().unwrap_or_else(|e| e.into_inner());
         if looked.len() >= MAX_LOOKED {
@@ -749,47 +801,77 @@ pub fn of_process(proc: &Path, pid: u32, looked: &Looked, targets: &mut Targets,
             return;
         }
     }
-    if exports(&file, "SSL_read") {
-        targets.push(shown, (file, st), false);
+    let exported = exports(&allowance.over_on(&opened.file, gate, mount), "SSL_read");
+    if let Some(stop) = allowance.stopped() {
+        targets.refused.refuse(Reason::of_stop(stop), &shown, &format!("reading its symbols stopped: {stop:?}"));
         return;
     }
-    match crate::gobin::inspect(&file) {
-        Ok(Some(go)) => targets.push_go(shown, (file, st), go),
+    if exported {
+        targets.push(shown, opened, false, allowance, gate);
+        return;
+    }
+    let inspected = crate::gobin::inspect(&allowance.over_on(&opened.file, gate, mount));
+    if let Some(stop) = allowance.stopped() {
+        targets.refused.refuse(Reason::of_stop(stop), &shown, &format!("reading it as a Go executable stopped: {stop:?}"));
+        return;
+    }
+    match inspected {
+        Ok(Some(go)) => targets.push_go(shown, opened, go),
         Ok(None) => {}
         Err(refusal) => targets.refused.note_go(&shown, &refusal),
     }
 }
 
-/// [`of_process`] as a job of `overseer`, within [`PROCESS_DEADLINE`]: an
-/// abandoned job's files count as `deadline`, one not run as
-/// `workers_exhausted`.
-pub fn of_process_within(overseer: &mut crate::deadline::Overseer, proc: &Path, pid: u32, looked: &Looked, targets: &mut Targets) {
+/// [`of_process`] as a job of `overseer`, within [`PROCESS_DEADLINE`] and
+/// `limits` (time, bytes) for its reads: an abandoned job's files count as
+/// `deadline`, one not run as `workers_exhausted`. Returns the time the job
+/// took and the bytes it read (what its uid is charged).
+pub fn of_process_within(
+    overseer: &mut crate::deadline::Overseer,
+    proc: &Path,
+    pid: u32,
+    looked: &Looked,
+    targets: &mut Targets,
+    limits: (Duration, u64),
+) -> (Duration, u64) {
     let (proc_owned, looked) = (proc.to_owned(), looked.clone());
+    let began = std::time::Instant::now();
     let outcome = overseer.run(PROCESS_DEADLINE, move |gate| {
         let mut found = Targets::default();
-        of_process(&proc_owned, pid, &looked, &mut found, gate);
-        found
+        // Half the job's deadline at most: a reader stopped by its time ends
+        // the job well before the job is abandoned as hung.
+        let allowance = Allowance::new(limits.1, limits.0.min(PROCESS_DEADLINE / 2));
+        of_process(&proc_owned, pid, &looked, &mut found, gate, &allowance);
+        (found, allowance.read())
     });
     let shown = proc.join(pid.to_string());
-    match outcome {
-        crate::deadline::Outcome::Done(found) => targets.merge(found),
+    let read = match outcome {
+        crate::deadline::Outcome::Done((found, read)) => {
+            targets.merge(found);
+            read
+        }
         crate::deadline::Outcome::Abandoned { mount } => {
             let why = format!(
                 "process {pid}'s files took longer than {PROCESS_DEADLINE:?} (mount {mount:?}): abandoned, that mount is not entered again"
             );
             targets.refused.refuse(Reason::Deadline, &shown, &why);
+            limits.1
         }
         crate::deadline::Outcome::Exhausted => {
             targets.refused.refuse(Reason::WorkersExhausted, &shown, &"too many inspections abandoned: not inspected");
+            0
         }
-    }
+    };
+    (began.elapsed(), read)
 }
 
 /// Every file to attach to: `configured` (tls.libraries) first, then the
 /// loader's directories under `root`, then what the processes `pids` map,
 /// then their executables that export OpenSSL's functions, each process
-/// a job of `overseer`. The second value: why each configured file that
-/// cannot be used cannot.
+/// a job of `overseer`, taken round-robin by uid within the scan's budget
+/// ([`crate::budget`]: a process whose uid's share is spent is counted
+/// `budget`, not inspected). The second value: why each configured file
+/// that cannot be used cannot.
 pub fn find(
     configured: &[PathBuf],
     root: &Path,
@@ -803,13 +885,14 @@ pub fn find(
     let host = overseer.run(HOST_DEADLINE, move |gate| {
         let mut t = Targets::default();
         let mut unusable = Vec::new();
+        // The host's own files: root's, bounded per file only.
         for path in configured {
-            if let Err(e) = t.add(path, true, gate) {
+            if let Err(e) = t.add(path, true, gate, &Allowance::new(crate::budget::PROCESS_BYTES, HOST_DEADLINE)) {
                 unusable.push(e);
             }
         }
         for path in libssl_in(&loader_dirs(&root_owned)) {
-            if let Err(e) = t.add(path, false, gate) {
+            if let Err(e) = t.add(path, false, gate, &Allowance::new(crate::budget::PROCESS_BYTES, HOST_DEADLINE)) {
                 t.refused.note(&e);
             }
         }
@@ -825,8 +908,26 @@ pub fn find(
             Vec::new()
         }
     };
-    for pid in pids {
-        of_process_within(overseer, proc, pid, looked, &mut t);
+    let (order, uids) = crate::budget::round_robin(proc, pids);
+    let mut shares = crate::budget::Shares::new(crate::budget::SCAN_TIME, crate::budget::SCAN_BYTES, uids);
+    let mut over_budget = 0u64;
+    for (uid, pid) in order {
+        let Some(limits) = shares.allowance(uid, PROCESS_DEADLINE / 2) else {
+            over_budget += 1;
+            t.refused.files[Reason::Budget as usize] += 1;
+            continue;
+        };
+        let (took, read) = of_process_within(overseer, proc, pid, looked, &mut t, limits);
+        shares.charge(uid, took, read);
+    }
+    if over_budget > 0 {
+        // One line for them all: they may be thousands.
+        tracing::warn!(
+            event = "tls_file_refused",
+            reason = "budget",
+            processes = over_budget,
+            "processes not inspected: their user's share of the start scan's time or bytes was spent"
+        );
     }
     (t, unusable)
 }
@@ -929,7 +1030,8 @@ mod tests {
     fn a_process_executable_is_the_file_it_runs() {
         use std::os::unix::fs::MetadataExt;
         let me = std::process::id();
-        let (shown, (_, st)) = exe_of(Path::new("/proc"), me, &mut Refused::default(), &crate::deadline::Gate::new()).expect("our exe");
+        let (shown, Opened { st, .. }) =
+            exe_of(Path::new("/proc"), me, &mut Refused::default(), &crate::deadline::Gate::new()).expect("our exe");
         assert!(shown.starts_with(format!("/proc/{me}/root/")), "{}", shown.display());
         assert_eq!(st.st_ino, std::fs::metadata(std::env::current_exe().expect("exe")).expect("stat").ino());
     }
