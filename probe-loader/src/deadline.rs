@@ -25,6 +25,8 @@ use std::time::Duration;
 
 /// Most workers abandoned in the life of a process.
 pub const MAX_ABANDONED: usize = 4;
+/// How often [`Overseer::run_with`] calls back while it waits.
+const SLICE: Duration = Duration::from_millis(5);
 
 /// What the jobs and their overseer share.
 #[derive(Debug, Default)]
@@ -147,6 +149,18 @@ impl Overseer {
 
     /// Runs `job` on the worker and waits for it at most `deadline`.
     pub fn run<R: Send + 'static>(&mut self, deadline: Duration, job: impl FnOnce(&Gate) -> R + Send + 'static) -> Outcome<R> {
+        self.run_with(deadline, job, || {})
+    }
+
+    /// [`Overseer::run`], calling `meanwhile` every few milliseconds while
+    /// it waits (the TLS attacher reads the kernel's reports so: a job
+    /// never holds up a process's exec).
+    pub fn run_with<R: Send + 'static>(
+        &mut self,
+        deadline: Duration,
+        job: impl FnOnce(&Gate) -> R + Send + 'static,
+        mut meanwhile: impl FnMut(),
+    ) -> Outcome<R> {
         if self.abandoned >= MAX_ABANDONED {
             return Outcome::Exhausted;
         }
@@ -164,7 +178,16 @@ impl Overseer {
             // sender is dropped); a fresh one next time.
             return Outcome::Exhausted;
         }
-        match worker.results.recv_timeout(deadline) {
+        let until = std::time::Instant::now() + deadline;
+        let received = loop {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            match worker.results.recv_timeout(left.min(SLICE)) {
+                Ok(result) => break Ok(result),
+                Err(mpsc::RecvTimeoutError::Timeout) if !left.is_zero() => meanwhile(),
+                Err(e) => break Err(e),
+            }
+        };
+        match received {
             Ok(result) => {
                 self.gate.take_current();
                 self.worker = Some(worker);

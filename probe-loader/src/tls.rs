@@ -96,18 +96,6 @@ pub const GO_READ_ENTER: &str = "go_tls_read_enter";
 pub const GO_READ_EXIT: &str = "go_tls_read_exit";
 pub const GO_WRITE_ENTER: &str = "go_tls_write_enter";
 
-/// The distinct programs of [`PROGRAMS`], then Go's.
-pub fn program_names() -> Vec<&'static str> {
-    let mut names: Vec<&'static str> = Vec::new();
-    for p in PROGRAMS {
-        if !names.contains(&p.program) {
-            names.push(p.program);
-        }
-    }
-    names.extend([GO_READ_ENTER, GO_READ_EXIT, GO_WRITE_ENTER]);
-    names
-}
-
 /// Why a file of another process was not inspected: each a label of
 /// `ringtail_tls_files_refused_total{reason}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -366,6 +354,9 @@ pub struct Target {
 pub struct Targets {
     seen: BTreeSet<(u64, u64)>,
     pub files: Vec<Target>,
+    /// Files of the process (device, inode) that an earlier job looked into
+    /// (`Looked`): not read again, attached from what that job found.
+    pub known: Vec<(u64, u64)>,
     /// What was refused on the way.
     pub refused: Refused,
 }
@@ -428,6 +419,28 @@ impl Targets {
                 self.files.push(t);
             }
         }
+        for id in other.known {
+            if !self.known.contains(&id) {
+                self.known.push(id);
+            }
+        }
+    }
+
+    /// Whether file `id` was looked into by an earlier job: then it is only
+    /// noted as this process's ([`Targets::known`]); else it is marked
+    /// looked into now, and the caller reads it.
+    fn first_look(&mut self, looked: &Looked, id: (u64, u64)) -> bool {
+        let mut looked = looked.lock().unwrap_or_else(|e| e.into_inner());
+        if looked.len() >= MAX_LOOKED {
+            looked.clear();
+        }
+        if looked.insert(id) {
+            return true;
+        }
+        if !self.known.contains(&id) {
+            self.known.push(id);
+        }
+        false
     }
 }
 
@@ -761,12 +774,12 @@ pub fn dynamic_symbols(file: &dyn ReadAt, names: &[&str]) -> std::io::Result<Vec
     Ok(found)
 }
 
-/// Most executables remembered as looked into ([`of_process`]); past it the
-/// memory starts again (an executable is then looked into once more).
+/// Most files remembered as looked into ([`of_process`]); past it the
+/// memory starts again (a file is then looked into once more).
 pub const MAX_LOOKED: usize = 65_536;
 
-/// The executables looked into, by device and inode, shared with the jobs
-/// that look.
+/// The files looked into (executables, mapped libssl files), by device and
+/// inode, shared with the jobs that look.
 pub type Looked = std::sync::Arc<std::sync::Mutex<BTreeSet<(u64, u64)>>>;
 
 /// How long one process's files may take to inspect (its mapped
@@ -787,19 +800,15 @@ pub const HOST_DEADLINE: Duration = Duration::from_secs(10);
 pub fn of_process(proc: &Path, pid: u32, looked: &Looked, targets: &mut Targets, gate: &crate::deadline::Gate, allowance: &Allowance) {
     for m in libssl_mappings(proc, pid) {
         if let Some((shown, opened)) = open_mapped(proc, pid, &m, &mut targets.refused, gate) {
-            targets.push(shown, opened, false, allowance, gate);
+            if targets.first_look(looked, (opened.st.st_dev, opened.st.st_ino)) {
+                targets.push(shown, opened, false, allowance, gate);
+            }
         }
     }
     let Some((shown, opened)) = exe_of(proc, pid, &mut targets.refused, gate) else { return };
-    let (st, mount) = (opened.st, opened.mount);
-    {
-        let mut looked = looked.lock().unwrap_or_else(|e| e.into_inner());
-        if looked.len() >= MAX_LOOKED {
-            looked.clear();
-        }
-        if !looked.insert((st.st_dev, st.st_ino)) {
-            return;
-        }
+    let mount = opened.mount;
+    if !targets.first_look(looked, (opened.st.st_dev, opened.st.st_ino)) {
+        return;
     }
     let exported = exports(&allowance.over_on(&opened.file, gate, mount), "SSL_read");
     if let Some(stop) = allowance.stopped() {
@@ -834,16 +843,34 @@ pub fn of_process_within(
     targets: &mut Targets,
     limits: (Duration, u64),
 ) -> (Duration, u64) {
+    of_process_meanwhile(overseer, proc, pid, looked, targets, limits, || {})
+}
+
+/// [`of_process_within`], calling `meanwhile` every few milliseconds while
+/// the job runs.
+pub fn of_process_meanwhile(
+    overseer: &mut crate::deadline::Overseer,
+    proc: &Path,
+    pid: u32,
+    looked: &Looked,
+    targets: &mut Targets,
+    limits: (Duration, u64),
+    meanwhile: impl FnMut(),
+) -> (Duration, u64) {
     let (proc_owned, looked) = (proc.to_owned(), looked.clone());
     let began = std::time::Instant::now();
-    let outcome = overseer.run(PROCESS_DEADLINE, move |gate| {
-        let mut found = Targets::default();
-        // Half the job's deadline at most: a reader stopped by its time ends
-        // the job well before the job is abandoned as hung.
-        let allowance = Allowance::new(limits.1, limits.0.min(PROCESS_DEADLINE / 2));
-        of_process(&proc_owned, pid, &looked, &mut found, gate, &allowance);
-        (found, allowance.read())
-    });
+    let outcome = overseer.run_with(
+        PROCESS_DEADLINE,
+        move |gate| {
+            let mut found = Targets::default();
+            // Half the job's deadline at most: a reader stopped by its time
+            // ends the job well before the job is abandoned as hung.
+            let allowance = Allowance::new(limits.1, limits.0.min(PROCESS_DEADLINE / 2));
+            of_process(&proc_owned, pid, &looked, &mut found, gate, &allowance);
+            (found, allowance.read())
+        },
+        meanwhile,
+    );
     let shown = proc.join(pid.to_string());
     let read = match outcome {
         crate::deadline::Outcome::Done((found, read)) => {
@@ -908,17 +935,42 @@ pub fn find(
             Vec::new()
         }
     };
+    let mut refused = Refused::default();
+    let mut found = Vec::new();
+    scan_processes(proc, pids, looked, overseer, &mut refused, |_, f| found.push(f));
+    t.refused.add(&refused);
+    for f in found {
+        t.merge(f);
+    }
+    (t, unusable)
+}
+
+/// What the processes `pids` map and run (`of_process`), each process a
+/// job of `overseer`, taken round-robin by uid within the scan's budget
+/// ([`crate::budget`]: a process whose uid's share is spent is counted
+/// `budget` in `refused`, not inspected); `each(pid, found)` for each
+/// process inspected.
+pub fn scan_processes(
+    proc: &Path,
+    pids: impl IntoIterator<Item = u32>,
+    looked: &Looked,
+    overseer: &mut crate::deadline::Overseer,
+    refused: &mut Refused,
+    mut each: impl FnMut(u32, Targets),
+) {
     let (order, uids) = crate::budget::round_robin(proc, pids);
     let mut shares = crate::budget::Shares::new(crate::budget::SCAN_TIME, crate::budget::SCAN_BYTES, uids);
     let mut over_budget = 0u64;
     for (uid, pid) in order {
         let Some(limits) = shares.allowance(uid, PROCESS_DEADLINE / 2) else {
             over_budget += 1;
-            t.refused.files[Reason::Budget as usize] += 1;
+            refused.files[Reason::Budget as usize] += 1;
             continue;
         };
-        let (took, read) = of_process_within(overseer, proc, pid, looked, &mut t, limits);
+        let mut found = Targets::default();
+        let (took, read) = of_process_within(overseer, proc, pid, looked, &mut found, limits);
         shares.charge(uid, took, read);
+        each(pid, found);
     }
     if over_budget > 0 {
         // One line for them all: they may be thousands.
@@ -929,7 +981,6 @@ pub fn find(
             "processes not inspected: their user's share of the start scan's time or bytes was spent"
         );
     }
-    (t, unusable)
 }
 
 /// Every process id in `proc`.
@@ -957,7 +1008,6 @@ mod tests {
         r.go[0] = 4;
         r.go[crate::gobin::Refusal::REASONS.len() - 1] = 5;
         assert_eq!(Refused::from_array(r.to_array()), r);
-        assert_eq!(program_names().iter().filter(|p| p.starts_with("go_tls_")).count(), 3);
     }
 
     #[test]

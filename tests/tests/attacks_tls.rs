@@ -463,3 +463,132 @@ fn dense_crafted_executables_spend_only_their_user_s_share() {
     let spans = rt.spans_when(Duration::from_secs(30), SETTLE, |s| s.iter().any(served));
     assert_eq!(spans.iter().filter(|s| served(s)).count(), 1, "{spans:?}\n{}", rt.counters());
 }
+
+/// The TLS attacher: the loader's child that runs `attach-tls`.
+fn attacher_of(loader: u32) -> Option<u32> {
+    let children = std::fs::read_to_string(format!("/proc/{loader}/task/{loader}/children")).ok()?;
+    children
+        .split_whitespace()
+        .filter_map(|c| c.parse::<u32>().ok())
+        .find(|c| std::fs::read(format!("/proc/{c}/cmdline")).is_ok_and(|cmd| cmd.split(|b| *b == 0).nth(1) == Some(b"attach-tls")))
+}
+
+/// (issue 45) The attacher's inputs after start, attacked: a program of
+/// nobody's run from a FUSE mount maps the libssl there after ringtail
+/// started, and the kernel's report of it is read (the attacher is held
+/// stopped meanwhile) only once the FUSE server reads requests and never
+/// answers; 40 crafted executables are started after ringtail. Each is
+/// refused (the FUSE file never called into, the crafted tables never
+/// read), and a legitimate TLS server of root's started after them, with a
+/// libssl copy of its own, is attached and traced; no thread of ringtail
+/// waits on the FUSE server.
+#[test]
+fn the_attacher_refuses_what_hostile_programs_started_after_it_map_and_goes_on() {
+    if !can_trace() || !have("bindfs") || !have("setpriv") || !have("curl") || !have("openssl") || !Path::new("/dev/fuse").exists() {
+        return;
+    }
+    let _host = FuseHost::set_up();
+    let prom = free_port();
+    let rt = Ringtail::start(&crafted_config(prom));
+    let loader = rt.pid("probe-loader").expect("the loader's pid");
+    let attacher = attacher_of(loader).unwrap_or_else(|| panic!("no attacher; log:\n{}", rt.log()));
+    let d = TempDir::new("after-start");
+    std::fs::set_permissions(&d.0, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let marks = empty_dir(&d.0, "marks");
+    let below = Bindfs::mount(&stocked(&d.0, "src"), &empty_dir(&d.0, "below"));
+    let reader = Bindfs::mount(&below.mnt, &empty_dir(&d.0, "mnt"));
+    let (go, mapped) = (marks.join("go"), marks.join("mapped"));
+    let code = format!(
+        "import ctypes, os, time\nwhile not os.path.exists('{go}'): time.sleep(0.02)\nctypes.CDLL('{lib}')\nopen('{mapped}', 'w').close()\ntime.sleep(600)",
+        go = go.display(),
+        lib = reader.mnt.join("libssl.so.3").display(),
+        mapped = mapped.display()
+    );
+    let mut cmd = Command::new("setpriv");
+    cmd.args(as_nobody()).arg(reader.mnt.join("py3")).args(["-c", &code]).stdout(Stdio::null()).stderr(Stdio::null());
+    let _fuse_program = Proc::spawn("a program run from FUSE", &mut cmd);
+    std::thread::sleep(Duration::from_millis(500));
+    // The attacher stopped, the program maps the FUSE libssl (its report
+    // waits in the ring), then the server below stops.
+    // SAFETY: signals to processes this test found.
+    unsafe { libc::kill(attacher as i32, libc::SIGSTOP) };
+    std::fs::write(&go, b"").expect("go");
+    let did = wait_until(Duration::from_secs(20), || mapped.exists().then_some(()));
+    below.server.signal(libc::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(1500));
+    // SAFETY: as above.
+    unsafe { libc::kill(attacher as i32, libc::SIGCONT) };
+    assert!(did.is_some(), "the program from FUSE did not map its libssl");
+    let _crafted = crafted_processes(&d.0, 40, false);
+    let (_server, port, copy) = legit_tls_server(&d.0);
+    wait_until(Duration::from_secs(30), || {
+        rt.log().lines().any(|l| l.contains("event=\"tls_attached\"") && l.contains(&copy)).then_some(())
+    })
+    .unwrap_or_else(|| panic!("the legitimate server's libssl was not attached; log:\n{}", last_lines(&rt.log(), 60)));
+    let st = Command::new("curl").args(["-sk", "-o", "/dev/null"]).arg(format!("https://127.0.0.1:{port}/after")).status().expect("curl");
+    assert!(st.success());
+    let served = |s: &SpanLine| s.kind == "SERVER" && s.path == "/after";
+    let spans = rt.spans_when(Duration::from_secs(30), SETTLE, |s| s.iter().any(served));
+    assert_eq!(spans.iter().filter(|s| served(s)).count(), 1, "{spans:?}\n{}", rt.counters());
+    let sparse = wait_until(Duration::from_secs(20), || {
+        metric_value(prom, "ringtail_tls_files_refused_total", &[("reason", "sparse")]).filter(|v| *v >= 40.0)
+    });
+    assert!(sparse.is_some(), "the crafted executables started later were not all refused:\n{}", rt.counters());
+    let fuse = wait_until(Duration::from_secs(20), || {
+        metric_value(prom, "ringtail_tls_files_refused_total", &[("reason", "served_by_a_process")]).filter(|v| *v >= 1.0)
+    });
+    assert!(fuse.is_some(), "the FUSE libssl was not refused:\n{}\n{}", rt.counters(), last_lines(&rt.log(), 30));
+    let waiting: Vec<String> = tree(rt.proc.pid()).iter().flat_map(|p| threads_in_d(*p)).collect();
+    assert!(waiting.is_empty(), "ringtail threads wait on the FUSE server: {waiting:?}");
+    below.server.signal(libc::SIGCONT);
+}
+
+/// (issue 45) The attacher obeys no one: its standard input is /dev/null,
+/// it holds no socket, its one channel with the loader is a pipe it only
+/// writes; it keeps the capabilities attaching needs and nothing else
+/// (bounding set too), `no_new_privs`, and the loader keeps none.
+#[test]
+fn the_attacher_has_no_input_but_the_kernel_s() {
+    if !can_trace() {
+        return;
+    }
+    let rt = Ringtail::start(&crafted_config(free_port()));
+    let loader = rt.pid("probe-loader").expect("the loader's pid");
+    let attacher = attacher_of(loader).unwrap_or_else(|| panic!("no attacher; log:\n{}", rt.log()));
+    let status = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    let caps = |pid: u32, set: &str| {
+        let text = status(pid);
+        let hex = text.lines().find_map(|l| l.strip_prefix(set)?.strip_prefix(':')).expect("a set").trim().to_owned();
+        u64::from_str_radix(&hex, 16).expect("hex")
+    };
+    for set in ["CapEff", "CapPrm", "CapBnd", "CapInh", "CapAmb"] {
+        assert_eq!(caps(loader, set), 0, "the loader's {set}");
+    }
+    // CAP_DAC_READ_SEARCH 2, CAP_SYS_PTRACE 19, CAP_SYS_ADMIN 21, CAP_PERFMON 38, CAP_BPF 39
+    let kept = (1u64 << 2) | (1 << 19) | (1 << 21) | (1 << 38) | (1 << 39);
+    for set in ["CapEff", "CapPrm", "CapBnd"] {
+        assert_eq!(caps(attacher, set), kept, "the attacher's {set}");
+    }
+    assert!(status(attacher).lines().any(|l| l.starts_with("NoNewPrivs:") && l.ends_with('1')));
+    let fd = |n: &str| std::fs::read_link(format!("/proc/{attacher}/fd/{n}")).map(|p| p.display().to_string()).unwrap_or_default();
+    assert_eq!(fd("0"), "/dev/null", "its standard input");
+    let fds: Vec<String> = std::fs::read_dir(format!("/proc/{attacher}/fd"))
+        .expect("fds")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    let sockets: Vec<String> = fds.iter().map(|n| fd(n)).filter(|l| l.starts_with("socket:")).collect();
+    assert!(sockets.is_empty(), "the attacher holds sockets: {sockets:?}");
+    let pipes: Vec<(String, String)> = fds
+        .iter()
+        .filter(|n| fd(n).starts_with("pipe:"))
+        .map(|n| {
+            let info = std::fs::read_to_string(format!("/proc/{attacher}/fdinfo/{n}")).unwrap_or_default();
+            (n.clone(), info.lines().find_map(|l| l.strip_prefix("flags:")).unwrap_or_default().trim().to_owned())
+        })
+        .collect();
+    for (n, flags) in &pipes {
+        let flags = u32::from_str_radix(flags, 8).expect("octal flags");
+        assert_eq!(flags & 3, 1, "the attacher's pipe fd {n} is open for reading (flags {flags:o})");
+    }
+}
