@@ -353,6 +353,27 @@ fn log_lines(rt: &Ringtail, event: &str, bin: &Path) -> Vec<String> {
     rt.log().lines().filter(|l| l.contains(&format!("event=\"{event}\"")) && l.contains(&path)).map(str::to_owned).collect()
 }
 
+/// Waits until the TLS attacher has given process `pid` (running `bin`) its
+/// links, where it makes links per process (a subset selected, on a kernel
+/// with `uprobe_multi`): a second process of an executable already attached
+/// gets links of its own, with no change to the per-executable counter, so
+/// its requests race them unless waited for. Where links are the file's
+/// (no `pid=` in any `tls_attached` line) there is nothing to wait for.
+fn wait_process_attached(rt: &Ringtail, pid: u32, bin: &Path) {
+    let path = std::fs::canonicalize(bin).unwrap_or_else(|_| bin.to_path_buf()).display().to_string();
+    let mark = format!(" pid={pid} ");
+    let done = || {
+        let log = rt.log();
+        let attached: Vec<&str> = log.lines().filter(|l| l.contains("event=\"tls_attached\"")).collect();
+        let per_process = attached.iter().any(|l| l.contains(" pid="));
+        let mine = attached.iter().any(|l| l.contains(&mark) && l.contains(&path));
+        (!per_process || mine).then_some(())
+    };
+    if wait_until(WAIT, done).is_none() {
+        panic!("process {pid} ({path}) was not attached; the log's end:\n{}", last_lines(&rt.log(), 40));
+    }
+}
+
 /// Asserts that ringtail's log says each of `bins` attached, once.
 fn assert_attached_once(rt: &Ringtail, bins: &[&Path]) {
     for bin in bins {
@@ -494,6 +515,7 @@ fn go_binary_of_unknown_layout_is_refused_and_the_others_traced(b: &str) {
     assert_eq!(counts, client_counts(REQUESTS, 1));
     // the refused server is the same program: it answers
     let mut second = Client::hold(&client_bin, unknown_port, 40, "h1", 1);
+    wait_process_attached(&rt, second.pid(), &client_bin);
     second.release();
     let to_unknown = second.pid();
     let unknown_counts = second.counts();
