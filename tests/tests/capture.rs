@@ -350,18 +350,18 @@ fn answer_read_before_the_send_is_reported(b: &str) {
     let out = Command::new("python3").args([script, "client", &port.to_string(), dir_s]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "200 200");
+    // (a failure says what ringtail counted and logged. SERVER GET /after
+    // missing with an orphan response counted: /after was sent before the
+    // server drained the body and shared the read that ends it, where no
+    // request is looked for, docs/limits.md; the fixture waits for that)
+    let why = || format!("spans:\n{}\nringtail's counters:\n{}\nthe log's end:\n{}", rt.stdout(), rt.counters(), last_lines(&rt.log(), 40));
     let answered_first = || metric_value(prom, "ringtail_dropped_events_total", &[("reason", "answered_before_sent")]);
-    assert_eq!(wait_until(WAIT, || answered_first().filter(|v| *v >= 1.0)), Some(1.0), "{}", rt.stdout());
+    assert_eq!(wait_until(WAIT, || answered_first().filter(|v| *v >= 1.0)), Some(1.0), "{}", why());
     let spans = rt.spans_when(WAIT, SETTLE, |s| s.len() >= 3);
     let got: Vec<(&str, &str, &str, u16)> = spans.iter().map(|s| (s.kind.as_str(), s.method.as_str(), s.path.as_str(), s.status)).collect();
     let mut got = got;
     got.sort();
-    assert_eq!(
-        got,
-        [("CLIENT", "GET", "/after", 200), ("SERVER", "GET", "/after", 200), ("SERVER", "POST", "/early", 200)],
-        "{}",
-        rt.stdout()
-    );
+    assert_eq!(got, [("CLIENT", "GET", "/after", 200), ("SERVER", "GET", "/after", 200), ("SERVER", "POST", "/early", 200)], "{}", why());
 }
 
 /// A client whose first request left before it was traced reads that
