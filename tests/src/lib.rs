@@ -980,3 +980,14 @@ macro_rules! on_both_backends {
         }
     };
 }
+
+/// The name the test harness gives test `name` of the module whose
+/// `module_path!()` is `module`, to run it alone (`--exact`): the tests of
+/// the one end-to-end executable are named by their path below its root
+/// (`attacks_ipc::flood_role`), and `--exact flood_role` runs none.
+pub fn test_path(module: &str, name: &str) -> String {
+    match module.split_once("::") {
+        Some((_, below)) => format!("{below}::{name}"),
+        None => name.to_owned(),
+    }
+}

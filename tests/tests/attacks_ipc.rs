@@ -49,7 +49,7 @@ fn actors_ids() -> (u32, u32) {
 /// returns what it printed and how it ended.
 fn role(name: &str, env: &[(&str, String)], (uid, gid): (u32, u32)) -> Output {
     let mut cmd = Command::new(std::env::current_exe().expect("this test binary"));
-    cmd.args(["--exact", name, "--nocapture", "--test-threads=1"]).uid(uid).gid(gid).current_dir("/");
+    cmd.args(["--exact", test_path(module_path!(), name).as_str(), "--nocapture", "--test-threads=1"]).uid(uid).gid(gid).current_dir("/");
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -269,7 +269,7 @@ fn race_lone_exporter(exporter: &Path, config: &Path, dir: &TempDir, secret: &st
     let ids = actors_ids();
     let mut racer = Command::new(std::env::current_exe().expect("this test binary"));
     racer
-        .args(["--exact", "racer_role", "--nocapture", "--test-threads=1"])
+        .args(["--exact", test_path(module_path!(), "racer_role").as_str(), "--nocapture", "--test-threads=1"])
         .uid(ids.0)
         .gid(ids.1)
         .current_dir("/")
@@ -456,7 +456,7 @@ impl Flood {
     fn start(path: &Path, conns: usize, subscribe_every: Option<Duration>) -> Flood {
         let ids = actors_ids();
         let mut cmd = Command::new(std::env::current_exe().expect("this test binary"));
-        cmd.args(["--exact", "flood_role", "--nocapture", "--test-threads=1"])
+        cmd.args(["--exact", test_path(module_path!(), "flood_role").as_str(), "--nocapture", "--test-threads=1"])
             .uid(ids.0)
             .gid(ids.1)
             .current_dir("/")
@@ -815,7 +815,7 @@ fn junk_from_a_subscriber_is_counted_and_logged_now_and_then() {
     let log_before = rig.ringtail.log();
     let ids = actors_ids();
     let mut cmd = Command::new(std::env::current_exe().expect("this test binary"));
-    cmd.args(["--exact", "junk_role", "--nocapture", "--test-threads=1"])
+    cmd.args(["--exact", test_path(module_path!(), "junk_role").as_str(), "--nocapture", "--test-threads=1"])
         .uid(ids.0)
         .gid(ids.1)
         .current_dir("/")

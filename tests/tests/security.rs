@@ -49,16 +49,19 @@ fn uids(pid: u32) -> Vec<u32> {
 }
 
 /// Runs this binary's test `role` as `uid`:`gid`, with `var` naming
-/// `path`; true if the role's assertions held.
+/// `path`; true if the role's assertions held (it must have run: a name the
+/// harness does not know runs no test, and that is no success).
 fn role_succeeds(role: &str, var: &str, path: &Path, (uid, gid): (u32, u32)) -> bool {
-    let status = Command::new(std::env::current_exe().expect("this test binary"))
-        .args(["--exact", role, "--nocapture", "--test-threads=1"])
+    let out = Command::new(std::env::current_exe().expect("this test binary"))
+        .args(["--exact", test_path(module_path!(), role).as_str(), "--nocapture", "--test-threads=1"])
         .env(var, path)
         .uid(uid)
         .gid(gid)
-        .status()
+        .output()
         .unwrap_or_else(|e| panic!("start {role} as {uid}: {e}"));
-    status.success()
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("running 1 test"), "the role {role} did not run:\n{stdout}");
+    out.status.success()
 }
 
 /// Starts this binary as the stranger against `path`; true if the socket
