@@ -334,7 +334,8 @@ fn daemonset_holds_what_the_docs_say() {
     assert_eq!(one(&objects, "ServiceAccount")["automountServiceAccountToken"], false);
 
     // OTLP: the endpoint in the environment, the headers from the Secret.
-    let (_, objects) = render(&py, VARIANTS[4].1);
+    let otlp = VARIANTS.iter().find(|(name, _)| name.starts_with("OTLP with headers")).expect("the OTLP variant").1;
+    let (_, objects) = render(&py, otlp);
     assert_eq!(
         env_of(&objects, "OTEL_EXPORTER_OTLP_ENDPOINT").map(|e| &e["value"]),
         Some(&Value::from("http://otel-collector.observability:4317"))
