@@ -449,7 +449,25 @@ fn configured_pin_dir(config: &str) -> Option<PathBuf> {
 /// other checkouts' tests on the same machine) never share pinned probes.
 pub fn test_pin_dir() -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
+    sweep_dead_tests_pins();
     PathBuf::from(format!("/sys/fs/bpf/ringtail-test-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)))
+}
+
+/// Removes, once per test process, the pin directories of test processes
+/// that no longer exist: a test binary killed mid-test never runs
+/// `Ringtail`'s drop, and its pinned programs would go on running (and be
+/// counted by the next run's checks of what is attached) until a reboot.
+pub fn sweep_dead_tests_pins() {
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    SWEPT.call_once(|| {
+        for e in std::fs::read_dir("/sys/fs/bpf").into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name.strip_prefix("ringtail-test-").and_then(|r| r.split('-').next()) else { continue };
+            if !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) && !Path::new("/proc").join(pid).exists() {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    });
 }
 
 /// Makes the actors' default user, `ringtail`, as `./ringtail.sh` does, if

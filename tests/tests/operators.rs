@@ -385,25 +385,31 @@ fn service_graph_and_span_metrics_of_a_two_service_exchange_are_exact() {
     let graph = metrics.iter().find(|m| m["name"] == "traces_service_graph_request_total").unwrap();
     assert_eq!(graph["resource"]["service.name"], "ringtail", "the host's edges are on ringtail's own resource");
 
-    // Every name a panel or a rule reads, on /metrics and over OTLP.
-    let text = scrape(prom);
-    let exported = exposition_names(&text);
-    let over_otlp = otlp_as_prometheus(&rotel.metrics());
-    let mut missing = Vec::new();
-    for (what, e) in dashboard_exprs()
+    // Every name a panel or a rule reads, on /metrics and over OTLP (each
+    // component's own counters reach the exporter at its own interval: wait
+    // for all of them, then name what is missing).
+    let read: Vec<(String, String)> = dashboard_exprs()
         .into_iter()
         .map(|(t, e)| (format!("panel {t:?}"), e))
         .chain(rule_exprs().into_iter().map(|(a, e)| (format!("rule {a}"), e)))
-    {
-        for name in promql_names(&e) {
-            if !exported.contains(&name) {
+        .flat_map(|(what, e)| promql_names(&e).into_iter().map(move |n| (what.clone(), n)))
+        .collect();
+    let missing_now = || {
+        let exported = exposition_names(&scrape(prom));
+        let over_otlp = otlp_as_prometheus(&rotel.metrics());
+        let mut missing = Vec::new();
+        for (what, name) in &read {
+            if !exported.contains(name) {
                 missing.push(format!("{what}: {name} is not on /metrics"));
             }
-            if !over_otlp.contains(&name) {
+            if !over_otlp.contains(name) {
                 missing.push(format!("{what}: {name} is not exported over OTLP"));
             }
         }
-    }
+        (missing, exported, over_otlp)
+    };
+    wait_until(WAIT, || missing_now().0.is_empty().then_some(()));
+    let (missing, exported, over_otlp) = missing_now();
     assert!(missing.is_empty(), "{}\n(/metrics has {} names)", missing.join("\n"), exported.len());
     // ...and the check is not vacuous: a name ringtail does not export fails it.
     assert!(!exported.contains("traces_spanmetrics_latency_bucket") && !over_otlp.contains("ringtail_made_up_total"));
