@@ -83,6 +83,8 @@ test_deps() {
     # The kernel matrix (tests/kernels/): qemu boots Debian's own kernels, an
     # initramfs of busybox shares this root with them over virtiofs.
     apt_install qemu-system-x86 busybox-static cpio default-jdk-headless
+    # A FUSE server the TLS attacks run programs from (tests/tests/attacks_tls.rs).
+    apt_install fuse3 bindfs
     if [ ! -x .venv/bin/python ]; then
         say "creating .venv"
         python3 -m venv .venv

@@ -35,6 +35,7 @@ fn rust_type(name: &str) -> &'static str {
         ("EV_", "u8"),
         ("FAMILY_", "u8"),
         ("PROC_", "u8"),
+        ("TLSR", "u32"),
         ("EXECF_", "u8"),
         ("EXE_LITERAL", "usize"),
         ("DB_PORTS", "usize"),
@@ -256,6 +257,7 @@ int main(void) {
     printf("pub const EXEC_EVENT_SIZE: usize = %zu;\n", sizeof(struct exec_event));
     printf("pub const FORK_EVENT_SIZE: usize = %zu;\n", sizeof(struct fork_event));
     printf("pub const PROC_HEAD_SIZE: usize = %zu;\n", sizeof(struct proc_head));
+    printf("pub const TLS_REPORT_SIZE: usize = %zu;\n", sizeof(struct tls_report));
     printf("pub const EXE_LITERAL_SIZE: usize = %zu;\n", sizeof(struct exe_literal));
     printf("pub const H2_HEAD_SIZE: usize = %zu;\n", offsetof(struct h2_event, data));
     OFF(h2_event, dir); OFF(h2_event, data_len); OFF(h2_event, conn_id); OFF(h2_event, ts_ns); OFF(h2_event, caller_conn); OFF(h2_event, parent_seq);
@@ -267,6 +269,7 @@ int main(void) {
     OFF(exec_event, env_len); OFF(exec_event, env_total); OFF(exec_event, path);
     OFF(exec_event, exe); OFF(exec_event, cgroups); OFF(exec_event, env);
     OFF(fork_event, parent_tgid); OFF(fork_event, parent_start_ns);
+    OFF(tls_report, parent_tgid); OFF(tls_report, dev_major); OFF(tls_report, ino); OFF(tls_report, path);
     return 0;
 }
 "#,

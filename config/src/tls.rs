@@ -10,16 +10,18 @@ use crate::{invalid, ConfigError};
 pub const MAX_LIBRARIES: usize = 64;
 
 /// TLS capture: uprobes on OpenSSL's `SSL_read`/`SSL_write` (and `_ex`),
-/// `SSL_do_handshake` and `SSL_free`, so HTTPS requests become spans like
-/// cleartext ones (`url.scheme = "https"`).
+/// `SSL_do_handshake` and `SSL_free`, and on Go's crypto/tls, so HTTPS
+/// requests become spans like cleartext ones (`url.scheme = "https"`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TlsSettings {
-    /// Attach the TLS uprobes at start: to every OpenSSL `libssl` in the
-    /// dynamic loader's cache and the standard library directories, every
-    /// one mapped by a selected process running at start, every executable
-    /// of those processes that exports the OpenSSL symbols (Node's `node`),
-    /// and `libraries`. Off: no uprobe, TLS connections are not traced
+    /// Attach the TLS uprobes (by the TLS attacher, a small privileged
+    /// process: docs/security.md): at start to every OpenSSL `libssl` in
+    /// the dynamic loader's cache and the standard library directories,
+    /// every one mapped by a selected process, every executable of those
+    /// processes that exports the OpenSSL symbols (Node's `node`) or is a Go
+    /// program, and `libraries`; after start to what a selected process
+    /// execs or maps. Off: no uprobe, TLS connections are not traced
     /// (their ciphertext is never taken for HTTP either way). Each uprobe hit
     /// is a trap into the kernel: see docs/tls.md for the cost per request.
     pub enabled: bool,
@@ -29,14 +31,11 @@ pub struct TlsSettings {
     /// application's private copy). A file that is missing or has none of
     /// the symbols stops the start, with its path.
     pub libraries: Vec<PathBuf>,
-    /// Attach to OpenSSL files that appear after start (a new container's
-    /// `libssl`, a new runtime): a selected process that reads a TLS
-    /// handshake outside any TLS call the uprobes see is reported once by
-    /// the kernel, and the loader attaches to the new OpenSSL files it maps
-    /// (and its executable, when it exports the symbols). The price: the
-    /// loader keeps CAP_SYS_ADMIN, CAP_BPF, CAP_PERFMON, CAP_SYS_PTRACE and
-    /// CAP_DAC_READ_SEARCH for its whole life instead of none
-    /// (docs/security.md, "Privileges"). Off (the default): the files found at start only.
+    /// Deprecated and ignored (the loader warns): files and programs that
+    /// appear after start are attached by default now, by the TLS attacher
+    /// (docs/tls.md), and the loader keeps no capability. It made the
+    /// loader keep five for its life; accepted so that an old configuration
+    /// still starts.
     pub attach_later: bool,
 }
 
@@ -74,7 +73,8 @@ mod tests {
         let s = Settings::from_toml("").expect("defaults");
         assert!(s.tls.enabled);
         assert!(s.tls.libraries.is_empty());
-        assert!(!s.tls.attach_later, "the loader keeps no capability unless asked");
+        // Deprecated, still accepted (an old configuration starts).
+        assert!(!s.tls.attach_later);
         assert!(Settings::from_toml("[tls]\nattach_later = true").expect("valid").tls.attach_later);
         let err = Settings::from_toml("[tls]\nattach_later = \"maybe\"").unwrap_err().to_string();
         assert!(err.contains("attach_later"), "{err}");

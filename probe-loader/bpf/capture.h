@@ -15,6 +15,7 @@
 #include "http1_conn.h"
 #include "h2.h"
 #include "db.h"
+#include "tls_report.h"
 
 /* Bytes the process received on a connection (`st` from conn_get, NULL for
  * an untracked one: it becomes a server connection if a request, or what
@@ -79,7 +80,13 @@ static __always_inline void conn_sock_state(struct sock *sk, int newstate)
 		if (bpf_map_lookup_elem(&sel_ports, &port)) {
 			__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 			__u8 why = SEL_EXPLICIT;
+			int was = bpf_map_lookup_elem(&sel_pids, &tgid) != NULL;
 			bpf_map_update_elem(&sel_pids, &tgid, &why, BPF_ANY);
+			/* per-process TLS links: a newly selected process gets them */
+			if (!was && tls_on && tls_pid_links) {
+				struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+				tls_report_process(TLSR_SELECT, tgid, BPF_CORE_READ(t, group_leader, start_boottime), 0);
+			}
 		}
 	}
 }

@@ -39,8 +39,10 @@ RINGTAIL_GLOBAL(const volatile __u8, select_ports, 0);
 
 /* 1 = the TLS uprobes are attached (tls.enabled): the socket hooks look for a TLS call in progress. */
 RINGTAIL_GLOBAL(const volatile __u8, tls_on, 0);
-/* 1 = tls.attach_later: a process that reads a TLS handshake outside any TLS call is reported once (PROC_TLS). */
-RINGTAIL_GLOBAL(const volatile __u8, tls_late, 0);
+/* 1 = the TLS attacher makes per-process links (uprobe_multi's pid filter,
+ * a subset of processes selected): exec and map reports are per process,
+ * and forks, exits and new selections of selected processes are reported. */
+RINGTAIL_GLOBAL(const volatile __u8, tls_pid_links, 0);
 
 /* 1 = probe.propagate: write a traceparent into traced clients' HTTP/1 requests (propagate.h). */
 RINGTAIL_GLOBAL(const volatile __u8, propagate, 0);

@@ -87,44 +87,80 @@ static __always_inline void go_data(__u64 conn, __u64 buf, __u64 n, __u64 id, in
 
 /* func (c *Conn) Write(b []byte) (int, error): c in RAX, b's pointer and
  * length in RBX and RCX. */
-SEC("uprobe")
-int go_tls_write_enter(struct pt_regs *ctx)
+static __always_inline void go_write(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u64 n = ctx->cx;
 	if (!n || !pid_selected(id >> 32))
-		return 0;
+		return;
 	go_data(ctx->ax, ctx->bx, n, id, 0);
+}
+
+SEC("uprobe")
+int go_tls_write_enter(struct pt_regs *ctx)
+{
+	go_write(ctx);
 	return 0;
 }
 
 /* func (c *Conn) Read(b []byte) (int, error): entry. */
-SEC("uprobe")
-int go_tls_read_enter(struct pt_regs *ctx)
+static __always_inline void go_read(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	if (!pid_selected(id >> 32))
-		return 0;
+		return;
+	tls_proc_seen(id >> 32);
 	struct go_call_key k = { .g = ctx->r14, .tgid = id >> 32 };
 	struct go_call c = { .conn = ctx->ax, .buf = ctx->bx };
 	bpf_map_update_elem(&go_calls, &k, &c, BPF_ANY);
+}
+
+SEC("uprobe")
+int go_tls_read_enter(struct pt_regs *ctx)
+{
+	go_read(ctx);
 	return 0;
 }
 
 /* Read's return instructions: n in RAX. */
-SEC("uprobe")
-int go_tls_read_exit(struct pt_regs *ctx)
+static __always_inline void go_read_ret(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	struct go_call_key k = { .g = ctx->r14, .tgid = id >> 32 };
 	struct go_call *cp = bpf_map_lookup_elem(&go_calls, &k);
 	if (!cp)
-		return 0;
+		return;
 	struct go_call c = *cp;
 	bpf_map_delete_elem(&go_calls, &k);
 	__s64 n = (__s64)ctx->ax;
 	if (n > 0)
 		go_data(c.conn, c.buf, (__u64)n, id, 1);
+}
+
+SEC("uprobe")
+int go_tls_read_exit(struct pt_regs *ctx)
+{
+	go_read_ret(ctx);
+	return 0;
+}
+
+/* uprobe_multi (6.6+): one program on Read's entry and return instructions
+ * and Write's entry of an executable, told apart by the cookie (GOF_*):
+ * one link an executable (a process) instead of a perf event each. */
+SEC("uprobe")
+int go_tls_multi(struct pt_regs *ctx)
+{
+	switch (bpf_get_attach_cookie(ctx)) {
+	case GOF_READ:
+		go_read(ctx);
+		break;
+	case GOF_READ_RET:
+		go_read_ret(ctx);
+		break;
+	case GOF_WRITE:
+		go_write(ctx);
+		break;
+	}
 	return 0;
 }
 

@@ -330,7 +330,7 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 			return st;
 		}
 		if (!st && !io->tls)
-			tls_saw_read(io->tgid, p, n); /* tls.attach_later */
+			tls_saw_read(io->tgid, p, n); /* a TLS connection before its uprobes */
 		/* A new connection whose first read may be the start of a request
 		 * line ("G", then the rest later) gets state now, or that request
 		 * would go unseen. */

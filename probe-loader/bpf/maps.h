@@ -258,4 +258,33 @@ static __always_inline void count(__u32 idx)
 	count_add(idx, 1);
 }
 
+/* What the kernel tells the TLS attacher (struct tls_report, TLSR_*): its
+ * own ring, which it alone reads; full, a report is lost and counted
+ * (CNT_TLS_REPORT_LOST). */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} tls_reports SEC(".maps") __weak;
+
+/* A file reported to the attacher (an executable, a mapped libssl), and for
+ * which process (0: file-wide links, once per file). */
+struct tls_file_key {
+	__u32 dev_major;
+	__u32 dev_minor;
+	__u64 ino;
+	__u32 tgid;
+	__u32 _pad;
+};
+
+/* The files reported already: each once (per process with per-process
+ * links). An LRU: an evicted file is reported again, which costs the
+ * attacher one look. The attacher deletes a file it could not look at (the
+ * process gone first), so that the next process mapping it reports it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct tls_file_key);
+	__type(value, __u8);
+} tls_reported SEC(".maps") __weak;
+
 #endif

@@ -22,6 +22,7 @@
 
 #include "globals.h"
 #include "maps.h"
+#include "tls_report.h"
 
 SEC("tp_btf/sched_process_fork")
 int BPF_PROG(process_fork, struct task_struct *parent, struct task_struct *child)
@@ -35,6 +36,10 @@ int BPF_PROG(process_fork, struct task_struct *parent, struct task_struct *child
 		if (why) {
 			__u8 inherited = *why;
 			bpf_map_update_elem(&sel_pids, &ctgid, &inherited, BPF_ANY);
+			/* per-process TLS links: the child needs its own (nginx's
+			 * workers, gunicorn's: pre-forked servers never exec) */
+			if (tls_on && tls_pid_links)
+				tls_report_process(TLSR_FORK, ctgid, child->start_boottime, ptgid);
 		}
 	}
 	struct fork_event *ev = bpf_ringbuf_reserve(&execs, sizeof(*ev), 0);
@@ -66,6 +71,8 @@ int BPF_PROG(process_exit, struct task_struct *p)
 	if (select_all || p->signal->live.counter != 0)
 		return 0;
 	__u32 tgid = p->tgid;
+	if (tls_on && tls_pid_links && bpf_map_lookup_elem(&sel_pids, &tgid))
+		tls_report_process(TLSR_EXIT, tgid, p->group_leader->start_boottime, 0);
 	bpf_map_delete_elem(&sel_pids, &tgid);
 	return 0;
 }
@@ -191,6 +198,32 @@ static __always_inline int exe_literal_match(struct exec_event *ev)
 	return 0;
 }
 
+/* Tells the TLS attacher of an exec whose executable it may attach to: a
+ * selected process's, or with exe-name discovery any (the attacher
+ * matches the names it has no literal for); each file once (per process
+ * with per-process links). */
+static __always_inline void tls_report_exec(struct exec_event *ev, struct task_struct *p, struct linux_binprm *bprm)
+{
+	__u32 tgid = p->tgid;
+	int selected = select_all ? 1 : bpf_map_lookup_elem(&sel_pids, &tgid) != NULL;
+	if (!selected && !watch_exec)
+		return;
+	struct inode *inode = bprm->file->f_inode;
+	dev_t dev = inode->i_sb->s_dev;
+	__u64 ino = inode->i_ino;
+	if (tls_reported_before(dev, ino, tgid))
+		return;
+	struct tls_report *r = tls_report_begin(TLSR_EXEC, tgid, ev->h.proc_start_ns);
+	if (!r)
+		return;
+	r->flags = selected ? TLSRF_SELECTED : 0;
+	r->dev_major = dev >> 20;
+	r->dev_minor = dev & ((1U << 20) - 1);
+	r->ino = ino;
+	__builtin_memcpy(r->path, ev->path, EXEC_PATH_LEN);
+	tls_report_send(r);
+}
+
 SEC("tp_btf/sched_process_exec")
 int BPF_PROG(process_exec, struct task_struct *p, pid_t old_pid, struct linux_binprm *bprm)
 {
@@ -227,6 +260,8 @@ int BPF_PROG(process_exec, struct task_struct *p, pid_t old_pid, struct linux_bi
 	if (read_env)
 		read_environment(ev, p);
 	count(CNT_EXEC);
+	if (tls_on)
+		tls_report_exec(ev, p, bprm);
 	/* With exe-name discovery, urgent: the process may listen any moment
 	 * now, and is traced only once the loader has selected it. Otherwise
 	 * the loader reads the ring before it names a batch's processes: the

@@ -200,12 +200,35 @@ struct exe_literal {
  * carried are not traced (one a send: a client writes a call a syscall; a
  * pipeline written in one counts once) */
 #define CNT_DB_CALLS_LOST 52
-#define CNT_MAX 53
+#define CNT_TLS_REPORT_LOST 53 /* reports to the TLS attacher lost: its ring was full (tls_reports) */
+#define CNT_TLS_EARLY 54     /* TLS connections whose handshake a process read before any TLS call of it was seen (its library not attached yet, or TLS over memory buffers) */
+#define CNT_MAX 55
 
 /* proc_head.kind: records of the `execs` ring. */
 #define PROC_EXEC 1
 #define PROC_FORK 2
-#define PROC_TLS 3 /* a struct proc_head alone: the process speaks TLS that no attached file handles (tls.attach_later) */
+
+/* tls_report.kind: what the kernel tells the TLS attacher (the only
+ * reader of the `tls_reports` ring, src/attacher.rs). */
+#define TLSR_EXEC 1   /* a process exec'd a file (its executable may be Go's crypto/tls, or export OpenSSL's functions) */
+#define TLSR_MAP 2    /* a process mapped a libssl* file executable */
+#define TLSR_FORK 3   /* a selected process forked: the child needs its own per-process links */
+#define TLSR_EXIT 4   /* a selected process exited: its per-process links go */
+#define TLSR_SELECT 5 /* a running process became selected (a listener on a configured port) */
+/* The function a uprobe_multi or session uprobe is on: its cookie
+ * (tls_hooks.h, go_tls.h). */
+#define TLSF_READ 1      /* SSL_read */
+#define TLSF_READ_EX 2   /* SSL_read_ex */
+#define TLSF_HANDSHAKE 3 /* SSL_do_handshake */
+#define TLSF_WRITE 4     /* SSL_write */
+#define TLSF_WRITE_EX 5  /* SSL_write_ex */
+#define TLSF_FREE 6      /* SSL_free */
+#define GOF_READ 16      /* crypto/tls.(*Conn).Read's entry */
+#define GOF_READ_RET 17  /* one of its return instructions */
+#define GOF_WRITE 18     /* crypto/tls.(*Conn).Write's entry */
+
+/* tls_report.flags */
+#define TLSRF_SELECTED 0x01 /* the kernel had the process selected then */
 
 /* Go crypto/tls (go_tls.h): where the socket's fd is, from a *tls.Conn.
  * The loader attaches only to binaries whose Go version has this layout
@@ -301,6 +324,20 @@ struct exec_event {
 
 /* A new process (sched_process_fork, not a thread): it runs its parent's
  * executable with its parent's environment until it execs. */
+/* A record of the `tls_reports` ring: facts the kernel saw, each about
+ * one process (never a request's bytes). */
+struct tls_report {
+	__u32 kind;	/* TLSR_* */
+	__u32 tgid;
+	__u64 proc_start_ns; /* start_boottime of the process: pid-reuse guard */
+	__u32 parent_tgid;   /* TLSR_FORK: the parent; else 0 */
+	__u32 flags;	     /* TLSRF_* */
+	__u32 dev_major;     /* TLSR_EXEC, TLSR_MAP: the file's device and inode */
+	__u32 dev_minor;
+	__u64 ino;
+	char path[EXEC_PATH_LEN]; /* TLSR_EXEC: the path given to exec (NUL-terminated) */
+};
+
 struct fork_event {
 	struct proc_head h; /* kind PROC_FORK */
 	__u32 parent_tgid;

@@ -102,37 +102,24 @@ struct {
 	__type(value, __u64);
 } tls_pending SEC(".maps") __weak;
 
-/* The processes already reported by tls_hint, by tgid (an LRU: a process
- * evicted may be reported again, which costs the loader one look). */
+/* The processes some TLS call of which the uprobes saw, by tgid (an LRU):
+ * a handshake one of them reads outside a TLS call is TLS over memory
+ * buffers, bound later (tls_pend); one another process reads was read
+ * before its library was attached (CNT_TLS_EARLY). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 4096);
+	__uint(max_entries, 16384);
 	__type(key, __u32);
 	__type(value, __u8);
-} tls_hinted SEC(".maps") __weak;
+} tls_procs SEC(".maps") __weak;
 
-/* tls.attach_later: the process read a TLS handshake outside any TLS call
- * that the uprobes saw: it may use an OpenSSL file that appeared after
- * start. Reported once (the `execs` ring, PROC_TLS); the loader looks at
- * what it maps. Processes whose TLS runs over memory buffers (Node) are
- * reported too, and the loader finds nothing new. */
-static __noinline void tls_hint(__u32 tgid)
+/* The current process makes TLS calls the uprobes see. */
+static __always_inline void tls_proc_seen(__u32 tgid)
 {
-	__u8 one = 1;
-	if (bpf_map_update_elem(&tls_hinted, &tgid, &one, BPF_NOEXIST))
-		return; /* reported already */
-	struct proc_head *h = bpf_ringbuf_reserve(&execs, sizeof(*h), 0);
-	if (!h) {
-		bpf_map_delete_elem(&tls_hinted, &tgid);
-		return;
+	if (!bpf_map_lookup_elem(&tls_procs, &tgid)) {
+		__u8 one = 1;
+		bpf_map_update_elem(&tls_procs, &tgid, &one, BPF_ANY);
 	}
-	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
-	h->tgid = tgid;
-	h->kind = PROC_TLS;
-	h->flags = 0;
-	h->_pad = 0;
-	h->proc_start_ns = BPF_CORE_READ(t, group_leader, start_boottime);
-	bpf_ringbuf_submit(h, 0);
 }
 
 /* Whether the `n` bytes at `p` begin a TLS handshake record (content
@@ -143,14 +130,15 @@ static __always_inline int tls_handshake_record(const __u8 *p, __u32 n)
 }
 
 /* A receive of process `tgid` on a socket with no state, outside any TLS
- * call of the thread, began with the `n` bytes at `p`: with
- * tls.attach_later, a handshake record reports the process (tls_hint). A
- * peer can cause one report per process (the loader then looks at what
- * the process maps, and attaches nothing that is not OpenSSL). */
+ * call of the thread, began with the `n` bytes at `p`: a handshake record
+ * read by a process no TLS call of which was ever seen is a TLS
+ * connection made before its library's uprobes were attached (or the
+ * first of a process that runs TLS over memory buffers, Node's, which
+ * binds it later): counted, CNT_TLS_EARLY. */
 static __always_inline void tls_saw_read(__u32 tgid, const __u8 *p, __u32 n)
 {
-	if (tls_late && tls_handshake_record(p, n))
-		tls_hint(tgid);
+	if (tls_on && tls_handshake_record(p, n) && !bpf_map_lookup_elem(&tls_procs, &tgid))
+		count(CNT_TLS_EARLY);
 }
 
 /* A send on `sk` (no state, no TLS call of the thread) began with the `n`

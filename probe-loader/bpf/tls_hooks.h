@@ -28,6 +28,7 @@ static __always_inline void tls_enter(__u32 kind, __u64 ssl, __u64 buf, __u64 ou
 	if (!pid_selected(id >> 32))
 		return;
 	__u32 tid = (__u32)id;
+	tls_proc_seen(id >> 32);
 	struct tls_call c = { .ssl = ssl, .buf = buf, .out = out, .kind = kind };
 	if (kind != TLS_HANDSHAKE && tcp_copied_seq_off) {
 		struct tls_key k = { .ssl = ssl, .tgid = id >> 32 };
@@ -115,16 +116,15 @@ int BPF_KPROBE(tls_handshake_enter, void *ssl)
 	return 0;
 }
 
-/* The return of SSL_read, SSL_read_ex and SSL_do_handshake (one program:
- * the record says which call it was). */
-SEC("uretprobe")
-int BPF_KRETPROBE(tls_call_exit, long ret)
+/* The return of SSL_read, SSL_read_ex or SSL_do_handshake on this thread,
+ * which returned `ret`: the record says which call it was. */
+static __always_inline void tls_return(long ret)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tid = (__u32)id;
 	struct tls_call *cp = bpf_map_lookup_elem(&tls_calls, &tid);
 	if (!cp)
-		return 0;
+		return;
 	struct tls_call c = *cp;
 	bpf_map_delete_elem(&tls_calls, &tid);
 	if (!c.sk)
@@ -132,16 +132,24 @@ int BPF_KRETPROBE(tls_call_exit, long ret)
 	__u64 n = 0;
 	if (c.kind == TLS_READ) {
 		if ((int)ret <= 0)
-			return 0;
+			return;
 		n = (int)ret;
 	} else if (c.kind == TLS_READ_EX) {
 		if ((int)ret != 1 || bpf_probe_read_user(&n, sizeof(n), (const void *)c.out))
-			return 0;
+			return;
 	} else {
-		return 0; /* a handshake: its binding, if any, is made */
+		return; /* a handshake: its binding, if any, is made */
 	}
 	if (n)
 		tls_data(c.ssl, c.buf, n, id >> 32, tid, 1, &c);
+}
+
+/* The return of SSL_read, SSL_read_ex and SSL_do_handshake (one program:
+ * the record says which call it was). */
+SEC("uretprobe")
+int BPF_KRETPROBE(tls_call_exit, long ret)
+{
+	tls_return(ret);
 	return 0;
 }
 
@@ -149,13 +157,18 @@ int BPF_KRETPROBE(tls_call_exit, long ret)
  * SSL_MODE_ENABLE_PARTIAL_WRITE it writes everything or fails (and is
  * called again with the same bytes), so the entry has what the state
  * machine needs; the return would be a second hit per write. */
-SEC("uprobe")
-int BPF_KPROBE(tls_write_enter, void *ssl, void *buf, int num)
+static __always_inline void tls_write(__u64 ssl, __u64 buf, __s64 num)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	if (num <= 0 || !pid_selected(id >> 32))
-		return 0;
-	tls_data((__u64)ssl, (__u64)buf, (__u64)num, id >> 32, (__u32)id, 0, NULL);
+		return;
+	tls_data(ssl, buf, (__u64)num, id >> 32, (__u32)id, 0, NULL);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(tls_write_enter, void *ssl, void *buf, int num)
+{
+	tls_write((__u64)ssl, (__u64)buf, num);
 	return 0;
 }
 
@@ -163,23 +176,88 @@ int BPF_KPROBE(tls_write_enter, void *ssl, void *buf, int num)
 SEC("uprobe")
 int BPF_KPROBE(tls_write_ex_enter, void *ssl, void *buf, __u64 num)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	if (num == 0 || !pid_selected(id >> 32))
-		return 0;
-	tls_data((__u64)ssl, (__u64)buf, num, id >> 32, (__u32)id, 0, NULL);
+	tls_write((__u64)ssl, (__u64)buf, num > 0x7fffffff ? 0x7fffffff : (__s64)num);
 	return 0;
 }
 
 /* void SSL_free(SSL *ssl): the binding goes. */
-SEC("uprobe")
-int BPF_KPROBE(tls_free, void *ssl)
+static __always_inline void tls_freed(__u64 ssl)
 {
 	__u64 id = bpf_get_current_pid_tgid();
 	if (!pid_selected(id >> 32))
-		return 0;
-	struct tls_key k = { .ssl = (__u64)ssl, .tgid = id >> 32 };
+		return;
+	struct tls_key k = { .ssl = ssl, .tgid = id >> 32 };
 	bpf_map_delete_elem(&tls_socks, &k);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(tls_free, void *ssl)
+{
+	tls_freed((__u64)ssl);
 	return 0;
+}
+
+/* uprobe_multi links (Linux 6.6+) and uprobe sessions (6.13+): one program
+ * on every function of a file, told apart by the link's cookie (TLSF_*),
+ * one link a file (a process, with per-process links) instead of a perf
+ * event per function. The entry of a call; 1 if its return is wanted (a
+ * read or a handshake of a selected process: tls_enter stored its call). */
+static __always_inline int tls_entry(struct pt_regs *ctx, __u64 fn)
+{
+	__u64 a = PT_REGS_PARM1(ctx), b = PT_REGS_PARM2(ctx), c = PT_REGS_PARM3(ctx), d = PT_REGS_PARM4(ctx);
+	switch (fn) {
+	case TLSF_READ:
+	case TLSF_READ_EX:
+	case TLSF_HANDSHAKE:
+		if (!pid_selected(bpf_get_current_pid_tgid() >> 32))
+			return 0;
+		tls_enter(fn == TLSF_READ ? TLS_READ : fn == TLSF_READ_EX ? TLS_READ_EX : TLS_HANDSHAKE, a,
+			  fn == TLSF_HANDSHAKE ? 0 : b, fn == TLSF_READ_EX ? d : 0);
+		return 1;
+	case TLSF_WRITE:
+		tls_write(a, b, (int)c);
+		return 0;
+	case TLSF_WRITE_EX:
+		tls_write(a, b, c > 0x7fffffff ? 0x7fffffff : (__s64)c);
+		return 0;
+	case TLSF_FREE:
+		tls_freed(a);
+		return 0;
+	}
+	return 0;
+}
+
+/* uprobe_multi (6.6-6.12): every function's entry. */
+SEC("uprobe")
+int tls_multi_enter(struct pt_regs *ctx)
+{
+	tls_entry(ctx, bpf_get_attach_cookie(ctx));
+	return 0;
+}
+
+/* uprobe_multi, BPF_F_UPROBE_MULTI_RETURN: SSL_read's, SSL_read_ex's and
+ * SSL_do_handshake's returns. */
+SEC("uretprobe")
+int tls_multi_exit(struct pt_regs *ctx)
+{
+	tls_return(PT_REGS_RC(ctx));
+	return 0;
+}
+
+/* A uprobe session (6.13+): run at a function's entry, and at its return
+ * only if the entry returned 0, so that the functions whose return says
+ * nothing (SSL_write, SSL_free), and every call of a process not selected,
+ * take one trap, not two. The return is told from the entry by where it
+ * runs: at the entry the instruction pointer is the function's own
+ * address (bpf_get_func_ip), at the return the caller's. */
+SEC("uprobe")
+int tls_session(struct pt_regs *ctx)
+{
+	if (PT_REGS_IP(ctx) != bpf_get_func_ip(ctx)) {
+		tls_return(PT_REGS_RC(ctx));
+		return 0;
+	}
+	return tls_entry(ctx, bpf_get_attach_cookie(ctx)) ? 0 : 1;
 }
 
 #include "go_tls.h"

@@ -289,8 +289,12 @@ mod tests {
             let object = aya_obj::Object::parse(backend.object_with(propagate, xchg, bpf_loop)).expect("parse the eBPF object");
             let in_object: BTreeSet<&str> = object.programs.keys().map(String::as_str).collect();
             let extra: &[&str] = if propagate { &PROPAGATION_PROGRAMS } else { &[] };
-            let listed: BTreeSet<&str> =
-                backend.programs().iter().map(|(name, _)| *name).chain(crate::tls::program_names()).chain(extra.iter().copied()).collect();
+            // The TLS programs of every kind of link, and the mmap hook.
+            let tls = [crate::links::Kind::Perf, crate::links::Kind::Multi, crate::links::Kind::Session]
+                .into_iter()
+                .flat_map(|k| k.programs().iter().map(|(name, _)| *name))
+                .chain(["tls_mmap"]);
+            let listed: BTreeSet<&str> = backend.programs().iter().map(|(name, _)| *name).chain(tls).chain(extra.iter().copied()).collect();
             assert_eq!(in_object, listed, "{} propagate={propagate}", backend.name());
         }
     }

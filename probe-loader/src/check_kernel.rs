@@ -331,6 +331,18 @@ pub fn main() -> i32 {
     if !uprobe {
         cannot.push("uprobe hooks (library-level capture such as TLS) cannot attach".to_owned());
     }
+    if let Ok(btf) = &btf {
+        // How the TLS attacher attaches (links.rs): decided from the BTF.
+        let kind = crate::links::Kind::of_kernel(btf);
+        let detail = match kind {
+            crate::links::Kind::Session => {
+                "uprobe sessions (6.13+): one link a file, a return probe only when its entry asks; per-process links"
+            }
+            crate::links::Kind::Multi => "uprobe_multi (6.6+): two links a file (entries, returns); per-process links; no sessions (6.13+)",
+            crate::links::Kind::Perf => "perf events (before 6.6): one a function; every process mapping a file traps",
+        };
+        lines.push(line("tls links", true, detail));
+    }
 
     let configured = settings.probe.backend;
     let chosen = match configured {

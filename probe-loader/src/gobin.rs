@@ -51,11 +51,15 @@
 //! [`Window`] of [`WINDOW`] bytes with a budget of reads: memory stays
 //! at a few megabytes (the section headers, at most 4 MiB, are the most)
 //! and time proportional to the sections read, whatever the file says.
+//! The reader it is given (`crate::budget::Limited`) refuses a table in a
+//! hole of a sparse file and stops at its job's bytes and time.
 //! Whatever is wrong before the file is known to be Go makes it "not Go"
 //! (`Ok(None)`); after, it is a refusal.
 
+#[cfg(any(test, fuzzing))]
 use std::fs::File;
-use std::os::unix::fs::FileExt;
+
+use crate::budget::ReadAt;
 
 use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, Register};
 
@@ -209,7 +213,7 @@ fn io(source: std::io::Error) -> Refusal {
 }
 
 /// `len` bytes at `offset`, refused over `cap`.
-fn pread(file: &File, offset: u64, len: u64, cap: u64, what: &'static str) -> Result<Vec<u8>, Refusal> {
+fn pread(file: &dyn ReadAt, offset: u64, len: u64, cap: u64, what: &'static str) -> Result<Vec<u8>, Refusal> {
     if len > cap {
         return Err(bad(what));
     }
@@ -254,7 +258,7 @@ const EM_X86_64: u16 = 62;
 
 /// An ELF file's header fields and section headers.
 struct Elf<'f> {
-    file: &'f File,
+    file: &'f dyn ReadAt,
     machine: u16,
     /// ELF64, little-endian, x86-64.
     amd64: bool,
@@ -263,7 +267,7 @@ struct Elf<'f> {
 
 impl<'f> Elf<'f> {
     /// None: not an ELF file whose section headers can be read.
-    fn read(file: &'f File) -> Option<Self> {
+    fn read(file: &'f dyn ReadAt) -> Option<Self> {
         let head = pread(file, 0, 64, 64, "header").ok()?;
         if head[..4] != *b"\x7fELF" {
             return None;
@@ -417,8 +421,8 @@ fn check_layout(version: &str) -> Result<(), Refusal> {
 /// A region of the file read through a cached window of [`WINDOW`] bytes;
 /// each refill spends one of `budget` reads, so that a table pointing all
 /// over the file costs bounded time.
-struct Window<'f> {
-    file: &'f File,
+pub(crate) struct Window<'f> {
+    file: &'f dyn ReadAt,
     start: u64,
     size: u64,
     at: u64,
@@ -429,7 +433,7 @@ struct Window<'f> {
 impl<'f> Window<'f> {
     /// The region `[start, start + size)`, read at most about twice over
     /// when read in order.
-    fn new(file: &'f File, start: u64, size: u64) -> Result<Self, Refusal> {
+    pub(crate) fn new(file: &'f dyn ReadAt, start: u64, size: u64) -> Result<Self, Refusal> {
         if size > MAX_SECTION {
             return Err(bad("a section over 64 MiB"));
         }
@@ -439,7 +443,7 @@ impl<'f> Window<'f> {
 
     /// Up to `len` bytes at `offset` into the region (fewer at its end,
     /// none past it); `len` is at most [`WINDOW`].
-    fn bytes(&mut self, offset: u64, len: usize) -> Result<&[u8], Refusal> {
+    pub(crate) fn bytes(&mut self, offset: u64, len: usize) -> Result<&[u8], Refusal> {
         if offset >= self.size {
             return Ok(&[]);
         }
@@ -460,7 +464,7 @@ impl<'f> Window<'f> {
 /// Each place in a string region where `names[i]` is written,
 /// NUL-terminated (a name may be the tail of a longer string: ELF string
 /// tables share tails), read front to back.
-fn find_names(window: &mut Window, names: &[&str]) -> Result<Vec<Vec<u64>>, Refusal> {
+pub(crate) fn find_names(window: &mut Window, names: &[&str]) -> Result<Vec<Vec<u64>>, Refusal> {
     let longest = names.iter().map(|n| n.len()).max().unwrap_or(0) as u64;
     let step = WINDOW as u64 - longest - 1;
     let mut found = vec![Vec::new(); names.len()];
@@ -635,7 +639,7 @@ fn returns(code: &[u8]) -> Result<Vec<u64>, Refusal> {
 /// Where the Go TLS uprobes go in `file`. None: not a Go executable (as
 /// far as can be told: an unreadable ELF is not recognised), or one that
 /// does not link crypto/tls: nothing to do, no refusal.
-pub fn inspect(file: &File) -> Result<Option<GoTls>, Refusal> {
+pub fn inspect(file: &dyn ReadAt) -> Result<Option<GoTls>, Refusal> {
     let Some(elf) = Elf::read(file) else { return Ok(None) };
     let Some(info) = elf.section(".go.buildinfo") else { return Ok(None) };
     let build = match build_info(&elf, info) {
@@ -737,6 +741,7 @@ fn scratch_file(data: &[u8]) -> File {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::FileExt;
     use std::path::{Path, PathBuf};
     use std::process::Command;
     use std::sync::OnceLock;

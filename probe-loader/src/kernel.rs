@@ -105,6 +105,8 @@ pub const COUNTERS: [KernelCounter; CNT_MAX] = {
     t[CNT_PROP_SEND_UNSEEN] = KernelCounter::NotPropagated("send_not_seen");
     t[CNT_PROP_IN_BODY] = KernelCounter::NotPropagated("not_at_request_start");
     t[CNT_PROP_QUEUE_BUSY] = KernelCounter::NotPropagated("send_queue_busy");
+    t[CNT_TLS_REPORT_LOST] = KernelCounter::Drop("tls_report_ring_full");
+    t[CNT_TLS_EARLY] = KernelCounter::Count("ringtail_tls_connections_before_attach_total");
     t
 };
 
@@ -357,8 +359,38 @@ pub struct ForkEvent {
 pub enum ProcRecord {
     Exec(Box<ExecEvent>),
     Fork(ForkEvent),
-    /// tls.attach_later: the process speaks TLS no attached file handles.
-    Tls(ProcHead),
+}
+
+/// `struct tls_report`: what the kernel tells the TLS attacher.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct TlsReport {
+    pub kind: u32,
+    pub tgid: u32,
+    pub proc_start_ns: u64,
+    pub parent_tgid: u32,
+    pub flags: u32,
+    pub dev_major: u32,
+    pub dev_minor: u32,
+    pub ino: u64,
+    pub path: [u8; EXEC_PATH_LEN],
+}
+
+impl TlsReport {
+    /// Parses a record of the `tls_reports` ring; `None` if short.
+    pub fn parse(bytes: &[u8]) -> Option<TlsReport> {
+        read(bytes)
+    }
+
+    /// The path given to exec (TLSR_EXEC), up to its NUL.
+    pub fn path(&self) -> String {
+        c_string(&self.path)
+    }
+
+    /// Whether the kernel had the process selected.
+    pub fn selected(&self) -> bool {
+        self.flags & TLSRF_SELECTED != 0
+    }
 }
 
 impl ProcRecord {
@@ -368,7 +400,6 @@ impl ProcRecord {
         match h.kind {
             PROC_EXEC => Some(ProcRecord::Exec(Box::new(read(bytes)?))),
             PROC_FORK => Some(ProcRecord::Fork(read(bytes)?)),
-            PROC_TLS => Some(ProcRecord::Tls(h)),
             _ => None,
         }
     }
@@ -515,6 +546,11 @@ mod tests {
         assert_eq!(size_of::<ExecEvent>(), layout::EXEC_EVENT_SIZE);
         assert_eq!(size_of::<ForkEvent>(), layout::FORK_EVENT_SIZE);
         assert_eq!(size_of::<ProcHead>(), layout::PROC_HEAD_SIZE);
+        assert_eq!(size_of::<TlsReport>(), layout::TLS_REPORT_SIZE);
+        assert_eq!(offset_of!(TlsReport, parent_tgid), layout::tls_report_parent_tgid);
+        assert_eq!(offset_of!(TlsReport, dev_major), layout::tls_report_dev_major);
+        assert_eq!(offset_of!(TlsReport, ino), layout::tls_report_ino);
+        assert_eq!(offset_of!(TlsReport, path), layout::tls_report_path);
         assert_eq!(size_of::<ExeLiteral>(), layout::EXE_LITERAL_SIZE);
         assert_eq!(offset_of!(ProcHead, kind), layout::proc_head_kind);
         assert_eq!(offset_of!(ProcHead, proc_start_ns), layout::proc_head_proc_start_ns);

@@ -86,6 +86,72 @@ fn str_at(strings: &[u8], at: u32) -> Option<&[u8]> {
     Some(&s[..s.iter().position(|&c| c == 0)?])
 }
 
+/// Whether the enum named `enumeration` has a value named `value` (the
+/// running kernel's BTF: `enum bpf_attach_type`'s
+/// `BPF_TRACE_UPROBE_SESSION` tells Linux 6.13's uprobe sessions).
+pub fn enum_has_value(enumeration: &str, value: &str) -> bool {
+    use std::io::Read;
+    let mut data = Vec::new();
+    let read = std::fs::File::open(VMLINUX_BTF).and_then(|f| f.take(MAX_BTF).read_to_end(&mut data));
+    read.is_ok() && enum_value_in(&data, enumeration, value).unwrap_or(false)
+}
+
+/// [`enum_has_value`] in a BTF blob.
+pub fn enum_value_in(btf: &[u8], enumeration: &str, value: &str) -> Option<bool> {
+    let mut found = false;
+    walk(btf, |kind, name, vlen, body, types, strings| {
+        if kind != KIND_ENUM || name != enumeration.as_bytes() {
+            return Some(false);
+        }
+        for i in 0..vlen {
+            let m = body.checked_add(i.checked_mul(8)?)?;
+            if str_at(strings, u32_at(types, m)?)? == value.as_bytes() {
+                found = true;
+            }
+        }
+        Some(true)
+    })?;
+    Some(found)
+}
+
+/// Calls `each(kind, name, vlen, body, types, strings)` for every type of
+/// the BTF blob until it returns `Some(true)`; None if malformed.
+fn walk(btf: &[u8], mut each: impl FnMut(u32, &[u8], usize, usize, &[u8], &[u8]) -> Option<bool>) -> Option<()> {
+    if u16::from_le_bytes([*btf.first()?, *btf.get(1)?]) != BTF_MAGIC {
+        return None;
+    }
+    let hdr_len = usize::try_from(u32_at(btf, 4)?).ok()?;
+    let type_off = usize::try_from(u32_at(btf, 8)?).ok()?;
+    let type_len = usize::try_from(u32_at(btf, 12)?).ok()?;
+    let str_off = usize::try_from(u32_at(btf, 16)?).ok()?;
+    let str_len = usize::try_from(u32_at(btf, 20)?).ok()?;
+    let types_start = hdr_len.checked_add(type_off)?;
+    let types = btf.get(types_start..types_start.checked_add(type_len)?)?;
+    let strings_start = hdr_len.checked_add(str_off)?;
+    let strings = btf.get(strings_start..strings_start.checked_add(str_len)?)?;
+    let mut at = 0usize;
+    while at < types.len() {
+        let name_off = u32_at(types, at)?;
+        let info = u32_at(types, at + 4)?;
+        let vlen = usize::try_from(info & 0xffff).ok()?;
+        let kind = (info >> 24) & 0x1f;
+        let body = at.checked_add(12)?;
+        let extra = match kind {
+            KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
+            KIND_ARRAY => 12,
+            KIND_STRUCT | KIND_UNION | KIND_DATASEC | KIND_ENUM64 => vlen.checked_mul(12)?,
+            KIND_ENUM | KIND_FUNC_PROTO => vlen.checked_mul(8)?,
+            2 | 7..=12 | 16 | 18 => 0,
+            _ => return None,
+        };
+        if each(kind, str_at(strings, name_off)?, vlen, body, types, strings)? {
+            return Some(());
+        }
+        at = body.checked_add(extra)?;
+    }
+    Some(())
+}
+
 /// The byte offset of direct member `member` of the struct named `strukt`
 /// (the first struct of that name), if byte-aligned.
 pub fn member_offset(btf: &[u8], strukt: &str, member: &str) -> Option<u32> {
@@ -186,6 +252,16 @@ mod tests {
 
     /// The running kernel's `tcp_sock` (every kernel ringtail supports has
     /// both fields, after the `inet_connection_sock` it begins with).
+    #[test]
+    fn the_running_kernel_s_attach_types() {
+        // BPF_TRACE_UPROBE_MULTI is 6.6's, so is on every kernel the
+        // socket backend runs on; a made-up value on none.
+        assert!(!enum_has_value("bpf_attach_type", "BPF_TRACE_NO_SUCH_THING"));
+        if std::path::Path::new(VMLINUX_BTF).exists() {
+            assert!(enum_has_value("bpf_attach_type", "BPF_TRACE_KPROBE_MULTI"));
+        }
+    }
+
     #[test]
     fn the_running_kernels_tcp_sock() {
         let Some(o) = TcpSeqOffsets::from_file(Path::new(VMLINUX_BTF)) else {

@@ -44,14 +44,18 @@
 //!   `process.h` (selection), `segs.h` and `io.h` (user segments, from
 //!   syscall registers). A new protocol or hook set is a new file.
 
+mod attacher;
 mod backend;
+mod budget;
 mod check_kernel;
 mod container;
+mod deadline;
 mod discovery;
 mod fnv;
 mod gobin;
 mod kernel;
 mod kernel_btf;
+mod links;
 mod pins;
 mod privileges;
 mod probes;
@@ -82,6 +86,10 @@ fn main() -> anyhow::Result<()> {
     if std::env::args_os().nth(1).is_some_and(|a| a == "check-kernel") {
         std::process::exit(check_kernel::main());
     }
+    // `attach-tls ...`: the TLS attacher, which the loader starts (attacher.rs).
+    if std::env::args_os().nth(1).is_some_and(|a| a == "attach-tls") {
+        std::process::exit(attacher::main());
+    }
     runtime_kit::component::main(
         Component::ProbeLoader,
         "Loads ringtail's eBPF probes and publishes raw HTTP request events.",
@@ -94,9 +102,12 @@ fn main() -> anyhow::Result<()> {
 async fn run(p: Process) -> anyhow::Result<()> {
     let settings = &p.settings;
     privileges::check(settings.probe.read_process_env, settings.probe.propagate)?;
-    let attach_later = settings.tls.enabled && settings.tls.attach_later;
-    if attach_later {
-        privileges::check_attach_later()?;
+    if settings.tls.attach_later {
+        tracing::warn!(
+            event = "deprecated_key",
+            key = "tls.attach_later",
+            "tls.attach_later is deprecated and ignored: TLS programs that start after ringtail are attached by default, by the TLS attacher (docs/tls.md)"
+        );
     }
 
     // 1. Privileged work: load and attach, seed the selection, bind.
@@ -150,6 +161,25 @@ async fn run(p: Process) -> anyhow::Result<()> {
     // give it back.
     runtime_kit::memory::release();
     seed(&mut probes, settings)?.count(&p.registry);
+    // The TLS attacher (attacher.rs): forked now, while this process holds
+    // the capabilities it hands on and has one thread; its start scan is
+    // waited for (at most attacher::SCAN_WAIT), so that the processes
+    // running now are traced over TLS from ready on.
+    let mut attacher = None;
+    if let (true, Some(set), Some(kind)) = (settings.tls.enabled, probes.pin_set(), probes.tls_kind()) {
+        match attacher::spawn(config_path().as_deref(), set, kind) {
+            Ok(mut reports) => {
+                if !reports.wait_scanned(attacher::SCAN_WAIT.mul_f64(time_scale())) {
+                    tracing::warn!(event = "tls_scan_late", "the TLS attacher's start scan is not done: going on without waiting for it");
+                }
+                attacher = Some(reports);
+            }
+            Err(error) => {
+                tracing::warn!(event = "tls_attacher_failed", %error, "no TLS attacher: TLS programs that start later are not traced")
+            }
+        }
+    }
+    let attacher_pid = attacher.as_ref().map(attacher::Reports::pid);
     // Names of the processes already running, while /proc/PID/{exe,environ}
     // of every user are still readable; later ones come from the kernel's
     // exec and fork records (the hooks are attached: none falls in between).
@@ -181,9 +211,7 @@ async fn run(p: Process) -> anyhow::Result<()> {
     // 2. Drop what is no longer needed. The actors' group stays, as the only
     //    way into their directory for the acks they publish.
     privileges::join_group(actors.gid)?;
-    let keep = if attach_later {
-        privileges::ATTACH_LATER
-    } else if privileges::map_access_needs_cap_bpf(probes.map_fd()) {
+    let keep = if privileges::map_access_needs_cap_bpf(probes.map_fd()) {
         tracing::warn!(
             event = "kept_cap_bpf",
             "this kernel lets only CAP_BPF use BPF maps (kernel.unprivileged_bpf_disabled before Linux 6.5): the loader keeps CAP_BPF"
@@ -198,15 +226,39 @@ async fn run(p: Process) -> anyhow::Result<()> {
     // 3. Work.
     p.serve_profiles().await?;
     p.ready();
-    let (mut ring, progress) = pump::Pump::new(probes, rings.execs, procs, publisher.clone(), settings, p.registry.clone())
+    let (mut ring, progress) = pump::Pump::new(probes, rings.execs, procs, attacher, publisher.clone(), settings, p.registry.clone())
         .run(rings.events, p.shutdown.clone())
         .await?;
+    if let Some(pid) = attacher_pid {
+        attacher::stop(pid);
+    }
     let _ = publisher.close(LINGER).await;
     publisher_task.join(2 * LINGER).await;
     // What the span-actor received is released; the rest stays in the
     // (pinned) ring for the next loader.
     let _ = pump::commit(&mut ring, &progress, 0, false);
     Ok(())
+}
+
+/// The `--config` argument this process was given, if any (the attacher
+/// reads the same file).
+fn config_path() -> Option<std::path::PathBuf> {
+    let mut args = std::env::args_os();
+    while let Some(a) = args.next() {
+        if a == "--config" {
+            return args.next().map(std::path::PathBuf::from);
+        }
+        if let Some(v) = a.to_str().and_then(|a| a.strip_prefix("--config=")) {
+            return Some(v.into());
+        }
+    }
+    None
+}
+
+/// A test harness's stretch of every deadline (`RINGTAIL_TEST_TIME_SCALE`,
+/// the kernel matrix's emulated CPU), at least 1.
+fn time_scale() -> f64 {
+    std::env::var("RINGTAIL_TEST_TIME_SCALE").ok().and_then(|v| v.parse::<f64>().ok()).filter(|f| f.is_finite() && *f >= 1.0).unwrap_or(1.0)
 }
 
 /// Seeds the selection from the processes running now and attaches the TLS

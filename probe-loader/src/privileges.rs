@@ -2,29 +2,25 @@
 //!
 //! | capability          | needed for                                        | kept after start |
 //! |---------------------|---------------------------------------------------|------------------|
-//! | CAP_BPF             | creating maps, loading programs; on kernels that refuse every `bpf()` command without it (see [`map_access_needs_cap_bpf`]), using the maps | no (yes with `tls.attach_later`, and where the kernel needs it for the maps) |
-//! | CAP_PERFMON         | tracing programs, reading kernel memory; the TLS uprobes (perf_event_open of the `uprobe` PMU) | no (yes with `tls.attach_later`) |
-//! | CAP_SYS_ADMIN       | older kernels' BPF checks (alternative to the two); the TLS uprobes on Linux 6.18 | no (yes with `tls.attach_later`) |
-//! | CAP_SYS_PTRACE      | `/proc/PID/{exe,environ,fd,maps,root}` of other users' processes (ptrace access check): the start scan, and the `libssl` files they map (TLS) | no (yes with `tls.attach_later`) |
-//! | CAP_DAC_READ_SEARCH | the same files' modes (0400/0500, owned by that user) | no (yes with `tls.attach_later`) |
+//! | CAP_BPF             | creating maps, loading programs; on kernels that refuse every `bpf()` command without it (see [`map_access_needs_cap_bpf`]), using the maps | no (only where the kernel needs it for the maps) |
+//! | CAP_PERFMON         | tracing programs, reading kernel memory           | no               |
+//! | CAP_SYS_ADMIN       | older kernels' BPF checks (alternative to the two); handed to the TLS attacher | no |
+//! | CAP_SYS_PTRACE      | `/proc/PID/{exe,environ,fd,maps,root}` of other users' processes (ptrace access check): the start scan; handed to the TLS attacher | no |
+//! | CAP_DAC_READ_SEARCH | the same files' modes (0400/0500, owned by that user) | no           |
 //! | CAP_NET_ADMIN       | `probe.propagate` only: creating its socket map, loading and attaching its sockops and sk_msg programs (Linux 6.7+ also takes CAP_SYS_ADMIN for it) | no |
 //! | CAP_SETGID          | joining the actors' group                         | no               |
 //! | CAP_SETPCAP         | dropping the bounding set                         | no               |
 //!
-//! The TLS uprobes are attached at start too, to the OpenSSL files found
-//! then (`tls`). Attaching to a file that appears later needs the attach
-//! privilege (and ptrace access to read it through another process's root)
-//! for the loader's whole life: only with `tls.attach_later = true`, which
-//! keeps [`ATTACH_LATER`] (and nothing else) instead of none. On Linux 6.18
-//! `perf_event_open` of a uprobe is refused (EACCES) to CAP_BPF +
-//! CAP_PERFMON alone: it takes CAP_SYS_ADMIN, which the shipped systemd
-//! unit and the DaemonSet grant for start-up (HTTPS by default). It is not
-//! required here: without it the loader starts without the TLS uprobes and
-//! warns (`event=tls_attach_failed`), so that a unit trading HTTPS for
-//! CAP_SYS_ADMIN (`tls.enabled = false`, the capability removed) still runs.
+//! The TLS uprobes are attached by the TLS attacher (`crate::attacher`), a
+//! child the loader forks while it is privileged and which keeps, for
+//! ringtail's life, what attaching needs (CAP_BPF, CAP_PERFMON,
+//! CAP_SYS_ADMIN: on Linux 6.18 `perf_event_open` of a uprobe is refused
+//! to CAP_BPF + CAP_PERFMON alone; CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH to
+//! open other users' processes' files), reading nothing but the kernel's
+//! reports. None is required here: without them the attacher attaches
+//! less and says so.
 //!
-//! After start the loader holds no capability at all (unless
-//! `tls.attach_later`: then [`ATTACH_LATER`] alone; or, on a kernel that
+//! After start the loader holds no capability at all (or, on a kernel that
 //! lets only CAP_BPF use BPF maps, CAP_BPF alone) (effective, permitted,
 //! inheritable, ambient and bounding sets empty, `no_new_privs`): what it
 //! still does works on file descriptors it already has (the maps, the ring
@@ -78,27 +74,6 @@ fn names(set: &CapsHashSet) -> String {
     } else {
         v.join(", ")
     }
-}
-
-/// What `tls.attach_later` keeps for the loader's life: attaching uprobes
-/// (perf_event_open of the `uprobe` PMU takes CAP_SYS_ADMIN on Linux 6.18;
-/// the BPF link CAP_BPF and CAP_PERFMON) and reading another user's
-/// process's maps, executable and root (CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH).
-pub const ATTACH_LATER: &[Capability] =
-    &[Capability::CAP_SYS_ADMIN, Capability::CAP_BPF, Capability::CAP_PERFMON, Capability::CAP_SYS_PTRACE, Capability::CAP_DAC_READ_SEARCH];
-
-/// Fails with a precise message unless the capabilities `tls.attach_later`
-/// keeps are here.
-pub fn check_attach_later() -> Result<(), PrivilegeError> {
-    let have = caps::read(None, CapSet::Effective).map_err(|source| PrivilegeError::Read { source })?;
-    let missing: CapsHashSet = ATTACH_LATER.iter().filter(|c| !have.contains(c)).copied().collect();
-    if !missing.is_empty() {
-        return Err(PrivilegeError::Missing {
-            missing: format!("{} for tls.attach_later = true (set it to false to run without)", names(&missing)),
-            have: names(&have),
-        });
-    }
-    Ok(())
 }
 
 /// Fails with a precise message unless we may load tracing programs (and,

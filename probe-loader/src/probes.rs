@@ -80,7 +80,7 @@ pub enum ProbeError {
     #[error("tls.libraries: cannot use it")]
     TlsUnusable {
         #[source]
-        source: runtime_kit::files::FileError,
+        source: tls::Unopened,
     },
     #[error("tls.libraries: {path} has no OpenSSL symbol {symbol}")]
     TlsNotOpenssl { path: PathBuf, symbol: &'static str },
@@ -122,8 +122,9 @@ pub struct Probes {
     _sel_ports: HashMap<MapData, u16, u8>,
     counters: PerCpuArray<MapData, u64>,
     epoch: u64,
-    /// The TLS uprobes are loaded (by this process, or pinned by an earlier one).
-    tls: bool,
+    /// How the TLS uprobes are attached, if their programs are loaded (by
+    /// this process, or pinned by an earlier one).
+    tls: Option<crate::links::Kind>,
     /// The files (device, inode) the TLS uprobes went to, and those looked
     /// at and found not to be OpenSSL: each file is looked at once.
     tls_files: BTreeSet<(u64, u64)>,
@@ -132,7 +133,15 @@ pub struct Probes {
     tls_pinned: Vec<(&'static str, UProbe)>,
     /// The executables looked into for OpenSSL or Go (device, inode),
     /// each once (bounded: `tls::MAX_LOOKED`).
-    exes_looked: BTreeSet<(u64, u64)>,
+    exes_looked: tls::Looked,
+    /// Where other processes' files are read: a worker with a deadline
+    /// per process (`deadline`).
+    overseer: crate::deadline::Overseer,
+    /// The kind of TLS links a fresh load's programs are for.
+    fresh_tls_kind: crate::links::Kind,
+    /// The TLS attacher's maps (`tls_reports`, `tls_reported`): kept open
+    /// so that the TLS programs loaded after the maps were taken find them.
+    _tls_maps: (MapData, MapData),
 }
 
 /// What `attach_tls` did.
@@ -209,7 +218,8 @@ macro_rules! user_maps {
 }
 
 // `epoch` last: pinned last, it completes a set (pins::COMPLETE).
-user_maps!(events, execs, sel_pids, sel_ports, counters, epoch);
+// (`tls_reports`, `tls_reported`: the TLS attacher's, pinned for it.)
+user_maps!(events, execs, sel_pids, sel_ports, counters, tls_reports, tls_reported, epoch);
 
 fn map_err(map: &'static str) -> impl Fn(aya::maps::MapError) -> ProbeError {
     move |source| ProbeError::Map { map, source }
@@ -245,6 +255,16 @@ impl Probes {
         self.set.is_some()
     }
 
+    /// The pin set in use.
+    pub fn pin_set(&self) -> Option<&Path> {
+        self.set.as_deref()
+    }
+
+    /// How the TLS uprobes are attached, if their programs are loaded.
+    pub fn tls_kind(&self) -> Option<crate::links::Kind> {
+        self.tls
+    }
+
     /// Opens the pinned set for this configuration if there is a complete
     /// one, or decides the backend (`probe.backend`), loads and attaches its
     /// programs (pinning them when `probe.pin_dir` is set); the kernel wakes
@@ -265,7 +285,7 @@ impl Probes {
                 match Self::reopen(&set) {
                     Ok((backend, maps)) => {
                         tracing::info!(set = %set.display(), event = "pins_reopened", "probes found pinned: reading on where the last loader stopped");
-                        let tls_pinned = tls::program_names().iter().all(|name| pins::prog(&set, name).exists());
+                        let tls_pinned = crate::links::Kind::pinned_in(&set);
                         let (probes, rings) = Self::finish(None, Some(set), backend, maps, tls_pinned)?;
                         return Ok((probes, rings, Origin::Reopened));
                     }
@@ -313,7 +333,11 @@ impl Probes {
         set: Option<PathBuf>,
     ) -> Result<(Probes, Rings), ProbeError> {
         let (ebpf, maps) = Self::load_fresh(btf, backend, probe, discovery, tls, wakeup_len, set.as_deref())?;
-        Self::finish(Some(ebpf), set, backend, maps, false)
+        let pinned = set.is_some();
+        let (mut probes, rings) = Self::finish(Some(ebpf), set, backend, maps, None)?;
+        // Per-process and multi links need the attacher, which needs pins.
+        probes.fresh_tls_kind = if pinned { crate::links::Kind::of_kernel(btf) } else { crate::links::Kind::Perf };
+        Ok((probes, rings))
     }
 
     /// The maps of a pinned set, and the backend its programs are of.
@@ -336,7 +360,11 @@ impl Probes {
         set: Option<&Path>,
     ) -> Result<(Ebpf, Maps), ProbeError> {
         let tls_on = u8::from(tls.enabled);
-        let tls_late = u8::from(tls.enabled && tls.attach_later);
+        // Per-process links (the pid filter) where the kernel has them, a
+        // subset of processes is selected, and an attacher will make them
+        // (it needs the pins).
+        let tls_kind = if set.is_some() { crate::links::Kind::of_kernel(btf) } else { crate::links::Kind::Perf };
+        let tls_pid_links = u8::from(tls.enabled && tls_kind.per_process() && !discovery.selects_all());
         // The connection table: the syscall backend's, or (socket backend)
         // the TLS connections' alone, which needs none without TLS.
         let conn_table = if backend == Chosen::Socket && !tls.enabled { 1 } else { probe.max_connections };
@@ -389,7 +417,7 @@ impl Probes {
             .override_global("read_env", &read_env, true)
             .override_global("db_ports", &db_ports[..], true)
             .override_global("tls_on", &tls_on, true)
-            .override_global("tls_late", &tls_late, true)
+            .override_global("tls_pid_links", &tls_pid_links, true)
             .override_global("tcp_copied_seq_off", &tcp.copied_seq, true)
             .override_global("tcp_write_seq_off", &tcp.write_seq, true)
             .override_global("tcp_rack_mstamp_off", &tcp.rack_mstamp, true)
@@ -420,7 +448,7 @@ impl Probes {
         }
         let mut take = |map: &'static str| -> Result<MapData, ProbeError> {
             match ebpf.take_map(map).ok_or(ProbeError::MissingMap { map })? {
-                Map::RingBuf(d) | Map::HashMap(d) | Map::PerCpuArray(d) | Map::Array(d) => Ok(d),
+                Map::RingBuf(d) | Map::HashMap(d) | Map::LruHashMap(d) | Map::PerCpuArray(d) | Map::Array(d) => Ok(d),
                 _ => Err(ProbeError::MissingMap { map }),
             }
         };
@@ -443,7 +471,13 @@ impl Probes {
         Ok((ebpf, maps))
     }
 
-    fn finish(ebpf: Option<Ebpf>, set: Option<PathBuf>, backend: Chosen, maps: Maps, tls: bool) -> Result<(Probes, Rings), ProbeError> {
+    fn finish(
+        ebpf: Option<Ebpf>,
+        set: Option<PathBuf>,
+        backend: Chosen,
+        maps: Maps,
+        tls: Option<crate::links::Kind>,
+    ) -> Result<(Probes, Rings), ProbeError> {
         let events = WalRing::new(maps.events).map_err(|source| ProbeError::Ring { source })?;
         let execs = RingBuf::try_from(Map::RingBuf(maps.execs)).map_err(map_err("execs"))?;
         let sel_pids = HashMap::try_from(Map::HashMap(maps.sel_pids)).map_err(map_err("sel_pids"))?;
@@ -465,7 +499,10 @@ impl Probes {
             tls,
             tls_files,
             tls_pinned: Vec::new(),
-            exes_looked: BTreeSet::new(),
+            exes_looked: tls::Looked::default(),
+            overseer: crate::deadline::Overseer::new(),
+            fresh_tls_kind: crate::links::Kind::Perf,
+            _tls_maps: (maps.tls_reports, maps.tls_reported),
         };
         Ok((probes, Rings { events, execs }))
     }
@@ -517,33 +554,36 @@ impl Probes {
         out
     }
 
-    /// Attaches the TLS uprobes (`tls.enabled`) to every OpenSSL file found
-    /// now (`tls`): the loader's directories, `tls.libraries`, and what the
-    /// processes `pids` map. Call it while privileged, after the selection
-    /// is seeded. Probes reopened from pins keep the uprobes the loader
-    /// that pinned them attached (nothing is attached again).
+    /// The TLS programs (`tls.enabled`), each loaded as this kernel's kind
+    /// of link needs (`links`). With pins, they are pinned with the
+    /// `tls_mmap` tracepoint's link (what processes map: the attacher's
+    /// reports), and the TLS attacher attaches the uprobes, at start and as
+    /// processes start (`attacher`): nothing is attached here. Without pins
+    /// (no attacher), the uprobes go now, from this process, to every
+    /// OpenSSL file and Go executable found now (`tls::find`: the loader's
+    /// directories, `tls.libraries`, what the processes `pids` map), as
+    /// perf events. Call it while privileged, after the selection is
+    /// seeded. Probes reopened from pins keep what the loader that pinned
+    /// them loaded.
     pub fn attach_tls(&mut self, settings: &TlsSettings, pids: Vec<u32>) -> Result<TlsAttached, ProbeError> {
         let mut done = TlsAttached::default();
         if !settings.enabled {
             return Ok(done);
         }
         let Some(ebpf) = self.ebpf.as_mut() else {
-            tracing::info!(event = "tls_pinned", attached = self.tls, "TLS uprobes: those of the pinned set stay attached");
+            tracing::info!(event = "tls_pinned", kind = self.tls.map(|k| k.name()), "TLS programs: those of the pinned set");
             return Ok(done);
         };
-        let (targets, unusable) = tls::find(&settings.libraries, Path::new("/"), Path::new("/proc"), pids, &mut self.exes_looked);
-        if let Some(e) = unusable.into_iter().next() {
-            return Err(match e {
-                runtime_kit::files::FileError::Open { path, .. } if e.is_not_found() => ProbeError::TlsMissing { path },
-                source => ProbeError::TlsUnusable { source },
-            });
-        }
-        done.refused = targets.refused;
-        for name in tls::program_names() {
+        let kind = self.fresh_tls_kind;
+        for &(name, attach_type) in kind.programs() {
             let prog = ebpf.program_mut(name).ok_or(ProbeError::MissingProgram { program: name })?;
             let prog: &mut UProbe =
                 prog.try_into().map_err(|source| ProbeError::Program { program: name, tracepoint: "uprobe", source })?;
-            prog.load().map_err(|source| match source {
+            let loaded = match attach_type {
+                Some(t) => prog.load_with_attach_type(t),
+                None => prog.load(),
+            };
+            loaded.map_err(|source| match source {
                 aya::programs::ProgramError::LoadError { verifier_log, .. } => {
                     ProbeError::Verifier { program: name, tracepoint: "uprobe", log: verifier_log.to_string() }
                 }
@@ -553,26 +593,24 @@ impl Probes {
                 prog.pin(pins::prog(set, name)).map_err(pin_err(format!("program {name}")))?;
             }
         }
-        self.tls = true;
-        for target in targets.files {
-            self.attach_tls_file(&target, &mut done)?;
-        }
-        Ok(done)
-    }
-
-    /// tls.attach_later: process `pid` speaks TLS that no attached file
-    /// handles (the kernel's PROC_TLS record). Attaches to the OpenSSL files
-    /// it maps and its executable (when it exports the symbols) that were
-    /// not looked at before. Needs the capabilities the loader keeps for it
-    /// (docs/security.md, "Privileges"). A process that is gone, or maps nothing new,
-    /// attaches nothing.
-    pub fn attach_tls_later(&mut self, pid: u32) -> Result<TlsAttached, ProbeError> {
-        let mut done = TlsAttached::default();
-        if !self.tls {
+        self.tls = Some(kind);
+        if let Some(set) = self.set.clone() {
+            attach_mmap_hook(ebpf, &set)?;
+            tracing::info!(event = "tls_programs", kind = kind.name(), "TLS programs loaded: the TLS attacher attaches them");
             return Ok(done);
         }
-        let mut targets = tls::Targets::default();
-        tls::of_process(Path::new("/proc"), pid, &mut self.exes_looked, &mut targets);
+        let (targets, unusable) =
+            tls::find(&settings.libraries, Path::new("/"), Path::new("/proc"), pids, &self.exes_looked, &mut self.overseer);
+        if let Some(e) = unusable.into_iter().next() {
+            return Err(match e {
+                tls::Unopened::File(runtime_kit::files::FileError::Open { path, source })
+                    if source.kind() == std::io::ErrorKind::NotFound =>
+                {
+                    ProbeError::TlsMissing { path }
+                }
+                source => ProbeError::TlsUnusable { source },
+            });
+        }
         done.refused = targets.refused;
         for target in targets.files {
             self.attach_tls_file(&target, &mut done)?;
@@ -621,9 +659,8 @@ impl Probes {
         if let Some(go) = &target.go {
             return self.attach_go_file(target, go, done);
         }
-        let symbols: Vec<&str> = tls::PROGRAMS.iter().map(|p| p.symbol).collect();
-        let offsets = tls::dynamic_symbols(&target.file, &symbols).unwrap_or_else(|_| vec![None; symbols.len()]);
-        if let Some(up) = tls::PROGRAMS.iter().zip(&offsets).find_map(|(up, o)| (up.required && o.is_none()).then_some(up)) {
+        let offsets = &target.offsets;
+        if let Some(up) = tls::PROGRAMS.iter().zip(offsets).find_map(|(up, o)| (up.required && o.is_none()).then_some(up)) {
             // not OpenSSL (NSS's libssl3.so), or not an ELF object at all
             if target.configured {
                 return Err(ProbeError::TlsNotOpenssl { path: path.clone(), symbol: up.symbol });
@@ -635,7 +672,7 @@ impl Probes {
         let mut attached = 0;
         // the pin set, apart from `self` (a program borrows it below)
         let set = self.set.clone();
-        for (i, (up, offset)) in tls::PROGRAMS.iter().zip(offsets).enumerate() {
+        for (i, (up, &offset)) in tls::PROGRAMS.iter().zip(offsets).enumerate() {
             // OpenSSL 1.1.0 has no `_ex` functions
             let Some(offset) = offset else { continue };
             let program = up.program;
@@ -727,7 +764,7 @@ impl Probes {
 
     /// bpf_stats of every program.
     pub fn program_stats(&self) -> Vec<ProgramStats> {
-        let tls = if self.tls { tls::program_names() } else { Vec::new() };
+        let tls: Vec<&'static str> = self.tls.map(|k| k.programs().iter().map(|(n, _)| *n).collect()).unwrap_or_default();
         self.backend
             .programs()
             .iter()
@@ -762,6 +799,41 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         src = inner.source();
     }
     s
+}
+
+/// Attaches `tls_mmap` (bpf/tls_files.bpf.c) to the `syscalls/sys_enter_mmap`
+/// tracepoint (tracefs, mounted if need be), pinned in `set`: which libssl
+/// files processes map, for the TLS attacher. Without it (no tracefs, no
+/// syscall tracepoints) files mapped after start are found only through a
+/// process's exec or selection, said once.
+fn attach_mmap_hook(ebpf: &mut Ebpf, set: &Path) -> Result<(), ProbeError> {
+    const PROGRAM: &str = "tls_mmap";
+    const TRACEPOINT: &str = "sys_enter_mmap";
+    if let Err(error) = crate::backend::ensure_tracefs() {
+        tracing::warn!(event = "tls_mmap_unavailable", %error, "no tracefs: libssl files mapped after start are found only at a process's exec or selection");
+        return Ok(());
+    }
+    let prog = ebpf.program_mut(PROGRAM).ok_or(ProbeError::MissingProgram { program: PROGRAM })?;
+    let err = |source| ProbeError::Program { program: PROGRAM, tracepoint: TRACEPOINT, source };
+    let prog: &mut TracePoint = prog.try_into().map_err(err)?;
+    prog.load().map_err(|source| match source {
+        aya::programs::ProgramError::LoadError { verifier_log, .. } => {
+            ProbeError::Verifier { program: PROGRAM, tracepoint: TRACEPOINT, log: verifier_log.to_string() }
+        }
+        source => err(source),
+    })?;
+    let link = match prog.attach("syscalls", TRACEPOINT) {
+        Ok(link) => link,
+        Err(error) => {
+            tracing::warn!(event = "tls_mmap_unavailable", error = %error_chain(&error), "libssl files mapped after start are found only at a process's exec or selection");
+            return Ok(());
+        }
+    };
+    let link = prog.take_link(link).map_err(err)?;
+    let link = FdLink::try_from(link).map_err(|source| ProbeError::Link { program: PROGRAM, tracepoint: TRACEPOINT, source })?;
+    link.pin(pins::link(set, PROGRAM, Some(TRACEPOINT))).map_err(pin_err(format!("link {PROGRAM}")))?;
+    prog.pin(pins::prog(set, PROGRAM)).map_err(pin_err(format!("program {PROGRAM}")))?;
+    Ok(())
 }
 
 /// The files (device, inode) whose TLS links are pinned in `set`

@@ -128,12 +128,8 @@ pub struct Pump {
     /// Times the write-ahead position moved past unreceived batches (see
     /// [`commit`]).
     valve: Counter,
-    /// tls.attach_later: OpenSSL files attached after start.
-    tls_late_files: Counter,
-    /// tls.attach_later: a process selected at exec has its executable
-    /// looked into at once (a Go program's crypto/tls, an OpenSSL that
-    /// `node` carries), before its first connection.
-    attach_later: bool,
+    /// The TLS attacher's reports (its counts), if it runs.
+    attacher: Option<crate::attacher::Reports>,
     malformed: Drops,
     publish_failed: Drops,
     kernel_last: [u64; COUNTERS.len()],
@@ -148,6 +144,7 @@ impl Pump {
         probes: Probes,
         execs: RingBuf<MapData>,
         procs: ProcTable,
+        attacher: Option<crate::attacher::Reports>,
         publisher: Producer<()>,
         settings: &Settings,
         registry: Registry,
@@ -191,8 +188,7 @@ impl Pump {
             read: registry.counter("ringtail_events_read_total", &[]),
             drain_cut: registry.counter("ringtail_ring_drain_cut_total", &[]),
             valve: registry.counter("ringtail_ring_released_unreceived_total", &[]),
-            tls_late_files: registry.counter("ringtail_tls_files_attached_later_total", &[]),
-            attach_later: settings.tls.enabled && settings.tls.attach_later,
+            attacher,
             malformed: registry.drops("ringtail_dropped_events_total", "malformed_record"),
             publish_failed: registry.drops("ringtail_dropped_events_total", "publish_failed"),
             kernel_last: [0; COUNTERS.len()],
@@ -302,35 +298,9 @@ impl Pump {
         emptied
     }
 
-    /// tls.attach_later: process `pid` speaks TLS that no attached file
-    /// handles; the OpenSSL files it maps that are new get the uprobes.
-    fn attach_tls_later(&mut self, pid: u32) {
-        match self.probes.attach_tls_later(pid) {
-            Ok(done) => {
-                self.tls_late_files.add(done.files.len() as u64);
-                done.refused.count(&self.registry);
-                if done.files.is_empty() {
-                    return;
-                }
-                tracing::info!(
-                    pid,
-                    event = "tls_later",
-                    files = done.files.len(),
-                    uprobes = done.uprobes,
-                    "TLS uprobes attached to a process's new files (OpenSSL, Go)"
-                );
-            }
-            Err(error) => {
-                tracing::warn!(pid, event = "tls_later_failed", error = %error, "TLS uprobes not attached to a process's new files")
-            }
-        }
-    }
-
     /// Learns new processes' names from exec and fork records, and selects
     /// newly exec'd processes whose executable matches.
     fn drain_execs(&mut self) {
-        // attached after the loop, which holds the ring
-        let mut tls_pids = Vec::new();
         while let Some(item) = self.execs.next() {
             let Some(record) = ProcRecord::parse(&item) else {
                 self.malformed.add(1);
@@ -339,10 +309,6 @@ impl Pump {
             let ev = match record {
                 ProcRecord::Fork(ev) => {
                     self.procs.fork(&ev);
-                    continue;
-                }
-                ProcRecord::Tls(h) => {
-                    tls_pids.push(h.tgid);
                     continue;
                 }
                 ProcRecord::Exec(ev) => ev,
@@ -354,20 +320,12 @@ impl Pump {
             let (pid, path) = (ev.h.tgid, ev.path());
             if self.discovery.exe_matches(&path) {
                 match self.probes.select_pid(pid, Selected::ByExe) {
-                    Ok(()) => {
-                        tracing::info!(pid, exe = %path, event = "selected", "tracing new process");
-                        if self.attach_later {
-                            tls_pids.push(pid);
-                        }
-                    }
+                    Ok(()) => tracing::info!(pid, exe = %path, event = "selected", "tracing new process"),
                     Err(error) => tracing::warn!(pid, %error, "cannot select process"),
                 }
             } else {
                 self.probes.deselect_by_exe(pid);
             }
-        }
-        for pid in tls_pids {
-            self.attach_tls_later(pid);
         }
     }
 
@@ -406,6 +364,13 @@ impl Pump {
     /// Refreshes kernel counters and sends a health report (also the
     /// heartbeat subscribers use to notice a silent publisher).
     async fn heartbeat(&mut self) {
+        // A load step left behind (it reported, then a thread of it waited
+        // on a file that did not answer) is reaped once it ends.
+        crate::step::reap();
+        // What the TLS attacher last said it did (cumulative counts).
+        if let Some(attacher) = &mut self.attacher {
+            attacher.read_into(&self.registry);
+        }
         let now = self.probes.counters();
         for (i, v) in now.iter().enumerate() {
             if let Some(Some(d)) = self.kernel_drops.get(i) {

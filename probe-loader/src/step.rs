@@ -133,41 +133,106 @@ fn fork_and_wait<const N: usize, E: std::fmt::Display>(
         let mut bytes = [0u8; 8];
         for c in counts {
             bytes.copy_from_slice(&c.to_le_bytes());
-            // A short or failed write reads as zeros in the parent.
+            // A short or failed write reads as a failed step in the parent.
             let _ = (&writer).write_all(&bytes);
         }
+        // The outcome last: the parent has the whole report once it reads
+        // this byte, whether or not this process can end at once (a thread
+        // abandoned on a file that never answers keeps it from ending).
+        let _ = (&writer).write_all(&[code as u8]);
         tracing::info!(event = "load_step_done", peak_rss_kb = peak_rss_kb(), code, "load step done");
         // SAFETY: _exit ends this child without running anything of the parent's.
         unsafe { libc::_exit(code) };
     }
     drop(writer);
+    // The report first (the counts, then the outcome), then the exit.
+    let mut counts = [0u64; N];
+    let mut bytes = [0u8; 8];
+    let mut whole = true;
+    for c in &mut counts {
+        if (&reader).read_exact(&mut bytes).is_err() {
+            whole = false;
+            break;
+        }
+        *c = u64::from_le_bytes(bytes);
+    }
+    let mut code = [0u8; 1];
+    let reported = whole && (&reader).read_exact(&mut code).is_ok();
+    if !reported {
+        // No report: the child died or failed before it wrote one; its
+        // status says how.
+        let status = wait_blocking(pid)?;
+        if libc::WIFSIGNALED(status) {
+            return Err(StepError::Killed { signal: libc::WTERMSIG(status) });
+        }
+        return Err(StepError::Failed { status: libc::WEXITSTATUS(status) });
+    }
+    if !wait_within(pid, EXIT_GRACE) {
+        // Reported, but not ending: a thread of it waits on a file that
+        // does not answer. Its work is done (pinned): leave it, killed, to
+        // end whenever that call returns.
+        // SAFETY: kill of our own child.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        tracing::warn!(
+            event = "load_step_lingers",
+            pid,
+            "the load step reported but does not end (a file it read does not answer): left behind, killed"
+        );
+        STRAGGLERS.lock().unwrap_or_else(|e| e.into_inner()).push(pid);
+    }
+    match i32::from(code[0]) {
+        EXIT_PINNED => Ok((Outcome::Pinned, counts)),
+        EXIT_NOT_PINNABLE => Ok((Outcome::NotPinnable, counts)),
+        status => Err(StepError::Failed { status }),
+    }
+}
+
+/// How long a step that reported may take to end before it is left behind.
+const EXIT_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Steps that reported but did not end, to reap when they do ([`reap`]).
+static STRAGGLERS: std::sync::Mutex<Vec<libc::pid_t>> = std::sync::Mutex::new(Vec::new());
+
+/// Reaps the steps left behind that have ended since (call it now and
+/// then: a child that ended stays a zombie until its parent waits for it).
+pub fn reap() {
+    STRAGGLERS.lock().unwrap_or_else(|e| e.into_inner()).retain(|&pid| {
+        let mut status = 0;
+        // SAFETY: waitpid of our own child, WNOHANG.
+        unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) == 0 }
+    });
+}
+
+/// Waits for child `pid` to end; its status.
+fn wait_blocking(pid: libc::pid_t) -> Result<i32, StepError> {
     let mut status = 0;
     loop {
         // SAFETY: status is a valid, writable int; pid is our child.
         let r = unsafe { libc::waitpid(pid, &mut status, 0) };
         if r == pid {
-            break;
+            return Ok(status);
         }
         let error = io::Error::last_os_error();
         if error.kind() != io::ErrorKind::Interrupted {
             return Err(StepError::Wait { source: error });
         }
     }
-    if libc::WIFSIGNALED(status) {
-        return Err(StepError::Killed { signal: libc::WTERMSIG(status) });
-    }
-    let mut counts = [0u64; N];
-    let mut bytes = [0u8; 8];
-    for c in &mut counts {
-        if (&reader).read_exact(&mut bytes).is_err() {
-            break;
+}
+
+/// Whether child `pid` ended (and was reaped) within `grace`.
+fn wait_within(pid: libc::pid_t, grace: std::time::Duration) -> bool {
+    let deadline = std::time::Instant::now() + grace;
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid of our own child, WNOHANG.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid || (r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD)) {
+            return true;
         }
-        *c = u64::from_le_bytes(bytes);
-    }
-    match libc::WEXITSTATUS(status) {
-        EXIT_PINNED => Ok((Outcome::Pinned, counts)),
-        EXIT_NOT_PINNABLE => Ok((Outcome::NotPinnable, counts)),
-        status => Err(StepError::Failed { status }),
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
 }
 

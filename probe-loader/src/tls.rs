@@ -25,25 +25,34 @@
 //! # Hostile files
 //! What a process maps, and what its root shows, is that process's to
 //! choose: a name may be a FIFO (an `open` that never returns), a device, a
-//! symlink, or a name with spaces that reads as another path. So a file is
-//! only ever inspected open, as a regular file ([`runtime_kit::files`]:
-//! `O_PATH`, `fstat`, then reopened non-blocking), and found without trusting
-//! a name the process controls:
+//! symlink, or a name with spaces that reads as another path; and the file
+//! may be on a filesystem another process serves (FUSE), which answers
+//! every call into it when it likes, or never. So a file is only ever
+//! inspected open, as a regular file on a filesystem no process serves,
+//! and found without trusting a name the process controls:
 //! - its executable through `/proc/PID/exe` (the file it runs, not the name);
 //! - a mapped `libssl` through `/proc/PID/map_files/START-END` (the file
 //!   mapped there; needs CAP_SYS_ADMIN, or CAP_CHECKPOINT_RESTORE), else by
 //!   the whole name `/proc/PID/maps` prints, resolved inside the process's
-//!   root (`RESOLVE_IN_ROOT`, no symlink as the last component), and kept
-//!   only if it is the device and inode that line gives (on btrfs and on
-//!   overlayfs before Linux 6.8 the two differ: such a file is refused);
-//! - its symbols read by bounded `pread`s ([`dynamic_symbols`]), and the
-//!   uprobes given file offsets and `/proc/self/fd/N`, so that aya neither
-//!   maps nor opens anything by name.
+//!   root from the kernel's cache of names (`RESOLVE_IN_ROOT`,
+//!   `RESOLVE_CACHED`, no symlink as the last component), and kept only if
+//!   it is the device and inode that line gives (on btrfs and on overlayfs
+//!   before Linux 6.8 the two differ: such a file is refused);
+//! - opened `O_PATH` first (no call into its filesystem), its mount read
+//!   from the descriptor and that mount's type from the process's mount
+//!   table ([`reopen_checked`]): FUSE is refused there, before `fstat`, a
+//!   read, or the uprobe attach, which reads the probed instruction's page
+//!   holding a lock that every `fork` on the host waits for;
+//! - each process's files inspected by a job with a deadline
+//!   ([`crate::deadline`]): a job past it is abandoned, the mount it was in
+//!   never entered again;
+//! - its symbols read by bounded `pread`s ([`dynamic_symbols`]), the
+//!   probed instructions read too (so that attaching finds them cached),
+//!   and the uprobes given file offsets and `/proc/self/fd/N`, so that aya
+//!   neither maps nor opens anything by name.
 //!
 //! A refused file is logged (`event=tls_file_refused`) and counted,
-//! `ringtail_tls_files_refused_total{reason}`: `not_regular` (a FIFO, a
-//! device, a symlink...), `not_mapped` (the name leads to another file
-//! than the one mapped).
+//! `ringtail_tls_files_refused_total{reason}` ([`Reason`]).
 
 use std::collections::BTreeSet;
 use std::fs::File;
@@ -51,8 +60,11 @@ use std::io::{BufRead, Read};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use runtime_kit::files::{self, FileError};
+
+use crate::budget::{Allowance, ReadAt};
 
 /// One uprobe: a program of `bpf/tls_hooks.h` on a library function.
 #[derive(Debug, Clone, Copy)]
@@ -84,26 +96,66 @@ pub const GO_READ_ENTER: &str = "go_tls_read_enter";
 pub const GO_READ_EXIT: &str = "go_tls_read_exit";
 pub const GO_WRITE_ENTER: &str = "go_tls_write_enter";
 
-/// The distinct programs of [`PROGRAMS`], then Go's.
-pub fn program_names() -> Vec<&'static str> {
-    let mut names: Vec<&'static str> = Vec::new();
-    for p in PROGRAMS {
-        if !names.contains(&p.program) {
-            names.push(p.program);
+/// Why a file of another process was not inspected: each a label of
+/// `ringtail_tls_files_refused_total{reason}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    /// Not a regular file (a FIFO, a device, a symlink, a directory...).
+    NotRegular,
+    /// The name a process's maps show leads to another file than the one
+    /// mapped there.
+    NotMapped,
+    /// On a filesystem a process serves (FUSE): never called into.
+    ServedByAProcess,
+    /// On a mount the process's mount table does not list (its type cannot
+    /// be told).
+    UnknownMount,
+    /// On a mount that hung an earlier inspection.
+    MountHung,
+    /// Its inspection ran past its deadline and was abandoned.
+    Deadline,
+    /// Not inspected: too many inspections were abandoned already.
+    WorkersExhausted,
+    /// Its user's share of the time or bytes allowed for reading other
+    /// processes' files was spent (`crate::budget`).
+    Budget,
+    /// A table it declares lies in a hole of a sparse file.
+    Sparse,
+}
+
+impl Reason {
+    /// Every reason's label, in variant order.
+    pub const LABELS: [&'static str; 9] = [
+        "not_regular",
+        "not_mapped",
+        "served_by_a_process",
+        "unknown_mount",
+        "mount_hung",
+        "deadline",
+        "workers_exhausted",
+        "budget",
+        "sparse",
+    ];
+
+    /// Why a reader within an allowance stopped, as a reason.
+    pub fn of_stop(stop: crate::budget::Stop) -> Reason {
+        match stop {
+            crate::budget::Stop::Hole => Reason::Sparse,
+            crate::budget::Stop::Bytes | crate::budget::Stop::Time => Reason::Budget,
         }
     }
-    names.extend([GO_READ_ENTER, GO_READ_EXIT, GO_WRITE_ENTER]);
-    names
+
+    /// The counter's `reason` label.
+    pub fn label(self) -> &'static str {
+        Self::LABELS[self as usize]
+    }
 }
 
 /// Files refused on inspection, by reason.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Refused {
-    /// Not a regular file (a FIFO, a device, a symlink, a directory...).
-    pub not_regular: u64,
-    /// The name a process's maps show leads to another file than the one
-    /// mapped there.
-    pub not_mapped: u64,
+    /// By [`Reason`] (its index).
+    pub files: [u64; Reason::LABELS.len()],
     /// Go executables not attached, by [`crate::gobin::Refusal::REASONS`].
     pub go: [u64; crate::gobin::Refusal::REASONS.len()],
     /// Go executables attached (not a refusal: counted with them, as the
@@ -111,13 +163,23 @@ pub struct Refused {
     pub go_attached: u64,
 }
 
+/// A file of another process that was not opened.
+#[derive(Debug, thiserror::Error)]
+pub enum Unopened {
+    #[error(transparent)]
+    File(#[from] FileError),
+    #[error("{path}: {hung}")]
+    Hung { path: PathBuf, hung: crate::deadline::Hung },
+}
+
 impl Refused {
     /// The counter these go to.
     pub const METRIC: &'static str = "ringtail_tls_files_refused_total";
 
-    /// (reason label, count) of each reason.
-    pub fn by_reason(&self) -> [(&'static str, u64); 2] {
-        [("not_regular", self.not_regular), ("not_mapped", self.not_mapped)]
+    /// The count of one reason.
+    #[cfg(test)]
+    pub fn of(&self, reason: Reason) -> u64 {
+        self.files[reason as usize]
     }
 
     /// The counter Go executables not attached go to, by reason.
@@ -125,11 +187,11 @@ impl Refused {
     /// The counter of Go executables attached.
     pub const GO_ATTACHED: &'static str = "ringtail_go_binaries_attached_total";
     /// How many numbers [`Refused::to_array`] gives.
-    pub const ARRAY: usize = 3 + crate::gobin::Refusal::REASONS.len();
+    pub const ARRAY: usize = Reason::LABELS.len() + 1 + crate::gobin::Refusal::REASONS.len();
 
     /// Adds them to the registry's counters.
     pub fn count(&self, registry: &runtime_kit::counters::Registry) {
-        for (reason, n) in self.by_reason() {
+        for (reason, n) in Reason::LABELS.iter().zip(self.files) {
             if n > 0 {
                 registry.counter(Self::METRIC, &[("reason", reason)]).add(n);
             }
@@ -144,21 +206,30 @@ impl Refused {
         }
     }
 
+    /// Adds `other`'s counts to these.
+    pub fn add(&mut self, other: &Refused) {
+        self.files.iter_mut().zip(other.files).for_each(|(a, b)| *a += b);
+        self.go.iter_mut().zip(other.go).for_each(|(a, b)| *a += b);
+        self.go_attached += other.go_attached;
+    }
+
     /// All counts as numbers (the load step hands them back so).
     pub fn to_array(self) -> [u64; Self::ARRAY] {
         let mut a = [0u64; Self::ARRAY];
-        a[0] = self.not_regular;
-        a[1] = self.not_mapped;
-        a[2] = self.go_attached;
-        a[3..].copy_from_slice(&self.go);
+        let n = Reason::LABELS.len();
+        a[..n].copy_from_slice(&self.files);
+        a[n] = self.go_attached;
+        a[n + 1..].copy_from_slice(&self.go);
         a
     }
 
     /// The counts [`Refused::to_array`] gave.
     pub fn from_array(a: [u64; Self::ARRAY]) -> Self {
-        let mut go = [0u64; crate::gobin::Refusal::REASONS.len()];
-        go.copy_from_slice(&a[3..]);
-        Refused { not_regular: a[0], not_mapped: a[1], go_attached: a[2], go }
+        let n = Reason::LABELS.len();
+        let mut r = Refused { go_attached: a[n], ..Refused::default() };
+        r.files.copy_from_slice(&a[..n]);
+        r.go.copy_from_slice(&a[n + 1..]);
+        r
     }
 
     /// Logs and counts a Go executable that is not attached.
@@ -170,17 +241,78 @@ impl Refused {
         tracing::warn!(event = "go_tls_refused", reason, path = ?path, why = %refusal, "a Go executable's crypto/tls is not traced");
     }
 
+    /// Logs and counts a file refused for `reason` (`why` says more).
+    pub fn refuse(&mut self, reason: Reason, path: &Path, why: &dyn std::fmt::Display) {
+        self.files[reason as usize] += 1;
+        tracing::warn!(event = "tls_file_refused", reason = reason.label(), path = ?path, why = %why, "a file of another process: not inspected");
+    }
+
     /// Logs and counts a file that was not opened; a file that is simply
     /// not there (a process gone) is neither.
-    fn note(&mut self, error: &FileError) {
-        match error {
-            FileError::Kind { path, found, .. } => {
-                self.not_regular += 1;
+    fn note(&mut self, error: &Unopened) {
+        let reason = match error {
+            Unopened::File(FileError::Kind { path, found, .. }) => {
+                self.files[Reason::NotRegular as usize] += 1;
                 tracing::warn!(event = "tls_file_refused", reason = "not_regular", path = ?path, kind = found.name(), "not a regular file: not opened");
+                return;
             }
-            error => tracing::debug!(%error, "TLS candidate not opened"),
-        }
+            Unopened::File(FileError::ServedByAProcess { .. }) => Reason::ServedByAProcess,
+            Unopened::File(FileError::UnknownMount { .. }) => Reason::UnknownMount,
+            Unopened::Hung { .. } => Reason::MountHung,
+            error => {
+                tracing::debug!(%error, "TLS candidate not opened");
+                return;
+            }
+        };
+        let path = match error {
+            Unopened::File(FileError::ServedByAProcess { path, .. } | FileError::UnknownMount { path, .. })
+            | Unopened::Hung { path, .. } => path,
+            _ => return,
+        };
+        self.refuse(reason, path, error);
     }
+}
+
+/// A file of another process, open for reading.
+#[derive(Debug)]
+pub struct Opened {
+    pub file: File,
+    /// What `fstat` said of it.
+    pub st: libc::stat,
+    /// The mount it is on (each read of it is a call into that mount).
+    pub mount: u64,
+}
+
+/// Opens, for reading, the file at the `O_PATH` descriptor `opath` (found
+/// through a process whose mount table is `mounts`), only if its
+/// filesystem is not served by a process: its mount comes from the
+/// descriptor and its type from that table, before any call into the file
+/// (see `runtime_kit::files`); the calls that follow (`fstat`, the reopen)
+/// go through the gate, which refuses a mount that hung an earlier job.
+/// Regular files only.
+pub fn reopen_checked(opath: OwnedFd, shown: &Path, mounts: &Path, gate: &crate::deadline::Gate) -> Result<Opened, Unopened> {
+    let open_err = |source| FileError::Open { path: shown.to_owned(), source };
+    let mount = files::mount_id(opath.as_fd()).map_err(open_err)?;
+    // Mount 0: the kernel's own internal mount (a memfd's, shmem's), in no
+    // table and served by no process.
+    let fstype = if mount == 0 { Some("internal".to_owned()) } else { files::mount_type(mounts, mount).map_err(open_err)? };
+    match fstype {
+        None => return Err(FileError::UnknownMount { path: shown.to_owned(), mount }.into()),
+        Some(fstype) if files::served_by_a_process(&fstype) => {
+            return Err(FileError::ServedByAProcess { path: shown.to_owned(), fstype }.into())
+        }
+        Some(_) => {}
+    }
+    let (file, st) = gate
+        .call(mount, || files::reopen_regular(opath.as_fd(), shown))
+        .map_err(|hung| Unopened::Hung { path: shown.to_owned(), hung })??;
+    Ok(Opened { file, st, mount })
+}
+
+/// [`reopen_checked`] of `path` (a host file, or a `/proc/PID/...` magic
+/// link: `follow`).
+pub fn open_checked(path: &Path, follow: bool, mounts: &Path, gate: &crate::deadline::Gate) -> Result<Opened, Unopened> {
+    reopen_checked(files::open_path(path, follow)?, path, mounts, gate)
 }
 
 /// Directories searched for `libssl` besides those of `/etc/ld.so.conf`.
@@ -198,13 +330,13 @@ const STANDARD_DIRS: &[&str] = &[
 /// Most `include` levels followed in ld.so.conf.
 const MAX_INCLUDE_DEPTH: u32 = 4;
 
-/// One file to attach to, open.
+/// One file to attach to, open, and where its uprobes go (read by the
+/// job that opened it: attaching reads nothing more of it).
 #[derive(Debug)]
 pub struct Target {
     /// The name it was found by, for logs (maybe through `/proc/PID/root`).
     pub path: PathBuf,
-    /// The file itself: its symbols are read from it, and the uprobes go
-    /// to it through `/proc/self/fd/N`.
+    /// The file itself: the uprobes go to it through `/proc/self/fd/N`.
     pub file: File,
     /// Its device and inode (`fstat`).
     pub id: (u64, u64),
@@ -212,6 +344,9 @@ pub struct Target {
     pub configured: bool,
     /// A Go executable: where its crypto/tls functions are (not OpenSSL).
     pub go: Option<crate::gobin::GoTls>,
+    /// OpenSSL: the file offset of each of [`PROGRAMS`]' symbols (None:
+    /// not defined there; all None: not an ELF object with a `.dynsym`).
+    pub offsets: Vec<Option<u64>>,
 }
 
 /// The files, each once (by device and inode), configured ones first.
@@ -219,33 +354,93 @@ pub struct Target {
 pub struct Targets {
     seen: BTreeSet<(u64, u64)>,
     pub files: Vec<Target>,
+    /// Files of the process (device, inode) that an earlier job looked into
+    /// (`Looked`): not read again, attached from what that job found.
+    pub known: Vec<(u64, u64)>,
     /// What was refused on the way.
     pub refused: Refused,
 }
 
+/// Reads the bytes a uprobe at each offset makes the kernel read (the
+/// instruction, up to 16 bytes), so that attaching finds them in the page
+/// cache and reads nothing from the file's filesystem itself (it does so
+/// holding a lock every fork on the host waits for).
+fn prefetch(file: &File, offsets: impl IntoIterator<Item = u64>) {
+    use std::os::unix::fs::FileExt;
+    let mut insn = [0u8; 16];
+    for at in offsets {
+        let _ = file.read_at(&mut insn, at);
+    }
+}
+
 impl Targets {
-    /// Adds an open file unless it is there already.
-    pub fn push(&mut self, path: PathBuf, (file, st): (File, libc::stat), configured: bool) {
+    /// Adds an open OpenSSL candidate unless it is there already: where
+    /// its symbols are is read now, within `allowance`, through `gate` (a
+    /// reader it stops leaves the file out, counted).
+    pub fn push(&mut self, path: PathBuf, opened: Opened, configured: bool, allowance: &Allowance, gate: &crate::deadline::Gate) {
+        let Opened { file, st, mount } = opened;
         let id = (st.st_dev, st.st_ino);
-        if self.seen.insert(id) {
-            self.files.push(Target { path, file, id, configured, go: None });
+        if !self.seen.insert(id) {
+            return;
         }
+        let symbols: Vec<&str> = PROGRAMS.iter().map(|p| p.symbol).collect();
+        let offsets = dynamic_symbols(&allowance.over_on(&file, gate, mount), &symbols).unwrap_or_else(|_| vec![None; symbols.len()]);
+        if let Some(stop) = allowance.stopped() {
+            self.refused.refuse(Reason::of_stop(stop), &path, &format!("reading its symbols stopped: {stop:?}"));
+            return;
+        }
+        prefetch(&file, offsets.iter().flatten().copied());
+        self.files.push(Target { path, file, id, configured, go: None, offsets });
     }
 
     /// Adds a Go executable and where its crypto/tls functions are.
-    pub fn push_go(&mut self, path: PathBuf, (file, st): (File, libc::stat), go: crate::gobin::GoTls) {
+    pub fn push_go(&mut self, path: PathBuf, Opened { file, st, .. }: Opened, go: crate::gobin::GoTls) {
         let id = (st.st_dev, st.st_ino);
         if self.seen.insert(id) {
-            self.files.push(Target { path, file, id, configured: false, go: Some(go) });
+            prefetch(&file, go.read_returns.iter().copied().chain([go.read, go.write]));
+            self.files.push(Target { path, file, id, configured: false, go: Some(go), offsets: Vec::new() });
         }
     }
 
-    /// Opens `path` (a host file: a symlink there is followed) and adds it;
-    /// why not, if it cannot be used.
-    pub fn add(&mut self, path: PathBuf, configured: bool) -> Result<(), FileError> {
-        let opened = files::open_regular(&path, true)?;
-        self.push(path, opened, configured);
+    /// Opens `path` (a host file: a symlink there is followed; its mount
+    /// checked in this process's table) and adds it; why not, if it cannot
+    /// be used.
+    pub fn add(&mut self, path: PathBuf, configured: bool, gate: &crate::deadline::Gate, allowance: &Allowance) -> Result<(), Unopened> {
+        let opened = open_checked(&path, true, Path::new("/proc/self/mountinfo"), gate)?;
+        self.push(path, opened, configured, allowance, gate);
         Ok(())
+    }
+
+    /// Moves `other`'s files (those not here already) and counts here.
+    pub fn merge(&mut self, other: Targets) {
+        self.refused.add(&other.refused);
+        for t in other.files {
+            if self.seen.insert(t.id) {
+                self.files.push(t);
+            }
+        }
+        for id in other.known {
+            if !self.known.contains(&id) {
+                self.known.push(id);
+            }
+        }
+    }
+
+    /// Whether file `id` was looked into by an earlier job: then it is only
+    /// noted as this process's ([`Targets::known`]); else it is marked
+    /// looked into now, and the caller reads it.
+    fn first_look(&mut self, looked: &Looked, id: (u64, u64)) -> bool {
+        let mut looked = looked.lock().unwrap_or_else(|e| e.into_inner());
+        if looked.len() >= MAX_LOOKED {
+            looked.clear();
+        }
+        if looked.insert(id) {
+            return true;
+        }
+        if !self.known.contains(&id) {
+            self.known.push(id);
+        }
+        false
     }
 }
 
@@ -416,56 +611,64 @@ pub fn libssl_mappings(proc: &Path, pid: u32) -> Vec<Mapping> {
 /// through the process's root, for logs. Through `/proc/PID/map_files`
 /// where the loader may (CAP_SYS_ADMIN), else by the printed name inside
 /// the process's root and then only if it has the device and inode the
-/// maps line gives (see the module doc).
-pub fn open_mapped(proc: &Path, pid: u32, m: &Mapping, refused: &mut Refused) -> Option<(PathBuf, (File, libc::stat))> {
+/// maps line gives (see the module doc). Either way, only on a mount the
+/// process's table lists and no process serves ([`reopen_checked`]).
+pub fn open_mapped(proc: &Path, pid: u32, m: &Mapping, refused: &mut Refused, gate: &crate::deadline::Gate) -> Option<(PathBuf, Opened)> {
     let dir = proc.join(pid.to_string());
-    match files::open_regular(&dir.join("map_files").join(format!("{:x}-{:x}", m.start, m.end)), true) {
-        Ok(opened) => Some((dir.join("root").join(Path::new(std::ffi::OsStr::from_bytes(&m.path[1..]))), opened)),
+    let shown = dir.join("root").join(Path::new(std::ffi::OsStr::from_bytes(&m.path[1..])));
+    let through = dir.join("map_files").join(format!("{:x}-{:x}", m.start, m.end));
+    match files::open_path(&through, true) {
+        Ok(opath) => match reopen_checked(opath, &shown, &dir.join("mountinfo"), gate) {
+            Ok(opened) => Some((shown, opened)),
+            Err(e) => {
+                refused.note(&e);
+                None
+            }
+        },
         Err(e) if e.is_not_found() => None,
-        Err(e @ FileError::Kind { .. }) => {
-            refused.note(&e);
-            None
-        }
         // Not allowed to: by name, checked.
-        Err(_) => open_mapped_by_name(proc, pid, m, refused),
+        Err(_) => open_mapped_by_name(proc, pid, m, refused, gate),
     }
 }
 
 /// [`open_mapped`] by the name the maps line prints: resolved inside the
-/// process's root, kept only if it is the device and inode mapped.
-pub fn open_mapped_by_name(proc: &Path, pid: u32, m: &Mapping, refused: &mut Refused) -> Option<(PathBuf, (File, libc::stat))> {
+/// process's root from the kernel's cache of names
+/// (`files::open_path_at`), kept only if it is the device and inode mapped.
+pub fn open_mapped_by_name(
+    proc: &Path,
+    pid: u32,
+    m: &Mapping,
+    refused: &mut Refused,
+    gate: &crate::deadline::Gate,
+) -> Option<(PathBuf, Opened)> {
     let dir = proc.join(pid.to_string());
     let relative = Path::new(std::ffi::OsStr::from_bytes(&m.path[1..]));
     let shown = dir.join("root").join(relative);
     let root: OwnedFd = files::open_at(None, &dir.join("root"), libc::O_PATH | libc::O_DIRECTORY).ok()?;
-    let (file, st) = match files::open_regular_at(root.as_fd(), relative, &shown) {
+    let opened = files::open_path_at(root.as_fd(), relative, &shown)
+        .map_err(Unopened::from)
+        .and_then(|opath| reopen_checked(opath, &shown, &dir.join("mountinfo"), gate));
+    let opened = match opened {
         Ok(opened) => opened,
         Err(e) => {
             refused.note(&e);
             return None;
         }
     };
-    let dev = (libc::major(st.st_dev), libc::minor(st.st_dev));
-    if (dev, st.st_ino) != (m.dev, m.ino) {
-        refused.not_mapped += 1;
-        tracing::warn!(
-            event = "tls_file_refused",
-            reason = "not_mapped",
-            pid,
-            path = ?shown,
-            "the name a process maps leads to another file than the one mapped: not used"
-        );
+    let dev = (libc::major(opened.st.st_dev), libc::minor(opened.st.st_dev));
+    if (dev, opened.st.st_ino) != (m.dev, m.ino) {
+        refused.refuse(Reason::NotMapped, &shown, &"the name a process maps leads to another file than the one mapped: not used");
         return None;
     }
-    Some((shown, (file, st)))
+    Some((shown, opened))
 }
 
 /// The executable of process `pid`, open through `/proc/PID/exe` (the file
-/// it runs, whatever its name shows now), and its name through the
-/// process's root, for logs.
-pub fn exe_of(proc: &Path, pid: u32, refused: &mut Refused) -> Option<(PathBuf, (File, libc::stat))> {
+/// it runs, whatever its name shows now; its mount checked in the
+/// process's table), and its name through the process's root, for logs.
+pub fn exe_of(proc: &Path, pid: u32, refused: &mut Refused, gate: &crate::deadline::Gate) -> Option<(PathBuf, Opened)> {
     let dir = proc.join(pid.to_string());
-    let opened = match files::open_regular(&dir.join("exe"), true) {
+    let opened = match open_checked(&dir.join("exe"), true, &dir.join("mountinfo"), gate) {
         Ok(opened) => opened,
         Err(e) => {
             refused.note(&e);
@@ -479,26 +682,31 @@ pub fn exe_of(proc: &Path, pid: u32, refused: &mut Refused) -> Option<(PathBuf, 
     Some((shown, opened))
 }
 
-/// Most bytes of a dynamic symbol or string table read to look for a
-/// symbol (Node's are 1.8 and 5.3 MB).
-const MAX_TABLE: u64 = 64 << 20;
+/// Most bytes of section headers read (65,535 headers of 64 bytes).
+const MAX_SECTION_HEADERS: u64 = 4 << 20;
 
 /// Whether the ELF `file` defines the dynamic symbol `name`.
-pub fn exports(file: &File, name: &str) -> bool {
+pub fn exports(file: &dyn ReadAt, name: &str) -> bool {
     dynamic_symbols(file, &[name]).is_ok_and(|found| found[0].is_some())
 }
 
 /// Where in `file` (an ELF object) each of `names` is, as uprobes take it:
 /// the file offset of a symbol `.dynsym` defines (None: not defined there).
 /// Only the header, the section headers, `.dynsym` and `.dynstr` are read,
-/// each bounded, by `pread` (an executable can be hundreds of megabytes; a
-/// file someone shortens meanwhile reads short, it cannot fault); anything
-/// that is not a well-formed 64-bit little-endian ELF is an error.
-pub fn dynamic_symbols(file: &File, names: &[&str]) -> std::io::Result<Vec<Option<u64>>> {
-    use std::os::unix::fs::FileExt;
+/// by `pread` (an executable can be hundreds of megabytes; a file someone
+/// shortens meanwhile reads short, it cannot fault), the two tables
+/// streamed through a window of 64 KiB with a budget of reads (each at
+/// most 64 MiB: Node's are 1.8 and 5.3 MB), so memory stays at a few
+/// megabytes whatever the file says; anything that is not a well-formed
+/// 64-bit little-endian ELF is an error.
+pub fn dynamic_symbols(file: &dyn ReadAt, names: &[&str]) -> std::io::Result<Vec<Option<u64>>> {
     let invalid = || std::io::Error::from(std::io::ErrorKind::InvalidData);
+    let refused = |r: crate::gobin::Refusal| match r {
+        crate::gobin::Refusal::Io { source } => source,
+        _ => invalid(),
+    };
     let read = |offset: u64, len: u64| -> std::io::Result<Vec<u8>> {
-        if len > MAX_TABLE {
+        if len > MAX_SECTION_HEADERS {
             return Err(invalid());
         }
         let mut buf = vec![0; len as usize];
@@ -534,91 +742,245 @@ pub fn dynamic_symbols(file: &File, names: &[&str]) -> std::io::Result<Vec<Optio
     const SHT_DYNSYM: u32 = 11;
     let dynsym = (0..shnum).filter_map(section).find(|h| u32_at(h, 4) == SHT_DYNSYM).ok_or_else(invalid)?;
     let strtab = section(u64::from(u32_at(dynsym, 0x28))).ok_or_else(invalid)?;
-    let symbols = read(u64_at(dynsym, 0x18), u64_at(dynsym, 0x20))?;
-    let strings = read(u64_at(strtab, 0x18), u64_at(strtab, 0x20))?;
+    // Where each name is written in .dynstr (Elf64_Shdr: sh_offset 0x18, sh_size 0x20).
+    let mut strings = crate::gobin::Window::new(file, u64_at(strtab, 0x18), u64_at(strtab, 0x20)).map_err(refused)?;
+    let written = crate::gobin::find_names(&mut strings, names).map_err(refused)?;
+    let (sym_at, sym_size) = (u64_at(dynsym, 0x18), u64_at(dynsym, 0x20));
+    let mut symbols = crate::gobin::Window::new(file, sym_at, sym_size).map_err(refused)?;
     // Below SHN_LORESERVE: a real section (not ABS, COMMON...).
     const SHN_LORESERVE: u16 = 0xff00;
-    let offset_of = |want: &[u8]| -> Option<u64> {
-        // Elf64_Sym: st_name u32, st_info u8, st_other u8, st_shndx u16, st_value u64, st_size u64
-        symbols.chunks_exact(24).find_map(|sym| {
-            let at = u32_at(sym, 0) as usize;
-            let shndx = u16_at(sym, 6);
-            let named = strings.get(at..).is_some_and(|s| s.starts_with(want) && s.get(want.len()) == Some(&0));
-            if !named || shndx == 0 || shndx >= SHN_LORESERVE {
-                return None;
+    let mut found: Vec<Option<u64>> = vec![None; names.len()];
+    let mut at = 0;
+    // Elf64_Sym: st_name u32, st_info u8, st_other u8, st_shndx u16, st_value u64, st_size u64
+    while at + 24 <= sym_size && found.iter().any(Option::is_none) {
+        let sym = symbols.bytes(at, 24).map_err(refused)?;
+        at += 24;
+        let (name, shndx, value) = (u64::from(u32_at(sym, 0)), u16_at(sym, 6), u64_at(sym, 8));
+        if shndx == 0 || shndx >= SHN_LORESERVE {
+            continue;
+        }
+        for (slot, places) in found.iter_mut().zip(&written) {
+            if slot.is_some() || !places.contains(&name) {
+                continue;
             }
-            let value = u64_at(sym, 8);
-            if !translate {
-                return Some(value);
-            }
-            // Elf64_Shdr: sh_addr at 0x10, sh_offset at 0x18
-            let sec = section(u64::from(shndx))?;
-            value.checked_sub(u64_at(sec, 0x10))?.checked_add(u64_at(sec, 0x18))
-        })
-    };
-    Ok(names.iter().map(|n| offset_of(n.as_bytes())).collect())
+            *slot = if translate {
+                // Elf64_Shdr: sh_addr at 0x10, sh_offset at 0x18
+                section(u64::from(shndx)).and_then(|sec| value.checked_sub(u64_at(sec, 0x10))?.checked_add(u64_at(sec, 0x18)))
+            } else {
+                Some(value)
+            };
+        }
+    }
+    Ok(found)
 }
 
-/// Most executables remembered as looked into ([`of_process`]); past it the
-/// memory starts again (an executable is then looked into once more).
+/// Most files remembered as looked into ([`of_process`]); past it the
+/// memory starts again (a file is then looked into once more).
 pub const MAX_LOOKED: usize = 65_536;
+
+/// The files looked into (executables, mapped libssl files), by device and
+/// inode, shared with the jobs that look.
+pub type Looked = std::sync::Arc<std::sync::Mutex<BTreeSet<(u64, u64)>>>;
+
+/// How long one process's files may take to inspect (its mapped
+/// `libssl` files and its executable: a Go executable of 100 MiB reads in
+/// well under a second); past it the job is abandoned (`deadline`).
+pub const PROCESS_DEADLINE: Duration = Duration::from_secs(2);
+/// How long the host's own files may take (`tls.libraries`, the loader's
+/// directories).
+pub const HOST_DEADLINE: Duration = Duration::from_secs(10);
 
 /// The files of process `pid` to attach to: the `libssl` files it maps and
 /// its executable when that exports `SSL_read` or is a Go program that
 /// links crypto/tls (each executable file, by device and inode in
 /// `looked`, is looked into once), into `targets`. A Go executable that
-/// cannot be attached is logged and counted (`targets.refused`).
-pub fn of_process(proc: &Path, pid: u32, looked: &mut BTreeSet<(u64, u64)>, targets: &mut Targets) {
+/// cannot be attached is logged and counted (`targets.refused`). Runs as a
+/// job ([`crate::deadline`]): every file is opened through `gate` and read
+/// within `allowance` ([`crate::budget`]).
+pub fn of_process(proc: &Path, pid: u32, looked: &Looked, targets: &mut Targets, gate: &crate::deadline::Gate, allowance: &Allowance) {
     for m in libssl_mappings(proc, pid) {
-        if let Some((shown, opened)) = open_mapped(proc, pid, &m, &mut targets.refused) {
-            targets.push(shown, opened, false);
+        if let Some((shown, opened)) = open_mapped(proc, pid, &m, &mut targets.refused, gate) {
+            if targets.first_look(looked, (opened.st.st_dev, opened.st.st_ino)) {
+                targets.push(shown, opened, false, allowance, gate);
+            }
         }
     }
-    let Some((shown, (file, st))) = exe_of(proc, pid, &mut targets.refused) else { return };
-    if looked.len() >= MAX_LOOKED {
-        looked.clear();
-    }
-    if !looked.insert((st.st_dev, st.st_ino)) {
+    let Some((shown, opened)) = exe_of(proc, pid, &mut targets.refused, gate) else { return };
+    let mount = opened.mount;
+    if !targets.first_look(looked, (opened.st.st_dev, opened.st.st_ino)) {
         return;
     }
-    if exports(&file, "SSL_read") {
-        targets.push(shown, (file, st), false);
+    let exported = exports(&allowance.over_on(&opened.file, gate, mount), "SSL_read");
+    if let Some(stop) = allowance.stopped() {
+        targets.refused.refuse(Reason::of_stop(stop), &shown, &format!("reading its symbols stopped: {stop:?}"));
         return;
     }
-    match crate::gobin::inspect(&file) {
-        Ok(Some(go)) => targets.push_go(shown, (file, st), go),
+    if exported {
+        targets.push(shown, opened, false, allowance, gate);
+        return;
+    }
+    let inspected = crate::gobin::inspect(&allowance.over_on(&opened.file, gate, mount));
+    if let Some(stop) = allowance.stopped() {
+        targets.refused.refuse(Reason::of_stop(stop), &shown, &format!("reading it as a Go executable stopped: {stop:?}"));
+        return;
+    }
+    match inspected {
+        Ok(Some(go)) => targets.push_go(shown, opened, go),
         Ok(None) => {}
         Err(refusal) => targets.refused.note_go(&shown, &refusal),
     }
 }
 
+/// [`of_process`] as a job of `overseer`, within [`PROCESS_DEADLINE`] and
+/// `limits` (time, bytes) for its reads: an abandoned job's files count as
+/// `deadline`, one not run as `workers_exhausted`. Returns the time the job
+/// took and the bytes it read (what its uid is charged).
+pub fn of_process_within(
+    overseer: &mut crate::deadline::Overseer,
+    proc: &Path,
+    pid: u32,
+    looked: &Looked,
+    targets: &mut Targets,
+    limits: (Duration, u64),
+) -> (Duration, u64) {
+    of_process_meanwhile(overseer, proc, pid, looked, targets, limits, || {})
+}
+
+/// [`of_process_within`], calling `meanwhile` every few milliseconds while
+/// the job runs.
+pub fn of_process_meanwhile(
+    overseer: &mut crate::deadline::Overseer,
+    proc: &Path,
+    pid: u32,
+    looked: &Looked,
+    targets: &mut Targets,
+    limits: (Duration, u64),
+    meanwhile: impl FnMut(),
+) -> (Duration, u64) {
+    let (proc_owned, looked) = (proc.to_owned(), looked.clone());
+    let began = std::time::Instant::now();
+    let outcome = overseer.run_with(
+        PROCESS_DEADLINE,
+        move |gate| {
+            let mut found = Targets::default();
+            // Half the job's deadline at most: a reader stopped by its time
+            // ends the job well before the job is abandoned as hung.
+            let allowance = Allowance::new(limits.1, limits.0.min(PROCESS_DEADLINE / 2));
+            of_process(&proc_owned, pid, &looked, &mut found, gate, &allowance);
+            (found, allowance.read())
+        },
+        meanwhile,
+    );
+    let shown = proc.join(pid.to_string());
+    let read = match outcome {
+        crate::deadline::Outcome::Done((found, read)) => {
+            targets.merge(found);
+            read
+        }
+        crate::deadline::Outcome::Abandoned { mount } => {
+            let why = format!(
+                "process {pid}'s files took longer than {PROCESS_DEADLINE:?} (mount {mount:?}): abandoned, that mount is not entered again"
+            );
+            targets.refused.refuse(Reason::Deadline, &shown, &why);
+            limits.1
+        }
+        crate::deadline::Outcome::Exhausted => {
+            targets.refused.refuse(Reason::WorkersExhausted, &shown, &"too many inspections abandoned: not inspected");
+            0
+        }
+    };
+    (began.elapsed(), read)
+}
+
 /// Every file to attach to: `configured` (tls.libraries) first, then the
 /// loader's directories under `root`, then what the processes `pids` map,
-/// then their executables that export OpenSSL's functions. The second
-/// value: why each configured file that cannot be used cannot.
+/// then their executables that export OpenSSL's functions, each process
+/// a job of `overseer`, taken round-robin by uid within the scan's budget
+/// ([`crate::budget`]: a process whose uid's share is spent is counted
+/// `budget`, not inspected). The second value: why each configured file
+/// that cannot be used cannot.
 pub fn find(
     configured: &[PathBuf],
     root: &Path,
     proc: &Path,
     pids: impl IntoIterator<Item = u32>,
-    looked: &mut BTreeSet<(u64, u64)>,
-) -> (Targets, Vec<FileError>) {
+    looked: &Looked,
+    overseer: &mut crate::deadline::Overseer,
+) -> (Targets, Vec<Unopened>) {
     let mut t = Targets::default();
-    let mut unusable = Vec::new();
-    for path in configured {
-        if let Err(e) = t.add(path.clone(), true) {
-            unusable.push(e);
+    let (configured, root_owned) = (configured.to_vec(), root.to_owned());
+    let host = overseer.run(HOST_DEADLINE, move |gate| {
+        let mut t = Targets::default();
+        let mut unusable = Vec::new();
+        // The host's own files: root's, bounded per file only.
+        for path in configured {
+            if let Err(e) = t.add(path, true, gate, &Allowance::new(crate::budget::PROCESS_BYTES, HOST_DEADLINE)) {
+                unusable.push(e);
+            }
         }
-    }
-    for path in libssl_in(&loader_dirs(root)) {
-        if let Err(e) = t.add(path, false) {
-            t.refused.note(&e);
+        for path in libssl_in(&loader_dirs(&root_owned)) {
+            if let Err(e) = t.add(path, false, gate, &Allowance::new(crate::budget::PROCESS_BYTES, HOST_DEADLINE)) {
+                t.refused.note(&e);
+            }
         }
-    }
-    for pid in pids {
-        of_process(proc, pid, looked, &mut t);
+        (t, unusable)
+    });
+    let unusable = match host {
+        crate::deadline::Outcome::Done((found, unusable)) => {
+            t.merge(found);
+            unusable
+        }
+        _ => {
+            t.refused.refuse(Reason::Deadline, root, &format!("the host's libssl files took longer than {HOST_DEADLINE:?}"));
+            Vec::new()
+        }
+    };
+    let mut refused = Refused::default();
+    let mut found = Vec::new();
+    scan_processes(proc, pids, looked, overseer, &mut refused, |_, f| found.push(f));
+    t.refused.add(&refused);
+    for f in found {
+        t.merge(f);
     }
     (t, unusable)
+}
+
+/// What the processes `pids` map and run (`of_process`), each process a
+/// job of `overseer`, taken round-robin by uid within the scan's budget
+/// ([`crate::budget`]: a process whose uid's share is spent is counted
+/// `budget` in `refused`, not inspected); `each(pid, found)` for each
+/// process inspected.
+pub fn scan_processes(
+    proc: &Path,
+    pids: impl IntoIterator<Item = u32>,
+    looked: &Looked,
+    overseer: &mut crate::deadline::Overseer,
+    refused: &mut Refused,
+    mut each: impl FnMut(u32, Targets),
+) {
+    let (order, uids) = crate::budget::round_robin(proc, pids);
+    let mut shares = crate::budget::Shares::new(crate::budget::SCAN_TIME, crate::budget::SCAN_BYTES, uids);
+    let mut over_budget = 0u64;
+    for (uid, pid) in order {
+        let Some(limits) = shares.allowance(uid, PROCESS_DEADLINE / 2) else {
+            over_budget += 1;
+            refused.files[Reason::Budget as usize] += 1;
+            continue;
+        };
+        let mut found = Targets::default();
+        let (took, read) = of_process_within(overseer, proc, pid, looked, &mut found, limits);
+        shares.charge(uid, took, read);
+        each(pid, found);
+    }
+    if over_budget > 0 {
+        // One line for them all: they may be thousands.
+        tracing::warn!(
+            event = "tls_file_refused",
+            reason = "budget",
+            processes = over_budget,
+            "processes not inspected: their user's share of the start scan's time or bytes was spent"
+        );
+    }
 }
 
 /// Every process id in `proc`.
@@ -640,11 +1002,12 @@ mod tests {
 
     #[test]
     fn counts_go_through_the_load_step_whole() {
-        let mut r = Refused { not_regular: 1, not_mapped: 2, go_attached: 3, ..Refused::default() };
+        let mut r = Refused { go_attached: 3, ..Refused::default() };
+        r.files[Reason::NotRegular as usize] = 1;
+        r.files[Reason::WorkersExhausted as usize] = 2;
         r.go[0] = 4;
         r.go[crate::gobin::Refusal::REASONS.len() - 1] = 5;
         assert_eq!(Refused::from_array(r.to_array()), r);
-        assert_eq!(program_names().iter().filter(|p| p.starts_with("go_tls_")).count(), 3);
     }
 
     #[test]
@@ -671,8 +1034,12 @@ mod tests {
         let dirs = loader_dirs(&root);
         assert_eq!(dirs[0], root.join("opt/ssl/lib"));
         assert!(!dirs.contains(&root.join("nowhere")));
-        let (targets, unusable) = find(&[root.join("absent.so")], &root, &root.join("proc"), [], &mut BTreeSet::new());
-        assert!(matches!(&unusable[..], [e @ FileError::Open { path, .. }] if e.is_not_found() && path == &root.join("absent.so")));
+        let mut overseer = crate::deadline::Overseer::new();
+        let (targets, unusable) = find(&[root.join("absent.so")], &root, &root.join("proc"), [], &Looked::default(), &mut overseer);
+        assert!(
+            matches!(&unusable[..], [Unopened::File(e @ FileError::Open { path, .. })] if e.is_not_found() && path == &root.join("absent.so")),
+            "{unusable:?}"
+        );
         // libssl.so and libssl.so.3 are one file: attached once
         let found: Vec<_> = targets.files.iter().map(|t| (t.path.clone(), t.configured)).collect();
         assert_eq!(found, vec![(root.join("opt/ssl/lib/libssl.so"), false)]);
@@ -713,7 +1080,8 @@ mod tests {
     fn a_process_executable_is_the_file_it_runs() {
         use std::os::unix::fs::MetadataExt;
         let me = std::process::id();
-        let (shown, (_, st)) = exe_of(Path::new("/proc"), me, &mut Refused::default()).expect("our exe");
+        let (shown, Opened { st, .. }) =
+            exe_of(Path::new("/proc"), me, &mut Refused::default(), &crate::deadline::Gate::new()).expect("our exe");
         assert!(shown.starts_with(format!("/proc/{me}/root/")), "{}", shown.display());
         assert_eq!(st.st_ino, std::fs::metadata(std::env::current_exe().expect("exe")).expect("stat").ino());
     }
@@ -776,25 +1144,26 @@ mod tests {
         let m = map(&name);
         assert_eq!(m.path, name.as_os_str().as_bytes());
         let mut refused = Refused::default();
-        let (shown, _) = open_mapped_by_name(proc, me, &m, &mut refused).expect("the file mapped, by its whole name");
+        let gate = crate::deadline::Gate::new();
+        let (shown, _) = open_mapped_by_name(proc, me, &m, &mut refused, &gate).expect("the file mapped, by its whole name");
         assert_eq!(shown, proc.join(me.to_string()).join("root").join(name.strip_prefix("/").expect("absolute")));
         // Through map_files (root here): the same file, whatever its name.
-        assert!(open_mapped(proc, me, &m, &mut refused).is_some());
+        assert!(open_mapped(proc, me, &m, &mut refused, &gate).is_some());
         // The name now leads to another file: refused, not read.
         std::fs::rename(&name, dir.join("moved")).expect("rename");
         std::fs::write(&name, vec![8u8; 4096]).expect("another file");
-        assert!(open_mapped_by_name(proc, me, &m, &mut refused).is_none());
-        assert_eq!(refused, Refused { not_regular: 0, not_mapped: 1, ..Refused::default() });
+        assert!(open_mapped_by_name(proc, me, &m, &mut refused, &gate).is_none());
+        assert_eq!((refused.of(Reason::NotRegular), refused.of(Reason::NotMapped)), (0, 1));
         // A FIFO there: refused without blocking; a symlink: not followed.
         std::fs::remove_file(&name).expect("rm");
         let c = std::ffi::CString::new(name.as_os_str().as_bytes()).expect("c path");
         // SAFETY: a valid C string.
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        assert!(open_mapped_by_name(proc, me, &m, &mut refused).is_none());
+        assert!(open_mapped_by_name(proc, me, &m, &mut refused, &gate).is_none());
         std::fs::remove_file(&name).expect("rm");
         std::os::unix::fs::symlink(dir.join("moved"), &name).expect("symlink");
-        assert!(open_mapped_by_name(proc, me, &m, &mut refused).is_none());
-        assert_eq!(refused, Refused { not_regular: 2, not_mapped: 1, ..Refused::default() });
+        assert!(open_mapped_by_name(proc, me, &m, &mut refused, &gate).is_none());
+        assert_eq!((refused.of(Reason::NotRegular), refused.of(Reason::NotMapped)), (2, 1));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

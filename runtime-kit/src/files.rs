@@ -10,10 +10,22 @@
 //! `/proc/self/fd/N` for reading (the very inode checked, never the name
 //! again), or connected to through the same path.
 //!
+//! A file another user serves is another matter: on a FUSE mount, the
+//! filesystem is a process, and any call into it (`fstat`, `read`, a path
+//! walk, the page the kernel reads to place a uprobe) waits for that
+//! process's answer, uninterruptibly once it has read the request. So the
+//! mount a descriptor is on is found from the descriptor's own record
+//! ([`mount_id`], `/proc/self/fdinfo`) and its type from the mount table
+//! ([`mount_type`]), neither of which calls into the filesystem, before
+//! anything else is done with the file ([`served_by_a_process`]).
+//!
 //! Layout: [`open_regular`] and [`open_regular_at`] (files to inspect),
-//! [`open_socket`] (socket files to connect to), the `*at` helpers the pin
-//! directory code uses ([`open_at`], [`stat_at`], [`unlink_at`],
-//! [`mkdir_at`], [`names_in`]), and [`FileError`], [`Kind`].
+//! [`open_path`], [`open_path_at`] and [`reopen_regular`] (the same in two
+//! steps, for a caller that checks the mount in between), [`mount_id`],
+//! [`mount_type`], [`served_by_a_process`], [`open_socket`] (socket files to
+//! connect to), the `*at` helpers the pin directory code uses ([`open_at`],
+//! [`stat_at`], [`unlink_at`], [`mkdir_at`], [`names_in`]), and
+//! [`FileError`], [`Kind`].
 
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
@@ -78,6 +90,10 @@ pub enum FileError {
     Kind { path: PathBuf, found: Kind, wanted: Kind },
     #[error("{path} belongs to uid {owner}, which may not be on the other end: refused")]
     Owner { path: PathBuf, owner: u32 },
+    #[error("{path} is on a {fstype} filesystem, served by a process that may never answer: refused")]
+    ServedByAProcess { path: PathBuf, fstype: String },
+    #[error("{path} is on mount {mount}, which the process's mount table does not list: refused")]
+    UnknownMount { path: PathBuf, mount: u64 },
 }
 
 impl FileError {
@@ -169,10 +185,19 @@ pub fn fd_path(fd: BorrowedFd<'_>) -> PathBuf {
 /// descriptor. `follow`: whether a symlink as the last component is
 /// followed (a `/proc/PID/exe` magic link must be; a name another user
 /// controls must not be). Returns the file and what `fstat` said of it.
+/// The file's filesystem is trusted to answer: for another process's
+/// files, [`open_path`], the mount checked, then [`reopen_regular`].
 pub fn open_regular(path: &Path, follow: bool) -> Result<(File, libc::stat), FileError> {
-    let flags = libc::O_PATH | if follow { 0 } else { libc::O_NOFOLLOW };
-    let opath = open_at(None, path, flags).map_err(|source| FileError::Open { path: path.to_owned(), source })?;
+    let opath = open_path(path, follow)?;
     reopen_regular(opath.as_fd(), path)
+}
+
+/// An `O_PATH` descriptor of `path` (the file's own open never runs; a
+/// magic link such as `/proc/PID/exe` is a jump to the file, with no call
+/// into its filesystem). `follow`: as in [`open_regular`].
+pub fn open_path(path: &Path, follow: bool) -> Result<OwnedFd, FileError> {
+    let flags = libc::O_PATH | if follow { 0 } else { libc::O_NOFOLLOW };
+    open_at(None, path, flags).map_err(|source| FileError::Open { path: path.to_owned(), source })
 }
 
 /// Opens `path` below the directory `root` for reading only if it is a
@@ -181,22 +206,96 @@ pub fn open_regular(path: &Path, follow: bool) -> Result<(File, libc::stat), Fil
 /// below `root`; `RESOLVE_NO_MAGICLINKS`), never following a symlink as the
 /// last component. Then as [`open_regular`].
 pub fn open_regular_at(root: BorrowedFd<'_>, path: &Path, shown: &Path) -> Result<(File, libc::stat), FileError> {
+    let opath = open_path_at(root, path, shown)?;
+    reopen_regular(opath.as_fd(), shown)
+}
+
+/// The `O_PATH` step of [`open_regular_at`]. The walk is made from the
+/// kernel's cache of names alone where the kernel can (`RESOLVE_CACHED`,
+/// Linux 5.12+): no lookup reaches a filesystem, so a directory on a mount
+/// whose server stopped answering cannot hold the walk (a name not cached
+/// fails, `EAGAIN`; a file some process maps has its whole path cached).
+/// An older kernel walks as usual.
+pub fn open_path_at(root: BorrowedFd<'_>, path: &Path, shown: &Path) -> Result<OwnedFd, FileError> {
     let open_err = |source| FileError::Open { path: shown.to_owned(), source };
     let c = cstring(path.as_os_str()).map_err(open_err)?;
-    // SAFETY: open_how is plain integers; all-zero is its empty value.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
-    // SAFETY: openat2 reads a valid C string and an open_how of the size given.
-    let fd = unsafe {
-        libc::syscall(libc::SYS_openat2, root.as_raw_fd(), c.as_ptr(), &how as *const libc::open_how, std::mem::size_of::<libc::open_how>())
+    let walk = |resolve: u64| -> io::Result<OwnedFd> {
+        // SAFETY: open_how is plain integers; all-zero is its empty value.
+        let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+        how.flags = (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
+        how.resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS | resolve;
+        // SAFETY: openat2 reads a valid C string and an open_how of the size given.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                root.as_raw_fd(),
+                c.as_ptr(),
+                &how as *const libc::open_how,
+                std::mem::size_of::<libc::open_how>(),
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor openat2 just returned (it fits an i32), owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
     };
-    if fd < 0 {
-        return Err(open_err(io::Error::last_os_error()));
+    match walk(libc::RESOLVE_CACHED) {
+        // Before Linux 5.12: no RESOLVE_CACHED.
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => walk(0).map_err(open_err),
+        other => other.map_err(open_err),
     }
-    // SAFETY: a descriptor openat2 just returned (it fits an i32), owned by nobody else.
-    let opath = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    reopen_regular(opath.as_fd(), shown)
+}
+
+/// The mount the file open at `fd` is on (the `mnt_id` of
+/// `/proc/self/fdinfo/N`): the kernel prints it from the descriptor, with
+/// no call into the file's filesystem.
+pub fn mount_id(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    let mut info = String::new();
+    use std::io::Read;
+    File::open(format!("/proc/self/fdinfo/{}", fd.as_raw_fd()))?.take(4096).read_to_string(&mut info)?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("mnt_id:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no mnt_id in fdinfo"))
+}
+
+/// Largest mount table read ([`mount_type`]): a line per mount, some
+/// hundred bytes each, so about 16,000 mounts.
+pub const MAX_MOUNTINFO: u64 = 4 << 20;
+
+/// The filesystem type of mount `id` in a mount table (`/proc/PID/mountinfo`:
+/// the mounts of that process's namespace; mount ids are the kernel's,
+/// the same in every namespace), None if it does not list it. The table
+/// is read up to [`MAX_MOUNTINFO`] (a longer one is an error); printing it
+/// calls into no filesystem.
+pub fn mount_type(mountinfo: &Path, id: u64) -> io::Result<Option<String>> {
+    use std::io::Read;
+    let mut text = Vec::new();
+    File::open(mountinfo)?.take(MAX_MOUNTINFO + 1).read_to_end(&mut text)?;
+    if text.len() as u64 > MAX_MOUNTINFO {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "mount table too long"));
+    }
+    // "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw"
+    // (spaces inside paths are printed as \040, so " - " only separates).
+    let wanted = id.to_string();
+    for line in text.split(|b| *b == b'\n') {
+        let line = String::from_utf8_lossy(line);
+        if line.split(' ').next() != Some(wanted.as_str()) {
+            continue;
+        }
+        return Ok(line.split_once(" - ").and_then(|(_, rest)| rest.split(' ').next()).map(str::to_owned));
+    }
+    Ok(None)
+}
+
+/// Whether files of this filesystem type are served by a process (FUSE:
+/// `fuse`, `fuseblk`, `fuse.<subtype>`; any user may serve one where
+/// `/dev/fuse` is open to all, as on Debian), so that a call into it waits
+/// for that process. `virtiofs` speaks FUSE's protocol to the hypervisor's
+/// daemon and only root can mount it: not.
+pub fn served_by_a_process(fstype: &str) -> bool {
+    fstype == "fuse" || fstype == "fuseblk" || fstype.starts_with("fuse.")
 }
 
 /// Reopens the `O_PATH` descriptor `opath` for reading if it is a regular
@@ -296,6 +395,34 @@ mod tests {
         mkfifo(&dir.join("fifo"));
         let e = open_regular_at(root.as_fd(), Path::new("fifo"), Path::new("shown")).unwrap_err();
         assert!(matches!(e, FileError::Kind { found: Kind::Fifo, .. }), "{e}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_descriptor_s_mount_and_its_type_come_from_the_kernel_s_tables() {
+        // /proc is procfs in every mount namespace this runs in.
+        let fd = open_path(Path::new("/proc/self/status"), false).unwrap();
+        let id = mount_id(fd.as_fd()).unwrap();
+        assert_eq!(mount_type(Path::new("/proc/self/mountinfo"), id).unwrap().as_deref(), Some("proc"));
+        assert_eq!(mount_type(Path::new("/proc/self/mountinfo"), u64::MAX).unwrap(), None);
+        // A table as the kernel prints it, spaces in paths escaped.
+        let dir = temp("mountinfo");
+        std::fs::write(
+            dir.join("mountinfo"),
+            "22 1 0:21 / /proc rw,nosuid - proc proc rw\n\
+             66 46 0:40 / /tmp/a\\040-\\040b rw,nosuid,nodev - fuse.sshfs u@h:/ rw,user_id=1000\n\
+             67 46 0:41 / /tmp/c rw - fuse /tmp/d rw,allow_other\n",
+        )
+        .unwrap();
+        let table = dir.join("mountinfo");
+        assert_eq!(mount_type(&table, 66).unwrap().as_deref(), Some("fuse.sshfs"));
+        assert_eq!(mount_type(&table, 67).unwrap().as_deref(), Some("fuse"));
+        assert_eq!(mount_type(&table, 6).unwrap(), None);
+        for (fstype, served) in
+            [("fuse", true), ("fuseblk", true), ("fuse.sshfs", true), ("virtiofs", false), ("ext4", false), ("fusectl", false)]
+        {
+            assert_eq!(served_by_a_process(fstype), served, "{fstype}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -7,9 +7,9 @@
 //! - a process in its own user and mount namespace that makes its
 //!   executable and its `libssl` FIFOs (bind mounts over their names) does
 //!   not stop the loader from starting, and is counted;
-//! - with `tls.attach_later`, a mapped file whose name has a space does not
-//!   make the loader open the file the name's first word names (a FIFO, or
-//!   a root-only file);
+//! - a mapped file whose name has a space does not make the TLS attacher
+//!   open the file the name's first word names (a FIFO, or a root-only
+//!   file);
 //! - the actors' uid replacing `actors/raw-ack.sock` with a symlink to a
 //!   root-only socket gets no byte written there.
 //!
@@ -308,10 +308,10 @@ impl Opens {
     }
 }
 
-/// (c) `tls.attach_later`: a TLS server of `nobody` maps files whose names
-/// have a space ("…/libssl.so.3 x"); what the first word names is a FIFO in
-/// one directory and a symlink to a root-only file in another. The loader
-/// attaches the server's real libssl and never opens either.
+/// (c) A TLS server of `nobody`, started after ringtail, maps files whose
+/// names have a space ("…/libssl.so.3 x"); what the first word names is a
+/// FIFO in one directory and a symlink to a root-only file in another. The
+/// TLS attacher attaches the server's real libssl and never opens either.
 #[test]
 fn a_mapped_name_with_a_space_does_not_lead_the_loader_elsewhere() {
     if !can_trace() || !have("setpriv") || !have("curl") || !have("openssl") || !have("/usr/bin/python3") {
@@ -343,7 +343,7 @@ fn a_mapped_name_with_a_space_does_not_lead_the_loader_elsewhere() {
 
     let rt = Ringtail::start(
         "[probe]\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[export]\nstdout = true\n\
-         [discovery]\nexe_names = [\"^python3\"]\n[tls]\nattach_later = true\n",
+         [discovery]\nexe_names = [\"^python3\"]\n",
     );
     let port = free_port();
     let (uid, gid) = NOBODY;

@@ -121,7 +121,6 @@ fn validate(file: &Path) -> Result<(), String> {
 const VARIANTS: &[(&str, &str)] = &[
     ("defaults", "{}"),
     ("no TLS", r#"{"tls": {"enabled": false}}"#),
-    ("TLS attached later", r#"{"tls": {"attachLater": true}}"#),
     ("no Kubernetes metadata", r#"{"kubernetes": {"enabled": "false"}}"#),
     (
         "OTLP with headers, selection, more config",
@@ -323,7 +322,7 @@ fn daemonset_holds_what_the_docs_say() {
     let (_, objects) = render(&py, r#"{"tls": {"enabled": false}}"#);
     assert_eq!(capabilities(&objects), expected(false), "the DaemonSet's capabilities (TLS off)");
     assert_eq!(container(&objects)["securityContext"]["allowPrivilegeEscalation"], false);
-    assert!(config_toml(&objects).contains("\n[tls]\nattach_later = false\nenabled = false\n"), "{}", config_toml(&objects));
+    assert!(config_toml(&objects).contains("\n[tls]\nenabled = false\n"), "{}", config_toml(&objects));
 
     // Kubernetes metadata off: no RBAC object, no token, no fsGroup.
     let (_, objects) = render(&py, r#"{"kubernetes": {"enabled": "false"}}"#);

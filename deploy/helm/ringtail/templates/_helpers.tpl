@@ -34,22 +34,21 @@ app.kubernetes.io/component: agent
 {{/*
 The pod's capabilities, each for a reason (docs/kubernetes.md, "Privileges").
 The supervisor (`ringtail run`, root) starts the loader with them; the
-loader drops all of them before it reads a single event, the actors are
-exec'd with CAP_SETUID, CAP_SETGID and CAP_SETPCAP only and become the
-actors' user with none.
+loader drops all of them before it reads a single event (its TLS attacher
+keeps BPF, PERFMON, SYS_ADMIN, SYS_PTRACE and DAC_READ_SEARCH: HTTPS of
+the pods that start later), the actors are exec'd with CAP_SETUID,
+CAP_SETGID and CAP_SETPCAP only and become the actors' user with none.
 */}}
 {{- define "ringtail.capabilities" -}}
-{{- if and .Values.tls.attachLater (not .Values.tls.enabled) -}}
-{{- fail "tls.attachLater needs tls.enabled" -}}
-{{- end -}}
 # the loader: create maps, load programs (bpf(2))
 - BPF
 # the loader: tracing programs and the kernel memory they read
 - PERFMON
 # the loader at start: /proc/PID/{exe,environ,fd,maps,root} of the
-# node's other processes (discovery, names, the OpenSSL files they map)
+# node's other processes (discovery, names); the TLS attacher: the OpenSSL
+# files and Go executables they run and map
 - SYS_PTRACE
-# the loader at start: the same files' modes (0400/0500, other owners)
+# the same files' modes (0400/0500, other owners)
 - DAC_READ_SEARCH
 # the supervisor: the actors become the image's users ringtail and
 # ringtail-k8s
@@ -67,7 +66,8 @@ actors' user with none.
 {{- if .Values.tls.enabled }}
 # the TLS uprobes (HTTPS, tls.enabled): Linux 6.x refuses their
 # perf_event_open(2) to BPF + PERFMON alone; the loader drops it after
-# start. tls.enabled=false removes it (and HTTPS capture).
+# start, its TLS attacher keeps it. tls.enabled=false removes it (and
+# HTTPS capture).
 - SYS_ADMIN
 {{- end -}}
 {{- end -}}
@@ -88,7 +88,7 @@ actors' user with none.
   "actors" (dict "user" "ringtail" "group" "ringtail" "k8s_user" "ringtail-k8s")
   "pipeline" (dict "runtime_dir" "/run/ringtail")
   "probe" (dict "backend" .Values.probe.backend)
-  "tls" (dict "enabled" .Values.tls.enabled "attach_later" .Values.tls.attachLater)
+  "tls" (dict "enabled" .Values.tls.enabled)
   "export" (dict "stdout" $stdout)
 -}}
 {{- if .Values.discovery -}}{{- $_ := set $s "discovery" (deepCopy .Values.discovery) -}}{{- end -}}
