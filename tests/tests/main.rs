@@ -9,6 +9,7 @@
 
 mod attacks_ipc;
 mod attacks_loader;
+mod attacks_tls;
 mod capture;
 mod containers;
 mod data_path;
@@ -28,6 +29,7 @@ mod semconv;
 mod service;
 mod systemd_units;
 mod tls;
+mod tls_later;
 mod traces;
 mod walking_skeleton;
 mod zero_loss;
