@@ -7,4 +7,13 @@
 #[allow(dead_code)]
 mod gobin;
 
+// What gobin.rs reads through (`crate::budget::ReadAt`), and what that
+// names.
+#[path = "../../../probe-loader/src/budget.rs"]
+#[allow(dead_code)]
+mod budget;
+#[path = "../../../probe-loader/src/deadline.rs"]
+#[allow(dead_code)]
+mod deadline;
+
 libfuzzer_sys::fuzz_target!(|data: &[u8]| gobin::check(data));
