@@ -541,20 +541,14 @@ impl Attacher {
         for e in unusable {
             tracing::warn!(event = "tls_library_unusable", error = %e, "tls.libraries: a file cannot be used");
         }
-        if self.per_process {
-            // The host's libssl files: given to each selected process at
-            // its exec, before its dynamic loader maps them (a pid-filtered
-            // link may be made before the mapping: the kernel places the
-            // breakpoints when the process maps the file).
-            self.refused.add(&host.refused);
-            for target in host.files {
-                let target = Rc::new(target);
-                self.host.push(target.id);
-                self.cache.insert(target.id, target);
-            }
-        } else {
-            self.take(0, host);
-        }
+        // The host's libssl files get links of their own (every process
+        // that maps them traps; the programs leave at once in one not
+        // selected), even where links could be per process: a process the
+        // kernel selects at its exec (a literal `exe_names`) is then traced
+        // from its first TLS call. Per-process links made at its exec
+        // raced it: curl's handshake, or an HTTP/2 preface, went by before
+        // the attacher had read the exec's report.
+        self.take(0, host);
         let pids: Vec<u32> = if self.settings.discovery.selects_all() {
             tls::all_pids(proc)
         } else {
@@ -610,11 +604,10 @@ impl Attacher {
     /// every process (file-wide: once a file).
     fn attach(&mut self, target: &tls::Target, pid: u32) {
         let per_process = self.per_process && pid != 0;
-        if !per_process {
-            if self.file_links.contains(&target.id) {
-                return;
-            }
-        } else if self.pid_links.get(&pid).is_some_and(|l| l.iter().any(|(id, _)| *id == target.id)) {
+        if self.file_links.contains(&target.id) {
+            return; // every process's already (the host's files)
+        }
+        if per_process && self.pid_links.get(&pid).is_some_and(|l| l.iter().any(|(id, _)| *id == target.id)) {
             return;
         }
         if per_process && !self.pid_links.contains_key(&pid) && self.pid_links.len() >= MAX_PROCESSES {

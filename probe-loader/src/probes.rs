@@ -595,6 +595,15 @@ impl Probes {
         }
         self.tls = Some(kind);
         if let Some(set) = self.set.clone() {
+            // The files named here are the TLS attacher's to open and
+            // inspect; one that is not there is a configuration error,
+            // said now (the loader does not start) rather than a warning
+            // of the attacher's. Only the name is looked up, not followed.
+            for path in &settings.libraries {
+                if std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+                    return Err(ProbeError::TlsMissing { path: path.clone() });
+                }
+            }
             attach_mmap_hook(ebpf, &set)?;
             tracing::info!(event = "tls_programs", kind = kind.name(), "TLS programs loaded: the TLS attacher attaches them");
             return Ok(done);
