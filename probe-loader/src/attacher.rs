@@ -448,8 +448,6 @@ struct Attacher {
     selected: HashSet<u32>,
     /// Go executables attached (counted once each).
     go_files: BTreeSet<(u64, u64)>,
-    /// The host's libssl files (per-process links: given at exec).
-    host: Vec<(u64, u64)>,
     /// Reports waiting to be worked on, by uid (round-robin).
     queues: BTreeMap<u32, VecDeque<Pending>>,
     /// The uid served last.
@@ -521,7 +519,6 @@ impl Attacher {
             pid_links: HashMap::new(),
             selected: HashSet::new(),
             go_files: BTreeSet::new(),
-            host: Vec::new(),
             queues: BTreeMap::new(),
             last_uid: 0,
             refused: Refused::default(),
@@ -582,12 +579,13 @@ impl Attacher {
             let target = Rc::new(target);
             if self.per_process {
                 if self.cache.len() >= MAX_CACHED {
-                    // Start again, but for the host's files.
-                    let host: Vec<(u64, u64)> = self.host.clone();
-                    self.cache.retain(|id, _| host.contains(id));
+                    // Start again, but for the files every process has
+                    // links of already (the host's).
+                    let everyone = &self.file_links;
+                    self.cache.retain(|id, _| everyone.contains(id));
                     let mut looked = self.looked.lock().unwrap_or_else(|e| e.into_inner());
                     looked.clear();
-                    looked.extend(host);
+                    looked.extend(everyone.iter().copied());
                 }
                 self.cache.insert(target.id, target.clone());
             }
@@ -808,21 +806,6 @@ impl Attacher {
                     return;
                 }
                 if self.per_process {
-                    if r.kind == TLSR_EXEC {
-                        // The host's libssl files are given now, before the
-                        // process can map and call them (a pid-filtered
-                        // link may be made before the mapping: the kernel
-                        // places the breakpoints when it maps). Links made
-                        // before the exec stay: they follow the process
-                        // into its new image (the kernel filters by its
-                        // current memory), so a child a selected process
-                        // forks has its links from the fork on.
-                        for id in self.host.clone() {
-                            if let Some(target) = self.cache.get(&id).cloned() {
-                                self.attach(&target, pid);
-                            }
-                        }
-                    }
                     self.selected.insert(pid);
                 }
                 self.queue(r, 0, Duration::ZERO);

@@ -38,7 +38,7 @@ pub mod tls;
 pub use http1::{get, keepalive, read_response};
 pub use netns::VethNs;
 pub use otlp::{expect_spans, k, key, on_port, Key};
-pub use tls::{certificate, curl_after_a_pause, python_tls, PY_TLS_SERVER};
+pub use tls::{certificate, curl_status, python_tls, PY_TLS_SERVER};
 
 /// The workspace root.
 pub fn workspace() -> PathBuf {

@@ -67,40 +67,9 @@ pub fn python_tls(name: &str, source: &str, port: u16, extra: &[&str]) -> (TempD
     (dir, srv)
 }
 
-/// A server on a free port that answers `/pause` after `argv[2]` seconds.
-const PY_PAUSE: &str = r#"
-import http.server, sys, time
-class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        time.sleep(float(sys.argv[2]))
-        self.send_response(204)
-        self.end_headers()
-    # curl's -d applies to every URL it is given
-    do_POST = do_GET
-    def log_message(self, *a):
-        pass
-http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-"#;
-
-/// Runs curl with `args` after a first request, in clear text, that takes
-/// 500 ms (stretched by `RINGTAIL_TEST_TIME_SCALE`): a curl selected by its name on a kernel with per-process TLS
-/// links has its libssl attached by then (the TLS attacher makes its links
-/// when the kernel reports its exec; a curl that connects at once can be
-/// faster, and its connection is then counted, not traced:
-/// `ringtail_tls_connections_before_attach_total`). The first request is
-/// to another port than the test's.
-pub fn curl_after_a_pause(args: &[&str]) -> std::process::ExitStatus {
-    let dir = TempDir::new("pause");
-    let script = dir.join("pause.py");
-    std::fs::write(&script, PY_PAUSE).expect("write pause.py");
-    let port = crate::free_port();
-    let pause = format!("{}", 0.5 * crate::time_scale());
-    let _pause =
-        server("a pausing server", port, Path::new("python3"), &[script.to_str().expect("a UTF-8 path"), &port.to_string(), &pause]);
-    Command::new("curl")
-        .args(["-s", "-o", "/dev/null", &format!("http://127.0.0.1:{port}/pause")])
-        .args(args)
-        .stdout(Stdio::null())
-        .status()
-        .expect("run curl")
+/// Runs curl quietly with `args` (its output to /dev/null). A curl started
+/// after ringtail is traced from its first TLS call: the host's libssl
+/// files have links of their own from the start (`probe-loader/src/attacher.rs`).
+pub fn curl_status(args: &[&str]) -> std::process::ExitStatus {
+    Command::new("curl").arg("-s").args(args).stdout(Stdio::null()).status().expect("run curl")
 }

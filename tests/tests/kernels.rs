@@ -355,9 +355,7 @@ fn every_exchange_on_one_start(b: &str) {
     // both read at SSL_read/SSL_write.
     let (_tls_dir, _tls) = python_tls("python tls server", PY_TLS_SERVER, p.tls, &[]);
     let base = format!("https://127.0.0.1:{}", p.tls);
-    // (a curl selected by name is attached when the kernel reports its
-    // exec: it waits a moment before its first TLS connection)
-    let st = curl_after_a_pause(&["-k", "-o", "/dev/null", &format!("{base}/hello"), "-o", "/dev/null", &format!("{base}/missing")]);
+    let st = curl_status(&["-k", "-o", "/dev/null", &format!("{base}/hello"), "-o", "/dev/null", &format!("{base}/missing")]);
     assert!(st.success(), "curl: {st}");
     expect_on(
         &rotel,
@@ -412,7 +410,7 @@ fn every_exchange_on_one_start(b: &str) {
     wait_until(wait(), || rt.log().lines().any(|l| l.contains("event=\"tls_attached\"") && l.contains(&copy)).then_some(()))
         .unwrap_or_else(|| panic!("{copy} was not attached; log:\n{}", last_lines(&rt.log(), 40)));
     let base = format!("https://127.0.0.1:{}", p.late_tls);
-    let st = curl_after_a_pause(&["-k", "-o", "/dev/null", &format!("{base}/late"), "-o", "/dev/null", &format!("{base}/late-2")]);
+    let st = curl_status(&["-k", "-o", "/dev/null", &format!("{base}/late"), "-o", "/dev/null", &format!("{base}/late-2")]);
     assert!(st.success(), "curl: {st}");
     let late_spans = expect_on(
         &rotel,

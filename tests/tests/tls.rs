@@ -140,10 +140,7 @@ fn python_tls_server_with_urllib_and_curl_clients(b: &str) {
     let base = format!("https://127.0.0.1:{port}");
     let st = Command::new("python3").args(["-c", PY_TLS_CLIENT, &base]).status().expect("run python3");
     assert!(st.success());
-    // (a curl selected by name is attached when the kernel reports its
-    // exec: it waits a moment before its first TLS connection)
-    let st =
-        curl_after_a_pause(&["-k", "-o", "/dev/null", "-o", "/dev/null", &format!("{base}/from-curl"), &format!("{base}/from-curl-2")]);
+    let st = curl_status(&["-k", "-o", "/dev/null", "-o", "/dev/null", &format!("{base}/from-curl"), &format!("{base}/from-curl-2")]);
     assert!(st.success());
     let p = port.to_string();
     let ours = |s: &Value| {
@@ -417,11 +414,10 @@ fn python_asyncio_tls_server(b: &str) {
     let rt = ringtail(b, &rotel, "exe_names = [\"^python3\", \"^curl$\"]", "");
     let (_dir, _srv) = python_tls("python asyncio tls server", PY_ASYNCIO_TLS, port, &[]);
     let base = format!("https://127.0.0.1:{port}");
-    // (a curl selected by name waits a moment before its first TLS connection)
     let urls = [format!("{base}/a"), format!("{base}/missing"), format!("{base}/post")];
     let mut args = vec!["-k", "-o", "/dev/null", "-o", "/dev/null", "-o", "/dev/null", "-d", "x=1"];
     args.extend(urls.iter().map(String::as_str));
-    let st = curl_after_a_pause(&args);
+    let st = curl_status(&args);
     assert!(st.success());
     let p = port.to_string();
     let ours = |s: &Value| attr(s, "server.port").as_deref() == Some(p.as_str());
