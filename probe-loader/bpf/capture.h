@@ -82,8 +82,10 @@ static __always_inline void conn_sock_state(struct sock *sk, int newstate)
 			__u8 why = SEL_EXPLICIT;
 			int was = bpf_map_lookup_elem(&sel_pids, &tgid) != NULL;
 			bpf_map_update_elem(&sel_pids, &tgid, &why, BPF_ANY);
-			/* per-process TLS links: a newly selected process gets them */
-			if (!was && tls_on && tls_pid_links) {
+			/* a newly selected process: the TLS attacher looks at what it
+			 * maps (per-process links for it, or file-wide ones for a
+			 * libssl file it mapped before it was selected) */
+			if (!was && tls_on) {
 				struct task_struct *t = (struct task_struct *)bpf_get_current_task();
 				tls_report_process(TLSR_SELECT, tgid, BPF_CORE_READ(t, group_leader, start_boottime), 0);
 			}

@@ -6,9 +6,10 @@
  * tls_report), never a request's bytes. The attacher acts on these alone:
  * an exec (TLSR_EXEC: its executable may be Go's crypto/tls or export
  * OpenSSL's functions), an executable mapping of a libssl* file
- * (TLSR_MAP, tls_files.bpf.c), and with per-process links
- * (tls_pid_links) a selected process's fork, exit, and a process newly
- * selected. Each file is reported once (per process with per-process
+ * (TLSR_MAP, tls_files.bpf.c), a process newly selected (TLSR_SELECT:
+ * a libssl file it mapped before was not attached for it), and with
+ * per-process links (tls_pid_links) a selected process's fork and exit.
+ * Each file is reported once (per process with per-process
  * links: `tls_reported`). A report wakes the attacher at once: it attaches
  * before the process's first TLS call where it can.
  */
