@@ -5,9 +5,16 @@
 # `bench/goserver -mode blast -tls` at RATE req/s; prints, per ringtail
 # program, runs and ns per request (bpf_stats, by program name), and the
 # server's CPU per request (/proc/PID/stat). OFF=1: the same without
-# ringtail (the server's CPU alone).
+# ringtail (the server's CPU alone). PINS=1: ringtail pins its programs
+# (a pin directory under /sys/fs/bpf: the TLS attacher runs, as in the
+# shipped configuration; without, nothing is pinned and the files mapped
+# at start are attached by the loader). UNSELECTED=1: ringtail selects
+# another port, not the server's (a busy server it does not trace).
+# COPY=1: nginx runs on copies of libssl and libcrypto in a directory of
+# its own (LD_LIBRARY_PATH: what a container image brings), not the
+# host's files.
 #
-#   sudo [SERVER=node] [OFF=1] bench/tls_prog_stats.sh [RATE] [BIN_DIR]    (defaults: 5000, target/release)
+#   sudo [SERVER=node] [OFF=1] [PINS=1] [UNSELECTED=1] [COPY=1] bench/tls_prog_stats.sh [RATE] [BIN_DIR]    (defaults: 5000, target/release)
 #
 # Run it under the e2e lock on a shared machine:
 #   flock /tmp/ringtail-e2e.lock bench/tls_prog_stats.sh 5000
@@ -16,7 +23,7 @@ RATE=${1:-5000}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${2:-$REPO/target/release}
 W=$(mktemp -d /tmp/rt-tlsstats-XXXXXX)
-trap 'rm -rf "$W"' EXIT
+trap 'rm -rf "$W"; [ -n "${PIN_DIR:-}" ] && rm -rf "$PIN_DIR"' EXIT
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=localhost -keyout "$W/key.pem" -out "$W/cert.pem" 2>/dev/null
 cat > "$W/nginx.conf" <<EOF
@@ -41,11 +48,15 @@ http {
     }
 }
 EOF
+PIN_DIR=""
+[ -n "${PINS:-}" ] && PIN_DIR="/sys/fs/bpf/ringtail-bench-$$"
+SELECTED=$PORT
+[ -n "${UNSELECTED:-}" ] && SELECTED=$((PORT == 65535 ? PORT - 1 : PORT + 1))
 cat > "$W/rt.toml" <<EOF
 [probe]
-pin_dir = ""
+pin_dir = "$PIN_DIR"
 [discovery]
-open_ports = [$PORT]
+open_ports = [$SELECTED]
 [export]
 stdout = false
 [pipeline]
@@ -56,6 +67,10 @@ GO=${GO:-$REPO/.venv/bin/go}
 sysctl -qw kernel.bpf_stats_enabled=1
 if [ "${SERVER:-nginx}" = node ]; then
     node "$REPO/tests/fixtures/node/https.js" server "$PORT" "$W/cert.pem" "$W/key.pem" & NG=$!
+elif [ -n "${COPY:-}" ]; then
+    mkdir "$W/lib"
+    for f in libssl.so.3 libcrypto.so.3; do cp "$(ldconfig -p | awk -v f="$f" '$1 == f && /x86-64/ {print $NF; exit}')" "$W/lib/$f"; done
+    LD_LIBRARY_PATH="$W/lib" nginx -c "$W/nginx.conf" -p "$W" & NG=$!
 else
     nginx -c "$W/nginx.conf" -p "$W" & NG=$!
 fi
