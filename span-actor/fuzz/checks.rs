@@ -297,13 +297,37 @@ impl Choices<'_> {
     }
 }
 
+/// Stand-ins for GBK characters whose second byte is ASCII, in a session
+/// whose client set is GBK: 乗 (0x81 0x5C, a backslash's byte) and 乣
+/// (0x81 0x60, a backtick's). A client escapes by characters, so never
+/// those bytes; [`gbk`] writes them.
+const GBK_5C: char = '\u{E000}';
+const GBK_60: char = '\u{E001}';
+
+/// A statement's bytes as its session's client sends them: the GBK
+/// stand-ins as their two bytes.
+fn gbk(q: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(q.len());
+    for ch in q.chars() {
+        match ch {
+            GBK_5C => out.extend_from_slice(&[0x81, 0x5C]),
+            GBK_60 => out.extend_from_slice(&[0x81, 0x60]),
+            ch => out.extend_from_slice(ch.encode_utf8(&mut [0; 4]).as_bytes()),
+        }
+    }
+    out
+}
+
 /// A value for a string literal, as the application has it: the secret
-/// among quotes, backslashes and comment or dollar markers.
-fn value(c: &mut Choices<'_>) -> String {
-    const PARTS: [&str; 14] = ["SECRET", "a b", "'", "\\", "\\'", "''", "--", "/*", "*/", "$", "\"", "\n", ";", "$q$"];
+/// among quotes, backslashes and comment or dollar markers (and, in a GBK
+/// session, characters whose second byte is a backslash or a backtick).
+fn value(c: &mut Choices<'_>, wide: bool) -> String {
+    const PARTS: [&str; 16] =
+        ["SECRET", "a b", "'", "\\", "\\'", "''", "--", "/*", "*/", "$", "\"", "\n", ";", "$q$", "\u{E000}", "\u{E001}"];
+    let parts = if wide { &PARTS[..] } else { &PARTS[..14] };
     let mut v = String::new();
     for _ in 0..1 + c.next() % 6 {
-        v.push_str(c.pick(&PARTS));
+        v.push_str(c.pick(parts));
     }
     v.push_str("SECRET");
     v
@@ -311,8 +335,8 @@ fn value(c: &mut Choices<'_>) -> String {
 
 /// A literal holding a planted secret, written as a client escaping for
 /// the session's rule (`backslash`) writes it.
-fn literal(c: &mut Choices<'_>, pg: bool, backslash: bool) -> String {
-    let v = value(c);
+fn literal(c: &mut Choices<'_>, pg: bool, backslash: bool, wide: bool) -> String {
+    let v = value(c, wide);
     // A quote inside escaped by doubling it, or (backslash rule) by `\`.
     let doubled = c.next().is_multiple_of(2);
     let quote = |v: &str, q: char, backslash: bool| -> String {
@@ -338,20 +362,24 @@ fn literal(c: &mut Choices<'_>, pg: bool, backslash: bool) -> String {
 
 /// A statement: code fragments and literals with planted secrets, each
 /// literal written for the session's rule.
-fn statement(c: &mut Choices<'_>, pg: bool, backslash: bool) -> String {
-    const CODE: [&str; 16] =
-        ["SELECT", " a", ",", " FROM t", " WHERE", " =", " -", " (", ")", " AND", " --c\n", " /* c */", " $1", " ?", " ;", "\n"];
+fn statement(c: &mut Choices<'_>, pg: bool, backslash: bool, wide: bool) -> Vec<u8> {
+    // (the last two: MySQL identifiers holding 乣, in a GBK session)
+    const CODE: [&str; 18] = [
+        "SELECT", " a", ",", " FROM t", " WHERE", " =", " -", " (", ")", " AND", " --c\n", " /* c */", " $1", " ?", " ;", "\n", " `x\u{E001}`",
+        " x\u{E001}",
+    ];
+    let code = if wide && !pg { &CODE[..] } else { &CODE[..16] };
     let mut q = String::from("SELECT ");
     for _ in 0..1 + c.next() % 8 {
         if c.next().is_multiple_of(2) {
-            q.push_str(c.pick(&CODE));
+            q.push_str(c.pick(code));
         } else {
-            let lit = literal(c, pg, backslash);
+            let lit = literal(c, pg, backslash, wide);
             q.push(' ');
             q.push_str(&lit);
         }
     }
-    q
+    gbk(&q)
 }
 
 fn pg_msg(t: u8, body: &[u8]) -> Vec<u8> {
@@ -394,6 +422,8 @@ pub fn db_secrets(data: &[u8]) {
         2 => false,
         _ => sel / 12 % 2 == 0,
     };
+    // The client set: GBK (said with the rule, or not said), or UTF-8.
+    let wide = sel / 48 % 2 == 1;
     match system {
         System::Postgres => {
             let mut startup = 196_608u32.to_be_bytes().to_vec();
@@ -405,11 +435,13 @@ pub fn db_secrets(data: &[u8]) {
             if said != 0 {
                 let v: &[u8] = if backslash { b"standard_conforming_strings\0off\0" } else { b"standard_conforming_strings\0on\0" };
                 hello.extend(pg_msg(b'S', v));
+                let encoding: &[u8] = if wide { b"client_encoding\0GBK\0" } else { b"client_encoding\0UTF8\0" };
+                hello.extend(pg_msg(b'S', encoding));
             }
             hello.extend(pg_msg(b'Z', b"I"));
             feed(&mut conn, false, &hello, &mut ops, &mut counts);
             while !c.done() {
-                let mut q = statement(&mut c, true, backslash).into_bytes();
+                let mut q = statement(&mut c, true, backslash, wide);
                 q.push(0);
                 let send = if c.next() % 2 == 0 {
                     pg_msg(b'Q', &q)
@@ -448,21 +480,22 @@ pub fn db_secrets(data: &[u8]) {
                 feed(&mut conn, false, &my_pkt(0, &g), &mut ops, &mut counts);
                 let caps: u32 = 0x8 | 0x200 | 0x8000 | if attrs { 1 << 27 } else { 0 };
                 let mut hs = caps.to_le_bytes().to_vec();
-                hs.extend_from_slice(&[0, 0, 0, 1, 0x2d]);
+                // the collation: gbk_chinese_ci (28), or utf8mb4_general_ci
+                hs.extend_from_slice(&[0, 0, 0, 1, if wide { 28 } else { 0x2d }]);
                 hs.extend_from_slice(&[0; 23]);
                 hs.extend_from_slice(b"app\0\x00db\0");
                 feed(&mut conn, true, &my_pkt(1, &hs), &mut ops, &mut counts);
                 feed(&mut conn, false, &ok(2), &mut ops, &mut counts);
             }
             while !c.done() {
-                let q = statement(&mut c, false, backslash);
+                let q = statement(&mut c, false, backslash, wide);
                 let mut p = vec![0x03];
                 if attrs {
                     // One string attribute holding a secret.
                     p.extend_from_slice(&[1, 1, 0, 1, 0xfe, 0, 6]);
                     p.extend_from_slice(b"tenant\x0cSECRET-value");
                 }
-                p.extend_from_slice(q.as_bytes());
+                p.extend_from_slice(&q);
                 feed(&mut conn, true, &my_pkt(0, &p), &mut ops, &mut counts);
                 feed(&mut conn, false, &ok(1), &mut ops, &mut counts);
             }

@@ -922,12 +922,41 @@ fn quoting_rules_and_names_follow_the_servers(b: &str) {
         .output()
         .expect("run psql");
     assert!(out.status.success(), "psql: {out:?}");
+    // A GBK session (its client encoding): 乗 is 0x81 0x5C in GBK, its
+    // second byte a backslash to anyone who reads bytes, not characters
+    // (the first string ends at its second quote; read by bytes, at its
+    // third, and the secret between would be code).
+    let gbk = |s: &str| -> std::ffi::OsString {
+        use std::os::unix::ffi::OsStringExt;
+        let mut b = Vec::new();
+        for c in s.chars() {
+            match c {
+                '乗' => b.extend([0x81, 0x5C]),
+                c => b.extend(c.to_string().bytes()),
+            }
+        }
+        std::ffi::OsString::from_vec(b)
+    };
+    let out = Command::new("psql")
+        .env("PGCLIENTENCODING", "GBK")
+        .args(["-h", "127.0.0.1", "-p", &pg_port.to_string(), "-U", "postgres", "-d", "postgres", "-X", "-q"])
+        .arg("-c")
+        .arg(gbk("SELECT E'乗' AS d, 'x PGSECRET3 x' AS e, E'a\\'b' AS f"))
+        .output()
+        .expect("run psql");
+    assert!(out.status.success(), "psql (GBK): {out:?}");
     let out = Command::new("mariadb")
         .args(["-h", "127.0.0.1", "-P", &my_port.to_string(), "-u", "root"])
         .args(["-e", "SET SESSION sql_mode = 'NO_BACKSLASH_ESCAPES'; SELECT 'C:\\' AS p, 'MYSECRET' AS q"])
         .output()
         .expect("run mariadb");
     assert!(out.status.success(), "mariadb: {out:?}");
+    let out = Command::new("mariadb")
+        .args(["-h", "127.0.0.1", "-P", &my_port.to_string(), "-u", "root", "--default-character-set=gbk", "-e"])
+        .arg(gbk("SELECT '乗' AS g, 'x MYSECRET2 x' AS h, 'a\\'b' AS i"))
+        .output()
+        .expect("run mariadb");
+    assert!(out.status.success(), "mariadb (gbk): {out:?}");
     let out = Command::new("redis-cli").args(["-p", &redis_port.to_string(), "REDISSECRET", "x"]).output().expect("run redis-cli");
     assert!(String::from_utf8_lossy(&out.stdout).contains("unknown command"), "redis-cli: {out:?}");
     // (the statements above: each has an alias; what the clients say on
@@ -938,9 +967,22 @@ fn quoting_rules_and_names_follow_the_servers(b: &str) {
         &rt,
         "postgresql",
         aliased,
-        &[(k("SELECT", "SELECT", Some("SELECT ? AS a, ? AS b"), None), 1), (k("SELECT", "SELECT", Some("SELECT ? AS c"), None), 1)],
+        &[
+            (k("SELECT", "SELECT", Some("SELECT ? AS a, ? AS b"), None), 1),
+            (k("SELECT", "SELECT", Some("SELECT ? AS c"), None), 1),
+            (k("SELECT", "SELECT", Some("SELECT ? AS d, ? AS e, ? AS f"), None), 1),
+        ],
     );
-    expect_db_spans(&rotel, &rt, "mariadb", aliased, &[(k("SELECT", "SELECT", Some("SELECT ? AS p, ? AS q"), None), 1)]);
+    expect_db_spans(
+        &rotel,
+        &rt,
+        "mariadb",
+        aliased,
+        &[
+            (k("SELECT", "SELECT", Some("SELECT ? AS p, ? AS q"), None), 1),
+            (k("SELECT", "SELECT", Some("SELECT ? AS g, ? AS h, ? AS i"), None), 1),
+        ],
+    );
     expect_db_spans(&rotel, &rt, "redis", ops(&["_OTHER"]), &[(("redis".into(), Some("_OTHER".into()), None, Some("ERR".into())), 1)]);
     assert_nowhere(&rotel, &rt, &["PGSECRET", "MYSECRET", "REDISSECRET"]);
 }

@@ -30,7 +30,13 @@
 //! - Statements are sanitized by the session's backslash rule: the status
 //!   flags of the greeting and of each OK and EOF say whether `sql_mode`
 //!   has NO_BACKSLASH_ESCAPES; not known (traced mid-way, a call still
-//!   unanswered), [`sql::sanitize`] reads the text both ways.
+//!   unanswered), [`sql::sanitize`] reads the text both ways. And by its
+//!   client character set (big5, sjis, cp932, gbk, gb18030 have
+//!   characters whose second byte is a backslash or a backtick): the
+//!   handshake response's collation says it; not known (traced mid-way,
+//!   or since a statement that may have changed it: one that says
+//!   `names`, `charset` or `character`, or a COM_CHANGE_USER), the text
+//!   is read in each set.
 //! - Query attributes (CLIENT_QUERY_ATTRIBUTES) are skipped by their
 //!   types' lengths, never read; when the handshake was not seen, a body
 //!   shaped as attributes (a count, then a set count of 1: no SQL text
@@ -53,7 +59,7 @@ use std::sync::Arc;
 use ipc_schema::db::system;
 
 use super::pieces::{self, Piece};
-use super::sql::{self, Dialect, Escapes};
+use super::sql::{self, Charset, Dialect, Escapes};
 use super::stream::{Frame, Next, Stream, MAX_BUFFERED};
 use super::{op, op_heap, set_sql, text, DbCounts, DbOp, MAX_STATEMENTS};
 
@@ -108,6 +114,28 @@ fn lenenc(b: &[u8]) -> Option<(u64, usize)> {
     };
     let v = rest.get(..n)?.iter().rev().fold(0u64, |acc, &x| acc << 8 | u64::from(x));
     Some((v, 1 + n))
+}
+
+/// How a collation (the handshake response's one byte) builds characters:
+/// big5 (1, 84), gbk (28, 87) and sjis (13, 88), cp932 (95, 96) have
+/// characters whose second byte is a backslash or a backtick; gb18030's
+/// ids (248–250) are MySQL's, and other collations in MariaDB: not known.
+/// Every other character set a client may use keeps ASCII bytes ASCII.
+fn collation_charset(id: u8) -> Charset {
+    match id {
+        1 | 84 | 28 | 87 => Charset::Wide,
+        13 | 88 | 95 | 96 => Charset::Sjis,
+        248..=250 => Charset::Unknown,
+        _ => Charset::Plain,
+    }
+}
+
+/// Whether a statement may change the client character set (`SET NAMES`,
+/// `SET CHARACTER SET`, `CHARSET`, `character_set_client`): it says
+/// `names`, `charset` or `character` anywhere (a superset: a column so
+/// named only costs readings).
+fn may_set_charset(text: &[u8]) -> bool {
+    [&b"names"[..], b"charset", b"character"].iter().any(|w| text.windows(w.len()).any(|x| x.eq_ignore_ascii_case(w)))
 }
 
 fn frame(h: &[u8]) -> Frame {
@@ -191,6 +219,9 @@ struct St {
     /// NO_BACKSLASH_ESCAPES, as the last status flags said (`None`: none
     /// seen, or the recv side lost its place since).
     no_backslash: Option<bool>,
+    /// The client character set, as the handshake response said (`None`:
+    /// not seen, or a statement may have changed it since).
+    charset: Option<Charset>,
 }
 
 /// One MySQL/MariaDB client connection. See the module doc.
@@ -358,6 +389,7 @@ impl St {
             return;
         }
         self.phase = Phase::Auth;
+        self.charset = p.get(8).map(|&c| collation_charset(c));
         // caps, max packet, charset, 23 reserved; the user name.
         let Some(rest) = p.get(32..) else { return };
         let Some(user_end) = memchr::memchr(0, rest) else { return };
@@ -382,6 +414,9 @@ impl St {
 
     fn command(&mut self, p: &[u8], ts: u64, counts: &mut DbCounts) {
         let Some((&cmd, body)) = p.split_first() else { return };
+        if cmd == COM_CHANGE_USER || matches!(cmd, COM_QUERY | COM_STMT_PREPARE) && may_set_charset(body) {
+            self.charset = None;
+        }
         if let Resp::Call { .. } = self.resp {
             // A new command while one is unanswered: that answer is lost.
             counts.unanswered += 1;
@@ -401,13 +436,13 @@ impl St {
                     None => Some(body),
                 };
                 if let Some(q) = q {
-                    set_sql(&mut o, &sql::sanitize(q, Dialect::MySql, escapes));
+                    set_sql(&mut o, &sql::sanitize(q, Dialect::MySql, escapes, self.charset.unwrap_or(Charset::Unknown)));
                 }
                 Resp::Call { op: Box::new(o), rs: Rs::First, rows: 0 }
             }
             COM_STMT_PREPARE => {
                 counts.prepares += 1;
-                Resp::Prepare(sql::sanitize(body, Dialect::MySql, self.escapes()).into())
+                Resp::Prepare(sql::sanitize(body, Dialect::MySql, self.escapes(), self.charset.unwrap_or(Charset::Unknown)).into())
             }
             COM_STMT_EXECUTE => {
                 let mut o = self.new_op(ts);

@@ -15,10 +15,12 @@
 //! Backend types used: `C` CommandComplete (tag), `I` EmptyQuery, `s`
 //! PortalSuspended, `E` ErrorResponse (only its `C` field, the SQLSTATE),
 //! `Z` ReadyForQuery, `G`/`H` CopyIn/CopyOut, `S` ParameterStatus (only
-//! `standard_conforming_strings`: how the server reads a backslash in a
-//! statement, so how [`sql::sanitize`] must; a statement sent while a call
-//! is in flight, or before the server said it, is read both ways); the
-//! rest (`N`, `A`,
+//! `standard_conforming_strings` and `client_encoding`: how the server
+//! reads a backslash in a statement, and which bytes make one character
+//! (SJIS, BIG5, GBK, GB18030, JOHAB have characters whose second byte is
+//! a backslash), so how [`sql::sanitize`] must; a statement sent while a
+//! call is in flight, or before the server said it, is read every way);
+//! the rest (`N`, `A`,
 //! `T`, `D`, `1`, `2`, `3`, `t`, `n`, `R`, `K`, `d`, `c`) framed and ignored.
 //!
 //! # Pairing
@@ -53,7 +55,7 @@ use std::sync::Arc;
 use ipc_schema::db::system;
 
 use super::pieces::{self, Piece};
-use super::sql::{self, Dialect, Escapes};
+use super::sql::{self, Charset, Dialect, Escapes};
 use super::stream::{Frame, Msg, Next, Stream, MAX_BUFFERED};
 use super::{op, op_heap, set_sql, text, DbCounts, DbOp, MAX_NAME, MAX_PENDING, MAX_STATEMENTS};
 
@@ -116,6 +118,22 @@ fn untyped_frame(h: &[u8]) -> Frame {
         None => Frame::Need,
         Some(len) if (8..=MAX_UNTYPED).contains(&len) => Frame::Len(u64::from(len)),
         Some(_) => Frame::Bad,
+    }
+}
+
+/// How a `client_encoding` name (as the server reports it) builds
+/// characters: the client-only encodings with ASCII second bytes; every
+/// other encoding PostgreSQL has keeps ASCII bytes ASCII (UHC's second
+/// bytes are letters).
+fn client_encoding(name: &[u8]) -> Charset {
+    const WIDE: [&[u8]; 4] = [b"BIG5", b"GBK", b"GB18030", b"JOHAB"];
+    const SJIS: [&[u8]; 2] = [b"SJIS", b"SHIFT_JIS_2004"];
+    if WIDE.iter().any(|n| n.eq_ignore_ascii_case(name)) {
+        Charset::Wide
+    } else if SJIS.iter().any(|n| n.eq_ignore_ascii_case(name)) {
+        Charset::Sjis
+    } else {
+        Charset::Plain
     }
 }
 
@@ -233,6 +251,9 @@ struct Core {
     /// ParameterStatus said (`None`: none seen, or the recv side lost its
     /// place since).
     standard_strings: Option<bool>,
+    /// The session's `client_encoding`, as its last ParameterStatus said
+    /// (`None`: as `standard_strings`).
+    encoding: Option<Charset>,
 }
 
 /// One PostgreSQL client connection. See the module doc.
@@ -385,6 +406,7 @@ impl PgConn {
                         counts.desync += 1;
                         // A ParameterStatus may go by unseen.
                         self.core.standard_strings = None;
+                        self.core.encoding = None;
                         break;
                     }
                 }
@@ -546,7 +568,7 @@ impl Core {
             b'Q' => {
                 let (q, _) = cstr(body);
                 let mut o = self.new_op(ts);
-                set_sql(&mut o, &sql::sanitize(q, Dialect::Postgres, self.escapes()));
+                set_sql(&mut o, &sql::sanitize(q, Dialect::Postgres, self.escapes(), self.charset()));
                 return self.enqueue(Entry::Call { op: Box::new(o), simple: true, copy_out: false, first_done: false }, counts);
             }
             b'P' => {
@@ -554,7 +576,7 @@ impl Core {
                 match rest {
                     Some(rest) => {
                         let (q, _) = cstr(rest);
-                        let sanitized: Arc<str> = sql::sanitize(q, Dialect::Postgres, self.escapes()).into();
+                        let sanitized: Arc<str> = sql::sanitize(q, Dialect::Postgres, self.escapes(), self.charset()).into();
                         self.remember(name, sanitized, counts);
                     }
                     // The name was cut: that statement's text is unknown.
@@ -635,18 +657,31 @@ impl Core {
     }
 
     /// ParameterStatus: the server reports `standard_conforming_strings`
-    /// at the start and whenever it changes (a SET, a rollback of one).
+    /// and `client_encoding` at the start and whenever they change (a
+    /// SET, a rollback of one).
     fn parameter_status(&mut self, body: &[u8], whole: bool) {
         let (name, rest) = cstr(body);
-        if name != b"standard_conforming_strings" {
-            return;
+        let value = rest.map(|r| cstr(r).0).filter(|_| whole);
+        match name {
+            b"standard_conforming_strings" => {
+                self.standard_strings = match value {
+                    Some(b"on") => Some(true),
+                    Some(b"off") => Some(false),
+                    _ => None,
+                }
+            }
+            b"client_encoding" => self.encoding = value.map(client_encoding),
+            _ => {}
         }
-        let value = rest.map(|r| cstr(r).0);
-        self.standard_strings = match value {
-            Some(b"on") if whole => Some(true),
-            Some(b"off") if whole => Some(false),
-            _ => None,
-        };
+    }
+
+    /// The session's client character set for the statement sent now
+    /// (known as [`Self::escapes`] is).
+    fn charset(&self) -> Charset {
+        match self.encoding {
+            Some(cs) if self.queue.is_empty() => cs,
+            _ => Charset::Unknown,
+        }
     }
 
     /// How the server reads a backslash in the statement sent now: as

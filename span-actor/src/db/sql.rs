@@ -66,6 +66,51 @@ pub enum Escapes {
     Unknown,
 }
 
+/// How the session's client character set builds characters from bytes:
+/// whether an ASCII byte can be the second byte of one (a backslash or a
+/// backtick the server does not read as one: it lexes the text by
+/// characters, in the client's set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Charset {
+    /// No ASCII byte inside a character: UTF-8, ASCII, the ISO-8859 and
+    /// Windows single-byte sets, the EUC sets.
+    Plain,
+    /// A byte 0x81–0xFE starts a character whose next byte may be ASCII
+    /// (0x40–0x7E, a backslash or a backtick among them): GBK, GB18030
+    /// (its four-byte characters' ASCII bytes are digits), Big5, JOHAB.
+    /// (UHC's ASCII second bytes are letters only: it reads as `Plain`.)
+    Wide,
+    /// Shift_JIS and CP932: 0x81–0x9F and 0xE0–0xFC start a two-byte
+    /// character (0xA1–0xDF are one-byte katakana).
+    Sjis,
+    /// Not known (the session's start was not seen, or a statement may
+    /// have changed it): a text where a byte above 0x80 comes before a
+    /// backslash or a backtick is read in each set, and what any reading
+    /// calls a literal is hidden.
+    Unknown,
+}
+
+/// Whether bytes `a` and `b` are one character in `cs` (a reading's set:
+/// never [`Charset::Unknown`]): a lead byte and a valid second byte. The
+/// servers read a lead byte before an invalid second byte (a quote, a
+/// control character) as a character of its own, and so does this.
+fn pair(cs: Charset, a: u8, b: Option<u8>) -> bool {
+    let Some(b) = b else { return false };
+    match cs {
+        Charset::Wide => (0x81..=0xFE).contains(&a) && ((0x40..=0x7E).contains(&b) || (0x80..=0xFE).contains(&b)),
+        Charset::Sjis => {
+            ((0x81..=0x9F).contains(&a) || (0xE0..=0xFC).contains(&a)) && ((0x40..=0x7E).contains(&b) || (0x80..=0xFC).contains(&b))
+        }
+        Charset::Plain | Charset::Unknown => false,
+    }
+}
+
+/// Whether the character set can change how `s` is read: a byte above
+/// 0x80 right before a backslash or a backtick.
+fn charset_matters(s: &[u8]) -> bool {
+    s.windows(2).any(|w| w[0] > 0x80 && matches!(w[1], b'\\' | b'`'))
+}
+
 fn is_ident_start(b: u8) -> bool {
     b.is_ascii_alphabetic() || b == b'_' || b >= 0x80
 }
@@ -75,14 +120,14 @@ fn is_ident_char(b: u8) -> bool {
 }
 
 /// A quoted run starting at `s[i]` (the quote), with the quote doubled as
-/// an escape, and a backslash escaping the next byte when `backslash`:
-/// its end (exclusive), and whether its closing quote was found (an
-/// unterminated run ends at the end).
-fn quoted(s: &[u8], i: usize, quote: u8, backslash: bool) -> (usize, bool) {
+/// an escape, a backslash escaping the next byte when `backslash`, and
+/// the characters of `cs` whole: its end (exclusive), and whether its
+/// closing quote was found (an unterminated run ends at the end).
+fn quoted(s: &[u8], i: usize, quote: u8, backslash: bool, cs: Charset) -> (usize, bool) {
     let mut j = i + 1;
     while j < s.len() {
         let c = s[j];
-        if backslash && c == b'\\' {
+        if backslash && c == b'\\' || pair(cs, c, s.get(j + 1).copied()) {
             j += 2;
             continue;
         }
@@ -99,8 +144,8 @@ fn quoted(s: &[u8], i: usize, quote: u8, backslash: bool) -> (usize, bool) {
 }
 
 /// The end (exclusive) of a quoted run starting at `s[i]` ([`quoted`]).
-fn quoted_end(s: &[u8], i: usize, quote: u8, backslash: bool) -> usize {
-    quoted(s, i, quote, backslash).0
+fn quoted_end(s: &[u8], i: usize, quote: u8, backslash: bool, cs: Charset) -> usize {
+    quoted(s, i, quote, backslash, cs).0
 }
 
 /// `$tag$` at `s[i]` (PostgreSQL dollar quoting): the tag's length
@@ -193,24 +238,34 @@ struct Lexeme {
     kind: Kind,
 }
 
-/// The raw text read as one dialect with one backslash rule.
+/// One way the server may read a text: its backslash rule and its
+/// client character set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Reading {
+    /// A backslash escapes in plain `'..'` (and MySQL `".."`) strings.
+    backslash: bool,
+    /// [`Charset::Plain`], [`Charset::Wide`] or [`Charset::Sjis`].
+    cs: Charset,
+}
+
+/// The raw text read as one dialect in one [`Reading`].
 struct Lexer<'a> {
     s: &'a [u8],
     i: usize,
     dialect: Dialect,
-    /// A backslash escapes in plain `'..'` (and MySQL `".."`) strings.
     backslash: bool,
+    cs: Charset,
     /// A string ran off the end of the text.
     unterminated: bool,
 }
 
 impl<'a> Lexer<'a> {
-    fn new(s: &'a [u8], dialect: Dialect, backslash: bool) -> Lexer<'a> {
-        Lexer { s, i: 0, dialect, backslash, unterminated: false }
+    fn new(s: &'a [u8], dialect: Dialect, r: Reading) -> Lexer<'a> {
+        Lexer { s, i: 0, dialect, backslash: r.backslash, cs: r.cs, unterminated: false }
     }
 
     fn quoted(&mut self, i: usize, quote: u8, backslash: bool) -> usize {
-        let (end, closed) = quoted(self.s, i, quote, backslash);
+        let (end, closed) = quoted(self.s, i, quote, backslash, self.cs);
         self.unterminated |= !closed;
         end
     }
@@ -273,7 +328,7 @@ impl<'a> Lexer<'a> {
         } else if c == b'"' && !pg {
             (self.quoted(i, b'"', self.backslash), Kind::Literal)
         } else if c == b'"' || c == b'`' && !pg {
-            (quoted_end(s, i, c, false), Kind::QuotedIdent)
+            (quoted_end(s, i, c, false, self.cs), Kind::QuotedIdent)
         } else if c == b'$' && pg {
             if let Some(tag_len) = dollar_tag(s, i) {
                 let body = i + tag_len;
@@ -296,8 +351,9 @@ impl<'a> Lexer<'a> {
         } else if is_ident_start(c) {
             let mut j = i;
             while j < s.len() && is_ident_char(s[j]) {
-                j += 1;
+                j += if pair(self.cs, s[j], s.get(j + 1).copied()) { 2 } else { 1 };
             }
+            let j = j.min(s.len());
             let word = &s[i..j];
             if let Some(end) = self.prefixed(word, j) {
                 (end, Kind::Literal)
@@ -433,12 +489,44 @@ impl Writer {
     }
 }
 
+/// The ways `s` may be read, the most likely first: one per character
+/// set the session may have (one, unless it is not known and a byte above
+/// 0x80 comes before a backslash or backtick), and per set, one per
+/// backslash rule (one, unless the text has a backslash and the rule is
+/// not known or leaves doubt). At most six; the count.
+fn readings(s: &[u8], dialect: Dialect, escapes: Escapes, charset: Charset) -> ([Reading; 6], usize) {
+    const SETS: [Charset; 3] = [Charset::Plain, Charset::Wide, Charset::Sjis];
+    let sets: &[Charset] = match charset {
+        Charset::Unknown if charset_matters(s) => &SETS,
+        Charset::Unknown | Charset::Plain => &SETS[..1],
+        Charset::Wide => &SETS[1..2],
+        Charset::Sjis => &SETS[2..],
+    };
+    // Without a backslash both rules read alike.
+    let backslash = memchr::memchr(b'\\', s).is_some();
+    let mut out = [Reading { backslash: true, cs: Charset::Plain }; 6];
+    let mut n = 0;
+    for &cs in sets {
+        let (rule, other) = match escapes {
+            _ if !backslash => (true, None),
+            Escapes::Backslash => (true, doubtful(s, dialect, Reading { backslash: true, cs }).then_some(false)),
+            Escapes::Standard => (false, doubtful(s, dialect, Reading { backslash: false, cs }).then_some(true)),
+            Escapes::Unknown => (true, Some(false)),
+        };
+        for b in std::iter::once(rule).chain(other) {
+            out[n] = Reading { backslash: b, cs };
+            n += 1;
+        }
+    }
+    (out, n)
+}
+
 /// Whether a reading of `s` leaves doubt: a string runs off the end (the
 /// server would refuse the text as read this way, so it may read it the
 /// other way), or (MySQL) a statement follows a `;` (the server reads it
 /// after the first ran, which may have changed the rule).
-fn doubtful(s: &[u8], dialect: Dialect, backslash: bool) -> bool {
-    let mut lexer = Lexer::new(s, dialect, backslash);
+fn doubtful(s: &[u8], dialect: Dialect, r: Reading) -> bool {
+    let mut lexer = Lexer::new(s, dialect, r);
     let mut after_semicolon = false;
     while let Some(t) = lexer.next_tok() {
         match t.kind {
@@ -452,8 +540,8 @@ fn doubtful(s: &[u8], dialect: Dialect, backslash: bool) -> bool {
 }
 
 /// Whether a reading of `s` leaves a string open at its end.
-fn ends_in_string(s: &[u8], dialect: Dialect, backslash: bool) -> bool {
-    let mut lexer = Lexer::new(s, dialect, backslash);
+fn ends_in_string(s: &[u8], dialect: Dialect, r: Reading) -> bool {
+    let mut lexer = Lexer::new(s, dialect, r);
     while lexer.next_tok().is_some() {}
     lexer.unterminated
 }
@@ -464,37 +552,37 @@ fn ends_in_string(s: &[u8], dialect: Dialect, backslash: bool) -> bool {
 /// [`MAX_QUERY_TEXT`] bytes on a char boundary. Input bytes that are not
 /// UTF-8 become U+FFFD.
 ///
-/// `escapes` is the session's backslash rule. Where it is not known, or
-/// the text as read by the known rule leaves doubt ([`doubtful`]), the
-/// text is read both ways and what either reading calls a literal or a
-/// comment is not output: only bytes both readings call code are.
+/// `escapes` is the session's backslash rule, `charset` its client
+/// character set. Where either is not known, or the text as read by the
+/// known rule leaves doubt ([`doubtful`]), the text is read each way
+/// ([`readings`]) and what any reading calls a literal or a comment is
+/// not output: only bytes every reading calls code are.
 ///
 /// Why a lexer and not a parser: statements from the wire may be cut by
 /// the capture or be dialects nobody can fully parse; a lexer fails safe
 /// (an unterminated string swallows the rest, which is then not output).
-pub fn sanitize(text: &[u8], dialect: Dialect, escapes: Escapes) -> String {
+pub fn sanitize(text: &[u8], dialect: Dialect, escapes: Escapes, charset: Charset) -> String {
     let s = text;
-    // Without a backslash both readings are one.
-    let two = memchr::memchr(b'\\', s).is_some();
-    let (backslash, other) = match escapes {
-        _ if !two => (true, None),
-        Escapes::Backslash => (true, doubtful(s, dialect, true).then_some(false)),
-        Escapes::Standard => (false, doubtful(s, dialect, false).then_some(true)),
-        Escapes::Unknown => (true, Some(false)),
-    };
+    let (readings, n) = readings(s, dialect, escapes, charset);
+    let (first, others) = (readings[0], &readings[1..n]);
     // A text that leaves a string open whichever way it is read is no
     // statement the server runs (a client escaping for one rule never
     // writes it): nothing after its first literal is output.
-    let swallow = other.is_some_and(|b| ends_in_string(s, dialect, backslash) && ends_in_string(s, dialect, b));
-    let mut lexer = Lexer::new(s, dialect, backslash);
-    let mut other = other.map(|b| Other { lexer: Lexer::new(s, dialect, b), current: None });
+    let swallow = !others.is_empty() && readings[..n].iter().all(|&r| ends_in_string(s, dialect, r));
+    let mut lexer = Lexer::new(s, dialect, first);
+    let mut others: Vec<Other<'_>> = others.iter().map(|&r| Other { lexer: Lexer::new(s, dialect, r), current: None }).collect();
     let mut w = Writer::default();
     while !w.full() {
         if swallow && w.last[0].is_some_and(|(item, _, _)| matches!(item, Item::Q { .. })) {
             break;
         }
         let Some(t) = lexer.next_tok() else { break };
-        let (hidden, commented) = other.as_mut().map_or((false, false), |o| o.overlap(t.start, t.end));
+        let (mut hidden, mut commented) = (false, false);
+        for o in &mut others {
+            let (h, c) = o.overlap(t.start, t.end);
+            hidden |= h;
+            commented |= c;
+        }
         let bytes = &s[t.start..t.end];
         match t.kind {
             Kind::Space | Kind::Comment => w.space(),
@@ -551,7 +639,7 @@ fn tokens(s: &str) -> Vec<Tok<'_>> {
             // A qualified name: parts joined by `.`.
             loop {
                 if i < b.len() && (b[i] == b'"' || b[i] == b'`') {
-                    i = quoted_end(b, i, b[i], false);
+                    i = quoted_end(b, i, b[i], false, Charset::Plain);
                 } else {
                     while i < b.len() && is_ident_char(b[i]) {
                         i += 1;
@@ -1002,7 +1090,7 @@ mod tests {
             ("SELECT x FROM t WHERE a = -$1", Postgres, Standard, "SELECT x FROM t WHERE a = -$1"),
         ];
         for (input, d, e, want) in cases {
-            let got = sanitize(input.as_bytes(), *d, *e);
+            let got = sanitize(input.as_bytes(), *d, *e, Charset::Plain);
             assert_eq!(got, *want, "{input:?} ({d:?}, {e:?})");
             assert!(!got.contains("SECRET"), "{input:?}: {got:?}");
         }
@@ -1025,10 +1113,10 @@ mod tests {
                         };
                         let q = format!("SELECT * FROM t WHERE a = '{}' AND b = '{}' AND c = 1", esc(a), esc(b));
                         for e in [rule, Escapes::Unknown] {
-                            let got = sanitize(q.as_bytes(), dialect, e);
+                            let got = sanitize(q.as_bytes(), dialect, e, Charset::Plain);
                             assert!(!got.contains("SECRET"), "{q:?} ({dialect:?}, {e:?}): {got:?}");
                         }
-                        let got = sanitize(q.as_bytes(), dialect, rule);
+                        let got = sanitize(q.as_bytes(), dialect, rule, Charset::Plain);
                         assert_eq!(got, "SELECT * FROM t WHERE a = ? AND b = ? AND c = ?", "{q:?} ({dialect:?}, {rule:?})");
                     }
                 }
@@ -1036,12 +1124,67 @@ mod tests {
         }
     }
 
+    /// GBK and Shift_JIS characters whose second byte is a backslash or a
+    /// backtick (乗 0x81 0x5C, 乣 0x81 0x60 in GBK; ソ 0x83 0x5C, 表 0x95
+    /// 0x5C in Shift_JIS): in a session whose client set is one of them, a
+    /// literal holding one never lets a secret through, whether the set is
+    /// known or not; a katakana byte (0xA1–0xDF, one byte in Shift_JIS)
+    /// before a quote ends no string early.
+    #[test]
+    fn a_literal_in_a_multibyte_client_set_never_shows() {
+        let gbk = Charset::Wide;
+        let sjis = Charset::Sjis;
+        // (statement bytes, dialect, backslash rule, client set)
+        let cases: &[(&[u8], Dialect, Escapes, Charset)] = &[
+            // the first string ends at its second quote; a plain reading
+            // ends it at the third, and `x SECRET x` would be code
+            (b"SELECT '\x81\\', 'x SECRET x', 'a\\'b'", Dialect::MySql, Escapes::Backslash, gbk),
+            (b"SELECT E'\x81\\', 'x SECRET x', E'a\\'b'", Dialect::Postgres, Escapes::Standard, gbk),
+            (b"SELECT '\x81\\', 'x SECRET x', 'a\\'b'", Dialect::Postgres, Escapes::Backslash, gbk),
+            (b"SELECT '\x83\\', 'x SECRET x', 'a\\'b'", Dialect::MySql, Escapes::Backslash, sjis),
+            // a backtick inside a quoted identifier, and after an
+            // identifier's lead byte: a plain reading opens an identifier
+            // that runs over the string
+            (b"SELECT `\x81`` , 'SECRET' FROM t WHERE a = `b`", Dialect::MySql, Escapes::Backslash, gbk),
+            (b"SELECT a\x81` , 'SECRET' AS `x`", Dialect::MySql, Escapes::Standard, gbk),
+            // a lead byte before a quote is a character of its own
+            (b"SELECT '\x81', 'SECRET', 'x'", Dialect::MySql, Escapes::Backslash, gbk),
+            // Shift_JIS katakana before the closing quote
+            (b"SELECT '\xB1', 'SECRET', '\xB1\\'b'", Dialect::MySql, Escapes::Backslash, sjis),
+        ];
+        for &(q, dialect, escapes, cs) in cases {
+            for charset in [cs, Charset::Unknown] {
+                for e in [escapes, Escapes::Unknown] {
+                    let got = sanitize(q, dialect, e, charset);
+                    assert!(!got.contains("SECRET"), "{q:?} ({dialect:?}, {e:?}, {charset:?}): {got:?}");
+                }
+            }
+            // read in its own set and rule: the statement's code, its
+            // literals `?`
+            let got = sanitize(q, dialect, escapes, cs);
+            assert!(got.starts_with("SELECT ") && got.contains("?"), "{q:?} ({cs:?}): {got:?}");
+            // a plain reading (what was done before) shows the secret:
+            // the cases are the ones that matter
+            if !q.contains(&b'`') && !q.windows(2).any(|w| w == b"\x81'") && cs == gbk {
+                assert!(sanitize(q, dialect, escapes, Charset::Plain).contains("SECRET"), "{q:?}");
+            }
+        }
+        // The sets' own texts read exactly.
+        assert_eq!(sanitize(b"SELECT '\x81\\', 'x SECRET x', 'a\\'b'", Dialect::MySql, Escapes::Backslash, gbk), "SELECT ?, ?, ?");
+        assert_eq!(sanitize(b"SELECT `\x81`` , 'SECRET' FROM t", Dialect::MySql, Escapes::Backslash, gbk), "SELECT `\u{FFFD}`` , ? FROM t");
+        // Where the set cannot matter, one reading: UTF-8 text reads as it did.
+        assert_eq!(
+            sanitize("SELECT 'é\\'s', 'ü' FROM t".as_bytes(), Dialect::MySql, Escapes::Backslash, Charset::Unknown),
+            "SELECT ?, ? FROM t"
+        );
+    }
+
     #[test]
     fn sanitize_caps_on_a_char_boundary() {
         let long = format!("SELECT {}", "é".repeat(3000));
-        let s = sanitize(long.as_bytes(), Dialect::Postgres, Escapes::Standard);
+        let s = sanitize(long.as_bytes(), Dialect::Postgres, Escapes::Standard, Charset::Plain);
         assert!(s.len() <= MAX_QUERY_TEXT && s.len() > MAX_QUERY_TEXT - 4);
-        let bad = sanitize(b"SELECT \xff\xfe FROM t", Dialect::Postgres, Escapes::Standard);
+        let bad = sanitize(b"SELECT \xff\xfe FROM t", Dialect::Postgres, Escapes::Standard, Charset::Plain);
         assert!(bad.starts_with("SELECT") && bad.ends_with("FROM t"));
     }
 

@@ -634,9 +634,14 @@ fn mariadb_greeting() -> Vec<u8> {
 const CAPS: u32 = 0x1 | 0x8 | 0x200 | 0x2000 | 0x8000 | 0x2_0000 | 0x8_0000;
 
 fn my_handshake_response(caps: u32, db: &str) -> Vec<u8> {
+    my_handshake_response_in(caps, db, 0x2d)
+}
+
+/// A handshake response with its collation (the client character set).
+fn my_handshake_response_in(caps: u32, db: &str, collation: u8) -> Vec<u8> {
     let mut p = caps.to_le_bytes().to_vec();
     p.extend_from_slice(&16_777_216u32.to_le_bytes());
-    p.push(0x2d);
+    p.push(collation);
     p.extend_from_slice(&[0; 23]);
     p.extend_from_slice(b"app\0");
     p.push(20);
@@ -1285,6 +1290,72 @@ fn mysql_follows_no_backslash_escapes() {
     u.send(&my(0, q));
     u.recv(&my_ok_status(1, 0x0202));
     assert_eq!(u.ops.last().unwrap().query_text.as_deref(), Some("SELECT * FROM t WHERE p = ?"));
+    assert_no(&t.ops, "SECRET");
+    assert_no(&u.ops, "SECRET");
+}
+
+/// A statement whose first literal is 乗 in GBK (0x81 0x5C: its second
+/// byte a backslash when read by bytes), then a secret, then an escaped
+/// quote (so a reading by bytes ends every string it opens).
+const GBK_QUERY: &[u8] = b"SELECT '\x81\\', 'x SECRET x', 'a\\'b' FROM t";
+
+#[test]
+fn mysql_follows_the_client_character_set() {
+    // gbk_chinese_ci (28) in the handshake: read by GBK characters.
+    let mut t = T::new(System::MySql);
+    t.recv(&mariadb_greeting());
+    t.send(&my_handshake_response_in(CAPS, "shop", 28));
+    t.recv(&my_ok(2));
+    t.send(&my(0, &[b"\x03", GBK_QUERY].concat()));
+    t.recv(&my_ok(1));
+    assert_eq!(t.ops.last().unwrap().query_text.as_deref(), Some("SELECT ?, ?, ? FROM t"));
+    // A statement that may change the set: from then on every set's
+    // reading, whatever the server answered.
+    t.send(&my(0, b"\x03SET NAMES utf8mb4"));
+    t.recv(&my_ok(1));
+    t.send(&my(0, &[b"\x03", GBK_QUERY].concat()));
+    t.recv(&my_ok(1));
+    // utf8mb4 (45): read by bytes; UTF-8 text is read as before.
+    let mut u = my_connected();
+    u.send(&my(0, "\x03SELECT 'é\\'s', x FROM t".as_bytes()));
+    u.recv(&my_ok(1));
+    assert_eq!(u.ops.last().unwrap().query_text.as_deref(), Some("SELECT ?, x FROM t"));
+    // Traced mid-way: every set's reading.
+    let mut v = T::new(System::MySql);
+    v.send(&my(0, &[b"\x03", GBK_QUERY].concat()));
+    v.recv(&my_ok(1));
+    assert_eq!(v.ops.len(), 1);
+    for ops in [&t.ops, &u.ops, &v.ops] {
+        assert_no(ops, "SECRET");
+    }
+}
+
+#[test]
+fn pg_follows_the_client_encoding() {
+    let q = |sql: &[u8]| pg(b'Q', &cstrs(&[sql]));
+    let done = [pg_cc("SELECT 1"), pg_ready(b'I')].concat();
+    let mut t = T::new(System::Postgres);
+    t.send(&pg_startup("alice", Some("shop")));
+    t.recv(&cat(&[
+        pg(b'R', &0u32.to_be_bytes()),
+        pg_status("standard_conforming_strings", "off"),
+        pg_status("client_encoding", "GBK"),
+        pg_ready(b'I'),
+    ]));
+    t.send(&q(GBK_QUERY));
+    t.recv(&done);
+    assert_eq!(t.ops.last().unwrap().query_text.as_deref(), Some("SELECT ?, ?, ? FROM t"));
+    // Set to UTF8, said by the SET's answer: read by bytes.
+    t.send(&q(b"SET client_encoding = 'UTF8'"));
+    t.recv(&cat(&[pg_status("client_encoding", "UTF8"), pg_cc("SET"), pg_ready(b'I')]));
+    t.send(&q("SELECT 'é\\'s', x FROM t".as_bytes()));
+    t.recv(&done);
+    assert_eq!(t.ops.last().unwrap().query_text.as_deref(), Some("SELECT ?, x FROM t"));
+    // Without the startup: every encoding's reading.
+    let mut u = T::new(System::Postgres);
+    u.send(&q(GBK_QUERY));
+    u.recv(&done);
+    assert_eq!(u.ops.len(), 1);
     assert_no(&t.ops, "SECRET");
     assert_no(&u.ops, "SECRET");
 }
