@@ -266,7 +266,7 @@ int main(void) {
     OFF(http_event, start_ns); OFF(http_event, parent_conn); OFF(http_event, lport);
     OFF(http_event, laddr); OFF(http_event, raddr); OFF(http_event, tp); OFF(http_event, comm); OFF(http_event, buf);
     OFF(proc_head, kind); OFF(proc_head, proc_start_ns);
-    OFF(exec_event, env_len); OFF(exec_event, env_total); OFF(exec_event, path);
+    OFF(exec_event, env_len); OFF(exec_event, cgroup_levels); OFF(exec_event, env_total); OFF(exec_event, path);
     OFF(exec_event, exe); OFF(exec_event, cgroups); OFF(exec_event, env);
     OFF(fork_event, parent_tgid); OFF(fork_event, parent_start_ns);
     OFF(tls_report, parent_tgid); OFF(tls_report, dev_major); OFF(tls_report, ino); OFF(tls_report, path);

@@ -89,38 +89,57 @@ static __always_inline struct kernfs_node *kn_parent(struct kernfs_node *kn)
 	return BPF_CORE_READ(kn, __parent);
 }
 
-/* The names of cgroup `cg` and of its parent (a container runtime names
- * the cgroup of a container, or its parent: the loader finds the id). */
-static __always_inline void cgroup_names(struct cgroup *cg, char *name, char *parent)
+/* The names on cgroup `cg`'s path into names[0..CGROUP_PATH_NAMES) (see
+ * CGROUP_TOP) and its depth into *level, walking up at most CGROUP_WALK
+ * levels (a deeper path's outer names stay "": the loader knows them
+ * missing by its depth). */
+static __always_inline void cgroup_path(struct cgroup *cg, char (*names)[CGROUP_NAME_LEN], __u16 *level)
 {
 	struct kernfs_node *kn = BPF_CORE_READ(cg, kn);
-	if (!kn)
+	int depth = BPF_CORE_READ(cg, level);
+	if (!kn || depth <= 0)
 		return;
-	bpf_probe_read_kernel_str(name, CGROUP_NAME_LEN, BPF_CORE_READ(kn, name));
-	struct kernfs_node *up = kn_parent(kn);
-	if (up)
-		bpf_probe_read_kernel_str(parent, CGROUP_NAME_LEN, BPF_CORE_READ(up, name));
+	*level = depth > 0xffff ? 0xffff : depth;
+	for (int i = 0; i < CGROUP_WALK && kn; i++) {
+		int at = depth - i; /* kn's level */
+		if (at < 1)
+			break;
+		const char *name = BPF_CORE_READ(kn, name);
+		if (i == 0)
+			bpf_probe_read_kernel_str(names[CGROUP_TOP + 1], CGROUP_NAME_LEN, name);
+		else if (i == 1)
+			bpf_probe_read_kernel_str(names[CGROUP_TOP], CGROUP_NAME_LEN, name);
+		__u32 slot = at - 1;
+		if (slot < CGROUP_TOP)
+			bpf_probe_read_kernel_str(names[slot], CGROUP_NAME_LEN, name);
+		kn = kn_parent(kn);
+	}
 }
 
-/* The process's cgroups into ev->cgroups: the unified hierarchy's, then the
- * memory controller's (cgroup v1 hosts put containers there). Read at exec
- * (the runtime has put the container's first process in place by then),
- * so even a process that is gone before the loader reads the record is
- * named with its container. */
+/* The process's cgroup paths into ev->cgroups: the unified hierarchy's,
+ * then the memory controller's (cgroup v1 hosts put containers there).
+ * Read at exec (the runtime has put the container's first process in
+ * place by then), so even a process that is gone before the loader reads
+ * the record is named with its container. */
 static __always_inline void read_cgroups(struct exec_event *ev, struct task_struct *p)
 {
-	__builtin_memset(ev->cgroups, 0, sizeof(ev->cgroups));
+	/* names are read up to their NUL: "" is one byte (all 2 KiB would be
+	 * more than clang sets inline) */
+	for (int i = 0; i < CGROUP_NAMES; i++)
+		ev->cgroups[i][0] = 0;
+	ev->cgroup_levels[0] = 0;
+	ev->cgroup_levels[1] = 0;
 	struct css_set *cs = BPF_CORE_READ(p, cgroups);
 	if (!cs)
 		return;
-	cgroup_names(BPF_CORE_READ(cs, dfl_cgrp), ev->cgroups[0], ev->cgroups[1]);
+	cgroup_path(BPF_CORE_READ(cs, dfl_cgrp), &ev->cgroups[0], &ev->cgroup_levels[0]);
 	if (!bpf_core_enum_value_exists(enum cgroup_subsys_id, memory_cgrp_id))
 		return;
 	__u32 id = bpf_core_enum_value(enum cgroup_subsys_id, memory_cgrp_id);
 	struct cgroup_subsys_state *css = NULL;
 	bpf_core_read(&css, sizeof(css), &cs->subsys[id & 31]);
 	if (css)
-		cgroup_names(BPF_CORE_READ(css, cgroup), ev->cgroups[2], ev->cgroups[3]);
+		cgroup_path(BPF_CORE_READ(css, cgroup), &ev->cgroups[CGROUP_PATH_NAMES], &ev->cgroup_levels[1]);
 }
 
 /* Copies the start of the current process's environment into ev. */
@@ -244,7 +263,6 @@ int BPF_PROG(process_exec, struct task_struct *p, pid_t old_pid, struct linux_bi
 	ev->h._pad = 0;
 	ev->h.proc_start_ns = p->group_leader->start_boottime;
 	ev->env_len = 0;
-	ev->_pad = 0;
 	ev->env_total = 0;
 	bpf_probe_read_kernel_str(ev->path, sizeof(ev->path), bprm->filename);
 	/* A literal exe name is selected here, before the process runs: the

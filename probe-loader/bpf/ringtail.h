@@ -25,10 +25,18 @@
 /* Bytes of a cgroup's name carried by an exec event (a container runtime's
  * longest, cri-containerd-<64 hex>.scope, is 85). */
 #define CGROUP_NAME_LEN 128
-/* exec_event.cgroups: the process's cgroup and its parent in the unified
- * (v2) hierarchy, then in the memory controller's (where cgroup v1 hosts
- * put containers; the same cgroup as the unified one on v2 hosts). */
-#define CGROUP_NAMES 4
+/* A cgroup path in an exec event: the names of its outermost CGROUP_TOP
+ * levels (level 1 first; "" past its depth), then its parent's and its
+ * own (a container's id is the outermost runtime-shaped name: runtimes
+ * make theirs within 6 levels of the root, and what a container makes
+ * below its own must not count). CGROUP_WALK bounds the walk up. */
+#define CGROUP_TOP 6
+#define CGROUP_PATH_NAMES (CGROUP_TOP + 2)
+#define CGROUP_WALK 16
+/* exec_event.cgroups: the process's path in the unified (v2) hierarchy,
+ * then in the memory controller's (where cgroup v1 hosts put containers;
+ * the same cgroup as the unified one on v2 hosts). */
+#define CGROUP_NAMES (2 * CGROUP_PATH_NAMES)
 
 /* http_event.family */
 #define FAMILY_INET 2
@@ -314,11 +322,11 @@ struct proc_head {
 struct exec_event {
 	struct proc_head h; /* kind PROC_EXEC, flags EXECF_* */
 	__u32 env_len;	     /* bytes of env filled (<= ENV_LEN) */
-	__u32 _pad;
+	__u16 cgroup_levels[2]; /* each path's depth (0: the root, or not read) */
 	__u64 env_total; /* the whole environment's length */
 	char path[EXEC_PATH_LEN]; /* as given to exec */
 	char exe[EXE_NAME_LEN];	  /* the file's name (symlinks resolved) */
-	char cgroups[CGROUP_NAMES][CGROUP_NAME_LEN]; /* NUL-terminated names, "" when unknown */
+	char cgroups[CGROUP_NAMES][CGROUP_NAME_LEN]; /* NUL-terminated names, "" when unknown or past the depth */
 	__u8 env[ENV_LEN];	  /* NUL-separated NAME=value strings */
 };
 

@@ -32,16 +32,16 @@
 //! Two sources, one rule: `/proc/PID/cgroup` (whole paths, every
 //! hierarchy; the unified one first, then the memory controller's, then
 //! the others) for the processes running at start, and for later ones the
-//! names the kernel copied at exec (`bpf/process.bpf.c`: the cgroup and its
-//! parent, in the unified hierarchy and in the memory controller's, which
-//! is where cgroup v1 hosts put containers). Two names are not a path: when
-//! they carry an id, the process's whole path is read from
+//! path the kernel reported at exec (`bpf/process.bpf.c`, in the unified
+//! hierarchy and in the memory controller's, which is where cgroup v1
+//! hosts put containers: its depth, the names of its outermost 6 levels,
+//! its parent's and its own — the whole path, to a depth of 8). When those
+//! names carry an id, the process's whole path is read from
 //! `/proc/PID/cgroup` if it is still there (same start time), and decides
-//! ([`of_exec`]); a process gone by then keeps the outer of its two names'
-//! ids (a container nesting its own runtime-shaped cgroup two or more
-//! levels below its own could pass such a short-lived process as another
-//! container: closed only when the kernel reports the path's outer names,
-//! docs/security.md).
+//! ([`of_exec`]); a process gone by then is named by the kernel's path
+//! ([`KernelPath`]). A path deeper than 8 has names missing between its
+//! outer 6 and its last 2: an id among the outer 6 decides, and one only
+//! below the gap gives none (a runtime-shaped name could be in the gap).
 
 use std::io::Read;
 
@@ -95,16 +95,68 @@ pub fn id_in_proc_cgroup(text: &str) -> Option<String> {
     paths.into_iter().find_map(|(_, path)| id_in_path(path.split('/')))
 }
 
-/// The container id of a process the kernel reported at exec: `names` are
-/// the kernel's (each hierarchy's cgroup, then its parent). Names with no
-/// id give none. Otherwise the process's whole path decides while it runs
-/// (its `/proc/PID/cgroup`, read if `/proc/PID/stat` still shows the start
-/// time `start_ns`), else the outer of the two names' ids.
-pub fn of_exec(names: &[String], pid: u32, start_ns: u64) -> Option<String> {
-    let seen = names.chunks(2).find_map(|pair| id_in_path(pair.iter().rev().map(String::as_str)))?;
+/// Levels of a path whose names the kernel reports from the root down
+/// (`CGROUP_TOP` in `bpf/ringtail.h`).
+const TOP: usize = crate::kernel::contract::CGROUP_TOP;
+/// Levels the kernel walks up (`CGROUP_WALK`): a deeper path's outer
+/// names are not reported.
+const WALK: usize = crate::kernel::contract::CGROUP_WALK;
+
+/// A cgroup path as the kernel reported it at exec: its depth, and
+/// [`TOP`] + 2 names — its outermost [`TOP`] levels (level 1 first, ""
+/// past its depth), then its parent's and its own.
+#[derive(Debug, Clone, Copy)]
+pub struct KernelPath<'a> {
+    pub level: usize,
+    pub names: &'a [String],
+}
+
+impl KernelPath<'_> {
+    /// Its names from the outermost down, and how many of them come before
+    /// names the kernel did not report (`None`: the whole path).
+    fn outermost_first(&self) -> (Vec<&str>, Option<usize>) {
+        let name = |i: usize| self.names.get(i).map_or("", String::as_str);
+        let (parent, own) = (name(TOP), name(TOP + 1));
+        match self.level {
+            0 => (Vec::new(), None),
+            // the walk stopped before the outer levels
+            l if l > WALK => (vec![parent, own], Some(0)),
+            l if l <= TOP => ((0..l).map(name).collect(), None),
+            l => {
+                let mut v: Vec<&str> = (0..TOP).map(name).collect();
+                match l - TOP {
+                    1 => v.push(own),
+                    2 => v.extend([parent, own]),
+                    _ => {
+                        v.extend([parent, own]);
+                        return (v, Some(TOP));
+                    }
+                }
+                (v, None)
+            }
+        }
+    }
+
+    /// Its container id by the rule; none when the only id is below
+    /// names the kernel did not report.
+    fn id(&self) -> Option<String> {
+        let (names, gap) = self.outermost_first();
+        id_in_path(names[..gap.unwrap_or(names.len())].iter().copied())
+    }
+}
+
+/// The container id of a process the kernel reported at exec: `paths` are
+/// the kernel's (the unified hierarchy's, then the memory controller's).
+/// Names with no id give none. Otherwise the process's whole path decides
+/// while it runs (its `/proc/PID/cgroup`, read if `/proc/PID/stat` still
+/// shows the start time `start_ns`), else the kernel's paths, by the rule.
+pub fn of_exec(paths: &[KernelPath<'_>], pid: u32, start_ns: u64) -> Option<String> {
+    if !paths.iter().flat_map(|p| p.names).any(|n| id_in_name(n).is_some()) {
+        return None;
+    }
     match live_cgroups(pid, start_ns) {
         Some(text) => id_in_proc_cgroup(&text),
-        None => Some(seen),
+        None => paths.iter().find_map(KernelPath::id),
     }
 }
 
@@ -175,21 +227,61 @@ mod tests {
         }
     }
 
-    /// The kernel's two names (cgroup, then its parent) follow the same
-    /// rule: the outer one's id.
+    /// What the kernel reports of a whole path (`/a/b/c`): its depth and
+    /// its names (`cgroup_path` in bpf/process.bpf.c).
+    fn reported(path: &str) -> (usize, Vec<String>) {
+        let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+        let l = parts.len();
+        let mut names = vec![String::new(); TOP + 2];
+        for (i, p) in parts.iter().take(TOP).enumerate() {
+            names[i] = (*p).to_owned();
+        }
+        if l >= 2 {
+            names[TOP] = parts[l - 2].to_owned();
+        }
+        if l >= 1 {
+            names[TOP + 1] = parts[l - 1].to_owned();
+        }
+        (l, names)
+    }
+
+    /// The container id of a process gone before its exec record is read.
+    fn of_gone(path: &str) -> Option<String> {
+        let (level, names) = reported(path);
+        of_exec(&[KernelPath { level, names: &names }], u32::MAX, 0)
+    }
+
+    /// The kernel's path follows the same rule, at every depth it reports
+    /// whole; below names it did not report, an id is not taken.
     #[test]
-    fn names_from_the_kernel() {
-        let of = |pair: [&str; 2]| of_exec(&pair.map(str::to_owned), u32::MAX, 0);
+    fn paths_from_the_kernel() {
         let scope = format!("cri-containerd-{ID}.scope");
-        assert_eq!(of([scope.as_str(), "kubepods-burstable-pod0a1b.slice"]).as_deref(), Some(ID));
-        let podman = format!("libpod-{ID}.scope");
-        assert_eq!(of(["container", podman.as_str()]).as_deref(), Some(ID));
-        assert_eq!(of([ID, "pod0a1b"]).as_deref(), Some(ID));
-        assert_eq!(of(["session-1.scope", "user-0.slice"]), None);
-        assert_eq!(of(["", ""]), None);
-        // A container's own docker-B.scope right inside its docker-A.scope.
+        assert_eq!(
+            of_gone(&format!("/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod0a1b.slice/{scope}")).as_deref(),
+            Some(ID)
+        );
+        assert_eq!(
+            of_gone(&format!("/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-{ID}.scope/container")).as_deref(),
+            Some(ID)
+        );
+        assert_eq!(of_gone(&format!("/kubepods/burstable/pod0a1b/{ID}")).as_deref(), Some(ID));
+        assert_eq!(of_gone("/user.slice/user-0.slice/session-1.scope"), None);
+        assert_eq!(of_gone("/"), None);
         let (a, b) = (format!("docker-{ID}.scope"), format!("docker-{OTHER}.scope"));
-        assert_eq!(of([b.as_str(), a.as_str()]).as_deref(), Some(ID));
+        // A container's own docker-B.scope inside its docker-A.scope, right
+        // inside, two levels down, five (a whole path of 8) and seven (a
+        // path of 10: the outer 6 names, a gap, the parent's and its own).
+        for below in ["", "x/", "x/y/z/w/", "x/y/z/w/v/u/"] {
+            assert_eq!(of_gone(&format!("/system.slice/{a}/{below}{b}")).as_deref(), Some(ID), "{below}");
+        }
+        // An id only below the gap: none (what the gap holds is not known).
+        assert_eq!(of_gone(&format!("/a/b/c/d/e/f/g/h/{b}")), None);
+        // ... but up to a depth of 8 the path is whole.
+        assert_eq!(of_gone(&format!("/a/b/c/d/e/f/g/{b}")).as_deref(), Some(OTHER));
+        assert_eq!(of_gone(&format!("/a/b/c/d/e/f/{b}/container")).as_deref(), Some(OTHER));
+        // Deeper than the kernel walks: its outer names are not there.
+        let deep: String = (0..WALK).map(|i| format!("/l{i}")).collect();
+        assert_eq!(of_gone(&format!("{deep}/{b}")), None);
     }
 
     const OTHER: &str = "b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0";
@@ -227,9 +319,10 @@ mod tests {
         let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
         let start_ns = ticks * (1_000_000_000 / hz);
         let own = id_in_proc_cgroup(&std::fs::read_to_string("/proc/self/cgroup").unwrap());
-        let names = [format!("docker-{OTHER}.scope"), "x".to_owned()];
-        assert_eq!(of_exec(&names, me, start_ns), own, "this process's path, not the kernel's two names");
-        // Another start time: not this process (a reused pid): the names.
-        assert_eq!(of_exec(&names, me, start_ns + 10_000_000_000).as_deref(), Some(OTHER));
+        let (level, names) = reported(&format!("/x/docker-{OTHER}.scope"));
+        let paths = [KernelPath { level, names: &names }];
+        assert_eq!(of_exec(&paths, me, start_ns), own, "this process's path, not the kernel's");
+        // Another start time: not this process (a reused pid): the kernel's.
+        assert_eq!(of_exec(&paths, me, start_ns + 10_000_000_000).as_deref(), Some(OTHER));
     }
 }

@@ -16,6 +16,8 @@ mod layout {
 }
 
 use contract::*;
+
+use crate::container::KernelPath;
 pub use contract::{CAPTURE_LEN, COMM_LEN, DB_PORTS, EXE_LITERALS, EXE_LITERAL_LEN};
 
 const _: () = assert!(DB_PORTS == ringtail_config::probe::MAX_DB_PORTS, "probe.db_ports' bound is the kernel's");
@@ -337,7 +339,7 @@ pub struct ProcHead {
 pub struct ExecEvent {
     pub h: ProcHead,
     pub env_len: u32,
-    pub _pad: u32,
+    pub cgroup_levels: [u16; 2],
     pub env_total: u64,
     pub path: [u8; EXEC_PATH_LEN],
     pub exe: [u8; EXE_NAME_LEN],
@@ -485,9 +487,13 @@ impl ExecEvent {
     /// ([`crate::container::of_exec`]: the outermost runtime-shaped name,
     /// from the process's whole path while it still runs).
     pub fn container_id(&self) -> Option<String> {
-        // each hierarchy's cgroup, then its parent
         let names: Vec<String> = self.cgroups.iter().map(|n| c_string(n)).collect();
-        crate::container::of_exec(&names, self.h.tgid, self.h.proc_start_ns)
+        let paths: Vec<KernelPath<'_>> = names
+            .chunks(CGROUP_PATH_NAMES)
+            .zip(self.cgroup_levels)
+            .map(|(names, level)| KernelPath { level: usize::from(level), names })
+            .collect();
+        crate::container::of_exec(&paths, self.h.tgid, self.h.proc_start_ns)
     }
 
     /// The environment bytes the kernel copied, if it was asked to and could
@@ -555,6 +561,7 @@ mod tests {
         assert_eq!(offset_of!(ProcHead, kind), layout::proc_head_kind);
         assert_eq!(offset_of!(ProcHead, proc_start_ns), layout::proc_head_proc_start_ns);
         assert_eq!(offset_of!(ExecEvent, env_len), layout::exec_event_env_len);
+        assert_eq!(offset_of!(ExecEvent, cgroup_levels), layout::exec_event_cgroup_levels);
         assert_eq!(offset_of!(ExecEvent, env_total), layout::exec_event_env_total);
         assert_eq!(offset_of!(ExecEvent, exe), layout::exec_event_exe);
         assert_eq!(offset_of!(ExecEvent, cgroups), layout::exec_event_cgroups);

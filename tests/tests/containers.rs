@@ -7,7 +7,8 @@
 //! record read after a short-lived client is gone); a host process in the
 //! same test carries none; and a container that makes a runtime-shaped
 //! cgroup inside its own (its delegated subtree) and moves a process in
-//! still carries its own id, never the one it named (issue 44).
+//! still carries its own id, never the one it named, also when the
+//! process is gone before its exec record is read (issue 44).
 //!
 //! (Real container runtimes cannot run on the machines this suite runs on:
 //! podman's `crun` is refused `setrlimit(RLIMIT_NPROC)` without
@@ -118,17 +119,33 @@ fn every_runtime_s_layout_gives_exactly_its_container_id() {
             std::process::Command::new("curl").args(["-s", "-o", "/dev/null", &format!("http://127.0.0.1:{port}/index.html")]).status();
         assert!(st.is_ok_and(|s| s.success()), "curl to {port}");
     }
-    // A short-lived client inside a container (gone long before its exec
-    // record is read): its client span carries its container too.
+    // Short-lived clients inside containers, gone before their exec
+    // records are read (the loader is stopped while they run: curl, a
+    // literal name, is selected by the kernel at its exec): their client
+    // spans carry their containers, named from the kernel's paths alone —
+    // one in its runtime's cgroup, one in a docker-B.scope that container A
+    // made three levels inside its own (still A: the kernel reports the
+    // path's outer names, not only the cgroup and its parent).
     let client_cg = Cgroup::make(&v2, &format!("rt-test.slice/docker-{}.scope", id(10)));
+    let nested_cg = Cgroup::make(&v2, &format!("rt-test.slice/docker-{a}.scope/delegated/more/docker-{}.scope", id(14)));
+    let loader = rt.pid("probe-loader").expect("the loader's pid");
+    // SAFETY: signals to a child of this test's ringtail.
+    unsafe { libc::kill(loader as i32, libc::SIGSTOP) };
     let st = client_cg.command("curl").args(["-s", "-o", "/dev/null", &format!("http://127.0.0.1:{host_port}/from-a-container")]).status();
+    let nested_st =
+        nested_cg.command("curl").args(["-s", "-o", "/dev/null", &format!("http://127.0.0.1:{host_port}/from-a-nested-cgroup")]).status();
+    // SAFETY: as above.
+    unsafe { libc::kill(loader as i32, libc::SIGCONT) };
     assert!(st.is_ok_and(|s| s.success()), "curl in a container");
+    assert!(nested_st.is_ok_and(|s| s.success()), "curl in a nested cgroup");
 
     let n = expect.len();
+    let short_lived = ["/from-a-container", "/from-a-nested-cgroup"];
     let spans = wait_until(WAIT, || {
         let s = rotel.spans();
-        (s.iter().filter(|s| s["kind"] == 2).count() >= n && s.iter().any(|s| attr(s, "url.path").as_deref() == Some("/from-a-container")))
-            .then_some(())
+        (s.iter().filter(|s| s["kind"] == 2).count() >= n
+            && short_lived.iter().all(|p| s.iter().any(|s| attr(s, "url.path").as_deref() == Some(*p))))
+        .then_some(())
     });
     assert!(spans.is_some(), "spans never arrived: {:?}\n{}", rotel.spans().iter().map(key).collect::<Vec<_>>(), rt.log());
     std::thread::sleep(SETTLE);
@@ -142,6 +159,7 @@ fn every_runtime_s_layout_gives_exactly_its_container_id() {
     let clients: Vec<(Option<String>, Option<String>)> =
         spans.iter().filter(|s| s["kind"] == 3).map(|s| (attr(s, "url.path"), res_attr(s, "container.id"))).collect();
     assert!(clients.contains(&(Some("/from-a-container".into()), Some(id(10)))), "{clients:?}");
+    assert!(clients.contains(&(Some("/from-a-nested-cgroup".into()), Some(a.clone()))), "{clients:?}");
     // the host's curls: no container
     assert_eq!(clients.iter().filter(|(p, c)| p.as_deref() == Some("/index.html") && c.is_none()).count(), n, "{clients:?}");
     drop(rt);
