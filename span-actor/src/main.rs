@@ -1,4 +1,4 @@
-//! `ringtail-span-actor`: raw request events in, HTTP spans out. Runs with
+//! `ringtail-span-actor`: raw request events in, spans out. Runs with
 //! no privileges; see the library docs (`span_actor`) for the layout.
 
 use std::time::Duration;

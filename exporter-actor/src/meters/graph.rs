@@ -42,7 +42,7 @@
 //! (`ringtail_metric_series_overflow_total`); idle edges are forgotten.
 
 use hashbrown::HashTable;
-use ipc_schema::{HttpSpan, ServiceResource, SpanKind, Value};
+use ipc_schema::{Call, ServiceResource, Span, SpanKind, Value};
 
 use super::Point;
 
@@ -94,9 +94,9 @@ pub struct Observed<'a> {
 
 /// The edge span `s` (of service `res`) completes, if any: the one place
 /// that decides which spans make an edge (see the module doc).
-pub fn edge_of<'a>(res: &'a ServiceResource, s: &'a HttpSpan<&'a str>) -> Option<Observed<'a>> {
+pub fn edge_of<'a>(res: &'a ServiceResource, s: &'a Span<&'a str>) -> Option<Observed<'a>> {
     let own_ns = s.end_unix_ns.saturating_sub(s.start_unix_ns);
-    match (s.kind, &s.edge, &s.db) {
+    match (s.kind, &s.edge, &s.call) {
         (SpanKind::Server, Some(e), _) => Some(Observed {
             client: e.peer_service,
             server: &res.service_name,
@@ -105,7 +105,7 @@ pub fn edge_of<'a>(res: &'a ServiceResource, s: &'a HttpSpan<&'a str>) -> Option
             server_ns: own_ns,
             failed: s.error || e.peer_error,
         }),
-        (SpanKind::Client, None, Some(_)) => Some(Observed {
+        (SpanKind::Client, None, Call::Db(_)) => Some(Observed {
             client: &res.service_name,
             server: s.server_address.unwrap_or(s.peer_address),
             connection_type: DATABASE,

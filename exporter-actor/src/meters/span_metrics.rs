@@ -18,7 +18,7 @@
 //! buckets OBI's ([`super::graph::BUCKETS`]).
 
 use hashbrown::HashTable;
-use ipc_schema::{HttpSpan, ServiceResource, SpanKind, Value};
+use ipc_schema::{ServiceResource, Span, SpanKind, Value};
 
 use super::graph::BUCKETS;
 use super::Point;
@@ -91,7 +91,7 @@ fn hash(service: &str, name: &str, kind: SpanKind, error: bool) -> u64 {
 impl SpanMetrics {
     /// Counts and times span `s` of `res` at `now`; false if it went to
     /// the overflow series. `total` as [`super::graph::Graph::record`].
-    pub fn record(&mut self, res: &ServiceResource, s: &HttpSpan<&str>, now: u64, total: &mut usize) -> bool {
+    pub fn record(&mut self, res: &ServiceResource, s: &Span<&str>, now: u64, total: &mut usize) -> bool {
         let secs = s.end_unix_ns.saturating_sub(s.start_unix_ns) as f64 / 1e9;
         let (service, name) = (res.service_name.as_str(), s.name);
         let h = hash(service, name, s.kind, s.error);

@@ -18,7 +18,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::{grpc, record, Dir, DropReason, H2Conn, H2Stats, StreamDone, PROTOCOL_VERSION};
 use crate::http::RequestHead;
-use crate::operation::{Call, Conn, HttpCall, Operation};
+use crate::operation::{Call, Conn, HttpExchange, Operation};
 
 /// HTTP/2 connections followed at once; past it the oldest is closed (its
 /// open streams end as `Closed`) and counted.
@@ -342,7 +342,7 @@ pub fn operation(role: Role, conn: Conn, d: StreamDone, rpc_mode: grpc::Mode) ->
         traceparent: d.traceparent,
         propagated: None,
         unlinked: false,
-        call: Call::Http(HttpCall {
+        call: Call::Http(HttpExchange {
             method: d.method,
             path: d.path,
             query: d.query,
