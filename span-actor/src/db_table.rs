@@ -3,7 +3,7 @@
 //!
 //! Bounded host-wide, whatever clients and servers send: at most
 //! [`DB_CONNS`] connections (a new one past it evicts the oldest), and at
-//! most `pipeline.h2_state_mb` of parser state in all (past it the
+//! most `pipeline.conn_state_mb` of parser state in all (past it the
 //! connections that hold the most are forgotten, their pending calls
 //! counted `unanswered`; one that goes on is followed afresh, as one seen
 //! mid-way, its calls numbered on from where it was, so that no span id

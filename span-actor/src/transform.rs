@@ -315,8 +315,8 @@ impl Transformer {
                 held_full: registry.counter("ringtail_links_refused_total", &[("reason", "held_full")]),
             },
             http1: Http1::new(registry),
-            h2: H2Table::new(settings.pipeline.h2_state_mb.saturating_mul(1 << 20), rpc_mode, registry),
-            db: DbTable::new(settings.pipeline.h2_state_mb.saturating_mul(1 << 20), registry),
+            h2: H2Table::new(settings.pipeline.conn_state_bytes(), rpc_mode, registry),
+            db: DbTable::new(settings.pipeline.conn_state_bytes(), registry),
             ops: Vec::new(),
         }
     }

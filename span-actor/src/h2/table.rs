@@ -3,7 +3,7 @@
 //!
 //! Bounded host-wide, whatever clients do: at most [`H2_CONNS`]
 //! connections (a new one past it evicts the oldest, whose open streams
-//! end as `Closed`), and at most `pipeline.h2_state_mb` of state in all
+//! end as `Closed`), and at most `pipeline.conn_state_mb` of state in all
 //! (past it the connections that hold the most are forgotten, their open
 //! streams dropped and counted). A connection that ends, for any reason
 //! (its close, a record whose frames cannot be read, eviction), goes
@@ -83,7 +83,7 @@ struct Counters {
     malformed: Drops,
     evicted: Counter,
     /// Streams dropped with the connections forgotten to keep within
-    /// `pipeline.h2_state_mb`.
+    /// `pipeline.conn_state_mb`.
     state_full: Drops,
     /// The bytes all connections hold.
     state_bytes: Gauge,
@@ -110,7 +110,7 @@ pub struct H2Table {
     order: VecDeque<(Key, u64)>,
     born: u64,
     /// Bytes every connection holds (the sum of their [`Entry::bytes`]),
-    /// and the most they may (`pipeline.h2_state_mb`).
+    /// and the most they may (`pipeline.conn_state_mb`).
     bytes: usize,
     budget: usize,
     /// `Upgrade: h2c` requests by connection, with their start, waiting for
@@ -291,7 +291,7 @@ impl H2Table {
         }
     }
 
-    /// Over `pipeline.h2_state_mb`: forgets the connections that hold the
+    /// Over `pipeline.conn_state_mb`: forgets the connections that hold the
     /// most until what is left is under 7/8 of it. A flood of never-ended
     /// streams sits in a few big connections and goes first; the small ones
     /// of ordinary clients stay. A forgotten connection's open streams are

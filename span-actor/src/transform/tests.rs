@@ -872,12 +872,12 @@ fn request_block(len: usize) -> Vec<u8> {
 
 /// Many connections full of streams that never end (a remote client's
 /// flood): what every connection holds together stays within
-/// `pipeline.h2_state_mb`, the largest connections are forgotten first,
+/// `pipeline.conn_state_mb`, the largest connections are forgotten first,
 /// every stream dropped with them is counted, and a small connection
 /// opened before the flood is still followed after it.
 #[test]
 fn h2_state_is_bounded_host_wide_and_what_is_refused_is_counted() {
-    let mut rig = Rig::new(|s| s.pipeline.h2_state_mb = 1);
+    let mut rig = Rig::new(|s| s.pipeline.conn_state_mb = 1);
     let budget = 1 << 20;
     let feed = |rig: &mut Rig, records: Vec<RawH2>| {
         let mut b = batch(vec![]);
