@@ -18,6 +18,9 @@
 //!   memcached calls read off the wire (sanitized text, errors, pipelines);
 //!   [`db_table`] follows every database connection, bounded, and makes
 //!   operations of the calls.
+//! - [`conn_table`]: the bounded connection table both [`h2::table`] and
+//!   [`db_table`] keep their connections in (the connection cap, eviction
+//!   of the oldest, the byte budget and shedding of the largest).
 //! - [`transform`]: batch by batch, the protocol modules' operations into
 //!   spans (`ipc_schema::Span`, what each was an `ipc_schema::Call`) by
 //!   one path ([`transform::Transformer`]'s `emit`): resource, the call's
@@ -50,7 +53,12 @@
 //! 2. **Its state, bounded**: what it keeps between records (connections,
 //!    requests waiting for answers), with a host-wide bound and a counter
 //!    (`ringtail_dropped_events_total{reason}`) for everything it forgets,
-//!    like [`http1::Http1`] and [`h2::table::H2Table`].
+//!    like [`http1::Http1`]; state per connection goes in a
+//!    [`conn_table::ConnTable`] (its connection state says what it holds,
+//!    [`conn_table::Held`]; the table bounds the connections and their
+//!    bytes, `pipeline.conn_state_mb`, and hands back what it forgets for
+//!    the protocol to end and count), like [`h2::table::H2Table`] and
+//!    [`db_table::DbTable`].
 //! 3. **`fn(record) -> Vec<Operation>`**: each finished exchange as an
 //!    operation: `role` (SERVER/CLIENT), the [`operation::Conn`] (process,
 //!    addresses: the peer), `seq`/`sub` (its place on the connection: the
@@ -65,13 +73,15 @@
 //!    status, server and attributes and makes its `ipc_schema::Call` (a
 //!    variant of its own, with its wire form, for a new family); the
 //!    resource, ids, timing, peer and trace linking are shared. The
-//!    exporter's sinks and meters each match on `ipc_schema::Call` once.
+//!    exporter's sinks and meters each match on `ipc_schema::Call` once
+//!    (docs/architecture.md lists the files).
 //! 5. **Its tests**: unit tests of the module, a transform test through
 //!    [`transform::Transformer`], an end-to-end test in `tests/tests/`,
 //!    and `tests/tests/semconv.rs` extended to exercise it (every key it
 //!    emits is then checked against the conventions' registry).
 
 pub mod actors;
+pub mod conn_table;
 pub mod db;
 pub mod db_table;
 pub mod graph;
