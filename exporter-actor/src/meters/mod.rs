@@ -60,8 +60,10 @@
 //! - [`db`]: the database histogram's instrument and series keys, from the
 //!   span's call.
 //! - [`store`]: the series store: a service's histograms, one an
-//!   instrument of one table ([`instrument_table`]), and their
-//!   cardinality limits.
+//!   instrument of one table ([`instrument_table`]).
+//! - [`bounded`]: series by key with their cardinality limits (a cap,
+//!   then an overflow series), written once for the store, the graph and
+//!   the span metrics.
 //! - [`graph`]: the service graph's edges; [`span_metrics`]: span metrics.
 //! - [`health`]: the components' health reports.
 //! - here: [`Meters`] (recording, eviction), [`Metrics`] and
@@ -79,6 +81,7 @@ use rustc_hash::FxHashMap;
 use crate::batch::Spans;
 use crate::resource;
 
+pub mod bounded;
 pub mod db;
 pub mod graph;
 pub mod health;

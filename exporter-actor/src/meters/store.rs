@@ -1,16 +1,16 @@
 //! The series store, independent of any sink: one cumulative histogram
 //! per series, series per instrument per service, with the cardinality
-//! limits ([`MAX_SERIES_PER_INSTRUMENT`], [`MAX_SERIES`]: past them an
+//! limits ([`MAX_SERIES_PER_INSTRUMENT`], [`super::MAX_SERIES`]: past them an
 //! instrument's overflow series) and the idle eviction the module doc
 //! describes. Sinks read it through [`super::MetricsView`].
 
-use hashbrown::HashTable;
 use ipc_schema::{HttpCall, ServiceResource, Span};
 
+use super::bounded::{Bounded, Recorded};
 use super::db::{self, DbAttrs, DbKey};
 use super::http::{self, SeriesKey};
 use super::rpc::{self, RpcAttrs, RpcKey};
-use super::{instrument_table, instruments, Instrument, Key, INSTRUMENTS, MAX_SERIES, MAX_SERIES_PER_INSTRUMENT};
+use super::{instrument_table, instruments, Instrument, Key, INSTRUMENTS, MAX_SERIES_PER_INSTRUMENT};
 
 /// A cumulative histogram's numbers.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,38 +59,36 @@ impl Point {
     }
 }
 
-#[derive(Debug)]
-struct Series {
-    hash: u64,
-    key: Key,
-    point: Point,
+impl Recorded for Point {
+    fn last_ns(&self) -> u64 {
+        self.last_ns
+    }
 }
 
 /// One histogram of one service.
 #[derive(Debug)]
 pub struct Histogram {
     bounds: &'static [f64],
-    table: HashTable<Series>,
-    overflow: Option<Point>,
+    set: Bounded<Key, Point>,
 }
 
 impl Histogram {
     fn new(bounds: &'static [f64]) -> Histogram {
-        Histogram { bounds, table: HashTable::new(), overflow: None }
+        Histogram { bounds, set: Bounded::default() }
     }
 
     /// Every series: its attributes (`None` for the overflow series) and numbers.
     pub fn series(&self) -> impl Iterator<Item = (Option<&Key>, &Point)> {
-        self.table.iter().map(|s| (Some(&s.key), &s.point)).chain(self.overflow.iter().map(|p| (None, p)))
+        self.set.series()
     }
 
     /// True when it has no series.
     pub fn is_empty(&self) -> bool {
-        self.table.is_empty() && self.overflow.is_none()
+        self.set.is_empty()
     }
 
     pub(super) fn len(&self) -> usize {
-        self.table.len() + usize::from(self.overflow.is_some())
+        self.set.len()
     }
 
     /// Records `v` for HTTP exchange `h` of span `s`; false if it went to
@@ -123,33 +121,13 @@ impl Histogram {
         now: u64,
         total: &mut usize,
     ) -> bool {
-        if let Some(series) = self.table.find_mut(hash, |x| matches(&x.key)) {
-            series.point.record(v, now);
-            return true;
-        }
         let bounds = self.bounds;
-        if self.table.len() < MAX_SERIES_PER_INSTRUMENT && *total < MAX_SERIES {
-            let mut point = Point::new(now, bounds);
-            point.record(v, now);
-            self.table.insert_unique(hash, Series { hash, key: key(), point }, |x| x.hash);
-            *total += 1;
-            return true;
-        }
-        if self.overflow.is_none() {
-            *total += 1;
-        }
-        self.overflow.get_or_insert_with(|| Point::new(now, bounds)).record(v, now);
-        false
+        self.set.record(hash, matches, key, || Point::new(now, bounds), |p| p.record(v, now), MAX_SERIES_PER_INSTRUMENT, total)
     }
 
     /// Forgets series last updated before `cutoff`; how many were forgotten.
     pub(super) fn evict(&mut self, cutoff: u64) -> usize {
-        let before = self.len();
-        self.table.retain(|s| s.point.last_ns >= cutoff);
-        if self.overflow.as_ref().is_some_and(|p| p.last_ns < cutoff) {
-            self.overflow = None;
-        }
-        before - self.len()
+        self.set.evict(cutoff)
     }
 }
 
