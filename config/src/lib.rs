@@ -396,6 +396,31 @@ mod tests {
         assert!(s.discovery.selects_all());
     }
 
+    /// `pipeline.h2_state_mb`, `pipeline.conn_state_mb`'s former name, is
+    /// still read (from the file or the environment) and listed as
+    /// deprecated; set beside a different `conn_state_mb` it is refused.
+    #[test]
+    fn the_former_name_of_conn_state_mb_still_works_deprecated() {
+        let s = load("[pipeline]\nconn_state_mb = 32\n", &[]).unwrap();
+        assert_eq!((s.pipeline.conn_state_bytes(), s.pipeline.deprecated()), (32 << 20, vec![]));
+        assert_eq!(Settings::default().pipeline.conn_state_bytes(), 64 << 20);
+        let old = load("[pipeline]\nh2_state_mb = 8\n", &[]).unwrap();
+        assert_eq!(old.pipeline.conn_state_bytes(), 8 << 20);
+        assert_eq!(old.pipeline.deprecated(), [("pipeline.h2_state_mb", "pipeline.conn_state_mb")]);
+        let env = load("", &[("RINGTAIL_PIPELINE__H2_STATE_MB", "16")]).unwrap();
+        assert_eq!(env.pipeline.conn_state_bytes(), 16 << 20);
+        // the same value under both names is one setting
+        let both = load("[pipeline]\nh2_state_mb = 8\nconn_state_mb = 8\n", &[]).unwrap();
+        assert_eq!(both.pipeline.conn_state_bytes(), 8 << 20);
+        let err = load("[pipeline]\nh2_state_mb = 8\nconn_state_mb = 16\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("pipeline.h2_state_mb") && err.contains("conn_state_mb"), "{err}");
+        let err = load("[pipeline]\nh2_state_mb = 0\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("pipeline.h2_state_mb"), "{err}");
+        // written back (check-config, the supervisor's copy) under the name it was given
+        let again = Settings::from_toml(&old.to_toml()).unwrap();
+        assert_eq!(again.pipeline.conn_state_bytes(), 8 << 20);
+    }
+
     #[test]
     fn file_values_and_env_overrides() {
         let s = load(

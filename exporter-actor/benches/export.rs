@@ -30,7 +30,7 @@ use exporter_actor::meters::Meters;
 use exporter_actor::sinks::otlp::spans::TraceEncoder;
 use exporter_actor::sinks::otlp::traces::TraceSink;
 use exporter_actor::sinks::otlp::{OtlpConfig, Transport};
-use ipc_schema::{Body, Component, Envelope, HttpSpan, Producer, RpcCall, ServiceResource, SpanBatch, SpanKind, Value};
+use ipc_schema::{Body, Call, Component, Envelope, HttpCall, Producer, RpcCall, ServiceResource, Span, SpanBatch, SpanKind, Value};
 use ringtail_config::{OtlpProtocol, OtlpSettings};
 use runtime_kit::counters::Registry;
 use runtime_kit::profiling::cpu_time;
@@ -50,8 +50,8 @@ fn batch(n: usize, k: u64, grpc: bool, edges: bool) -> SpanBatch {
         })
         .collect();
     let routes = ["/", "/api/users/*", "/api/orders/*/items", "/static/app.js"];
-    let spans: Vec<HttpSpan> = (0..n)
-        .map(|i| HttpSpan {
+    let spans: Vec<Span> = (0..n)
+        .map(|i| Span {
             resource: (i % 4) as u32,
             kind: SpanKind::Server,
             trace_id: (u128::from(k) << 64) | i as u128 | 1 << 100,
@@ -61,31 +61,31 @@ fn batch(n: usize, k: u64, grpc: bool, edges: bool) -> SpanBatch {
             name: format!("GET {}", routes[i % 4]),
             start_unix_ns: 1_700_000_000_000_000_000 + i as u64 * 1000,
             end_unix_ns: 1_700_000_000_000_200_000 + i as u64 * 1000,
-            method: "GET".into(),
-            method_original: None,
-            route: Some(routes[i % 4].into()),
-            path: "/api/users/12345".into(),
-            query: None,
-            scheme: "http".into(),
-            status: if i % 50 == 0 { 500 } else { 200 },
             error: i % 50 == 0,
             server_address: Some("shop.example".into()),
             server_port: 8080,
-            client_address: "10.0.0.7".into(),
-            client_port: 40000 + (i % 1000) as u16,
             peer_address: "10.0.0.7".into(),
             peer_port: 40000 + (i % 1000) as u16,
-            protocol_version: "1.1".into(),
-            user_agent: Some("curl/8.5.0".into()),
             export_trace: true,
             export_metrics: true,
             attributes: Vec::new(),
-            rpc: None,
-            db: None,
             edge: edges.then(|| ipc_schema::Edge {
                 peer_service: format!("svc-{}", (i + 1) % 4),
                 peer_duration_ns: 250_000,
                 peer_error: i % 50 == 0,
+            }),
+            call: Call::Http(HttpCall {
+                method: "GET".into(),
+                method_original: None,
+                route: Some(routes[i % 4].into()),
+                path: "/api/users/12345".into(),
+                query: None,
+                scheme: "http".into(),
+                status: if i % 50 == 0 { 500 } else { 200 },
+                client_address: "10.0.0.7".into(),
+                client_port: 40000 + (i % 1000) as u16,
+                protocol_version: "1.1".into(),
+                user_agent: Some("curl/8.5.0".into()),
             }),
         })
         .map(|mut s| {
@@ -100,15 +100,16 @@ fn batch(n: usize, k: u64, grpc: bool, edges: bool) -> SpanBatch {
 
 /// Makes `s` a gRPC server span as the span-actor makes them (stable
 /// conventions): one call in 50 fails with UNAVAILABLE.
-fn grpc_span(s: &mut HttpSpan) {
+fn grpc_span(s: &mut Span) {
     let method = if s.span_id % 2 == 0 { "shop.Orders/Get" } else { "helloworld.Greeter/SayHello" };
     let error = s.error;
     s.name = method.into();
-    s.method = "POST".into();
-    s.path = format!("/{method}");
-    s.route = Some(s.path.clone());
-    s.status = 200;
-    s.protocol_version = "2".into();
+    let Call::Http(mut h) = s.call.clone() else { unreachable!("made an HTTP span") };
+    h.method = "POST".into();
+    h.path = format!("/{method}");
+    h.route = Some(h.path.clone());
+    h.status = 200;
+    h.protocol_version = "2".into();
     let status = if error { "UNAVAILABLE" } else { "OK" };
     let str = |k: &str, v: &str| (k.to_owned(), Value::Str(v.to_owned()));
     s.attributes = vec![str("rpc.system.name", "grpc"), str("rpc.method", method), str("rpc.response.status_code", status)];
@@ -117,16 +118,19 @@ fn grpc_span(s: &mut HttpSpan) {
     }
     s.attributes.push(str("network.protocol.name", "http"));
     let (service, short) = method.split_once('/').unwrap_or_default();
-    s.rpc = Some(RpcCall {
-        stable: true,
-        experimental: false,
-        system: "grpc".into(),
-        method: method.into(),
-        service_method: Some((service.into(), short.into())),
-        code: Some(if error { 14 } else { 0 }),
-        status: Some(status.into()),
-        error_type: error.then(|| status.into()),
-    });
+    s.call = Call::Rpc(
+        h,
+        RpcCall {
+            stable: true,
+            experimental: false,
+            system: "grpc".into(),
+            method: method.into(),
+            service_method: Some((service.into(), short.into())),
+            code: Some(if error { 14 } else { 0 }),
+            status: Some(status.into()),
+            error_type: error.then(|| status.into()),
+        },
+    );
 }
 
 fn rotel(port: u16, http: u16) -> Option<Child> {

@@ -1,13 +1,13 @@
 //! A received span batch, read in place: every sink takes this.
 
-use ipc_schema::{HttpSpan, ServiceResource, SpanBatch, WireError};
+use ipc_schema::{ServiceResource, Span, SpanBatch, WireError};
 
 /// A span batch's resources and its spans, whose strings borrow from the
 /// batch (reading them allocates one vector, not a string a field).
 #[derive(Debug)]
 pub struct Spans<'a> {
     pub resources: &'a [ServiceResource],
-    pub spans: Vec<HttpSpan<&'a str>>,
+    pub spans: Vec<Span<&'a str>>,
 }
 
 impl<'a> Spans<'a> {

@@ -7,13 +7,13 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use bytes::Bytes;
-use ipc_schema::{endpoints, Body, Component, Envelope, HttpSpan, Producer, ServiceResource, SpanBatch, SpanKind};
+use ipc_schema::{endpoints, Body, Call, Component, Envelope, HttpCall, Producer, ServiceResource, Span, SpanBatch, SpanKind};
 use ringtail_ipc::{self as ipc, Access};
 use ringtail_tests::{free_port, metric_value};
 use runtime_kit::counters::Registry;
 
-fn span(id: u64, path: &str) -> HttpSpan {
-    HttpSpan {
+fn span(id: u64, path: &str) -> Span {
+    Span {
         resource: 0,
         kind: SpanKind::Server,
         trace_id: u128::from(id) | 1 << 64,
@@ -23,28 +23,28 @@ fn span(id: u64, path: &str) -> HttpSpan {
         name: "GET".into(),
         start_unix_ns: 1_700_000_000_000_000_000,
         end_unix_ns: 1_700_000_000_001_000_000,
-        method: "GET".into(),
-        method_original: None,
-        route: None,
-        path: path.into(),
-        query: None,
-        scheme: "http".into(),
-        status: 200,
         error: false,
         server_address: None,
         server_port: 80,
-        client_address: "127.0.0.1".into(),
-        client_port: 5000,
         peer_address: "127.0.0.1".into(),
         peer_port: 5000,
-        protocol_version: "1.1".into(),
-        user_agent: None,
         export_trace: true,
         export_metrics: true,
         attributes: Vec::new(),
-        rpc: None,
-        db: None,
         edge: None,
+        call: Call::Http(HttpCall {
+            method: "GET".into(),
+            method_original: None,
+            route: None,
+            path: path.into(),
+            query: None,
+            scheme: "http".into(),
+            status: 200,
+            client_address: "127.0.0.1".into(),
+            client_port: 5000,
+            protocol_version: "1.1".into(),
+            user_agent: None,
+        }),
     }
 }
 

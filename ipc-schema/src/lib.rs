@@ -18,7 +18,7 @@
 //! - [`raw_wire`]: a raw batch's hand-written wire layout (every request
 //!   passes through one: written by the loader as it reads the kernel's
 //!   records, read by the span-actor without copying them).
-//! - [`span`]: finished HTTP spans, grouped by service resource.
+//! - [`span`]: finished spans of every protocol (one [`Span`], what it was a [`Call`]), grouped by service resource.
 //! - [`text`]: [`Text`], a span's string as the span-actor makes it
 //!   (a literal, shared or owned: most are one of a few literals).
 //! - [`db`]: the database call duration metric's definition, shared by
@@ -51,13 +51,13 @@ pub use component::{Component, ComponentInfo, COMPONENTS};
 pub use envelope::{decode, decode_ack, encode, Ack, Body, DecodeError, Envelope, Producer};
 pub use health::{HealthReport, MetricPoint};
 pub use raw::{DbLinks, ProcessInfo, RawBatch, RawEvent, RawH2, Role, SockAddr};
-pub use span::{DbCall, Edge, HttpSpan, RpcCall, ServiceResource, SpanBatch, SpanKind, Value};
+pub use span::{Call, DbCall, Edge, HttpCall, RpcCall, ServiceResource, Span, SpanBatch, SpanKind, Value};
 pub use text::Text;
 pub use wire::WireError;
 
 /// Version of the message layout. A receiver rejects any other version with
 /// [`DecodeError::Version`] instead of misreading it.
-pub const SCHEMA_VERSION: u16 = 11;
+pub const SCHEMA_VERSION: u16 = 12;
 
 /// Largest message any receiver accepts, in bytes. A batch of the largest
 /// configurable length with every capture full stays well below it.

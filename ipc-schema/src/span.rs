@@ -8,7 +8,7 @@
 use crate::span_wire;
 use crate::wire::{Section, WireError};
 
-/// OpenTelemetry span kind of an HTTP span.
+/// OpenTelemetry span kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SpanKind {
     Server,
@@ -27,11 +27,15 @@ pub struct ServiceResource {
     pub extra: Vec<(String, String)>,
 }
 
-/// One HTTP request as a span (SERVER or CLIENT). `S` holds its strings:
-/// owned (`String`, the default) where spans are made, borrowed (`&str`)
-/// where they are read from a [`SpanBatch`].
+/// One finished operation as a span (SERVER or CLIENT), of any protocol:
+/// what every span has (ids, kind, name, times, resource, the server and
+/// the peer, status, the attributes the span-actor chose) and what the
+/// operation was ([`Call`]), which decides the attributes and metrics of
+/// its protocol's conventions. `S` holds its strings: owned (`String`, the
+/// default) where spans are made, borrowed (`&str`) where they are read
+/// from a [`SpanBatch`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpSpan<S = String> {
+pub struct Span<S = String> {
     /// Index into [`SpanBatch::resources`].
     pub resource: u32,
     pub kind: SpanKind,
@@ -41,10 +45,95 @@ pub struct HttpSpan<S = String> {
     pub parent_span_id: u64,
     /// W3C trace flags (bit 0 = sampled).
     pub trace_flags: u8,
-    /// `{method} {route}` or `{method}`.
+    /// The conventions' span name (`{method} {route}`, an RPC method, a
+    /// query summary...).
     pub name: S,
     pub start_unix_ns: u64,
     pub end_unix_ns: u64,
+    /// Span status ERROR, by the conventions of its call.
+    pub error: bool,
+    /// `server.address` (an HTTP request's Host, a database's peer IP).
+    pub server_address: Option<S>,
+    /// `server.port`.
+    pub server_port: u16,
+    /// `network.peer.address` and `network.peer.port`.
+    pub peer_address: S,
+    pub peer_port: u16,
+    /// Export as a trace span (false for ignored routes in "traces" mode).
+    pub export_trace: bool,
+    /// Count in the duration histograms.
+    pub export_metrics: bool,
+    /// Attributes of other conventions the span also follows (gRPC's
+    /// `rpc.*`, an HTTP exchange that ended before its answer), from a
+    /// closed set of names chosen by the span-actor. An `error.type` here
+    /// replaces the call's own.
+    pub attributes: Vec<(S, Value<S>)>,
+    /// Set on a SERVER span that the span-actor joined to the CLIENT span
+    /// on this host that called it: the other end of the service-graph
+    /// edge, which the exporter counts from these values
+    /// (`traces_service_graph_*`), never from a pairing of its own.
+    pub edge: Option<Edge<S>>,
+    /// What the operation was, by protocol family.
+    pub call: Call<S>,
+}
+
+/// What a span's operation was: each family's own fields, which its
+/// conventions turn into attributes and metrics. Every sink and meter
+/// matches on it once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Call<S = String> {
+    /// An HTTP exchange (HTTP/1.x, or an HTTP/2 stream), measured in the
+    /// HTTP request-duration histograms.
+    Http(HttpCall<S>),
+    /// A remote procedure call (gRPC) over an HTTP exchange: its HTTP
+    /// attributes are exported, it is measured in the RPC duration
+    /// histograms ([`crate::rpc::METRICS`]) instead of HTTP's.
+    Rpc(HttpCall<S>, RpcCall<S>),
+    /// A database call (a CLIENT span read from a database protocol):
+    /// measured in `db.client.operation.duration` ([`crate::db`]).
+    Db(DbCall<S>),
+}
+
+impl<S> Call<S> {
+    /// The HTTP exchange of an HTTP or RPC call.
+    pub fn http(&self) -> Option<&HttpCall<S>> {
+        match self {
+            Call::Http(h) | Call::Rpc(h, _) => Some(h),
+            Call::Db(_) => None,
+        }
+    }
+
+    /// The RPC decisions of an RPC call.
+    pub fn rpc(&self) -> Option<&RpcCall<S>> {
+        match self {
+            Call::Rpc(_, r) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The database call of a database span.
+    pub fn db(&self) -> Option<&DbCall<S>> {
+        match self {
+            Call::Db(d) => Some(d),
+            _ => None,
+        }
+    }
+}
+
+impl<S: AsRef<str>> Call<S> {
+    /// The same call, with its strings in `T`.
+    pub fn map_str<'a, T>(&'a self, f: impl Fn(&'a str) -> T) -> Call<T> {
+        match self {
+            Call::Http(h) => Call::Http(h.map_str(f)),
+            Call::Rpc(h, r) => Call::Rpc(h.map_str(&f), r.map_str(&f)),
+            Call::Db(d) => Call::Db(d.map_str(f)),
+        }
+    }
+}
+
+/// An HTTP request and its answer, under the HTTP semantic conventions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpCall<S = String> {
     /// `http.request.method`: a known method or `_OTHER`.
     pub method: S,
     /// `http.request.method_original`, set when `method` is `_OTHER`.
@@ -57,47 +146,35 @@ pub struct HttpSpan<S = String> {
     pub query: Option<S>,
     /// `url.scheme`.
     pub scheme: S,
-    /// `http.response.status_code`.
+    /// `http.response.status_code` (0: no response).
     pub status: u16,
-    /// Span status ERROR (5xx for servers, 4xx and 5xx for clients).
-    pub error: bool,
-    /// `server.address` (Host header or the server's IP).
-    pub server_address: Option<S>,
-    /// `server.port`.
-    pub server_port: u16,
-    /// `client.address` (server spans) / `network.peer.address`.
+    /// `client.address` and `client.port` (of server spans).
     pub client_address: S,
-    /// `client.port`.
     pub client_port: u16,
-    /// `network.peer.address` and `network.peer.port` of client spans.
-    pub peer_address: S,
-    pub peer_port: u16,
-    /// `network.protocol.version`: "1.0" or "1.1".
+    /// `network.protocol.version`: "1.0", "1.1" or "2".
     pub protocol_version: S,
     /// `user_agent.original`, when captured.
     pub user_agent: Option<S>,
-    /// Export as a trace span (false for ignored routes in "traces" mode).
-    pub export_trace: bool,
-    /// Count in the request-duration histograms.
-    pub export_metrics: bool,
-    /// Attributes of other conventions the span also follows (gRPC's
-    /// `rpc.*`), from a closed set of names chosen by the span-actor. An
-    /// `error.type` here replaces the HTTP one.
-    pub attributes: Vec<(S, Value<S>)>,
-    /// Set for a remote procedure call (gRPC): what the span-actor decided
-    /// of it, for the RPC duration metrics (the exporter records the call
-    /// from these values, and never reads them back out of `attributes`).
-    pub rpc: Option<RpcCall<S>>,
-    /// Set for a database call (a CLIENT span read from a database
-    /// protocol): its attributes follow the database conventions instead of
-    /// HTTP's (the HTTP fields are empty and not exported), and it is
-    /// measured in `db.client.operation.duration` ([`crate::db`]).
-    pub db: Option<DbCall<S>>,
-    /// Set on a SERVER span that the span-actor joined to the CLIENT span
-    /// on this host that called it: the other end of the service-graph
-    /// edge, which the exporter counts from these values
-    /// (`traces_service_graph_*`), never from a pairing of its own.
-    pub edge: Option<Edge<S>>,
+}
+
+impl<S: AsRef<str>> HttpCall<S> {
+    /// The same exchange, with its strings in `T`.
+    pub fn map_str<'a, T>(&'a self, f: impl Fn(&'a str) -> T) -> HttpCall<T> {
+        let o = |v: &'a Option<S>| v.as_ref().map(|v| f(v.as_ref()));
+        HttpCall {
+            method: f(self.method.as_ref()),
+            method_original: o(&self.method_original),
+            route: o(&self.route),
+            path: f(self.path.as_ref()),
+            query: o(&self.query),
+            scheme: f(self.scheme.as_ref()),
+            status: self.status,
+            client_address: f(self.client_address.as_ref()),
+            client_port: self.client_port,
+            protocol_version: f(self.protocol_version.as_ref()),
+            user_agent: o(&self.user_agent),
+        }
+    }
 }
 
 /// The other end of a call that ringtail knows for certain, carried on the
@@ -123,9 +200,9 @@ impl<S: AsRef<str>> Edge<S> {
     }
 }
 
-/// An attribute value: of a span's [`HttpSpan::attributes`], of a metric
+/// An attribute value: of a span's [`Span::attributes`], of a metric
 /// series, of what every sink writes. `S` holds its string, as in
-/// [`HttpSpan`].
+/// [`Span`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Value<S = String> {
     /// A string.
@@ -203,7 +280,7 @@ impl<S: AsRef<str>> RpcCall<S> {
 /// A database call as the span-actor read it from the wire, under the
 /// OpenTelemetry database conventions (stable set). Nothing here is a bound
 /// parameter's value: `query_text` is sanitized (literals replaced by `?`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DbCall<S = String> {
     /// `db.system.name`: `postgresql`, `mysql`, `mariadb`, `redis`, `memcached`.
     pub system: S,
@@ -256,7 +333,7 @@ pub struct SpanBatch {
 
 impl SpanBatch {
     /// A batch of these spans (where spans are made by hand: tests).
-    pub fn of(resources: Vec<ServiceResource>, spans: &[HttpSpan]) -> SpanBatch {
+    pub fn of(resources: Vec<ServiceResource>, spans: &[Span]) -> SpanBatch {
         let mut b = SpanBatch { resources, ..SpanBatch::default() };
         spans.iter().for_each(|s| b.push(s));
         b
@@ -268,7 +345,7 @@ impl SpanBatch {
     }
 
     /// Appends a span (its `resource` should index [`SpanBatch::resources`]).
-    pub fn push<S: AsRef<str>>(&mut self, s: &HttpSpan<S>) {
+    pub fn push<S: AsRef<str>>(&mut self, s: &Span<S>) {
         span_wire::write_span(s, &mut self.spans.bytes);
         self.spans.count += 1;
     }
@@ -276,7 +353,7 @@ impl SpanBatch {
     /// The spans, in the order they were pushed, borrowing their strings
     /// from the batch; an error if a span is malformed, names a resource
     /// the batch does not have, or the spans are not the number declared.
-    pub fn read(&self) -> Result<Vec<HttpSpan<&str>>, WireError> {
+    pub fn read(&self) -> Result<Vec<Span<&str>>, WireError> {
         span_wire::read_spans(&self.spans, self.resources.len())
     }
 
@@ -297,85 +374,51 @@ impl SpanBatch {
     }
 }
 
-impl<S: AsRef<str>> HttpSpan<S> {
-    /// The same span, borrowing its strings from this one.
-    pub fn as_borrowed(&self) -> HttpSpan<&str> {
-        fn o<S: AsRef<str>>(v: &Option<S>) -> Option<&str> {
-            v.as_ref().map(AsRef::as_ref)
-        }
-        HttpSpan {
+impl<S: AsRef<str>> Span<S> {
+    /// The same span, with its strings in `T`.
+    pub fn map_str<'a, T>(&'a self, f: impl Fn(&'a str) -> T) -> Span<T> {
+        Span {
             resource: self.resource,
             kind: self.kind,
             trace_id: self.trace_id,
             span_id: self.span_id,
             parent_span_id: self.parent_span_id,
             trace_flags: self.trace_flags,
-            name: self.name.as_ref(),
+            name: f(self.name.as_ref()),
             start_unix_ns: self.start_unix_ns,
             end_unix_ns: self.end_unix_ns,
-            method: self.method.as_ref(),
-            method_original: o(&self.method_original),
-            route: o(&self.route),
-            path: self.path.as_ref(),
-            query: o(&self.query),
-            scheme: self.scheme.as_ref(),
-            status: self.status,
             error: self.error,
-            server_address: o(&self.server_address),
+            server_address: self.server_address.as_ref().map(|v| f(v.as_ref())),
             server_port: self.server_port,
-            client_address: self.client_address.as_ref(),
-            client_port: self.client_port,
-            peer_address: self.peer_address.as_ref(),
+            peer_address: f(self.peer_address.as_ref()),
             peer_port: self.peer_port,
-            protocol_version: self.protocol_version.as_ref(),
-            user_agent: o(&self.user_agent),
             export_trace: self.export_trace,
             export_metrics: self.export_metrics,
-            attributes: self.attributes.iter().map(|(k, v)| (k.as_ref(), v.as_borrowed())).collect(),
-            rpc: self.rpc.as_ref().map(|r| r.map_str(|v| v)),
-            db: self.db.as_ref().map(|d| d.map_str(|v| v)),
-            edge: self.edge.as_ref().map(|e| e.map_str(|v| v)),
+            attributes: self
+                .attributes
+                .iter()
+                .map(|(k, v)| {
+                    let v = match v {
+                        Value::Str(s) => Value::Str(f(s.as_ref())),
+                        Value::Int(i) => Value::Int(*i),
+                        Value::Bool(b) => Value::Bool(*b),
+                    };
+                    (f(k.as_ref()), v)
+                })
+                .collect(),
+            edge: self.edge.as_ref().map(|e| e.map_str(&f)),
+            call: self.call.map_str(&f),
         }
     }
 
+    /// The same span, borrowing its strings from this one.
+    pub fn as_borrowed(&self) -> Span<&str> {
+        self.map_str(|v| v)
+    }
+
     /// The same span, owning its strings.
-    pub fn to_owned_span(&self) -> HttpSpan {
-        let b = self.as_borrowed();
-        let o = |v: &str| v.to_owned();
-        let oo = |v: Option<&str>| v.map(str::to_owned);
-        HttpSpan {
-            resource: b.resource,
-            kind: b.kind,
-            trace_id: b.trace_id,
-            span_id: b.span_id,
-            parent_span_id: b.parent_span_id,
-            trace_flags: b.trace_flags,
-            name: o(b.name),
-            start_unix_ns: b.start_unix_ns,
-            end_unix_ns: b.end_unix_ns,
-            method: o(b.method),
-            method_original: oo(b.method_original),
-            route: oo(b.route),
-            path: o(b.path),
-            query: oo(b.query),
-            scheme: o(b.scheme),
-            status: b.status,
-            error: b.error,
-            server_address: oo(b.server_address),
-            server_port: b.server_port,
-            client_address: o(b.client_address),
-            client_port: b.client_port,
-            peer_address: o(b.peer_address),
-            peer_port: b.peer_port,
-            protocol_version: o(b.protocol_version),
-            user_agent: oo(b.user_agent),
-            export_trace: b.export_trace,
-            export_metrics: b.export_metrics,
-            attributes: b.attributes.iter().map(|(k, v)| (o(k), v.map_str(o))).collect(),
-            rpc: b.rpc.as_ref().map(|r| r.map_str(o)),
-            db: b.db.as_ref().map(|d| d.map_str(o)),
-            edge: b.edge.as_ref().map(|e| e.map_str(o)),
-        }
+    pub fn to_owned_span(&self) -> Span {
+        self.map_str(str::to_owned)
     }
 }
 
@@ -395,7 +438,7 @@ mod tests {
                 executable_name: "python3.11".into(),
                 extra: vec![("team".into(), "a".into())],
             }],
-            &[HttpSpan {
+            &[Span {
                 resource: 0,
                 kind: SpanKind::Client,
                 trace_id: u128::MAX - 5,
@@ -405,37 +448,40 @@ mod tests {
                 name: "GET /users/{id}".into(),
                 start_unix_ns: 1,
                 end_unix_ns: 2,
-                method: "_OTHER".into(),
-                method_original: Some("PURGE".into()),
-                route: Some("/users/{id}".into()),
-                path: "/users/12".into(),
-                query: Some("a=1".into()),
-                scheme: "http".into(),
-                status: 503,
                 error: true,
                 server_address: Some("example".into()),
                 server_port: 80,
-                client_address: "::1".into(),
-                client_port: 5000,
                 peer_address: "::1".into(),
                 peer_port: 80,
-                protocol_version: "1.1".into(),
-                user_agent: Some("curl/8".into()),
                 export_trace: true,
                 export_metrics: false,
                 attributes: vec![("rpc.system".into(), Value::Str("grpc".into())), ("x".into(), Value::Bool(true))],
-                rpc: Some(RpcCall {
-                    stable: true,
-                    experimental: false,
-                    system: "grpc".into(),
-                    method: "_OTHER".into(),
-                    service_method: None,
-                    code: Some(12),
-                    status: Some("UNIMPLEMENTED".into()),
-                    error_type: Some("UNIMPLEMENTED".into()),
-                }),
-                db: None,
                 edge: Some(Edge { peer_service: "front".into(), peer_duration_ns: 7, peer_error: true }),
+                call: Call::Rpc(
+                    HttpCall {
+                        method: "_OTHER".into(),
+                        method_original: Some("PURGE".into()),
+                        route: Some("/users/{id}".into()),
+                        path: "/users/12".into(),
+                        query: Some("a=1".into()),
+                        scheme: "http".into(),
+                        status: 503,
+                        client_address: "::1".into(),
+                        client_port: 5000,
+                        protocol_version: "1.1".into(),
+                        user_agent: Some("curl/8".into()),
+                    },
+                    RpcCall {
+                        stable: true,
+                        experimental: false,
+                        system: "grpc".into(),
+                        method: "_OTHER".into(),
+                        service_method: None,
+                        code: Some(12),
+                        status: Some("UNIMPLEMENTED".into()),
+                        error_type: Some("UNIMPLEMENTED".into()),
+                    },
+                ),
             }],
         );
         let env = Envelope::new(Producer { component: Component::SpanActor, instance: 2 }, 3, Body::Spans(batch.clone()));
@@ -445,9 +491,10 @@ mod tests {
         assert_eq!(got.len(), 1);
         let spans = got.read().expect("reads");
         let span = spans[0].clone();
-        assert_eq!((span.method, span.method_original, span.path), ("_OTHER", Some("PURGE"), "/users/12"));
+        let http = span.call.http().expect("an HTTP exchange");
+        assert_eq!((http.method, http.method_original, http.path), ("_OTHER", Some("PURGE"), "/users/12"));
         assert_eq!(span.attributes, vec![("rpc.system", Value::Str("grpc")), ("x", Value::Bool(true))]);
-        assert_eq!(span.rpc.as_ref().map(|r| (r.method, r.code, r.status)), Some(("_OTHER", Some(12), Some("UNIMPLEMENTED"))));
+        assert_eq!(span.call.rpc().map(|r| (r.method, r.code, r.status)), Some(("_OTHER", Some(12), Some("UNIMPLEMENTED"))));
         assert_eq!(span.edge, Some(Edge { peer_service: "front", peer_duration_ns: 7, peer_error: true }));
         assert_eq!(span.to_owned_span().as_borrowed(), span);
     }

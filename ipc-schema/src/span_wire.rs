@@ -15,22 +15,23 @@
 //!            uint(pid) str(executable_name) count(extra) (str str)*
 //! span     = uint(resource) u8(kind: 0 server, 1 client) u128le(trace_id)
 //!            u64le(span_id) u64le(parent_span_id) u8(trace_flags) str(name)
-//!            u64le(start_unix_ns) u64le(end_unix_ns) str(method)
-//!            opt(method_original) opt(route) str(path) opt(query) str(scheme)
-//!            uint(status) u8(bit 0 error, 1 export_trace, 2 export_metrics)
-//!            opt(server_address) uint(server_port) str(client_address)
-//!            uint(client_port) str(peer_address) uint(peer_port)
-//!            str(protocol_version) opt(user_agent) count(attributes)
-//!            (str(key) attr)* rpc db edge
+//!            u64le(start_unix_ns) u64le(end_unix_ns)
+//!            u8(bit 0 error, 1 export_trace, 2 export_metrics)
+//!            opt(server_address) uint(server_port) str(peer_address)
+//!            uint(peer_port) count(attributes) (str(key) attr)* edge call
 //! attr     = u8(0) str | u8(1) int | u8(2) u8(0 false, 1 true)
-//! rpc      = u8(0) | u8(1) u8(bit 0 stable, 1 experimental) str(system)
-//!            str(method) (u8(0) | u8(1) str(service) str(method))
-//!            (u8(0) | u8(1) int(code)) opt(status) opt(error_type)
-//! db       = u8(0) | u8(1) str(system) opt(namespace) opt(operation)
-//!            opt(collection) opt(query_text) opt(query_summary)
-//!            opt(status_code) opt(error_type) (u8(0) | u8(1) uint(rows))
 //! edge     = u8(0) | u8(1) str(peer_service) u64le(peer_duration_ns)
 //!            u8(peer_error: 0 or 1)
+//! call     = u8(0) http | u8(1) http rpc | u8(2) db
+//! http     = str(method) opt(method_original) opt(route) str(path)
+//!            opt(query) str(scheme) uint(status) str(client_address)
+//!            uint(client_port) str(protocol_version) opt(user_agent)
+//! rpc      = u8(bit 0 stable, 1 experimental) str(system) str(method)
+//!            (u8(0) | u8(1) str(service) str(method))
+//!            (u8(0) | u8(1) int(code)) opt(status) opt(error_type)
+//! db       = str(system) opt(namespace) opt(operation) opt(collection)
+//!            opt(query_text) opt(query_summary) opt(status_code)
+//!            opt(error_type) (u8(0) | u8(1) uint(rows))
 //! int      = zigzag uint (an i64; a status code is range-checked as i32)
 //! uint     = LEB128, at most 10 bytes, range-checked for its field
 //! count    = uint, never more than the bytes left could hold
@@ -46,7 +47,8 @@
 //! its spans are checked as [`SpanBatch::read`] reads them, once (checking
 //! them at decode too cost the exporter a second parse, ~0.25 µs a span).
 //! Field lists are destructured exhaustively on both sides: a field added
-//! to [`HttpSpan`] or [`ServiceResource`] does not compile until it is here.
+//! to [`Span`], a [`Call`] variant or [`ServiceResource`] does not compile
+//! until it is here.
 
 use std::fmt;
 
@@ -54,7 +56,7 @@ use serde::de::{self, SeqAccess, Visitor};
 use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::span::{DbCall, Edge, HttpSpan, RpcCall, ServiceResource, SpanBatch, SpanKind, Value};
+use crate::span::{Call, DbCall, Edge, HttpCall, RpcCall, ServiceResource, Span, SpanBatch, SpanKind, Value};
 pub use crate::wire::WireError;
 use crate::wire::{put_int, put_opt, put_str, put_uint, Reader, Section};
 
@@ -62,8 +64,14 @@ use crate::wire::{put_int, put_opt, put_str, put_uint, Reader, Section};
 /// name, no extras): bounds a declared count by the bytes left.
 const MIN_RESOURCE: usize = 6;
 /// The fewest bytes a span takes (fixed-width fields and one-byte
-/// integers, counts, empty strings and absent options).
-const MIN_SPAN: usize = 1 + 1 + 16 + 8 + 8 + 1 + 1 + 8 + 8 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + 1;
+/// integers, counts, empty strings and absent options; the smallest call,
+/// a database call's).
+const MIN_SPAN: usize = 1 + 1 + 16 + 8 + 8 + 1 + 1 + 8 + 8 + 1 + 1 + 1 + 1 + 1 + 1 + 1 + MIN_DB;
+/// The fewest bytes a call takes: its tag and a database call's fields.
+const MIN_DB: usize = 1 + 1 + 7 + 1;
+const CALL_HTTP: u8 = 0;
+const CALL_RPC: u8 = 1;
+const CALL_DB: u8 = 2;
 const RPC_STABLE: u8 = 1;
 const RPC_EXPERIMENTAL: u8 = 2;
 const FLAG_ERROR: u8 = 1;
@@ -90,8 +98,8 @@ fn write_resources(resources: &[ServiceResource], spans: usize, out: &mut Vec<u8
 }
 
 /// Appends one span.
-pub(crate) fn write_span<S: AsRef<str>>(s: &HttpSpan<S>, out: &mut Vec<u8>) {
-    let HttpSpan {
+pub(crate) fn write_span<S: AsRef<str>>(s: &Span<S>, out: &mut Vec<u8>) {
+    let Span {
         resource,
         kind,
         trace_id,
@@ -101,28 +109,16 @@ pub(crate) fn write_span<S: AsRef<str>>(s: &HttpSpan<S>, out: &mut Vec<u8>) {
         name,
         start_unix_ns,
         end_unix_ns,
-        method,
-        method_original,
-        route,
-        path,
-        query,
-        scheme,
-        status,
         error,
         server_address,
         server_port,
-        client_address,
-        client_port,
         peer_address,
         peer_port,
-        protocol_version,
-        user_agent,
         export_trace,
         export_metrics,
         attributes,
-        rpc,
-        db,
         edge,
+        call,
     } = s;
     put_uint(out, u64::from(*resource));
     out.push(match kind {
@@ -136,24 +132,13 @@ pub(crate) fn write_span<S: AsRef<str>>(s: &HttpSpan<S>, out: &mut Vec<u8>) {
     put_str(out, name.as_ref());
     out.extend_from_slice(&start_unix_ns.to_le_bytes());
     out.extend_from_slice(&end_unix_ns.to_le_bytes());
-    put_str(out, method.as_ref());
-    put_opt(out, method_original.as_ref().map(AsRef::as_ref));
-    put_opt(out, route.as_ref().map(AsRef::as_ref));
-    put_str(out, path.as_ref());
-    put_opt(out, query.as_ref().map(AsRef::as_ref));
-    put_str(out, scheme.as_ref());
-    put_uint(out, u64::from(*status));
     let flags =
         (u8::from(*error) * FLAG_ERROR) | (u8::from(*export_trace) * FLAG_EXPORT_TRACE) | (u8::from(*export_metrics) * FLAG_EXPORT_METRICS);
     out.push(flags);
     put_opt(out, server_address.as_ref().map(AsRef::as_ref));
     put_uint(out, u64::from(*server_port));
-    put_str(out, client_address.as_ref());
-    put_uint(out, u64::from(*client_port));
     put_str(out, peer_address.as_ref());
     put_uint(out, u64::from(*peer_port));
-    put_str(out, protocol_version.as_ref());
-    put_opt(out, user_agent.as_ref().map(AsRef::as_ref));
     put_uint(out, attributes.len() as u64);
     for (k, v) in attributes {
         put_str(out, k.as_ref());
@@ -172,21 +157,75 @@ pub(crate) fn write_span<S: AsRef<str>>(s: &HttpSpan<S>, out: &mut Vec<u8>) {
             }
         }
     }
-    match rpc {
-        None => out.push(0),
-        Some(r) => write_rpc(r, out),
-    }
-    match db {
-        None => out.push(0),
-        Some(d) => write_db(d, out),
-    }
     match edge {
         None => out.push(0),
         Some(e) => write_edge(e, out),
     }
+    match call {
+        Call::Http(h) => {
+            out.push(CALL_HTTP);
+            write_http(h, out);
+        }
+        Call::Rpc(h, r) => {
+            out.push(CALL_RPC);
+            write_http(h, out);
+            write_rpc(r, out);
+        }
+        Call::Db(d) => {
+            out.push(CALL_DB);
+            write_db(d, out);
+        }
+    }
 }
 
-/// Out of line, as [`write_rpc`].
+/// An HTTP exchange's fields: inlined, most spans are one.
+#[inline(always)]
+fn write_http<S: AsRef<str>>(h: &HttpCall<S>, out: &mut Vec<u8>) {
+    let HttpCall { method, method_original, route, path, query, scheme, status, client_address, client_port, protocol_version, user_agent } =
+        h;
+    put_str(out, method.as_ref());
+    put_opt(out, method_original.as_ref().map(AsRef::as_ref));
+    put_opt(out, route.as_ref().map(AsRef::as_ref));
+    put_str(out, path.as_ref());
+    put_opt(out, query.as_ref().map(AsRef::as_ref));
+    put_str(out, scheme.as_ref());
+    put_uint(out, u64::from(*status));
+    put_str(out, client_address.as_ref());
+    put_uint(out, u64::from(*client_port));
+    put_str(out, protocol_version.as_ref());
+    put_opt(out, user_agent.as_ref().map(AsRef::as_ref));
+}
+
+fn read_http<'a>(rd: &mut Reader<'a>) -> Result<HttpCall<&'a str>, WireError> {
+    Ok(HttpCall {
+        method: rd.str_ref("method")?,
+        method_original: rd.opt_ref("method_original")?,
+        route: rd.opt_ref("route")?,
+        path: rd.str_ref("path")?,
+        query: rd.opt_ref("query")?,
+        scheme: rd.str_ref("scheme")?,
+        status: rd.int("status")?,
+        client_address: rd.str_ref("client_address")?,
+        client_port: rd.int("client_port")?,
+        protocol_version: rd.str_ref("protocol_version")?,
+        user_agent: rd.opt_ref("user_agent")?,
+    })
+}
+
+/// The call a span's tag names.
+fn read_call<'a>(rd: &mut Reader<'a>) -> Result<Call<&'a str>, WireError> {
+    Ok(match rd.u8("call")? {
+        CALL_HTTP => Call::Http(read_http(rd)?),
+        CALL_RPC => {
+            let http = read_http(rd)?;
+            Call::Rpc(http, read_rpc(rd)?)
+        }
+        CALL_DB => Call::Db(read_db(rd)?),
+        _ => return Err(WireError::Range { field: "call" }),
+    })
+}
+
+/// Out of line: few spans complete an edge.
 #[inline(never)]
 fn write_edge<S: AsRef<str>>(edge: &Edge<S>, out: &mut Vec<u8>) {
     let Edge { peer_service, peer_duration_ns, peer_error } = edge;
@@ -212,11 +251,10 @@ fn read_edge<'a>(rd: &mut Reader<'a>) -> Result<Option<Edge<&'a str>>, WireError
     Ok(Some(Edge { peer_service, peer_duration_ns, peer_error }))
 }
 
-/// Out of line, as [`write_rpc`].
+/// Out of line, as [`write_rpc`]: most spans are not database calls.
 #[inline(never)]
 fn write_db<S: AsRef<str>>(db: &DbCall<S>, out: &mut Vec<u8>) {
     let DbCall { system, namespace, operation, collection, query_text, query_summary, status_code, error_type, returned_rows } = db;
-    out.push(1);
     put_str(out, system.as_ref());
     for v in [namespace, operation, collection, query_text, query_summary, status_code, error_type] {
         put_opt(out, v.as_ref().map(AsRef::as_ref));
@@ -230,13 +268,8 @@ fn write_db<S: AsRef<str>>(db: &DbCall<S>, out: &mut Vec<u8>) {
     }
 }
 
-fn read_db<'a>(rd: &mut Reader<'a>) -> Result<Option<DbCall<&'a str>>, WireError> {
-    match rd.u8("db")? {
-        0 => return Ok(None),
-        1 => {}
-        _ => return Err(WireError::Range { field: "db" }),
-    }
-    Ok(Some(DbCall {
+fn read_db<'a>(rd: &mut Reader<'a>) -> Result<DbCall<&'a str>, WireError> {
+    Ok(DbCall {
         system: rd.str_ref("db system")?,
         namespace: rd.opt_ref("db namespace")?,
         operation: rd.opt_ref("db operation")?,
@@ -250,15 +283,14 @@ fn read_db<'a>(rd: &mut Reader<'a>) -> Result<Option<DbCall<&'a str>>, WireError
             1 => Some(rd.int("db rows")?),
             _ => return Err(WireError::Range { field: "db rows" }),
         },
-    }))
+    })
 }
 
-/// Out of line: most spans are not calls, and [`write_span`] stays small
-/// enough for its writes to be inlined.
+/// Out of line: most spans are not RPC calls, and [`write_span`] stays
+/// small enough for its writes to be inlined.
 #[inline(never)]
 fn write_rpc<S: AsRef<str>>(rpc: &RpcCall<S>, out: &mut Vec<u8>) {
     let RpcCall { stable, experimental, system, method, service_method, code, status, error_type } = rpc;
-    out.push(1);
     out.push((u8::from(*stable) * RPC_STABLE) | (u8::from(*experimental) * RPC_EXPERIMENTAL));
     put_str(out, system.as_ref());
     put_str(out, method.as_ref());
@@ -281,12 +313,7 @@ fn write_rpc<S: AsRef<str>>(rpc: &RpcCall<S>, out: &mut Vec<u8>) {
     put_opt(out, error_type.as_ref().map(AsRef::as_ref));
 }
 
-fn read_rpc<'a>(rd: &mut Reader<'a>) -> Result<Option<RpcCall<&'a str>>, WireError> {
-    match rd.u8("rpc")? {
-        0 => return Ok(None),
-        1 => {}
-        _ => return Err(WireError::Range { field: "rpc" }),
-    }
+fn read_rpc<'a>(rd: &mut Reader<'a>) -> Result<RpcCall<&'a str>, WireError> {
     let sets = rd.u8("rpc sets")?;
     if sets & !(RPC_STABLE | RPC_EXPERIMENTAL) != 0 {
         return Err(WireError::Range { field: "rpc sets" });
@@ -305,7 +332,7 @@ fn read_rpc<'a>(rd: &mut Reader<'a>) -> Result<Option<RpcCall<&'a str>>, WireErr
     };
     let status = rd.opt_ref("rpc status")?;
     let error_type = rd.opt_ref("rpc error_type")?;
-    Ok(Some(RpcCall {
+    Ok(RpcCall {
         stable: sets & RPC_STABLE != 0,
         experimental: sets & RPC_EXPERIMENTAL != 0,
         system,
@@ -314,7 +341,7 @@ fn read_rpc<'a>(rd: &mut Reader<'a>) -> Result<Option<RpcCall<&'a str>>, WireErr
         code,
         status,
         error_type,
-    }))
+    })
 }
 
 /// The first part of a batch: its resources and the number of spans it
@@ -343,7 +370,7 @@ fn read_resources(bytes: &[u8]) -> Result<(Vec<ServiceResource>, u64), WireError
 
 /// Reads every span of `section`, checking each (see the module doc), and
 /// that there are as many as declared and nothing after them.
-pub(crate) fn read_spans(section: &Section, resources: usize) -> Result<Vec<HttpSpan<&str>>, WireError> {
+pub(crate) fn read_spans(section: &Section, resources: usize) -> Result<Vec<Span<&str>>, WireError> {
     let mut rd = Reader::new(&section.bytes);
     let mut spans = Vec::with_capacity(section.count);
     for index in 0..section.count {
@@ -358,7 +385,7 @@ pub(crate) fn read_spans(section: &Section, resources: usize) -> Result<Vec<Http
 }
 
 /// Reads one span, borrowing its strings.
-pub(crate) fn read_span<'a>(rd: &mut Reader<'a>) -> Result<HttpSpan<&'a str>, WireError> {
+pub(crate) fn read_span<'a>(rd: &mut Reader<'a>) -> Result<Span<&'a str>, WireError> {
     let resource = rd.int("resource")?;
     let kind = match rd.u8("kind")? {
         0 => SpanKind::Server,
@@ -372,25 +399,14 @@ pub(crate) fn read_span<'a>(rd: &mut Reader<'a>) -> Result<HttpSpan<&'a str>, Wi
     let name = rd.str_ref("name")?;
     let start_unix_ns = rd.u64le("start_unix_ns")?;
     let end_unix_ns = rd.u64le("end_unix_ns")?;
-    let method = rd.str_ref("method")?;
-    let method_original = rd.opt_ref("method_original")?;
-    let route = rd.opt_ref("route")?;
-    let path = rd.str_ref("path")?;
-    let query = rd.opt_ref("query")?;
-    let scheme = rd.str_ref("scheme")?;
-    let status = rd.int("status")?;
     let flags = rd.u8("flags")?;
     if flags & !(FLAG_ERROR | FLAG_EXPORT_TRACE | FLAG_EXPORT_METRICS) != 0 {
         return Err(WireError::Range { field: "flags" });
     }
     let server_address = rd.opt_ref("server_address")?;
     let server_port = rd.int("server_port")?;
-    let client_address = rd.str_ref("client_address")?;
-    let client_port = rd.int("client_port")?;
     let peer_address = rd.str_ref("peer_address")?;
     let peer_port = rd.int("peer_port")?;
-    let protocol_version = rd.str_ref("protocol_version")?;
-    let user_agent = rd.opt_ref("user_agent")?;
     let n = rd.count("attributes", 3)?;
     let mut attributes = Vec::with_capacity(n);
     for _ in 0..n {
@@ -407,10 +423,9 @@ pub(crate) fn read_span<'a>(rd: &mut Reader<'a>) -> Result<HttpSpan<&'a str>, Wi
         };
         attributes.push((key, value));
     }
-    let rpc = read_rpc(rd)?;
-    let db = read_db(rd)?;
     let edge = read_edge(rd)?;
-    Ok(HttpSpan {
+    let call = read_call(rd)?;
+    Ok(Span {
         resource,
         kind,
         trace_id,
@@ -420,28 +435,16 @@ pub(crate) fn read_span<'a>(rd: &mut Reader<'a>) -> Result<HttpSpan<&'a str>, Wi
         name,
         start_unix_ns,
         end_unix_ns,
-        method,
-        method_original,
-        route,
-        path,
-        query,
-        scheme,
-        status,
         error: flags & FLAG_ERROR != 0,
         server_address,
         server_port,
-        client_address,
-        client_port,
         peer_address,
         peer_port,
-        protocol_version,
-        user_agent,
         export_trace: flags & FLAG_EXPORT_TRACE != 0,
         export_metrics: flags & FLAG_EXPORT_METRICS != 0,
         attributes,
-        rpc,
-        db,
         edge,
+        call,
     })
 }
 
@@ -501,8 +504,9 @@ mod tests {
         }
     }
 
-    fn span(resource: u32) -> HttpSpan {
-        HttpSpan {
+    /// A gRPC call's span (HTTP and RPC fields), with an edge.
+    fn span(resource: u32) -> Span {
+        Span {
             resource,
             kind: SpanKind::Server,
             trace_id: u128::MAX - 1,
@@ -512,22 +516,11 @@ mod tests {
             name: "GET /a/{id}".into(),
             start_unix_ns: 1_700_000_000_000_000_000,
             end_unix_ns: u64::MAX,
-            method: "GET".into(),
-            method_original: None,
-            route: Some("/a/{id}".into()),
-            path: "/a/€".into(),
-            query: Some(String::new()),
-            scheme: "https".into(),
-            status: u16::MAX,
             error: true,
             server_address: None,
             server_port: u16::MAX,
-            client_address: "::1".into(),
-            client_port: 0,
             peer_address: String::new(),
             peer_port: 443,
-            protocol_version: "1.1".into(),
-            user_agent: Some("x".repeat(300)),
             export_trace: false,
             export_metrics: true,
             attributes: vec![
@@ -538,28 +531,50 @@ mod tests {
                 ("t".into(), Value::Bool(true)),
                 ("f".into(), Value::Bool(false)),
             ],
-            rpc: Some(RpcCall {
-                stable: true,
-                experimental: true,
-                system: "grpc".into(),
-                method: "pkg.Svc/Get".into(),
-                service_method: Some(("pkg.Svc".into(), "Get".into())),
-                code: Some(i32::MIN),
-                status: Some("NOT_FOUND".into()),
-                error_type: None,
-            }),
-            db: Some(DbCall {
-                system: "postgresql".into(),
-                namespace: Some("shop".into()),
-                operation: Some("SELECT".into()),
-                collection: None,
-                query_text: Some("SELECT * FROM t WHERE id = ?".into()),
-                query_summary: Some("SELECT t".into()),
-                status_code: None,
-                error_type: Some("42601".into()),
-                returned_rows: Some(u64::MAX),
-            }),
             edge: Some(Edge { peer_service: "front-€".into(), peer_duration_ns: u64::MAX, peer_error: true }),
+            call: Call::Rpc(
+                http(),
+                RpcCall {
+                    stable: true,
+                    experimental: true,
+                    system: "grpc".into(),
+                    method: "pkg.Svc/Get".into(),
+                    service_method: Some(("pkg.Svc".into(), "Get".into())),
+                    code: Some(i32::MIN),
+                    status: Some("NOT_FOUND".into()),
+                    error_type: None,
+                },
+            ),
+        }
+    }
+
+    fn http() -> HttpCall {
+        HttpCall {
+            method: "GET".into(),
+            method_original: None,
+            route: Some("/a/{id}".into()),
+            path: "/a/€".into(),
+            query: Some(String::new()),
+            scheme: "https".into(),
+            status: u16::MAX,
+            client_address: "::1".into(),
+            client_port: 0,
+            protocol_version: "1.1".into(),
+            user_agent: Some("x".repeat(300)),
+        }
+    }
+
+    fn db() -> DbCall {
+        DbCall {
+            system: "postgresql".into(),
+            namespace: Some("shop".into()),
+            operation: Some("SELECT".into()),
+            collection: None,
+            query_text: Some("SELECT * FROM t WHERE id = ?".into()),
+            query_summary: Some("SELECT t".into()),
+            status_code: None,
+            error_type: Some("42601".into()),
+            returned_rows: Some(u64::MAX),
         }
     }
 
@@ -574,12 +589,12 @@ mod tests {
     }
 
     /// Decoded, then read.
-    fn read_all(resources: &[u8], spans: Vec<u8>) -> Result<Vec<HttpSpan>, WireError> {
+    fn read_all(resources: &[u8], spans: Vec<u8>) -> Result<Vec<Span>, WireError> {
         let b = read(resources, spans)?;
         Ok(b.read()?.iter().map(|s| s.to_owned_span()).collect())
     }
 
-    fn span_bytes(s: &HttpSpan) -> Vec<u8> {
+    fn span_bytes(s: &Span) -> Vec<u8> {
         let mut out = Vec::new();
         write_span(s, &mut out);
         out
@@ -591,6 +606,10 @@ mod tests {
         let got = read(&res_bytes(&b.resources, 3), b.spans.bytes.clone()).unwrap();
         assert_eq!(got, b);
         assert_eq!(read_all(&res_bytes(&b.resources, 3), b.spans.bytes.clone()).unwrap(), vec![span(0), span(1), span(1)]);
+        // each call of its own: HTTP alone, a database call
+        let others = [Span { call: Call::Http(http()), ..span(0) }, Span { kind: SpanKind::Client, call: Call::Db(db()), ..span(1) }];
+        let b = SpanBatch::of(vec![resource("a"), resource("b")], &others);
+        assert_eq!(read_all(&res_bytes(&b.resources, 2), b.spans.bytes.clone()).unwrap(), others);
         let empty = SpanBatch::default();
         assert_eq!(read(&res_bytes(&[], 0), Vec::new()).unwrap(), empty);
         assert_eq!(empty.read().unwrap(), vec![]);
@@ -613,7 +632,7 @@ mod tests {
 
     #[test]
     fn the_smallest_span_is_min_span_bytes() {
-        let s = HttpSpan::<&str> {
+        let s = Span::<&str> {
             resource: 0,
             kind: SpanKind::Server,
             trace_id: 0,
@@ -623,28 +642,26 @@ mod tests {
             name: "",
             start_unix_ns: 0,
             end_unix_ns: 0,
-            method: "",
-            method_original: None,
-            route: None,
-            path: "",
-            query: None,
-            scheme: "",
-            status: 0,
             error: false,
             server_address: None,
             server_port: 0,
-            client_address: "",
-            client_port: 0,
             peer_address: "",
             peer_port: 0,
-            protocol_version: "",
-            user_agent: None,
             export_trace: false,
             export_metrics: false,
             attributes: Vec::new(),
-            rpc: None,
-            db: None,
             edge: None,
+            call: Call::Db(DbCall {
+                system: "",
+                namespace: None,
+                operation: None,
+                collection: None,
+                query_text: None,
+                query_summary: None,
+                status_code: None,
+                error_type: None,
+                returned_rows: None,
+            }),
         };
         let mut out = Vec::new();
         write_span(&s, &mut out);
@@ -674,14 +691,22 @@ mod tests {
         // as many attributes as a u32 holds, in a span of a few bytes
         let mut s = span(0);
         s.attributes.clear();
-        s.rpc = None;
-        s.db = None;
         s.edge = None;
+        let none = DbCall {
+            system: String::new(),
+            namespace: None,
+            operation: None,
+            collection: None,
+            query_text: None,
+            query_summary: None,
+            status_code: None,
+            error_type: None,
+            returned_rows: None,
+        };
+        s.call = Call::Db(none);
         let mut bytes = span_bytes(&s);
-        bytes.pop(); // edge: none
-        bytes.pop(); // db: none
-        bytes.pop(); // rpc: none
-        bytes.pop(); // the count: 0
+        // the count (0), the edge's tag (none), the smallest call
+        bytes.truncate(bytes.len() - 1 - 1 - MIN_DB);
         put_uint(&mut bytes, u64::from(u32::MAX));
         assert_eq!(read_all(&res_bytes(&[resource("a")], 1), bytes), Err(WireError::Count { field: "attributes" }));
         // more spans declared than their bytes can hold: refused at decode
@@ -711,7 +736,9 @@ mod tests {
     #[test]
     fn a_status_code_out_of_i32_range_is_refused() {
         let mut s = span(0);
-        s.rpc.as_mut().unwrap().code = Some(7);
+        if let Call::Rpc(_, r) = &mut s.call {
+            r.code = Some(7);
+        }
         let mut b = span_bytes(&s);
         // code 7 is zigzag 14, right before the status: made i32::MAX + 1.
         let at = b.iter().rposition(|&c| c == 14).unwrap();
@@ -719,24 +746,32 @@ mod tests {
         put_int(&mut big, i64::from(i32::MAX) + 1);
         b.splice(at..=at, big);
         assert_eq!(read_all(&res_bytes(&[resource("a")], 1), b), Err(WireError::Range { field: "rpc code" }));
-        // an unknown set bit: the byte after the rpc tag, which stands
-        // where a span without rpc, db and edge has its db tag
+        // an unknown set bit: the first byte of the RPC part, which stands
+        // where the same span of an HTTP call alone ends
         let mut bad = span_bytes(&span(0));
-        bad[span_bytes(&HttpSpan { rpc: None, db: None, edge: None, ..span(0) }).len() - 2] |= 8;
+        bad[span_bytes(&Span { call: Call::Http(http()), ..span(0) }).len()] |= 8;
         assert_eq!(read_all(&res_bytes(&[resource("a")], 1), bad), Err(WireError::Range { field: "rpc sets" }));
     }
 
     #[test]
     fn an_edge_with_a_bad_tag_or_flag_is_refused() {
         let with = span_bytes(&span(0));
-        // the edge's error flag is the last byte: only 0 and 1
+        let without = span_bytes(&Span { edge: None, ..span(0) });
+        // the edge's tag is where the two first differ, the call follows it
+        let tag = with.iter().zip(&without).position(|(a, b)| a != b).unwrap();
+        let call = without.len() - tag - 1;
+        // the edge's error flag is its last byte: only 0 and 1
         let mut bad = with.clone();
-        *bad.last_mut().unwrap() = 2;
+        bad[with.len() - call - 1] = 2;
         assert_eq!(read_all(&res_bytes(&[resource("a")], 1), bad), Err(WireError::Range { field: "edge peer_error" }));
-        // the tag of an absent edge is the last byte: only 0 and 1
-        let mut bad = span_bytes(&HttpSpan { edge: None, ..span(0) });
-        *bad.last_mut().unwrap() = 2;
+        // the tag of an absent edge: only 0 and 1
+        let mut bad = without.clone();
+        bad[tag] = 2;
         assert_eq!(read_all(&res_bytes(&[resource("a")], 1), bad), Err(WireError::Range { field: "edge" }));
+        // the call's tag: only 0, 1 and 2
+        let mut bad = without;
+        bad[tag + 1] = 3;
+        assert_eq!(read_all(&res_bytes(&[resource("a")], 1), bad), Err(WireError::Range { field: "call" }));
     }
 
     #[test]
@@ -746,7 +781,7 @@ mod tests {
         b[at] = 0xff;
         assert_eq!(read(&b, Vec::new()), Err(WireError::Utf8 { field: "service_name" }));
         let mut s = span(0);
-        s.path = "\u{7f}".into();
+        s.call = Call::Http(HttpCall { path: "\u{7f}".into(), ..http() });
         let mut b = span_bytes(&s);
         let at = b.iter().position(|&c| c == 0x7f).unwrap();
         b[at] = 0xff;

@@ -6,7 +6,7 @@
 //! As `String`s each was an allocation and a copy per span, a fifth of the
 //! span-actor's instructions with the parse's own. A `Text` is a literal,
 //! a shared string (a reference count) or an owned one; it reads as `&str`
-//! and is written to the wire as any other string ([`crate::HttpSpan`] with
+//! and is written to the wire as any other string ([`crate::Span`] with
 //! `S = Text`).
 
 use std::fmt;

@@ -136,7 +136,7 @@ pub fn http1(data: &[u8]) {
     t.expire(now + std::time::Duration::from_secs(3600), &mut out);
     for p in &out {
         let s = &p.span;
-        if let Some(q) = &s.query {
+        if let Some(q) = s.call.http().and_then(|h| h.query.as_ref()) {
             assert_redacted(q);
         }
         if let Some(a) = &s.server_address {
@@ -263,9 +263,9 @@ pub fn db_conn(data: &[u8]) {
     assert_eq!(conn.pending(), 0, "calls pending after close");
     for op in &ops {
         assert!(op.start_ns <= op.end_ns, "{op:?}");
-        assert!(op.system == conn.system_name() || system == System::MySql, "{op:?}");
-        assert!(op.query_text.as_ref().is_none_or(|q| q.len() <= sql::MAX_QUERY_TEXT), "{op:?}");
-        assert!(op.query_summary.as_ref().is_none_or(|q| q.len() <= sql::MAX_SUMMARY), "{op:?}");
+        assert!(op.call.system == conn.system_name() || system == System::MySql, "{op:?}");
+        assert!(op.call.query_text.as_ref().is_none_or(|q| q.len() <= sql::MAX_QUERY_TEXT), "{op:?}");
+        assert!(op.call.query_summary.as_ref().is_none_or(|q| q.len() <= sql::MAX_SUMMARY), "{op:?}");
     }
 }
 
@@ -550,7 +550,8 @@ pub fn db_secrets(data: &[u8]) {
     }
     conn.close(&mut counts);
     for op in &ops {
-        let fields = [&op.namespace, &op.operation, &op.collection, &op.query_text, &op.query_summary, &op.status_code, &op.error_type];
+        let c = &op.call;
+        let fields = [&c.namespace, &c.operation, &c.collection, &c.query_text, &c.query_summary, &c.status_code, &c.error_type];
         for f in fields.into_iter().flatten() {
             for s in PLANTED {
                 assert!(!f.contains(s), "planted {s:?} exported in {op:?}");

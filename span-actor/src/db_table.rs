@@ -1,9 +1,10 @@
 //! [`DbTable`]: every database connection followed, the kernel's records
 //! in (`RawH2` with `db`), [`Operation`]s out (one per database call).
 //!
-//! Bounded host-wide, whatever clients and servers send: at most
-//! [`DB_CONNS`] connections (a new one past it evicts the oldest), and at
-//! most `pipeline.h2_state_mb` of parser state in all (past it the
+//! Bounded host-wide, whatever clients and servers send, by a
+//! [`ConnTable`]: at most [`DB_CONNS`] connections (a new one past it
+//! evicts the oldest), and at most the connection-state budget
+//! (`pipeline.conn_state_mb`) of parser state in all (past it the
 //! connections that hold the most are forgotten, their pending calls
 //! counted `unanswered`; one that goes on is followed afresh, as one seen
 //! mid-way, its calls numbered on from where it was, so that no span id
@@ -16,6 +17,7 @@ use ipc_schema::{DbLinks, RawH2, Role};
 use runtime_kit::counters::{Counter, Drops, Gauge, Registry};
 use rustc_hash::FxHashMap as HashMap;
 
+use crate::conn_table::{ConnTable, Held, Key, Slot};
 use crate::db::pieces::{self, Piece};
 use crate::db::{detect, DbConn, DbCounts, DbOp};
 use crate::operation::{Call, Conn, Operation};
@@ -26,12 +28,6 @@ pub const DB_CONNS: usize = 16_384;
 /// link of the send that carried it (a pipeline deeper than this in
 /// flight links its oldest calls to nothing).
 const SENDS_KEPT: usize = 64;
-/// What the budget is brought down to once exceeded (7/8 of it).
-const LOW_WATER: (usize, usize) = (7, 8);
-
-/// A connection (epoch, connection number).
-type Key = (u64, u64);
-
 struct Entry {
     db: DbConn,
     who: Conn,
@@ -39,13 +35,16 @@ struct Entry {
     calls: u32,
     /// The latest sends' times and links, oldest first.
     sends: VecDeque<(u64, DbLinks)>,
-    born: u64,
-    /// What it holds, as last counted into [`DbTable::bytes`].
-    bytes: usize,
+}
+
+impl Held for Entry {
+    fn held_bytes(&self) -> usize {
+        self.db.held_bytes()
+    }
 }
 
 /// What an entry costs besides its parser's buffers.
-const ENTRY_OVERHEAD: usize = std::mem::size_of::<Key>() * 2 + std::mem::size_of::<Entry>() + SENDS_KEPT * 32 + 16;
+const ENTRY_OVERHEAD: usize = std::mem::size_of::<Key>() * 2 + std::mem::size_of::<Slot<Entry>>() + SENDS_KEPT * 32 + 16;
 
 struct Counters {
     /// By [`DbCounts::labelled`] order.
@@ -58,8 +57,7 @@ struct Counters {
 
 /// Every database connection followed.
 pub struct DbTable {
-    conns: HashMap<Key, Entry>,
-    order: VecDeque<(Key, u64)>,
+    conns: ConnTable<Entry>,
     /// Connections forgotten while open (evicted, shed): the calls they
     /// had made (and their `born`, which tells the entry of `gone_order`
     /// that is current), for one followed afresh to number its calls on (a
@@ -68,9 +66,9 @@ pub struct DbTable {
     /// first), well under 1 MiB; a close forgets one for good.
     gone: HashMap<Key, (u32, u64)>,
     gone_order: VecDeque<(Key, u64)>,
-    born: u64,
-    bytes: usize,
-    budget: usize,
+    /// Connections forgotten while open so far: tells a `gone` entry from
+    /// an older one of the same key.
+    forgotten: u64,
     counts: DbCounts,
     stats: Counters,
     ops: Vec<DbOp>,
@@ -80,13 +78,10 @@ impl DbTable {
     /// A table holding at most `budget` bytes of parser state.
     pub fn new(budget: usize, registry: &Registry) -> DbTable {
         DbTable {
-            conns: HashMap::default(),
-            order: VecDeque::new(),
+            conns: ConnTable::new(DB_CONNS, budget, ENTRY_OVERHEAD),
             gone: HashMap::default(),
             gone_order: VecDeque::new(),
-            born: 0,
-            bytes: 0,
-            budget,
+            forgotten: 0,
             counts: DbCounts::default(),
             stats: Counters {
                 reasons: DbCounts::default().labelled().iter().map(|(r, _)| registry.drops("ringtail_dropped_events_total", r)).collect(),
@@ -107,7 +102,7 @@ impl DbTable {
     /// Publishes the gauges and the counts taken since the last call (once
     /// a batch).
     pub fn publish(&mut self) {
-        self.stats.state_bytes.set(self.bytes as f64);
+        self.stats.state_bytes.set(self.conns.bytes() as f64);
         self.stats.connections.set(self.conns.len() as f64);
         let counts = std::mem::take(&mut self.counts);
         for (d, (_, n)) in self.stats.reasons.iter().zip(counts.labelled()) {
@@ -126,7 +121,7 @@ impl DbTable {
             self.gone.remove(&key);
             return;
         }
-        if !self.conns.contains_key(&key) && !self.open(key, r) {
+        if !self.conns.contains(&key) && !self.open(key, r) {
             return;
         }
         let Some(e) = self.conns.get_mut(&key) else { return };
@@ -155,8 +150,17 @@ impl DbTable {
                 call: Call::Db(op),
             });
         }
-        self.recount(&key);
+        self.conns.recount(&key);
         self.shed();
+    }
+
+    /// Over the budget: the connections that hold the most are forgotten
+    /// ([`ConnTable::shed`]), as evicted ones are.
+    fn shed(&mut self) {
+        for (key, e) in self.conns.shed() {
+            self.stats.evicted.inc();
+            self.forget(key, e, true);
+        }
     }
 
     /// Starts following connection `key` at record `r`: its protocol from
@@ -172,80 +176,44 @@ impl DbTable {
             self.stats.undetected.add(1);
             return false;
         };
-        if self.conns.len() >= DB_CONNS {
-            self.evict_oldest();
+        if let Some((old, e)) = self.conns.make_room() {
+            self.stats.evicted.inc();
+            self.forget(old, e, true);
         }
         let who = Conn { id: r.conn_id, pid: r.pid, proc_start_ns: r.proc_start_ns, local: r.local, peer: r.peer, tls: r.tls };
         let calls = self.gone.remove(&key).map_or(0, |(calls, _)| calls);
-        self.born += 1;
         let mut db = DbConn::new(system);
         if !r.start {
             // its first record is not this one (traced mid-way, followed
             // afresh, or that record was lost)
             db.joined_midway();
         }
-        self.conns.insert(key, Entry { db, who, calls, sends: VecDeque::new(), born: self.born, bytes: 0 });
-        self.order.push_back((key, self.born));
-        if self.order.len() > 2 * self.conns.len() + 64 {
-            let conns = &self.conns;
-            self.order.retain(|(k, born)| conns.get(k).is_some_and(|e| e.born == *born));
-        }
+        self.conns.insert(key, Entry { db, who, calls, sends: VecDeque::new() });
         true
     }
 
     /// The connection ends (closed, or forgotten while open: evicted or
-    /// shed, `open`): its pending calls are counted; one forgotten while
-    /// open leaves its number of calls behind.
+    /// shed): its pending calls are counted; one forgotten while open
+    /// leaves its number of calls behind.
     fn end(&mut self, key: Key, open: bool) -> bool {
-        let Some(mut e) = self.conns.remove(&key) else { return false };
-        self.bytes -= e.bytes;
-        e.db.close(&mut self.counts);
-        if open {
-            self.gone.insert(key, (e.calls, e.born));
-            self.gone_order.push_back((key, e.born));
-            while self.gone_order.len() > DB_CONNS {
-                let Some((old, born)) = self.gone_order.pop_front() else { break };
-                if self.gone.get(&old).is_some_and(|(_, b)| *b == born) {
-                    self.gone.remove(&old);
-                }
-            }
-        }
+        let Some(e) = self.conns.remove(&key) else { return false };
+        self.forget(key, e, open);
         true
     }
 
-    fn evict_oldest(&mut self) {
-        while let Some((key, born)) = self.order.pop_front() {
-            if self.conns.get(&key).is_some_and(|e| e.born == born) {
-                self.stats.evicted.inc();
-                self.end(key, true);
-                return;
-            }
-        }
-    }
-
-    fn recount(&mut self, key: &Key) {
-        if let Some(e) = self.conns.get_mut(key) {
-            let now = e.db.held_bytes() + ENTRY_OVERHEAD;
-            self.bytes = self.bytes - e.bytes + now;
-            e.bytes = now;
-        }
-    }
-
-    /// Over the budget: forgets the connections that hold the most until
-    /// what is left is under 7/8 of it.
-    fn shed(&mut self) {
-        if self.bytes <= self.budget {
-            return;
-        }
-        let target = self.budget / LOW_WATER.1 * LOW_WATER.0;
-        let mut by_size: Vec<(usize, Key)> = self.conns.iter().map(|(k, e)| (e.bytes, *k)).collect();
-        by_size.sort_unstable_by(|a, b| b.cmp(a));
-        for (_, key) in by_size {
-            if self.bytes <= target {
-                break;
-            }
-            if self.end(key, true) {
-                self.stats.evicted.inc();
+    /// What [`DbTable::end`] does once connection `key` is out of the table.
+    fn forget(&mut self, key: Key, mut e: Entry, open: bool) {
+        e.db.close(&mut self.counts);
+        if open {
+            self.forgotten += 1;
+            let id = self.forgotten;
+            self.gone.insert(key, (e.calls, id));
+            self.gone_order.push_back((key, id));
+            while self.gone_order.len() > DB_CONNS {
+                let Some((old, id)) = self.gone_order.pop_front() else { break };
+                if self.gone.get(&old).is_some_and(|(_, b)| *b == id) {
+                    self.gone.remove(&old);
+                }
             }
         }
     }
@@ -329,13 +297,13 @@ mod tests {
             // (recounted while that is cheap)
             if t.conns.len() <= 1000 {
                 let recount: usize = t.conns.values().map(|e| e.db.held_bytes() + ENTRY_OVERHEAD).sum();
-                assert_eq!(t.bytes, recount, "bytes counted");
+                assert_eq!(t.conns.bytes(), recount, "bytes counted");
             }
-            assert!(t.bytes <= t.budget, "{} bytes held over a budget of {}", t.bytes, t.budget);
+            assert!(t.conns.bytes() <= t.conns.budget(), "{} bytes held over a budget of {}", t.conns.bytes(), t.conns.budget());
             assert!(t.conns.len() <= DB_CONNS);
             assert!(t.gone.len() <= DB_CONNS && t.gone_order.len() <= DB_CONNS);
             // (pruned as connections open: closes leave entries behind)
-            assert!(t.order.len() <= 2 * DB_CONNS + 65, "order: {} for {} connections", t.order.len(), t.conns.len());
+            assert!(t.conns.order_len() <= 2 * DB_CONNS + 65, "order: {} for {} connections", t.conns.order_len(), t.conns.len());
         }
 
         /// Publishes, then reads a point.
@@ -379,7 +347,7 @@ mod tests {
         assert_eq!(rig.recv(0, PONG), 1);
         assert_eq!(rig.count("ringtail_db_connections_evicted_total", None), 2.0);
         assert_eq!(rig.t.connections(), DB_CONNS);
-        assert!(!rig.t.conns.contains_key(&(1, 1)));
+        assert!(!rig.t.conns.contains(&(1, 1)));
     }
 
     /// A connection that grows its parser's state (a pipeline never
@@ -399,10 +367,10 @@ mod tests {
         for _ in 0..200 {
             rig.send(2, &pipeline);
             let held = rig.t.conns.get(&(1, 2)).map(|e| e.db.held_bytes());
-            peak = peak.max(rig.t.bytes);
+            peak = peak.max(rig.t.conns.bytes());
             if held.is_none() {
                 sheds += 1;
-                assert!(rig.t.bytes <= BUDGET / 8 * 7, "{} bytes after shedding", rig.t.bytes);
+                assert!(rig.t.conns.bytes() <= BUDGET / 8 * 7, "{} bytes after shedding", rig.t.conns.bytes());
             }
         }
         assert!(sheds >= 10, "shed {sheds} times: {peak} bytes at most");
@@ -425,16 +393,16 @@ mod tests {
         for conn in 1..=DB_CONNS as u64 {
             rig.send(conn, PING);
         }
-        assert!(!rig.t.conns.contains_key(&(1, 0)), "evicted");
+        assert!(!rig.t.conns.contains(&(1, 0)), "evicted");
         rig.send(0, PING);
         assert_eq!(rig.recv(0, PONG), 1);
         // shed: connection 0 grows past a small budget
-        rig.t.budget = 128 << 10;
+        rig.t.conns.set_budget(128 << 10);
         rig.t.shed();
         rig.send(0, PING);
         assert_eq!(rig.recv(0, PONG), 1);
         let pipeline = b"*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$5\r\nvalue\r\n".repeat(64);
-        while rig.t.conns.contains_key(&(1, 0)) {
+        while rig.t.conns.contains(&(1, 0)) {
             rig.send(0, &pipeline);
         }
         rig.send(0, PING);
@@ -459,12 +427,12 @@ mod tests {
             rig.send(conn, &PING.repeat(3));
         }
         assert_eq!(rig.t.connections(), 100);
-        assert!(rig.t.bytes >= 100 * ENTRY_OVERHEAD);
+        assert!(rig.t.conns.bytes() >= 100 * ENTRY_OVERHEAD);
         for conn in 0..100 {
             rig.close(conn);
         }
         rig.close(1_000);
-        assert_eq!((rig.t.connections(), rig.t.bytes), (0, 0));
+        assert_eq!((rig.t.connections(), rig.t.conns.bytes()), (0, 0));
         assert_eq!(rig.count("ringtail_dropped_events_total", Some("db_unanswered")), 300.0);
         assert_eq!(rig.count("ringtail_db_connections_evicted_total", None), 0.0);
         assert_eq!(rig.count("ringtail_db_state_bytes", None), 0.0);
@@ -474,7 +442,7 @@ mod tests {
             rig.send(conn, PING);
             rig.close(conn);
         }
-        assert_eq!((rig.t.connections(), rig.t.bytes), (0, 0));
-        assert!(rig.t.order.len() <= 66, "{}", rig.t.order.len());
+        assert_eq!((rig.t.connections(), rig.t.conns.bytes()), (0, 0));
+        assert!(rig.t.conns.order_len() <= 66, "{}", rig.t.conns.order_len());
     }
 }

@@ -19,7 +19,7 @@
 
 use std::sync::Arc;
 
-use ipc_schema::{Edge, HttpSpan, ServiceResource, SpanKind, Text};
+use ipc_schema::{Call, Edge, ServiceResource, Span, SpanKind, Text};
 
 /// Client ends kept for server spans that come after them (slots of a
 /// direct-mapped table, as many as the trace contexts the join looks up:
@@ -43,15 +43,15 @@ impl Caller {
     /// The client end that span `s` (of `resource`) is, if it is one: an
     /// HTTP (or gRPC) CLIENT span. A database call's server is not traced
     /// by ringtail: no server span joins it.
-    pub fn of(resource: &Arc<ServiceResource>, s: &HttpSpan<Text>) -> Option<Caller> {
+    pub fn of(resource: &Arc<ServiceResource>, s: &Span<Text>) -> Option<Caller> {
         // (durations past 2^63 ns, 292 years, lose nothing that exists)
         let ns = s.end_unix_ns.saturating_sub(s.start_unix_ns).min(ERROR - 1);
-        (s.kind == SpanKind::Client && s.db.is_none())
+        (s.kind == SpanKind::Client && !matches!(s.call, Call::Db(_)))
             .then(|| Caller { resource: Arc::clone(resource), duration_error: ns | if s.error { ERROR } else { 0 } })
     }
 
     /// The edge this client end makes with server span `s`, if `s` is one.
-    pub fn edge(&self, s: &HttpSpan<Text>) -> Option<Edge<Text>> {
+    pub fn edge(&self, s: &Span<Text>) -> Option<Edge<Text>> {
         (s.kind == SpanKind::Server).then(|| Edge {
             peer_service: Text::Owned(self.resource.service_name.clone()),
             peer_duration_ns: self.duration_error & !ERROR,

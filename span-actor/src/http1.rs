@@ -23,7 +23,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::h2::table::{H2Table, Upgrade};
 use crate::http::{parse_pipeline, parse_request, RequestHead};
-use crate::operation::{Call, Conn, HttpCall, Operation};
+use crate::operation::{Call, Conn, HttpExchange, Operation};
 
 /// Connections with pipelined requests awaiting their responses.
 pub const PIPELINES: usize = 16_384;
@@ -150,7 +150,7 @@ fn operation(ev: &RawEvent<&[u8]>, head: RequestHead, seq: u32, sub: u32, start:
         // (written into the capture's first request only)
         propagated: if sub == 0 { ev.propagated } else { None },
         unlinked: ev.unlinked,
-        call: Call::Http(HttpCall {
+        call: Call::Http(HttpExchange {
             method,
             path,
             query,

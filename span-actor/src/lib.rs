@@ -18,9 +18,13 @@
 //!   memcached calls read off the wire (sanitized text, errors, pipelines);
 //!   [`db_table`] follows every database connection, bounded, and makes
 //!   operations of the calls.
+//! - [`conn_table`]: the bounded connection table both [`h2::table`] and
+//!   [`db_table`] keep their connections in (the connection cap, eviction
+//!   of the oldest, the byte budget and shedding of the largest).
 //! - [`transform`]: batch by batch, the protocol modules' operations into
-//!   spans by one path ([`transform::Transformer`]'s `emit`): resource,
-//!   route, name, status, ids, parent/child linking.
+//!   spans (`ipc_schema::Span`, what each was an `ipc_schema::Call`) by
+//!   one path ([`transform::Transformer`]'s `emit`): resource, the call's
+//!   conventions, ids, parent/child linking.
 //! - [`graph`]: the service-graph edges put on server spans (the client
 //!   end of the call each joined), kept apart from the trace join.
 //! - [`semconv`]: method, status and naming rules of the HTTP conventions.
@@ -49,26 +53,35 @@
 //! 2. **Its state, bounded**: what it keeps between records (connections,
 //!    requests waiting for answers), with a host-wide bound and a counter
 //!    (`ringtail_dropped_events_total{reason}`) for everything it forgets,
-//!    like [`http1::Http1`] and [`h2::table::H2Table`].
+//!    like [`http1::Http1`]; state per connection goes in a
+//!    [`conn_table::ConnTable`] (its connection state says what it holds,
+//!    [`conn_table::Held`]; the table bounds the connections and their
+//!    bytes, `pipeline.conn_state_mb`, and hands back what it forgets for
+//!    the protocol to end and count), like [`h2::table::H2Table`] and
+//!    [`db_table::DbTable`].
 //! 3. **`fn(record) -> Vec<Operation>`**: each finished exchange as an
 //!    operation: `role` (SERVER/CLIENT), the [`operation::Conn`] (process,
 //!    addresses: the peer), `seq`/`sub` (its place on the connection: the
 //!    ids), its start and end, the kernel's `parent` hint and any
 //!    propagated `traceparent`, and a [`operation::Call`]: the protocol's
-//!    facts already judged by its conventions (for a database: the span
-//!    name, error and `error.type`, and `db.system.name`,
-//!    `db.operation.name`, `db.query.text`... as attributes; for its
-//!    metrics, a typed decision in the span batch, like `ipc_schema::RpcCall`,
-//!    so that the exporter re-derives nothing).
-//! 4. **Its arm in [`transform`]**: a `Call` variant, and its arm in
-//!    `Transformer::emit` (which fields of the span it fills); the
-//!    resource, ids, timing, addresses and trace linking are shared.
+//!    facts already judged by its conventions (for a database, a
+//!    [`db::DbOp`]: its times and the `ipc_schema::DbCall` its span
+//!    carries as it is; for gRPC, the `ipc_schema::RpcCall` the exporter's
+//!    metrics take as data, so that the exporter re-derives nothing).
+//! 4. **Its arm in [`transform`]**: an [`operation::Call`] variant and its
+//!    arm of `Transformer::emit`'s one `match`, which says the span's name,
+//!    status, server and attributes and makes its `ipc_schema::Call` (a
+//!    variant of its own, with its wire form, for a new family); the
+//!    resource, ids, timing, peer and trace linking are shared. The
+//!    exporter's sinks and meters each match on `ipc_schema::Call` once
+//!    (docs/architecture.md lists the files).
 //! 5. **Its tests**: unit tests of the module, a transform test through
 //!    [`transform::Transformer`], an end-to-end test in `tests/tests/`,
 //!    and `tests/tests/semconv.rs` extended to exercise it (every key it
 //!    emits is then checked against the conventions' registry).
 
 pub mod actors;
+pub mod conn_table;
 pub mod db;
 pub mod db_table;
 pub mod graph;

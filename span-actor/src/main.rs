@@ -1,4 +1,4 @@
-//! `ringtail-span-actor`: raw request events in, HTTP spans out. Runs with
+//! `ringtail-span-actor`: raw request events in, spans out. Runs with
 //! no privileges; see the library docs (`span_actor`) for the layout.
 
 use std::time::Duration;
@@ -18,6 +18,9 @@ runtime_kit::component_main!(Component::SpanActor, Runtime::Actix, "Turns ringta
 async fn run(p: Process) -> anyhow::Result<()> {
     let settings = &p.settings;
     let registry = &p.registry;
+    for (old, new) in settings.pipeline.deprecated() {
+        tracing::warn!(event = "deprecated_key", "{old} is deprecated: it is {new} now (it bounds the connections of every protocol that keeps state per connection); the old name still works");
+    }
     let dir = &settings.pipeline.runtime_dir;
     let own = endpoints::actors_dir(dir);
     std::fs::create_dir_all(&own)

@@ -68,7 +68,7 @@ pub struct Operation {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Call {
     /// An HTTP exchange (HTTP/1.x, or an HTTP/2 stream).
-    Http(HttpCall),
+    Http(HttpExchange),
     /// A database call (a CLIENT's), already judged by the database
     /// conventions ([`crate::db`]).
     Db(DbOp),
@@ -76,7 +76,7 @@ pub enum Call {
 
 /// An HTTP request and its answer, of any version.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HttpCall {
+pub struct HttpExchange {
     /// The method as sent (`semconv::method` makes `_OTHER` of the rest).
     pub method: String,
     /// `url.path` (empty for CONNECT).

@@ -15,7 +15,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ipc_schema::{DbCall, HttpSpan, RawBatch, Role, ServiceResource, SpanKind, Text, Value};
+use ipc_schema::{HttpCall, RawBatch, Role, ServiceResource, Span, SpanKind, Text, Value};
 use ringtail_config::Settings;
 use runtime_kit::counters::{Counter, Gauge, Registry};
 
@@ -28,7 +28,7 @@ use crate::http::{self, split_host_port};
 use crate::http1::Http1;
 use crate::ids;
 use crate::naming::{host_name, Naming};
-use crate::operation::{Call, Conn, Operation};
+use crate::operation::{Call, Conn, HttpExchange, Operation};
 use crate::redact::Redactor;
 use crate::routes::Router;
 use crate::semconv;
@@ -67,7 +67,7 @@ pub struct Produced {
     /// on its way to a batch (into the output, to the publisher, into its
     /// batch); unboxed, each move copied it (memmove was a quarter of the
     /// span-actor's profile, these copies part of it).
-    pub span: Box<HttpSpan<Text>>,
+    pub span: Box<Span<Text>>,
     pub origin: Origin,
 }
 
@@ -113,10 +113,24 @@ fn named(sub: u32) -> bool {
     sub == 0 || sub == H2_SUB
 }
 
+/// What a call's conventions make of it: the span's parts that differ by
+/// protocol ([`Transformer::emit`] adds those every span has).
+struct Judged {
+    name: Text,
+    error: bool,
+    server_address: Option<Text>,
+    server_port: u16,
+    peer_address: Text,
+    export_trace: bool,
+    export_metrics: bool,
+    attributes: Vec<(Text, Value<Text>)>,
+    call: ipc_schema::Call<Text>,
+}
+
 /// A span waiting for the context of the span it joins.
 struct Held {
     resource: Arc<ServiceResource>,
-    span: Box<HttpSpan<Text>>,
+    span: Box<Span<Text>>,
     origin: Origin,
     /// Its own context, for the spans that wait for it in turn.
     own: Option<CtxKey>,
@@ -301,8 +315,8 @@ impl Transformer {
                 held_full: registry.counter("ringtail_links_refused_total", &[("reason", "held_full")]),
             },
             http1: Http1::new(registry),
-            h2: H2Table::new(settings.pipeline.h2_state_mb.saturating_mul(1 << 20), rpc_mode, registry),
-            db: DbTable::new(settings.pipeline.h2_state_mb.saturating_mul(1 << 20), registry),
+            h2: H2Table::new(settings.pipeline.conn_state_bytes(), rpc_mode, registry),
+            db: DbTable::new(settings.pipeline.conn_state_bytes(), registry),
             ops: Vec::new(),
         }
     }
@@ -381,31 +395,64 @@ impl Transformer {
         b.made
     }
 
-    /// The one path from an operation to its span: resource, route, the
-    /// conventions' name, status and attributes, then its trace.
+    /// The one path from an operation to its span: resource, the call's
+    /// conventions (its route, name, status and attributes, by
+    /// [`Transformer::http_call`] or [`Transformer::db_call`]), the ids and
+    /// times every span has, then its trace.
     fn emit(&mut self, b: &mut Batch<'_>, op: Operation) {
         let Operation { role, conn, seq, sub, start_mono_ns, end_mono_ns, parent, traceparent, propagated, unlinked, call } = op;
-        let http = match call {
-            Call::Http(http) => http,
-            Call::Db(db) => {
-                let links = Links { parent, traceparent: None, propagated: None, unlinked, pid: conn.pid };
-                let times = (start_mono_ns, end_mono_ns);
-                return self.emit_db(b, conn, (seq, sub), times, db, links);
-            }
-        };
         let kind = kind(role);
-        let status = http.status.unwrap_or(0);
         let served = (kind == SpanKind::Server).then_some(conn.local.port);
         let own = named(sub).then_some((b.inst, conn.id, seq, sub, kind == SpanKind::Client));
         let Some(resource) = self.naming.selected_resource(conn.pid, conn.proc_start_ns, served) else {
             self.forget(b, own, role, traceparent.as_deref(), conn.pid);
             return;
         };
+        let judged = match call {
+            Call::Http(http) => self.http_call(kind, &conn, &resource.service_name, http),
+            Call::Db(db) => Some(self.db_call(&conn, db)),
+        };
+        let Some(Judged { name, error, server_address, server_port, peer_address, export_trace, export_metrics, attributes, call }) =
+            judged
+        else {
+            self.forget(b, own, role, traceparent.as_deref(), conn.pid);
+            return;
+        };
+        let start_unix_ns = unix_ns(start_mono_ns, b.offset);
+        let span = Box::new(Span {
+            resource: 0,
+            kind,
+            trace_id: 0,
+            span_id: ids::span_id(b.inst, conn.id, seq, sub, role),
+            parent_span_id: 0,
+            trace_flags: 1,
+            name,
+            start_unix_ns,
+            end_unix_ns: unix_ns(end_mono_ns, b.offset).max(start_unix_ns),
+            error,
+            server_address,
+            server_port,
+            peer_address,
+            peer_port: conn.peer.port,
+            export_trace,
+            export_metrics,
+            attributes,
+            edge: None,
+            call,
+        });
+        let links = Links { parent, traceparent: traceparent.as_deref(), propagated, unlinked, pid: conn.pid };
+        self.trace(b, Produced { resource, span, origin: b.origin }, (conn.id, seq, sub), links);
+    }
+
+    /// What the HTTP conventions (and the RPC ones, for a call over it)
+    /// make of an exchange of `service`: `None` when its route is ignored.
+    #[inline(always)]
+    fn http_call(&mut self, kind: SpanKind, conn: &Conn, service: &str, http: HttpExchange) -> Option<Judged> {
+        let status = http.status.unwrap_or(0);
         let (route, export_trace, export_metrics) = if kind == SpanKind::Server {
-            let Some(routed) = self.router.route(&resource.service_name, &http.path, status) else {
+            let Some(routed) = self.router.route(service, &http.path, status) else {
                 self.stats.ignored.inc();
-                self.forget(b, own, role, traceparent.as_deref(), conn.pid);
-                return;
+                return None;
             };
             if routed.overflowed {
                 self.stats.overflow.inc();
@@ -430,133 +477,70 @@ impl Transformer {
             SpanKind::Server => (host, host_port.unwrap_or(conn.local.port), peer_ip.clone(), conn.peer.port),
             SpanKind::Client => (host.or_else(|| Some(peer_ip.clone())), host_port.unwrap_or(conn.peer.port), local_ip, conn.local.port),
         };
-        let start_unix_ns = unix_ns(start_mono_ns, b.offset);
-        let mut span = Box::new(HttpSpan {
-            resource: 0,
-            kind,
-            trace_id: 0,
-            span_id: ids::span_id(b.inst, conn.id, seq, sub, role),
-            parent_span_id: 0,
-            trace_flags: 1,
+        let mut judged = Judged {
             name: semconv::span_name(&method, route.as_deref()),
-            start_unix_ns,
-            end_unix_ns: unix_ns(end_mono_ns, b.offset).max(start_unix_ns),
-            method,
-            method_original,
-            route: route.map(Text::Owned),
-            path: Text::Owned(http.path),
-            query: self.redactor.query(http.query.as_deref()).map(Text::Owned),
-            scheme: http.scheme.map_or(Text::Static(if conn.tls { "https" } else { "http" }), Text::Owned),
-            status,
             error: semconv::is_error(kind, status),
             server_address,
             server_port,
-            client_address,
-            client_port,
             peer_address: peer_ip,
-            peer_port: conn.peer.port,
-            protocol_version: Text::Static(http.version),
-            user_agent: http.user_agent.map(Text::Owned),
             export_trace,
             export_metrics,
             attributes: Vec::new(),
-            rpc: None,
-            db: None,
-            edge: None,
-        });
+            call: ipc_schema::Call::Http(HttpCall {
+                method,
+                method_original,
+                route: route.map(Text::Owned),
+                path: Text::Owned(http.path),
+                query: self.redactor.query(http.query.as_deref()).map(Text::Owned),
+                scheme: http.scheme.map_or(Text::Static(if conn.tls { "https" } else { "http" }), Text::Owned),
+                status,
+                client_address,
+                client_port,
+                protocol_version: Text::Static(http.version),
+                user_agent: http.user_agent.map(Text::Owned),
+            }),
+        };
         if http.status.is_none() {
             // reset, refused or closed before a response
-            span.error = true;
-            span.attributes.push((Text::Static("error.type"), Value::Str(Text::Static("_OTHER"))));
+            judged.error = true;
+            judged.attributes.push((Text::Static("error.type"), Value::Str(Text::Static("_OTHER"))));
         }
         if let Some(rpc) = http.rpc {
-            span.name = rpc.name;
-            span.error = rpc.error;
-            span.attributes = rpc.attributes;
-            span.rpc = Some(rpc.call);
+            judged.name = rpc.name;
+            judged.error = rpc.error;
+            judged.attributes = rpc.attributes;
+            if let ipc_schema::Call::Http(h) = judged.call {
+                judged.call = ipc_schema::Call::Rpc(h, rpc.call);
+            }
         }
-        let links = Links { parent, traceparent: traceparent.as_deref(), propagated, unlinked, pid: conn.pid };
-        self.trace(b, Produced { resource, span, origin: b.origin }, (conn.id, seq, sub), links);
+        Some(judged)
     }
 
-    /// A database call's span: CLIENT, named by the conventions
-    /// (`db.query.summary`, else the operation, else the system; the
-    /// system for `_OTHER`), its
-    /// `db.*` attributes as the database module decided them; the server is
-    /// its peer. Linked as a client HTTP request is (the kernel's link of
-    /// the send that carried it).
-    fn emit_db(&mut self, b: &mut Batch<'_>, conn: Conn, (seq, sub): (u32, u32), (start, end): (u64, u64), db: DbOp, links: Links<'_>) {
-        let own = named(sub).then_some((b.inst, conn.id, seq, sub, true));
-        let Some(resource) = self.naming.selected_resource(conn.pid, conn.proc_start_ns, None) else {
-            self.forget(b, own, Role::Client, None, conn.pid);
-            return;
-        };
-        let DbOp {
-            start_ns: _,
-            end_ns: _,
-            system,
-            namespace,
-            operation,
-            collection,
-            query_text,
-            query_summary,
-            status_code,
-            error_type,
-            returned_rows,
-        } = db;
+    /// What the database conventions make of a call (a CLIENT's): named
+    /// `db.query.summary`, else the operation, else the system (the
+    /// system's for `_OTHER`); its `db.*` attributes as the database module
+    /// decided them; the server is its peer.
+    fn db_call(&mut self, conn: &Conn, db: DbOp) -> Judged {
+        let DbOp { start_ns: _, end_ns: _, call } = db;
         // `_OTHER` (a command not known) is no name: the system's is, as
         // `HTTP` is for an `_OTHER` method.
-        let name = match (&query_summary, &operation) {
-            (Some(s), _) => Text::Owned(s.clone()),
-            (None, Some(s)) if s != crate::db::OTHER => Text::Owned(s.clone()),
-            _ => Text::Static(system),
+        let name = match (&call.query_summary, &call.operation) {
+            (Some(s), _) => s.clone(),
+            (None, Some(s)) if *s != crate::db::OTHER => s.clone(),
+            _ => call.system.clone(),
         };
         let peer_ip = self.ip_text(&conn.peer);
-        let start_unix_ns = unix_ns(start, b.offset);
-        let span = Box::new(HttpSpan {
-            resource: 0,
-            kind: SpanKind::Client,
-            trace_id: 0,
-            span_id: ids::span_id(b.inst, conn.id, seq, sub, Role::Client),
-            parent_span_id: 0,
-            trace_flags: 1,
+        Judged {
             name,
-            start_unix_ns,
-            end_unix_ns: unix_ns(end, b.offset).max(start_unix_ns),
-            method: Text::Static(""),
-            method_original: None,
-            route: None,
-            path: Text::Static(""),
-            query: None,
-            scheme: Text::Static(""),
-            status: 0,
-            error: error_type.is_some(),
+            error: call.error_type.is_some(),
             server_address: Some(peer_ip.clone()),
             server_port: conn.peer.port,
-            client_address: Text::Static(""),
-            client_port: 0,
             peer_address: peer_ip,
-            peer_port: conn.peer.port,
-            protocol_version: Text::Static(""),
-            user_agent: None,
             export_trace: true,
             export_metrics: true,
             attributes: Vec::new(),
-            rpc: None,
-            db: Some(DbCall {
-                system: Text::Static(system),
-                namespace: namespace.map(Text::Owned),
-                operation: operation.map(Text::Owned),
-                collection: collection.map(Text::Owned),
-                query_text: query_text.map(Text::Owned),
-                query_summary: query_summary.map(Text::Owned),
-                status_code: status_code.map(Text::Owned),
-                error_type: error_type.map(Text::Owned),
-                returned_rows,
-            }),
-            edge: None,
-        });
-        self.trace(b, Produced { resource, span, origin: b.origin }, (conn.id, seq, sub), links);
+            call: ipc_schema::Call::Db(call),
+        }
     }
 
     /// Puts span `p` (of operation `(conn, seq, sub)`) in its trace and out:

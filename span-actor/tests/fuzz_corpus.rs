@@ -100,18 +100,34 @@ fn ipc_decode_seeds_and_real_messages() {
         }
     }
     // The checked-in seeds of the busy messages are of this schema version
-    // (RINGTAIL_WRITE_SEEDS=1 writes the raw batch's again from raw_batch();
-    // the span batch's version is its second byte).
+    // (RINGTAIL_WRITE_SEEDS=1 writes them again: the raw batch from
+    // raw_batch(), the span batch from the spans the span-actor makes of it).
     let seeds = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/ipc_decode");
     if std::env::var_os("RINGTAIL_WRITE_SEEDS").is_some() {
         let bytes = encode(&Envelope::new(me, 1, Body::Raw(raw_batch()))).expect("encodes");
         std::fs::write(seeds.join("raw_batch"), bytes).expect("write the seed");
+        let spans = Producer { component: Component::SpanActor, instance: 8 };
+        let bytes = encode(&Envelope::new(spans, 1, Body::Spans(span_batch()))).expect("encodes");
+        std::fs::write(seeds.join("span_batch"), bytes).expect("write the seed");
     }
     for seed in ["raw_batch", "span_batch"] {
         let path = seeds.join(seed);
         let bytes = std::fs::read(&path).expect("the seed is checked in");
         assert!(ipc_schema::decode(&bytes).is_ok(), "{} no longer decodes: write it again", path.display());
     }
+}
+
+/// The spans the span-actor makes of [`raw_batch`] (those held for their
+/// parent included).
+fn span_batch() -> ipc_schema::SpanBatch {
+    use std::time::{Duration, Instant};
+    let registry = runtime_kit::counters::Registry::new(ipc_schema::Component::SpanActor, 1);
+    let mut t = span_actor::transform::Transformer::new(&ringtail_config::Settings::default(), &registry);
+    let (mut out, now) = (Vec::new(), Instant::now());
+    t.transform(7, 1, &raw_batch(), now, &mut out);
+    t.expire(now + Duration::from_secs(3600), &mut out);
+    assert!(!out.is_empty(), "the raw batch makes spans");
+    span_actor::actors::publisher::assemble(out).0
 }
 
 /// A raw batch with an HTTP/1 event, an HTTP/2 record and a database

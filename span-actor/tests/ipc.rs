@@ -103,7 +103,7 @@ async fn garbage_is_counted_and_skipped_and_batches_still_flow() {
         }
     }
     let batch = got.expect("the valid raw batch became spans");
-    let mut paths: Vec<&str> = batch.read().expect("reads").iter().map(|s| s.path).collect();
+    let mut paths: Vec<&str> = batch.read().expect("reads").iter().map(|s| s.call.http().expect("an HTTP span").path).collect();
     paths.sort();
     assert_eq!(paths, ["/a", "/b"]);
     assert_eq!(batch.resources[0].service_name, "fake-server");

@@ -13,7 +13,7 @@
 
 use std::hash::{Hash, Hasher};
 
-use ipc_schema::{DbCall, HttpSpan, Value};
+use ipc_schema::{DbCall, Span, Value};
 use rustc_hash::FxHasher;
 
 use super::Instrument;
@@ -26,7 +26,7 @@ pub const DURATION: Instrument =
 pub(super) type DbAttrs<'a> = Vec<(&'static str, Value<&'a str>)>;
 
 /// The attributes of call `c` (of span `s`), sorted by key.
-pub(super) fn attributes<'a>(s: &HttpSpan<&'a str>, c: &DbCall<&'a str>) -> DbAttrs<'a> {
+pub(super) fn attributes<'a>(s: &Span<&'a str>, c: &DbCall<&'a str>) -> DbAttrs<'a> {
     let mut a = Vec::with_capacity(9);
     let mut put = |k: &'static str, v: Option<&'a str>| {
         if let Some(v) = v {

@@ -41,9 +41,9 @@
 //! overflow edge (`otel.metric.overflow = true`), counted
 //! (`ringtail_metric_series_overflow_total`); idle edges are forgotten.
 
-use hashbrown::HashTable;
-use ipc_schema::{HttpSpan, ServiceResource, SpanKind, Value};
+use ipc_schema::{Call, ServiceResource, Span, SpanKind, Value};
 
+use super::bounded::{Bounded, Recorded};
 use super::Point;
 
 /// `traces_service_graph_request_total` (a counter; the same name over OTLP).
@@ -94,9 +94,9 @@ pub struct Observed<'a> {
 
 /// The edge span `s` (of service `res`) completes, if any: the one place
 /// that decides which spans make an edge (see the module doc).
-pub fn edge_of<'a>(res: &'a ServiceResource, s: &'a HttpSpan<&'a str>) -> Option<Observed<'a>> {
+pub fn edge_of<'a>(res: &'a ServiceResource, s: &'a Span<&'a str>) -> Option<Observed<'a>> {
     let own_ns = s.end_unix_ns.saturating_sub(s.start_unix_ns);
-    match (s.kind, &s.edge, &s.db) {
+    match (s.kind, &s.edge, &s.call) {
         (SpanKind::Server, Some(e), _) => Some(Observed {
             client: e.peer_service,
             server: &res.service_name,
@@ -105,7 +105,7 @@ pub fn edge_of<'a>(res: &'a ServiceResource, s: &'a HttpSpan<&'a str>) -> Option
             server_ns: own_ns,
             failed: s.error || e.peer_error,
         }),
-        (SpanKind::Client, None, Some(_)) => Some(Observed {
+        (SpanKind::Client, None, Call::Db(_)) => Some(Observed {
             client: &res.service_name,
             server: s.server_address.unwrap_or(s.peer_address),
             connection_type: DATABASE,
@@ -145,18 +145,16 @@ impl EdgePoint {
     }
 }
 
-#[derive(Debug)]
-struct Entry {
-    hash: u64,
-    key: EdgeKey,
-    point: EdgePoint,
+impl Recorded for EdgePoint {
+    fn last_ns(&self) -> u64 {
+        self.server.last_ns
+    }
 }
 
 /// Every edge of the host.
 #[derive(Debug, Default)]
 pub struct Graph {
-    table: HashTable<Entry>,
-    overflow: Option<EdgePoint>,
+    edges: Bounded<EdgeKey, EdgePoint>,
 }
 
 fn hash(client: &str, server: &str, connection_type: &str) -> u64 {
@@ -171,34 +169,19 @@ impl Graph {
     /// `total` is the series count of every store ([`super::MAX_SERIES`]).
     pub fn record(&mut self, o: &Observed<'_>, now: u64, total: &mut usize) -> bool {
         let h = hash(o.client, o.server, o.connection_type);
-        let is = |e: &Entry| &*e.key.client == o.client && &*e.key.server == o.server && e.key.connection_type == o.connection_type;
-        if let Some(e) = self.table.find_mut(h, is) {
-            e.point.record(o, now);
-            return true;
-        }
-        if self.table.len() < MAX_EDGES && *total < super::MAX_SERIES {
-            let mut point = EdgePoint::new(now);
-            point.record(o, now);
-            let key = EdgeKey { client: o.client.into(), server: o.server.into(), connection_type: o.connection_type };
-            self.table.insert_unique(h, Entry { hash: h, key, point }, |e| e.hash);
-            *total += 1;
-            return true;
-        }
-        if self.overflow.is_none() {
-            *total += 1;
-        }
-        self.overflow.get_or_insert_with(|| EdgePoint::new(now)).record(o, now);
-        false
+        let is = |k: &EdgeKey| &*k.client == o.client && &*k.server == o.server && k.connection_type == o.connection_type;
+        let key = || EdgeKey { client: o.client.into(), server: o.server.into(), connection_type: o.connection_type };
+        self.edges.record(h, is, key, || EdgePoint::new(now), |p| p.record(o, now), MAX_EDGES, total)
     }
 
     /// Every edge (`None`: the overflow edge) with its numbers.
     pub fn edges(&self) -> impl Iterator<Item = (Option<&EdgeKey>, &EdgePoint)> {
-        self.table.iter().map(|e| (Some(&e.key), &e.point)).chain(self.overflow.iter().map(|p| (None, p)))
+        self.edges.series()
     }
 
     /// Edges held, the overflow one included.
     pub fn len(&self) -> usize {
-        self.table.len() + usize::from(self.overflow.is_some())
+        self.edges.len()
     }
 
     /// True when no edge is held.
@@ -208,12 +191,7 @@ impl Graph {
 
     /// Forgets edges last updated before `cutoff`; how many.
     pub fn evict(&mut self, cutoff: u64) -> usize {
-        let before = self.len();
-        self.table.retain(|e| e.point.last_ns() >= cutoff);
-        if self.overflow.as_ref().is_some_and(|p| p.last_ns() < cutoff) {
-            self.overflow = None;
-        }
-        before - self.len()
+        self.edges.evict(cutoff)
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::hash::{Hash, Hasher};
 
-use ipc_schema::{HttpSpan, SpanKind, Value};
+use ipc_schema::{HttpCall, Span, SpanKind, Value};
 use rustc_hash::FxHasher;
 
 use super::Instrument;
@@ -33,14 +33,14 @@ pub struct SeriesKey {
     kind: SpanKind,
 }
 
-fn label<'a>(s: &HttpSpan<&'a str>) -> Option<&'a str> {
+fn label<'a>(s: &Span<&'a str>, h: &HttpCall<&'a str>) -> Option<&'a str> {
     match s.kind {
-        SpanKind::Server => s.route,
+        SpanKind::Server => h.route,
         SpanKind::Client => s.server_address,
     }
 }
 
-fn port(s: &HttpSpan<&str>) -> u16 {
+fn port(s: &Span<&str>) -> u16 {
     if s.kind == SpanKind::Client {
         s.server_port
     } else {
@@ -48,34 +48,35 @@ fn port(s: &HttpSpan<&str>) -> u16 {
     }
 }
 
-pub(super) fn span_hash(s: &HttpSpan<&str>) -> u64 {
-    let mut h = FxHasher::default();
-    (&s.method, s.status, &s.protocol_version, &s.scheme, s.error, label(s), port(s)).hash(&mut h);
-    h.finish()
+/// The hash of the series of exchange `h` (of span `s`).
+pub(super) fn span_hash(s: &Span<&str>, h: &HttpCall<&str>) -> u64 {
+    let mut x = FxHasher::default();
+    (&h.method, h.status, &h.protocol_version, &h.scheme, s.error, label(s, h), port(s)).hash(&mut x);
+    x.finish()
 }
 
 impl SeriesKey {
-    pub(super) fn new(s: &HttpSpan<&str>) -> SeriesKey {
+    pub(super) fn new(s: &Span<&str>, h: &HttpCall<&str>) -> SeriesKey {
         SeriesKey {
-            method: s.method.into(),
-            status: s.status,
-            version: s.protocol_version.into(),
-            scheme: s.scheme.into(),
+            method: h.method.into(),
+            status: h.status,
+            version: h.protocol_version.into(),
+            scheme: h.scheme.into(),
             error: s.error,
-            label: label(s).map(Into::into),
+            label: label(s, h).map(Into::into),
             port: port(s),
             kind: s.kind,
         }
     }
 
-    pub(super) fn matches(&self, s: &HttpSpan<&str>) -> bool {
-        self.status == s.status
+    pub(super) fn matches(&self, s: &Span<&str>, h: &HttpCall<&str>) -> bool {
+        self.status == h.status
             && self.error == s.error
             && self.port == port(s)
-            && *self.method == *s.method
-            && *self.version == *s.protocol_version
-            && *self.scheme == *s.scheme
-            && self.label.as_deref() == label(s)
+            && *self.method == *h.method
+            && *self.version == *h.protocol_version
+            && *self.scheme == *h.scheme
+            && self.label.as_deref() == label(s, h)
     }
 
     /// The series' attributes, sorted by key (as the OpenTelemetry SDKs

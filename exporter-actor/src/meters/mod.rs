@@ -19,12 +19,17 @@
 //! `rpc.*.duration` in ms, both for `rpc/dup`) and every value of their
 //! attributes ([`rpc`]).
 //!
-//! Database calls (spans with an [`ipc_schema::DbCall`], read from
+//! Database calls (spans of a [`ipc_schema::Call::Db`], read from
 //! PostgreSQL, MySQL, Redis or memcached traffic) go to
 //! `db.client.operation.duration` ([`ipc_schema::db`]: seconds, the
-//! conventions' buckets) and never to the HTTP client histogram: their
-//! HTTP fields are empty. Its attributes are the call's ([`db`]), bounded
-//! like every other histogram's (below).
+//! conventions' buckets) and never to the HTTP client histogram: they are
+//! no HTTP exchange. Its attributes are the call's ([`db`]), bounded like
+//! every other histogram's (below).
+//!
+//! Each span is recorded by one `match` on its call, into the histograms
+//! of its instruments: a service's histograms are one table, an instrument
+//! a slot ([`instrument_table`]), which the store and the sinks read
+//! without knowing the protocols.
 //!
 //! Bounded, and degrading gracefully rather than filling up for good:
 //! - at most [`MAX_SERVICES`] services; a new one evicts the least
@@ -54,7 +59,11 @@
 //! - [`rpc`]: the RPC histograms' series keys, from the span's call.
 //! - [`db`]: the database histogram's instrument and series keys, from the
 //!   span's call.
-//! - [`store`]: the series store and its cardinality limits.
+//! - [`store`]: the series store: a service's histograms, one an
+//!   instrument of one table ([`instrument_table`]).
+//! - [`bounded`]: series by key with their cardinality limits (a cap,
+//!   then an overflow series), written once for the store, the graph and
+//!   the span metrics.
 //! - [`graph`]: the service graph's edges; [`span_metrics`]: span metrics.
 //! - [`health`]: the components' health reports.
 //! - here: [`Meters`] (recording, eviction), [`Metrics`] and
@@ -65,13 +74,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use ipc_schema::rpc::{Set, METRICS};
-use ipc_schema::{Component, HealthReport, HttpSpan, ServiceResource, SpanBatch, SpanKind, Value};
+use ipc_schema::{Call, Component, HealthReport, ServiceResource, Span, SpanBatch, SpanKind, Value};
 use runtime_kit::counters::{Counter, Gauge, Registry};
 use rustc_hash::FxHashMap;
 
 use crate::batch::Spans;
 use crate::resource;
 
+pub mod bounded;
 pub mod db;
 pub mod graph;
 pub mod health;
@@ -126,14 +136,39 @@ pub struct Instrument {
     pub unit: &'static str,
 }
 
+/// How many histograms a service has: one an instrument of [`instruments`].
+pub const INSTRUMENTS: usize = DB + 1;
+/// The slot of `http.server.request.duration` in [`instruments`] (and in
+/// a service's [`ServiceHistograms::histograms`]).
+pub const HTTP_SERVER: usize = 0;
+/// The slot of `http.client.request.duration`.
+pub const HTTP_CLIENT: usize = 1;
+/// The slot of the first of [`METRICS`]' RPC histograms; the others follow
+/// in their order.
+pub const RPC: usize = 2;
+/// The slot of `db.client.operation.duration`.
+pub const DB: usize = RPC + METRICS.len();
+
+/// Every instrument of a service with its bucket boundaries, by slot: the
+/// one table the store builds a service's histograms from and the sinks
+/// name them by.
+pub fn instrument_table() -> [(Instrument, &'static [f64]); INSTRUMENTS] {
+    std::array::from_fn(|i| match i {
+        HTTP_SERVER => (SERVER_DURATION, &DURATION_BUCKETS[..]),
+        HTTP_CLIENT => (CLIENT_DURATION, &DURATION_BUCKETS[..]),
+        DB => (db::DURATION, &ipc_schema::db::BUCKETS[..]),
+        _ => {
+            let m = &METRICS[i - RPC];
+            (Instrument { name: m.name, description: m.description, unit: m.unit }, m.buckets)
+        }
+    })
+}
+
 /// Every histogram of a service, in the order [`ServiceHistograms::histogram`]
 /// takes: the two HTTP ones, then [`METRICS`]' RPC ones, then
 /// `db.client.operation.duration`.
 pub fn instruments() -> impl Iterator<Item = Instrument> {
-    [SERVER_DURATION, CLIENT_DURATION]
-        .into_iter()
-        .chain(METRICS.iter().map(|m| Instrument { name: m.name, description: m.description, unit: m.unit }))
-        .chain([db::DURATION])
+    instrument_table().into_iter().map(|(i, _)| i)
 }
 
 /// A series' attributes: of an HTTP, an RPC or the database histogram.
@@ -432,32 +467,32 @@ impl Meters {
             };
             svc.last_ns = now;
             recorded += 1;
-            // A database call is measured as one, never as an HTTP request
-            // (its HTTP fields are empty).
-            if let Some(call) = &s.db {
-                if !svc.db.record_db(&db::attributes(s, call), ns / ipc_schema::db::NS_PER_UNIT, now, series) {
-                    overflow += 1;
-                }
-                continue;
-            }
-            if let Some(call) = &s.rpc {
-                for (m, hist) in METRICS.iter().zip(&mut svc.rpc) {
-                    let wanted = match m.set {
-                        Set::Stable => call.stable,
-                        Set::Experimental => call.experimental,
+            // Each call in its own conventions' histograms: an RPC or a
+            // database call is never measured as an HTTP request.
+            let h = &mut svc.histograms;
+            match &s.call {
+                Call::Http(http) => {
+                    let slot = match s.kind {
+                        SpanKind::Server => HTTP_SERVER,
+                        SpanKind::Client => HTTP_CLIENT,
                     };
-                    if wanted && m.kind == s.kind && !hist.record_rpc(&rpc::attributes(m.set, s, call), ns / m.ns_per_unit, now, series) {
-                        overflow += 1;
+                    overflow += u64::from(!h[slot].record(s, http, ns / 1e9, now, series));
+                }
+                Call::Rpc(_, call) => {
+                    for (m, hist) in METRICS.iter().zip(&mut h[RPC..DB]) {
+                        let wanted = match m.set {
+                            Set::Stable => call.stable,
+                            Set::Experimental => call.experimental,
+                        };
+                        if wanted && m.kind == s.kind && !hist.record_rpc(&rpc::attributes(m.set, s, call), ns / m.ns_per_unit, now, series)
+                        {
+                            overflow += 1;
+                        }
                     }
                 }
-                continue;
-            }
-            let hist = match s.kind {
-                SpanKind::Server => &mut svc.server,
-                SpanKind::Client => &mut svc.client,
-            };
-            if !hist.record(s, ns / 1e9, now, series) {
-                overflow += 1;
+                Call::Db(call) => {
+                    overflow += u64::from(!h[DB].record_db(&db::attributes(s, call), ns / ipc_schema::db::NS_PER_UNIT, now, series));
+                }
             }
         }
         self.services.set(st.index.len() as f64);
@@ -469,7 +504,7 @@ impl Meters {
     }
 
     /// Records one span's duration (a batch of one).
-    pub fn record<S: AsRef<str>>(&mut self, res: &ServiceResource, s: &HttpSpan<S>) {
+    pub fn record<S: AsRef<str>>(&mut self, res: &ServiceResource, s: &Span<S>) {
         let mut s = s.to_owned_span();
         s.resource = 0;
         self.record_batch(&Spans::of_own(&SpanBatch::of(vec![res.clone()], &[s])));
@@ -524,8 +559,8 @@ pub(crate) mod tests {
         }
     }
 
-    pub(crate) fn span(route: &str, ms: u64, status: u16) -> HttpSpan {
-        HttpSpan {
+    pub(crate) fn span(route: &str, ms: u64, status: u16) -> Span {
+        Span {
             resource: 0,
             kind: SpanKind::Server,
             trace_id: 1,
@@ -535,40 +570,57 @@ pub(crate) mod tests {
             name: format!("GET {route}"),
             start_unix_ns: 1_000,
             end_unix_ns: 1_000 + ms * 1_000_000,
-            method: "GET".into(),
-            method_original: None,
-            route: Some(route.into()),
-            path: "/x/1".into(),
-            query: None,
-            scheme: "http".into(),
-            status,
             error: status >= 500,
             server_address: None,
             server_port: 80,
-            client_address: "a".into(),
-            client_port: 1,
             peer_address: "a".into(),
             peer_port: 1,
-            protocol_version: "1.1".into(),
-            user_agent: None,
             export_trace: true,
             export_metrics: true,
             attributes: Vec::new(),
-            rpc: None,
-            db: None,
             edge: None,
+            call: Call::Http(ipc_schema::HttpCall {
+                method: "GET".into(),
+                method_original: None,
+                route: Some(route.into()),
+                path: "/x/1".into(),
+                query: None,
+                scheme: "http".into(),
+                status,
+                client_address: "a".into(),
+                client_port: 1,
+                protocol_version: "1.1".into(),
+                user_agent: None,
+            }),
+        }
+    }
+
+    /// The HTTP exchange of span `s` (of an HTTP or RPC call), to change.
+    pub(crate) fn http_mut(s: &mut Span) -> &mut ipc_schema::HttpCall {
+        match &mut s.call {
+            Call::Http(h) | Call::Rpc(h, _) => h,
+            Call::Db(c) => panic!("not an HTTP span: {c:?}"),
+        }
+    }
+
+    /// The database call of span `s`, to change.
+    pub(crate) fn db_mut(s: &mut Span) -> Option<&mut ipc_schema::DbCall> {
+        match &mut s.call {
+            Call::Db(c) => Some(c),
+            _ => None,
         }
     }
 
     /// A gRPC span of `method` (`pkg.Svc/Method`) with the attributes the
     /// span-actor gives it in the mode of the `stable` / `experimental` sets.
-    pub(crate) fn grpc_span(kind: SpanKind, ms: u64, stable: bool, experimental: bool, method: &str, code: i64) -> HttpSpan {
+    pub(crate) fn grpc_span(kind: SpanKind, ms: u64, stable: bool, experimental: bool, method: &str, code: i64) -> Span {
         let mut s = span("/", ms, 200);
         s.kind = kind;
-        s.route = None;
-        s.method = "POST".into();
-        s.path = format!("/{method}");
-        s.protocol_version = "2".into();
+        let h = http_mut(&mut s);
+        h.route = None;
+        h.method = "POST".into();
+        h.path = format!("/{method}");
+        h.protocol_version = "2".into();
         s.server_address = Some("api".into());
         s.server_port = 50051;
         let (service, short) = method.split_once('/').unwrap_or(("", method));
@@ -581,7 +633,7 @@ pub(crate) mod tests {
             _ => "INTERNAL",
         };
         let recognised = !(kind == SpanKind::Server && code == 12);
-        s.rpc = Some(ipc_schema::RpcCall {
+        let rpc = ipc_schema::RpcCall {
             stable,
             experimental,
             system: "grpc".to_owned(),
@@ -590,7 +642,10 @@ pub(crate) mod tests {
             code: Some(code as i32),
             status: Some(name.to_owned()),
             error_type: (code != 0).then(|| name.to_owned()),
-        });
+        };
+        if let Call::Http(h) = &s.call {
+            s.call = Call::Rpc(h.clone(), rpc);
+        }
         if experimental {
             s.attributes.push(str("rpc.system", "grpc"));
             s.attributes.push(str("rpc.service", service));
@@ -612,24 +667,17 @@ pub(crate) mod tests {
 
     /// A PostgreSQL call as the span-actor makes it: `SELECT` on `users` of
     /// database `shop` (server `db.internal:5432`), failed with SQLSTATE
-    /// `code` when given; its HTTP fields empty.
-    pub(crate) fn db_span(ms: u64, code: Option<&str>) -> HttpSpan {
+    /// `code` when given.
+    pub(crate) fn db_span(ms: u64, code: Option<&str>) -> Span {
         let mut s = span("/", ms, 0);
         s.kind = SpanKind::Client;
         s.name = "SELECT users".into();
-        s.method = String::new();
-        s.route = None;
-        s.path = String::new();
-        s.scheme = String::new();
         s.error = code.is_some();
         s.server_address = Some("db.internal".into());
         s.server_port = 5432;
-        s.client_address = String::new();
-        s.client_port = 0;
         s.peer_address = "10.0.0.5".into();
         s.peer_port = 5432;
-        s.protocol_version = String::new();
-        s.db = Some(ipc_schema::DbCall {
+        s.call = Call::Db(ipc_schema::DbCall {
             system: ipc_schema::db::system::POSTGRESQL.into(),
             namespace: Some("shop".into()),
             operation: Some("SELECT".into()),
@@ -648,8 +696,7 @@ pub(crate) mod tests {
     fn db_series(m: &Meters) -> Vec<(Vec<String>, u64, f64)> {
         m.view().read(|m| {
             let svc = m.services().next().expect("one service");
-            let mut v: Vec<_> = svc
-                .db
+            let mut v: Vec<_> = svc.histograms[DB]
                 .series()
                 .map(|(k, p)| {
                     let mut a = Vec::new();
@@ -670,7 +717,7 @@ pub(crate) mod tests {
         let registry = Registry::new(Component::ExporterActor, 1);
         let mut m = Meters::new(vec![], "h", &registry);
         let mut orders = db_span(3, None);
-        if let Some(c) = orders.db.as_mut() {
+        if let Some(c) = db_mut(&mut orders) {
             c.collection = Some("orders".into());
             c.query_summary = Some("SELECT orders".into());
         }
@@ -681,9 +728,12 @@ pub(crate) mod tests {
         let spans = vec![db_span(5, None), db_span(20, None), db_span(2, Some("42601")), orders, http_client, unmeasured];
         m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![res("s")], &spans)), 1);
         assert_eq!(registry.counter("ringtail_metric_samples_total", &[]).get(), 5);
-        let (server, client) = m.view().read(|m| m.services().map(|s| (s.server.len(), s.client.len())).next().expect("one service"));
+        let (server, client) = m.view().read(|m| {
+            m.services().map(|s| (s.histograms[HTTP_SERVER].len(), s.histograms[HTTP_CLIENT].len())).next().expect("one service")
+        });
         assert_eq!((server, client), (0, 1), "only the HTTP client span is an HTTP request");
-        let client_count = m.view().read(|m| m.services().flat_map(|s| s.client.series()).map(|(_, p)| p.count).sum::<u64>());
+        let client_count =
+            m.view().read(|m| m.services().flat_map(|s| s.histograms[HTTP_CLIENT].series()).map(|(_, p)| p.count).sum::<u64>());
         assert_eq!(client_count, 1, "no database call in http.client.request.duration");
         let db = db_series(&m);
         let common = |summary: &str, collection: &str| {
@@ -708,7 +758,7 @@ pub(crate) mod tests {
         assert!((find(&ok).2 - 0.025).abs() < 1e-12, "seconds: {db:?}");
         assert_eq!(find(&orders).1, 1);
         assert_eq!(find(&failed).1, 1);
-        let bounds = m.view().read(|m| m.services().flat_map(|s| s.db.series()).map(|(_, p)| p.bounds).next());
+        let bounds = m.view().read(|m| m.services().flat_map(|s| s.histograms[DB].series()).map(|(_, p)| p.bounds).next());
         assert_eq!(bounds, Some(&ipc_schema::db::BUCKETS[..]));
         let names: Vec<_> = instruments().map(|i| i.name).collect();
         assert_eq!(names.last(), Some(&"db.client.operation.duration"));
@@ -722,10 +772,10 @@ pub(crate) mod tests {
         // (the database edge of the service graph is a series too: graph.rs's tests)
         let off = Derived { service_graph: false, span_metrics: false };
         let mut m = Meters::new(vec![], "h", &registry).evict_idle_after(Duration::from_secs(100)).derive(off);
-        let spans: Vec<HttpSpan> = (0..MAX_SERIES_PER_INSTRUMENT + 3)
+        let spans: Vec<Span> = (0..MAX_SERIES_PER_INSTRUMENT + 3)
             .map(|i| {
                 let mut s = db_span(1, None);
-                if let Some(c) = s.db.as_mut() {
+                if let Some(c) = db_mut(&mut s) {
                     c.collection = Some(format!("t{i}"));
                 }
                 s
@@ -751,7 +801,7 @@ pub(crate) mod tests {
     fn rpc_series(m: &Meters, i: usize) -> Vec<(Vec<String>, u64, f64)> {
         m.view().read(|m| {
             let svc = m.services().next().expect("one service");
-            let mut v: Vec<_> = svc.rpc[i]
+            let mut v: Vec<_> = svc.histograms[RPC + i]
                 .series()
                 .map(|(k, p)| {
                     let mut a = Vec::new();
@@ -784,7 +834,8 @@ pub(crate) mod tests {
         ];
         m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![res("s")], &spans)), 1);
         assert_eq!(registry.counter("ringtail_metric_samples_total", &[]).get(), 5);
-        let http = m.view().read(|m| m.services().map(|s| s.server.len() + s.client.len()).sum::<usize>());
+        let http =
+            m.view().read(|m| m.services().map(|s| s.histograms[HTTP_SERVER].len() + s.histograms[HTTP_CLIENT].len()).sum::<usize>());
         assert_eq!(http, 0, "a gRPC call is measured as an RPC, not also as an HTTP request");
         let server = rpc_series(&m, index("rpc.server.call.duration"));
         assert_eq!(server.len(), 2, "{server:?}");
@@ -826,7 +877,7 @@ pub(crate) mod tests {
         assert_eq!(exp, [(vec!["rpc.grpc.status_code=Int(12)".to_owned(), "rpc.system=Str(\"grpc\")".to_owned()], 2, 2.0)]);
         let stable = rpc_series(&m, index("rpc.server.call.duration"));
         assert_eq!(stable[0].0[1], "rpc.method=Str(\"_OTHER\")");
-        let spans: Vec<HttpSpan> =
+        let spans: Vec<Span> =
             (0..MAX_SERIES_PER_INSTRUMENT + 3).map(|i| grpc_span(SpanKind::Server, 1, true, false, &format!("p.S/M{i}"), 0)).collect();
         m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![res("s")], &spans)), 2);
         let stable = rpc_series(&m, index("rpc.server.call.duration"));
@@ -841,7 +892,7 @@ pub(crate) mod tests {
         m.view().read(|m| {
             let mut v = Vec::new();
             for svc in m.services() {
-                for (k, p) in svc.server.series() {
+                for (k, p) in svc.histograms[HTTP_SERVER].series() {
                     let route = k.map(|k| {
                         let mut r = None;
                         k.attributes(|name, v| {
@@ -880,7 +931,7 @@ pub(crate) mod tests {
     fn caps_overflow_and_are_counted() {
         let registry = Registry::new(Component::ExporterActor, 1);
         let mut m = Meters::new(vec![], "h", &registry);
-        let spans: Vec<HttpSpan> = (0..MAX_SERIES_PER_INSTRUMENT + 5).map(|i| span(&format!("/r{i}"), 1, 200)).collect();
+        let spans: Vec<Span> = (0..MAX_SERIES_PER_INSTRUMENT + 5).map(|i| span(&format!("/r{i}"), 1, 200)).collect();
         m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![res("s")], &spans)), 1);
         let p = points(&m);
         assert_eq!(p.len(), MAX_SERIES_PER_INSTRUMENT + 1);
@@ -892,7 +943,7 @@ pub(crate) mod tests {
         // one ("s"); past that, services of the batch itself stay: the
         // rest are counted, not measured.
         let resources: Vec<_> = (0..MAX_SERVICES + 2).map(|i| res(&format!("svc{i}"))).collect();
-        let spans: Vec<HttpSpan> = (0..resources.len())
+        let spans: Vec<Span> = (0..resources.len())
             .map(|i| {
                 let mut s = span("/", 1, 200);
                 s.resource = i as u32;
@@ -912,7 +963,7 @@ pub(crate) mod tests {
         let registry = Registry::new(Component::ExporterActor, 1);
         let mut m = Meters::new(vec![], "h", &registry).evict_idle_after(Duration::from_secs(100));
         let s = 1_000_000_000u64;
-        let batch = |spans: Vec<HttpSpan>| SpanBatch::of(vec![res("old"), res("new")], &spans);
+        let batch = |spans: Vec<Span>| SpanBatch::of(vec![res("old"), res("new")], &spans);
         let mut newer = span("/b", 1, 200);
         newer.resource = 1;
         m.record_batch_at(&Spans::of_own(&batch(vec![span("/a", 1, 200), span("/a", 1, 200)])), s);
@@ -935,9 +986,10 @@ pub(crate) mod tests {
         c.kind = SpanKind::Client;
         c.server_address = Some("api".into());
         c.server_port = 8443;
-        c.scheme = "https".into();
+        http_mut(&mut c).scheme = "https".into();
         let mut keys = Vec::new();
-        SeriesKey::new(&c.as_borrowed()).attributes(|k, _| keys.push(k));
+        let b = c.as_borrowed();
+        SeriesKey::new(&b, b.call.http().expect("an HTTP span")).attributes(|k, _| keys.push(k));
         assert_eq!(
             keys,
             [
@@ -951,7 +1003,9 @@ pub(crate) mod tests {
             ]
         );
         let mut keys = Vec::new();
-        SeriesKey::new(&span("/", 1, 200).as_borrowed()).attributes(|k, _| keys.push(k));
+        let s = span("/", 1, 200);
+        let b = s.as_borrowed();
+        SeriesKey::new(&b, b.call.http().expect("an HTTP span")).attributes(|k, _| keys.push(k));
         assert_eq!(keys, ["http.request.method", "http.response.status_code", "http.route", "network.protocol.version", "url.scheme"]);
     }
 

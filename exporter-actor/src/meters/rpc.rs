@@ -15,7 +15,7 @@
 use std::hash::{Hash, Hasher};
 
 use ipc_schema::rpc::Set;
-use ipc_schema::{HttpSpan, RpcCall, SpanKind, Value};
+use ipc_schema::{RpcCall, Span, SpanKind, Value};
 use rustc_hash::FxHasher;
 
 /// An RPC series' attributes as the span has them, sorted by key.
@@ -23,7 +23,7 @@ pub(super) type RpcAttrs<'a> = Vec<(&'static str, Value<&'a str>)>;
 
 /// The attributes of call `c` (of span `s`) in the histogram of `set`,
 /// sorted by key.
-pub(super) fn attributes<'a>(set: Set, s: &HttpSpan<&'a str>, c: &RpcCall<&'a str>) -> RpcAttrs<'a> {
+pub(super) fn attributes<'a>(set: Set, s: &Span<&'a str>, c: &RpcCall<&'a str>) -> RpcAttrs<'a> {
     let mut a = Vec::with_capacity(6);
     let mut put = |k: &'static str, v: Option<Value<&'a str>>| {
         if let Some(v) = v {

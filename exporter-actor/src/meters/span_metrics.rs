@@ -17,9 +17,9 @@
 //! `traces_span_metrics_duration` (unit `s`), on ringtail's own resource;
 //! buckets OBI's ([`super::graph::BUCKETS`]).
 
-use hashbrown::HashTable;
-use ipc_schema::{HttpSpan, ServiceResource, SpanKind, Value};
+use ipc_schema::{ServiceResource, Span, SpanKind, Value};
 
+use super::bounded::Bounded;
 use super::graph::BUCKETS;
 use super::Point;
 
@@ -67,18 +67,10 @@ pub fn status(error: bool) -> &'static str {
     }
 }
 
-#[derive(Debug)]
-struct Entry {
-    hash: u64,
-    key: SpanKey,
-    point: Point,
-}
-
 /// Every span-metrics series of the host.
 #[derive(Debug, Default)]
 pub struct SpanMetrics {
-    table: HashTable<Entry>,
-    overflow: Option<Point>,
+    set: Bounded<SpanKey, Point>,
 }
 
 fn hash(service: &str, name: &str, kind: SpanKind, error: bool) -> u64 {
@@ -91,38 +83,23 @@ fn hash(service: &str, name: &str, kind: SpanKind, error: bool) -> u64 {
 impl SpanMetrics {
     /// Counts and times span `s` of `res` at `now`; false if it went to
     /// the overflow series. `total` as [`super::graph::Graph::record`].
-    pub fn record(&mut self, res: &ServiceResource, s: &HttpSpan<&str>, now: u64, total: &mut usize) -> bool {
+    pub fn record(&mut self, res: &ServiceResource, s: &Span<&str>, now: u64, total: &mut usize) -> bool {
         let secs = s.end_unix_ns.saturating_sub(s.start_unix_ns) as f64 / 1e9;
         let (service, name) = (res.service_name.as_str(), s.name);
         let h = hash(service, name, s.kind, s.error);
-        let is = |e: &Entry| e.key.kind == s.kind && e.key.error == s.error && &*e.key.span_name == name && &*e.key.service == service;
-        if let Some(e) = self.table.find_mut(h, is) {
-            e.point.record(secs, now);
-            return true;
-        }
-        if self.table.len() < MAX_SPAN_SERIES && *total < super::MAX_SERIES {
-            let mut point = Point::new(now, &BUCKETS);
-            point.record(secs, now);
-            let key = SpanKey { service: service.into(), span_name: name.into(), kind: s.kind, error: s.error };
-            self.table.insert_unique(h, Entry { hash: h, key, point }, |e| e.hash);
-            *total += 1;
-            return true;
-        }
-        if self.overflow.is_none() {
-            *total += 1;
-        }
-        self.overflow.get_or_insert_with(|| Point::new(now, &BUCKETS)).record(secs, now);
-        false
+        let is = |k: &SpanKey| k.kind == s.kind && k.error == s.error && &*k.span_name == name && &*k.service == service;
+        let key = || SpanKey { service: service.into(), span_name: name.into(), kind: s.kind, error: s.error };
+        self.set.record(h, is, key, || Point::new(now, &BUCKETS), |p| p.record(secs, now), MAX_SPAN_SERIES, total)
     }
 
     /// Every series (`None`: the overflow series): its count is the calls.
     pub fn series(&self) -> impl Iterator<Item = (Option<&SpanKey>, &Point)> {
-        self.table.iter().map(|e| (Some(&e.key), &e.point)).chain(self.overflow.iter().map(|p| (None, p)))
+        self.set.series()
     }
 
     /// Series held, the overflow one included.
     pub fn len(&self) -> usize {
-        self.table.len() + usize::from(self.overflow.is_some())
+        self.set.len()
     }
 
     /// True when no series is held.
@@ -132,12 +109,7 @@ impl SpanMetrics {
 
     /// Forgets series last updated before `cutoff`; how many.
     pub fn evict(&mut self, cutoff: u64) -> usize {
-        let before = self.len();
-        self.table.retain(|e| e.point.last_ns >= cutoff);
-        if self.overflow.as_ref().is_some_and(|p| p.last_ns < cutoff) {
-            self.overflow = None;
-        }
-        before - self.len()
+        self.set.evict(cutoff)
     }
 }
 

@@ -1,17 +1,16 @@
 //! The series store, independent of any sink: one cumulative histogram
 //! per series, series per instrument per service, with the cardinality
-//! limits ([`MAX_SERIES_PER_INSTRUMENT`], [`MAX_SERIES`]: past them an
+//! limits ([`MAX_SERIES_PER_INSTRUMENT`], [`super::MAX_SERIES`]: past them an
 //! instrument's overflow series) and the idle eviction the module doc
 //! describes. Sinks read it through [`super::MetricsView`].
 
-use hashbrown::HashTable;
-use ipc_schema::rpc::METRICS;
-use ipc_schema::{HttpSpan, ServiceResource};
+use ipc_schema::{HttpCall, ServiceResource, Span};
 
+use super::bounded::{Bounded, Recorded};
 use super::db::{self, DbAttrs, DbKey};
 use super::http::{self, SeriesKey};
 use super::rpc::{self, RpcAttrs, RpcKey};
-use super::{instruments, Instrument, Key, DURATION_BUCKETS, MAX_SERIES, MAX_SERIES_PER_INSTRUMENT};
+use super::{instrument_table, instruments, Instrument, Key, INSTRUMENTS, MAX_SERIES_PER_INSTRUMENT};
 
 /// A cumulative histogram's numbers.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,44 +59,43 @@ impl Point {
     }
 }
 
-#[derive(Debug)]
-struct Series {
-    hash: u64,
-    key: Key,
-    point: Point,
+impl Recorded for Point {
+    fn last_ns(&self) -> u64 {
+        self.last_ns
+    }
 }
 
 /// One histogram of one service.
 #[derive(Debug)]
 pub struct Histogram {
     bounds: &'static [f64],
-    table: HashTable<Series>,
-    overflow: Option<Point>,
+    set: Bounded<Key, Point>,
 }
 
 impl Histogram {
     fn new(bounds: &'static [f64]) -> Histogram {
-        Histogram { bounds, table: HashTable::new(), overflow: None }
+        Histogram { bounds, set: Bounded::default() }
     }
 
     /// Every series: its attributes (`None` for the overflow series) and numbers.
     pub fn series(&self) -> impl Iterator<Item = (Option<&Key>, &Point)> {
-        self.table.iter().map(|s| (Some(&s.key), &s.point)).chain(self.overflow.iter().map(|p| (None, p)))
+        self.set.series()
     }
 
     /// True when it has no series.
     pub fn is_empty(&self) -> bool {
-        self.table.is_empty() && self.overflow.is_none()
+        self.set.is_empty()
     }
 
     pub(super) fn len(&self) -> usize {
-        self.table.len() + usize::from(self.overflow.is_some())
+        self.set.len()
     }
 
-    /// Records `v` for HTTP span `s`; false if it went to the overflow series.
-    pub(super) fn record(&mut self, s: &HttpSpan<&str>, v: f64, now: u64, total: &mut usize) -> bool {
-        let matches = |k: &Key| matches!(k, Key::Http(k) if k.matches(s));
-        self.record_keyed(http::span_hash(s), matches, || Key::Http(SeriesKey::new(s)), v, now, total)
+    /// Records `v` for HTTP exchange `h` of span `s`; false if it went to
+    /// the overflow series.
+    pub(super) fn record(&mut self, s: &Span<&str>, h: &HttpCall<&str>, v: f64, now: u64, total: &mut usize) -> bool {
+        let matches = |k: &Key| matches!(k, Key::Http(k) if k.matches(s, h));
+        self.record_keyed(http::span_hash(s, h), matches, || Key::Http(SeriesKey::new(s, h)), v, now, total)
     }
 
     /// Records `v` in the series of RPC attributes `a`; false if it went
@@ -123,94 +121,56 @@ impl Histogram {
         now: u64,
         total: &mut usize,
     ) -> bool {
-        if let Some(series) = self.table.find_mut(hash, |x| matches(&x.key)) {
-            series.point.record(v, now);
-            return true;
-        }
         let bounds = self.bounds;
-        if self.table.len() < MAX_SERIES_PER_INSTRUMENT && *total < MAX_SERIES {
-            let mut point = Point::new(now, bounds);
-            point.record(v, now);
-            self.table.insert_unique(hash, Series { hash, key: key(), point }, |x| x.hash);
-            *total += 1;
-            return true;
-        }
-        if self.overflow.is_none() {
-            *total += 1;
-        }
-        self.overflow.get_or_insert_with(|| Point::new(now, bounds)).record(v, now);
-        false
+        self.set.record(hash, matches, key, || Point::new(now, bounds), |p| p.record(v, now), MAX_SERIES_PER_INSTRUMENT, total)
     }
 
     /// Forgets series last updated before `cutoff`; how many were forgotten.
     pub(super) fn evict(&mut self, cutoff: u64) -> usize {
-        let before = self.len();
-        self.table.retain(|s| s.point.last_ns >= cutoff);
-        if self.overflow.as_ref().is_some_and(|p| p.last_ns < cutoff) {
-            self.overflow = None;
-        }
-        before - self.len()
+        self.set.evict(cutoff)
     }
 }
 
-/// The histograms of one traced service.
+/// The histograms of one traced service: one an instrument, in
+/// [`instruments`]' order (the meters pick theirs by the slots
+/// [`super::HTTP_SERVER`], [`super::HTTP_CLIENT`], [`super::RPC`] and
+/// [`super::DB`]); the store treats them all alike.
 #[derive(Debug)]
 pub struct ServiceHistograms {
     /// The service, as the span-actor described it.
     pub resource: ServiceResource,
-    /// `http.server.request.duration`.
-    pub server: Histogram,
-    /// `http.client.request.duration`.
-    pub client: Histogram,
-    /// The RPC histograms, in [`METRICS`]' order.
-    pub rpc: [Histogram; METRICS.len()],
-    /// `db.client.operation.duration`.
-    pub db: Histogram,
+    /// Its histograms, by instrument.
+    pub histograms: [Histogram; INSTRUMENTS],
     /// The last update (Unix ns): the least recent goes first when full.
     pub(super) last_ns: u64,
 }
 
 impl ServiceHistograms {
     pub(super) fn new(resource: ServiceResource, now: u64) -> ServiceHistograms {
-        ServiceHistograms {
-            resource,
-            server: Histogram::new(&DURATION_BUCKETS),
-            client: Histogram::new(&DURATION_BUCKETS),
-            rpc: std::array::from_fn(|i| Histogram::new(METRICS[i].buckets)),
-            db: Histogram::new(&ipc_schema::db::BUCKETS),
-            last_ns: now,
-        }
+        let table = instrument_table();
+        ServiceHistograms { resource, histograms: std::array::from_fn(|i| Histogram::new(table[i].1)), last_ns: now }
     }
 
     /// The `i`th histogram of [`instruments`].
     pub fn histogram(&self, i: usize) -> Option<&Histogram> {
-        match i {
-            0 => Some(&self.server),
-            1 => Some(&self.client),
-            _ if i - 2 < METRICS.len() => self.rpc.get(i - 2),
-            _ if i - 2 == METRICS.len() => Some(&self.db),
-            _ => None,
-        }
+        self.histograms.get(i)
     }
 
     /// Every histogram with its instrument, in [`instruments`]' order.
     pub fn histograms(&self) -> impl Iterator<Item = (Instrument, &Histogram)> {
-        instruments().enumerate().filter_map(|(i, inst)| Some((inst, self.histogram(i)?)))
+        instruments().zip(&self.histograms)
     }
 
     /// True when no histogram has a series.
     pub fn is_empty(&self) -> bool {
-        self.server.is_empty() && self.client.is_empty() && self.rpc.iter().all(Histogram::is_empty) && self.db.is_empty()
+        self.histograms.iter().all(Histogram::is_empty)
     }
 
     pub(super) fn len(&self) -> usize {
-        self.server.len() + self.client.len() + self.rpc.iter().map(Histogram::len).sum::<usize>() + self.db.len()
+        self.histograms.iter().map(Histogram::len).sum()
     }
 
     pub(super) fn evict(&mut self, cutoff: u64) -> usize {
-        self.server.evict(cutoff)
-            + self.client.evict(cutoff)
-            + self.rpc.iter_mut().map(|h| h.evict(cutoff)).sum::<usize>()
-            + self.db.evict(cutoff)
+        self.histograms.iter_mut().map(|h| h.evict(cutoff)).sum()
     }
 }

@@ -15,7 +15,7 @@
 
 use std::io::Write;
 
-use ipc_schema::SpanKind;
+use ipc_schema::{Call, HttpCall, SpanKind};
 use runtime_kit::text::Printable;
 
 use crate::batch::Spans;
@@ -38,6 +38,12 @@ pub fn rfc3339(ns: u64) -> String {
     format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
+/// An HTTP exchange: its method, path and query, status.
+fn http(h: &HttpCall<&str>) -> String {
+    let query = h.query.map(|q| format!("?{}", Printable(q))).unwrap_or_default();
+    format!("{} {}{query} {}", Printable(h.method_original.unwrap_or(h.method)), Printable(h.path), h.status)
+}
+
 /// The line for one span.
 pub fn line(batch: &Spans<'_>, i: usize) -> String {
     let s = &batch.spans[i];
@@ -48,26 +54,24 @@ pub fn line(batch: &Spans<'_>, i: usize) -> String {
     };
     let dur_ms = s.end_unix_ns.saturating_sub(s.start_unix_ns) as f64 / 1e6;
     let parent = if s.parent_span_id != 0 { format!(" parent={:016x}", s.parent_span_id) } else { String::new() };
-    let (peer, port) = match s.kind {
-        SpanKind::Server => (s.client_address, s.client_port),
-        SpanKind::Client => (s.peer_address, s.peer_port),
+    // The client of a server span, the peer of a client span.
+    let (peer, port) = match (s.kind, &s.call) {
+        (SpanKind::Server, Call::Http(h) | Call::Rpc(h, _)) => (h.client_address, h.client_port),
+        (SpanKind::Server, Call::Db(_)) => ("", 0),
+        (SpanKind::Client, _) => (s.peer_address, s.peer_port),
     };
-    // What the request was and how it ended.
-    let what = match &s.db {
-        Some(c) => {
+    // What the request was and how it ended; the RPC status of gRPC
+    // spans: the experimental code when that set is followed (alone or
+    // with the stable one), else the stable name.
+    let (what, rpc) = match &s.call {
+        Call::Db(c) => {
             let status = c.status_code.unwrap_or(if s.error { "ERROR" } else { "OK" });
-            format!("{} {} {}", Printable(c.system), Printable(c.namespace.unwrap_or("-")), Printable(status))
+            (format!("{} {} {}", Printable(c.system), Printable(c.namespace.unwrap_or("-")), Printable(status)), None)
         }
-        None => {
-            let query = s.query.map(|q| format!("?{}", Printable(q))).unwrap_or_default();
-            format!("{} {}{query} {}", Printable(s.method_original.unwrap_or(s.method)), Printable(s.path), s.status)
-        }
+        Call::Http(h) => (http(h), None),
+        Call::Rpc(h, r) => (http(h), Some(r)),
     };
-    // The RPC status of gRPC spans: the experimental code when that set is
-    // followed (alone or with the stable one), else the stable name.
-    let rpc = s
-        .rpc
-        .as_ref()
+    let rpc = rpc
         .and_then(|r| match (r.experimental, r.code, r.status) {
             (true, Some(code), _) => Some(format!(" rpc={code}")),
             (false, _, Some(name)) => Some(format!(" rpc={}", Printable(name))),
@@ -112,8 +116,9 @@ mod tests {
             extra: vec![],
         };
         let mut span = crate::meters::tests::span("/a", 1, 200);
-        span.path = "/a\r\nb".into();
-        span.query = Some("q=\x1b]0;t\x07".into());
+        let h = crate::meters::tests::http_mut(&mut span);
+        h.path = "/a\r\nb".into();
+        h.query = Some("q=\x1b]0;t\x07".into());
         let batch = SpanBatch::of(vec![res], &[span]);
         let mut out = Vec::new();
         write(&Spans::of_own(&batch), &mut out).unwrap();
@@ -139,12 +144,12 @@ mod tests {
         let ok = crate::meters::tests::db_span(2, None);
         let mut failed = crate::meters::tests::db_span(2, Some("42601"));
         failed.span_id = 2;
-        if let Some(c) = failed.db.as_mut() {
+        if let Some(c) = crate::meters::tests::db_mut(&mut failed) {
             c.namespace = Some("sh\nop".into());
         }
         let mut unknown = crate::meters::tests::db_span(2, None);
         unknown.error = true;
-        if let Some(c) = unknown.db.as_mut() {
+        if let Some(c) = crate::meters::tests::db_mut(&mut unknown) {
             c.namespace = None;
         }
         let batch = SpanBatch::of(vec![res], &[ok, failed, unknown]);

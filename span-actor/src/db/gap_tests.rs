@@ -71,7 +71,7 @@ fn memcached_a_lost_answer_counts_its_call_and_pairs_nothing_wrong() {
     assert_eq!(c.counts.calls_lost, 1, "get a");
     let end = c.recv(&mc_value("b", 10));
     assert_eq!(c.ops.len(), 1);
-    assert_eq!((c.ops[0].start_ns, c.ops[0].end_ns, c.ops[0].returned_rows), (start, end, Some(1)));
+    assert_eq!((c.ops[0].start_ns, c.ops[0].end_ns, c.ops[0].call.returned_rows), (start, end, Some(1)));
     assert_eq!((c.counts.desync, c.counts.given_up, c.counts.unpaired_answers), (0, 0, 0));
     assert_eq!(c.accounted(), 2);
 }
@@ -90,7 +90,7 @@ fn memcached_a_lost_send_leaves_its_answer_unread_and_goes_on() {
     c.send(b"get a\r\n");
     c.recv(&mc_value("a", 3));
     assert_eq!(c.ops.len(), 2);
-    assert_eq!(c.ops[1].query_text.as_deref(), Some("get ?"));
+    assert_eq!(c.ops[1].call.query_text.as_deref(), Some("get ?"));
 }
 
 /// A value's second write, after a gap, does not begin a command: it is
@@ -105,7 +105,7 @@ fn after_a_gap_only_a_send_that_begins_a_command_restarts() {
     c.send(b"delete big\r\n");
     c.recv(b"DELETED\r\n");
     assert_eq!(c.ops.len(), 1);
-    assert_eq!(c.ops[0].operation.as_deref(), Some("delete"));
+    assert_eq!(c.ops[0].call.operation.as_deref(), Some("delete"));
     assert_eq!((c.counts.desync, c.counts.unpaired_answers), (0, 0));
 }
 
@@ -134,7 +134,7 @@ fn redis_a_gap_counts_every_call_in_flight() {
     c.send(&resp(&[b"SET", b"k", b"v"]));
     c.recv(b"+OK\r\n");
     assert_eq!(c.ops.len(), 1);
-    assert_eq!(c.ops[0].operation.as_deref(), Some("SET"));
+    assert_eq!(c.ops[0].call.operation.as_deref(), Some("SET"));
     assert_eq!((c.counts.desync, c.counts.given_up), (0, 0));
 }
 

@@ -40,6 +40,7 @@
 use std::collections::VecDeque;
 
 use ipc_schema::db::system;
+use ipc_schema::Text;
 
 use super::pieces;
 use super::stream::{Frame, Msg, Next, Stream, MAX_BUFFERED};
@@ -223,7 +224,7 @@ impl St {
             // Unknown command: the server answers ERROR; pair it anyway so
             // the replies stay in order. Its name is not exported.
             let mut o = op(system::MEMCACHED, ts);
-            o.operation = Some(OTHER.to_owned());
+            o.call.operation = Some(Text::Owned(OTHER.to_owned()));
             return self.push(Pending { op: o, reply: Reply::Line, values: 0 }, counts);
         };
         if data {
@@ -251,9 +252,9 @@ impl St {
         for _ in 0..nkeys {
             text.push_str(" ?");
         }
-        o.operation = Some(cmd.to_owned());
-        o.query_summary = Some(cmd.to_owned());
-        o.query_text = Some(text);
+        o.call.operation = Some(Text::Owned(cmd.to_owned()));
+        o.call.query_summary = Some(Text::Owned(cmd.to_owned()));
+        o.call.query_text = Some(Text::Owned(text));
         self.push(Pending { op: o, reply, values: 0 }, counts)
     }
 
@@ -309,8 +310,8 @@ impl St {
             b"STAT" if front.reply == Reply::Values => {}
             b"END" if front.reply == Reply::Values => {
                 let rows = front.values;
-                if front.op.operation.as_deref() != Some("stats") {
-                    front.op.returned_rows = Some(rows);
+                if front.op.call.operation.as_deref() != Some("stats") {
+                    front.op.call.returned_rows = Some(rows);
                 }
                 self.finish(None, ts, out);
             }
@@ -327,8 +328,8 @@ impl St {
     fn finish(&mut self, error: Option<String>, ts: u64, out: &mut Vec<DbOp>) {
         if let Some(mut p) = self.pending.pop_front() {
             if let Some(e) = error {
-                p.op.status_code = Some(e.clone());
-                p.op.error_type = Some(e);
+                p.op.call.status_code = Some(Text::Owned(e.clone()));
+                p.op.call.error_type = Some(Text::Owned(e));
             }
             p.op.end_ns = ts.max(p.op.start_ns);
             out.push(p.op);

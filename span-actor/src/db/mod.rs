@@ -63,6 +63,7 @@ pub mod stream;
 mod tests;
 
 use ipc_schema::db::system;
+use ipc_schema::{DbCall, Text};
 
 /// Requests awaiting an answer kept per connection (a pipeline deeper than
 /// this is given up: counted `too_many_pending`, its ops `unanswered`).
@@ -86,7 +87,13 @@ pub const OTHER: &str = "_OTHER";
 /// remembered: its executions have no text, counted).
 pub const MAX_NAME: usize = 128;
 
-/// One database call.
+/// One database call: when, and what it was under the database
+/// conventions, already in the form its span carries
+/// ([`ipc_schema::DbCall`]: `db.query.text` sanitized (no literal, no
+/// value, ≤ 2 KiB), `db.query.summary` ≤ 255 bytes, `db.collection.name`
+/// only when the call acts on one table, `db.response.status_code` and
+/// `error.type` set on errors, `db.response.returned_rows` when every row
+/// was counted).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DbOp {
     /// CLOCK_MONOTONIC ns of the send record that carried the call's
@@ -94,26 +101,8 @@ pub struct DbOp {
     pub start_ns: u64,
     /// CLOCK_MONOTONIC ns of the recv record that carried its completion.
     pub end_ns: u64,
-    /// `db.system.name` (one of `ipc_schema::db::system`).
-    pub system: &'static str,
-    /// `db.namespace`: the database (PostgreSQL, MySQL), the database
-    /// index (Redis).
-    pub namespace: Option<String>,
-    /// `db.operation.name`.
-    pub operation: Option<String>,
-    /// `db.collection.name`: set only when the call acts on one table.
-    pub collection: Option<String>,
-    /// `db.query.text`, sanitized (no literal, no value), ≤ 2 KiB.
-    pub query_text: Option<String>,
-    /// `db.query.summary`, ≤ 255 bytes.
-    pub query_summary: Option<String>,
-    /// `db.response.status_code` (SQLSTATE, MySQL error number, Redis
-    /// error prefix, memcached error word), set on errors.
-    pub status_code: Option<String>,
-    /// `error.type`: set when the call failed.
-    pub error_type: Option<String>,
-    /// `db.response.returned_rows`, when every row was counted.
-    pub returned_rows: Option<u64>,
+    /// The call (its `system` one of `ipc_schema::db::system`).
+    pub call: DbCall<Text>,
 }
 
 /// What the parsers dropped or could not know, by reason. Reasons are
@@ -500,23 +489,28 @@ impl DbConn {
 /// A request awaiting its answer, in the form every module keeps: the op
 /// as far as the request tells.
 pub(crate) fn op(system: &'static str, start_ns: u64) -> DbOp {
-    DbOp { start_ns, end_ns: start_ns, system, ..DbOp::default() }
+    DbOp { start_ns, end_ns: start_ns, call: DbCall { system: Text::Static(system), ..DbCall::default() } }
 }
 
 /// Fills operation, collection, summary and text of `op` from sanitized
 /// SQL.
 pub(crate) fn set_sql(op: &mut DbOp, sanitized: &str) {
-    op.operation = sql::operation(sanitized).map(str::to_owned);
-    op.collection = sql::collection(sanitized);
-    op.query_summary = sql::summary(sanitized);
-    op.query_text = (!sanitized.is_empty()).then(|| sanitized.to_owned());
+    let c = &mut op.call;
+    c.operation = sql::operation(sanitized).map(|o| Text::Owned(o.to_owned()));
+    c.collection = sql::collection(sanitized).map(Text::Owned);
+    c.query_summary = sql::summary(sanitized).map(Text::Owned);
+    c.query_text = (!sanitized.is_empty()).then(|| Text::Owned(sanitized.to_owned()));
 }
 
 /// Bytes an op holds on the heap (for [`DbConn::held_bytes`]).
 pub(crate) fn op_heap(op: &DbOp) -> usize {
-    [&op.namespace, &op.operation, &op.collection, &op.query_text, &op.query_summary, &op.status_code, &op.error_type]
+    let c = &op.call;
+    [&c.namespace, &c.operation, &c.collection, &c.query_text, &c.query_summary, &c.status_code, &c.error_type]
         .iter()
-        .map(|s| s.as_ref().map_or(0, String::capacity))
+        .map(|s| match s {
+            Some(Text::Owned(s)) => s.capacity(),
+            _ => 0,
+        })
         .sum()
 }
 

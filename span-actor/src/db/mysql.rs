@@ -57,6 +57,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use ipc_schema::db::system;
+use ipc_schema::Text;
 
 use super::pieces::{self, Piece};
 use super::sql::{self, Charset, Dialect, Escapes};
@@ -358,7 +359,7 @@ impl St {
 
     fn new_op(&self, ts: u64) -> DbOp {
         let mut o = op(if self.mariadb { system::MARIADB } else { system::MYSQL }, ts);
-        o.namespace.clone_from(&self.namespace);
+        o.call.namespace = self.namespace.clone().map(Text::Owned);
         o
     }
 
@@ -552,7 +553,7 @@ impl St {
             Resp::Call { mut op, rs, rows } => {
                 let first = p.first().copied();
                 let mut finish = |mut op: Box<DbOp>, rows: Option<u64>| {
-                    op.returned_rows = rows;
+                    op.call.returned_rows = rows;
                     op.end_ns = ts.max(op.start_ns);
                     out.push(*op);
                     Resp::Ignore
@@ -656,8 +657,8 @@ impl St {
 /// ERR: the error number as status and type; never the message.
 fn set_error(op: &mut DbOp, p: &[u8]) {
     let code = p.get(1..).and_then(u16le).map(|c| c.to_string());
-    op.error_type = Some(code.clone().unwrap_or_else(|| "_OTHER".to_owned()));
-    op.status_code = code;
+    op.call.error_type = Some(Text::Owned(code.clone().unwrap_or_else(|| "_OTHER".to_owned())));
+    op.call.status_code = code.map(Text::Owned);
 }
 
 /// Whether a COM_QUERY body starts as query attributes do

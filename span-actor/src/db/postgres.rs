@@ -53,6 +53,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use ipc_schema::db::system;
+use ipc_schema::Text;
 
 use super::pieces::{self, Piece};
 use super::sql::{self, Charset, Dialect, Escapes};
@@ -221,12 +222,12 @@ fn complete(op: &mut DbOp, c: &Completion, copy_out: bool) {
         Completion::Tag { rows, cmd } => {
             let returns = matches!(cmd.as_slice(), b"SELECT" | b"FETCH") || (cmd.as_slice() == b"COPY" && copy_out);
             if returns {
-                op.returned_rows = *rows;
+                op.call.returned_rows = *rows;
             }
         }
         Completion::Error(state) => {
-            op.status_code.clone_from(state);
-            op.error_type = Some(state.clone().unwrap_or_else(|| "_OTHER".to_owned()));
+            op.call.status_code = state.clone().map(Text::Owned);
+            op.call.error_type = Some(Text::Owned(state.clone().unwrap_or_else(|| "_OTHER".to_owned())));
         }
     }
 }
@@ -522,7 +523,7 @@ impl Core {
 
     fn new_op(&self, ts: u64) -> DbOp {
         let mut o = op(system::POSTGRESQL, ts);
-        o.namespace.clone_from(&self.namespace);
+        o.call.namespace = self.namespace.clone().map(Text::Owned);
         o
     }
 
@@ -704,7 +705,7 @@ impl Core {
                 // A simple Query: its first statement's rows, its first
                 // error; it ends at `Z`.
                 let is_error = matches!(c, Completion::Error(_));
-                if is_error && op.error_type.is_none() || !is_error && !*first_done {
+                if is_error && op.call.error_type.is_none() || !is_error && !*first_done {
                     complete(op, &c, *copy_out);
                 }
                 *first_done = true;

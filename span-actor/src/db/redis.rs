@@ -51,6 +51,7 @@
 use std::collections::VecDeque;
 
 use ipc_schema::db::system;
+use ipc_schema::Text;
 
 use super::pieces;
 use super::stream::{Frame, Msg, Next, Stream, MAX_BUFFERED};
@@ -675,7 +676,7 @@ impl St {
     /// a client sends there is never exported).
     fn command(&mut self, cmd: Cmd, ts: u64, counts: &mut DbCounts) -> bool {
         let mut o = op(system::REDIS, ts);
-        o.namespace = Some(self.namespace.clone());
+        o.call.namespace = Some(Text::Owned(self.namespace.clone()));
         let name = cmd.name.as_deref().and_then(known_command);
         if let Some(name) = name {
             let mut operation = name.to_owned();
@@ -690,11 +691,11 @@ impl St {
             for _ in shown..cmd.args.min(1000) {
                 text.push_str(" ?");
             }
-            o.query_text = Some(text);
-            o.query_summary = Some(operation.clone());
-            o.operation = Some(operation);
+            o.call.query_text = Some(Text::Owned(text));
+            o.call.query_summary = Some(Text::Owned(operation.clone()));
+            o.call.operation = Some(Text::Owned(operation));
         } else if cmd.args > 0 {
-            o.operation = Some(OTHER.to_owned());
+            o.call.operation = Some(Text::Owned(OTHER.to_owned()));
         }
         let kind = match name {
             Some("SUBSCRIBE" | "PSUBSCRIBE" | "SSUBSCRIBE" | "UNSUBSCRIBE" | "PUNSUBSCRIBE" | "SUNSUBSCRIBE") => Kind::Subscribe,
@@ -816,10 +817,10 @@ impl St {
             return;
         };
         if let Some(e) = r.error {
-            p.op.status_code = Some(e.clone());
-            p.op.error_type = Some(e);
+            p.op.call.status_code = Some(Text::Owned(e.clone()));
+            p.op.call.error_type = Some(Text::Owned(e));
         } else if r.kind == b'-' || r.kind == b'!' {
-            p.op.error_type = Some("_OTHER".to_owned());
+            p.op.call.error_type = Some(Text::Owned("_OTHER".to_owned()));
         }
         if p.kind == Kind::Select && r.simple.as_deref() == Some("OK") {
             if let Some(i) = p.index.take() {

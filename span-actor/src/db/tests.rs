@@ -14,7 +14,15 @@ const SECRETS: &[&str] = &["hunter2", "secret-param", "secret-val", "bob@example
 
 fn assert_no_secret(ops: &[DbOp]) {
     for op in ops {
-        let fields = [&op.namespace, &op.operation, &op.collection, &op.query_text, &op.query_summary, &op.status_code, &op.error_type];
+        let fields = [
+            &op.call.namespace,
+            &op.call.operation,
+            &op.call.collection,
+            &op.call.query_text,
+            &op.call.query_summary,
+            &op.call.status_code,
+            &op.call.error_type,
+        ];
         for f in fields.into_iter().flatten() {
             for s in SECRETS {
                 assert!(!f.contains(s), "secret {s:?} in {op:?}");
@@ -231,14 +239,14 @@ fn pg_psql_simple_query() {
     assert_eq!(t.ops.len(), 1, "{:?}", t.ops);
     let op = &t.ops[0];
     assert_eq!((op.start_ns, op.end_ns), (start, end));
-    assert_eq!(op.system, "postgresql");
-    assert_eq!(op.namespace.as_deref(), Some("shop"));
-    assert_eq!(op.operation.as_deref(), Some("SELECT"));
-    assert_eq!(op.collection.as_deref(), Some("users"));
-    assert_eq!(op.query_text.as_deref(), Some("SELECT id, name FROM users WHERE email = ?;"));
-    assert_eq!(op.query_summary.as_deref(), Some("SELECT users"));
-    assert_eq!(op.returned_rows, Some(1));
-    assert_eq!(op.error_type, None);
+    assert_eq!(op.call.system, "postgresql");
+    assert_eq!(op.call.namespace.as_deref(), Some("shop"));
+    assert_eq!(op.call.operation.as_deref(), Some("SELECT"));
+    assert_eq!(op.call.collection.as_deref(), Some("users"));
+    assert_eq!(op.call.query_text.as_deref(), Some("SELECT id, name FROM users WHERE email = ?;"));
+    assert_eq!(op.call.query_summary.as_deref(), Some("SELECT users"));
+    assert_eq!(op.call.returned_rows, Some(1));
+    assert_eq!(op.call.error_type, None);
     assert_no_secret(&t.ops);
     assert_eq!(t.c.pending(), 0);
 }
@@ -250,9 +258,9 @@ fn pg_namespace_defaults_to_the_user() {
     t.recv(&pg_hello());
     t.send(&pg_query("BEGIN"));
     t.recv(&cat(&[pg_cc("BEGIN"), pg_ready(b'T')]));
-    assert_eq!(t.ops[0].namespace.as_deref(), Some("carol"));
-    assert_eq!(t.ops[0].operation.as_deref(), Some("BEGIN"));
-    assert_eq!(t.ops[0].returned_rows, None);
+    assert_eq!(t.ops[0].call.namespace.as_deref(), Some("carol"));
+    assert_eq!(t.ops[0].call.operation.as_deref(), Some("BEGIN"));
+    assert_eq!(t.ops[0].call.returned_rows, None);
 }
 
 /// A Query sent with the startup message, before the server's
@@ -269,7 +277,7 @@ fn pg_query_sent_with_the_startup_is_ended_by_its_own_ready() {
     let end = t.recv(&cat(&[pg_row_desc(&["?column?"]), pg_data_row(&[b"1"]), pg_cc("SELECT 1"), pg_ready(b'I')]));
     assert_eq!(t.ops.len(), 1, "{:?}", t.ops);
     assert_eq!((t.ops[0].start_ns, t.ops[0].end_ns), (start, end));
-    assert_eq!(t.ops[0].returned_rows, Some(1));
+    assert_eq!(t.ops[0].call.returned_rows, Some(1));
     // The server closes without answering a query it never got whole: no op.
     let mut t = T::new(System::Postgres);
     let mut cut = pg_query("SELECT 1");
@@ -287,9 +295,9 @@ fn pg_multi_statement_query_is_one_op() {
     t.send(&pg_query("UPDATE t SET a = 1; SELECT * FROM t"));
     t.recv(&cat(&[pg_cc("UPDATE 3"), pg_row_desc(&["a"]), pg_data_row(&[b"1"]), pg_cc("SELECT 1"), pg_ready(b'I')]));
     assert_eq!(t.ops.len(), 1);
-    assert_eq!(t.ops[0].operation.as_deref(), Some("UPDATE"));
+    assert_eq!(t.ops[0].call.operation.as_deref(), Some("UPDATE"));
     // Rows affected are not rows returned.
-    assert_eq!(t.ops[0].returned_rows, None);
+    assert_eq!(t.ops[0].call.returned_rows, None);
 }
 
 #[test]
@@ -311,9 +319,9 @@ fn pg_libpq_extended_query_never_keeps_parameters() {
     assert_eq!(t.ops.len(), 1, "{:?} {:?}", t.ops, t.counts);
     let op = &t.ops[0];
     assert_eq!((op.start_ns, op.end_ns), (start, end));
-    assert_eq!(op.query_text.as_deref(), Some(q));
-    assert_eq!(op.collection.as_deref(), Some("accounts"));
-    assert_eq!(op.returned_rows, Some(1));
+    assert_eq!(op.call.query_text.as_deref(), Some(q));
+    assert_eq!(op.call.collection.as_deref(), Some("accounts"));
+    assert_eq!(op.call.returned_rows, Some(1));
     assert_no_secret(&t.ops);
 }
 
@@ -344,10 +352,10 @@ fn pg_psycopg_pipeline_pairs_in_order_and_skips_after_error() {
     ]);
     let end = t.recv(&resp);
     assert_eq!(t.ops.len(), 2, "{:?}", t.ops);
-    assert_eq!(t.ops[0].operation.as_deref(), Some("INSERT"));
-    assert_eq!(t.ops[0].error_type, None);
-    assert_eq!(t.ops[1].status_code.as_deref(), Some("23505"));
-    assert_eq!(t.ops[1].error_type.as_deref(), Some("23505"));
+    assert_eq!(t.ops[0].call.operation.as_deref(), Some("INSERT"));
+    assert_eq!(t.ops[0].call.error_type, None);
+    assert_eq!(t.ops[1].call.status_code.as_deref(), Some("23505"));
+    assert_eq!(t.ops[1].call.error_type.as_deref(), Some("23505"));
     assert!(t.ops.iter().all(|o| o.start_ns == start && o.end_ns == end));
     assert_eq!(t.counts.skipped_after_error, 1);
     assert_eq!(t.c.pending(), 0);
@@ -362,20 +370,20 @@ fn pg_named_statements_and_statements_from_before_tracing() {
     assert!(t.ops.is_empty());
     t.send(&cat(&[pg_bind("", "s1", &[b"secret-param"]), pg_execute(""), pg_sync()]));
     t.recv(&cat(&[pg(b'2', &[]), pg_cc("DELETE 1"), pg_ready(b'I')]));
-    assert_eq!(t.ops[0].operation.as_deref(), Some("DELETE"));
-    assert_eq!(t.ops[0].returned_rows, None);
+    assert_eq!(t.ops[0].call.operation.as_deref(), Some("DELETE"));
+    assert_eq!(t.ops[0].call.returned_rows, None);
     // A statement prepared before tracing began: an op without text.
     t.send(&cat(&[pg_bind("", "older", &[b"secret-param"]), pg_execute(""), pg_sync()]));
     t.recv(&cat(&[pg(b'2', &[]), pg_cc("SELECT 2"), pg_ready(b'I')]));
     assert_eq!(t.ops.len(), 2);
-    assert_eq!(t.ops[1].query_text, None);
-    assert_eq!(t.ops[1].operation, None);
-    assert_eq!(t.ops[1].returned_rows, Some(2));
+    assert_eq!(t.ops[1].call.query_text, None);
+    assert_eq!(t.ops[1].call.operation, None);
+    assert_eq!(t.ops[1].call.returned_rows, Some(2));
     assert_eq!(t.counts.unknown_statement, 1);
     // Close forgets it.
     t.send(&cat(&[pg(b'C', b"Ss1\0"), pg_bind("", "s1", &[]), pg_execute(""), pg_sync()]));
     t.recv(&cat(&[pg(b'3', &[]), pg(b'2', &[]), pg_cc("DELETE 0"), pg_ready(b'I')]));
-    assert_eq!(t.ops[2].query_text, None);
+    assert_eq!(t.ops[2].call.query_text, None);
     assert_eq!(t.counts.unknown_statement, 2);
 }
 
@@ -396,8 +404,8 @@ fn pg_statement_table_is_bounded() {
         pg_sync(),
     ]));
     t.recv(&cat(&[pg(b'2', &[]), pg_cc("SELECT 1"), pg(b'2', &[]), pg_cc("SELECT 1"), pg_ready(b'I')]));
-    assert_eq!(t.ops[0].collection.as_deref(), Some(format!("t{}", MAX_STATEMENTS + 49).as_str()));
-    assert_eq!(t.ops[1].query_text, None);
+    assert_eq!(t.ops[0].call.collection.as_deref(), Some(format!("t{}", MAX_STATEMENTS + 49).as_str()));
+    assert_eq!(t.ops[1].call.query_text, None);
 }
 
 /// A 10,000-row result read in 64 KiB syscalls, each captured as its head,
@@ -422,14 +430,14 @@ fn pg_ten_thousand_rows_with_lost_middles() {
     assert_eq!(t.ops.len(), 1);
     let op = &t.ops[0];
     assert_eq!((op.start_ns, op.end_ns), (start, end));
-    assert_eq!(op.returned_rows, Some(10_000));
+    assert_eq!(op.call.returned_rows, Some(10_000));
     assert_eq!(t.counts.desync, 1);
     assert_eq!(t.counts.resync, 1);
     // And the connection goes on.
     t.send(&pg_query("COMMIT"));
     t.recv(&cat(&[pg_cc("COMMIT"), pg_ready(b'I')]));
     assert_eq!(t.ops.len(), 2);
-    assert_eq!(t.ops[1].operation.as_deref(), Some("COMMIT"));
+    assert_eq!(t.ops[1].call.operation.as_deref(), Some("COMMIT"));
 }
 
 /// A large row whose body is LOST (its header seen) is skipped without a
@@ -443,7 +451,7 @@ fn pg_lost_inside_one_message_is_not_a_desync() {
     t.rec(false, &captured(&resp, 3_900, 256));
     assert_eq!(t.counts.desync, 0);
     assert_eq!(t.ops.len(), 1);
-    assert_eq!(t.ops[0].returned_rows, Some(1));
+    assert_eq!(t.ops[0].call.returned_rows, Some(1));
 }
 
 #[test]
@@ -458,8 +466,8 @@ fn pg_error_in_a_lost_tail_still_gives_the_status() {
     resp.extend(pg_ready(b'I'));
     t.rec(false, &captured(&resp, 3_900, 256));
     assert_eq!(t.ops.len(), 1);
-    assert_eq!(t.ops[0].status_code.as_deref(), Some("57014"));
-    assert_eq!(t.ops[0].returned_rows, None);
+    assert_eq!(t.ops[0].call.status_code.as_deref(), Some("57014"));
+    assert_eq!(t.ops[0].call.returned_rows, None);
 }
 
 #[test]
@@ -489,7 +497,7 @@ fn pg_send_desync_resyncs_on_a_query() {
     t.send(&pg_query("SELECT 1"));
     t.recv(&cat(&[pg_row_desc(&["x"]), pg_data_row(&[b"1"]), pg_cc("SELECT 1"), pg_ready(b'I')]));
     assert_eq!(t.ops.len(), n + 1);
-    assert_eq!(t.ops[n].returned_rows, Some(1));
+    assert_eq!(t.ops[n].call.returned_rows, Some(1));
     assert_no_secret(&t.ops);
 }
 
@@ -505,14 +513,14 @@ fn pg_copy_out_counts_rows_copy_in_does_not() {
         pg_cc("COPY 2"),
         pg_ready(b'I'),
     ]));
-    assert_eq!(t.ops[0].returned_rows, Some(2));
-    assert_eq!(t.ops[0].operation.as_deref(), Some("COPY"));
+    assert_eq!(t.ops[0].call.returned_rows, Some(2));
+    assert_eq!(t.ops[0].call.operation.as_deref(), Some("COPY"));
     t.send(&pg_query("COPY items FROM STDIN"));
     t.recv(&pg(b'G', &[0, 0, 1, 0, 0]));
     t.send(&cat(&[pg(b'd', b"3\tsecret-val\n"), pg(b'c', &[])]));
     t.recv(&cat(&[pg_cc("COPY 1"), pg_ready(b'I')]));
     assert_eq!(t.ops.len(), 2);
-    assert_eq!(t.ops[1].returned_rows, None);
+    assert_eq!(t.ops[1].call.returned_rows, None);
     assert_no_secret(&t.ops);
 }
 
@@ -535,7 +543,7 @@ fn pg_ssl_request_then_tls() {
     feed(&mut t, true, &pg_query("SELECT now()"));
     feed(&mut t, false, &cat(&[pg_row_desc(&["now"]), pg_data_row(&[b"2026"]), pg_cc("SELECT 1"), pg_ready(b'I')]));
     assert_eq!(t.ops.len(), 1, "{:?}", t.counts);
-    assert_eq!(t.ops[0].namespace.as_deref(), Some("tlsdb"));
+    assert_eq!(t.ops[0].call.namespace.as_deref(), Some("tlsdb"));
     assert!(t.counts.ciphertext_records >= 2);
 }
 
@@ -549,7 +557,7 @@ fn pg_ssl_refused_continues_in_plaintext() {
     t.send(&pg_query("SELECT 1"));
     t.recv(&cat(&[pg_row_desc(&["x"]), pg_data_row(&[b"1"]), pg_cc("SELECT 1"), pg_ready(b'I')]));
     assert_eq!(t.ops.len(), 1);
-    assert_eq!(t.ops[0].namespace.as_deref(), Some("plain"));
+    assert_eq!(t.ops[0].call.namespace.as_deref(), Some("plain"));
 }
 
 #[test]
@@ -558,7 +566,7 @@ fn pg_connection_traced_mid_way() {
     t.send(&pg_query("SELECT 1"));
     t.recv(&cat(&[pg(b'N', b"SNOTICE\0Mhi\0\0"), pg_row_desc(&["x"]), pg_data_row(&[b"1"]), pg_cc("SELECT 1"), pg_ready(b'I')]));
     assert_eq!(t.ops.len(), 1);
-    assert_eq!(t.ops[0].namespace, None);
+    assert_eq!(t.ops[0].call.namespace, None);
 }
 
 /// The same conversation split at random places gives the same ops.
@@ -590,7 +598,7 @@ fn pg_random_splits_give_the_same_ops() {
         t.ops
     };
     assert_eq!(reference.len(), 3);
-    assert_eq!(reference[2].status_code.as_deref(), Some("42601"));
+    assert_eq!(reference[2].call.status_code.as_deref(), Some("42601"));
     let mut rng = StdRng::seed_from_u64(7);
     for _ in 0..200 {
         let mut t = T::new(System::Postgres);
@@ -690,19 +698,19 @@ fn mariadb_query_result_error_and_prepared_statement() {
     assert_eq!(t.ops.len(), 1, "{:?}", t.counts);
     let op = &t.ops[0];
     assert_eq!((op.start_ns, op.end_ns), (start, end));
-    assert_eq!(op.system, "mariadb");
-    assert_eq!(op.namespace.as_deref(), Some("shop"));
-    assert_eq!(op.query_text.as_deref(), Some("SELECT name FROM users WHERE email = ?"));
-    assert_eq!(op.collection.as_deref(), Some("users"));
-    assert_eq!(op.returned_rows, Some(2));
+    assert_eq!(op.call.system, "mariadb");
+    assert_eq!(op.call.namespace.as_deref(), Some("shop"));
+    assert_eq!(op.call.query_text.as_deref(), Some("SELECT name FROM users WHERE email = ?"));
+    assert_eq!(op.call.collection.as_deref(), Some("users"));
+    assert_eq!(op.call.returned_rows, Some(2));
 
     // ERR 1064.
     t.send(&my(0, b"\x03SELEC * FROM users"));
     let mut err = vec![0xff, 0x28, 0x04, b'#'];
     err.extend_from_slice(b"42000You have an error in your SQL syntax near 'SuperSecret'");
     t.recv(&my(1, &err));
-    assert_eq!(t.ops[1].status_code.as_deref(), Some("1064"));
-    assert_eq!(t.ops[1].error_type.as_deref(), Some("1064"));
+    assert_eq!(t.ops[1].call.status_code.as_deref(), Some("1064"));
+    assert_eq!(t.ops[1].call.error_type.as_deref(), Some("1064"));
 
     // Prepare (no op), execute (an op with the statement's text).
     t.send(&my(0, b"\x16SELECT name FROM users WHERE id = ?"));
@@ -715,15 +723,15 @@ fn mariadb_query_result_error_and_prepared_statement() {
     t.send(&my(0, &exec));
     t.recv(&cat(&[my(1, &[1]), my_coldef(2, "name"), my_eof(3), my(4, b"\x00\x00\x03Bob"), my_eof(5)]));
     assert_eq!(t.ops.len(), 3);
-    assert_eq!(t.ops[2].query_text.as_deref(), Some("SELECT name FROM users WHERE id = ?"));
-    assert_eq!(t.ops[2].returned_rows, Some(1));
+    assert_eq!(t.ops[2].call.query_text.as_deref(), Some("SELECT name FROM users WHERE id = ?"));
+    assert_eq!(t.ops[2].call.returned_rows, Some(1));
     // COM_INIT_DB changes the namespace.
     t.send(&my(0, b"\x02analytics"));
     t.recv(&my_ok(1));
     t.send(&my(0, b"\x03INSERT INTO events (a) VALUES (1)"));
     t.recv(&my(1, &[0, 1, 0, 2, 0, 0, 0]));
-    assert_eq!(t.ops[3].namespace.as_deref(), Some("analytics"));
-    assert_eq!(t.ops[3].returned_rows, None);
+    assert_eq!(t.ops[3].call.namespace.as_deref(), Some("analytics"));
+    assert_eq!(t.ops[3].call.returned_rows, None);
     assert_no_secret(&t.ops);
 }
 
@@ -752,11 +760,11 @@ fn mysql_deprecate_eof_and_a_lost_result() {
     assert_eq!(t.ops.len(), 1, "{:?}", t.counts);
     assert_eq!(t.ops[0].end_ns, end);
     // Not every row was seen.
-    assert_eq!(t.ops[0].returned_rows, None);
+    assert_eq!(t.ops[0].call.returned_rows, None);
     // Whole, every row is counted.
     t.send(&my(0, b"\x03SELECT id FROM big"));
     t.recv(&resp);
-    assert_eq!(t.ops[1].returned_rows, Some(5_000));
+    assert_eq!(t.ops[1].call.returned_rows, Some(5_000));
 }
 
 const CLIENT_DEPRECATE_EOF_FOR_TESTS: u32 = 0x0100_0000;
@@ -788,11 +796,11 @@ fn redis_py_pipeline_of_100_sets() {
     // last recv record.
     assert_eq!((t.ops[99].start_ns, t.ops[99].end_ns), (start, end));
     for op in &t.ops {
-        assert_eq!(op.operation.as_deref(), Some("SET"));
-        assert_eq!(op.query_text.as_deref(), Some("SET ? ?"));
-        assert_eq!(op.query_summary.as_deref(), Some("SET"));
-        assert_eq!(op.namespace.as_deref(), Some("0"));
-        assert_eq!(op.system, "redis");
+        assert_eq!(op.call.operation.as_deref(), Some("SET"));
+        assert_eq!(op.call.query_text.as_deref(), Some("SET ? ?"));
+        assert_eq!(op.call.query_summary.as_deref(), Some("SET"));
+        assert_eq!(op.call.namespace.as_deref(), Some("0"));
+        assert_eq!(op.call.system, "redis");
         assert!(op.start_ns <= start && op.end_ns <= end && op.start_ns < op.end_ns);
     }
     assert_no_secret(&t.ops);
@@ -803,23 +811,23 @@ fn redis_multi_exec_errors_select_and_subcommands() {
     let mut t = T::new(System::Redis);
     t.send(&cat(&[resp(&[b"AUTH", b"default", b"hunter2"]), resp(&[b"CLIENT", b"SETNAME", b"worker-1"]), resp(&[b"SELECT", b"2"])]));
     t.recv(b"+OK\r\n+OK\r\n+OK\r\n");
-    assert_eq!(t.ops[0].query_text.as_deref(), Some("AUTH ? ?"));
-    assert_eq!(t.ops[1].operation.as_deref(), Some("CLIENT SETNAME"));
-    assert_eq!(t.ops[1].query_text.as_deref(), Some("CLIENT SETNAME ?"));
+    assert_eq!(t.ops[0].call.query_text.as_deref(), Some("AUTH ? ?"));
+    assert_eq!(t.ops[1].call.operation.as_deref(), Some("CLIENT SETNAME"));
+    assert_eq!(t.ops[1].call.query_text.as_deref(), Some("CLIENT SETNAME ?"));
     t.send(&cat(&[resp(&[b"MULTI"]), resp(&[b"INCR", b"counter"]), resp(&[b"LPUSH", b"q", b"secret-val"]), resp(&[b"EXEC"])]));
     t.recv(b"+OK\r\n+QUEUED\r\n+QUEUED\r\n*2\r\n:5\r\n:1\r\n");
-    let ops: Vec<_> = t.ops[3..].iter().map(|o| o.operation.clone().unwrap()).collect();
+    let ops: Vec<_> = t.ops[3..].iter().map(|o| o.call.operation.clone().unwrap()).collect();
     assert_eq!(ops, ["MULTI", "INCR", "LPUSH", "EXEC"]);
-    assert!(t.ops[3..].iter().all(|o| o.namespace.as_deref() == Some("2")));
+    assert!(t.ops[3..].iter().all(|o| o.call.namespace.as_deref() == Some("2")));
     t.send(&resp(&[b"LPUSH", b"counter", b"secret-val"]));
     t.recv(b"-WRONGTYPE Operation against a key holding the wrong kind of value SuperSecret\r\n");
     let op = t.ops.last().unwrap();
-    assert_eq!(op.status_code.as_deref(), Some("WRONGTYPE"));
-    assert_eq!(op.error_type.as_deref(), Some("WRONGTYPE"));
+    assert_eq!(op.call.status_code.as_deref(), Some("WRONGTYPE"));
+    assert_eq!(op.call.error_type.as_deref(), Some("WRONGTYPE"));
     // Inline command.
     t.send(b"PING\r\n");
     t.recv(b"+PONG\r\n");
-    assert_eq!(t.ops.last().unwrap().operation.as_deref(), Some("PING"));
+    assert_eq!(t.ops.last().unwrap().call.operation.as_deref(), Some("PING"));
     assert_no_secret(&t.ops);
 }
 
@@ -829,7 +837,7 @@ fn redis_pubsub_pushes_are_not_calls() {
     t.send(&resp(&[b"SUBSCRIBE", b"news", b"alerts"]));
     t.recv(b"*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n*3\r\n$9\r\nsubscribe\r\n$6\r\nalerts\r\n:2\r\n");
     assert_eq!(t.ops.len(), 1);
-    assert_eq!(t.ops[0].operation.as_deref(), Some("SUBSCRIBE"));
+    assert_eq!(t.ops[0].call.operation.as_deref(), Some("SUBSCRIBE"));
     t.recv(b"*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$10\r\nsecret-val\r\n");
     t.recv(b"*3\r\n$7\r\nmessage\r\n$6\r\nalerts\r\n$10\r\nsecret-val\r\n");
     assert_eq!(t.ops.len(), 1);
@@ -837,7 +845,7 @@ fn redis_pubsub_pushes_are_not_calls() {
     t.send(&resp(&[b"PING"]));
     t.recv(b"*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$1\r\nx\r\n*2\r\n$4\r\npong\r\n$0\r\n\r\n");
     assert_eq!(t.ops.len(), 2);
-    assert_eq!(t.ops[1].operation.as_deref(), Some("PING"));
+    assert_eq!(t.ops[1].call.operation.as_deref(), Some("PING"));
     assert_no_secret(&t.ops);
 }
 
@@ -846,14 +854,14 @@ fn redis_resp3_hello_map_and_pushes() {
     let mut t = T::new(System::Redis);
     t.send(&resp(&[b"HELLO", b"3", b"AUTH", b"default", b"hunter2"]));
     t.recv(b"%2\r\n$6\r\nserver\r\n$5\r\nredis\r\n$5\r\nproto\r\n:3\r\n");
-    assert_eq!(t.ops[0].query_text.as_deref(), Some("HELLO ? ? ? ?"));
+    assert_eq!(t.ops[0].call.query_text.as_deref(), Some("HELLO ? ? ? ?"));
     t.send(&resp(&[b"CLIENT", b"TRACKING", b"on"]));
     t.recv(b"+OK\r\n>2\r\n$10\r\ninvalidate\r\n*1\r\n$3\r\nkey\r\n");
     t.send(&resp(&[b"HGETALL", b"h"]));
     t.recv(b"|1\r\n+ttl\r\n:3\r\n%1\r\n+f\r\n=14\r\ntxt:secret-val\r\n");
     assert_eq!(t.ops.len(), 3);
     assert_eq!(t.counts.pushes_ignored, 1);
-    assert_eq!(t.ops[2].operation.as_deref(), Some("HGETALL"));
+    assert_eq!(t.ops[2].call.operation.as_deref(), Some("HGETALL"));
     assert_no_secret(&t.ops);
 }
 
@@ -901,13 +909,13 @@ fn memcached_multi_get_storage_errors_and_stats() {
     reply.extend_from_slice(b"\r\nVALUE user:3 0 10\r\nsecret-val\r\nEND\r\n");
     let end = t.split(false, &reply, &[3, 700, 1046]);
     assert_eq!(t.ops.len(), 2, "{:?}", t.counts);
-    assert_eq!(t.ops[0].operation.as_deref(), Some("set"));
-    assert_eq!(t.ops[0].query_text.as_deref(), Some("set ?"));
+    assert_eq!(t.ops[0].call.operation.as_deref(), Some("set"));
+    assert_eq!(t.ops[0].call.query_text.as_deref(), Some("set ?"));
     let get = &t.ops[1];
     assert_eq!((get.start_ns, get.end_ns), (start, end));
-    assert_eq!(get.query_text.as_deref(), Some("get ? ? ?"));
-    assert_eq!(get.returned_rows, Some(2));
-    assert_eq!(get.system, "memcached");
+    assert_eq!(get.call.query_text.as_deref(), Some("get ? ? ?"));
+    assert_eq!(get.call.returned_rows, Some(2));
+    assert_eq!(get.call.system, "memcached");
     // noreply: no op.
     t.send(b"set k 0 0 10 noreply\r\nsecret-val\r\n");
     assert_eq!(t.counts.no_reply, 1);
@@ -916,20 +924,20 @@ fn memcached_multi_get_storage_errors_and_stats() {
     let mut t2 = T::new(System::Memcached);
     t2.send(b"delete nope\r\nincr n 1\r\nbogus\r\n");
     t2.recv(b"NOT_FOUND\r\n5\r\nERROR\r\n");
-    assert_eq!(t2.ops[0].error_type, None);
-    assert_eq!(t2.ops[1].operation.as_deref(), Some("incr"));
-    assert_eq!(t2.ops[2].error_type.as_deref(), Some("ERROR"));
+    assert_eq!(t2.ops[0].call.error_type, None);
+    assert_eq!(t2.ops[1].call.operation.as_deref(), Some("incr"));
+    assert_eq!(t2.ops[2].call.error_type.as_deref(), Some("ERROR"));
     t2.send(b"stats\r\n");
     t2.recv(b"STAT pid 1\r\nSTAT uptime 5\r\nEND\r\n");
-    assert_eq!(t2.ops[3].operation.as_deref(), Some("stats"));
-    assert_eq!(t2.ops[3].returned_rows, None);
+    assert_eq!(t2.ops[3].call.operation.as_deref(), Some("stats"));
+    assert_eq!(t2.ops[3].call.returned_rows, None);
     t2.send(b"mg user:1 v f\r\nms k 10 T0\r\nsecret-val\r\nmn\r\n");
     t2.recv(b"VA 10 f0\r\nsecret-val\r\nHD\r\nMN\r\n");
     assert_eq!(t2.ops.len(), 7);
-    assert_eq!(t2.ops[4].query_text.as_deref(), Some("mg ?"));
+    assert_eq!(t2.ops[4].call.query_text.as_deref(), Some("mg ?"));
     t2.send(b"set k 0 0 3\r\nabc\r\n");
     t2.recv(b"SERVER_ERROR out of memory storing object SuperSecret\r\n");
-    assert_eq!(t2.ops[7].status_code.as_deref(), Some("SERVER_ERROR"));
+    assert_eq!(t2.ops[7].call.status_code.as_deref(), Some("SERVER_ERROR"));
     assert_no_secret(&t.ops);
     assert_no_secret(&t2.ops);
 }
@@ -1054,8 +1062,8 @@ fn hostile_records_never_panic_and_stay_bounded() {
         assert_no_secret(&t.ops);
         for op in &t.ops {
             assert!(op.start_ns <= op.end_ns);
-            assert!(op.query_text.as_ref().is_none_or(|q| q.len() <= sql::MAX_QUERY_TEXT));
-            assert!(op.query_summary.as_ref().is_none_or(|q| q.len() <= sql::MAX_SUMMARY));
+            assert!(op.call.query_text.as_ref().is_none_or(|q| q.len() <= sql::MAX_QUERY_TEXT));
+            assert!(op.call.query_summary.as_ref().is_none_or(|q| q.len() <= sql::MAX_SUMMARY));
         }
     }
 }
@@ -1087,15 +1095,15 @@ fn pg_portal_suspended_empty_query_and_async_messages() {
     t.send(&cat(&[pg_parse("", "SELECT * FROM events", 0), pg_bind("", "", &[]), pg_execute(""), pg(b'H', &[])]));
     t.recv(&cat(&[pg(b'1', &[]), pg(b'2', &[]), pg(b'A', b"\0\0\0\x01chan\0secret-val\0"), pg_data_row(&[b"1"]), pg(b's', &[])]));
     assert_eq!(t.ops.len(), 1);
-    assert_eq!(t.ops[0].collection.as_deref(), Some("events"));
+    assert_eq!(t.ops[0].call.collection.as_deref(), Some("events"));
     t.send(&cat(&[pg_execute(""), pg_sync()]));
     t.recv(&cat(&[pg_data_row(&[b"2"]), pg(b'S', &cstrs(&[b"TimeZone", b"UTC"])), pg_cc("SELECT 1"), pg_ready(b'I')]));
     assert_eq!(t.ops.len(), 2);
-    assert_eq!(t.ops[1].returned_rows, Some(1));
+    assert_eq!(t.ops[1].call.returned_rows, Some(1));
     t.send(&pg_query(""));
     t.recv(&cat(&[pg(b'I', &[]), pg_ready(b'I')]));
     assert_eq!(t.ops.len(), 3);
-    assert_eq!(t.ops[2].query_text, None);
+    assert_eq!(t.ops[2].call.query_text, None);
     assert_eq!(t.c.pending(), 0);
     assert_no_secret(&t.ops);
 }
@@ -1110,10 +1118,10 @@ fn pg_huge_query_text_is_read_from_its_head() {
     assert_eq!(t.ops.len(), 1);
     let op = &t.ops[0];
     assert_eq!(op.start_ns, start);
-    assert_eq!(op.operation.as_deref(), Some("INSERT"));
-    assert_eq!(op.collection.as_deref(), Some("items"));
-    assert!(op.query_text.as_ref().unwrap().starts_with("INSERT INTO items (id, name) VALUES (?, ?), (?, ?)"));
-    assert!(op.query_text.as_ref().unwrap().len() <= sql::MAX_QUERY_TEXT);
+    assert_eq!(op.call.operation.as_deref(), Some("INSERT"));
+    assert_eq!(op.call.collection.as_deref(), Some("items"));
+    assert!(op.call.query_text.as_ref().unwrap().starts_with("INSERT INTO items (id, name) VALUES (?, ?), (?, ?)"));
+    assert!(op.call.query_text.as_ref().unwrap().len() <= sql::MAX_QUERY_TEXT);
     assert_eq!(t.counts.too_large, 1);
     assert_eq!(t.counts.desync, 0);
     assert_no_secret(&t.ops);
@@ -1139,8 +1147,8 @@ fn mysql_ssl_request_then_tls_handshake_response() {
     feed(&mut t, true, &my(0, b"\x03DELETE FROM sessions WHERE id = 'secret-val'"));
     feed(&mut t, false, &my(1, &[0, 1, 0, 2, 0, 0, 0]));
     assert_eq!(t.ops.len(), 1, "{:?}", t.counts);
-    assert_eq!(t.ops[0].namespace.as_deref(), Some("securedb"));
-    assert_eq!(t.ops[0].operation.as_deref(), Some("DELETE"));
+    assert_eq!(t.ops[0].call.namespace.as_deref(), Some("securedb"));
+    assert_eq!(t.ops[0].call.operation.as_deref(), Some("DELETE"));
     assert_eq!(t.counts.ciphertext_records, 2);
     assert_no_secret(&t.ops);
 }
@@ -1151,8 +1159,8 @@ fn mysql_traced_mid_way_and_unknown_statement() {
     t.send(&my(0, b"\x17\x09\0\0\0\0\x01\0\0\0"));
     t.recv(&my(1, &[0, 0, 0, 2, 0, 0, 0]));
     assert_eq!(t.ops.len(), 1);
-    assert_eq!(t.ops[0].query_text, None);
-    assert_eq!(t.ops[0].system, "mysql");
+    assert_eq!(t.ops[0].call.query_text, None);
+    assert_eq!(t.ops[0].call.system, "mysql");
     assert_eq!(t.counts.unknown_statement, 1);
     // A command that was never answered, then another.
     t.send(&my(0, b"\x03SELECT SLEEP(10)"));
@@ -1160,7 +1168,7 @@ fn mysql_traced_mid_way_and_unknown_statement() {
     t.recv(&cat(&[my(1, &[1]), my_coldef(2, "1"), my_eof(3), my(4, b"\x011"), my_eof(5)]));
     assert_eq!(t.counts.unanswered, 1);
     assert_eq!(t.ops.len(), 2);
-    assert_eq!(t.ops[1].returned_rows, Some(1));
+    assert_eq!(t.ops[1].call.returned_rows, Some(1));
 }
 
 #[test]
@@ -1181,7 +1189,15 @@ fn redis_over_tls_from_the_start() {
 /// Never exported, whatever the quoting rule of the session.
 fn assert_no(ops: &[DbOp], secret: &str) {
     for op in ops {
-        let fields = [&op.namespace, &op.operation, &op.collection, &op.query_text, &op.query_summary, &op.status_code, &op.error_type];
+        let fields = [
+            &op.call.namespace,
+            &op.call.operation,
+            &op.call.collection,
+            &op.call.query_text,
+            &op.call.query_summary,
+            &op.call.status_code,
+            &op.call.error_type,
+        ];
         for f in fields.into_iter().flatten() {
             assert!(!f.contains(secret), "{secret:?} in {op:?}");
         }
@@ -1208,11 +1224,11 @@ fn pg_follows_standard_conforming_strings() {
     let done = [pg_cc("SELECT 1"), pg_ready(b'I')];
     // on: `'C:\'` is a whole literal.
     let op = pg_simple(&mut t, "SELECT 'C:\\' , x FROM t", &done);
-    assert_eq!(op.query_text.as_deref(), Some("SELECT ? , x FROM t"));
+    assert_eq!(op.call.query_text.as_deref(), Some("SELECT ? , x FROM t"));
     // on, but text only the other rule reads (a string would run off the
     // end): nothing either rule calls a literal shows.
     let op = pg_simple(&mut t, "SELECT 'it\\'s SECRET here' FROM t", &done);
-    assert_eq!(op.query_text.as_deref(), Some("SELECT ?"));
+    assert_eq!(op.call.query_text.as_deref(), Some("SELECT ?"));
     // off, said by the SET's answer: a backslash escapes.
     pg_simple(
         &mut t,
@@ -1220,7 +1236,7 @@ fn pg_follows_standard_conforming_strings() {
         &[pg_status("standard_conforming_strings", "off"), pg_cc("SET"), pg_ready(b'I')],
     );
     let op = pg_simple(&mut t, "SELECT 'it\\'s SECRET here', x FROM t", &done);
-    assert_eq!(op.query_text.as_deref(), Some("SELECT ?, x FROM t"));
+    assert_eq!(op.call.query_text.as_deref(), Some("SELECT ?, x FROM t"));
     // E'' escapes whatever the setting; dollar quotes have no escapes.
     pg_simple(
         &mut t,
@@ -1228,7 +1244,7 @@ fn pg_follows_standard_conforming_strings() {
         &[pg_status("standard_conforming_strings", "on"), pg_cc("SET"), pg_ready(b'I')],
     );
     let op = pg_simple(&mut t, "SELECT E'it\\'s SECRET', $q$SECRET ' \\$q$, y FROM t", &done);
-    assert_eq!(op.query_text.as_deref(), Some("SELECT ?, ?, y FROM t"));
+    assert_eq!(op.call.query_text.as_deref(), Some("SELECT ?, ?, y FROM t"));
     // A pipeline: the SET may change the rule before the next Parse is
     // read, so that one is read both ways.
     t.send(&cat(&[
@@ -1250,7 +1266,7 @@ fn pg_follows_standard_conforming_strings() {
         pg_cc("SELECT 1"),
         pg_ready(b'I'),
     ]));
-    assert_eq!(t.ops.last().unwrap().query_text.as_deref(), Some("SELECT ?"));
+    assert_eq!(t.ops.last().unwrap().call.query_text.as_deref(), Some("SELECT ?"));
     assert_no(&t.ops, "SECRET");
 }
 
@@ -1259,7 +1275,7 @@ fn pg_without_the_startup_reads_both_ways() {
     let mut t = T::new(System::Postgres);
     let op =
         pg_simple(&mut t, "SELECT 'it\\'s SECRET here' FROM t WHERE a = 'C:\\' OR b = 'SECRET2'", &[pg_cc("SELECT 1"), pg_ready(b'I')]);
-    assert_eq!(op.query_text.as_deref(), Some("SELECT ?"));
+    assert_eq!(op.call.query_text.as_deref(), Some("SELECT ?"));
     assert_no(&t.ops, "SECRET");
 }
 
@@ -1279,17 +1295,17 @@ fn mysql_follows_no_backslash_escapes() {
     // status flags say so), so the text is one literal to its end.
     t.send(&my(0, q));
     t.recv(&my_ok_status(1, 0x0002));
-    assert_eq!(t.ops.last().unwrap().query_text.as_deref(), Some("SELECT * FROM t WHERE p = ?"));
+    assert_eq!(t.ops.last().unwrap().call.query_text.as_deref(), Some("SELECT * FROM t WHERE p = ?"));
     t.send(&my(0, b"\x03SET sql_mode = 'NO_BACKSLASH_ESCAPES'"));
     t.recv(&my_ok_status(1, 0x0202));
     t.send(&my(0, q));
     t.recv(&my_ok_status(1, 0x0202));
-    assert_eq!(t.ops.last().unwrap().query_text.as_deref(), Some("SELECT * FROM t WHERE p = ? OR secret = ?"));
+    assert_eq!(t.ops.last().unwrap().call.query_text.as_deref(), Some("SELECT * FROM t WHERE p = ? OR secret = ?"));
     // Traced mid-way: both ways.
     let mut u = T::new(System::MySql);
     u.send(&my(0, q));
     u.recv(&my_ok_status(1, 0x0202));
-    assert_eq!(u.ops.last().unwrap().query_text.as_deref(), Some("SELECT * FROM t WHERE p = ?"));
+    assert_eq!(u.ops.last().unwrap().call.query_text.as_deref(), Some("SELECT * FROM t WHERE p = ?"));
     assert_no(&t.ops, "SECRET");
     assert_no(&u.ops, "SECRET");
 }
@@ -1377,14 +1393,14 @@ fn mysql_query_attributes_are_never_read_as_text() {
     let mut t = T::new(System::MySql);
     t.send(&my_query_with_attribute("tenant", "SECRET-tenant", "SELECT a FROM t WHERE b = 1"));
     t.recv(&my_ok_status(1, 2));
-    assert_eq!(t.ops.last().unwrap().query_text.as_deref(), Some("SELECT a FROM t WHERE b = ?"));
+    assert_eq!(t.ops.last().unwrap().call.query_text.as_deref(), Some("SELECT a FROM t WHERE b = ?"));
     t.send(&my(0, b"\x03\x00\x01SELECT 2"));
     t.recv(&my_ok_status(1, 2));
-    assert_eq!(t.ops.last().unwrap().query_text.as_deref(), Some("SELECT ?"));
+    assert_eq!(t.ops.last().unwrap().call.query_text.as_deref(), Some("SELECT ?"));
     // Attributes whose values do not parse: no text at all.
     t.send(&my(0, b"\x03\x02\x01\x00\x01\xfe\x00\x06tenantSECRET-x"));
     t.recv(&my_ok_status(1, 2));
-    assert_eq!(t.ops.last().unwrap().query_text, None);
+    assert_eq!(t.ops.last().unwrap().call.query_text, None);
     assert_eq!(t.ops.len(), 3);
     // The handshake seen, attributes on both sides.
     let mut u = T::new(System::MySql);
@@ -1397,7 +1413,7 @@ fn mysql_query_attributes_are_never_read_as_text() {
     u.recv(&my_ok(2));
     u.send(&my_query_with_attribute("tenant", "SECRET-tenant", "SELECT a FROM t WHERE b = 1"));
     u.recv(&my_ok_status(1, 2));
-    assert_eq!(u.ops.last().unwrap().query_text.as_deref(), Some("SELECT a FROM t WHERE b = ?"));
+    assert_eq!(u.ops.last().unwrap().call.query_text.as_deref(), Some("SELECT a FROM t WHERE b = ?"));
     assert_no(&t.ops, "SECRET");
     assert_no(&u.ops, "SECRET");
 }
@@ -1415,7 +1431,7 @@ fn redis_names_only_known_commands() {
     t.recv(b"-ERR unknown command 'SECRETRD8'\r\n$1\r\nv\r\n+OK\r\n-ERR unknown subcommand\r\n*0\r\n");
     t.send(b"SECRETINLINE now\r\n");
     t.recv(b"-ERR unknown command\r\n");
-    let names: Vec<_> = t.ops.iter().map(|o| (o.operation.as_deref(), o.query_text.as_deref())).collect();
+    let names: Vec<_> = t.ops.iter().map(|o| (o.call.operation.as_deref(), o.call.query_text.as_deref())).collect();
     assert_eq!(
         names,
         [
@@ -1456,6 +1472,6 @@ fn quit_is_not_an_unanswered_call() {
     let mut t = T::new(System::Memcached);
     t.send(b"SECRETCMD k\r\n");
     t.recv(b"ERROR\r\n");
-    assert_eq!(t.ops[0].operation.as_deref(), Some("_OTHER"));
+    assert_eq!(t.ops[0].call.operation.as_deref(), Some("_OTHER"));
     assert_no(&t.ops, "SECRET");
 }

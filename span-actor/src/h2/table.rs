@@ -1,24 +1,24 @@
 //! [`H2Table`]: every HTTP/2 connection followed, the kernel's records in,
 //! [`Operation`]s out (one per finished stream).
 //!
-//! Bounded host-wide, whatever clients do: at most [`H2_CONNS`]
-//! connections (a new one past it evicts the oldest, whose open streams
-//! end as `Closed`), and at most `pipeline.h2_state_mb` of state in all
-//! (past it the connections that hold the most are forgotten, their open
-//! streams dropped and counted). A connection that ends, for any reason
+//! Bounded host-wide, whatever clients do, by a [`ConnTable`]: at most
+//! [`H2_CONNS`] connections (a new one past it evicts the oldest, whose
+//! open streams end as `Closed`), and at most the connection-state budget
+//! (`pipeline.conn_state_mb`) of state in all (past it the connections
+//! that hold the most are forgotten, their open streams dropped and
+//! counted). A connection that ends, for any reason
 //! (its close, a record whose frames cannot be read, eviction), goes
 //! through [`H2Table::close`]: its open streams end, its counts are taken,
 //! its streams become operations.
-
-use std::collections::VecDeque;
 
 use ipc_schema::{RawH2, Role};
 use runtime_kit::counters::{Counter, Drops, Gauge, Registry};
 use rustc_hash::FxHashMap as HashMap;
 
 use super::{grpc, record, Dir, DropReason, H2Conn, H2Stats, StreamDone, PROTOCOL_VERSION};
+use crate::conn_table::{ConnTable, Held, Key, Slot};
 use crate::http::RequestHead;
-use crate::operation::{Call, Conn, HttpCall, Operation};
+use crate::operation::{Call, Conn, HttpExchange, Operation};
 
 /// HTTP/2 connections followed at once; past it the oldest is closed (its
 /// open streams end as `Closed`) and counted.
@@ -30,14 +30,6 @@ pub const H2_SUB: u32 = u32::MAX;
 /// come yet (it follows at once, in the same or the next batch). A head
 /// comes from at most a capture's bytes (512): at most ~1 MiB in all.
 const H2C_PENDING: usize = 1024;
-/// What the state budget is brought down to once exceeded (7/8 of it), so
-/// that the connections to forget are chosen once in a while, not at
-/// every record.
-const LOW_WATER: (usize, usize) = (7, 8);
-
-/// A connection (loader instance or epoch, connection number).
-type Key = (u64, u64);
-
 /// One connection being followed, and who it belongs to.
 struct Entry {
     /// Boxed: the table's slots stay small (a hash table holds up to
@@ -48,11 +40,12 @@ struct Entry {
     /// A server connection's client connection on this host (the kernel's
     /// same-host join), once a record named it.
     caller: Option<u64>,
-    /// When it was first seen, in table order (the oldest is evicted first).
-    born: u64,
-    /// What it holds ([`H2Conn::state_bytes`] and this entry), as last
-    /// counted into [`H2Table::bytes`].
-    bytes: usize,
+}
+
+impl Held for Entry {
+    fn held_bytes(&self) -> usize {
+        self.conn.state_bytes()
+    }
 }
 
 /// An `Upgrade: h2c` request answered `101`, waiting for its connection's
@@ -71,7 +64,8 @@ pub struct Upgrade {
 /// there): its slot in the table, and its place in the eviction order (a
 /// deque that may hold twice as many as are live, and doubles as it
 /// grows).
-const ENTRY_OVERHEAD: usize = runtime_kit::memory::table_slot(std::mem::size_of::<(Key, Entry)>()) + 4 * std::mem::size_of::<(Key, u64)>();
+const ENTRY_OVERHEAD: usize =
+    runtime_kit::memory::table_slot(std::mem::size_of::<(Key, Slot<Entry>)>()) + 4 * std::mem::size_of::<(Key, u64)>();
 
 /// What is not traced of HTTP/2, counted.
 struct Counters {
@@ -83,7 +77,7 @@ struct Counters {
     malformed: Drops,
     evicted: Counter,
     /// Streams dropped with the connections forgotten to keep within
-    /// `pipeline.h2_state_mb`.
+    /// the connection-state budget.
     state_full: Drops,
     /// The bytes all connections hold.
     state_bytes: Gauge,
@@ -104,15 +98,7 @@ impl Counters {
 
 /// Every HTTP/2 connection followed.
 pub struct H2Table {
-    conns: HashMap<Key, Entry>,
-    /// Connections by age (`born`); entries of connections gone since are
-    /// skipped, and dropped once they outnumber the live ones.
-    order: VecDeque<(Key, u64)>,
-    born: u64,
-    /// Bytes every connection holds (the sum of their [`Entry::bytes`]),
-    /// and the most they may (`pipeline.h2_state_mb`).
-    bytes: usize,
-    budget: usize,
+    conns: ConnTable<Entry>,
     /// `Upgrade: h2c` requests by connection, with their start, waiting for
     /// the connection's first HTTP/2 record (they become its stream 1).
     upgrades: HashMap<Key, Upgrade>,
@@ -127,11 +113,7 @@ impl H2Table {
     /// A table holding at most `budget` bytes of connection state.
     pub fn new(budget: usize, rpc_mode: grpc::Mode, registry: &Registry) -> H2Table {
         H2Table {
-            conns: HashMap::default(),
-            order: VecDeque::new(),
-            born: 0,
-            bytes: 0,
-            budget,
+            conns: ConnTable::new(H2_CONNS, budget, ENTRY_OVERHEAD),
             upgrades: HashMap::default(),
             rpc_mode,
             stats: Counters {
@@ -156,7 +138,7 @@ impl H2Table {
 
     /// Bytes they hold, all together.
     pub fn state_bytes(&self) -> usize {
-        self.bytes
+        self.conns.bytes()
     }
 
     /// [`H2Table::state_bytes`] counted afresh, connection by connection,
@@ -172,7 +154,7 @@ impl H2Table {
 
     /// Publishes the state gauge (once a batch).
     pub fn publish(&self) {
-        self.stats.state_bytes.set(self.bytes as f64);
+        self.stats.state_bytes.set(self.conns.bytes() as f64);
     }
 
     /// The `101` of an `Upgrade: h2c`: its request (an HTTP/1 request, which
@@ -201,9 +183,11 @@ impl H2Table {
             self.close(key, r.mono_ns, out);
             return;
         };
-        if !self.conns.contains_key(&key) {
-            if self.conns.len() >= H2_CONNS {
-                self.evict_oldest(r.mono_ns, out);
+        if !self.conns.contains(&key) {
+            // Bounded: the oldest connection goes (its open streams end now).
+            if let Some((_, e)) = self.conns.make_room() {
+                self.stats.evicted.inc();
+                self.finish(e, Some(r.mono_ns), out);
             }
             self.open(key, r);
         }
@@ -216,7 +200,7 @@ impl H2Table {
         let (role, who, caller) = (e.role, e.who, e.caller);
         self.stats.add(&e.conn.take_stats());
         self.operations(role, who, caller, out);
-        self.recount(&key);
+        self.conns.recount(&key);
         self.shed();
     }
 
@@ -241,77 +225,41 @@ impl H2Table {
             conn.seed_upgrade(start, head.method.as_bytes(), target.as_bytes(), &headers);
         }
         let who = Conn { id: r.conn_id, pid: r.pid, proc_start_ns: r.proc_start_ns, local: r.local, peer: r.peer, tls: r.tls };
-        self.born += 1;
-        self.conns.insert(key, Entry { conn: Box::new(conn), role: r.role, who, caller, born: self.born, bytes: 0 });
-        self.order.push_back((key, self.born));
-        if self.order.len() > 2 * self.conns.len() + 64 {
-            let conns = &self.conns;
-            self.order.retain(|(k, born)| conns.get(k).is_some_and(|e| e.born == *born));
+        self.conns.insert(key, Entry { conn: Box::new(conn), role: r.role, who, caller });
+    }
+
+    /// The connection closed (or can no longer be read) at `ts`: out of
+    /// the table, then [`H2Table::finish`]ed.
+    fn close(&mut self, key: Key, ts: u64, out: &mut Vec<Operation>) {
+        if let Some(e) = self.conns.remove(&key) {
+            self.finish(e, Some(ts), out);
         }
     }
 
-    /// The connection ends: out of the table, its counts taken, and its
-    /// open streams either ended at `ts` as `Closed` (operations in `out`:
-    /// it closed, could no longer be read, or was evicted) or, without a
-    /// `ts` (shed to keep within the budget), dropped and counted.
-    fn end(&mut self, key: Key, ts: Option<u64>, out: &mut Vec<Operation>) -> bool {
-        let Some(mut e) = self.conns.remove(&key) else { return false };
-        self.bytes -= e.bytes;
+    /// A connection out of the table ends: its counts taken, and its open
+    /// streams either ended at `ts` as `Closed` (operations in `out`: it
+    /// closed, could no longer be read, or was evicted) or, without a `ts`
+    /// (shed to keep within the budget), dropped and counted.
+    fn finish(&mut self, mut e: Entry, ts: Option<u64>, out: &mut Vec<Operation>) {
         match ts {
             Some(ts) => e.conn.close(ts, &mut self.done),
             None => self.stats.state_full.add(e.conn.open_streams() as u64),
         }
         self.stats.add(&e.conn.take_stats());
         self.operations(e.role, e.who, e.caller, out);
-        true
     }
 
-    /// The connection closed (or can no longer be read) at `ts`.
-    fn close(&mut self, key: Key, ts: u64, out: &mut Vec<Operation>) {
-        self.end(key, Some(ts), out);
-    }
-
-    /// Bounded: the oldest connection goes (its open streams end now).
-    fn evict_oldest(&mut self, ts: u64, out: &mut Vec<Operation>) {
-        while let Some((key, born)) = self.order.pop_front() {
-            if self.conns.get(&key).is_some_and(|e| e.born == born) {
-                self.stats.evicted.inc();
-                self.end(key, Some(ts), out);
-                return;
-            }
-        }
-    }
-
-    /// Counts again what connection `key` holds, after it changed.
-    fn recount(&mut self, key: &Key) {
-        if let Some(e) = self.conns.get_mut(key) {
-            let now = e.conn.state_bytes() + ENTRY_OVERHEAD;
-            self.bytes = self.bytes - e.bytes + now;
-            e.bytes = now;
-        }
-    }
-
-    /// Over `pipeline.h2_state_mb`: forgets the connections that hold the
-    /// most until what is left is under 7/8 of it. A flood of never-ended
+    /// Over the connection-state budget: the connections that hold the
+    /// most are forgotten ([`ConnTable::shed`]). A flood of never-ended
     /// streams sits in a few big connections and goes first; the small ones
     /// of ordinary clients stay. A forgotten connection's open streams are
     /// dropped (no span: they did not end) and counted; if it goes on, it
     /// is followed afresh from its next record, as one seen mid-way.
     fn shed(&mut self) {
-        if self.bytes <= self.budget {
-            return;
-        }
-        let target = self.budget / LOW_WATER.1 * LOW_WATER.0;
-        let mut by_size: Vec<(usize, Key)> = self.conns.iter().map(|(k, e)| (e.bytes, *k)).collect();
-        by_size.sort_unstable_by(|a, b| b.cmp(a));
         let mut none = Vec::new();
-        for (_, key) in by_size {
-            if self.bytes <= target {
-                break;
-            }
-            if self.end(key, None, &mut none) {
-                self.stats.evicted.inc();
-            }
+        for (_, e) in self.conns.shed() {
+            self.finish(e, None, &mut none);
+            self.stats.evicted.inc();
         }
     }
 
@@ -342,7 +290,7 @@ pub fn operation(role: Role, conn: Conn, d: StreamDone, rpc_mode: grpc::Mode) ->
         traceparent: d.traceparent,
         propagated: None,
         unlinked: false,
-        call: Call::Http(HttpCall {
+        call: Call::Http(HttpExchange {
             method: d.method,
             path: d.path,
             query: d.query,

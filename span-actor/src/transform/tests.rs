@@ -130,18 +130,18 @@ fn server_span_follows_semantic_conventions() {
     let s = &p.span;
     assert_eq!(s.kind, SpanKind::Server);
     assert_eq!(s.name, "GET /users/*");
-    assert_eq!(s.method, "GET");
-    assert_eq!(s.method_original, None);
-    assert_eq!(s.route.as_deref(), Some("/users/*"));
-    assert_eq!(s.path, "/users/42");
-    assert_eq!(s.query.as_deref(), Some("x=1"));
-    assert_eq!(s.status, 200);
+    assert_eq!(s.h().method, "GET");
+    assert_eq!(s.h().method_original, None);
+    assert_eq!(s.h().route.as_deref(), Some("/users/*"));
+    assert_eq!(s.h().path, "/users/42");
+    assert_eq!(s.h().query.as_deref(), Some("x=1"));
+    assert_eq!(s.h().status, 200);
     assert!(!s.error);
     assert_eq!(s.server_address.as_deref(), Some("shop"));
     assert_eq!(s.server_port, 8000);
-    assert_eq!((s.client_address.as_str(), s.client_port), ("10.0.0.9", 50_123));
-    assert_eq!(s.protocol_version, "1.1");
-    assert_eq!(s.user_agent.as_deref(), Some("curl/8.1"));
+    assert_eq!((s.h().client_address.as_str(), s.h().client_port), ("10.0.0.9", 50_123));
+    assert_eq!(s.h().protocol_version, "1.1");
+    assert_eq!(s.h().user_agent.as_deref(), Some("curl/8.1"));
     assert_eq!(s.parent_span_id, 0);
     assert_ne!(s.trace_id, 0);
     assert_ne!(s.span_id, 0);
@@ -171,10 +171,12 @@ fn tls_requests_have_the_https_scheme_and_nothing_else_differs() {
     assert_eq!(plain.len(), 2);
     assert_eq!(tls.len(), 2);
     for (p, t) in plain.iter().zip(&tls) {
-        assert_eq!(p.span.scheme, "http");
-        assert_eq!(t.span.scheme, "https");
+        assert_eq!(p.span.h().scheme, "http");
+        assert_eq!(t.span.h().scheme, "https");
         let mut same = t.span.clone();
-        same.scheme = "http".into();
+        if let ipc_schema::Call::Http(h) = &mut same.call {
+            h.scheme = "http".into();
+        }
         assert_eq!(same, p.span);
     }
 }
@@ -196,7 +198,7 @@ fn unknown_method_is_other() {
     let mut rig = Rig::new(|_| {});
     let out = rig.run(vec![event(Role::Server, 1, 1, b"PURGE /cache HTTP/1.1\r\n\r\n", 200)]);
     let s = &out[0].span;
-    assert_eq!((s.method.as_str(), s.method_original.as_deref(), s.name.as_str()), ("_OTHER", Some("PURGE"), "HTTP /cache"));
+    assert_eq!((s.h().method.as_str(), s.h().method_original.as_deref(), s.name.as_str()), ("_OTHER", Some("PURGE"), "HTTP /cache"));
 }
 
 #[test]
@@ -260,7 +262,7 @@ fn client_call_inside_a_server_request_is_its_child() {
     assert_eq!(cli.span.parent_span_id, srv.span.span_id);
     assert_eq!(cli.span.trace_id, 0x11111111111111111111111111111111);
     assert_eq!(cli.span.name, "GET");
-    assert_eq!(cli.span.route, None);
+    assert_eq!(cli.span.h().route, None);
     assert_eq!(cli.span.server_address.as_deref(), Some("backend"));
     assert_eq!(cli.span.server_port, 9000);
     assert_eq!(cli.span.peer_address, "127.0.0.2");
@@ -433,10 +435,10 @@ fn server_span_joins_its_caller_on_this_host_in_either_order() {
     let out = rig.run(vec![front]);
     assert_eq!(out.len(), 3);
     assert_eq!(rig.t.held(), 0);
-    let by_path = |p: &str| out.iter().find(|s| s.span.path == p && (p != "/back" || s.span.kind == SpanKind::Server)).unwrap();
+    let by_path = |p: &str| out.iter().find(|s| s.span.h().path == p && (p != "/back" || s.span.kind == SpanKind::Server)).unwrap();
     let call_span = out.iter().find(|s| s.span.kind == SpanKind::Client).unwrap();
     for s in &out {
-        assert_eq!(s.span.trace_id, 0x11111111111111111111111111111111, "{:?}", s.span.path);
+        assert_eq!(s.span.trace_id, 0x11111111111111111111111111111111, "{:?}", s.span.h().path);
     }
     assert_eq!(call_span.span.parent_span_id, by_path("/front").span.span_id);
     assert_eq!(by_path("/back").span.parent_span_id, call_span.span.span_id);
@@ -539,7 +541,7 @@ fn an_edge_is_completed_when_its_caller_is_released_from_its_own_wait() {
     let out = rig.run_batch(RawBatch::of(OFFSET, 0, procs, &[front], &[]));
     assert_eq!(out.len(), 3);
     let edges: Vec<_> =
-        out.iter().filter_map(|p| Some((p.span.path.to_string(), p.span.edge.as_ref()?.peer_service.to_string()))).collect();
+        out.iter().filter_map(|p| Some((p.span.h().path.to_string(), p.span.edge.as_ref()?.peer_service.to_string()))).collect();
     assert_eq!(edges, [("/back".to_owned(), "front".to_owned())], "only the back server has a caller on this host");
 }
 
@@ -606,7 +608,7 @@ fn pipelined_requests_pair_with_their_responses() {
     o3.status = 500;
     o3.end_mono_ns = 5_000_000;
     let out = rig.run(vec![first, o2, o3]);
-    let got: Vec<(&str, u16)> = out.iter().map(|p| (p.span.path.as_str(), p.span.status)).collect();
+    let got: Vec<(&str, u16)> = out.iter().map(|p| (p.span.h().path.as_str(), p.span.h().status)).collect();
     assert_eq!(got, [("/1", 200), ("/2", 404), ("/3", 500)]);
     // each starts when the previous response ended
     assert_eq!(out[2].span.start_unix_ns, (OFFSET + 4_000_000) as u64);
@@ -647,9 +649,9 @@ fn secrets_never_reach_a_span() {
         event(Role::Client, 2, 1, b"GET http://u:P2@api:81/b?AWSAccessKeyId=A1 HTTP/1.1\r\n\r\n", 200),
     ]);
     assert_eq!(out.len(), 2);
-    assert_eq!(out[0].span.query.as_deref(), Some("sig=REDACTED&Token=REDACTED&x=1"));
+    assert_eq!(out[0].span.h().query.as_deref(), Some("sig=REDACTED&Token=REDACTED&x=1"));
     assert_eq!(out[0].span.server_address.as_deref(), Some("shop"));
-    assert_eq!(out[1].span.query.as_deref(), Some("AWSAccessKeyId=REDACTED"));
+    assert_eq!(out[1].span.h().query.as_deref(), Some("AWSAccessKeyId=REDACTED"));
     assert_eq!(out[1].span.server_address.as_deref(), Some("api"));
     let all = format!("{out:?}");
     for secret in ["S1", "T1", "P1", "P2", "A1"] {
@@ -657,7 +659,7 @@ fn secrets_never_reach_a_span() {
     }
     let mut rig = Rig::new(|s| s.redaction.drop_query = true);
     let out = rig.run(vec![event(Role::Server, 1, 1, b"GET /a?q=personal HTTP/1.1\r\n\r\n", 200)]);
-    assert_eq!(out[0].span.query, None);
+    assert_eq!(out[0].span.h().query, None);
 }
 
 fn h2_record(conn: u64, send: bool, start: bool, pieces: Vec<u8>, mono_ns: u64) -> RawH2 {
@@ -711,8 +713,8 @@ fn h2_streams_become_spans_and_bad_records_are_counted() {
     let made = t.transform(INST, 1, &b, Instant::now(), &mut out);
     assert_eq!(made.spans, 1);
     let span = &out[0].span;
-    assert_eq!((span.kind, span.method.as_str(), span.path.as_str(), span.status), (SpanKind::Server, "GET", "/", 404));
-    assert_eq!(span.protocol_version, "2");
+    assert_eq!((span.kind, span.h().method.as_str(), span.h().path.as_str(), span.h().status), (SpanKind::Server, "GET", "/", 404));
+    assert_eq!(span.h().protocol_version, "2");
     assert_eq!(span.start_unix_ns, OFFSET as u64 + 1_000_000);
     assert_eq!(span.end_unix_ns, OFFSET as u64 + 2_000_000);
     // the malformed record gave the connection up, counted
@@ -771,11 +773,11 @@ fn h2c_upgrade_request_is_stream_one() {
     let made = t.transform(INST, 1, &b, Instant::now(), &mut out);
     assert_eq!(made.spans, 1, "{out:?}");
     let span = &out[0].span;
-    assert_eq!((span.kind, span.method.as_str(), span.path.as_str(), span.status), (SpanKind::Server, "GET", "/up", 200));
-    assert_eq!(span.query.as_deref(), Some("x=1"));
-    assert_eq!(span.protocol_version, "2");
+    assert_eq!((span.kind, span.h().method.as_str(), span.h().path.as_str(), span.h().status), (SpanKind::Server, "GET", "/up", 200));
+    assert_eq!(span.h().query.as_deref(), Some("x=1"));
+    assert_eq!(span.h().protocol_version, "2");
     assert_eq!(span.server_address.as_deref(), Some("shop"));
-    assert_eq!(span.user_agent.as_deref(), Some("curl/8"));
+    assert_eq!(span.h().user_agent.as_deref(), Some("curl/8"));
     assert_eq!(span.start_unix_ns, OFFSET as u64 + 1_000_000);
     assert_eq!(span.end_unix_ns, OFFSET as u64 + 5_000_000);
     // An upgrade start whose request never came: stream 1 is counted.
@@ -828,7 +830,7 @@ fn h2c_upgraded_server_streams_join_their_callers_streams() {
             out.iter().find(|p| p.span.kind == kind && p.span.span_id == id).unwrap_or_else(|| panic!("stream {stream}: {out:?}"))
         };
         let (c, s) = (span(SpanKind::Client, 80, Role::Client), span(SpanKind::Server, 81, Role::Server));
-        assert_eq!(c.span.path, s.span.path);
+        assert_eq!(c.span.h().path, s.span.h().path);
         assert_eq!((s.span.trace_id, s.span.parent_span_id), (c.span.trace_id, c.span.span_id), "stream {stream}");
     }
     assert_eq!(rig.t.held(), 0);
@@ -870,12 +872,12 @@ fn request_block(len: usize) -> Vec<u8> {
 
 /// Many connections full of streams that never end (a remote client's
 /// flood): what every connection holds together stays within
-/// `pipeline.h2_state_mb`, the largest connections are forgotten first,
+/// `pipeline.conn_state_mb`, the largest connections are forgotten first,
 /// every stream dropped with them is counted, and a small connection
 /// opened before the flood is still followed after it.
 #[test]
 fn h2_state_is_bounded_host_wide_and_what_is_refused_is_counted() {
-    let mut rig = Rig::new(|s| s.pipeline.h2_state_mb = 1);
+    let mut rig = Rig::new(|s| s.pipeline.conn_state_mb = 1);
     let budget = 1 << 20;
     let feed = |rig: &mut Rig, records: Vec<RawH2>| {
         let mut b = batch(vec![]);
@@ -913,7 +915,7 @@ fn h2_state_is_bounded_host_wide_and_what_is_refused_is_counted() {
     // The small connection was never the largest: its stream ends as a span.
     let out = feed(&mut rig, vec![h2_record(legit, true, false, frame_to(1, 0x5, 1, &[0x88]), 3)]);
     assert_eq!(out.len(), 1, "{out:?}");
-    assert_eq!((out[0].span.path.len(), out[0].span.status), (16, 200));
+    assert_eq!((out[0].span.h().path.len(), out[0].span.h().status), (16, 200));
 }
 
 /// Pipelined heads waiting for answers are bounded across connections:
@@ -999,13 +1001,22 @@ fn run_records(rig: &mut Rig, events: Vec<RawEvent>, records: &[RawH2]) -> Vec<P
     out
 }
 
-/// The fields a database span leaves empty: it is no HTTP exchange.
-fn assert_no_http(s: &HttpSpan<Text>) {
-    assert_eq!((s.method.as_str(), s.method_original.as_deref(), s.route.as_deref()), ("", None, None), "{s:?}");
-    assert_eq!((s.path.as_str(), s.query.as_deref(), s.scheme.as_str(), s.status), ("", None, "", 0), "{s:?}");
-    assert_eq!((s.client_address.as_str(), s.client_port), ("", 0), "{s:?}");
-    assert_eq!((s.protocol_version.as_str(), s.user_agent.as_deref()), ("", None), "{s:?}");
-    assert!(s.rpc.is_none() && s.attributes.is_empty(), "{s:?}");
+/// A database span is no HTTP exchange (nor an RPC) and has no other
+/// attribute.
+fn assert_no_http(s: &Span<Text>) {
+    assert!(s.call.http().is_none() && s.call.rpc().is_none(), "{s:?}");
+    assert!(s.attributes.is_empty(), "{s:?}");
+}
+
+/// The HTTP exchange of a span (of an HTTP or RPC call).
+trait HttpOf {
+    fn h(&self) -> &ipc_schema::HttpCall<Text>;
+}
+
+impl HttpOf for Span<Text> {
+    fn h(&self) -> &ipc_schema::HttpCall<Text> {
+        self.call.http().expect("an HTTP span")
+    }
 }
 
 /// A PostgreSQL simple query and a Redis pipeline (one write, three
@@ -1057,14 +1068,14 @@ fn database_calls_become_client_spans() {
         assert_eq!((s.parent_span_id, s.trace_flags), (0, 1), "no parent: a trace of its own");
         assert_ne!(s.trace_id, 0);
         assert!(s.export_trace && s.export_metrics);
-        let db = s.db.as_ref().expect("a database span has db");
+        let db = s.call.db().expect("a database span has db");
         assert_eq!(Some(s.name.as_str()), db.query_summary.as_deref(), "named by its summary");
         for f in [&db.query_text, &db.query_summary, &db.namespace, &db.collection].into_iter().flatten() {
             assert!(!f.contains("secret") && !f.contains("bob@"), "a value exported: {db:?}");
         }
     }
     let pg = &out[0].span;
-    let db = pg.db.as_ref().unwrap();
+    let db = pg.call.db().unwrap();
     assert_eq!(pg.name, "SELECT users");
     assert_eq!(pg.server_port, 5432);
     assert_eq!((pg.start_unix_ns, pg.end_unix_ns), (OFFSET as u64 + 2_000_000, OFFSET as u64 + 2_500_000));
@@ -1076,15 +1087,15 @@ fn database_calls_become_client_spans() {
     assert_eq!(db.query_text.as_deref(), Some("SELECT id FROM users WHERE email = ?"));
     assert_eq!((db.status_code.as_deref(), db.error_type.as_deref(), db.returned_rows), (None, None, Some(1)));
     let redis: Vec<_> = out[1..].iter().map(|p| &p.span).collect();
-    let ops: Vec<_> = redis.iter().map(|s| (s.name.as_str(), s.db.as_ref().unwrap().query_text.as_deref().unwrap())).collect();
+    let ops: Vec<_> = redis.iter().map(|s| (s.name.as_str(), s.call.db().unwrap().query_text.as_deref().unwrap())).collect();
     assert_eq!(ops, [("SET", "SET ? ?"), ("GET", "GET ?"), ("LPUSH", "LPUSH ? ?")]);
     for s in &redis {
-        let db = s.db.as_ref().unwrap();
+        let db = s.call.db().unwrap();
         assert_eq!((db.system.as_str(), db.namespace.as_deref(), s.server_port), ("redis", Some("0"), 6379));
         assert_eq!((s.start_unix_ns, s.end_unix_ns), (OFFSET as u64 + 3_000_000, OFFSET as u64 + 3_400_000));
     }
     let failed = redis[2];
-    let db = failed.db.as_ref().unwrap();
+    let db = failed.call.db().unwrap();
     assert!(failed.error);
     assert_eq!((db.status_code.as_deref(), db.error_type.as_deref()), (Some("WRONGTYPE"), Some("WRONGTYPE")));
     assert!(!redis[0].error && !redis[1].error);

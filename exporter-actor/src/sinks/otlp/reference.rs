@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, UNIX_EPOCH};
 
-use ipc_schema::{DbCall, HttpSpan, ServiceResource, SpanKind, Value};
+use ipc_schema::{Call, DbCall, HttpCall, ServiceResource, Span, SpanKind, Value};
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::trace::{self, SpanContext, SpanId, Status, TraceFlags, TraceId, TraceState};
 use opentelemetry::{InstrumentationScope, KeyValue};
@@ -32,19 +32,19 @@ pub fn scope() -> InstrumentationScope {
     InstrumentationScope::builder("ringtail").with_version(env!("CARGO_PKG_VERSION")).build()
 }
 
-/// `url.full` of a client request.
-pub fn url_full(s: &HttpSpan) -> String {
+/// `url.full` of a client request (exchange `h` of span `s`).
+pub fn url_full(s: &Span, h: &HttpCall) -> String {
     let host = s.server_address.as_deref().unwrap_or(&s.peer_address);
     let host = if host.contains(':') { format!("[{host}]") } else { host.to_owned() };
-    let default_port = (s.scheme == "http" && s.server_port == 80) || (s.scheme == "https" && s.server_port == 443);
+    let default_port = (h.scheme == "http" && s.server_port == 80) || (h.scheme == "https" && s.server_port == 443);
     let port = if default_port { String::new() } else { format!(":{}", s.server_port) };
-    let query = s.query.as_deref().map(|q| format!("?{q}")).unwrap_or_default();
-    format!("{}://{host}{port}{}{query}", s.scheme, s.path)
+    let query = h.query.as_deref().map(|q| format!("?{q}")).unwrap_or_default();
+    format!("{}://{host}{port}{}{query}", h.scheme, h.path)
 }
 
 /// A database span's attributes, as an SDK instrumentation following the
 /// stable database conventions sets them.
-pub fn db_attributes(s: &HttpSpan, c: &DbCall) -> Vec<KeyValue> {
+pub fn db_attributes(s: &Span, c: &DbCall) -> Vec<KeyValue> {
     let mut a = vec![KeyValue::new("db.system.name", c.system.clone())];
     for (k, v) in [
         ("db.namespace", &c.namespace),
@@ -79,46 +79,51 @@ pub fn db_attributes(s: &HttpSpan, c: &DbCall) -> Vec<KeyValue> {
     a
 }
 
-/// The span's attributes.
-pub fn attributes(s: &HttpSpan) -> Vec<KeyValue> {
-    if let Some(c) = &s.db {
-        return db_attributes(s, c);
+/// The span's attributes: those of its call's conventions.
+pub fn attributes(s: &Span) -> Vec<KeyValue> {
+    match &s.call {
+        Call::Http(h) | Call::Rpc(h, _) => http_attributes(s, h),
+        Call::Db(c) => db_attributes(s, c),
     }
+}
+
+/// An HTTP exchange's attributes.
+pub fn http_attributes(s: &Span, h: &HttpCall) -> Vec<KeyValue> {
     let mut a = Vec::with_capacity(16);
-    a.push(KeyValue::new("http.request.method", s.method.clone()));
-    if let Some(m) = &s.method_original {
+    a.push(KeyValue::new("http.request.method", h.method.clone()));
+    if let Some(m) = &h.method_original {
         a.push(KeyValue::new("http.request.method_original", m.clone()));
     }
-    a.push(KeyValue::new("http.response.status_code", i64::from(s.status)));
-    a.push(KeyValue::new("url.scheme", s.scheme.clone()));
-    a.push(KeyValue::new("network.protocol.version", s.protocol_version.clone()));
-    if let Some(ua) = &s.user_agent {
+    a.push(KeyValue::new("http.response.status_code", i64::from(h.status)));
+    a.push(KeyValue::new("url.scheme", h.scheme.clone()));
+    a.push(KeyValue::new("network.protocol.version", h.protocol_version.clone()));
+    if let Some(ua) = &h.user_agent {
         a.push(KeyValue::new("user_agent.original", ua.clone()));
     }
     if s.error {
-        a.push(KeyValue::new("error.type", s.status.to_string()));
+        a.push(KeyValue::new("error.type", h.status.to_string()));
     }
     match s.kind {
         SpanKind::Server => {
-            a.push(KeyValue::new("url.path", s.path.clone()));
-            if let Some(q) = &s.query {
+            a.push(KeyValue::new("url.path", h.path.clone()));
+            if let Some(q) = &h.query {
                 a.push(KeyValue::new("url.query", q.clone()));
             }
-            if let Some(r) = &s.route {
+            if let Some(r) = &h.route {
                 a.push(KeyValue::new("http.route", r.clone()));
             }
             if let Some(h) = &s.server_address {
                 a.push(KeyValue::new("server.address", h.clone()));
             }
             a.push(KeyValue::new("server.port", i64::from(s.server_port)));
-            a.push(KeyValue::new("client.address", s.client_address.clone()));
-            a.push(KeyValue::new("client.port", i64::from(s.client_port)));
+            a.push(KeyValue::new("client.address", h.client_address.clone()));
+            a.push(KeyValue::new("client.port", i64::from(h.client_port)));
             a.push(KeyValue::new("network.peer.address", s.peer_address.clone()));
             a.push(KeyValue::new("network.peer.port", i64::from(s.peer_port)));
         }
         SpanKind::Client => {
-            a.push(KeyValue::new("url.full", url_full(s)));
-            a.push(KeyValue::new("url.path", s.path.clone()));
+            a.push(KeyValue::new("url.full", url_full(s, h)));
+            a.push(KeyValue::new("url.path", h.path.clone()));
             if let Some(h) = &s.server_address {
                 a.push(KeyValue::new("server.address", h.clone()));
             }
@@ -131,7 +136,7 @@ pub fn attributes(s: &HttpSpan) -> Vec<KeyValue> {
 }
 
 /// The SDK's form of the span.
-pub fn span_data(s: &HttpSpan, scope: &InstrumentationScope) -> SpanData {
+pub fn span_data(s: &Span, scope: &InstrumentationScope) -> SpanData {
     let ctx = SpanContext::new(
         TraceId::from_bytes(s.trace_id.to_be_bytes()),
         SpanId::from_bytes(s.span_id.to_be_bytes()),
@@ -230,19 +235,20 @@ impl MetricReader for SharedReader {
     }
 }
 
-/// The histogram attributes the SDK path recorded for a span.
-fn histogram_attributes(s: &HttpSpan) -> Vec<KeyValue> {
+/// The histogram attributes the SDK path recorded for exchange `h` of a
+/// span.
+fn histogram_attributes(s: &Span, h: &HttpCall) -> Vec<KeyValue> {
     let mut attrs = Vec::with_capacity(7);
-    attrs.push(KeyValue::new("http.request.method", s.method.clone()));
-    attrs.push(KeyValue::new("http.response.status_code", i64::from(s.status)));
-    attrs.push(KeyValue::new("network.protocol.version", s.protocol_version.clone()));
-    attrs.push(KeyValue::new("url.scheme", s.scheme.clone()));
+    attrs.push(KeyValue::new("http.request.method", h.method.clone()));
+    attrs.push(KeyValue::new("http.response.status_code", i64::from(h.status)));
+    attrs.push(KeyValue::new("network.protocol.version", h.protocol_version.clone()));
+    attrs.push(KeyValue::new("url.scheme", h.scheme.clone()));
     if s.error {
-        attrs.push(KeyValue::new("error.type", s.status.to_string()));
+        attrs.push(KeyValue::new("error.type", h.status.to_string()));
     }
     match s.kind {
         SpanKind::Server => {
-            if let Some(r) = &s.route {
+            if let Some(r) = &h.route {
                 attrs.push(KeyValue::new("http.route", r.clone()));
             }
         }
@@ -257,7 +263,7 @@ fn histogram_attributes(s: &HttpSpan) -> Vec<KeyValue> {
 }
 
 /// The attributes the SDK path records a database call with.
-fn db_histogram_attributes(s: &HttpSpan, c: &DbCall) -> Vec<KeyValue> {
+fn db_histogram_attributes(s: &Span, c: &DbCall) -> Vec<KeyValue> {
     let mut attrs = vec![KeyValue::new("db.system.name", c.system.clone())];
     for (k, v) in [
         ("db.namespace", &c.namespace),
@@ -301,14 +307,11 @@ pub fn metric_requests(batch: &Spans<'_>, extra: &[(String, String)]) -> Vec<Exp
         for s in batch.spans.iter().map(|s| s.to_owned_span()).filter(|s| s.export_metrics && s.resource as usize == i) {
             let s = &s;
             let seconds = s.end_unix_ns.saturating_sub(s.start_unix_ns) as f64 / 1e9;
-            if let Some(c) = &s.db {
-                db.record(seconds, &db_histogram_attributes(s, c));
-                any = true;
-                continue;
-            }
-            match s.kind {
-                SpanKind::Server => server.record(seconds, &histogram_attributes(s)),
-                SpanKind::Client => client.record(seconds, &histogram_attributes(s)),
+            // (the SDK path knew no RPC: a gRPC call went to HTTP's)
+            match (&s.call, s.kind) {
+                (Call::Db(c), _) => db.record(seconds, &db_histogram_attributes(s, c)),
+                (Call::Http(h) | Call::Rpc(h, _), SpanKind::Server) => server.record(seconds, &histogram_attributes(s, h)),
+                (Call::Http(h) | Call::Rpc(h, _), SpanKind::Client) => client.record(seconds, &histogram_attributes(s, h)),
             }
             any = true;
         }

@@ -1,8 +1,8 @@
 //! `SpanBatch` → the bytes of an OTLP `ExportTraceServiceRequest`, with the
-//! attribute names of the stable HTTP semantic conventions, or of the
-//! stable database ones for a database call (a span with a
-//! [`DbCall`], whose HTTP fields are empty and never
-//! written).
+//! attribute names of the stable semantic conventions of each span's
+//! [`Call`]: HTTP's for an HTTP exchange (and a gRPC call over one, whose
+//! `rpc.*` attributes the span carries), the database ones for a
+//! [`DbCall`].
 //!
 //! Written straight from ringtail's spans into reused buffers: the batch's
 //! spans are grouped by resource once (a counting sort of their indices),
@@ -12,7 +12,7 @@
 
 use std::fmt::Write as _;
 
-use ipc_schema::{DbCall, HttpSpan, SpanKind};
+use ipc_schema::{Call, DbCall, HttpCall, Span, SpanKind};
 
 use super::wire::{self, key, kv, kv_known, len_field, Key, Out, Value, LEN, VARINT};
 use crate::batch::Spans;
@@ -55,12 +55,16 @@ const FLAG_HAS_IS_REMOTE: u32 = 0x100;
 /// `SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK`.
 const FLAG_IS_REMOTE: u32 = 0x200;
 
-/// `url.full` of a client request, written into `out` (cleared first).
-pub fn url_full(s: &HttpSpan<&str>, out: &mut String) {
+/// `url.full` of a client request, written into `out` (cleared first;
+/// left empty for a span of no HTTP exchange).
+pub fn url_full(s: &Span<&str>, out: &mut String) {
     out.clear();
+    let Some(h) = s.call.http() else {
+        return;
+    };
     let host = s.server_address.unwrap_or(s.peer_address);
-    let default_port = (s.scheme == "http" && s.server_port == 80) || (s.scheme == "https" && s.server_port == 443);
-    out.push_str(s.scheme);
+    let default_port = (h.scheme == "http" && s.server_port == 80) || (h.scheme == "https" && s.server_port == 443);
+    out.push_str(h.scheme);
     out.push_str("://");
     if host.contains(':') {
         out.push('[');
@@ -73,57 +77,66 @@ pub fn url_full(s: &HttpSpan<&str>, out: &mut String) {
         // Writing to a String cannot fail.
         let _ = write!(out, ":{}", s.server_port);
     }
-    out.push_str(s.path);
-    if let Some(q) = &s.query {
+    out.push_str(h.path);
+    if let Some(q) = &h.query {
         out.push('?');
         out.push_str(q);
     }
 }
 
-/// The span's attributes, in the order they are exported. `url` is the
-/// client span's `url.full` (see [`url_full`]; unused for a database call).
+/// The span's attributes, in the order they are exported: those of its
+/// call's conventions. `url` is the client span's `url.full` (see
+/// [`url_full`]; unused for a database call).
 #[inline(always)]
-pub fn attributes(s: &HttpSpan<&str>, url: &str, mut f: impl FnMut(&Key, Value<&str>)) {
-    if let Some(c) = &s.db {
-        return db_attributes(s, c, f);
+pub fn attributes(s: &Span<&str>, url: &str, f: impl FnMut(&Key, Value<&str>)) {
+    match &s.call {
+        Call::Http(h) | Call::Rpc(h, _) => http_attributes(s, h, url, f),
+        Call::Db(c) => db_attributes(s, c, f),
     }
+}
+
+/// An HTTP exchange's attributes (the stable HTTP conventions; a gRPC
+/// call's `rpc.*` are among the span's own), in the order they are
+/// exported.
+#[inline(always)]
+pub fn http_attributes(s: &Span<&str>, h: &HttpCall<&str>, url: &str, mut f: impl FnMut(&Key, Value<&str>)) {
     let mut digits = [0u8; 20];
-    f(&key!("http.request.method"), Value::Str(s.method));
-    if let Some(m) = &s.method_original {
+    f(&key!("http.request.method"), Value::Str(h.method));
+    if let Some(m) = &h.method_original {
         f(&key!("http.request.method_original"), Value::Str(m));
     }
-    f(&key!("http.response.status_code"), Value::Int(i64::from(s.status)));
-    f(&key!("url.scheme"), Value::Str(s.scheme));
-    f(&key!("network.protocol.version"), Value::Str(s.protocol_version));
-    if let Some(ua) = &s.user_agent {
+    f(&key!("http.response.status_code"), Value::Int(i64::from(h.status)));
+    f(&key!("url.scheme"), Value::Str(h.scheme));
+    f(&key!("network.protocol.version"), Value::Str(h.protocol_version));
+    if let Some(ua) = &h.user_agent {
         f(&key!("user_agent.original"), Value::Str(ua));
     }
     if s.error && !s.attributes.iter().any(|(k, _)| *k == "error.type") {
-        f(&key!("error.type"), Value::Str(decimal(u64::from(s.status), &mut digits)));
+        f(&key!("error.type"), Value::Str(decimal(u64::from(h.status), &mut digits)));
     }
     match s.kind {
         SpanKind::Server => {
-            f(&key!("url.path"), Value::Str(s.path));
-            if let Some(q) = &s.query {
+            f(&key!("url.path"), Value::Str(h.path));
+            if let Some(q) = &h.query {
                 f(&key!("url.query"), Value::Str(q));
             }
-            if let Some(r) = &s.route {
+            if let Some(r) = &h.route {
                 f(&key!("http.route"), Value::Str(r));
             }
-            if let Some(h) = &s.server_address {
-                f(&key!("server.address"), Value::Str(h));
+            if let Some(a) = &s.server_address {
+                f(&key!("server.address"), Value::Str(a));
             }
             f(&key!("server.port"), Value::Int(i64::from(s.server_port)));
-            f(&key!("client.address"), Value::Str(s.client_address));
-            f(&key!("client.port"), Value::Int(i64::from(s.client_port)));
+            f(&key!("client.address"), Value::Str(h.client_address));
+            f(&key!("client.port"), Value::Int(i64::from(h.client_port)));
             f(&key!("network.peer.address"), Value::Str(s.peer_address));
             f(&key!("network.peer.port"), Value::Int(i64::from(s.peer_port)));
         }
         SpanKind::Client => {
             f(&key!("url.full"), Value::Str(url));
-            f(&key!("url.path"), Value::Str(s.path));
-            if let Some(h) = &s.server_address {
-                f(&key!("server.address"), Value::Str(h));
+            f(&key!("url.path"), Value::Str(h.path));
+            if let Some(a) = &s.server_address {
+                f(&key!("server.address"), Value::Str(a));
             }
             f(&key!("server.port"), Value::Int(i64::from(s.server_port)));
             f(&key!("network.peer.address"), Value::Str(s.peer_address));
@@ -133,11 +146,10 @@ pub fn attributes(s: &HttpSpan<&str>, url: &str, mut f: impl FnMut(&Key, Value<&
 }
 
 /// A database call's attributes (the stable database conventions), in the
-/// order they are exported, each only when the call has it: none of HTTP's,
-/// whose fields a database span leaves empty. The server is the one the
-/// client connected to, the peer the socket's other end.
+/// order they are exported, each only when the call has it. The server is
+/// the one the client connected to, the peer the socket's other end.
 #[inline]
-pub fn db_attributes(s: &HttpSpan<&str>, c: &DbCall<&str>, mut f: impl FnMut(&Key, Value<&str>)) {
+pub fn db_attributes(s: &Span<&str>, c: &DbCall<&str>, mut f: impl FnMut(&Key, Value<&str>)) {
     f(&key!("db.system.name"), Value::Str(c.system));
     if let Some(v) = c.namespace {
         f(&key!("db.namespace"), Value::Str(v));
@@ -180,7 +192,7 @@ pub fn db_attributes(s: &HttpSpan<&str>, c: &DbCall<&str>, mut f: impl FnMut(&Ke
 }
 
 /// One `Span` message body (without its key and length).
-fn span(o: &mut Vec<u8>, s: &HttpSpan<&str>, url: &str) {
+fn span(o: &mut Vec<u8>, s: &Span<&str>, url: &str) {
     wire::bytes(o, SPAN_TRACE_ID, &s.trace_id.to_be_bytes());
     wire::bytes(o, SPAN_SPAN_ID, &s.span_id.to_be_bytes());
     if s.parent_span_id != 0 {
@@ -244,7 +256,7 @@ impl TraceEncoder {
     pub fn encode(&mut self, batch: &Spans<'_>, out: &mut Vec<u8>) -> usize {
         out.clear();
         let n_res = batch.resources.len();
-        let wanted = |s: &HttpSpan<&str>| s.export_trace && (s.resource as usize) < n_res;
+        let wanted = |s: &Span<&str>| s.export_trace && (s.resource as usize) < n_res;
         // Counting sort of span indices by resource: O(spans + resources).
         self.starts.clear();
         self.starts.resize(n_res + 1, 0);
@@ -272,7 +284,7 @@ impl TraceEncoder {
             self.spans.clear();
             for &i in &self.order[from..to] {
                 let s = &batch.spans[i as usize];
-                if s.kind == SpanKind::Client && s.db.is_none() {
+                if s.kind == SpanKind::Client {
                     url_full(s, &mut self.url);
                 } else {
                     self.url.clear();

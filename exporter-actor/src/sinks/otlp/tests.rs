@@ -1,7 +1,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use ipc_schema::{Component, HealthReport, HttpSpan, MetricPoint, ServiceResource, SpanBatch, SpanKind};
+use ipc_schema::{Call, Component, HealthReport, HttpCall, MetricPoint, ServiceResource, Span, SpanBatch, SpanKind};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};
@@ -15,7 +15,7 @@ use super::config::{parse_pairs, OtlpConfig};
 use super::spans::{url_full, TraceEncoder};
 use super::{metrics, reference};
 use crate::batch::Spans;
-use crate::meters::tests::db_span;
+use crate::meters::tests::{db_mut, db_span, http_mut};
 use crate::meters::Meters;
 
 fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
@@ -102,8 +102,8 @@ fn pairs() {
     );
 }
 
-fn span(kind: SpanKind) -> HttpSpan {
-    HttpSpan {
+fn span(kind: SpanKind) -> Span {
+    Span {
         resource: 0,
         kind,
         trace_id: 0x0102030405060708090a0b0c0d0e0f10,
@@ -113,28 +113,28 @@ fn span(kind: SpanKind) -> HttpSpan {
         name: "GET /users/{id}".into(),
         start_unix_ns: 1_000_000_000,
         end_unix_ns: 1_250_000_000,
-        method: "GET".into(),
-        method_original: None,
-        route: Some("/users/{id}".into()),
-        path: "/users/7".into(),
-        query: Some("a=b".into()),
-        scheme: "http".into(),
-        status: 503,
         error: true,
         server_address: Some("api".into()),
         server_port: 8080,
-        client_address: "10.0.0.1".into(),
-        client_port: 5000,
         peer_address: "10.0.0.2".into(),
         peer_port: 8080,
-        protocol_version: "1.1".into(),
-        user_agent: Some("curl/8".into()),
         export_trace: true,
         export_metrics: true,
         attributes: Vec::new(),
-        rpc: None,
-        db: None,
         edge: None,
+        call: Call::Http(HttpCall {
+            method: "GET".into(),
+            method_original: None,
+            route: Some("/users/{id}".into()),
+            path: "/users/7".into(),
+            query: Some("a=b".into()),
+            scheme: "http".into(),
+            status: 503,
+            client_address: "10.0.0.1".into(),
+            client_port: 5000,
+            protocol_version: "1.1".into(),
+            user_agent: Some("curl/8".into()),
+        }),
     }
 }
 
@@ -155,7 +155,7 @@ fn resource(name: &str, pid: u32, extra: &[(&str, &str)]) -> ServiceResource {
 /// a span naming a resource the batch does not have.
 /// Resources and spans of every shape, one span naming a resource that is
 /// not there (the sinks leave it out).
-fn varied() -> (Vec<ServiceResource>, Vec<HttpSpan>) {
+fn varied() -> (Vec<ServiceResource>, Vec<Span>) {
     let resources = vec![
         resource("shop", 10, &[("team", "a"), ("service.name", "ignored")]),
         resource("idle", 11, &[]),
@@ -174,25 +174,28 @@ fn varied() -> (Vec<ServiceResource>, Vec<HttpSpan>) {
         // Some durations fall exactly on bucket bounds (upper bounds are inclusive).
         s.end_unix_ns =
             s.start_unix_ns + if i % 4 == 1 { [5, 10, 25, 1000][(i / 4 % 4) as usize] * 1_000_000 } else { u64::from(i) * 3_000_000 + 17 };
-        s.status = [200, 404, 503, 201, 500][i as usize % 5];
-        s.error = s.status >= 500 || (kind == SpanKind::Client && s.status >= 400);
-        s.route = (i % 5 != 1).then(|| format!("/r/{}", i % 3));
-        s.query = (i % 2 == 0).then(|| format!("q={i}&x=é"));
-        s.user_agent = (i % 3 != 2).then(|| "curl/8.5.0 \"quoted\"".into());
+        let status = [200, 404, 503, 201, 500][i as usize % 5];
+        s.error = status >= 500 || (kind == SpanKind::Client && status >= 400);
+        let h = http_mut(&mut s);
+        h.status = status;
+        h.route = (i % 5 != 1).then(|| format!("/r/{}", i % 3));
+        h.query = (i % 2 == 0).then(|| format!("q={i}&x=é"));
+        h.user_agent = (i % 3 != 2).then(|| "curl/8.5.0 \"quoted\"".into());
         if i % 7 == 0 {
-            s.method = "_OTHER".into();
-            s.method_original = Some("PURGE".into());
+            h.method = "_OTHER".into();
+            h.method_original = Some("PURGE".into());
         }
+        h.scheme = if i % 5 == 0 { "https".into() } else { "http".into() };
+        h.protocol_version = if i % 8 == 0 { "1.0".into() } else { "1.1".into() };
+        let name = format!("{} {}", h.method, h.route.as_deref().unwrap_or(""));
         s.server_address = match i % 4 {
             0 => None,
             1 => Some("::1".into()),
             _ => Some(format!("host{i}.example")),
         };
         s.server_port = [80, 443, 8080, 0][i as usize % 4];
-        s.scheme = if i % 5 == 0 { "https".into() } else { "http".into() };
         s.peer_address = if i % 6 == 0 { "fe80::1".into() } else { "10.1.2.3".into() };
-        s.protocol_version = if i % 8 == 0 { "1.0".into() } else { "1.1".into() };
-        s.name = format!("{} {}", s.method, s.route.as_deref().unwrap_or(""));
+        s.name = name;
         s.export_trace = i % 9 != 4;
         s.export_metrics = i % 10 != 3;
         spans.push(s);
@@ -208,8 +211,9 @@ fn varied() -> (Vec<ServiceResource>, Vec<HttpSpan>) {
         s.end_unix_ns = s.start_unix_ns + [1, 5, 10, 50][i as usize % 4] * 1_000_000;
         s.server_address = (i % 5 != 4).then(|| "db.internal".into());
         s.server_port = if i % 6 == 5 { 0 } else { 5432 };
-        if let Some(c) = s.db.as_mut() {
-            if i % 4 == 3 {
+        let redis = i % 4 == 3;
+        if let Some(c) = db_mut(&mut s) {
+            if redis {
                 c.system = "redis".into();
                 c.namespace = Some("0".into());
                 c.operation = Some("GET".into());
@@ -217,12 +221,14 @@ fn varied() -> (Vec<ServiceResource>, Vec<HttpSpan>) {
                 c.query_text = Some("GET ?".into());
                 c.query_summary = None;
                 c.returned_rows = None;
-                s.name = "GET".into();
             }
             if i % 5 == 1 {
                 c.namespace = None;
                 c.query_text = None;
             }
+        }
+        if redis {
+            s.name = "GET".into();
         }
         if i == 7 {
             s.attributes.push(("db.operation.batch.size".into(), ipc_schema::Value::Int(2)));
@@ -242,8 +248,8 @@ fn varied() -> (Vec<ServiceResource>, Vec<HttpSpan>) {
 
 /// Spans as the sinks take them, without the read's checks (which refuse
 /// a batch with a span of a missing resource).
-fn views<'a>(resources: &'a [ServiceResource], spans: &'a [HttpSpan]) -> Spans<'a> {
-    Spans { resources, spans: spans.iter().map(HttpSpan::as_borrowed).collect() }
+fn views<'a>(resources: &'a [ServiceResource], spans: &'a [Span]) -> Spans<'a> {
+    Spans { resources, spans: spans.iter().map(Span::as_borrowed).collect() }
 }
 
 fn sorted(mut attrs: Vec<KeyValue>) -> Vec<KeyValue> {
@@ -375,9 +381,9 @@ fn client_urls() {
     url_full(&s.as_borrowed(), &mut url);
     assert_eq!(url, "http://[::1]/users/7?a=b");
     s.server_address = None;
-    s.scheme = "https".into();
+    http_mut(&mut s).scheme = "https".into();
     s.server_port = 443;
-    s.query = None;
+    http_mut(&mut s).query = None;
     url_full(&s.as_borrowed(), &mut url);
     assert_eq!(url, "https://10.0.0.2/users/7");
 }
@@ -488,11 +494,11 @@ fn metric_requests_are_split_when_large() {
     let registry = Registry::new(Component::ExporterActor, 1);
     let mut m = Meters::new(vec![], "host", &registry);
     let resources: Vec<_> = (0..200).map(|i| resource(&format!("svc{i}"), i, &[])).collect();
-    let spans: Vec<HttpSpan> = (0..200 * 40)
+    let spans: Vec<Span> = (0..200 * 40)
         .map(|i| {
             let mut s = span(SpanKind::Server);
             s.resource = (i % 200) as u32;
-            s.route = Some(format!("/route/{}", i / 200));
+            http_mut(&mut s).route = Some(format!("/route/{}", i / 200));
             s
         })
         .collect();
@@ -639,7 +645,7 @@ fn database_calls_are_exported_as_db_client_operation_duration() {
     let mut m = Meters::new(vec![], "host", &registry);
     let mut http_client = span(SpanKind::Client);
     http_client.error = false;
-    http_client.status = 200;
+    http_mut(&mut http_client).status = 200;
     let spans = vec![db_span(3, None), db_span(30, None), db_span(2, Some("42601")), http_client];
     m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![resource("shop", 1, &[])], &spans)), 1);
     let requests = m.view().read(|m| metrics::encode(m, 2));

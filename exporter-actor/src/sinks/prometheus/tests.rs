@@ -1,6 +1,6 @@
 use std::collections::BTreeMap;
 
-use ipc_schema::{Component, HealthReport, HttpSpan, MetricPoint, ServiceResource, SpanBatch};
+use ipc_schema::{Component, HealthReport, MetricPoint, ServiceResource, Span, SpanBatch};
 use runtime_kit::counters::Registry;
 
 use super::exposition;
@@ -20,7 +20,7 @@ fn res() -> ServiceResource {
 }
 
 /// A server span of `ms` milliseconds on route `/x`.
-fn span(ms: u64, status: u16) -> HttpSpan {
+fn span(ms: u64, status: u16) -> Span {
     crate::meters::tests::span("/x", ms, status)
 }
 
