@@ -132,7 +132,7 @@ fn h2_flood_connection(port: u16) -> TcpStream {
 /// real server and leaves 500 streams open on each (bodies that never
 /// come), each stream carrying ~4 KB of header values by HPACK reference:
 /// ~43 MB of stream state if kept. The span-actor keeps at most
-/// `pipeline.h2_state_mb` (8 MiB here) for all connections together: its
+/// `pipeline.conn_state_mb` (8 MiB here) for all connections together: its
 /// resident memory stays within that (plus slack), the streams it lets go
 /// are counted (`h2_state_full`), and an ordinary request afterwards is
 /// still traced.
@@ -146,7 +146,7 @@ fn a_remote_h2_flood_stays_within_the_host_wide_bound() {
     let prom = free_port();
     let _srv = server("go h2 upload server", port, &bin, &[&port.to_string()]);
     let rt = Ringtail::start(&format!(
-        "[probe]\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\nh2_state_mb = 8\n\
+        "[probe]\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\nconn_state_mb = 8\n\
          [discovery]\nopen_ports = [{port}]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n"
     ));
     let curl = |path: &str| {
