@@ -1324,7 +1324,7 @@ fn mysql_follows_the_client_character_set() {
     t.recv(&my_ok(2));
     t.send(&my(0, &[b"\x03", GBK_QUERY].concat()));
     t.recv(&my_ok(1));
-    assert_eq!(t.ops.last().unwrap().query_text.as_deref(), Some("SELECT ?, ?, ? FROM t"));
+    assert_eq!(t.ops.last().unwrap().call.query_text.as_deref(), Some("SELECT ?, ?, ? FROM t"));
     // A statement that may change the set: from then on every set's
     // reading, whatever the server answered.
     t.send(&my(0, b"\x03SET NAMES utf8mb4"));
@@ -1335,7 +1335,7 @@ fn mysql_follows_the_client_character_set() {
     let mut u = my_connected();
     u.send(&my(0, "\x03SELECT 'é\\'s', x FROM t".as_bytes()));
     u.recv(&my_ok(1));
-    assert_eq!(u.ops.last().unwrap().query_text.as_deref(), Some("SELECT ?, x FROM t"));
+    assert_eq!(u.ops.last().unwrap().call.query_text.as_deref(), Some("SELECT ?, x FROM t"));
     // Traced mid-way: every set's reading.
     let mut v = T::new(System::MySql);
     v.send(&my(0, &[b"\x03", GBK_QUERY].concat()));
@@ -1360,13 +1360,13 @@ fn pg_follows_the_client_encoding() {
     ]));
     t.send(&q(GBK_QUERY));
     t.recv(&done);
-    assert_eq!(t.ops.last().unwrap().query_text.as_deref(), Some("SELECT ?, ?, ? FROM t"));
+    assert_eq!(t.ops.last().unwrap().call.query_text.as_deref(), Some("SELECT ?, ?, ? FROM t"));
     // Set to UTF8, said by the SET's answer: read by bytes.
     t.send(&q(b"SET client_encoding = 'UTF8'"));
     t.recv(&cat(&[pg_status("client_encoding", "UTF8"), pg_cc("SET"), pg_ready(b'I')]));
     t.send(&q("SELECT 'é\\'s', x FROM t".as_bytes()));
     t.recv(&done);
-    assert_eq!(t.ops.last().unwrap().query_text.as_deref(), Some("SELECT ?, x FROM t"));
+    assert_eq!(t.ops.last().unwrap().call.query_text.as_deref(), Some("SELECT ?, x FROM t"));
     // Without the startup: every encoding's reading.
     let mut u = T::new(System::Postgres);
     u.send(&q(GBK_QUERY));
