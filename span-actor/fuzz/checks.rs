@@ -363,16 +363,16 @@ fn literal(c: &mut Choices<'_>, pg: bool, backslash: bool, wide: bool) -> String
 /// A statement: code fragments and literals with planted secrets, each
 /// literal written for the session's rule.
 fn statement(c: &mut Choices<'_>, pg: bool, backslash: bool, wide: bool) -> Vec<u8> {
-    // (the last two: MySQL identifiers holding 乣, in a GBK session)
-    const CODE: [&str; 18] = [
-        "SELECT", " a", ",", " FROM t", " WHERE", " =", " -", " (", ")", " AND", " --c\n", " /* c */", " $1", " ?", " ;", "\n", " `x\u{E001}`",
-        " x\u{E001}",
-    ];
-    let code = if wide && !pg { &CODE[..] } else { &CODE[..16] };
+    const CODE: [&str; 16] =
+        ["SELECT", " a", ",", " FROM t", " WHERE", " =", " -", " (", ")", " AND", " --c\n", " /* c */", " $1", " ?", " ;", "\n"];
+    // MySQL identifiers holding 乣, in a GBK session
+    const GBK_IDENTS: [&str; 2] = [" `x\u{E001}`", " x\u{E001}"];
     let mut q = String::from("SELECT ");
     for _ in 0..1 + c.next() % 8 {
         if c.next().is_multiple_of(2) {
-            q.push_str(c.pick(code));
+            q.push_str(c.pick(&CODE));
+        } else if wide && !pg && c.next().is_multiple_of(4) {
+            q.push_str(c.pick(&GBK_IDENTS));
         } else {
             let lit = literal(c, pg, backslash, wide);
             q.push(' ');
