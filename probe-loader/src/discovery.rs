@@ -15,8 +15,19 @@ use std::path::Path;
 use ringtail_config::DiscoverySettings;
 use ringtail_config::ExeRegex;
 
+use crate::kernel::contract::{SEL_EXE, SEL_EXPLICIT};
 use crate::kernel::{ExeLiteral, EXE_LITERALS, EXE_LITERAL_LEN};
-use crate::probes::Selected;
+
+/// Why a process is selected (the `sel_pids` value, SEL_* in bpf/ringtail.h).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Selected {
+    /// A configured pid, a listener on a configured port, or a child of one:
+    /// kept across exec.
+    Explicit = SEL_EXPLICIT,
+    /// The executable name matched: re-decided at every exec.
+    ByExe = SEL_EXE,
+}
 
 /// Compiled discovery settings.
 pub struct Discovery {

@@ -23,7 +23,7 @@ use aya::{Btf, Ebpf, EbpfLoader};
 use ringtail_config::{DiscoverySettings, ProbeSettings, TlsSettings};
 
 use crate::backend::{BackendError, Chosen, Hook};
-use crate::kernel::contract::{SEL_EXE, SEL_EXPLICIT};
+use crate::discovery::Selected;
 use crate::kernel::COUNTERS;
 use crate::pins;
 use crate::ring::WalRing;
@@ -153,17 +153,6 @@ pub struct TlsAttached {
     pub uprobes: usize,
     /// Files refused on the way (not regular, not the file mapped).
     pub refused: tls::Refused,
-}
-
-/// Why a process is selected (the `sel_pids` value, SEL_* in bpf/ringtail.h).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Selected {
-    /// A configured pid, a listener on a configured port, or a child of one:
-    /// kept across exec.
-    Explicit = SEL_EXPLICIT,
-    /// The executable name matched: re-decided at every exec.
-    ByExe = SEL_EXE,
 }
 
 /// The two ring buffers: request events (the write-ahead log), and exec

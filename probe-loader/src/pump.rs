@@ -30,8 +30,9 @@ use tokio::sync::watch;
 use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::discovery::Discovery;
+use crate::discovery::Selected;
 use crate::kernel::{c_string, EventRecord, HttpEvent, KernelCounter, ProcRecord, COMM_LEN, COUNTERS};
-use crate::probes::{Probes, Selected};
+use crate::probes::Probes;
 use crate::procinfo::ProcTable;
 use crate::ring::WalRing;
 
