@@ -925,7 +925,10 @@ fn quoting_rules_and_names_follow_the_servers(b: &str) {
     // A GBK session (its client encoding): 乗 is 0x81 0x5C in GBK, its
     // second byte a backslash to anyone who reads bytes, not characters
     // (the first string ends at its second quote; read by bytes, at its
-    // third, and the secret between would be code).
+    // third, and the secret between would be code; a quote after them —
+    // an escaped one in a third string, or one in a comment, as
+    // PostgreSQL refuses `\'` in a client-only encoding — closes the
+    // string a byte-wise reading opened, so that reading is not in doubt).
     let gbk = |s: &str| -> std::ffi::OsString {
         use std::os::unix::ffi::OsStringExt;
         let mut b = Vec::new();
@@ -941,7 +944,7 @@ fn quoting_rules_and_names_follow_the_servers(b: &str) {
         .env("PGCLIENTENCODING", "GBK")
         .args(["-h", "127.0.0.1", "-p", &pg_port.to_string(), "-U", "postgres", "-d", "postgres", "-X", "-q"])
         .arg("-c")
-        .arg(gbk("SELECT E'乗' AS d, 'x PGSECRET3 x' AS e, E'a\\'b' AS f"))
+        .arg(gbk("SELECT E'乗' AS d, 'x PGSECRET3 x' AS e -- '"))
         .output()
         .expect("run psql");
     assert!(out.status.success(), "psql (GBK): {out:?}");
@@ -970,7 +973,7 @@ fn quoting_rules_and_names_follow_the_servers(b: &str) {
         &[
             (k("SELECT", "SELECT", Some("SELECT ? AS a, ? AS b"), None), 1),
             (k("SELECT", "SELECT", Some("SELECT ? AS c"), None), 1),
-            (k("SELECT", "SELECT", Some("SELECT ? AS d, ? AS e, ? AS f"), None), 1),
+            (k("SELECT", "SELECT", Some("SELECT ? AS d, ? AS e"), None), 1),
         ],
     );
     expect_db_spans(

@@ -1169,6 +1169,15 @@ mod tests {
                 assert!(sanitize(q, dialect, escapes, Charset::Plain).contains("SECRET"), "{q:?}");
             }
         }
+        // The end-to-end test's statements (databases.rs), as psql and
+        // mariadb send them in a GBK session: read by characters, exact; by
+        // bytes, the secret is code.
+        let pg_e2e: &[u8] = b"SELECT E'\x81\\' AS d, 'x SECRET x' AS e -- '";
+        let my_e2e: &[u8] = b"SELECT '\x81\\' AS g, 'x SECRET x' AS h, 'a\\'b' AS i";
+        assert_eq!(sanitize(pg_e2e, Dialect::Postgres, Escapes::Backslash, gbk), "SELECT ? AS d, ? AS e");
+        assert_eq!(sanitize(my_e2e, Dialect::MySql, Escapes::Backslash, gbk), "SELECT ? AS g, ? AS h, ? AS i");
+        assert!(sanitize(pg_e2e, Dialect::Postgres, Escapes::Backslash, Charset::Plain).contains("SECRET"));
+        assert!(sanitize(my_e2e, Dialect::MySql, Escapes::Backslash, Charset::Plain).contains("SECRET"));
         // The sets' own texts read exactly.
         assert_eq!(sanitize(b"SELECT '\x81\\', 'x SECRET x', 'a\\'b'", Dialect::MySql, Escapes::Backslash, gbk), "SELECT ?, ?, ?");
         assert_eq!(sanitize(b"SELECT `\x81`` , 'SECRET' FROM t", Dialect::MySql, Escapes::Backslash, gbk), "SELECT `\u{FFFD}`` , ? FROM t");
