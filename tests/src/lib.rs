@@ -88,6 +88,21 @@ pub fn skip(reason: &str) {
     println!("SKIPPED: {reason}");
 }
 
+/// Whether a test that traces and reads spans from the OTLP receiver can
+/// run here with `tools` (commands, or paths of executables): eBPF, rotel
+/// and every tool, each missing one said (a failure under
+/// RINGTAIL_REQUIRE_ALL).
+pub fn ready_to_trace(tools: &[&str]) -> bool {
+    if !can_trace() {
+        return false;
+    }
+    if !Rotel::available() {
+        skip("the rotel OTLP receiver is not installed");
+        return false;
+    }
+    tools.iter().all(|t| have(t))
+}
+
 /// True when eBPF tests can run here; otherwise says why and returns false.
 pub fn can_trace() -> bool {
     // SAFETY: geteuid has no preconditions.

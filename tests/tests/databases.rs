@@ -16,24 +16,6 @@ use serde_json::Value;
 const WAIT: Duration = Duration::from_secs(30);
 const SETTLE: Duration = Duration::from_millis(500);
 
-/// Whether the tools a test needs are here (a loud skip otherwise).
-fn ready(tools: &[&str]) -> bool {
-    if !can_trace() {
-        return false;
-    }
-    if !Rotel::available() {
-        skip("the rotel OTLP receiver is not installed");
-        return false;
-    }
-    for tool in tools {
-        if !have(tool) && !Path::new(tool).exists() {
-            skip(&format!("{tool} is not installed"));
-            return false;
-        }
-    }
-    true
-}
-
 /// ringtail on backend `b` exporting to `rotel`, tracing the processes
 /// `exe_names` selects, reading database calls to `port`.
 fn ringtail(b: &str, rotel: &Rotel, exe_names: &str, port: u16) -> Ringtail {
@@ -164,7 +146,7 @@ assert t.execute() == [1, b"stored-secret-7"]
 /// is the span's status code, and no stored value is exported.
 fn redis_commands_and_pipelines(b: &str) {
     let python = venv_python("redis");
-    if !ready(&["redis-server", "redis-cli"]) {
+    if !ready_to_trace(&["redis-server", "redis-cli"]) {
         return;
     }
     let Some(python) = python else {
@@ -269,7 +251,7 @@ with psycopg.connect(host="127.0.0.1", port=int(sys.argv[1]), user="postgres", d
 /// literal or parameter value anywhere.
 fn postgres_psql_and_psycopg(b: &str) {
     let python = venv_python("psycopg");
-    if !ready(&["psql", "runuser", &pg_bin("postgres")]) {
+    if !ready_to_trace(&["psql", "runuser", &pg_bin("postgres")]) {
         return;
     }
     let Some(python) = python else {
@@ -401,7 +383,7 @@ c.close()
 /// its text, and no literal or parameter anywhere.
 fn mariadb_client_and_pymysql(b: &str) {
     let python = venv_python("pymysql");
-    if !ready(&["mariadb", "mariadbd", "mariadb-install-db", "chown"]) {
+    if !ready_to_trace(&["mariadb", "mariadbd", "mariadb-install-db", "chown"]) {
         return;
     }
     let Some(python) = python else {
@@ -510,7 +492,7 @@ except MemcacheClientError:
 /// answer, CLIENT_ERROR an error; no key or value anywhere.
 fn memcached_pymemcache(b: &str) {
     let python = venv_python("pymemcache");
-    if !ready(&["memcached"]) {
+    if !ready_to_trace(&["memcached"]) {
         return;
     }
     let Some(python) = python else {
@@ -605,7 +587,7 @@ fn db_calls_accounted(prom: u16) -> (f64, f64) {
 /// `db_unanswered`). A memcslap connection's `quit`, which memcached does
 /// not count, may be counted too when its record is lost.
 fn memcached_under_load_every_call_is_a_span_or_counted(b: &str) {
-    if !ready(&["memcached", "memcslap"]) {
+    if !ready_to_trace(&["memcached", "memcslap"]) {
         return;
     }
     const CONNS: u64 = 2;
@@ -681,7 +663,7 @@ fn memcached_under_load_every_call_is_a_span_or_counted(b: &str) {
 /// those of the same queries in clear text (read from the plaintext
 /// libssl's uprobes see).
 fn postgres_psql_over_tls(b: &str) {
-    if !ready(&["psql", "runuser", "openssl", &pg_bin("postgres")]) {
+    if !ready_to_trace(&["psql", "runuser", "openssl", &pg_bin("postgres")]) {
         return;
     }
     let rotel = Rotel::start();
@@ -748,7 +730,7 @@ sub.close()
 /// their contents are nowhere.
 fn redis_pubsub(b: &str) {
     let python = venv_python("redis");
-    if !ready(&["redis-server"]) {
+    if !ready_to_trace(&["redis-server"]) {
         return;
     }
     let Some(python) = python else {
@@ -848,7 +830,7 @@ assert Client(("127.0.0.1", mc)).get("absent") is None
 /// (`ringtail_dropped_events_total{reason="db_*"}`).
 fn hostile_bytes_to_every_server(b: &str) {
     let python = venv_python("psycopg, redis, pymysql, pymemcache");
-    if !ready(&["runuser", &pg_bin("postgres"), "redis-server", "mariadbd", "mariadb-install-db", "memcached"]) {
+    if !ready_to_trace(&["runuser", &pg_bin("postgres"), "redis-server", "mariadbd", "mariadb-install-db", "memcached"]) {
         return;
     }
     let Some(python) = python else {
@@ -905,8 +887,17 @@ fn hostile_bytes_to_every_server(b: &str) {
 /// text, which keeps the code both rules agree on. Also Redis commands
 /// that are no command (`_OTHER`, never their name) and memcached `quit`.
 fn quoting_rules_and_names_follow_the_servers(b: &str) {
-    if !ready(&["psql", "runuser", &pg_bin("postgres"), "mariadb", "mariadbd", "mariadb-install-db", "chown", "redis-cli", "redis-server"])
-    {
+    if !ready_to_trace(&[
+        "psql",
+        "runuser",
+        &pg_bin("postgres"),
+        "mariadb",
+        "mariadbd",
+        "mariadb-install-db",
+        "chown",
+        "redis-cli",
+        "redis-server",
+    ]) {
         return;
     }
     let rotel = Rotel::start();

@@ -15,24 +15,6 @@ use ringtail_tests::*;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// Whether the tools a test needs are here (a loud skip otherwise).
-fn ready(tools: &[&str]) -> bool {
-    if !can_trace() {
-        return false;
-    }
-    if !Rotel::available() {
-        skip("the rotel OTLP receiver is not installed");
-        return false;
-    }
-    for tool in tools {
-        if !have(tool) {
-            skip(&format!("{tool} is not installed"));
-            return false;
-        }
-    }
-    true
-}
-
 /// ringtail on backend `b` exporting to `rotel`, with `discovery` (a
 /// `[discovery]` body) and more sections in `extra`.
 fn ringtail(b: &str, rotel: &Rotel, discovery: &str, extra: &str) -> Ringtail {
@@ -63,7 +45,7 @@ fn nginx_mixed(dir: &TempDir, tls: u16, options: &str, plain: u16) -> Proc {
 /// one connection), and the same nginx on a cleartext port at once: exactly
 /// one span per request on each, the TLS ones `https`.
 fn nginx_tls_keepalive_beside_cleartext(b: &str) {
-    if !ready(&["nginx", "curl", "openssl"]) {
+    if !ready_to_trace(&["nginx", "curl", "openssl"]) {
         return;
     }
     let rotel = Rotel::start();
@@ -130,7 +112,7 @@ except urllib.error.HTTPError:
 /// attached at start: a process started later is covered): one server and
 /// one client span per request, all `https`.
 fn python_tls_server_with_urllib_and_curl_clients(b: &str) {
-    if !ready(&["python3", "curl", "openssl"]) {
+    if !ready_to_trace(&["python3", "curl", "openssl"]) {
         return;
     }
     let rotel = Rotel::start();
@@ -192,7 +174,7 @@ srv.serve_forever()
 /// TLS server request joins the caller's trace, and the cleartext calls its
 /// thread makes are its children.
 fn tls_server_joins_the_trace_and_its_calls_are_children(b: &str) {
-    if !ready(&["python3", "curl", "openssl"]) {
+    if !ready_to_trace(&["python3", "curl", "openssl"]) {
         return;
     }
     let rotel = Rotel::start();
@@ -241,7 +223,7 @@ fn tls_server_joins_the_trace_and_its_calls_are_children(b: &str) {
 /// starts with the client preface, so both sides are followed as HTTP/2:
 /// one server and one client span per stream, `https`, protocol "2".
 fn nginx_http2_over_tls(b: &str) {
-    if !ready(&["nginx", "curl", "openssl"]) {
+    if !ready_to_trace(&["nginx", "curl", "openssl"]) {
         return;
     }
     let rotel = Rotel::start();
@@ -288,7 +270,7 @@ fn nginx_http2_over_tls(b: &str) {
 /// requests on one keep-alive connection (a query, a 404, a 3,000-byte
 /// POST, a 1 MiB response): one server and one client span each, `https`.
 fn node_https_server_and_client(b: &str) {
-    if !ready(&["node", "openssl"]) {
+    if !ready_to_trace(&["node", "openssl"]) {
         return;
     }
     let rotel = Rotel::start();
@@ -333,7 +315,7 @@ fn node_https_server_and_client(b: &str) {
 /// its SSL objects, so the call's client span is on its real connection
 /// (to the TLS server's port), and the planted bytes make no span.
 fn a_peer_cannot_steer_a_tls_binding(b: &str) {
-    if !ready(&["node", "openssl", "curl"]) {
+    if !ready_to_trace(&["node", "openssl", "curl"]) {
         return;
     }
     let rotel = Rotel::start();
@@ -406,7 +388,7 @@ asyncio.run(main())
 /// Python's asyncio TLS server (memory buffers, like Node) and curl (three
 /// requests on one connection): one server and one client span each.
 fn python_asyncio_tls_server(b: &str) {
-    if !ready(&["python3", "curl", "openssl"]) {
+    if !ready_to_trace(&["python3", "curl", "openssl"]) {
         return;
     }
     let rotel = Rotel::start();
@@ -448,7 +430,7 @@ fn caps_of(pid: u32, set: &str) -> u64 {
 /// attaches again for the processes running, and a second new copy is
 /// attached with the pinned programs.
 fn a_library_that_appears_later_is_attached_when_used(b: &str) {
-    if !ready(&["python3", "curl", "openssl"]) {
+    if !ready_to_trace(&["python3", "curl", "openssl"]) {
         return;
     }
     let host = ["/usr/lib/x86_64-linux-gnu/libssl.so.3", "/lib/x86_64-linux-gnu/libssl.so.3"]
@@ -607,7 +589,7 @@ fn files_attached(rt: &Ringtail) -> usize {
 /// stops; with `tls.enabled = false`, none at all.
 #[test]
 fn uprobes_attached_once_and_gone_after_stop() {
-    if !ready(&["bpftool", "nginx", "openssl"]) {
+    if !ready_to_trace(&["bpftool", "nginx", "openssl"]) {
         return;
     }
     sweep_dead_tests_pins();

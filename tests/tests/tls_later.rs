@@ -26,17 +26,6 @@ use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(30);
 
-fn ready(tools: &[&str]) -> bool {
-    if !can_trace() {
-        return false;
-    }
-    if !Rotel::available() {
-        skip("the rotel OTLP receiver is not installed");
-        return false;
-    }
-    tools.iter().all(|t| have(t))
-}
-
 /// The host's libssl.
 fn host_libssl() -> PathBuf {
     ["/usr/lib/x86_64-linux-gnu/libssl.so.3", "/lib/x86_64-linux-gnu/libssl.so.3"]
@@ -117,7 +106,7 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 /// started after ringtail, each with a libssl copy of its own.
 #[test]
 fn python_and_curl_with_fresh_libssl_copies_started_after_ringtail() {
-    if !ready(&["python3", "curl", "openssl"]) {
+    if !ready_to_trace(&["python3", "curl", "openssl"]) {
         return;
     }
     let rotel = Rotel::start();
@@ -170,7 +159,7 @@ fn python_and_curl_with_fresh_libssl_copies_started_after_ringtail() {
 /// attaches to it: every request is a span.
 #[test]
 fn a_process_in_its_own_mount_namespace_with_its_own_libssl() {
-    if !ready(&["python3", "curl", "openssl", "unshare"]) {
+    if !ready_to_trace(&["python3", "curl", "openssl", "unshare"]) {
         return;
     }
     let rotel = Rotel::start();
@@ -232,7 +221,7 @@ impl Drop for BpfStats {
 /// without uprobe_multi the count is not asserted.)
 #[test]
 fn nginx_and_its_workers_traced_and_no_tls_program_in_a_process_not_selected() {
-    if !ready(&["nginx", "curl", "openssl", "python3", "bpftool"]) {
+    if !ready_to_trace(&["nginx", "curl", "openssl", "python3", "bpftool"]) {
         return;
     }
     let rotel = Rotel::start();
