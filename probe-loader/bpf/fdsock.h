@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-only */
 /*
- * A process's file descriptor to its TCP socket, through the current task's
- * file table (CO-RE reads): the syscall hooks (syscalls.bpf.c), whose
- * tracepoints give an fd, and the Go TLS uprobes (go_tls.h), which read
- * the fd from the Go connection.
+ * A process's file descriptor to its file or TCP socket, through the
+ * current task's file table (CO-RE reads): the syscall hooks
+ * (syscalls.bpf.c), whose tracepoints give an fd, the Go TLS uprobes
+ * (go_tls.h), which read the fd from the Go connection, and the TLS
+ * mapping hook (tls_files.bpf.c), which is given the mapped file's fd.
  */
 #ifndef RINGTAIL_FDSOCK_H
 #define RINGTAIL_FDSOCK_H
@@ -13,9 +14,8 @@
 #define S_IFMT 00170000
 #define S_IFSOCK 0140000
 
-/* The TCP socket behind this process's `fd`, or NULL (not a socket, not
- * TCP, no such fd). */
-static __always_inline struct sock *fd_tcp_sock(__s32 fd)
+/* The file behind this process's `fd`, or NULL (no such fd). */
+static __always_inline struct file *fd_file(__s32 fd)
 {
 	if (fd < 0)
 		return NULL;
@@ -25,7 +25,17 @@ static __always_inline struct sock *fd_tcp_sock(__s32 fd)
 		return NULL;
 	struct file **fds = BPF_CORE_READ(fdt, fd);
 	struct file *f = NULL;
-	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]) || !f)
+	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]))
+		return NULL;
+	return f;
+}
+
+/* The TCP socket behind this process's `fd`, or NULL (not a socket, not
+ * TCP, no such fd). */
+static __always_inline struct sock *fd_tcp_sock(__s32 fd)
+{
+	struct file *f = fd_file(fd);
+	if (!f)
 		return NULL;
 	if ((BPF_CORE_READ(f, f_inode, i_mode) & S_IFMT) != S_IFSOCK)
 		return NULL;

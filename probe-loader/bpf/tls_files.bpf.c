@@ -19,6 +19,7 @@
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
 
+#include "fdsock.h"
 #include "globals.h"
 #include "maps.h"
 #include "process.h"
@@ -27,22 +28,6 @@
 #define TLS_PROT_EXEC 0x4
 #define TLS_S_IFMT 00170000
 #define TLS_S_IFREG 0100000
-
-/* The file behind this process's `fd`, or NULL. */
-static __always_inline struct file *fd_file(__s32 fd)
-{
-	if (fd < 0)
-		return NULL;
-	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
-	struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
-	if (!fdt || (__u32)fd >= BPF_CORE_READ(fdt, max_fds))
-		return NULL;
-	struct file **fds = BPF_CORE_READ(fdt, fd);
-	struct file *f = NULL;
-	if (bpf_probe_read_kernel(&f, sizeof(f), &fds[fd]))
-		return NULL;
-	return f;
-}
 
 /* void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off) */
 SEC("tracepoint/syscalls/sys_enter_mmap")
