@@ -7,6 +7,10 @@
  * `.gopclntab` when stripped) and attaches
  *  - go_tls_write_enter at Write's entry (it writes everything or fails:
  *    the entry has what the state machine needs, as with SSL_write);
+ *    "entry" here is the first instruction past Go's stack check: a call
+ *    that must grow its goroutine's stack runs the function's first
+ *    instructions again after runtime.morestack, and a Write seen twice
+ *    would be walked twice (src/gobin.rs, stack_check_end);
  *  - go_tls_read_enter at Read's entry, which remembers the buffer for
  *  - go_tls_read_exit at each of Read's return instructions, found by
  *    decoding its machine code: a uretprobe rewrites the return address on

@@ -37,11 +37,14 @@
 //! Before any uprobe is placed, each entry is checked to be one: Go's
 //! register ABI keeps `g` in R14, and a function with a frame (both of
 //! these) starts by comparing the stack pointer with `g.stackguard0`
-//! (`cmp rsp, [r14+0x10]`, or `lea r12, [rsp-N]; cmp r12, [r14+0x10]`). A
-//! uprobe is an `int3` written over an instruction's first byte: one placed
-//! inside an instruction would corrupt the program, so an address that
-//! does not look like that is refused ([`Refusal::NoPrologue`]), and so is
-//! a function with an instruction the decoder does not know.
+//! (`cmp rsp, [r14+0x10]`, or `lea r12, [rsp-N]; cmp r12, [r14+0x10]`),
+//! then jumps to grow the stack (`jbe`). A uprobe is an `int3` written over
+//! an instruction's first byte: one placed inside an instruction would
+//! corrupt the program, so an address that does not look like that is
+//! refused ([`Refusal::NoPrologue`]), and so is a function with an
+//! instruction the decoder does not know. The entry probes go on the
+//! instruction after that jump: a call that grows the stack runs the
+//! first instructions twice ([`stack_check_end`]).
 //!
 //! # Hostile files
 //! The executable is another process's to choose. It is read by bounded
@@ -91,12 +94,14 @@ const MAX_NAME_COPIES: usize = 16;
 pub struct GoTls {
     /// From `.go.buildinfo`, e.g. "go1.24.11".
     pub version: String,
-    /// `crypto/tls.(*Conn).Read`'s entry.
+    /// `crypto/tls.(*Conn).Read`'s entry probe: its first instruction past
+    /// the stack check (see [`stack_check_end`]).
     pub read: u64,
     /// Each `RET` instruction of Read, in address order (at most
     /// [`MAX_RETURNS`]).
     pub read_returns: Vec<u64>,
-    /// `crypto/tls.(*Conn).Write`'s entry.
+    /// `crypto/tls.(*Conn).Write`'s entry probe: its first instruction
+    /// past the stack check.
     pub write: u64,
     /// Found through `.symtab` (false: through `.gopclntab`, a stripped
     /// binary).
@@ -597,25 +602,37 @@ fn code(elf: &Elf, func: Func, limit: u64) -> Result<(u64, Vec<u8>), Refusal> {
     Ok((offset, pread(elf.file, offset, len, MAX_FUNCTION, "a function")?))
 }
 
-/// Whether `code` starts as a Go function with a frame does: a compare
-/// of the stack pointer with `g.stackguard0` (`[r14+0x10]`) among its
-/// first four instructions.
-fn has_prologue(code: &[u8]) -> bool {
+/// Where the body of a Go function with a frame begins in its `code`:
+/// the instruction after its stack check, a compare of the stack pointer
+/// with `g.stackguard0` (`[r14+0x10]`) among the first four instructions,
+/// then the conditional jump to the stack growth (`jbe`, Go's `JLS`).
+/// None when `code` does not start so.
+///
+/// The entry probes go there, not on the first instruction: a goroutine
+/// whose stack is too small jumps to `runtime.morestack`, which copies the
+/// stack and starts the function again from its first instruction — a
+/// probe there would see the same call twice (a Write walked twice puts
+/// HTTP/2's framing out of step: seen under load, a 1 MiB answer read as
+/// thousands of empty frames). The arguments are still in their registers
+/// there: the check only compares (R12 is no argument register).
+fn stack_check_end(code: &[u8]) -> Option<u64> {
     let mut decoder = Decoder::with_ip(64, code, 0, DecoderOptions::NONE);
     let mut instr = Instruction::default();
-    for _ in 0..4 {
+    let mut compared = false;
+    for _ in 0..5 {
         if !decoder.can_decode() {
-            return false;
+            return None;
         }
         decoder.decode_out(&mut instr);
         if instr.is_invalid() {
-            return false;
+            return None;
         }
-        if instr.mnemonic() == Mnemonic::Cmp && instr.memory_base() == Register::R14 && instr.memory_displacement64() == 0x10 {
-            return true;
+        if compared {
+            return (instr.mnemonic() == Mnemonic::Jbe).then_some(instr.next_ip());
         }
+        compared = instr.mnemonic() == Mnemonic::Cmp && instr.memory_base() == Register::R14 && instr.memory_displacement64() == 0x10;
     }
-    false
+    None
 }
 
 /// The offsets in `code` of each near `ret` (`C3`, `C2 iw`); an invalid
@@ -672,15 +689,19 @@ pub fn inspect(file: &dyn ReadAt) -> Result<Option<GoTls>, Refusal> {
     };
     check_layout(&version)?;
     let (write_at, write_code) = code(&elf, write, 32)?;
-    if !has_prologue(&write_code) {
+    let Some(write_body) = stack_check_end(&write_code) else {
         return Err(Refusal::NoPrologue { version, function: WRITE });
-    }
+    };
     let (read_at, read_code) = code(&elf, read, MAX_FUNCTION)?;
-    if !has_prologue(&read_code) {
+    let Some(read_body) = stack_check_end(&read_code) else {
         return Err(Refusal::NoPrologue { version, function: READ });
+    };
+    let found = read_returns(&version, &read_code)?;
+    if found.first().is_some_and(|&r| r < read_body) {
+        return Err(bad("a return before crypto/tls.(*Conn).Read's stack check"));
     }
-    let read_returns = read_returns(&version, &read_code)?.iter().map(|r| read_at + r).collect();
-    Ok(Some(GoTls { version, read: read_at, read_returns, write: write_at, symbols }))
+    let read_returns = found.iter().map(|r| read_at + r).collect();
+    Ok(Some(GoTls { version, read: read_at + read_body, read_returns, write: write_at + write_body, symbols }))
 }
 
 /// The returns of Read's `code`, as offsets into it: at least one, at
@@ -939,8 +960,17 @@ func main() {
                     assert!(go.read < ret && ret < end, "{what}: a return at {ret:#x} outside Read [{:#x}, {end:#x})", go.read);
                     assert!(matches!(bytes[ret as usize], 0xc3 | 0xc2), "{what}: {:#x} at {ret:#x}", bytes[ret as usize]);
                 }
-                // Go's stack check, the first bytes of both entries.
-                assert!(has_prologue(&bytes[go.read as usize..]) && has_prologue(&bytes[go.write as usize..]), "{what}");
+                // Go's stack check, the first bytes of both functions; the
+                // probes just past it.
+                let elf_file = open(path);
+                let elf = Elf::read(&elf_file).expect("an ELF");
+                let [Some(r), Some(w)] = by_pclntab(&elf, "test").expect("a pclntab") else { panic!("{what}: no Read or Write") };
+                for (f, probe) in [(r, go.read), (w, go.write)] {
+                    let entry = elf.offset_of(f.addr, f.size, true).expect("in the file");
+                    let body = stack_check_end(&bytes[entry as usize..]).unwrap_or_else(|| panic!("{what}: no stack check at {entry:#x}"));
+                    assert_eq!(probe, entry + body, "{what}");
+                    assert!((6..=18).contains(&body), "{what}: the stack check is {body} bytes");
+                }
                 eprintln!("{what}: Read at {:#x}, {} returns, Write at {:#x}", go.read, go.read_returns.len(), go.write);
                 seen.push((name, go));
             }
@@ -1163,12 +1193,17 @@ func main() {
         assert!(matches!(read_returns("go1.24.1", &[0x90]), Err(Refusal::BadElf { .. })));
         assert!(matches!(read_returns("go1.24.1", &[0xc3; MAX_RETURNS + 1]), Err(Refusal::TooManyReturns { found: 33, .. })));
         assert_eq!(read_returns("go1.24.1", &[0xc3; MAX_RETURNS]).expect("at the limit").len(), MAX_RETURNS);
-        // cmp rsp, [r14+0x10]; lea r12, [rsp-0x48]; cmp r12, [r14+0x10]
-        assert!(has_prologue(&[0x49, 0x3b, 0x66, 0x10, 0x76, 0x00]));
-        assert!(has_prologue(&[0x4c, 0x8d, 0x64, 0x24, 0xb8, 0x4d, 0x3b, 0x66, 0x10]));
+        // cmp rsp, [r14+0x10]; jbe: the body after the jump
+        assert_eq!(stack_check_end(&[0x49, 0x3b, 0x66, 0x10, 0x76, 0x00, 0x55]), Some(6));
+        assert_eq!(stack_check_end(&[0x49, 0x3b, 0x66, 0x10, 0x0f, 0x86, 0, 1, 0, 0, 0x55]), Some(10));
+        // lea r12, [rsp-0x48]; cmp r12, [r14+0x10]; jbe
+        assert_eq!(stack_check_end(&[0x4c, 0x8d, 0x64, 0x24, 0xb8, 0x4d, 0x3b, 0x66, 0x10, 0x76, 0x10]), Some(11));
+        // a compare with no jump after it, or another jump
+        assert_eq!(stack_check_end(&[0x4c, 0x8d, 0x64, 0x24, 0xb8, 0x4d, 0x3b, 0x66, 0x10]), None);
+        assert_eq!(stack_check_end(&[0x49, 0x3b, 0x66, 0x10, 0x74, 0x00]), None);
         // push rbp; ret: no stack check; mid-instruction bytes
-        assert!(!has_prologue(&[0x55, 0xc3]));
-        assert!(!has_prologue(&[0x3b, 0x66, 0x10]));
+        assert_eq!(stack_check_end(&[0x55, 0xc3]), None);
+        assert_eq!(stack_check_end(&[0x3b, 0x66, 0x10]), None);
     }
 
     #[test]
@@ -1214,6 +1249,10 @@ func main() {
     const TEXT_ADDR: u64 = 0x40_1000;
     const WRITE_AT: u64 = 0;
     const READ_AT: u64 = 0x40;
+    /// Write: `cmp rsp, [r14+0x10]; jbe +0; ret`.
+    const WRITE_CODE: [u8; 7] = [0x49, 0x3b, 0x66, 0x10, 0x76, 0x00, 0xc3];
+    /// Where the probes go: past the stack check (`cmp` and `jbe`).
+    const BODY: u64 = 6;
     /// Read: `cmp rsp, [r14+0x10]; jbe +3; xor eax, eax; ret; mov eax, 1; ret`.
     const READ_CODE: [u8; 15] = [0x49, 0x3b, 0x66, 0x10, 0x76, 0x03, 0x31, 0xc0, 0xc3, 0xb8, 0x01, 0, 0, 0, 0xc3];
     const READ_RETURNS: [u64; 2] = [8, 14];
@@ -1230,14 +1269,14 @@ func main() {
     }
 
     /// The smallest executable [`inspect`] attaches to: an ELF header,
-    /// `.text` with Write (a stack check and `ret`) and Read
+    /// `.text` with Write ([`WRITE_CODE`]) and Read
     /// ([`READ_CODE`]), `.go.buildinfo` saying go1.27.3, the names as
     /// `names` says, `.shstrtab`, then the section headers. The fuzz
     /// target's seeds (`span-actor/fuzz/seeds/go_binary/`), written by
     /// [`synthetic_executables_are_read_and_are_the_fuzz_seeds`].
     fn synthetic(names: Names) -> Vec<u8> {
         let mut text = vec![0u8; 0x80];
-        text[WRITE_AT as usize..][..5].copy_from_slice(&[0x49, 0x3b, 0x66, 0x10, 0xc3]);
+        text[WRITE_AT as usize..][..WRITE_CODE.len()].copy_from_slice(&WRITE_CODE);
         text[READ_AT as usize..][..READ_CODE.len()].copy_from_slice(&READ_CODE);
         let read_end = READ_AT + READ_CODE.len() as u64;
         let mut buildinfo = BUILDINFO_MAGIC.to_vec();
@@ -1376,9 +1415,9 @@ func main() {
                 go,
                 GoTls {
                     version: "go1.27.3".to_string(),
-                    read: text + READ_AT,
+                    read: text + READ_AT + BODY,
                     read_returns: READ_RETURNS.iter().map(|r| text + READ_AT + r).collect(),
-                    write: text + WRITE_AT,
+                    write: text + WRITE_AT + BODY,
                     symbols: matches!(names, Names::Symbols),
                 },
                 "{name}"
