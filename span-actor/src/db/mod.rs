@@ -36,6 +36,9 @@
 //! - [`redis`]: RESP2/RESP3 (pipelines, MULTI/EXEC, pub/sub, pushes).
 //! - [`memcached`]: the text protocol (and meta commands).
 //! - here: [`DbOp`], [`DbCounts`], [`System`], [`detect`] and [`DbConn`].
+//! - tests: each protocol's beside it (`postgres/tests.rs`, `mysql/tests.rs`,
+//!   `redis/tests.rs`, `memcached/tests.rs`); those across protocols in
+//!   `tests.rs` and `gap_tests.rs`; what they share in `testing.rs`.
 //!
 //! # Memory per connection
 //! Two streams of at most [`stream::MAX_BUFFERED`] (64 KiB) unparsed
@@ -59,6 +62,8 @@ pub mod postgres;
 pub mod redis;
 pub mod sql;
 pub mod stream;
+#[cfg(test)]
+mod testing;
 #[cfg(test)]
 mod tests;
 

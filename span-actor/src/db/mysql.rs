@@ -728,3 +728,6 @@ fn is_command_start(b: &[u8]) -> bool {
     matches!((u24(b), b.get(3), b.get(4)), (Some(len), Some(&0), Some(&cmd))
         if len >= 1 && matches!(cmd, COM_QUIT | COM_INIT_DB | COM_QUERY | COM_STMT_PREPARE | COM_STMT_EXECUTE | COM_STMT_CLOSE | 0x0e | 0x1a | 0x1f))
 }
+
+#[cfg(test)]
+pub(super) mod tests;

@@ -783,24 +783,4 @@ impl Core {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sqlstate_and_tags() {
-        assert_eq!(sqlstate(b"SERROR\0VERROR\0C42P01\0Mrelation \"x\" does not exist\0\0").as_deref(), Some("42P01"));
-        assert_eq!(sqlstate(b"Mno code\0\0"), None);
-        assert_eq!(sqlstate(b"C4"), None);
-        assert_eq!(tag_rows(b"SELECT 10000"), (&b"SELECT"[..], Some(10000)));
-        assert_eq!(tag_rows(b"INSERT 0 5"), (&b"INSERT"[..], Some(5)));
-        assert_eq!(tag_rows(b"BEGIN"), (&b"BEGIN"[..], None));
-    }
-
-    #[test]
-    fn startup_shapes() {
-        assert!(is_startup(&[0, 0, 0, 8, 4, 210, 22, 47]));
-        assert!(is_startup(&[0, 0, 0, 9, 0, 3, 0, 0, 0]));
-        assert!(!is_startup(b"Q\0\0\0\x0dSELECT 1\0"));
-        assert!(!is_startup(&[0, 0, 0, 8]));
-    }
-}
+pub(super) mod tests;

@@ -841,22 +841,4 @@ fn error_word(b: &[u8]) -> Option<String> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The tables are binary searched.
-    #[test]
-    fn tables_are_sorted_and_uppercase() {
-        let sorted = |t: &[&str]| t.windows(2).all(|w| w[0] < w[1]) && t.iter().all(|c| c.bytes().all(|b| !b.is_ascii_lowercase()));
-        assert!(sorted(COMMANDS));
-        assert!(sorted(&SUBCOMMANDS.iter().map(|(c, _)| *c).collect::<Vec<_>>()));
-        for (c, subs) in SUBCOMMANDS {
-            assert!(sorted(subs), "{c}");
-            assert!(known_command(c).is_some(), "{c}");
-        }
-        assert_eq!(known_command("GET"), Some("GET"));
-        assert_eq!(known_command("SECRET"), None);
-        assert_eq!(known_subcommand("CLIENT", "SETNAME"), Some("SETNAME"));
-        assert_eq!(known_subcommand("CLIENT", "SECRET"), None);
-    }
-}
+pub(super) mod tests;
