@@ -371,7 +371,9 @@ impl Transformer {
         }
         let mut ops = std::mem::take(&mut self.ops);
         for ev in batch.events() {
-            self.http1.event(epoch, &ev, &mut self.h2, &mut ops);
+            if let Some(up) = self.http1.event(epoch, &ev, &mut ops) {
+                self.h2.upgrade_request(up);
+            }
             for op in ops.drain(..) {
                 self.emit(&mut b, op);
             }
