@@ -8,7 +8,11 @@
 //! connections of 16 calls a batch, each connection opened and closed
 //! within its batch (the records a kernel would send: request HEADERS +
 //! DATA read, response HEADERS + DATA + trailers written, HPACK by the
-//! `hpack` crate). `BENCH_SECS` sets the measured time (5 s);
+//! `hpack` crate). `BENCH_PROTOCOL=db` feeds database calls: 8 PostgreSQL
+//! connections (a simple query answered by one row) and 8 Redis ones (GET
+//! and SET), 16 calls each, opened and closed within their batch (a send
+//! record and a receive record a call; the bench checks each made a
+//! span). `BENCH_SECS` sets the measured time (5 s);
 //! `BENCH_PASSES=n` runs exactly one warm-up pass and `n` measured passes
 //! over the 64 input batches instead (deterministic: for instruction
 //! counts under callgrind, two runs of different `n`, the difference
@@ -25,6 +29,7 @@ use ringtail_ipc::protocol::InboundSeq;
 use runtime_kit::counters::Registry;
 use runtime_kit::profiling::cpu_time;
 use span_actor::actors::publisher::assemble;
+use span_actor::db::pieces as db_pieces;
 use span_actor::ledger::Ledger;
 use span_actor::transform::Transformer;
 
@@ -173,6 +178,115 @@ fn h2_batch(conn_base: u64) -> RawBatch {
     RawBatch::of(1_700_000_000_000_000_000, 0, processes, &[], &records)
 }
 
+/// Calls in a [`db_batch`]: 16 connections of 16 calls.
+const DB_CALLS: u64 = 16 * 16;
+
+/// A PostgreSQL message.
+fn pg(t: u8, body: &[u8]) -> Vec<u8> {
+    let mut v = vec![t];
+    v.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+    v.extend_from_slice(body);
+    v
+}
+
+/// A Redis command.
+fn resp(args: &[&[u8]]) -> Vec<u8> {
+    let mut v = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        v.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        v.extend_from_slice(a);
+        v.extend_from_slice(b"\r\n");
+    }
+    v
+}
+
+/// A batch of database records: 8 PostgreSQL and 8 Redis client
+/// connections, 16 calls each, opened (PostgreSQL: its startup) and
+/// closed within the batch. A database connection's bytes come as the
+/// loader ships them: `RawH2` records with `db` set (a send, a receive),
+/// which the transformer hands to its database table.
+fn db_batch(conn_base: u64) -> RawBatch {
+    // a record's pieces: its bytes whole, one MORE piece
+    let whole = |b: &[u8]| {
+        let mut out = Vec::new();
+        db_pieces::encode(&mut out, db_pieces::Piece::Bytes(b));
+        out
+    };
+    let mut records = Vec::new();
+    let mut t = 1_000_000u64;
+    for c in 0..16u64 {
+        let postgres = c < 8;
+        let mut record = |send: bool, start: bool, close: bool, bytes: &[u8]| {
+            t += 1000;
+            RawH2 {
+                role: Role::Client,
+                pid: 3000 + (c % 4) as u32,
+                tid: 3000,
+                fd: 9,
+                proc_start_ns: 1,
+                conn_id: conn_base + c,
+                mono_ns: t,
+                send,
+                start,
+                close,
+                tls: false,
+                upgrade: false,
+                caller: None,
+                db: Some(ipc_schema::DbLinks::default()),
+                local: addr(41000 + c as u16),
+                peer: addr(if postgres { 5432 } else { 6379 }),
+                pieces: if close { Vec::new() } else { whole(bytes) },
+            }
+        };
+        if postgres {
+            let mut startup = 196_608u32.to_be_bytes().to_vec();
+            startup.extend_from_slice(b"user\0shop\0database\0shop\0\0");
+            let mut len = (startup.len() as u32 + 4).to_be_bytes().to_vec();
+            len.extend(startup);
+            records.push(record(true, true, false, &len));
+            let hello = [pg(b'R', &0u32.to_be_bytes()), pg(b'Z', b"I")].concat();
+            records.push(record(false, false, false, &hello));
+        }
+        for i in 0..16u64 {
+            let (query, answer) = if postgres {
+                let q = format!("SELECT id, name, email FROM users WHERE id = {}\0", 1000 + i);
+                let mut desc = 3u16.to_be_bytes().to_vec();
+                for col in ["id", "name", "email"] {
+                    desc.extend_from_slice(col.as_bytes());
+                    desc.extend_from_slice(&[0, 0, 0, 0x40, 0x01, 0, 1, 0, 0, 0, 25, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0]);
+                }
+                let mut row = 3u16.to_be_bytes().to_vec();
+                for v in [&b"1000"[..], b"Alice", b"alice@example.com"] {
+                    row.extend_from_slice(&(v.len() as u32).to_be_bytes());
+                    row.extend_from_slice(v);
+                }
+                (pg(b'Q', q.as_bytes()), [pg(b'T', &desc), pg(b'D', &row), pg(b'C', b"SELECT 1\0"), pg(b'Z', b"I")].concat())
+            } else if i % 2 == 0 {
+                (resp(&[b"SET", format!("key:{i}").as_bytes(), b"value-of-sixteen"]), b"+OK\r\n".to_vec())
+            } else {
+                (resp(&[b"GET", format!("key:{}", i - 1).as_bytes()]), b"$16\r\nvalue-of-sixteen\r\n".to_vec())
+            };
+            let start = !postgres && i == 0;
+            records.push(record(true, start, false, &query));
+            records.push(record(false, false, false, &answer));
+        }
+        records.push(record(false, false, true, &[]));
+    }
+    let processes = (0..4)
+        .map(|k| ProcessInfo {
+            pid: 3000 + k,
+            proc_start_ns: 1,
+            comm: "shop".into(),
+            exe_name: Some("shop".into()),
+            exe_path: Some("/usr/bin/shop".into()),
+            env_service_name: None,
+            env_resource_attributes: None,
+            container_id: None,
+        })
+        .collect();
+    RawBatch::of(1_700_000_000_000_000_000, 0, processes, &[], &records)
+}
+
 fn main() {
     let settings = Settings::default();
     let batch_len = settings.pipeline.batch_length;
@@ -183,8 +297,13 @@ fn main() {
     let loader = Producer { component: Component::ProbeLoader, instance: 7 };
     ledger.0.observe(loader, 1);
     // Pre-encoded input, as it arrives off the socket.
-    let h2 = std::env::var("BENCH_PROTOCOL").as_deref() == Ok("h2");
-    let batch = |k: u64| if h2 { h2_batch(k * 10_000) } else { raw_batch(batch_len, k * 10_000) };
+    let protocol = std::env::var("BENCH_PROTOCOL").unwrap_or_default();
+    let (h2, db) = (protocol == "h2", protocol == "db");
+    let batch = |k: u64| match () {
+        _ if h2 => h2_batch(k * 10_000),
+        _ if db => db_batch(k * 10_000),
+        _ => raw_batch(batch_len, k * 10_000),
+    };
     let inputs: Vec<Vec<u8>> = (0..64).map(|k| ipc_schema::encode(&Envelope::new(loader, k + 1, Body::Raw(batch(k)))).unwrap()).collect();
     let me = Producer { component: Component::SpanActor, instance: 8 };
 
@@ -193,13 +312,14 @@ fn main() {
     let mut run = |secs: f64, passes: Option<u64>, t: &mut Transformer, (inbound, ledger): &mut (InboundSeq, Ledger)| {
         let start = Instant::now();
         let cpu0 = cpu_time();
-        let (mut events, mut spans_made) = (0u64, 0u64);
+        let (mut events, mut spans_made, mut batches) = (0u64, 0u64, 0u64);
         let mut bytes_out = 0usize;
         let mut pass = 0;
         while passes.map_or(start.elapsed() < Duration::from_secs_f64(secs), |n| pass < n) {
             pass += 1;
             for input in &inputs {
                 seq += 1;
+                batches += 1;
                 let env = ipc_schema::decode(input).expect("decode");
                 let Body::Raw(b) = env.body else { unreachable!() };
                 let _ = inbound.receive(seq);
@@ -219,14 +339,29 @@ fn main() {
                 bytes_out += ipc_schema::encode(&Envelope::new(me, seq, Body::Spans(spans))).expect("encode").len();
             }
         }
-        (events, spans_made, start.elapsed(), cpu_time() - cpu0, bytes_out)
+        (events, spans_made, batches, start.elapsed(), cpu_time() - cpu0, bytes_out)
     };
     let secs: f64 = std::env::var("BENCH_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(5.0);
     let passes: Option<u64> = std::env::var("BENCH_PASSES").ok().and_then(|s| s.parse().ok());
-    run(secs / 5.0, passes.map(|_| 1), &mut t, &mut ledger); // warm up
-    let (events, spans, wall, cpu, bytes) = run(secs, passes, &mut t, &mut ledger);
+    let (_, warm_spans, warm_batches, ..) = run(secs / 5.0, passes.map(|_| 1), &mut t, &mut ledger); // warm up
+    let (events, spans, batches, wall, cpu, bytes) = run(secs, passes, &mut t, &mut ledger);
+    if db {
+        // Every call fed makes one span: a bench whose records the
+        // database module stopped reading would measure nothing.
+        assert_eq!(warm_spans, warm_batches * DB_CALLS, "database spans in the warm-up");
+        assert_eq!(spans, batches * DB_CALLS, "database spans measured");
+    }
     if h2 {
         println!("span-actor transform, HTTP/2 (gRPC unary), batches of 16 connections x 16 calls, one thread:");
+        println!("  spans/s (wall):       {:>12.0}", spans as f64 / wall.as_secs_f64());
+        println!("  CPU per span:         {:>12.3} µs", cpu.as_secs_f64() * 1e6 / spans as f64);
+        println!("  span bytes per span:  {:>12.1}", bytes as f64 / spans as f64);
+        println!("  records measured:     {events:>12}");
+        println!("  spans measured:       {spans:>12}");
+        return;
+    }
+    if db {
+        println!("span-actor transform, database calls, batches of 8 PostgreSQL + 8 Redis connections x 16 calls, one thread:");
         println!("  spans/s (wall):       {:>12.0}", spans as f64 / wall.as_secs_f64());
         println!("  CPU per span:         {:>12.3} µs", cpu.as_secs_f64() * 1e6 / spans as f64);
         println!("  span bytes per span:  {:>12.1}", bytes as f64 / spans as f64);

@@ -252,43 +252,10 @@ pub fn parse_pipeline(buf: &[u8]) -> Vec<RequestHead> {
     out
 }
 
-/// A W3C `traceparent`: version 00, trace id, parent span id, flags.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TraceParent {
-    pub trace_id: u128,
-    pub span_id: u64,
-    pub flags: u8,
-}
-
-/// Parses a `traceparent` value; invalid ones (all-zero ids, bad lengths,
-/// version ff) are ignored, as the W3C spec says.
-pub fn parse_traceparent(v: &str) -> Option<TraceParent> {
-    let mut parts = v.trim().split('-');
-    let version = parts.next()?;
-    let trace = parts.next()?;
-    let span = parts.next()?;
-    let flags = parts.next()?;
-    if version.len() != 2 || version.eq_ignore_ascii_case("ff") || trace.len() != 32 || span.len() != 16 || flags.len() != 2 {
-        return None;
-    }
-    if version == "00" && parts.next().is_some() {
-        return None;
-    }
-    let hex = |s: &str| s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-    if !hex(version) || !hex(trace) || !hex(span) || !hex(flags) {
-        return None;
-    }
-    let trace_id = u128::from_str_radix(trace, 16).ok()?;
-    let span_id = u64::from_str_radix(span, 16).ok()?;
-    if trace_id == 0 || span_id == 0 {
-        return None;
-    }
-    Some(TraceParent { trace_id, span_id, flags: u8::from_str_radix(flags, 16).ok()? })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ids::parse_traceparent;
 
     #[test]
     fn full_request() {
@@ -367,17 +334,6 @@ mod tests {
         // A chunked body hides where the next request starts: stop there.
         let buf = b"POST /1 HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /2 HTTP/1.1\r\n\r\n";
         assert_eq!(parse_pipeline(buf).len(), 1);
-    }
-
-    #[test]
-    fn traceparent_rules() {
-        assert!(parse_traceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01").is_none());
-        assert!(parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01").is_none());
-        assert!(parse_traceparent("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").is_none());
-        assert!(parse_traceparent("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01").is_none());
-        assert!(parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x").is_none());
-        // future versions may append fields
-        assert!(parse_traceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-x").is_some());
     }
 
     #[test]

@@ -12,8 +12,10 @@
 //! past either, what waited is counted and forgotten.
 //!
 //! An `Upgrade: h2c` request answered `101` is not an operation here: it
-//! is stream 1 of the HTTP/2 connection that follows, handed to
-//! [`H2Table::upgrade_request`].
+//! is stream 1 of the HTTP/2 connection that follows, so [`Http1::event`]
+//! hands it back as an [`Upgrade`] for the HTTP/2 module
+//! ([`crate::h2::table::H2Table::upgrade_request`]); this module knows
+//! nothing of HTTP/2.
 
 use std::collections::VecDeque;
 
@@ -21,7 +23,6 @@ use ipc_schema::{RawEvent, Role};
 use runtime_kit::counters::{Drops, Registry};
 use rustc_hash::FxHashMap as HashMap;
 
-use crate::h2::table::{H2Table, Upgrade};
 use crate::http::{parse_pipeline, parse_request, RequestHead};
 use crate::operation::{Call, Conn, HttpExchange, Operation};
 
@@ -32,6 +33,21 @@ pub const PIPELINES: usize = 16_384;
 /// [`PIPELINES`] alone would allow ~100 MiB to a client that pipelines on
 /// thousands of connections to a server that closes after one answer).
 pub const PIPELINED_HEADS: usize = 32_768;
+
+/// An `Upgrade: h2c` request answered `101`: the HTTP/2 connection that
+/// follows on connection `key` continues it as its stream 1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upgrade {
+    /// (loader instance or epoch, connection id).
+    pub key: (u64, u64),
+    pub head: RequestHead,
+    /// When it began (CLOCK_MONOTONIC ns).
+    pub start_ns: u64,
+    /// A server's: the client connection on this host that sent it (the
+    /// kernel's same-host join of the request), which is then the caller of
+    /// every stream of the connection.
+    pub caller: Option<u64>,
+}
 
 /// Requests of one connection waiting for their responses.
 struct Pipe {
@@ -70,28 +86,27 @@ impl Http1 {
     }
 
     /// One event of loader instance (or epoch) `inst`: its operation (if
-    /// any) to `out`.
-    pub fn event(&mut self, inst: u64, ev: &RawEvent<&[u8]>, h2: &mut H2Table, out: &mut Vec<Operation>) {
+    /// any) to `out`; an `Upgrade: h2c` request, for the HTTP/2 module,
+    /// returned.
+    pub fn event(&mut self, inst: u64, ev: &RawEvent<&[u8]>, out: &mut Vec<Operation>) -> Option<Upgrade> {
         let key = (inst, ev.conn_id);
         if ev.h2c {
-            match parse_request(ev.request) {
-                Some(head) => {
-                    // a server's parent is its caller on this host (join.h)
-                    let caller = ev.parent.filter(|_| ev.role == Role::Server).map(|(conn, _)| conn);
-                    h2.upgrade_request(key, Upgrade { head, start_ns: ev.start_mono_ns, caller });
-                }
-                None => self.unparsable.add(1),
-            }
-            return;
+            let Some(head) = parse_request(ev.request) else {
+                self.unparsable.add(1);
+                return None;
+            };
+            // a server's parent is its caller on this host (join.h)
+            let caller = ev.parent.filter(|_| ev.role == Role::Server).map(|(conn, _)| conn);
+            return Some(Upgrade { key, head, start_ns: ev.start_mono_ns, caller });
         }
         if ev.orphan {
             self.pipelined_response(key, ev, out);
-            return;
+            return None;
         }
         let mut heads = parse_pipeline(ev.request);
         if heads.is_empty() {
             self.unparsable.add(1);
-            return;
+            return None;
         }
         let first = heads.remove(0);
         if !self.pipes.is_empty() {
@@ -111,6 +126,7 @@ impl Http1 {
             self.pipes.insert(key, Pipe { heads: heads.into(), seq: ev.seq, next_sub: 1, last_end_mono: ev.end_mono_ns });
         }
         out.push(operation(ev, first, ev.seq, 0, ev.start_mono_ns));
+        None
     }
 
     /// The response to the next pipelined request of its connection.

@@ -1,4 +1,5 @@
-//! Span and trace ids, derived from what identifies a request.
+//! Span and trace ids: derived from what identifies a request, or read
+//! from the W3C `traceparent` it carried ([`parse_traceparent`]).
 //!
 //! An id is a hash of (loader instance, connection, request number, ...),
 //! with the loader instance being a random 64-bit number: ids look random
@@ -47,6 +48,43 @@ pub fn trace_id(instance: u64, conn: u64, seq: u32, sub: u32) -> u128 {
     (u128::from(hi) << 64) | u128::from(lo)
 }
 
+/// A W3C `traceparent`: version 00, trace id, parent span id, flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TraceParent {
+    /// The trace it belongs to.
+    pub trace_id: u128,
+    /// The span that sent it: its receiver's parent.
+    pub span_id: u64,
+    /// `trace-flags` (bit 0: sampled).
+    pub flags: u8,
+}
+
+/// Parses a `traceparent` value; invalid ones (all-zero ids, bad lengths,
+/// version ff) are ignored, as the W3C spec says.
+pub fn parse_traceparent(v: &str) -> Option<TraceParent> {
+    let mut parts = v.trim().split('-');
+    let version = parts.next()?;
+    let trace = parts.next()?;
+    let span = parts.next()?;
+    let flags = parts.next()?;
+    if version.len() != 2 || version.eq_ignore_ascii_case("ff") || trace.len() != 32 || span.len() != 16 || flags.len() != 2 {
+        return None;
+    }
+    if version == "00" && parts.next().is_some() {
+        return None;
+    }
+    let hex = |s: &str| s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+    if !hex(version) || !hex(trace) || !hex(span) || !hex(flags) {
+        return None;
+    }
+    let trace_id = u128::from_str_radix(trace, 16).ok()?;
+    let span_id = u64::from_str_radix(span, 16).ok()?;
+    if trace_id == 0 || span_id == 0 {
+        return None;
+    }
+    Some(TraceParent { trace_id, span_id, flags: u8::from_str_radix(flags, 16).ok()? })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +105,16 @@ mod tests {
         }
         assert_ne!(trace_id(1, 2, 3, 0), trace_id(1, 2, 3, 1));
         assert_ne!(trace_id(1, 2, 3, 0) >> 64, 0);
+    }
+
+    #[test]
+    fn traceparent_rules() {
+        assert!(parse_traceparent("00-00000000000000000000000000000000-00f067aa0ba902b7-01").is_none());
+        assert!(parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01").is_none());
+        assert!(parse_traceparent("ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01").is_none());
+        assert!(parse_traceparent("00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01").is_none());
+        assert!(parse_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x").is_none());
+        // future versions may append fields
+        assert!(parse_traceparent("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00-x").is_some());
     }
 }

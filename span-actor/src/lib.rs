@@ -6,35 +6,42 @@
 //! exporter-actor.
 //!
 //! # Layout
-//! - [`operation`]: [`operation::Operation`], the one type every protocol
-//!   module makes of its events.
-//! - [`http1`]: the HTTP/1.x module (pipelining, the `Upgrade: h2c`
-//!   hand-over); [`http`]: request heads out of captured bytes,
-//!   `traceparent`.
+//! - [`operation`]: the interface every protocol implements:
+//!   [`operation::Operation`], the one type every protocol module makes of
+//!   its events, and [`operation::SpanParts`], what its conventions make
+//!   of its call.
+//! - [`http1`]: the HTTP/1.x module (pipelining; an `Upgrade: h2c`
+//!   request handed back for the HTTP/2 module); [`http`]: request heads
+//!   out of captured bytes.
 //! - [`h2`]: the HTTP/2 and gRPC module: frames, HPACK, streams
 //!   ([`h2::table`] follows every connection and makes operations of the
 //!   streams; [`h2::grpc`] applies the RPC conventions).
 //! - [`db`]: the database module: PostgreSQL, MySQL/MariaDB, Redis and
-//!   memcached calls read off the wire (sanitized text, errors, pipelines);
-//!   [`db_table`] follows every database connection, bounded, and makes
-//!   operations of the calls.
+//!   memcached calls read off the wire (sanitized text, errors, pipelines),
+//!   and the database conventions ([`db::judge`]); [`db_table`] follows
+//!   every database connection, bounded, and makes operations of the
+//!   calls.
 //! - [`conn_table`]: the bounded connection table both [`h2::table`] and
 //!   [`db_table`] keep their connections in (the connection cap, eviction
 //!   of the oldest, the byte budget and shedding of the largest).
-//! - [`transform`]: batch by batch, the protocol modules' operations into
-//!   spans (`ipc_schema::Span`, what each was an `ipc_schema::Call`) by
-//!   one path ([`transform::Transformer`]'s `emit`): resource, the call's
-//!   conventions, ids, parent/child linking.
+//! - [`transform`]: batch by batch, records to their protocol's module and
+//!   its operations into spans (`ipc_schema::Span`, what each was an
+//!   `ipc_schema::Call`) by one path for every protocol
+//!   ([`transform::Transformer`]'s `emit`): resource, the parts the call's
+//!   conventions make (by its family's module), ids, parent/child
+//!   linking, holding and publishing.
 //! - [`graph`]: the service-graph edges put on server spans (the client
 //!   end of the call each joined), kept apart from the trace join.
-//! - [`semconv`]: method, status and naming rules of the HTTP conventions.
+//! - [`semconv`]: the HTTP conventions: method, status and naming rules,
+//!   and [`semconv::Http`], which makes an exchange's span parts (HTTP/1.x
+//!   and HTTP/2 alike; an RPC's over it) with the routes and redaction.
 //! - [`redact`]: query values under secret keys become `REDACTED` (or the
 //!   query is dropped); what is exported of a request and what never is.
 //! - [`routes`]: `http.route` from templates or the path heuristic, ignored
 //!   routes, and the per-service cardinality cap.
 //! - [`naming`]: `service.name` and the resource, cached per process.
 //! - [`k8s`]: Kubernetes metadata on the resource, selection by it.
-//! - [`ids`]: deterministic span and trace ids.
+//! - [`ids`]: deterministic span and trace ids; the W3C `traceparent`.
 //! - [`text`]: bytes from traced processes made safe text (one home).
 //! - [`ledger`]: which raw batches are safe to acknowledge (owned by the
 //!   publisher actor).
@@ -68,12 +75,17 @@
 //!    [`db::DbOp`]: its times and the `ipc_schema::DbCall` its span
 //!    carries as it is; for gRPC, the `ipc_schema::RpcCall` the exporter's
 //!    metrics take as data, so that the exporter re-derives nothing).
-//! 4. **Its arm in [`transform`]**: an [`operation::Call`] variant and its
-//!    arm of `Transformer::emit`'s one `match`, which says the span's name,
-//!    status, server and attributes and makes its `ipc_schema::Call` (a
-//!    variant of its own, with its wire form, for a new family); the
-//!    resource, ids, timing, peer and trace linking are shared. The
-//!    exporter's sinks and meters each match on `ipc_schema::Call` once
+//! 4. **Its conventions**: a function of its module that makes the
+//!    [`operation::SpanParts`] of its call: the span's name, status,
+//!    server, peer and attributes, and its `ipc_schema::Call` (a variant of
+//!    its own, with its wire form, for a new family), like
+//!    [`semconv::Http::judge`] and [`db::judge`]. What it plugs into in
+//!    [`transform`] is two lines: its records' dispatch in
+//!    `Transformer::transform`, and, for a new family, an
+//!    [`operation::Call`] variant whose arm of `Transformer::emit`'s one
+//!    `match` calls that function; the resource, ids, timing, peer port,
+//!    trace linking, holding and publishing are shared. The exporter's
+//!    sinks and meters each match on `ipc_schema::Call` once
 //!    (docs/architecture.md lists the files).
 //! 5. **Its tests**: unit tests of the module, a transform test through
 //!    [`transform::Transformer`], an end-to-end test in `tests/tests/`,

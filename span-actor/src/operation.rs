@@ -1,5 +1,17 @@
-//! [`Operation`]: what every protocol module makes of its events, and the
-//! one thing [`crate::transform`] turns into spans.
+//! The one small interface between a protocol and the span path: the
+//! protocol's module makes an [`Operation`] of each exchange it saw, and
+//! its conventions make the [`SpanParts`] of the operation's [`Call`];
+//! [`crate::transform`] turns the rest into a span the same way for every
+//! protocol.
+//!
+//! # Layout
+//! - [`Operation`], [`Conn`], [`Call`] (and each family's facts:
+//!   [`HttpExchange`] with its [`RpcSpan`], [`DbOp`]): what a protocol
+//!   module hands over.
+//! - [`SpanParts`]: what a family's conventions make of its call
+//!   ([`crate::semconv::Http::judge`], [`crate::db::judge`]).
+//! - [`Addrs`]: addresses as text, the one thing every family's
+//!   conventions share.
 //!
 //! An operation is one exchange seen from one side (the traced process is
 //! the server or the client), finished: who did it ([`Conn`]), where it
@@ -10,7 +22,10 @@
 //! Nothing in it is a disguise: an HTTP/2 stream is an HTTP call with
 //! version "2", a gRPC call is that plus its [`RpcSpan`].
 
+use std::sync::Arc;
+
 use ipc_schema::{Role, RpcCall, SockAddr, Text, Value};
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::db::DbOp;
 
@@ -115,4 +130,54 @@ pub struct RpcSpan {
     pub attributes: Vec<(Text, Value<Text>)>,
     /// The decisions the exporter's RPC metrics take as data.
     pub call: RpcCall<Text>,
+}
+
+/// What a call's conventions make of it: the span's parts that differ by
+/// protocol (the span path adds those every span has: ids, kind, times,
+/// the peer's port, the trace).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpanParts {
+    /// The span name.
+    pub name: Text,
+    /// Span status ERROR.
+    pub error: bool,
+    /// `server.address` and `server.port`.
+    pub server_address: Option<Text>,
+    pub server_port: u16,
+    /// `network.peer.address`.
+    pub peer_address: Text,
+    /// Whether the span is exported, and counted in the metrics (a route's
+    /// settings may keep either).
+    pub export_trace: bool,
+    pub export_metrics: bool,
+    /// Attributes beside those its call carries.
+    pub attributes: Vec<(Text, Value<Text>)>,
+    /// What it was, as the span carries it.
+    pub call: ipc_schema::Call<Text>,
+}
+
+/// Addresses whose text form is remembered.
+pub const ADDRS: usize = 4096;
+
+/// Addresses as text, each formatted once (the same few peers send most
+/// requests; formatting is costly) and shared by the spans that name it
+/// (a clone is a reference count). Bounded: past [`ADDRS`] it starts over.
+#[derive(Default)]
+pub struct Addrs {
+    texts: HashMap<(bool, u128), Arc<str>>,
+}
+
+impl Addrs {
+    /// `a`'s address (not its port) as text.
+    pub fn text(&mut self, a: &SockAddr) -> Text {
+        if let Some(s) = self.texts.get(&(a.v6, a.ip)) {
+            return Text::Shared(s.clone());
+        }
+        let s: Arc<str> = a.ip_addr().to_string().into();
+        if self.texts.len() >= ADDRS {
+            self.texts.clear();
+        }
+        self.texts.insert((a.v6, a.ip), s.clone());
+        Text::Shared(s)
+    }
 }

@@ -1,13 +1,15 @@
 //! Raw request events → spans: the span-actor's whole judgement, as plain
 //! code the actors call (and benchmarks and tests can call directly).
 //!
-//! Each protocol module turns its events into [`Operation`]s
-//! ([`crate::http1`], [`crate::h2::table`]); [`Transformer::emit`] is the
-//! one path that makes spans and resources of them: the resource, the
-//! route, the conventions' name and status, the ids, and the trace
-//! (a `traceparent` it carried, the server span a client span was made
-//! under, the client span on this host that called a server span; held a
-//! while if that span has not come yet).
+//! Each protocol module turns its records into [`Operation`]s
+//! ([`crate::http1`], [`crate::h2::table`], [`crate::db_table`]);
+//! [`Transformer::emit`] is the one path that makes spans and resources of
+//! them, whatever their protocol: the resource, the parts the call's
+//! conventions make of it ([`SpanParts`], by its family's module:
+//! [`crate::semconv::Http::judge`], [`crate::db::judge`]), the ids, and
+//! the trace (a `traceparent` it carried, the server span a client span
+//! was made under, the client span on this host that called a server
+//! span; held a while if that span has not come yet).
 
 use std::collections::{HashSet, VecDeque};
 
@@ -15,22 +17,19 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ipc_schema::{HttpCall, RawBatch, Role, ServiceResource, Span, SpanKind, Text, Value};
+use ipc_schema::{RawBatch, Role, ServiceResource, Span, SpanKind, Text};
 use ringtail_config::Settings;
-use runtime_kit::counters::{Counter, Gauge, Registry};
+use runtime_kit::counters::{Counter, Registry};
 
-use crate::db::DbOp;
+use crate::db;
 use crate::db_table::DbTable;
 use crate::graph::{Caller, Callers};
 use crate::h2::grpc;
 use crate::h2::table::{H2Table, H2_SUB};
-use crate::http::{self, split_host_port};
 use crate::http1::Http1;
-use crate::ids;
+use crate::ids::{self, TraceParent};
 use crate::naming::{host_name, Naming};
-use crate::operation::{Call, Conn, HttpExchange, Operation};
-use crate::redact::Redactor;
-use crate::routes::Router;
+use crate::operation::{Addrs, Call, Operation, SpanParts};
 use crate::semconv;
 
 /// Spans whose trace context is remembered for the spans that join them
@@ -39,8 +38,6 @@ const CONTEXTS: usize = 16_384;
 /// Spans held for the span they join, all together: beyond, a span goes
 /// out at once in a trace of its own (counted).
 const MAX_HELD: usize = 65_536;
-/// Addresses whose text form is remembered.
-const IP_TEXTS: usize = 4096;
 /// Server spans remembered by the `traceparent` they carried in, for the
 /// calls that forward it (slots of a direct-mapped table; a power of two).
 const FORWARDED: usize = 4096;
@@ -113,20 +110,6 @@ fn named(sub: u32) -> bool {
     sub == 0 || sub == H2_SUB
 }
 
-/// What a call's conventions make of it: the span's parts that differ by
-/// protocol ([`Transformer::emit`] adds those every span has).
-struct Judged {
-    name: Text,
-    error: bool,
-    server_address: Option<Text>,
-    server_port: u16,
-    peer_address: Text,
-    export_trace: bool,
-    export_metrics: bool,
-    attributes: Vec<(Text, Value<Text>)>,
-    call: ipc_schema::Call<Text>,
-}
-
 /// A span waiting for the context of the span it joins.
 struct Held {
     resource: Arc<ServiceResource>,
@@ -140,12 +123,6 @@ struct Held {
 
 struct Stats {
     spans: Counter,
-    ignored: Counter,
-    overflow: Counter,
-    /// Services whose routes were forgotten (`routes.max_services`,
-    /// [`crate::routes::MAX_ROUTE_BYTES`]), and how many are remembered.
-    route_services_evicted: Counter,
-    route_services: Gauge,
     parent_timeouts: Counter,
     held_full: Counter,
 }
@@ -153,8 +130,6 @@ struct Stats {
 /// Everything the span-actor remembers between batches.
 pub struct Transformer {
     naming: Naming,
-    router: Router,
-    redactor: Redactor,
     parent_wait: Duration,
     contexts: Contexts,
     forwarded: Forwarded,
@@ -173,13 +148,15 @@ pub struct Transformer {
     held_order: VecDeque<(Instant, CtxKey, u8)>,
     /// The contexts of held spans (what waits for them waits on).
     pending: HashSet<CtxKey>,
-    /// (shared by the spans that name them: a clone is a reference count)
-    ip_texts: HashMap<(bool, u128), Arc<str>>,
     stats: Stats,
     /// The protocol modules.
     http1: Http1,
     h2: H2Table,
     db: DbTable,
+    /// The HTTP conventions as configured (routes, redaction).
+    http_conventions: semconv::Http,
+    /// Addresses as text, for every family's conventions.
+    addrs: Addrs,
     /// Operations of the event or record being read.
     ops: Vec<Operation>,
 }
@@ -196,7 +173,7 @@ struct Links<'a> {
 }
 
 /// The key under which process `pid` received `traceparent` `tp`.
-fn forward_key(inst: u64, pid: u32, tp: &http::TraceParent) -> CtxKey {
+fn forward_key(inst: u64, pid: u32, tp: &TraceParent) -> CtxKey {
     let mixed = (tp.trace_id as u64) ^ ((tp.trace_id >> 64) as u64) ^ tp.span_id.rotate_left(32);
     (inst, mixed, pid, FORWARD_SUB, false)
 }
@@ -292,8 +269,6 @@ impl Transformer {
         let rpc_mode = grpc::Mode::from_opt_in(std::env::var("OTEL_SEMCONV_STABILITY_OPT_IN").ok().as_deref(), grpc::Mode::Stable);
         Transformer {
             naming: Naming::new(&settings.services, host_name()).with_kubernetes(crate::k8s::Metadata::new(settings, registry)),
-            router: Router::new(&settings.routes),
-            redactor: Redactor::new(&settings.redaction),
             parent_wait: settings.pipeline.parent_wait,
             contexts: Contexts::new(),
             forwarded: Forwarded::new(),
@@ -304,19 +279,16 @@ impl Transformer {
             held_count: 0,
             held_order: VecDeque::new(),
             pending: HashSet::new(),
-            ip_texts: HashMap::default(),
             stats: Stats {
                 spans: registry.counter("ringtail_spans_created_total", &[]),
-                ignored: registry.counter("ringtail_ignored_requests_total", &[]),
-                overflow: registry.counter("ringtail_route_overflow_total", &[]),
-                route_services_evicted: registry.counter("ringtail_route_services_evicted_total", &[]),
-                route_services: registry.gauge("ringtail_route_services", &[]),
                 parent_timeouts: registry.counter("ringtail_parent_wait_timeouts_total", &[]),
                 held_full: registry.counter("ringtail_links_refused_total", &[("reason", "held_full")]),
             },
             http1: Http1::new(registry),
             h2: H2Table::new(settings.pipeline.conn_state_bytes(), rpc_mode, registry),
             db: DbTable::new(settings.pipeline.conn_state_bytes(), registry),
+            http_conventions: semconv::Http::new(&settings.routes, &settings.redaction, registry),
+            addrs: Addrs::default(),
             ops: Vec::new(),
         }
     }
@@ -371,7 +343,9 @@ impl Transformer {
         }
         let mut ops = std::mem::take(&mut self.ops);
         for ev in batch.events() {
-            self.http1.event(epoch, &ev, &mut self.h2, &mut ops);
+            if let Some(up) = self.http1.event(epoch, &ev, &mut ops) {
+                self.h2.upgrade_request(up);
+            }
             for op in ops.drain(..) {
                 self.emit(&mut b, op);
             }
@@ -389,16 +363,15 @@ impl Transformer {
         self.ops = ops;
         self.h2.publish();
         self.db.publish();
-        self.stats.route_services_evicted.add(self.router.take_evicted());
-        self.stats.route_services.set(self.router.services() as f64);
+        self.http_conventions.publish();
         self.stats.spans.add(b.made.spans as u64);
         b.made
     }
 
-    /// The one path from an operation to its span: resource, the call's
-    /// conventions (its route, name, status and attributes, by
-    /// [`Transformer::http_call`] or [`Transformer::db_call`]), the ids and
-    /// times every span has, then its trace.
+    /// The one path from an operation to its span, for every protocol:
+    /// the resource, the parts its call's conventions make of it (one arm a
+    /// family, each in its family's module), the ids and times every span
+    /// has, then its trace.
     fn emit(&mut self, b: &mut Batch<'_>, op: Operation) {
         let Operation { role, conn, seq, sub, start_mono_ns, end_mono_ns, parent, traceparent, propagated, unlinked, call } = op;
         let kind = kind(role);
@@ -408,12 +381,12 @@ impl Transformer {
             self.forget(b, own, role, traceparent.as_deref(), conn.pid);
             return;
         };
-        let judged = match call {
-            Call::Http(http) => self.http_call(kind, &conn, &resource.service_name, http),
-            Call::Db(db) => Some(self.db_call(&conn, db)),
+        let parts = match call {
+            Call::Http(http) => self.http_conventions.judge(kind, &conn, &resource.service_name, http, &mut self.addrs),
+            Call::Db(op) => Some(db::judge(op, &conn, &mut self.addrs)),
         };
-        let Some(Judged { name, error, server_address, server_port, peer_address, export_trace, export_metrics, attributes, call }) =
-            judged
+        let Some(SpanParts { name, error, server_address, server_port, peer_address, export_trace, export_metrics, attributes, call }) =
+            parts
         else {
             self.forget(b, own, role, traceparent.as_deref(), conn.pid);
             return;
@@ -444,105 +417,6 @@ impl Transformer {
         self.trace(b, Produced { resource, span, origin: b.origin }, (conn.id, seq, sub), links);
     }
 
-    /// What the HTTP conventions (and the RPC ones, for a call over it)
-    /// make of an exchange of `service`: `None` when its route is ignored.
-    #[inline(always)]
-    fn http_call(&mut self, kind: SpanKind, conn: &Conn, service: &str, http: HttpExchange) -> Option<Judged> {
-        let status = http.status.unwrap_or(0);
-        let (route, export_trace, export_metrics) = if kind == SpanKind::Server {
-            let Some(routed) = self.router.route(service, &http.path, status) else {
-                self.stats.ignored.inc();
-                return None;
-            };
-            if routed.overflowed {
-                self.stats.overflow.inc();
-            }
-            (routed.route, routed.export_trace, routed.export_metrics)
-        } else {
-            (None, true, true) // http.route is a server attribute
-        };
-        let (method, method_original) = semconv::method(http.method);
-        let (host, host_port) = match http.authority {
-            Some(authority) => {
-                let (h, p) = split_host_port(&authority);
-                // (without a port the host is the authority itself: moved)
-                let h = if h.len() == authority.len() { authority } else { h.to_owned() };
-                (Some(Text::Owned(h)), p)
-            }
-            None => (None, None),
-        };
-        let peer_ip = self.ip_text(&conn.peer);
-        let local_ip = self.ip_text(&conn.local);
-        let (server_address, server_port, client_address, client_port) = match kind {
-            SpanKind::Server => (host, host_port.unwrap_or(conn.local.port), peer_ip.clone(), conn.peer.port),
-            SpanKind::Client => (host.or_else(|| Some(peer_ip.clone())), host_port.unwrap_or(conn.peer.port), local_ip, conn.local.port),
-        };
-        let mut judged = Judged {
-            name: semconv::span_name(&method, route.as_deref()),
-            error: semconv::is_error(kind, status),
-            server_address,
-            server_port,
-            peer_address: peer_ip,
-            export_trace,
-            export_metrics,
-            attributes: Vec::new(),
-            call: ipc_schema::Call::Http(HttpCall {
-                method,
-                method_original,
-                route: route.map(Text::Owned),
-                path: Text::Owned(http.path),
-                query: self.redactor.query(http.query.as_deref()).map(Text::Owned),
-                scheme: http.scheme.map_or(Text::Static(if conn.tls { "https" } else { "http" }), Text::Owned),
-                status,
-                client_address,
-                client_port,
-                protocol_version: Text::Static(http.version),
-                user_agent: http.user_agent.map(Text::Owned),
-            }),
-        };
-        if http.status.is_none() {
-            // reset, refused or closed before a response
-            judged.error = true;
-            judged.attributes.push((Text::Static("error.type"), Value::Str(Text::Static("_OTHER"))));
-        }
-        if let Some(rpc) = http.rpc {
-            judged.name = rpc.name;
-            judged.error = rpc.error;
-            judged.attributes = rpc.attributes;
-            if let ipc_schema::Call::Http(h) = judged.call {
-                judged.call = ipc_schema::Call::Rpc(h, rpc.call);
-            }
-        }
-        Some(judged)
-    }
-
-    /// What the database conventions make of a call (a CLIENT's): named
-    /// `db.query.summary`, else the operation, else the system (the
-    /// system's for `_OTHER`); its `db.*` attributes as the database module
-    /// decided them; the server is its peer.
-    fn db_call(&mut self, conn: &Conn, db: DbOp) -> Judged {
-        let DbOp { start_ns: _, end_ns: _, call } = db;
-        // `_OTHER` (a command not known) is no name: the system's is, as
-        // `HTTP` is for an `_OTHER` method.
-        let name = match (&call.query_summary, &call.operation) {
-            (Some(s), _) => s.clone(),
-            (None, Some(s)) if *s != crate::db::OTHER => s.clone(),
-            _ => call.system.clone(),
-        };
-        let peer_ip = self.ip_text(&conn.peer);
-        Judged {
-            name,
-            error: call.error_type.is_some(),
-            server_address: Some(peer_ip.clone()),
-            server_port: conn.peer.port,
-            peer_address: peer_ip,
-            export_trace: true,
-            export_metrics: true,
-            attributes: Vec::new(),
-            call: ipc_schema::Call::Db(call),
-        }
-    }
-
     /// Puts span `p` (of operation `(conn, seq, sub)`) in its trace and out:
     /// a server span continues the `traceparent` it carried, or joins the
     /// client span on this host that called it, or starts a trace; a client
@@ -571,7 +445,7 @@ impl Transformer {
                 }
                 None
             }
-            (SpanKind::Server, _) if traceparent.is_some() => match traceparent.and_then(http::parse_traceparent) {
+            (SpanKind::Server, _) if traceparent.is_some() => match traceparent.and_then(ids::parse_traceparent) {
                 Some(tp) => {
                     span.trace_id = tp.trace_id;
                     span.parent_span_id = tp.span_id;
@@ -596,7 +470,7 @@ impl Transformer {
             }
             (SpanKind::Client, None) if unlinked => {
                 span.trace_id = own_trace;
-                match traceparent.and_then(http::parse_traceparent) {
+                match traceparent.and_then(ids::parse_traceparent) {
                     Some(tp) => {
                         let key = forward_key(inst, pid, &tp);
                         if let Some((trace, parent_span, flags)) = self.forwarded.get(key) {
@@ -700,7 +574,7 @@ impl Transformer {
     fn forget(&mut self, b: &mut Batch<'_>, own: Option<CtxKey>, role: Role, traceparent: Option<&str>, pid: u32) {
         if role == Role::Server {
             // (nor do the calls that forward its traceparent)
-            if let Some(tp) = traceparent.and_then(http::parse_traceparent) {
+            if let Some(tp) = traceparent.and_then(ids::parse_traceparent) {
                 let key = forward_key(b.inst, pid, &tp);
                 self.forwarded.insert(key, 0, 0, 0);
                 self.release_fallback(key, b.out, &mut b.made);
@@ -773,20 +647,6 @@ impl Transformer {
                 todo.extend(self.held.remove(&key).unwrap_or_default().into_iter().map(|h| (h, trace, flags, caller.clone())));
             }
         }
-    }
-
-    /// An address as text, formatted once per address (the same few peers
-    /// send most requests; formatting is costly).
-    fn ip_text(&mut self, a: &ipc_schema::SockAddr) -> Text {
-        if let Some(s) = self.ip_texts.get(&(a.v6, a.ip)) {
-            return Text::Shared(s.clone());
-        }
-        let s: Arc<str> = a.ip_addr().to_string().into();
-        if self.ip_texts.len() >= IP_TEXTS {
-            self.ip_texts.clear();
-        }
-        self.ip_texts.insert((a.v6, a.ip), s.clone());
-        Text::Shared(s)
     }
 
     /// When the earliest held client span is due, if any.

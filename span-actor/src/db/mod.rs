@@ -35,7 +35,8 @@
 //!   statements).
 //! - [`redis`]: RESP2/RESP3 (pipelines, MULTI/EXEC, pub/sub, pushes).
 //! - [`memcached`]: the text protocol (and meta commands).
-//! - here: [`DbOp`], [`DbCounts`], [`System`], [`detect`] and [`DbConn`].
+//! - here: [`DbOp`], [`DbCounts`], [`System`], [`detect`] and [`DbConn`];
+//!   [`judge`], the database conventions' span parts of a call.
 //! - tests: each protocol's beside it (`postgres/tests.rs`, `mysql/tests.rs`,
 //!   `redis/tests.rs`, `memcached/tests.rs`); those across protocols in
 //!   `tests.rs` and `gap_tests.rs`; what they share in `testing.rs`.
@@ -69,6 +70,8 @@ mod tests;
 
 use ipc_schema::db::system;
 use ipc_schema::{DbCall, Text};
+
+use crate::operation::{Addrs, Conn, SpanParts};
 
 /// Requests awaiting an answer kept per connection (a pipeline deeper than
 /// this is given up: counted `too_many_pending`, its ops `unanswered`).
@@ -108,6 +111,33 @@ pub struct DbOp {
     pub end_ns: u64,
     /// The call (its `system` one of `ipc_schema::db::system`).
     pub call: DbCall<Text>,
+}
+
+/// What the database conventions make of a call (a CLIENT's, over
+/// `conn`): named `db.query.summary`, else the operation, else the system
+/// (the system's for `_OTHER`, as `HTTP` is for an `_OTHER` method); its
+/// `db.*` attributes as the parsers decided them; the server is its peer.
+#[inline]
+pub fn judge(op: DbOp, conn: &Conn, addrs: &mut Addrs) -> SpanParts {
+    let DbOp { start_ns: _, end_ns: _, call } = op;
+    // `_OTHER` (a command not known) is no name: the system's is.
+    let name = match (&call.query_summary, &call.operation) {
+        (Some(s), _) => s.clone(),
+        (None, Some(s)) if *s != OTHER => s.clone(),
+        _ => call.system.clone(),
+    };
+    let peer_ip = addrs.text(&conn.peer);
+    SpanParts {
+        name,
+        error: call.error_type.is_some(),
+        server_address: Some(peer_ip.clone()),
+        server_port: conn.peer.port,
+        peer_address: peer_ip,
+        export_trace: true,
+        export_metrics: true,
+        attributes: Vec::new(),
+        call: ipc_schema::Call::Db(call),
+    }
 }
 
 /// What the parsers dropped or could not know, by reason. Reasons are

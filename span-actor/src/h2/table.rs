@@ -17,7 +17,7 @@ use rustc_hash::FxHashMap as HashMap;
 
 use super::{grpc, record, Dir, DropReason, H2Conn, H2Stats, StreamDone, PROTOCOL_VERSION};
 use crate::conn_table::{ConnTable, Held, Key, Slot};
-use crate::http::RequestHead;
+use crate::http1::Upgrade;
 use crate::operation::{Call, Conn, HttpExchange, Operation};
 
 /// HTTP/2 connections followed at once; past it the oldest is closed (its
@@ -46,18 +46,6 @@ impl Held for Entry {
     fn held_bytes(&self) -> usize {
         self.conn.state_bytes()
     }
-}
-
-/// An `Upgrade: h2c` request answered `101`, waiting for its connection's
-/// first HTTP/2 record: it becomes the connection's stream 1.
-pub struct Upgrade {
-    pub head: RequestHead,
-    /// When it began (CLOCK_MONOTONIC ns).
-    pub start_ns: u64,
-    /// A server's: the client connection on this host that sent it (the
-    /// kernel's same-host join of the request), which is then the caller of
-    /// every stream of the connection.
-    pub caller: Option<u64>,
 }
 
 /// What an entry costs besides its connection's state (its box counted
@@ -157,14 +145,15 @@ impl H2Table {
         self.stats.state_bytes.set(self.conns.bytes() as f64);
     }
 
-    /// The `101` of an `Upgrade: h2c`: its request (an HTTP/1 request, which
-    /// HTTP/2 continues as stream 1) waits for the connection's first record.
-    pub fn upgrade_request(&mut self, key: Key, up: Upgrade) {
+    /// The `101` of an `Upgrade: h2c` ([`crate::http1::Http1::event`]
+    /// hands it over): its request (an HTTP/1 request, which HTTP/2
+    /// continues as stream 1) waits for its connection's first record.
+    pub fn upgrade_request(&mut self, up: Upgrade) {
         if self.upgrades.len() >= H2C_PENDING {
             self.stats.h2c_unfollowed.add(self.upgrades.len() as u64);
             self.upgrades.clear();
         }
-        if self.upgrades.insert(key, up).is_some() {
+        if self.upgrades.insert(up.key, up).is_some() {
             self.stats.h2c_unfollowed.add(1);
         }
     }
@@ -210,7 +199,7 @@ impl H2Table {
         // evicted it) the HPACK tables' past is unknown.
         let mut conn = H2Conn::new(r.role, !r.start);
         let mut caller = None;
-        if let Some(Upgrade { head, start_ns: start, caller: c }) = r.upgrade.then(|| self.upgrades.remove(&key)).flatten() {
+        if let Some(Upgrade { head, start_ns: start, caller: c, .. }) = r.upgrade.then(|| self.upgrades.remove(&key)).flatten() {
             caller = c;
             let target = match &head.query {
                 Some(q) => format!("{}?{q}", head.path),
