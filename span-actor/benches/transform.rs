@@ -39,6 +39,22 @@ fn addr(port: u16) -> SockAddr {
     SockAddr::from_bytes(false, ip, port)
 }
 
+/// Four processes of one program `name`, pids from `first`.
+fn processes(first: u32, name: &str) -> Vec<ProcessInfo> {
+    (0..4)
+        .map(|k| ProcessInfo {
+            pid: first + k,
+            proc_start_ns: 1,
+            comm: name.into(),
+            exe_name: Some(name.into()),
+            exe_path: Some(format!("/usr/bin/{name}").into()),
+            env_service_name: None,
+            env_resource_attributes: None,
+            container_id: None,
+        })
+        .collect()
+}
+
 /// A batch like a busy web server's: keep-alive connections, a handful of
 /// routes with ids in them, curl-like heads.
 fn raw_batch(n: usize, conn_base: u64) -> RawBatch {
@@ -72,18 +88,7 @@ fn raw_batch(n: usize, conn_base: u64) -> RawBatch {
             .into_bytes(),
         })
         .collect();
-    let processes = (0..4)
-        .map(|k| ProcessInfo {
-            pid: 1000 + k,
-            proc_start_ns: 1,
-            comm: "shop".into(),
-            exe_name: Some("shop".into()),
-            exe_path: Some("/usr/bin/shop".into()),
-            env_service_name: None,
-            env_resource_attributes: None,
-            container_id: None,
-        })
-        .collect();
+    let processes = processes(1000, "shop");
     RawBatch::of(1_700_000_000_000_000_000, 0, processes, &events, &[])
 }
 
@@ -163,18 +168,7 @@ fn h2_batch(conn_base: u64) -> RawBatch {
         t += 1000;
         records.push(record(false, false, true, t, Vec::new()));
     }
-    let processes = (0..4)
-        .map(|k| ProcessInfo {
-            pid: 2000 + k,
-            proc_start_ns: 1,
-            comm: "orders".into(),
-            exe_name: Some("orders".into()),
-            exe_path: Some("/usr/bin/orders".into()),
-            env_service_name: None,
-            env_resource_attributes: None,
-            container_id: None,
-        })
-        .collect();
+    let processes = processes(2000, "orders");
     RawBatch::of(1_700_000_000_000_000_000, 0, processes, &[], &records)
 }
 
@@ -272,18 +266,7 @@ fn db_batch(conn_base: u64) -> RawBatch {
         }
         records.push(record(false, false, true, &[]));
     }
-    let processes = (0..4)
-        .map(|k| ProcessInfo {
-            pid: 3000 + k,
-            proc_start_ns: 1,
-            comm: "shop".into(),
-            exe_name: Some("shop".into()),
-            exe_path: Some("/usr/bin/shop".into()),
-            env_service_name: None,
-            env_resource_attributes: None,
-            container_id: None,
-        })
-        .collect();
+    let processes = processes(3000, "shop");
     RawBatch::of(1_700_000_000_000_000_000, 0, processes, &[], &records)
 }
 
