@@ -349,15 +349,11 @@ impl<'a> R<'a> {
     }
 
     /// A (nullable) bytes or records field: its captured bytes (cut at
-    /// the end of what was captured) and whether all of it is there.
-    fn bytes(&mut self, flex: bool) -> Option<(&'a [u8], bool)> {
-        let Some(n) = self.len(flex, true)? else { return Some((&[], true)) };
+    /// the end of what was captured) and its declared length.
+    fn bytes(&mut self, flex: bool) -> Option<(&'a [u8], usize)> {
+        let Some(n) = self.len(flex, true)? else { return Some((&[], 0)) };
         let avail = self.b.len() - self.at;
-        if n <= avail {
-            Some((self.take(n)?, true))
-        } else {
-            Some((self.take(avail)?, false))
-        }
+        Some((self.take(n.min(avail))?, n))
     }
 
     /// An array's element count (`None` read as 0), bounded.
@@ -423,6 +419,15 @@ impl Scope {
         }
     }
 
+    /// The call's bytes were cut here: if more of its topics or
+    /// partitions may follow unseen (`last` false), none is its one.
+    fn cut(&mut self, last: bool) {
+        if !last {
+            self.many_topics = true;
+            self.many_partitions = true;
+        }
+    }
+
     fn error(&mut self, code: i16) {
         if self.error.is_none() {
             self.error = error_name(code);
@@ -441,11 +446,15 @@ struct Batches {
     base_offset: Option<i64>,
 }
 
-/// Reads record data (`whole`: not cut by what was captured): batch
-/// headers for counts; uncompressed records' `traceparent` headers.
-/// `fetched`: a broker may end a fetch's data with a partial batch, which
-/// the client drops: not counted.
-fn read_batches(data: &[u8], whole: bool, fetched: bool, op: &mut MsgOp, counts: &mut MsgCounts) -> Batches {
+/// Reads record data, `declared` bytes long on the wire of which `data`
+/// was captured: batch headers for counts; uncompressed records'
+/// `traceparent` headers. A batch whose header was seen is counted even
+/// if its records were not; the count is known when every batch's header
+/// was (the last one's end is the data's). `fetched`: a broker may end a
+/// fetch's data with a partial batch, which the client drops: not
+/// counted.
+fn read_batches(data: &[u8], declared: usize, fetched: bool, op: &mut MsgOp, counts: &mut MsgCounts) -> Batches {
+    let whole = data.len() == declared;
     let mut out = Batches { count: 0, known: true, base_offset: None };
     let mut r = R::new(data);
     while r.at < data.len() {
@@ -498,7 +507,7 @@ fn read_batches(data: &[u8], whole: bool, fetched: bool, op: &mut MsgOp, counts:
             read_trace_headers(records, n, op, counts);
         }
         if end > data.len() {
-            out.known &= whole;
+            out.known &= whole || end == declared;
             break;
         }
         r.at = end;
@@ -723,7 +732,7 @@ fn on_request(pending: &mut VecDeque<Pending>, topics: &TopicIds, m: Msg<'_>, ts
             r.tags(flex)?;
             match api {
                 PRODUCE => {
-                    let (scope, b, acks) = read_produce(&mut r, version, flex, m.whole, &mut op, counts);
+                    let (scope, b, acks) = read_produce(&mut r, version, flex, &mut op, counts);
                     acks0 = acks == Some(0);
                     set_scope(&mut op, scope, &b, topics);
                 }
@@ -780,38 +789,43 @@ fn read_topic(r: &mut R<'_>, by_id: bool, flex: bool, counts: &mut MsgCounts) ->
 }
 
 /// Produce request body: `(scope, batches, acks)`; what was read before
-/// the bytes ran out stays.
-fn read_produce(r: &mut R<'_>, version: i16, flex: bool, whole: bool, op: &mut MsgOp, counts: &mut MsgCounts) -> (Scope, Batches, Option<i16>) {
+/// the bytes ran out stays. Data cut by the capture (its LOST middle)
+/// ends the reading: the count and the scope stay known only when the
+/// cut data was the request's last partition.
+fn read_produce(r: &mut R<'_>, version: i16, flex: bool, op: &mut MsgOp, counts: &mut MsgCounts) -> (Scope, Batches, Option<i16>) {
     let mut scope = Scope::default();
     let mut all = Batches { known: true, ..Batches::default() };
     let mut acks = None;
-    let _ = (|| {
+    let done = (|| {
         r.string(flex)?; // transactional id
         acks = Some(r.i16()?);
         r.i32()?; // timeout
-        for _ in 0..r.count(flex)? {
+        let topics = r.count(flex)?;
+        for t in 0..topics {
             scope.topic(read_topic(r, version >= 13, flex, counts)?);
-            for _ in 0..r.count(flex)? {
+            let partitions = r.count(flex)?;
+            for i in 0..partitions {
                 let p = r.i32()?;
-                let (data, complete) = r.bytes(flex)?;
-                let b = read_batches(data, whole && complete, false, op, counts);
+                let (data, declared) = r.bytes(flex)?;
+                let b = read_batches(data, declared, false, op, counts);
                 scope.partition(p, None);
                 all.count += b.count;
                 all.known &= b.known;
-                if !complete {
-                    all.known = false;
-                    return None;
+                if data.len() < declared {
+                    scope.cut(t + 1 == topics && i + 1 == partitions);
+                    all.known &= t + 1 == topics && i + 1 == partitions;
+                    return Some(());
                 }
                 r.tags(flex)?;
             }
             r.tags(flex)?;
         }
         Some(())
-    })()
-    .or_else(|| {
+    })();
+    if done.is_none() {
+        scope.cut(false);
         all.known = false;
-        None
-    });
+    }
     (scope, all, acks)
 }
 
@@ -890,7 +904,7 @@ fn on_response(
                 }
             }
             FETCH => {
-                let (scope, b) = read_fetch_response(&mut r, p.version, flex, m.whole, &mut op, counts);
+                let (scope, b) = read_fetch_response(&mut r, p.version, flex, &mut op, counts);
                 if b.count == 0 && scope.error.is_none() && b.known {
                     return Some(false);
                 }
@@ -946,8 +960,9 @@ fn read_produce_response(r: &mut R<'_>, version: i16, flex: bool, counts: &mut M
     scope
 }
 
-/// Fetch response: topics, partitions, record data.
-fn read_fetch_response(r: &mut R<'_>, version: i16, flex: bool, whole: bool, op: &mut MsgOp, counts: &mut MsgCounts) -> (Scope, Batches) {
+/// Fetch response: topics, partitions, record data (cut as in
+/// [`read_produce`]).
+fn read_fetch_response(r: &mut R<'_>, version: i16, flex: bool, op: &mut MsgOp, counts: &mut MsgCounts) -> (Scope, Batches) {
     let mut scope = Scope::default();
     let mut all = Batches { known: true, ..Batches::default() };
     let done = (|| {
@@ -956,9 +971,11 @@ fn read_fetch_response(r: &mut R<'_>, version: i16, flex: bool, whole: bool, op:
             scope.error(r.i16()?);
             r.i32()?; // session id
         }
-        for _ in 0..r.count(flex)? {
+        let topics = r.count(flex)?;
+        for t in 0..topics {
             let topic = read_topic(r, version >= 13, flex, counts)?;
-            for _ in 0..r.count(flex)? {
+            let partitions = r.count(flex)?;
+            for i in 0..partitions {
                 let p = r.i32()?;
                 let code = r.i16()?;
                 scope.error(code);
@@ -975,17 +992,18 @@ fn read_fetch_response(r: &mut R<'_>, version: i16, flex: bool, whole: bool, op:
                 if version >= 11 {
                     r.i32()?; // preferred read replica
                 }
-                let (data, complete) = r.bytes(flex)?;
-                let b = read_batches(data, whole && complete, true, op, counts);
+                let (data, declared) = r.bytes(flex)?;
+                let b = read_batches(data, declared, true, op, counts);
                 if b.count > 0 || !b.known {
                     scope.topic(topic.clone());
                     scope.partition(p, b.base_offset);
                 }
                 all.count += b.count;
                 all.known &= b.known;
-                if !complete {
-                    all.known = false;
-                    return None;
+                if data.len() < declared {
+                    scope.cut(t + 1 == topics && i + 1 == partitions);
+                    all.known &= t + 1 == topics && i + 1 == partitions;
+                    return Some(());
                 }
                 r.tags(flex)?;
             }
@@ -994,6 +1012,7 @@ fn read_fetch_response(r: &mut R<'_>, version: i16, flex: bool, whole: bool, op:
         Some(())
     })();
     if done.is_none() {
+        scope.cut(false);
         all.known = false;
     }
     (scope, all)
