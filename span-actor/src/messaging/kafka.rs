@@ -256,7 +256,12 @@ fn plausible_request(b: &[u8]) -> Option<(i16, i16, i32, u64)> {
     let version = r.i16()?;
     let corr = r.i32()?;
     let client = r.i16()?;
-    let ok = len >= 10 && (0..=MAX_API_KEY).contains(&api) && (0..=MAX_API_VERSION).contains(&version) && corr >= 0 && client >= -1 && i32::from(client) <= len - 10;
+    let ok = len >= 10
+        && (0..=MAX_API_KEY).contains(&api)
+        && (0..=MAX_API_VERSION).contains(&version)
+        && corr >= 0
+        && client >= -1
+        && i32::from(client) <= len - 10;
     ok.then(|| (api, version, corr, len as u64 + 4))
 }
 
@@ -862,14 +867,7 @@ fn read_commit(r: &mut R<'_>, version: i16, flex: bool, op: &mut MsgOp, counts: 
 }
 
 /// A response: paired by correlation id, then read.
-fn on_response(
-    pending: &mut VecDeque<Pending>,
-    topics: &mut TopicIds,
-    m: Msg<'_>,
-    ts: u64,
-    out: &mut Vec<MsgOp>,
-    counts: &mut MsgCounts,
-) {
+fn on_response(pending: &mut VecDeque<Pending>, topics: &mut TopicIds, m: Msg<'_>, ts: u64, out: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
     let mut r = R::new(m.bytes);
     let Some(corr) = r.take(4).and_then(|_| r.i32()) else {
         counts.bad_messages += 1;

@@ -329,7 +329,6 @@ impl MqttConn {
             }
         }
     }
-
 }
 
 impl St {
@@ -396,7 +395,16 @@ impl St {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn publish(&mut self, send: bool, flags: u8, r: &mut R<'_>, m: Msg<'_>, ts: u64, out: &mut Vec<MsgOp>, counts: &mut MsgCounts) -> Option<()> {
+    fn publish(
+        &mut self,
+        send: bool,
+        flags: u8,
+        r: &mut R<'_>,
+        m: Msg<'_>,
+        ts: u64,
+        out: &mut Vec<MsgOp>,
+        counts: &mut MsgCounts,
+    ) -> Option<()> {
         let qos = (flags >> 1) & 3;
         let topic = r.string()?;
         let id = if qos > 0 { Some(r.u16()?) } else { None };
@@ -440,7 +448,16 @@ impl St {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn ack(&mut self, send: bool, kind: u8, r: &mut R<'_>, m: Msg<'_>, ts: u64, out: &mut Vec<MsgOp>, counts: &mut MsgCounts) -> Option<()> {
+    fn ack(
+        &mut self,
+        send: bool,
+        kind: u8,
+        r: &mut R<'_>,
+        m: Msg<'_>,
+        ts: u64,
+        out: &mut Vec<MsgOp>,
+        counts: &mut MsgCounts,
+    ) -> Option<()> {
         let id = r.u16()?;
         let reason = if r.at < r.b.len() { r.u8()? } else { 0 };
         let wait = match (kind, send) {

@@ -217,11 +217,10 @@ fn batch(base: i64, n: i32) -> Vec<u8> {
     for i in 0..n {
         let mut r = vec![0u8, 0]; // attributes, ts delta
         zz(&mut r, i64::from(i)); // offset delta
-        for (k, v) in [(&b"secret-key"[..], &b"secret-payload"[..])] {
-            zz(&mut r, k.len() as i64);
-            r.extend(k);
-            zz(&mut r, v.len() as i64);
-            r.extend(v);
+                                  // key, value
+        for f in [&b"secret-key"[..], b"secret-payload"] {
+            zz(&mut r, f.len() as i64);
+            r.extend(f);
         }
         zz(&mut r, 2); // headers
         for (k, v) in [(&b"traceparent"[..], TP.as_bytes()), (b"secret-hdr", b"secret-hval")] {
