@@ -440,6 +440,9 @@ impl Scope {
     }
 }
 
+/// A v2 record batch's header bytes after base offset and length.
+const BATCH_HEADER_REST: usize = 49;
+
 /// Messages counted in record data, and their trace contexts.
 #[derive(Debug, Default)]
 struct Batches {
@@ -476,7 +479,9 @@ fn read_batches(data: &[u8], declared: usize, fetched: bool, op: &mut MsgOp, cou
             out.known &= whole && fetched;
             break;
         };
-        let Ok(len) = usize::try_from(len) else {
+        // A v2 batch's length covers its 49 header bytes after the first
+        // 12; less is not a batch.
+        let Some(len) = usize::try_from(len).ok().filter(|l| magic != 2 || *l >= BATCH_HEADER_REST) else {
             out.known = false;
             break;
         };

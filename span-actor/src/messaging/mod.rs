@@ -48,8 +48,9 @@
 //! [`MAX_PENDING`], each an op: a few names of at most [`MAX_NAME`]
 //! bytes and at most [`MAX_LINKS`] trace contexts), and Kafka's topic-id
 //! names (at most `kafka::MAX_TOPIC_IDS`). [`MsgConn::held_bytes`]
-//! counts it; about 2 × 128 KiB + 256 × 1.5 KiB + 256 × 300 B ≈ 0.7 MiB
-//! for a hostile connection.
+//! counts it; about 2 × 256 KiB (the streams' buffers at their largest
+//! capacity) + 256 × 2 KiB + 256 × 300 B ≈ 1.1 MiB for a hostile
+//! connection, a few KiB for an idle one.
 //!
 //! # Wiring (not done here)
 //! A caller keeps a [`MsgConn`] per broker connection (as `db_table`

@@ -437,6 +437,17 @@ impl St {
         if let Some(tp) = props.as_ref().and_then(|p| p.traceparent).and_then(traceparent) {
             op.link(tp, counts);
         }
+        let wait = match (qos, send) {
+            (1, true) => Some(Wait::PubAck),
+            (2, true) => Some(Wait::PubRec),
+            (1, false) => Some(Wait::ClientPubAck),
+            (2, false) => Some(Wait::ClientPubComp),
+            _ => None,
+        };
+        if flags & 8 != 0 && self.pending.iter().any(|p| Some(p.id) == id && Some(p.wait) == wait) {
+            // A DUP resend of a flow still open: the same call.
+            return Some(());
+        }
         match (id, qos, send) {
             (Some(id), 1, true) => self.push(Pending { id, wait: Wait::PubAck, op }, counts),
             (Some(id), 2, true) => self.push(Pending { id, wait: Wait::PubRec, op }, counts),

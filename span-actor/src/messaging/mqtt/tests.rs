@@ -269,3 +269,17 @@ fn random_bytes_never_panic_and_stay_bounded() {
         assert!(t.ops.iter().all(|o| o.start_ns <= o.end_ns));
     }
 }
+
+#[test]
+fn a_dup_resend_is_the_same_call() {
+    let mut t = T::new(MsgSystem::Mqtt);
+    t.send(&connect(4));
+    let p = publish(1, 4, b"a", &[]);
+    t.send(&p);
+    let mut dup = p.clone();
+    dup[0] |= 8;
+    t.send(&dup);
+    t.recv(&[0x40, 2, 0, 4]);
+    assert_eq!(t.ops.len(), 1);
+    assert_eq!(t.counts.unanswered, 0);
+}
