@@ -8,7 +8,8 @@ use crate::db::pieces::{encode, Piece};
 /// What the captured clients sent that must never reach an op: payloads,
 /// record keys, other headers' keys and values, MQTT credentials and
 /// other user properties.
-pub(super) const SECRETS: &[&str] = &["secret-payload", "secret-key", "secret-hdr", "secret-hval", "secret-user", "hunter2", "secret-val"];
+pub(super) const SECRETS: &[&str] =
+    &["secret-payload", "secret-key", "secret-hdr", "secret-hval", "secret-user", "hunter2", "secret-val", "secret-meta"];
 
 /// Every string field of every op is free of [`SECRETS`].
 pub(super) fn assert_no_secret(ops: &[MsgOp]) {

@@ -1,6 +1,6 @@
 //! Kafka: conversations kafka-python 3.0.12 had with the Tansu 0.6
 //! broker (`../testdata/kafka_*.txt`: Produce v3/v6/v9, Fetch v5/v8/v12,
-//! Metadata, group housekeeping), then what kafka-python could not make
+//! OffsetCommit v8, Metadata, group housekeeping), then what kafka-python could not make
 //! Tansu send (topic ids, errors, `acks=0`) built by hand, then lost and
 //! hostile bytes.
 
@@ -89,6 +89,27 @@ fn housekeeping_is_paired_and_counted_not_an_op() {
     let t = run("kafka_find_coordinator_v6.txt");
     assert!(t.ops.is_empty());
     assert_eq!(t.counts.bad_messages, 0);
+}
+
+#[test]
+fn offset_commit_v8_is_a_settle_with_its_group() {
+    // kafka-python's commit() of a manually assigned partition (generation
+    // -1), with commit metadata that must not be kept; then OffsetFetch v8
+    // (housekeeping).
+    let t = run("kafka_offset_commit_v8.txt");
+    assert_eq!(briefs(&t), ["kafka/settle commit orders p0 o0 n- l0 e- q- crt-commit 1030..1040"]);
+    assert_eq!(t.ops[0].consumer_group.as_deref(), Some("billing"));
+    assert_eq!(t.ops[0].op_type.map(|o| o.kind()), Some(crate::messaging::SpanKind::Client));
+    assert_eq!(t.counts, MsgCounts { other_requests: 2, ..MsgCounts::default() });
+    // The same commit refused.
+    let recs = capture(&testdata("kafka_offset_commit_v8.txt"));
+    let mut resp = recs[3].1.clone();
+    assert_eq!(&resp[26..28], &[0, 0]);
+    resp[27] = 25;
+    let mut t = T::new(MsgSystem::Kafka);
+    t.send(&recs[2].1);
+    t.recv(&resp);
+    assert_eq!(t.ops[0].error_type, Some("UNKNOWN_MEMBER_ID"));
 }
 
 #[test]
