@@ -579,7 +579,10 @@ struct Pending {
 pub struct KafkaConn {
     send: Stream,
     recv: Stream,
+    /// Requests awaiting answers, in the order they were sent.
     pending: VecDeque<Pending>,
+    /// Names Metadata answers gave topic ids (Produce v13, Fetch v13+
+    /// name topics by id only).
     topics: TopicIds,
 }
 
