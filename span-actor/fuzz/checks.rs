@@ -8,7 +8,8 @@
 //! transformation), [`route_redact`] (route grouping and query redaction
 //! against an independent oracle), [`ipc_decode`] (every message the
 //! actors and the loader decode), [`config`] (the configuration file),
-//! [`db_conn`] (records into one database connection of each protocol).
+//! [`db_conn`] (records into one database connection of each protocol),
+//! [`kafka_conn`] and [`mqtt_conn`] (records into one broker connection).
 
 // Each target uses one of them.
 #![allow(dead_code)]
@@ -21,6 +22,7 @@ use runtime_kit::counters::Registry;
 use span_actor::db::pieces::{encode, Piece};
 use span_actor::db::{sql, DbConn, DbCounts, System, MAX_PENDING};
 use span_actor::http::{parse_pipeline, parse_request};
+use span_actor::messaging::{MsgConn, MsgCounts, MsgSystem};
 use span_actor::redact::{Redactor, REDACTED};
 use span_actor::routes::{Router, OVERFLOW_ROUTE};
 use span_actor::transform::Transformer;
@@ -558,4 +560,68 @@ pub fn db_secrets(data: &[u8]) {
             }
         }
     }
+}
+
+/// What a hostile broker connection may hold: above the worst case the
+/// `messaging` module's doc states (about 1.1 MiB).
+const MSG_MAX_HELD: usize = 2 << 20;
+
+/// Records (as [`db_conn`] reads them: flags (bit 0 send, 1 TLS, 2 raw
+/// pieces, 3 head + LOST + tail, 4 a GAP after), u16le length, bytes)
+/// into one broker connection: never a panic, bounded state, nothing
+/// pending after close, well-formed ops.
+fn msg_conn(system: MsgSystem, data: &[u8]) {
+    let mut conn = MsgConn::new(system);
+    let mut ops = Vec::new();
+    let mut counts = MsgCounts::default();
+    let mut ts = 0u64;
+    let mut rest = data;
+    while let [flags, a, b, tail @ ..] = rest {
+        let len = usize::from(u16::from_le_bytes([*a, *b])).min(tail.len());
+        let (bytes, next) = tail.split_at(len);
+        rest = next;
+        let mut pieces = if flags & 4 != 0 {
+            bytes.to_vec()
+        } else {
+            let mut p = Vec::new();
+            if flags & 8 != 0 && bytes.len() > 2 {
+                let head = bytes.len() / 2;
+                encode(&mut p, Piece::Bytes(&bytes[..head]));
+                encode(&mut p, Piece::Lost(u32::from(bytes[0]) * 97));
+                encode(&mut p, Piece::Bytes(&bytes[head..]));
+            } else {
+                encode(&mut p, Piece::Bytes(bytes));
+            }
+            p
+        };
+        if flags & 16 != 0 {
+            span_actor::db::pieces::encode_gap(&mut pieces, span_actor::db::pieces::Gap { recv: u32::from(*a), send: u32::from(*b) });
+        }
+        ts += 1;
+        conn.feed(flags & 1 != 0, ts, flags & 2 != 0, &pieces, &mut ops, &mut counts);
+        assert!(conn.pending() <= span_actor::messaging::MAX_PENDING, "{} pending", conn.pending());
+        assert!(conn.held_bytes() <= MSG_MAX_HELD, "{} bytes held", conn.held_bytes());
+    }
+    conn.close(&mut counts);
+    assert_eq!(conn.pending(), 0, "calls pending after close");
+    for op in &ops {
+        assert!(op.start_ns <= op.end_ns, "{op:?}");
+        assert_eq!(op.system, system, "{op:?}");
+        assert!(op.links.len() <= span_actor::messaging::MAX_LINKS, "{op:?}");
+        for n in [&op.destination, &op.template, &op.consumer_group, &op.client_id].into_iter().flatten() {
+            assert!(n.len() <= span_actor::messaging::MAX_NAME, "{op:?}");
+        }
+    }
+}
+
+/// Arbitrary records into one Kafka connection
+/// (`span_actor::messaging::kafka`): see [`msg_conn`].
+pub fn kafka_conn(data: &[u8]) {
+    msg_conn(MsgSystem::Kafka, data);
+}
+
+/// Arbitrary records into one MQTT connection
+/// (`span_actor::messaging::mqtt`): see [`msg_conn`].
+pub fn mqtt_conn(data: &[u8]) {
+    msg_conn(MsgSystem::Mqtt, data);
 }

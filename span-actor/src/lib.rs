@@ -21,6 +21,9 @@
 //!   and the database conventions ([`db::judge`]); [`db_table`] follows
 //!   every database connection, bounded, and makes operations of the
 //!   calls.
+//! - [`messaging`]: the messaging module, parsers and state only (not
+//!   yet wired into spans): Kafka and MQTT calls read off a client's
+//!   broker connection (PRODUCER/CONSUMER ops, `traceparent`s for links).
 //! - [`conn_table`]: the bounded connection table both [`h2::table`] and
 //!   [`db_table`] keep their connections in (the connection cap, eviction
 //!   of the oldest, the byte budget and shedding of the largest).
@@ -103,6 +106,7 @@ pub mod http1;
 pub mod ids;
 pub mod k8s;
 pub mod ledger;
+pub mod messaging;
 pub mod naming;
 pub mod operation;
 pub mod redact;

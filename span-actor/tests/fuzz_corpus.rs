@@ -206,3 +206,13 @@ fn raw_batch() -> ipc_schema::RawBatch {
     };
     RawBatch::of(1_700_000_000_000_000_000, 9, vec![process], &[ev, propagated], &[h2, db])
 }
+
+#[test]
+fn kafka_conn_seeds() {
+    assert!(replay("kafka_conn", checks::kafka_conn) >= 5);
+}
+
+#[test]
+fn mqtt_conn_seeds() {
+    assert!(replay("mqtt_conn", checks::mqtt_conn) >= 5);
+}

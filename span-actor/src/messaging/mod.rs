@@ -1,0 +1,520 @@
+//! Messaging wire protocols in user space: the kernel's records of a
+//! CLIENT's connection to a broker in, one [`MsgOp`] per messaging call
+//! out (a PRODUCER span for a send, a CONSUMER span for a receive, under
+//! the OpenTelemetry messaging conventions). Pure logic: no I/O, no clock,
+//! no global state. Not wired into spans yet: see "Wiring" below.
+//!
+//! The records are the database module's ([`crate::db::pieces`]: the head
+//! of each syscall's bytes, a LOST count for its middle, its tail, GAP
+//! pieces for records the ring had no room for), and each direction is
+//! framed by the same [`crate::db::stream::Stream`]: a message whose
+//! length is known survives a LOST region inside it (it comes out cut),
+//! a header in a LOST region is a desync, and a protocol recovers only at
+//! a boundary it can prove (each module says which).
+//!
+//! **Nothing secret, ever.** No payload, record key, header value (but a
+//! well-formed W3C `traceparent`, parsed), MQTT user property (but
+//! `traceparent`), username, password, will message or authentication
+//! data is kept or output. What is kept from the wire is names the
+//! conventions ask for (topic, client id, consumer group), bounded to
+//! [`MAX_NAME`] bytes, and numbers.
+//!
+//! # Layout
+//! - [`kafka`]: the Kafka protocol, client side: Produce, Fetch,
+//!   OffsetCommit as ops; Metadata read for topic ids; the rest of the
+//!   APIs paired and counted.
+//! - [`mqtt`]: MQTT 3.1.1 and 5, client side: PUBLISH both ways with its
+//!   QoS 1/2 acknowledgements, SUBSCRIBE/UNSUBSCRIBE, CONNECT's client id.
+//! - here: [`MsgOp`], [`MsgCounts`], [`MsgSystem`], [`OpType`],
+//!   [`detect`] and [`MsgConn`] (records in, GAP and TLS handled once).
+//! - `testdata/`: real conversations (kafka-python against the Tansu
+//!   broker, paho-mqtt against mosquitto), one connection a file, read by
+//!   the modules' tests (`kafka/tests.rs`, `mqtt/tests.rs`).
+//!
+//! # Attributes (checked against the semantic-conventions registry)
+//! `messaging.system` ([`MsgSystem::name`]: `kafka`; `mqtt` is not in the
+//! registry's list, which is open: the conventions say to use the
+//! system's own name then), `messaging.operation.type`
+//! ([`OpType::name`]), `messaging.operation.name`, `messaging.destination.name`,
+//! `messaging.destination.template` (an MQTT subscription's filter with
+//! wildcards), `messaging.destination.partition.id`, `messaging.kafka.offset`,
+//! `messaging.batch.message_count`, `messaging.consumer.group.name`,
+//! `messaging.client.id`, `error.type`, and the span kind from
+//! [`OpType::kind`]. Each field of [`MsgOp`] names its key.
+//!
+//! # Memory per connection
+//! Two streams of at most [`crate::db::stream::MAX_BUFFERED`] (64 KiB)
+//! unparsed bytes each, the requests awaiting answers (at most
+//! [`MAX_PENDING`], each an op: a few names of at most [`MAX_NAME`]
+//! bytes and at most [`MAX_LINKS`] trace contexts), and Kafka's topic-id
+//! names (at most `kafka::MAX_TOPIC_IDS`). [`MsgConn::held_bytes`]
+//! counts it; about 2 × 256 KiB (the streams' buffers at their largest
+//! capacity) + 256 × 2 KiB + 256 × 300 B ≈ 1.1 MiB for a hostile
+//! connection, a few KiB for an idle one.
+//!
+//! # Wiring (not done here)
+//! A caller keeps a [`MsgConn`] per broker connection (as `db_table`
+//! does for databases), feeds it the connection's records, turns each
+//! [`MsgOp`] into a PRODUCER (send) or CONSUMER (receive, settle) span,
+//! links it to [`MsgOp::links`], and adds [`MsgCounts::labelled`] to
+//! `ringtail_dropped_events_total`.
+
+pub mod kafka;
+pub mod mqtt;
+
+use crate::db::pieces;
+use crate::ids::TraceParent;
+
+/// Calls awaiting an answer kept per connection (past it the oldest is
+/// given up: counted `too_many_pending`).
+pub const MAX_PENDING: usize = 256;
+
+/// Longest name kept (a topic, client id, consumer group): Kafka's topic
+/// names are at most 249 bytes; longer ones are cut (on a UTF-8 boundary)
+/// and counted `names_cut`.
+pub const MAX_NAME: usize = 255;
+
+/// Trace contexts kept per op (a batch's messages each may carry one;
+/// past it they are not kept, counted `links_dropped`).
+pub const MAX_LINKS: usize = 16;
+
+/// A messaging system.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MsgSystem {
+    /// Apache Kafka (and compatible brokers: Redpanda, Tansu...).
+    Kafka,
+    /// MQTT 3.1.1 or 5.
+    Mqtt,
+}
+
+impl MsgSystem {
+    /// `messaging.system`.
+    pub fn name(self) -> &'static str {
+        match self {
+            MsgSystem::Kafka => "kafka",
+            MsgSystem::Mqtt => "mqtt",
+        }
+    }
+}
+
+/// `messaging.operation.type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OpType {
+    /// Messages handed to the broker (Kafka Produce, an MQTT client's
+    /// PUBLISH): a PRODUCER span.
+    Send,
+    /// Messages the client got from the broker (a Kafka Fetch's records,
+    /// a PUBLISH the broker delivered): a CONSUMER span. MQTT's delivery
+    /// is pushed, but what the wire shows is the client receiving it;
+    /// its processing (`process`) is not seen.
+    Receive,
+    /// Kafka OffsetCommit: messages settled (CLIENT span).
+    Settle,
+}
+
+/// A span kind, for the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpanKind {
+    /// PRODUCER.
+    Producer,
+    /// CONSUMER.
+    Consumer,
+    /// CLIENT.
+    Client,
+}
+
+impl OpType {
+    /// `messaging.operation.type`.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpType::Send => "send",
+            OpType::Receive => "receive",
+            OpType::Settle => "settle",
+        }
+    }
+
+    /// The span kind the conventions give it (send: PRODUCER; receive:
+    /// CONSUMER; settle: CLIENT).
+    pub fn kind(self) -> SpanKind {
+        match self {
+            OpType::Send => SpanKind::Producer,
+            OpType::Receive => SpanKind::Consumer,
+            OpType::Settle => SpanKind::Client,
+        }
+    }
+}
+
+/// One messaging call, in the form its span carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MsgOp {
+    /// `messaging.system`.
+    pub system: MsgSystem,
+    /// `messaging.operation.type` (`None`: not a messaging operation of
+    /// the conventions, e.g. MQTT `subscribe`).
+    pub op_type: Option<OpType>,
+    /// `messaging.operation.name`: a fixed word (`send`, `poll`,
+    /// `commit`, `publish`, `subscribe`...), never from the wire.
+    pub op_name: &'static str,
+    /// `messaging.destination.name`: the topic, when the call has one
+    /// (a Kafka call over several topics has none).
+    pub destination: Option<String>,
+    /// `messaging.destination.template`: an MQTT topic filter with
+    /// wildcards (a SUBSCRIBE's).
+    pub template: Option<String>,
+    /// `messaging.destination.partition.id`: when the call is on one
+    /// partition.
+    pub partition: Option<i32>,
+    /// `messaging.kafka.offset`: the first message's offset (Produce: the
+    /// base offset the broker assigned; Fetch: the first batch's base
+    /// offset; OffsetCommit: the committed offset), one partition only.
+    pub offset: Option<i64>,
+    /// `messaging.batch.message_count`: messages in the call, when every
+    /// batch header was seen (Kafka: from record-batch headers, compressed
+    /// batches included; MQTT: none, a PUBLISH is one message).
+    pub message_count: Option<u32>,
+    /// `messaging.consumer.group.name` (Kafka OffsetCommit).
+    pub consumer_group: Option<String>,
+    /// `messaging.client.id`: Kafka's request-header client id, MQTT's
+    /// CONNECT client identifier.
+    pub client_id: Option<String>,
+    /// `error.type`: Kafka's error name (`UNKNOWN_TOPIC_OR_PARTITION`),
+    /// MQTT's reason code in decimal (`135`); `_OTHER` when unknown.
+    pub error_type: Option<&'static str>,
+    /// MQTT's QoS (0, 1, 2): not an attribute of the conventions, kept
+    /// for the caller to decide.
+    pub qos: Option<u8>,
+    /// The `traceparent`s the messages carried (Kafka record headers,
+    /// MQTT 5 user properties), at most [`MAX_LINKS`]: span links.
+    pub links: Vec<TraceParent>,
+    /// CLOCK_MONOTONIC ns of the record that carried the call's start
+    /// (the request's send; a delivered PUBLISH's recv).
+    pub start_ns: u64,
+    /// ... and of its end (the answer; the client's acknowledgement; the
+    /// start itself when nothing answers: QoS 0, Kafka `acks=0`).
+    pub end_ns: u64,
+    /// Bytes of the request (as framed, LOST bytes included).
+    pub send_bytes: u64,
+    /// Bytes of the answer.
+    pub recv_bytes: u64,
+}
+
+impl MsgOp {
+    /// A call as far as its start tells.
+    pub(crate) fn new(system: MsgSystem, op_type: Option<OpType>, op_name: &'static str, start_ns: u64) -> MsgOp {
+        MsgOp {
+            system,
+            op_type,
+            op_name,
+            destination: None,
+            template: None,
+            partition: None,
+            offset: None,
+            message_count: None,
+            consumer_group: None,
+            client_id: None,
+            error_type: None,
+            qos: None,
+            links: Vec::new(),
+            start_ns,
+            end_ns: start_ns,
+            send_bytes: 0,
+            recv_bytes: 0,
+        }
+    }
+
+    /// Bytes it holds on the heap (for [`MsgConn::held_bytes`]).
+    pub fn heap(&self) -> usize {
+        [&self.destination, &self.template, &self.consumer_group, &self.client_id]
+            .iter()
+            .map(|s| s.as_ref().map_or(0, String::capacity))
+            .sum::<usize>()
+            + self.links.capacity() * std::mem::size_of::<TraceParent>()
+    }
+
+    /// Keeps a trace context the call's messages carried.
+    pub(crate) fn link(&mut self, tp: TraceParent, counts: &mut MsgCounts) {
+        if self.links.len() < MAX_LINKS {
+            self.links.push(tp);
+        } else {
+            counts.links_dropped += 1;
+        }
+    }
+}
+
+/// A `traceparent` value from the wire, if it is one.
+pub(crate) fn traceparent(b: &[u8]) -> Option<TraceParent> {
+    if b.len() > 64 {
+        return None;
+    }
+    crate::ids::parse_traceparent(std::str::from_utf8(b).ok()?)
+}
+
+/// A name from the wire, bounded to [`MAX_NAME`] (counted when cut).
+pub(crate) fn name(b: &[u8], counts: &mut MsgCounts) -> String {
+    if b.len() > MAX_NAME {
+        counts.names_cut += 1;
+    }
+    crate::db::text(b, MAX_NAME)
+}
+
+/// What the parsers dropped or could not know, by reason. Reasons are
+/// fixed (metric label values); add with [`MsgCounts::add`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MsgCounts {
+    /// Records whose pieces were malformed (the connection was given up).
+    pub malformed: u64,
+    /// Times a direction lost its place.
+    pub desync: u64,
+    /// Times a direction found its place again at a provable boundary.
+    pub resync: u64,
+    /// Calls whose request was seen but whose answer never could be paired
+    /// (desync, too many pending, closed): no op.
+    pub unanswered: u64,
+    /// Answers with no request waiting (the request was not seen).
+    pub unpaired_answers: u64,
+    /// Requests over [`MAX_PENDING`] awaiting answers: the oldest given up.
+    pub too_many_pending: u64,
+    /// Messages longer than the stream keeps: read from their head, the
+    /// rest skipped (their counts may be unknown).
+    pub too_large: u64,
+    /// Messages that could not be read (a field past its end, a bad
+    /// length): no op.
+    pub bad_messages: u64,
+    /// Kafka requests of APIs that are not messaging calls (ApiVersions,
+    /// Metadata, FindCoordinator, JoinGroup, Heartbeat...): paired, no op.
+    pub other_requests: u64,
+    /// Kafka Fetches that returned no record: no op (a consumer polls all
+    /// the time).
+    pub empty_fetches: u64,
+    /// Kafka API versions outside those read (the request still paired).
+    pub unsupported_versions: u64,
+    /// MQTT control packets that are no call (CONNECT, PINGREQ...).
+    pub control_packets: u64,
+    /// Names longer than [`MAX_NAME`], cut.
+    pub names_cut: u64,
+    /// Trace contexts past [`MAX_LINKS`] on one op.
+    pub links_dropped: u64,
+    /// Records ignored because the connection is TLS (socket bytes are
+    /// ciphertext).
+    pub ciphertext_records: u64,
+    /// Connections given up for good.
+    pub given_up: u64,
+    /// Calls awaiting answers when a record told of records the kernel's
+    /// ring had no room for.
+    pub calls_lost: u64,
+}
+
+impl MsgCounts {
+    /// Adds `other` to `self`.
+    pub fn add(&mut self, other: &MsgCounts) {
+        let MsgCounts {
+            malformed,
+            desync,
+            resync,
+            unanswered,
+            unpaired_answers,
+            too_many_pending,
+            too_large,
+            bad_messages,
+            other_requests,
+            empty_fetches,
+            unsupported_versions,
+            control_packets,
+            names_cut,
+            links_dropped,
+            ciphertext_records,
+            given_up,
+            calls_lost,
+        } = *other;
+        self.malformed += malformed;
+        self.desync += desync;
+        self.resync += resync;
+        self.unanswered += unanswered;
+        self.unpaired_answers += unpaired_answers;
+        self.too_many_pending += too_many_pending;
+        self.too_large += too_large;
+        self.bad_messages += bad_messages;
+        self.other_requests += other_requests;
+        self.empty_fetches += empty_fetches;
+        self.unsupported_versions += unsupported_versions;
+        self.control_packets += control_packets;
+        self.names_cut += names_cut;
+        self.links_dropped += links_dropped;
+        self.ciphertext_records += ciphertext_records;
+        self.given_up += given_up;
+        self.calls_lost += calls_lost;
+    }
+
+    /// (label, value) pairs, for `ringtail_dropped_events_total{reason}`
+    /// and logs.
+    pub fn labelled(&self) -> [(&'static str, u64); 17] {
+        [
+            ("msg_malformed", self.malformed),
+            ("msg_desync", self.desync),
+            ("msg_resync", self.resync),
+            ("msg_unanswered", self.unanswered),
+            ("msg_unpaired_answers", self.unpaired_answers),
+            ("msg_too_many_pending", self.too_many_pending),
+            ("msg_too_large", self.too_large),
+            ("msg_bad_messages", self.bad_messages),
+            ("msg_other_requests", self.other_requests),
+            ("msg_empty_fetches", self.empty_fetches),
+            ("msg_unsupported_versions", self.unsupported_versions),
+            ("msg_control_packets", self.control_packets),
+            ("msg_names_cut", self.names_cut),
+            ("msg_links_dropped", self.links_dropped),
+            ("msg_ciphertext_records", self.ciphertext_records),
+            ("msg_given_up", self.given_up),
+            ("msg_calls_lost", self.calls_lost),
+        ]
+    }
+}
+
+/// Which messaging protocol a client connection speaks, from its first
+/// sent bytes where they tell (a Kafka request header of a known API; an
+/// MQTT CONNECT), else from the broker's default port (9092; 1883). A TLS
+/// ClientHello says nothing: the port decides (8883 is MQTT over TLS).
+pub fn detect(first_send: &[u8], peer_port: u16) -> Option<MsgSystem> {
+    if mqtt::is_connect(first_send) {
+        return Some(MsgSystem::Mqtt);
+    }
+    if kafka::is_request_start(first_send) {
+        return Some(MsgSystem::Kafka);
+    }
+    match peer_port {
+        9092 | 9093 => Some(MsgSystem::Kafka),
+        1883 | 8883 => Some(MsgSystem::Mqtt),
+        _ => None,
+    }
+}
+
+/// The protocol state of one connection.
+#[derive(Debug)]
+enum Proto {
+    Kafka(Box<kafka::KafkaConn>),
+    Mqtt(Box<mqtt::MqttConn>),
+}
+
+/// One client connection to a broker: records in, [`MsgOp`]s out.
+#[derive(Debug)]
+pub struct MsgConn {
+    proto: Proto,
+    /// TLS plaintext was seen (or a handshake on the socket): socket
+    /// bytes are ciphertext from now on.
+    tls_only: bool,
+    /// A malformed record made the connection unreadable for good.
+    given_up: bool,
+    /// A record was seen (a TLS handshake is looked for in the first).
+    seen: bool,
+}
+
+impl MsgConn {
+    /// A connection speaking `system`, followed from its first record.
+    pub fn new(system: MsgSystem) -> MsgConn {
+        let proto = match system {
+            MsgSystem::Kafka => Proto::Kafka(Box::default()),
+            MsgSystem::Mqtt => Proto::Mqtt(Box::default()),
+        };
+        MsgConn { proto, tls_only: false, given_up: false, seen: false }
+    }
+
+    /// The connection was found mid-way: both directions wait for a
+    /// boundary they can prove, as after a desync.
+    pub fn joined_midway(&mut self, counts: &mut MsgCounts) {
+        self.lose_place(counts);
+    }
+
+    fn lose_place(&mut self, counts: &mut MsgCounts) {
+        match &mut self.proto {
+            Proto::Kafka(c) => c.lose_place(counts),
+            Proto::Mqtt(c) => c.lose_place(counts),
+        }
+    }
+
+    /// The system it speaks.
+    pub fn system(&self) -> MsgSystem {
+        match self.proto {
+            Proto::Kafka(_) => MsgSystem::Kafka,
+            Proto::Mqtt(_) => MsgSystem::Mqtt,
+        }
+    }
+
+    /// One record: `send` (the client wrote) or not, the time its syscall
+    /// completed, whether its bytes are TLS plaintext, and its pieces
+    /// ([`pieces`] layout, GAP pieces included). Finished calls are
+    /// appended to `out`; what was dropped is added to `counts`.
+    pub fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, record: &[u8], out: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
+        if self.given_up {
+            return;
+        }
+        let Ok((pieces, gap)) = pieces::split_gap(record) else {
+            counts.malformed += 1;
+            self.given_up = true;
+            counts.given_up += 1;
+            self.close(counts);
+            return;
+        };
+        if !gap.is_empty() {
+            // Records went by unseen: whatever was pending may have been
+            // answered in them, and neither direction knows its place.
+            counts.calls_lost += self.pending() as u64;
+            self.forget_pending();
+            self.lose_place(counts);
+        }
+        let first = !std::mem::replace(&mut self.seen, true);
+        if tls {
+            self.tls_only = true;
+        } else if self.tls_only {
+            counts.ciphertext_records += 1;
+            return;
+        } else if first && matches!(pieces::pieces(pieces).next(), Some(Ok(pieces::Piece::Bytes(b))) if is_tls_handshake(b)) {
+            self.tls_only = true;
+            counts.ciphertext_records += 1;
+            return;
+        }
+        match &mut self.proto {
+            Proto::Kafka(c) => c.feed(send, ts_ns, pieces, out, counts),
+            Proto::Mqtt(c) => c.feed(send, ts_ns, pieces, out, counts),
+        }
+    }
+
+    /// The connection closed: calls still awaiting answers are counted
+    /// `unanswered` (MQTT QoS 0 needs none: nothing is pending).
+    pub fn close(&mut self, counts: &mut MsgCounts) {
+        counts.unanswered += self.pending() as u64;
+        self.forget_pending();
+    }
+
+    fn forget_pending(&mut self) {
+        match &mut self.proto {
+            Proto::Kafka(c) => c.forget_pending(),
+            Proto::Mqtt(c) => c.forget_pending(),
+        }
+    }
+
+    /// Calls awaiting answers.
+    pub fn pending(&self) -> usize {
+        match &self.proto {
+            Proto::Kafka(c) => c.pending(),
+            Proto::Mqtt(c) => c.pending(),
+        }
+    }
+
+    /// Approximate bytes held (buffers, pending calls, names).
+    pub fn held_bytes(&self) -> usize {
+        match &self.proto {
+            Proto::Kafka(c) => c.held_bytes(),
+            Proto::Mqtt(c) => c.held_bytes(),
+        }
+    }
+}
+
+/// Whether socket bytes start a TLS handshake record.
+fn is_tls_handshake(b: &[u8]) -> bool {
+    matches!(b, [0x16, 0x03, 0..=4, _, _, 1 | 2, ..])
+}
+
+#[cfg(test)]
+mod testing;
+#[cfg(test)]
+mod tests;
