@@ -47,7 +47,7 @@ fn processes(first: u32, name: &str) -> Vec<ProcessInfo> {
             proc_start_ns: 1,
             comm: name.into(),
             exe_name: Some(name.into()),
-            exe_path: Some(format!("/usr/bin/{name}").into()),
+            exe_path: Some(format!("/usr/bin/{name}")),
             env_service_name: None,
             env_resource_attributes: None,
             container_id: None,
