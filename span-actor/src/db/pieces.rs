@@ -189,6 +189,29 @@ pub fn encode_gap(out: &mut Vec<u8>, gap: Gap) {
     }
 }
 
+/// Pieces of a record that captured all of `b` (the protocols' tests
+/// build their records with it and [`captured`]).
+#[cfg(test)]
+pub(crate) fn whole(b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode(&mut out, Piece::Bytes(b));
+    out
+}
+
+/// Pieces of a record as the kernel captures a long syscall: the first
+/// `head` bytes, LOST, the last `tail` bytes.
+#[cfg(test)]
+pub(crate) fn captured(b: &[u8], head: usize, tail: usize) -> Vec<u8> {
+    if b.len() <= head + tail {
+        return whole(b);
+    }
+    let mut out = Vec::new();
+    encode(&mut out, Piece::Bytes(&b[..head]));
+    encode(&mut out, Piece::Lost((b.len() - head - tail) as u32));
+    encode(&mut out, Piece::Bytes(&b[b.len() - tail..]));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 //! or its head, LOST and its tail), and the check that no secret reaches
 //! an op. Each protocol's byte builders live in its own tests.
 
-use super::pieces::{encode, Piece};
+pub(super) use super::pieces::{captured, whole};
 use super::{DbConn, DbCounts, DbOp, System};
 
 /// Values that must never appear in any op field.
@@ -14,26 +14,6 @@ pub(super) fn assert_no_secret(ops: &[DbOp]) {
     for s in SECRETS {
         assert_no(ops, s);
     }
-}
-
-/// Pieces of a record that captured all of `b`.
-pub(super) fn whole(b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    encode(&mut out, Piece::Bytes(b));
-    out
-}
-
-/// Pieces of a record as the kernel captures a long syscall: the first
-/// `head` bytes, LOST, the last `tail` bytes.
-pub(super) fn captured(b: &[u8], head: usize, tail: usize) -> Vec<u8> {
-    if b.len() <= head + tail {
-        return whole(b);
-    }
-    let mut out = Vec::new();
-    encode(&mut out, Piece::Bytes(&b[..head]));
-    encode(&mut out, Piece::Lost((b.len() - head - tail) as u32));
-    encode(&mut out, Piece::Bytes(&b[b.len() - tail..]));
-    out
 }
 
 /// A connection under test.

@@ -3,7 +3,7 @@
 //! `testdata/` read back, and the check that nothing secret reaches an op.
 
 use super::{MsgConn, MsgCounts, MsgOp, MsgSystem};
-use crate::db::pieces::{encode, Piece};
+pub(super) use crate::db::pieces::{captured, whole};
 
 /// What the captured clients sent that must never reach an op: payloads,
 /// record keys, other headers' keys and values, MQTT credentials and
@@ -32,26 +32,6 @@ pub(super) fn capture(text: &str) -> Vec<(bool, Vec<u8>)> {
             (dir == ">", bytes)
         })
         .collect()
-}
-
-/// Pieces of a record that captured all of `b`.
-pub(super) fn whole(b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    encode(&mut out, Piece::Bytes(b));
-    out
-}
-
-/// Pieces of a record as the kernel captures a long syscall: the first
-/// `head` bytes, LOST, the last `tail` bytes.
-pub(super) fn captured(b: &[u8], head: usize, tail: usize) -> Vec<u8> {
-    if b.len() <= head + tail {
-        return whole(b);
-    }
-    let mut out = Vec::new();
-    encode(&mut out, Piece::Bytes(&b[..head]));
-    encode(&mut out, Piece::Lost((b.len() - head - tail) as u32));
-    encode(&mut out, Piece::Bytes(&b[b.len() - tail..]));
-    out
 }
 
 /// A connection under test.
