@@ -222,6 +222,25 @@ pub fn config(data: &[u8]) {
 /// module's doc states (about 4 MiB).
 const DB_MAX_HELD: usize = 5 << 20;
 
+/// A fuzz record's pieces: with flag 4 `bytes` are the raw pieces
+/// (hostile piece framing), else the stream bytes captured whole or (flag
+/// 8) as head + LOST + tail, the way the kernel captures a long syscall.
+fn record_pieces(flags: u8, bytes: &[u8]) -> Vec<u8> {
+    if flags & 4 != 0 {
+        return bytes.to_vec();
+    }
+    let mut p = Vec::new();
+    if flags & 8 != 0 && bytes.len() > 2 {
+        let head = bytes.len() / 2;
+        encode(&mut p, Piece::Bytes(&bytes[..head]));
+        encode(&mut p, Piece::Lost(u32::from(bytes[0]) * 97));
+        encode(&mut p, Piece::Bytes(&bytes[head..]));
+    } else {
+        encode(&mut p, Piece::Bytes(bytes));
+    }
+    p
+}
+
 /// Arbitrary records into one database connection of each protocol
 /// (`span_actor::db`): never a panic, bounded state (pending calls and
 /// bytes held), nothing pending after close, well-formed ops.
@@ -242,20 +261,7 @@ pub fn db_conn(data: &[u8]) {
         let len = usize::from(u16::from_le_bytes([*a, *b])).min(tail.len());
         let (bytes, next) = tail.split_at(len);
         rest = next;
-        let pieces = if flags & 4 != 0 {
-            bytes.to_vec()
-        } else {
-            let mut p = Vec::new();
-            if flags & 8 != 0 && bytes.len() > 2 {
-                let head = bytes.len() / 2;
-                encode(&mut p, Piece::Bytes(&bytes[..head]));
-                encode(&mut p, Piece::Lost(u32::from(bytes[0]) * 97));
-                encode(&mut p, Piece::Bytes(&bytes[head..]));
-            } else {
-                encode(&mut p, Piece::Bytes(bytes));
-            }
-            p
-        };
+        let pieces = record_pieces(*flags, bytes);
         ts += 1;
         conn.feed(flags & 1 != 0, ts, flags & 2 != 0, &pieces, &mut ops, &mut counts);
         assert!(conn.pending() <= MAX_PENDING, "{} pending", conn.pending());
@@ -580,20 +586,7 @@ fn msg_conn(system: MsgSystem, data: &[u8]) {
         let len = usize::from(u16::from_le_bytes([*a, *b])).min(tail.len());
         let (bytes, next) = tail.split_at(len);
         rest = next;
-        let mut pieces = if flags & 4 != 0 {
-            bytes.to_vec()
-        } else {
-            let mut p = Vec::new();
-            if flags & 8 != 0 && bytes.len() > 2 {
-                let head = bytes.len() / 2;
-                encode(&mut p, Piece::Bytes(&bytes[..head]));
-                encode(&mut p, Piece::Lost(u32::from(bytes[0]) * 97));
-                encode(&mut p, Piece::Bytes(&bytes[head..]));
-            } else {
-                encode(&mut p, Piece::Bytes(bytes));
-            }
-            p
-        };
+        let mut pieces = record_pieces(*flags, bytes);
         if flags & 16 != 0 {
             span_actor::db::pieces::encode_gap(&mut pieces, span_actor::db::pieces::Gap { recv: u32::from(*a), send: u32::from(*b) });
         }
