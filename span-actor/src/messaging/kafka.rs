@@ -454,6 +454,23 @@ struct Batches {
     base_offset: Option<i64>,
 }
 
+impl Batches {
+    /// Adds one partition's batches `b` to a call's. `cut`: that
+    /// partition's data was cut short, so nothing after it in the call
+    /// was captured — the call's topics and partitions and its count are
+    /// known only if it was the call's `last`. Returns `cut` (the caller
+    /// stops reading there).
+    fn add(&mut self, b: &Batches, cut: bool, last: bool, scope: &mut Scope) -> bool {
+        self.count += b.count;
+        self.known &= b.known;
+        if cut {
+            scope.cut(last);
+            self.known &= last;
+        }
+        cut
+    }
+}
+
 /// Reads record data, `declared` bytes long on the wire of which `data`
 /// was captured: batch headers for counts; uncompressed records'
 /// `traceparent` headers. A batch whose header was seen is counted even
@@ -822,11 +839,7 @@ fn read_produce(r: &mut R<'_>, version: i16, flex: bool, op: &mut MsgOp, counts:
                 let (data, declared) = r.bytes(flex)?;
                 let b = read_batches(data, declared, false, op, counts);
                 scope.partition(p, None);
-                all.count += b.count;
-                all.known &= b.known;
-                if data.len() < declared {
-                    scope.cut(t + 1 == topics && i + 1 == partitions);
-                    all.known &= t + 1 == topics && i + 1 == partitions;
+                if all.add(&b, data.len() < declared, t + 1 == topics && i + 1 == partitions, &mut scope) {
                     return Some(());
                 }
                 r.tags(flex)?;
@@ -1004,11 +1017,7 @@ fn read_fetch_response(r: &mut R<'_>, version: i16, flex: bool, op: &mut MsgOp, 
                     scope.topic(topic.clone());
                     scope.partition(p, b.base_offset);
                 }
-                all.count += b.count;
-                all.known &= b.known;
-                if data.len() < declared {
-                    scope.cut(t + 1 == topics && i + 1 == partitions);
-                    all.known &= t + 1 == topics && i + 1 == partitions;
+                if all.add(&b, data.len() < declared, t + 1 == topics && i + 1 == partitions, &mut scope) {
                     return Some(());
                 }
                 r.tags(flex)?;
