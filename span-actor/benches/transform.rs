@@ -334,17 +334,12 @@ fn main() {
         assert_eq!(warm_spans, warm_batches * DB_CALLS, "database spans in the warm-up");
         assert_eq!(spans, batches * DB_CALLS, "database spans measured");
     }
-    if h2 {
-        println!("span-actor transform, HTTP/2 (gRPC unary), batches of 16 connections x 16 calls, one thread:");
-        println!("  spans/s (wall):       {:>12.0}", spans as f64 / wall.as_secs_f64());
-        println!("  CPU per span:         {:>12.3} µs", cpu.as_secs_f64() * 1e6 / spans as f64);
-        println!("  span bytes per span:  {:>12.1}", bytes as f64 / spans as f64);
-        println!("  records measured:     {events:>12}");
-        println!("  spans measured:       {spans:>12}");
-        return;
-    }
-    if db {
-        println!("span-actor transform, database calls, batches of 8 PostgreSQL + 8 Redis connections x 16 calls, one thread:");
+    if h2 || db {
+        if h2 {
+            println!("span-actor transform, HTTP/2 (gRPC unary), batches of 16 connections x 16 calls, one thread:");
+        } else {
+            println!("span-actor transform, database calls, batches of 8 PostgreSQL + 8 Redis connections x 16 calls, one thread:");
+        }
         println!("  spans/s (wall):       {:>12.0}", spans as f64 / wall.as_secs_f64());
         println!("  CPU per span:         {:>12.3} µs", cpu.as_secs_f64() * 1e6 / spans as f64);
         println!("  span bytes per span:  {:>12.1}", bytes as f64 / spans as f64);
