@@ -28,18 +28,20 @@ fn rust_type(name: &str) -> &'static str {
         ("SEL_", "u8"),
         ("ROLE_", "u8"),
         ("EVF_", "u8"),
+        ("IOF_", "u8"),
         ("H2F_", "u8"),
-        ("H2P_", "u8"),
-        ("H2_RECV", "u8"),
-        ("H2_SEND", "u8"),
+        ("SF_", "u8"),
+        ("PIECE_", "u8"),
+        ("IO_RECV", "u8"),
+        ("IO_SEND", "u8"),
         ("EV_", "u8"),
         ("FAMILY_", "u8"),
         ("PROC_", "u8"),
         ("TLSR", "u32"),
         ("EXECF_", "u8"),
         ("EXE_LITERAL", "usize"),
-        ("DB_PORTS", "usize"),
-        ("DB_TAIL", "usize"),
+        ("STREAM_PORTS", "usize"),
+        ("STREAM_TAIL", "usize"),
     ];
     if let Some((_, t)) = BY_PREFIX.iter().find(|(p, _)| name.starts_with(p)) {
         return t;
@@ -259,12 +261,15 @@ int main(void) {
     printf("pub const PROC_HEAD_SIZE: usize = %zu;\n", sizeof(struct proc_head));
     printf("pub const TLS_REPORT_SIZE: usize = %zu;\n", sizeof(struct tls_report));
     printf("pub const EXE_LITERAL_SIZE: usize = %zu;\n", sizeof(struct exe_literal));
-    printf("pub const H2_HEAD_SIZE: usize = %zu;\n", offsetof(struct h2_event, data));
-    OFF(h2_event, dir); OFF(h2_event, data_len); OFF(h2_event, conn_id); OFF(h2_event, ts_ns); OFF(h2_event, caller_conn); OFF(h2_event, parent_seq);
-    OFF(h2_event, lport); OFF(h2_event, laddr); OFF(h2_event, comm);
-    OFF(http_event, status); OFF(http_event, tgid); OFF(http_event, conn_id);
-    OFF(http_event, start_ns); OFF(http_event, parent_conn); OFF(http_event, lport);
-    OFF(http_event, laddr); OFF(http_event, raddr); OFF(http_event, tp); OFF(http_event, comm); OFF(http_event, buf);
+    printf("pub const CONN_HEAD_SIZE: usize = %zu;\n", sizeof(struct conn_head));
+    printf("pub const IO_HEAD_SIZE: usize = %zu;\n", sizeof(struct io_head));
+    printf("pub const H2_DATA_OFFSET: usize = %zu;\n", offsetof(struct h2_event, data));
+    printf("pub const STREAM_DATA_OFFSET: usize = %zu;\n", offsetof(struct stream_event, data));
+    OFF(conn_head, flags); OFF(conn_head, tgid); OFF(conn_head, fd); OFF(conn_head, conn_id); OFF(conn_head, proc_start_ns);
+    OFF(conn_head, lport); OFF(conn_head, tls); OFF(conn_head, laddr); OFF(conn_head, raddr); OFF(conn_head, comm);
+    OFF(io_head, dir); OFF(io_head, data_len); OFF(io_head, link_seq); OFF(io_head, ts_ns); OFF(io_head, link_conn);
+    OFF(http_event, status); OFF(http_event, cap_len); OFF(http_event, req_len); OFF(http_event, start_ns);
+    OFF(http_event, parent_conn); OFF(http_event, seq); OFF(http_event, tp); OFF(http_event, buf);
     OFF(proc_head, kind); OFF(proc_head, proc_start_ns);
     OFF(exec_event, env_len); OFF(exec_event, cgroup_levels); OFF(exec_event, env_total); OFF(exec_event, path);
     OFF(exec_event, exe); OFF(exec_event, cgroups); OFF(exec_event, env);

@@ -145,14 +145,14 @@ pub struct ProbeSettings {
     /// 5432, MySQL/MariaDB 3306, Redis 6379, memcached 11211): a traced
     /// process's connection to one of these ports is read as a database
     /// client's (the protocol is told from its first bytes; the port picks
-    /// one where they do not say). At most 8, none 0; empty: no database
+    /// one where they do not say). At most 16, none 0; empty: no database
     /// calls are traced.
     pub db_ports: Vec<u16>,
 }
 
-/// The most `probe.db_ports` the kernel checks (DB_PORTS in bpf/ringtail.h:
+/// The most `probe.db_ports` the kernel checks (STREAM_PORTS in bpf/ringtail.h:
 /// the loader's build checks they agree).
-pub const MAX_DB_PORTS: usize = 8;
+pub const MAX_DB_PORTS: usize = 16;
 
 impl Default for ProbeSettings {
     fn default() -> Self {

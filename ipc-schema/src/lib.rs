@@ -50,14 +50,14 @@ mod wire;
 pub use component::{Component, ComponentInfo, COMPONENTS};
 pub use envelope::{decode, decode_ack, encode, Ack, Body, DecodeError, Envelope, Producer};
 pub use health::{HealthReport, MetricPoint};
-pub use raw::{DbLinks, ProcessInfo, RawBatch, RawEvent, RawH2, Role, SockAddr};
+pub use raw::{ConnHead, Links, ProcessInfo, RawBatch, RawEvent, RawH2, RawStream, Role, SockAddr};
 pub use span::{Call, DbCall, Edge, HttpCall, RpcCall, ServiceResource, Span, SpanBatch, SpanKind, Value};
 pub use text::Text;
 pub use wire::WireError;
 
 /// Version of the message layout. A receiver rejects any other version with
 /// [`DecodeError::Version`] instead of misreading it.
-pub const SCHEMA_VERSION: u16 = 12;
+pub const SCHEMA_VERSION: u16 = 13;
 
 /// Largest message any receiver accepts, in bytes. A batch of the largest
 /// configurable length with every capture full stays well below it.

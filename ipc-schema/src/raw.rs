@@ -56,15 +56,14 @@ impl SockAddr {
     }
 }
 
-/// One HTTP/1.x request/response exchange, or (with `orphan`) a response
-/// whose request was pipelined behind an earlier one on the same connection.
-/// `B` holds the captured bytes: owned (`Vec<u8>`, the default) where an
-/// event is made by hand, borrowed (`&[u8]`) where it is read from a batch
-/// or a kernel record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RawEvent<B = Vec<u8>> {
+/// The connection a kernel record is of, and the process and thread whose
+/// syscall made it: what every record starts with, whatever its protocol
+/// (the kernel's `struct conn_head`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnHead {
+    /// Which side of the connection the traced process is on.
     pub role: Role,
-    /// Process id (tgid) and thread id that handled the request.
+    /// Process id (tgid) and thread id of the syscall.
     pub pid: u32,
     pub tid: u32,
     /// The socket's fd in that process; -1 when the syscall gave none.
@@ -74,6 +73,24 @@ pub struct RawEvent<B = Vec<u8>> {
     pub proc_start_ns: u64,
     /// Connection number, unique for the life of one loader instance.
     pub conn_id: u64,
+    /// The traced process's end of the connection.
+    pub local: SockAddr,
+    /// The other end.
+    pub peer: SockAddr,
+    /// The connection is TLS: the bytes are the plaintext the TLS library
+    /// handed over (an HTTP span's `url.scheme` is `https`).
+    pub tls: bool,
+}
+
+/// One HTTP/1.x request/response exchange, or (with `orphan`) a response
+/// whose request was pipelined behind an earlier one on the same connection.
+/// `B` holds the captured bytes: owned (`Vec<u8>`, the default) where an
+/// event is made by hand, borrowed (`&[u8]`) where it is read from a batch
+/// or a kernel record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawEvent<B = Vec<u8>> {
+    /// The connection, and the thread that handled the request.
+    pub conn: ConnHead,
     /// Request number on the connection, from 1.
     pub seq: u32,
     /// For a client request made while the same thread served a request
@@ -87,10 +104,6 @@ pub struct RawEvent<B = Vec<u8>> {
     pub end_mono_ns: u64,
     /// Response status code.
     pub status: u16,
-    /// The traced process's end of the connection.
-    pub local: SockAddr,
-    /// The other end.
-    pub peer: SockAddr,
     /// Request bytes seen before the response began (may exceed `request`).
     pub request_len: u32,
     /// More request bytes arrived than were captured.
@@ -99,9 +112,6 @@ pub struct RawEvent<B = Vec<u8>> {
     pub orphan: bool,
     /// The first request bytes: request line, headers, maybe body.
     pub request: B,
-    /// The connection is TLS: `request` is the plaintext the TLS library
-    /// handed over (the span's `url.scheme` is `https`).
-    pub tls: bool,
     /// A `101` answering an `Upgrade: h2c` request: no span of its own; the
     /// connection goes on as HTTP/2 (its next [`RawH2`] has `upgrade`) and
     /// this request is its stream 1.
@@ -125,17 +135,9 @@ pub struct RawEvent<B = Vec<u8>> {
 /// as in [`RawEvent`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawH2<B = Vec<u8>> {
-    /// The traced process's side: `Server` if it received the client preface.
-    pub role: Role,
-    /// Process id (tgid) and thread id of the syscall.
-    pub pid: u32,
-    pub tid: u32,
-    /// The socket's fd in that process; -1 when unknown.
-    pub fd: i32,
-    /// Start time of the process (CLOCK_BOOTTIME ns), with `pid` a process's name.
-    pub proc_start_ns: u64,
-    /// Connection number, as in [`RawEvent::conn_id`].
-    pub conn_id: u64,
+    /// The connection (its role `Server` if the process received the
+    /// client preface), and the syscall's thread.
+    pub conn: ConnHead,
     /// CLOCK_MONOTONIC ns when the syscall completed.
     pub mono_ns: u64,
     /// The traced process wrote these bytes (else it read them).
@@ -145,9 +147,6 @@ pub struct RawH2<B = Vec<u8>> {
     pub start: bool,
     /// The connection closed.
     pub close: bool,
-    /// The connection is TLS: the pieces are the plaintext the TLS library
-    /// handed over.
-    pub tls: bool,
     /// With `start`: HTTP/2 after a `101` to `Upgrade: h2c`; stream 1's
     /// request is the [`RawEvent`] with `h2c` before it.
     pub upgrade: bool,
@@ -156,23 +155,41 @@ pub struct RawH2<B = Vec<u8>> {
     /// known; each stream's server span joins that connection's client
     /// stream of the same id.
     pub caller: Option<u64>,
-    /// Set for a database connection's record: `pieces` are the stream's
-    /// bytes (`H2P_MORE`, `H2P_LOST`), not HTTP/2 frames, and the process
-    /// is the client.
-    pub db: Option<DbLinks>,
-    /// The traced process's end of the connection.
-    pub local: SockAddr,
-    /// The other end.
-    pub peer: SockAddr,
     /// The frame pieces (at most the kernel's `H2_DATA_LEN` bytes).
     pub pieces: B,
 }
 
-/// What a database connection's send says of the server request its
-/// thread was serving, by the rules of a client request's
-/// [`RawEvent::parent`] and [`RawEvent::unlinked`] (a receive says nothing).
+/// What the kernel saw of one send or receive on a connection of a
+/// protocol that is not HTTP (a configured port's: databases, brokers):
+/// the syscall's bytes as `pieces` (`PIECE_MORE`, `PIECE_LOST`,
+/// `PIECE_GAP` of probe-loader's `bpf/ringtail.h`: its head, how many
+/// bytes went by unseen, its tail, and the bytes of records the ring had
+/// no room for). Which protocol it speaks is the span-actor's to tell; the
+/// process is the client. With `close`, the connection ended and `pieces`
+/// is empty. `B` as in [`RawEvent`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawStream<B = Vec<u8>> {
+    /// The connection, and the syscall's thread.
+    pub conn: ConnHead,
+    /// CLOCK_MONOTONIC ns when the syscall completed.
+    pub mono_ns: u64,
+    /// The traced process wrote these bytes (else it read them).
+    pub send: bool,
+    /// The connection's first record (its first bytes are in it).
+    pub start: bool,
+    /// The connection closed.
+    pub close: bool,
+    /// What a send says of the server request its thread was serving.
+    pub links: Links,
+    /// The pieces (at most the kernel's `STREAM_DATA_LEN` bytes).
+    pub pieces: B,
+}
+
+/// What a call's send says of the server request its thread was serving,
+/// by the rules of a client request's [`RawEvent::parent`] and
+/// [`RawEvent::unlinked`] (a receive says nothing).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DbLinks {
+pub struct Links {
     /// That server request's (conn_id, seq).
     pub parent: Option<(u64, u32)>,
     /// The thread was serving and was not linked.
@@ -201,9 +218,10 @@ pub struct ProcessInfo {
 }
 
 /// A batch of events from one loader instance. The records are kept in
-/// their wire layout: [`RawBatch::push_event`] and [`RawBatch::push_h2`]
-/// append, [`RawBatch::events`] and [`RawBatch::h2`] read them back in the
-/// order they were pushed (a batch that came off a socket was checked
+/// their wire layout, a section a kind: [`RawBatch::push_event`],
+/// [`RawBatch::push_h2`] and [`RawBatch::push_stream`] append,
+/// [`RawBatch::events`], [`RawBatch::h2`] and [`RawBatch::streams`] read
+/// each kind back in the order they were pushed (a batch that came off a socket was checked
 /// whole when it was decoded).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RawBatch {
@@ -222,6 +240,8 @@ pub struct RawBatch {
     pub(crate) events: Section,
     /// HTTP/2 records, in the order the kernel wrote them.
     pub(crate) h2: Section,
+    /// Byte-stream records, in the order the kernel wrote them.
+    pub(crate) streams: Section,
 }
 
 impl RawBatch {
@@ -232,10 +252,18 @@ impl RawBatch {
 
     /// A batch of these records, in this order (where records are made by
     /// hand: tests, benches).
-    pub fn of(mono_to_unix_ns: i64, epoch: u64, processes: Vec<ProcessInfo>, events: &[RawEvent], h2: &[RawH2]) -> RawBatch {
+    pub fn of(
+        mono_to_unix_ns: i64,
+        epoch: u64,
+        processes: Vec<ProcessInfo>,
+        events: &[RawEvent],
+        h2: &[RawH2],
+        streams: &[RawStream],
+    ) -> RawBatch {
         let mut b = RawBatch { mono_to_unix_ns, epoch, processes, ..RawBatch::default() };
         events.iter().for_each(|e| b.push_event(e));
         h2.iter().for_each(|r| b.push_h2(r));
+        streams.iter().for_each(|r| b.push_stream(r));
         b
     }
 
@@ -251,6 +279,12 @@ impl RawBatch {
         self.h2.count += 1;
     }
 
+    /// Appends a byte-stream record.
+    pub fn push_stream<B: AsRef<[u8]>>(&mut self, r: &RawStream<B>) {
+        raw_wire::write_stream(r, &mut self.streams.bytes);
+        self.streams.count += 1;
+    }
+
     /// The HTTP/1 events, borrowing their captured bytes from the batch.
     pub fn events(&self) -> impl Iterator<Item = RawEvent<&[u8]>> + '_ {
         Records::new(&self.events, raw_wire::read_event)
@@ -259,6 +293,11 @@ impl RawBatch {
     /// The HTTP/2 records, borrowing their pieces from the batch.
     pub fn h2(&self) -> impl Iterator<Item = RawH2<&[u8]>> + '_ {
         Records::new(&self.h2, raw_wire::read_h2)
+    }
+
+    /// The byte-stream records, borrowing their pieces from the batch.
+    pub fn streams(&self) -> impl Iterator<Item = RawStream<&[u8]>> + '_ {
+        Records::new(&self.streams, raw_wire::read_stream)
     }
 
     /// How many HTTP/1 events.
@@ -271,9 +310,14 @@ impl RawBatch {
         self.h2.count
     }
 
-    /// How many records of either kind.
+    /// How many byte-stream records.
+    pub fn stream_count(&self) -> usize {
+        self.streams.count
+    }
+
+    /// How many records of every kind.
     pub fn len(&self) -> usize {
-        self.events.count + self.h2.count
+        self.events.count + self.h2.count + self.streams.count
     }
 
     /// True when the batch has no record.
@@ -283,7 +327,7 @@ impl RawBatch {
 
     /// The bytes the records take.
     pub fn record_bytes(&self) -> usize {
-        self.events.bytes.len() + self.h2.bytes.len()
+        self.events.bytes.len() + self.h2.bytes.len() + self.streams.bytes.len()
     }
 }
 
@@ -296,47 +340,31 @@ impl<B: AsRef<[u8]>> RawEvent<B> {
     /// The same event with other captured bytes.
     pub fn with_request<C>(&self, request: C) -> RawEvent<C> {
         let RawEvent {
-            role,
-            pid,
-            tid,
-            fd,
-            proc_start_ns,
-            conn_id,
+            conn,
             seq,
             parent,
             start_mono_ns,
             end_mono_ns,
             status,
-            local,
-            peer,
             request_len,
             truncated,
             orphan,
             request: _,
-            tls,
             h2c,
             unlinked,
             propagated,
         } = *self;
         RawEvent {
-            role,
-            pid,
-            tid,
-            fd,
-            proc_start_ns,
-            conn_id,
+            conn,
             seq,
             parent,
             start_mono_ns,
             end_mono_ns,
             status,
-            local,
-            peer,
             request_len,
             truncated,
             orphan,
             request,
-            tls,
             h2c,
             unlinked,
             propagated,
@@ -349,25 +377,31 @@ pub(crate) mod tests {
     use super::*;
     use crate::{decode, encode, Body, Component, Envelope, Producer};
 
-    pub(crate) fn sample_event() -> RawEvent {
-        RawEvent {
+    pub(crate) fn sample_conn() -> ConnHead {
+        ConnHead {
             role: Role::Server,
             pid: 42,
             tid: 43,
             fd: 7,
             proc_start_ns: 1_000,
             conn_id: 9,
+            local: SockAddr::from_bytes(false, [127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 8000),
+            peer: SockAddr::from_bytes(true, [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], 51000),
+            tls: false,
+        }
+    }
+
+    pub(crate) fn sample_event() -> RawEvent {
+        RawEvent {
+            conn: sample_conn(),
             seq: 2,
             parent: Some((3, 1)),
             start_mono_ns: 10,
             end_mono_ns: 20,
             status: 404,
-            local: SockAddr::from_bytes(false, [127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 8000),
-            peer: SockAddr::from_bytes(true, [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], 51000),
             request_len: 600,
             truncated: true,
             orphan: false,
-            tls: false,
             h2c: false,
             unlinked: false,
             propagated: None,
@@ -375,25 +409,32 @@ pub(crate) mod tests {
         }
     }
 
+    fn client_conn() -> ConnHead {
+        ConnHead { role: Role::Client, pid: u32::MAX, tid: 44, fd: -1, proc_start_ns: u64::MAX, conn_id: 10, tls: true, ..sample_conn() }
+    }
+
     pub(crate) fn sample_h2() -> RawH2 {
         RawH2 {
-            role: Role::Client,
-            pid: u32::MAX,
-            tid: 44,
-            fd: -1,
-            proc_start_ns: u64::MAX,
-            conn_id: 10,
+            conn: client_conn(),
             mono_ns: 30,
             send: true,
             start: true,
             close: false,
-            tls: true,
             upgrade: false,
             caller: None,
-            db: Some(DbLinks { parent: Some((7, 2)), unlinked: false }),
-            local: sample_event().local,
-            peer: sample_event().peer,
             pieces: vec![1, 0, 0, 4, 4, 0, 0, 0, 0, 0],
+        }
+    }
+
+    pub(crate) fn sample_stream() -> RawStream {
+        RawStream {
+            conn: ConnHead { conn_id: 11, ..client_conn() },
+            mono_ns: 40,
+            send: true,
+            start: true,
+            close: false,
+            links: Links { parent: Some((7, 2)), unlinked: false },
+            pieces: vec![2, 4, 0, b'P', b'I', b'N', b'G'],
         }
     }
 
@@ -418,28 +459,34 @@ pub(crate) mod tests {
         batch.push_h2(&sample_h2());
         // every flag, an empty request, no parent
         batch.push_event(&RawEvent {
-            role: Role::Client,
+            conn: ConnHead { role: Role::Client, tls: true, fd: -1, ..sample_conn() },
             parent: None,
             truncated: false,
             orphan: true,
-            tls: true,
             h2c: true,
             unlinked: true,
             propagated: None,
-            fd: -1,
             request: Vec::new(),
             ..ev.clone()
         });
         batch.push_h2(&RawH2 {
-            role: Role::Server,
+            conn: ConnHead { role: Role::Server, tls: false, ..client_conn() },
             send: false,
             start: false,
             close: true,
-            tls: false,
             upgrade: true,
             caller: Some(0x1234_5678_9abc),
             pieces: Vec::new(),
             ..sample_h2()
+        });
+        batch.push_stream(&sample_stream());
+        batch.push_stream(&RawStream {
+            send: false,
+            start: false,
+            close: true,
+            links: Links { parent: None, unlinked: true },
+            pieces: Vec::new(),
+            ..sample_stream()
         });
         batch
     }
@@ -455,13 +502,21 @@ pub(crate) mod tests {
         assert_eq!(events, batch.events().map(|e| e.to_owned_event()).collect::<Vec<_>>());
         assert_eq!(events.len(), 2);
         assert_eq!(events[0], sample_event());
-        assert!(events[1].orphan && events[1].h2c && events[1].tls && events[1].parent.is_none() && events[1].fd == -1);
+        assert!(events[1].orphan && events[1].h2c && events[1].conn.tls && events[1].parent.is_none() && events[1].conn.fd == -1);
         let h2: Vec<RawH2<&[u8]>> = got.h2().collect();
         assert_eq!(h2.len(), 2);
         assert_eq!(h2[0].pieces, &sample_h2().pieces[..]);
-        assert!(h2[1].close && h2[1].upgrade && h2[1].role == Role::Server && !h2[1].send);
+        assert_eq!(h2[0].conn, sample_h2().conn);
+        assert!(h2[1].close && h2[1].upgrade && h2[1].conn.role == Role::Server && !h2[1].send && !h2[1].conn.tls);
         assert_eq!((h2[0].caller, h2[1].caller), (None, Some(0x1234_5678_9abc)));
-        assert_eq!((got.event_count(), got.h2_count(), got.len()), (2, 2, 4));
+        let streams: Vec<RawStream<&[u8]>> = got.streams().collect();
+        assert_eq!(streams.len(), 2);
+        assert_eq!(
+            (streams[0].conn, streams[0].links, streams[0].pieces),
+            (sample_stream().conn, sample_stream().links, &sample_stream().pieces[..])
+        );
+        assert!(streams[1].close && !streams[1].send && streams[1].links == Links { parent: None, unlinked: true });
+        assert_eq!((got.event_count(), got.h2_count(), got.stream_count(), got.len()), (2, 2, 2, 6));
     }
 
     #[test]

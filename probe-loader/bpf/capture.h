@@ -6,7 +6,7 @@
  * decides whether its bytes are wanted (conn_wanted), finds the user
  * segments of the bytes moved, and calls in here; the connection's protocol
  * machine (http1_conn.h, h2.h) takes them, or, on a database connection,
- * db.h ships them.
+ * stream.h ships them.
  */
 #ifndef RINGTAIL_CAPTURE_H
 #define RINGTAIL_CAPTURE_H
@@ -14,7 +14,7 @@
 #include "conn.h"
 #include "http1_conn.h"
 #include "h2.h"
-#include "db.h"
+#include "stream.h"
 #include "tls_report.h"
 
 /* Bytes the process received on a connection (`st` from conn_get, NULL for
@@ -24,14 +24,14 @@
 static __always_inline void conn_on_recv(struct conn_state *st, const struct conn_io *io,
 					 const struct segs *sg)
 {
-	if (st ? st->db : db_port(io->sk)) {
-		db_on_data(st, io, sg, H2_RECV);
+	if (st ? st->stream : stream_port(io->sk)) {
+		stream_on_data(st, io, sg, IO_RECV);
 		return;
 	}
 	if (!st || !st->h2)
 		st = http1_on_recv(st, io, sg);
 	if (st)
-		h2_on_data(st, io, sg, H2_RECV);
+		h2_on_data(st, io, sg, IO_RECV);
 }
 
 /* Bytes the process sent on a connection (`st` from conn_get, NULL for an
@@ -39,14 +39,14 @@ static __always_inline void conn_on_recv(struct conn_state *st, const struct con
 static __always_inline void conn_on_send(struct conn_state *st, const struct conn_io *io,
 					 const struct segs *sg)
 {
-	if (st ? st->db : db_port(io->sk)) {
-		db_on_data(st, io, sg, H2_SEND);
+	if (st ? st->stream : stream_port(io->sk)) {
+		stream_on_data(st, io, sg, IO_SEND);
 		return;
 	}
 	if (!st || !st->h2)
 		st = http1_on_send(st, io, sg);
 	if (st)
-		h2_on_data(st, io, sg, H2_SEND);
+		h2_on_data(st, io, sg, IO_SEND);
 }
 
 /* The connection closed: its state goes (a request in flight is counted). */
@@ -55,8 +55,8 @@ static __always_inline void conn_close(struct sock *sk)
 	struct conn_state *st = conn_get(sk);
 	if (!st)
 		return;
-	if (st->db)
-		db_close(st, sk);
+	if (st->stream)
+		stream_close(st, sk);
 	else if (st->h2)
 		h2_close(st, sk);
 	else if (st->phase == PHASE_REQUEST) {

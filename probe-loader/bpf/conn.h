@@ -159,6 +159,57 @@ static __always_inline __u64 wakeup_flags(__u64 size, int included)
 	return BPF_RB_NO_WAKEUP;
 }
 
+/* Fills the header every record of a connection starts with (`tid`, `fd`:
+ * the syscall's, where the record is of one). */
+static __always_inline void conn_head_fill(struct conn_head *h, __u8 kind, __u8 flags, const struct conn_state *st,
+					   struct sock *sk, __u32 tid, __s32 fd)
+{
+	h->kind = kind;
+	h->role = st->role;
+	h->flags = flags;
+	__u16 family = SK(sk, __sk_common.skc_family);
+	h->family = family;
+	h->tgid = st->tgid;
+	h->tid = tid;
+	h->fd = fd;
+	h->conn_id = st->conn_id;
+	task_ids(&h->proc_start_ns, (char *)h->comm);
+	h->lport = SK(sk, __sk_common.skc_num);
+	h->rport = bpf_ntohs(SK(sk, __sk_common.skc_dport));
+	h->tls = st->tls;
+	__builtin_memset(h->_pad, 0, sizeof(h->_pad));
+	__builtin_memset(h->laddr, 0, sizeof(h->laddr));
+	__builtin_memset(h->raddr, 0, sizeof(h->raddr));
+	sk_addrs(sk, family, h->laddr, h->raddr);
+}
+
+/* Fills a syscall record's header (h2_event, stream_event) and submits it
+ * with data_len bytes of pieces, at most `cap`, a constant of each caller:
+ * the room after `ev` in the scratch value it lives in (H2_DATA_LEN in
+ * h2_scratch, h2.h; STREAM_DATA_LEN in stream_scratch, stream.h). (Not
+ * derived from the kind at run time: a verifier that loses data_len's
+ * bound in a spill, Linux 6.1, must still see the copy fit its value.)
+ * Returns non-zero when the ring had no room. */
+static __always_inline int io_submit(struct io_head *ev, __u8 kind, __u8 flags, struct conn_state *st,
+				     struct sock *sk, __u32 tid, __s32 fd, __u8 dir, __u32 data_len, __u64 link_conn,
+				     __u32 link_seq, const __u32 cap)
+{
+	conn_head_fill(&ev->h, kind, flags, st, sk, tid, fd);
+	ev->dir = dir;
+	ev->_pad0 = 0;
+	ev->link_seq = link_seq;
+	ev->ts_ns = bpf_ktime_get_ns();
+	ev->link_conn = link_conn;
+	if (data_len > cap)
+		data_len = cap;
+	ev->data_len = data_len;
+	__u64 size = sizeof(struct io_head) + data_len;
+	barrier_var(size);
+	if (size > sizeof(struct io_head) + cap)
+		return 1;
+	return bpf_ringbuf_output(&events, ev, size, wakeup_flags(size, 0)) ? 1 : 0;
+}
+
 static __always_inline void emit(struct conn_state *st, struct sock *sk, __u16 status,
 				 __u8 extra_flags, __u64 now)
 {
@@ -167,33 +218,19 @@ static __always_inline void emit(struct conn_state *st, struct sock *sk, __u16 s
 		count(CNT_RING_FULL);
 		return;
 	}
-	ev->kind = EV_HTTP;
-	ev->role = st->role;
-	ev->flags = (st->flags & ~STF_CONNECT) | extra_flags | (st->tls ? EVF_TLS : 0);
+	__u8 flags = (st->flags & ~STF_CONNECT) | extra_flags;
+	conn_head_fill(&ev->h, EV_HTTP, flags, st, sk, st->tid, st->fd);
 	ev->status = status;
-	ev->tgid = st->tgid;
-	ev->tid = st->tid;
-	ev->fd = st->fd;
 	ev->req_len = st->req_len;
-	ev->conn_id = st->conn_id;
 	ev->start_ns = st->start_ns;
 	ev->end_ns = now;
 	ev->parent_conn = st->parent_conn;
 	ev->parent_seq = st->parent_seq;
 	ev->seq = st->seq;
-	ev->_pad = 0;
-	if (ev->flags & EVF_PROPAGATED)
+	if (flags & EVF_PROPAGATED)
 		__builtin_memcpy(ev->tp, st->tp, sizeof(ev->tp));
 	else
 		__builtin_memset(ev->tp, 0, sizeof(ev->tp));
-	task_ids(&ev->proc_start_ns, (char *)ev->comm);
-	__u16 family = SK(sk, __sk_common.skc_family);
-	ev->family = family;
-	ev->lport = SK(sk, __sk_common.skc_num);
-	ev->rport = bpf_ntohs(SK(sk, __sk_common.skc_dport));
-	__builtin_memset(ev->laddr, 0, sizeof(ev->laddr));
-	__builtin_memset(ev->raddr, 0, sizeof(ev->raddr));
-	sk_addrs(sk, family, ev->laddr, ev->raddr);
 	__u32 n = extra_flags & EVF_ORPHAN ? 0 : st->cap_len;
 	if (n > CAPTURE_LEN)
 		n = CAPTURE_LEN;
@@ -203,7 +240,7 @@ static __always_inline void emit(struct conn_state *st, struct sock *sk, __u16 s
 	if (n)
 		__builtin_memcpy(ev->buf, st->buf, CAPTURE_LEN);
 	count(CNT_EVENTS);
-	if (ev->flags & EVF_TRUNCATED)
+	if (flags & EVF_TRUNCATED)
 		count(CNT_TRUNCATED);
 	bpf_ringbuf_submit(ev, wakeup_flags(sizeof(*ev), 1));
 }

@@ -32,8 +32,8 @@ RINGTAIL_GLOBAL(const volatile struct exe_literal, exe_literals[EXE_LITERALS], {
 /* 1 = exec events carry the start of the environment (probe.read_process_env). */
 RINGTAIL_GLOBAL(const volatile __u8, read_env, 0);
 /* probe.db_ports: a selected process's connections to these ports are
- * databases' (db.h); unused entries are 0. */
-RINGTAIL_GLOBAL(const volatile __u16, db_ports[DB_PORTS], {});
+ * byte streams (stream.h); unused entries are 0. */
+RINGTAIL_GLOBAL(const volatile __u16, stream_ports[STREAM_PORTS], {});
 /* 1 = listeners on configured ports are selected (sel_ports is in use). */
 RINGTAIL_GLOBAL(const volatile __u8, select_ports, 0);
 

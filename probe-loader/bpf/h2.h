@@ -24,7 +24,7 @@
  * (kernels before bpf_loop) walks H2_STEPS steps and MAX_SEGS iovecs. Bytes
  * it cannot account for at a frame boundary (iovecs past MAX_SEGS on the
  * syscall backend, more frames than steps, a record full) lose the
- * framing: the connection is given up (H2P_LOST outside a frame tells user
+ * framing: the connection is given up (PIECE_LOST outside a frame tells user
  * space; counted). The entry point is segment-based (struct segs), so a
  * TLS hook that hands over plaintext segments works the same way.
  */
@@ -43,7 +43,7 @@
  * part, a preface skip or a segment change each take one. */
 #define H2_STEPS 64
 #define H2_DATA_MASK (H2_DATA_LEN - 1)
-/* What the walk keeps free at the end of a record: one H2P_LOST piece. */
+/* What the walk keeps free at the end of a record: one PIECE_LOST piece. */
 #define H2_RESERVE 8
 #if !defined(RINGTAIL_PORTABLE) || defined(RINGTAIL_BPF_LOOP)
 /* bpf_loop (Linux 5.17+: the socket backend, which needs 6.3, and the
@@ -78,7 +78,7 @@ static __always_inline void h2_put(__u8 *data, __u32 off, __u8 b)
 	data[off & H2_DATA_MASK] = b;
 }
 
-/* Appends an H2P_LOST piece (room for it is always kept). */
+/* Appends an PIECE_LOST piece (room for it is always kept). */
 static __always_inline __u32 h2_lost(__u8 *data, __u32 off, __u64 bytes)
 {
 	__u32 n = bytes > 0xffffffff ? 0xffffffff : bytes;
@@ -86,7 +86,7 @@ static __always_inline __u32 h2_lost(__u8 *data, __u32 off, __u64 bytes)
 	 * live only in a register whose spill Linux 6.1's verifier reloads
 	 * without it */
 	barrier_var(off);
-	h2_put(data, off, H2P_LOST);
+	h2_put(data, off, PIECE_LOST);
 	h2_put(data, off + 1, n);
 	h2_put(data, off + 2, n >> 8);
 	h2_put(data, off + 3, n >> 16);
@@ -94,56 +94,19 @@ static __always_inline __u32 h2_lost(__u8 *data, __u32 off, __u64 bytes)
 	return off + 5;
 }
 
-/* Fills the record's header and submits data_len bytes of pieces
- * (`caller`, `parent_seq`: the record's caller_conn and parent_seq), at
- * most `cap`, a constant of each caller: the room after `ev`'s header in
- * the scratch value it lives in (H2_DATA_LEN in h2_scratch; a database
- * record's DB_DATA_LEN in db_scratch, db.h). (Not derived from st->db: a
- * verifier that loses data_len's bound in a spill, Linux 6.1, must still
- * see the copy fit its value.) Returns non-zero when the ring had no room
- * (an HTTP/2 connection is then given up; counted). */
+/* Submits an h2 record of data_len bytes of pieces (`caller`: its
+ * link_conn, with H2F_CALLER). Returns non-zero when the ring had no room:
+ * the connection is then given up (counted), user space would miss frames
+ * it cannot do without. */
 static __always_inline int h2_submit(struct h2_event *ev, struct conn_state *st, struct sock *sk, __u32 tid,
-				     __s32 fd, __u8 dir, __u8 flags, __u32 data_len, __u64 caller, __u32 parent_seq,
-				     const __u32 cap)
+				     __s32 fd, __u8 dir, __u8 flags, __u32 data_len, __u64 caller)
 {
-	ev->kind = EV_H2;
-	ev->role = st->role;
-	ev->flags = flags | (st->tls ? H2F_TLS : 0);
-	ev->dir = dir;
-	ev->_pad0 = 0;
-	ev->parent_seq = parent_seq;
-	ev->_pad2 = 0;
-	ev->tgid = st->tgid;
-	ev->tid = tid;
-	ev->fd = fd;
-	ev->conn_id = st->conn_id;
-	ev->caller_conn = caller;
-	ev->ts_ns = bpf_ktime_get_ns();
-	task_ids(&ev->proc_start_ns, (char *)ev->comm);
-	__u16 family = SK(sk, __sk_common.skc_family);
-	ev->family = family;
-	ev->lport = SK(sk, __sk_common.skc_num);
-	ev->rport = bpf_ntohs(SK(sk, __sk_common.skc_dport));
-	__builtin_memset(ev->laddr, 0, sizeof(ev->laddr));
-	__builtin_memset(ev->raddr, 0, sizeof(ev->raddr));
-	sk_addrs(sk, family, ev->laddr, ev->raddr);
-	if (data_len > cap)
-		data_len = cap;
-	ev->data_len = data_len;
-	__u64 size = offsetof(struct h2_event, data) + data_len;
-	barrier_var(size);
-	if (size > offsetof(struct h2_event, data) + cap)
-		return 1;
-	if (bpf_ringbuf_output(&events, ev, size, wakeup_flags(size, 0))) {
-		if (st->db)
-			return 1;
+	if (io_submit(&ev->io, EV_H2, flags, st, sk, tid, fd, dir, data_len, caller, 0, H2_DATA_LEN)) {
 		count(CNT_H2_LOST);
-		/* user space would miss frames it cannot do without */
 		st->h2 = H2_DEAD;
 		return 1;
 	}
-	if (!st->db)
-		count(CNT_H2_EVENTS);
+	count(CNT_H2_EVENTS);
 	return 0;
 }
 
@@ -153,8 +116,7 @@ static __always_inline int h2_submit(struct h2_event *ev, struct conn_state *st,
 static __always_inline int h2_submit_walk(struct h2_event *ev, struct conn_state *st, const struct conn_io *io,
 					  __u8 dir, __u8 flags, __u32 off)
 {
-	return h2_submit(ev, st, io->sk, io->tid, io->fd, dir, flags, off, flags & H2F_CALLER ? st->parent_conn : 0, 0,
-			 H2_DATA_LEN);
+	return h2_submit(ev, st, io->sk, io->tid, io->fd, dir, flags, off, flags & H2F_CALLER ? st->parent_conn : 0);
 }
 
 /* One step of the walk on segment w->seg; 0 when the segments are done. */
@@ -219,7 +181,7 @@ static __always_inline int h2_step(struct h2_walk *w, struct h2_dir *d, const st
 			 * read provably inside data and its spill */
 			barrier_var(c);
 			if (!bpf_probe_read_user(&data[(off + 3) & H2_DATA_MASK], c & H2_DATA_MASK, p)) {
-				h2_put(data, off, H2P_MORE);
+				h2_put(data, off, PIECE_MORE);
 				h2_put(data, off + 1, c);
 				h2_put(data, off + 2, c >> 8);
 				w->off = off + 3 + (c & H2_DATA_MASK);
@@ -289,7 +251,7 @@ static __always_inline int h2_step(struct h2_walk *w, struct h2_dir *d, const st
 #endif
 	d->hlen = 0;
 	w->pos += need;
-	h2_put(data, off, H2P_FRAME);
+	h2_put(data, off, PIECE_FRAME);
 #pragma unroll
 	for (int i = 0; i < H2_FRAME_HDR; i++)
 		h2_put(data, off + 1 + i, h[i]);
@@ -343,7 +305,7 @@ static long h2_loop_cb(__u64 i, void *ctx)
 #endif
 
 /* The bytes of one send or receive on an HTTP/2 connection: walk them and
- * submit their records. `dir` is H2_RECV or H2_SEND. A record holds
+ * submit their records. `dir` is IO_RECV or IO_SEND. A record holds
  * H2_DATA_LEN bytes of pieces (some 400 frames); a call moving more frames
  * (a Go server's 1 MiB answer in one write: 256 DATA frames of 4 KiB,
  * or, when flow control hands out the window in small parts, some 2,700
@@ -356,16 +318,16 @@ static __always_inline void h2_on_data(struct conn_state *st, const struct conn_
 {
 	if (st->h2 != H2_LIVE)
 		return;
-	__u8 flags = st->h2_first;
-	st->h2_first = 0;
+	__u8 flags = st->first;
+	st->first = 0;
 	/* (the first record names the caller: a stream it ends is joined) */
-	if (dir == H2_SEND && st->role == ROLE_SERVER)
+	if (dir == IO_SEND && st->role == ROLE_SERVER)
 		flags |= join_take_h2(st, io->sk);
 	__u32 zero = 0;
 	struct h2_scratch *s = bpf_map_lookup_elem(&h2_scratch, &zero);
 	if (!s)
 		return;
-	struct h2_dir *d = dir == H2_SEND ? &st->h2d[1] : &st->h2d[0];
+	struct h2_dir *d = dir == IO_SEND ? &st->h2d[1] : &st->h2d[0];
 	/* The walk's position lives in the map value, not on the stack: the
 	 * verifier does not track values in map memory, so every step starts
 	 * from the same (unknown) state and is verified once, not once per
@@ -421,7 +383,7 @@ static __always_inline void h2_begin(struct conn_state *st, __u8 first)
 	st->phase = PHASE_IDLE;
 	st->pend_len = 0;
 	__builtin_memset(st->h2d, 0, sizeof(st->h2d));
-	st->h2_first = first;
+	st->first = first;
 	count(CNT_H2_CONNS);
 }
 
@@ -431,8 +393,8 @@ static __always_inline void h2_begin(struct conn_state *st, __u8 first)
  * line). */
 static __always_inline void h2_start(struct conn_state *st, __u8 dir, __u32 pend)
 {
-	h2_begin(st, H2F_START);
-	struct h2_dir *d = dir == H2_SEND ? &st->h2d[1] : &st->h2d[0];
+	h2_begin(st, IOF_START);
+	struct h2_dir *d = dir == IO_SEND ? &st->h2d[1] : &st->h2d[0];
 	d->skip = H2_PREFACE_LEN - (pend & (PREFIX_LEN - 1));
 }
 
@@ -496,9 +458,9 @@ static __always_inline __u32 h2c_head_len(const struct segs *sg)
  * client's frames. The caller walks these bytes (capture.h). */
 static __always_inline void h2_upgrade(struct conn_state *st, __u8 dir, __u32 head)
 {
-	h2_begin(st, H2F_START | H2F_UPGRADE);
-	struct h2_dir *to_client = dir == H2_SEND ? &st->h2d[1] : &st->h2d[0];
-	struct h2_dir *to_server = dir == H2_SEND ? &st->h2d[0] : &st->h2d[1];
+	h2_begin(st, IOF_START | H2F_UPGRADE);
+	struct h2_dir *to_client = dir == IO_SEND ? &st->h2d[1] : &st->h2d[0];
+	struct h2_dir *to_server = dir == IO_SEND ? &st->h2d[0] : &st->h2d[1];
 	to_client->skip = head;
 	to_server->skip = H2_PREFACE_LEN;
 }
@@ -511,7 +473,7 @@ static __always_inline void h2_close(struct conn_state *st, struct sock *sk)
 	if (!s)
 		return;
 	st->h2 = H2_LIVE; /* (a dead one's close is reported too) */
-	h2_submit(&s->ev, st, sk, st->tid, st->fd, H2_RECV, H2F_CLOSE, 0, 0, 0, H2_DATA_LEN);
+	h2_submit(&s->ev, st, sk, st->tid, st->fd, IO_RECV, IOF_CLOSE, 0, 0);
 }
 
 #endif

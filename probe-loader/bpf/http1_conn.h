@@ -64,7 +64,7 @@ static __always_inline void begin_request(struct conn_state *st, __u32 tid, __u6
 }
 
 /* A response (or interim response) went by, at the start of `sg`, in
- * direction `dir` (H2_SEND: the process is the server). */
+ * direction `dir` (IO_SEND: the process is the server). */
 static __always_inline void on_response(struct conn_state *st, const struct conn_io *io,
 					const struct segs *sg, __u8 dir, __u16 status, __u64 now)
 {
@@ -76,7 +76,7 @@ static __always_inline void on_response(struct conn_state *st, const struct conn
 		return;
 	}
 	__u32 h2c = status == 101 ? h2c_head_len(sg) : 0;
-	if (dir == H2_SEND)
+	if (dir == IO_SEND)
 		join_take(st, io->sk);
 	emit(st, io->sk, status, h2c ? EVF_H2C : 0, now);
 	st->phase = PHASE_IDLE;
@@ -283,7 +283,7 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 			return NULL;
 		}
 		if (status)
-			on_response(st, io, sg, H2_RECV, status, now);
+			on_response(st, io, sg, IO_RECV, status, now);
 		return st->h2 ? st : NULL;
 	}
 
@@ -325,7 +325,7 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 				st = conn_new(io, ROLE_SERVER);
 			if (!st || st->seq)
 				return NULL;
-			h2_start(st, H2_RECV, pend);
+			h2_start(st, IO_RECV, pend);
 			join_note(st, io, start, 0, pend);
 			return st;
 		}
@@ -415,7 +415,7 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 		if (!status)
 			return NULL;
 		__u8 was = st->phase;
-		on_response(st, io, sg, H2_SEND, status, bpf_ktime_get_ns());
+		on_response(st, io, sg, IO_SEND, status, bpf_ktime_get_ns());
 		if (st->phase == PHASE_IDLE) {
 			active_answered(st, io->tid);
 			if (st->pend_len && was == PHASE_REQUEST)
@@ -460,7 +460,7 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 			if (!st)
 				return NULL;
 			st->role = ROLE_CLIENT;
-			h2_start(st, H2_SEND, 0);
+			h2_start(st, IO_SEND, 0);
 			join_offer(st, io, sg->total, 0);
 			return st;
 		}

@@ -55,10 +55,10 @@ struct conn_state {
 	/* With early_seqs: the socket's write_seq when the early response was
 	 * read; and its status */
 	__u32 early_seq;
-	/* A database connection (db.h): bytes of each direction (H2_RECV,
-	 * H2_SEND) in its records that the ring had no room for, not yet told
-	 * to user space (H2P_GAP pieces of its next record) */
-	__u64 db_gap[2];
+	/* A stream connection (stream.h): bytes of each direction (IO_RECV,
+	 * IO_SEND) in its records that the ring had no room for, not yet told
+	 * to user space (PIECE_GAP pieces of its next record) */
+	__u64 gap[2];
 	__u16 early_status;
 	__u16 cap_len;
 	__u8 role;
@@ -71,24 +71,25 @@ struct conn_state {
 	 * socket hooks leave its ciphertext alone */
 	__u8 tls;
 	__u8 h2; /* H2_* (h2.h): 0 = HTTP/1 */
-	/* H2F_* of the next record: set where HTTP/2 begins (h2_start,
-	 * h2_upgrade), sent and cleared by the walk of the same syscall */
-	__u8 h2_first;
+	/* IOF_START (and H2F_UPGRADE) for the connection's next record: set
+	 * where HTTP/2 or a stream begins (h2_start, h2_upgrade, stream.h),
+	 * sent and cleared with that record */
+	__u8 first;
 	__u8 join_ok;
 	/* HTTP/2 server: sends on which join_take_h2 looked its caller up */
 	__u8 join_tries;
 	/* 1: the current client request carries the traceparent in tp (propagate.h) */
 	__u8 tp_set;
-	/* 1: a database connection (db.h): its bytes go to user space as a
-	 * stream, no protocol machine here */
-	__u8 db;
+	/* 1: a stream connection (stream.h: a configured port's): its bytes
+	 * go to user space as they are, no protocol machine here */
+	__u8 stream;
 	/* 1: early_seq is known (http1_conn.h, answer_early) */
 	__u8 early_seqs;
 	/* the trace id (16 bytes, W3C order) and span id (8, little-endian) of
 	 * the traceparent the kernel wrote into the current client request */
 	__u8 tp[24];
 	__u8 pend[PREFIX_LEN];
-	/* HTTP/2 framing per direction (h2.h), by H2_RECV / H2_SEND */
+	/* HTTP/2 framing per direction (h2.h), by IO_RECV / IO_SEND */
 	struct h2_dir h2d[2];
 	/* Twice the capture length so that an append at any offset below
 	 * CAPTURE_LEN of up to CAPTURE_LEN bytes is provably in bounds. */
@@ -229,20 +230,14 @@ struct {
 	__type(value, struct h2_scratch);
 } h2_scratch SEC(".maps") __weak;
 
-/* A database connection's record being built (db.h): an h2_event whose
- * data runs on to DB_DATA_LEN bytes (a per-CPU value holds 32 KiB at
- * most: db.h bounds every write by clamps, with no spill). */
-struct db_scratch {
-	struct h2_event ev;
-	__u8 more[DB_DATA_LEN - H2_DATA_LEN];
-};
-
+/* A stream record being built (stream.h): a per-CPU value holds 32 KiB
+ * at most; stream.h bounds every write by clamps, with no spill. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct db_scratch);
-} db_scratch SEC(".maps") __weak;
+	__type(value, struct stream_event);
+} stream_scratch SEC(".maps") __weak;
 
 /* Adds `delta` to a per-CPU counter (a negative delta wraps: user space
  * sums the CPUs with wrapping arithmetic, so gauges come out right). */

@@ -38,28 +38,30 @@
  * the same cgroup as the unified one on v2 hosts). */
 #define CGROUP_NAMES (2 * CGROUP_PATH_NAMES)
 
-/* http_event.family */
+/* conn_head.family */
 #define FAMILY_INET 2
 #define FAMILY_INET6 10
 
-/* event.kind (the first byte of every record of the `events` ring) */
-#define EV_HTTP 1 /* struct http_event */
-#define EV_H2 2   /* struct h2_event: one syscall's frames on an HTTP/2 connection */
+/* conn_head.kind: the first byte of every record of the `events` ring,
+ * which says what follows the connection's header */
+#define EV_HTTP 1   /* struct http_event: one HTTP/1 exchange */
+#define EV_H2 2     /* struct h2_event: one syscall's frames on an HTTP/2 connection */
+#define EV_STREAM 3 /* struct stream_event: one syscall's bytes on a connection of another protocol */
 
-/* event.role and conn_state.role */
+/* conn_head.role and conn_state.role */
 #define ROLE_SERVER 1
 #define ROLE_CLIENT 2
 /* a connection that switched protocol (101, CONNECT tunnel): never parsed again */
 #define ROLE_OPAQUE 3
 
-/* event.flags */
+/* http_event's conn_head.flags */
 #define EVF_TRUNCATED 0x01 /* more request bytes arrived than were captured */
 #define EVF_ORPHAN 0x02    /* a response with no captured request: pipelining */
 /* parent_conn/parent_seq name, for a client request, the server request its
  * thread was serving; for a server request, the client request on this host
  * that sent it (the same TCP connection's other end, http1_conn.h) */
 #define EVF_PARENT 0x04
-#define EVF_TLS 0x08       /* the request went over TLS: its plaintext, read by the TLS uprobes */
+/* (0x08: unused; a TLS connection is conn_head.tls) */
 /* the 101 answering an `Upgrade: h2c` request: the connection goes on as
  * HTTP/2, its stream 1 is this request (an H2F_UPGRADE record follows) */
 #define EVF_H2C 0x10
@@ -73,58 +75,58 @@
  * one (a traceparent forwarded as it came in) */
 #define EVF_UNLINKED 0x40
 
-/* h2_event.flags */
-#define H2F_CLOSE 0x01 /* the connection closed: no pieces follow, none will */
-#define H2F_START 0x02 /* the connection's first record (the preface was in it) */
-#define H2F_TLS 0x04   /* a TLS connection: the pieces are plaintext from the TLS uprobes */
-#define H2F_UPGRADE 0x08 /* with H2F_START: HTTP/2 after a 101 (EVF_H2C), not a preface */
-#define H2F_CALLER 0x10  /* caller_conn: the client connection on this host that opened this one (join.h) */
-/* A database connection (db.h): the pieces are the stream's bytes (H2P_MORE,
- * H2P_LOST), not HTTP/2 frames; the process is the client. */
-#define H2F_DB 0x20
-/* With H2F_DB, a send: caller_conn/parent_seq name the server request the
- * sending thread was serving (the rules of a client HTTP request's
- * EVF_PARENT); H2F_UNLINKED: it was serving, not linked (EVF_UNLINKED). */
-#define H2F_PARENT 0x40
-#define H2F_UNLINKED 0x80
+/* conn_head.flags of the records of a connection's syscalls (h2_event,
+ * stream_event), whatever their kind */
+#define IOF_CLOSE 0x01 /* the connection closed: no pieces follow, none will */
+#define IOF_START 0x02 /* the connection's first record */
+/* h2_event's besides */
+#define H2F_UPGRADE 0x08 /* with IOF_START: HTTP/2 after a 101 (EVF_H2C), not a preface */
+#define H2F_CALLER 0x10  /* link_conn: the client connection on this host that opened this one (join.h) */
+/* stream_event's besides: a send's link_conn/link_seq name the server
+ * request the sending thread was serving (the rules of a client HTTP
+ * request's EVF_PARENT); SF_UNLINKED: it was serving, not linked
+ * (EVF_UNLINKED) */
+#define SF_PARENT 0x08
+#define SF_UNLINKED 0x10
 
-/* h2_event.dir: which way the bytes went, seen from the traced process */
-#define H2_RECV 0
-#define H2_SEND 1
+/* io_head.dir: which way the bytes went, seen from the traced process */
+#define IO_RECV 0
+#define IO_SEND 1
 
-/* Pieces in h2_event.data, back to back, each starting with its tag
- * (integers little-endian):
- *  H2P_FRAME: the 9-byte frame header as on the wire; its payload's
- *             captured bytes follow in H2P_MORE pieces (if any);
- *  H2P_MORE:  u16 n, then n bytes: more of the current frame's payload;
- *  H2P_LOST:  u32 n: n bytes went by unseen;
- *  H2P_GAP:   (H2F_DB records only, after every other piece) u8 dir,
- *             u32 n: before this record, n bytes of direction dir (H2_*)
- *             went by in records of this connection that the ring had no
- *             room for (db.h); at most one a direction. */
-#define H2P_FRAME 1
-#define H2P_MORE 2
-#define H2P_LOST 3
-#define H2P_GAP 4
-/* Bytes of pieces one record carries at most (a power of two: the kernel
+/* Pieces in h2_event.data and stream_event.data, back to back, each
+ * starting with its tag (integers little-endian):
+ *  PIECE_FRAME: (h2) the 9-byte frame header as on the wire; its
+ *               payload's captured bytes follow in PIECE_MORE pieces;
+ *  PIECE_MORE:  u16 n, then n bytes: (h2) more of the current frame's
+ *               payload, (stream) the syscall's bytes;
+ *  PIECE_LOST:  u32 n: n bytes went by unseen;
+ *  PIECE_GAP:   (stream records only, after every other piece) u8 dir,
+ *               u32 n: before this record, n bytes of direction dir
+ *               (IO_*) went by in records of this connection that the
+ *               ring had no room for (stream.h); at most one a direction. */
+#define PIECE_FRAME 1
+#define PIECE_MORE 2
+#define PIECE_LOST 3
+#define PIECE_GAP 4
+/* Bytes of pieces one h2 record carries at most (a power of two: the kernel
  * masks offsets with H2_DATA_LEN - 1). Header blocks are what matters:
  * DATA frames cost 10 bytes each. */
 #define H2_DATA_LEN 4096
-/* A database connection's record (db.h) carries the first bytes of a
- * syscall, then (H2P_LOST) how many went by unseen, then its last DB_TAIL
- * bytes: a response's end (PostgreSQL's ReadyForQuery, MySQL's final EOF)
- * is in its last bytes; then H2P_GAP pieces, if records were lost. */
-#define DB_TAIL 256
-/* Bytes of an H2P_GAP piece (tag, dir, u32). */
-#define DB_GAP_PIECE 6
-/* Bytes of pieces a database connection's record carries at most (its
- * data runs on past h2_event's H2_DATA_LEN: the record is that much
- * longer): a pipeline of requests is read whole up to this. A power of
- * two: the kernel masks offsets with DB_DATA_LEN - 1. */
-#define DB_DATA_LEN 16384
-/* Configured database ports (probe.db_ports): a selected process's
- * connection to one of them is a database connection. */
-#define DB_PORTS 8
+/* A stream record (stream.h) carries the first bytes of a syscall, then
+ * (PIECE_LOST) how many went by unseen, then its last STREAM_TAIL bytes: a
+ * response's end (PostgreSQL's ReadyForQuery, MySQL's final EOF) is in its
+ * last bytes; then PIECE_GAP pieces, if records were lost. */
+#define STREAM_TAIL 256
+/* Bytes of a PIECE_GAP piece (tag, dir, u32). */
+#define GAP_PIECE_LEN 6
+/* Bytes of pieces a stream record carries at most: a pipeline of
+ * requests is read whole up to this. A power of two: the kernel masks
+ * offsets with STREAM_DATA_LEN - 1. */
+#define STREAM_DATA_LEN 16384
+/* Configured ports of byte-stream protocols (probe.db_ports): a selected
+ * process's connection to one of them goes to user space as a byte
+ * stream (stream.h), whose protocol user space tells. */
+#define STREAM_PORTS 16
 /* Payload bytes captured of one frame at most (header blocks, SETTINGS,
  * RST_STREAM, GOAWAY; never DATA). */
 #define H2_FRAME_CAP 2048
@@ -188,10 +190,10 @@ struct exe_literal {
 #define CNT_PROP_NOT_CLAIMED 34 /* client requests on a connection not claimed when it connected (its process not traced yet, or before ringtail started) */
 #define CNT_PROP_WHILE_SERVING 35 /* written while the thread served a request (its prop_threads entry evicted): the call is not linked to it */
 #define CNT_ANSWERED_PAIRED 36 /* client requests whose response was read before their send was reported, paired with it (http1_conn.h) */
-#define CNT_DB_CONNS 37      /* connections recognised as a database's (db.h) */
-#define CNT_DB_EVENTS 38     /* database records submitted to the ring */
-#define CNT_DB_LOST 39       /* database records lost, either direction: ring full (the connection's next record says so: H2P_GAP) */
-#define CNT_DB_PARTIAL 40    /* database syscalls whose middle bytes were not captured (H2P_LOST) */
+#define CNT_STREAM_CONNS 37   /* connections to a configured port (stream.h) */
+#define CNT_STREAM_EVENTS 38  /* stream records submitted to the ring */
+#define CNT_STREAM_LOST 39    /* stream records lost, either direction: ring full (the connection's next record says so: PIECE_GAP) */
+#define CNT_STREAM_PARTIAL 40 /* stream syscalls whose middle bytes were not captured (PIECE_LOST) */
 #define CNT_GO_NO_SOCKET 41  /* Go crypto/tls calls whose connection's socket was not found (go_tls.h: not a TCP socket underneath) */
 /* probe.propagate (propagate.h): requests not written into, and connections given up */
 #define CNT_PROP_NOT_HTTP 42 /* connections given up: a send where a request had to begin (the first, or one after an exchange) did not begin with an HTTP/1 request line */
@@ -204,10 +206,10 @@ struct exe_literal {
 #define CNT_PROP_SEND_UNSEEN 49 /* connections given up: a send the sk_msg program did not see (the kernel skips it after a send it could not complete) */
 #define CNT_PROP_IN_BODY 50  /* requests the capture began where the sk_msg program framed body bytes or took no head */
 #define CNT_PROP_QUEUE_BUSY 51 /* requests not written: the socket had unsent bytes queued, or its send buffer little room (a send cut short would keep part of the line) */
-/* database sends whose record the ring had no room for: the calls they
+/* stream sends whose record the ring had no room for: the calls they
  * carried are not traced (one a send: a client writes a call a syscall; a
  * pipeline written in one counts once) */
-#define CNT_DB_CALLS_LOST 52
+#define CNT_STREAM_CALLS_LOST 52
 #define CNT_TLS_REPORT_LOST 53 /* reports to the TLS attacher lost: its ring was full (tls_reports) */
 #define CNT_TLS_EARLY 54     /* TLS connections whose handshake a process read before any TLS call of it was seen (its library not attached yet, or TLS over memory buffers) */
 #define CNT_MAX 55
@@ -250,62 +252,68 @@ struct exe_literal {
 #define EXECF_ENV_TRUNCATED 0x02 /* the environment was longer than ENV_LEN */
 #define EXECF_ENV_FAULT 0x04     /* the environment could not be read */
 
-struct http_event {
-	__u8 kind;
-	__u8 role;
-	__u8 flags;
+/* What every record of the `events` ring starts with: its kind and the
+ * connection it is of (conn.h, conn_head_fill). */
+struct conn_head {
+	__u8 kind; /* EV_* */
+	__u8 role; /* ROLE_SERVER or ROLE_CLIENT */
+	__u8 flags; /* the kind's: EVF_*; IOF_* with H2F_* or SF_* */
 	__u8 family; /* FAMILY_INET or FAMILY_INET6 */
-	__u16 status;
-	__u16 cap_len;
 	__u32 tgid;
 	__u32 tid;
-	__s32 fd; /* -1 when the connection was accepted before ringtail started */
-	__u32 req_len; /* request bytes seen before the response began */
+	__s32 fd; /* -1 when not known (accepted before ringtail started) */
 	__u64 conn_id; /* per-boot connection number, never a kernel address */
+	__u64 proc_start_ns; /* start_boottime of the process: pid-reuse guard */
+	__u16 lport;
+	__u16 rport;
+	__u8 tls; /* 1: TLS, the bytes are plaintext from the TLS uprobes */
+	__u8 _pad[3];
+	__u8 laddr[16];
+	__u8 raddr[16];
+	char comm[COMM_LEN];
+};
+
+struct http_event {
+	struct conn_head h; /* kind EV_HTTP, flags EVF_* */
+	__u16 status;
+	__u16 cap_len;
+	__u32 req_len; /* request bytes seen before the response began */
 	__u64 start_ns; /* CLOCK_MONOTONIC */
 	__u64 end_ns;
-	__u64 proc_start_ns; /* start_boottime of the process: pid-reuse guard */
 	__u64 parent_conn;
 	__u32 parent_seq;
 	__u32 seq; /* request number on this connection, from 1 */
-	__u16 lport;
-	__u16 rport;
-	__u32 _pad;
-	__u8 laddr[16];
-	__u8 raddr[16];
 	/* with EVF_PROPAGATED: the trace id and the span id (W3C byte order)
 	 * of the traceparent the kernel wrote into the request (propagate.h) */
 	__u8 tp[24];
-	char comm[COMM_LEN];
 	__u8 buf[CAPTURE_LEN];
 };
 
-/* The frames one send or receive on an HTTP/2 connection moved (or, with
- * H2F_CLOSE, the connection's end). Variable size: the record holds the
- * header and data_len bytes of data. */
-struct h2_event {
-	__u8 kind; /* EV_H2 */
-	__u8 role; /* ROLE_SERVER: the process received the preface */
-	__u8 flags; /* H2F_* */
-	__u8 family;
-	__u8 dir; /* H2_RECV or H2_SEND */
+/* What a record of one send or receive (or, with IOF_CLOSE, of the
+ * connection's end) has before its pieces, whatever its protocol: data_len
+ * bytes of pieces follow it (h2_event, stream_event). */
+struct io_head {
+	struct conn_head h; /* flags IOF_* with H2F_* or SF_* */
+	__u8 dir; /* IO_RECV or IO_SEND */
 	__u8 _pad0;
 	__u16 data_len;
-	__u32 tgid;
-	__u32 tid;
-	__s32 fd;
-	__u32 parent_seq; /* with H2F_PARENT */
-	__u64 conn_id;
+	__u32 link_seq; /* with SF_PARENT */
 	__u64 ts_ns; /* CLOCK_MONOTONIC, when the syscall completed */
-	__u64 proc_start_ns;
-	__u64 caller_conn; /* with H2F_CALLER; with H2F_PARENT: the parent's connection */
-	__u16 lport;
-	__u16 rport;
-	__u32 _pad2;
-	__u8 laddr[16];
-	__u8 raddr[16];
-	char comm[COMM_LEN];
+	__u64 link_conn; /* with H2F_CALLER or SF_PARENT */
+};
+
+/* The frames one send or receive on an HTTP/2 connection moved (h2.h). */
+struct h2_event {
+	struct io_head io; /* kind EV_H2 */
 	__u8 data[H2_DATA_LEN];
+};
+
+/* The bytes one send or receive moved on a connection of a protocol that
+ * is not HTTP (stream.h: databases, brokers): its first bytes, how many
+ * went by unseen, its last; the protocol is user space's to tell. */
+struct stream_event {
+	struct io_head io; /* kind EV_STREAM */
+	__u8 data[STREAM_DATA_LEN];
 };
 
 /* What every record of the `execs` ring starts with. */

@@ -149,7 +149,7 @@ static __always_inline void sys_exit_data(struct sys_exit_rec *ctx, int recv)
 	 * SSL object to this socket (tls.h) and is not looked at. (A database
 	 * connection has state from its first bytes in clear: PostgreSQL's
 	 * SSLRequest, MySQL's greeting.) */
-	struct tls_call *tc = st && !st->db ? NULL : tls_call_now(tid);
+	struct tls_call *tc = st && !st->stream ? NULL : tls_call_now(tid);
 	if (tc && tls_bind(tc, p.sk, tgid, p.fd))
 		return;
 	struct segs sg;

@@ -384,8 +384,8 @@ impl Probes {
         let exe_literals = crate::discovery::Discovery::new(discovery).kernel_literals();
         let select_ports = u8::from(!discovery.open_ports.is_empty());
         let read_env = u8::from(probe.read_process_env);
-        let mut db_ports = [0u16; crate::kernel::DB_PORTS];
-        db_ports.iter_mut().zip(&probe.db_ports).for_each(|(slot, port)| *slot = *port);
+        let mut stream_ports = [0u16; crate::kernel::STREAM_PORTS];
+        stream_ports.iter_mut().zip(&probe.db_ports).for_each(|(slot, port)| *slot = *port);
         if tcp.copied_seq == 0 {
             tracing::warn!(
                 event = "tcp_offsets_unknown",
@@ -404,7 +404,7 @@ impl Probes {
             .override_global("exe_literals", &exe_literals[..], true)
             .override_global("select_ports", &select_ports, true)
             .override_global("read_env", &read_env, true)
-            .override_global("db_ports", &db_ports[..], true)
+            .override_global("stream_ports", &stream_ports[..], true)
             .override_global("tls_on", &tls_on, true)
             .override_global("tls_pid_links", &tls_pid_links, true)
             .override_global("tcp_copied_seq_off", &tcp.copied_seq, true)

@@ -413,18 +413,23 @@ fn batch_bytes(batch_length: usize) -> usize {
 /// batch names a process it has not named yet); `None` for a malformed
 /// record.
 fn push_record(raw: &mut RawBatch, item: &[u8]) -> Option<(ProcKey, Option<[u8; COMM_LEN]>)> {
-    match EventRecord::parse(item)? {
+    let h = match EventRecord::parse(item)? {
         EventRecord::Http(bytes) => {
             let ev = HttpEvent::parse(bytes)?;
             raw.push_event(&ev.raw_event()?);
-            Some(((ev.tgid, ev.proc_start_ns), Some(ev.comm)))
+            ev.h
         }
-        EventRecord::H2(h, pieces) => {
-            raw.push_h2(&h.raw(pieces)?);
-            // A close's process fields may be another task's.
-            Some(((h.tgid, h.proc_start_ns), (!h.is_close()).then_some(h.comm)))
+        EventRecord::H2(io, pieces) => {
+            raw.push_h2(&io.h2(pieces)?);
+            io.h
         }
-    }
+        EventRecord::Stream(io, pieces) => {
+            raw.push_stream(&io.stream(pieces)?);
+            io.h
+        }
+    };
+    // A close's process fields may be another task's.
+    Some(((h.tgid, h.proc_start_ns), (!h.is_close()).then_some(h.comm)))
 }
 
 /// Moves the ring's consumer position to the highest mark received; past

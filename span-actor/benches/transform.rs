@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use ipc_schema::{Body, Component, Envelope, ProcessInfo, Producer, RawBatch, RawEvent, RawH2, Role, SockAddr};
+use ipc_schema::{Body, Component, ConnHead, Envelope, Links, ProcessInfo, Producer, RawBatch, RawEvent, RawH2, RawStream, Role, SockAddr};
 use ringtail_config::Settings;
 use ringtail_ipc::protocol::InboundSeq;
 use runtime_kit::counters::Registry;
@@ -61,23 +61,25 @@ fn raw_batch(n: usize, conn_base: u64) -> RawBatch {
     let paths = ["/", "/api/users/12345", "/api/orders/987/items", "/static/app.js", "/health", "/api/search?q=x&page=2"];
     let events: Vec<RawEvent> = (0..n)
         .map(|i| RawEvent {
-            role: Role::Server,
-            pid: 1000 + (i % 4) as u32,
-            tid: 1000,
-            fd: 5,
-            proc_start_ns: 1,
-            conn_id: conn_base + (i / 16) as u64,
+            conn: ConnHead {
+                role: Role::Server,
+                pid: 1000 + (i % 4) as u32,
+                tid: 1000,
+                fd: 5,
+                proc_start_ns: 1,
+                conn_id: conn_base + (i / 16) as u64,
+                local: addr(8080),
+                peer: addr(40000 + (i % 1000) as u16),
+                tls: false,
+            },
             seq: (i % 16) as u32 + 1,
             parent: None,
             start_mono_ns: 1_000_000 + i as u64 * 1000,
             end_mono_ns: 1_200_000 + i as u64 * 1000,
             status: if i % 50 == 0 { 500 } else { 200 },
-            local: addr(8080),
-            peer: addr(40000 + (i % 1000) as u16),
             request_len: 90,
             truncated: false,
             orphan: false,
-            tls: false,
             h2c: false,
             unlinked: false,
             propagated: None,
@@ -89,7 +91,7 @@ fn raw_batch(n: usize, conn_base: u64) -> RawBatch {
         })
         .collect();
     let processes = processes(1000, "shop");
-    RawBatch::of(1_700_000_000_000_000_000, 0, processes, &events, &[])
+    RawBatch::of(1_700_000_000_000_000_000, 0, processes, &events, &[], &[])
 }
 
 /// A kernel h2 record's pieces (see `span_actor::h2::record`): each frame
@@ -118,22 +120,23 @@ fn h2_batch(conn_base: u64) -> RawBatch {
     for c in 0..16u64 {
         let (mut req, mut resp) = (hpack::Encoder::new(), hpack::Encoder::new());
         let record = |send: bool, start: bool, close: bool, mono_ns: u64, pieces: Vec<u8>| RawH2 {
-            role: Role::Server,
-            pid: 2000 + (c % 4) as u32,
-            tid: 2000,
-            fd: 7,
-            proc_start_ns: 1,
-            conn_id: conn_base + c,
+            conn: ConnHead {
+                role: Role::Server,
+                pid: 2000 + (c % 4) as u32,
+                tid: 2000,
+                fd: 7,
+                proc_start_ns: 1,
+                conn_id: conn_base + c,
+                tls: false,
+                local: addr(50051),
+                peer: addr(40000 + c as u16),
+            },
             mono_ns,
             send,
             start,
             close,
-            tls: false,
             upgrade: false,
             caller: None,
-            db: None,
-            local: addr(50051),
-            peer: addr(40000 + c as u16),
             pieces,
         };
         for group in 0..2u32 {
@@ -169,7 +172,7 @@ fn h2_batch(conn_base: u64) -> RawBatch {
         records.push(record(false, false, true, t, Vec::new()));
     }
     let processes = processes(2000, "orders");
-    RawBatch::of(1_700_000_000_000_000_000, 0, processes, &[], &records)
+    RawBatch::of(1_700_000_000_000_000_000, 0, processes, &[], &records, &[])
 }
 
 /// Calls in a [`db_batch`]: 16 connections of 16 calls.
@@ -197,8 +200,8 @@ fn resp(args: &[&[u8]]) -> Vec<u8> {
 /// A batch of database records: 8 PostgreSQL and 8 Redis client
 /// connections, 16 calls each, opened (PostgreSQL: its startup) and
 /// closed within the batch. A database connection's bytes come as the
-/// loader ships them: `RawH2` records with `db` set (a send, a receive),
-/// which the transformer hands to its database table.
+/// loader ships them: stream records (a send, a receive), which the
+/// transformer hands to its database table.
 fn db_batch(conn_base: u64) -> RawBatch {
     // a record's pieces: its bytes whole, one MORE piece
     let whole = |b: &[u8]| {
@@ -212,23 +215,23 @@ fn db_batch(conn_base: u64) -> RawBatch {
         let postgres = c < 8;
         let mut record = |send: bool, start: bool, close: bool, bytes: &[u8]| {
             t += 1000;
-            RawH2 {
-                role: Role::Client,
-                pid: 3000 + (c % 4) as u32,
-                tid: 3000,
-                fd: 9,
-                proc_start_ns: 1,
-                conn_id: conn_base + c,
+            RawStream {
+                conn: ConnHead {
+                    role: Role::Client,
+                    pid: 3000 + (c % 4) as u32,
+                    tid: 3000,
+                    fd: 9,
+                    proc_start_ns: 1,
+                    conn_id: conn_base + c,
+                    tls: false,
+                    local: addr(41000 + c as u16),
+                    peer: addr(if postgres { 5432 } else { 6379 }),
+                },
                 mono_ns: t,
                 send,
                 start,
                 close,
-                tls: false,
-                upgrade: false,
-                caller: None,
-                db: Some(ipc_schema::DbLinks::default()),
-                local: addr(41000 + c as u16),
-                peer: addr(if postgres { 5432 } else { 6379 }),
+                links: Links::default(),
                 pieces: if close { Vec::new() } else { whole(bytes) },
             }
         };
@@ -267,7 +270,7 @@ fn db_batch(conn_base: u64) -> RawBatch {
         records.push(record(false, false, true, &[]));
     }
     let processes = processes(3000, "shop");
-    RawBatch::of(1_700_000_000_000_000_000, 0, processes, &[], &records)
+    RawBatch::of(1_700_000_000_000_000_000, 0, processes, &[], &[], &records)
 }
 
 fn main() {

@@ -16,7 +16,7 @@
 
 use std::time::Instant;
 
-use ipc_schema::{ProcessInfo, RawBatch, RawEvent, Role, SockAddr};
+use ipc_schema::{ConnHead, ProcessInfo, RawBatch, RawEvent, Role, SockAddr};
 use ringtail_config::{RouteSettings, Settings};
 use runtime_kit::counters::Registry;
 use span_actor::db::pieces::{encode, Piece};
@@ -92,23 +92,25 @@ pub fn http1(data: &[u8]) {
     let registry = Registry::new(ipc_schema::Component::SpanActor, 1);
     let mut t = Transformer::new(&settings(), &registry);
     let ev = RawEvent {
-        role,
-        pid: 10,
-        tid: 10,
-        fd: 3,
-        proc_start_ns: 1,
-        conn_id: 1,
+        conn: ConnHead {
+            role,
+            pid: 10,
+            tid: 10,
+            fd: 3,
+            proc_start_ns: 1,
+            conn_id: 1,
+            local: SockAddr::from_bytes(false, [127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 8080),
+            peer: SockAddr::from_bytes(false, [10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 40_000),
+            tls: false,
+        },
         seq: 1,
         parent: None,
         start_mono_ns: 1_000,
         end_mono_ns: 2_000,
         status,
-        local: SockAddr::from_bytes(false, [127, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 8080),
-        peer: SockAddr::from_bytes(false, [10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 40_000),
         request_len: u32::try_from(request.len()).unwrap_or(u32::MAX),
         truncated: false,
         orphan: false,
-        tls: false,
         h2c: false,
         unlinked: false,
         propagated: None,
@@ -130,6 +132,7 @@ pub fn http1(data: &[u8]) {
             container_id: None,
         }],
         &[ev, orphan],
+        &[],
         &[],
     );
     let mut out = Vec::new();
@@ -200,7 +203,7 @@ pub fn ipc_decode(data: &[u8]) {
             }
         }
         if let ipc_schema::Body::Raw(b) = &env.body {
-            assert_eq!(b.events().count() + b.h2().count(), b.len(), "a decoded raw batch reads whole");
+            assert_eq!(b.events().count() + b.h2().count() + b.streams().count(), b.len(), "a decoded raw batch reads whole");
         }
         if let Ok(bytes) = ipc_schema::encode(&env) {
             let again = ipc_schema::decode(&bytes);

@@ -1,5 +1,5 @@
 //! [`DbTable`]: every database connection followed, the kernel's records
-//! in (`RawH2` with `db`), [`Operation`]s out (one per database call).
+//! in ([`RawStream`]s), [`Operation`]s out (one per database call).
 //!
 //! Bounded host-wide, whatever clients and servers send, by a
 //! [`ConnTable`]: at most [`DB_CONNS`] connections (a new one past it
@@ -13,7 +13,7 @@
 
 use std::collections::VecDeque;
 
-use ipc_schema::{DbLinks, RawH2, Role};
+use ipc_schema::{Links, RawStream, Role};
 use runtime_kit::counters::{Counter, Drops, Gauge, Registry};
 use rustc_hash::FxHashMap as HashMap;
 
@@ -34,7 +34,7 @@ struct Entry {
     /// Calls finished on it so far: the next one's `seq` (its span id).
     calls: u32,
     /// The latest sends' times and links, oldest first.
-    sends: VecDeque<(u64, DbLinks)>,
+    sends: VecDeque<(u64, Links)>,
 }
 
 impl Held for Entry {
@@ -114,8 +114,8 @@ impl DbTable {
 
     /// One record of epoch `inst`: its connection is fed; the calls that
     /// finished become operations in `out`.
-    pub fn record(&mut self, inst: u64, r: &RawH2<&[u8]>, out: &mut Vec<Operation>) {
-        let key = (inst, r.conn_id);
+    pub fn record(&mut self, inst: u64, r: &RawStream<&[u8]>, out: &mut Vec<Operation>) {
+        let key = (inst, r.conn.conn_id);
         if r.close {
             self.end(key, false);
             self.gone.remove(&key);
@@ -129,9 +129,9 @@ impl DbTable {
             if e.sends.len() >= SENDS_KEPT {
                 e.sends.pop_front();
             }
-            e.sends.push_back((r.mono_ns, r.db.unwrap_or_default()));
+            e.sends.push_back((r.mono_ns, r.links));
         }
-        e.db.feed(r.send, r.mono_ns, r.tls, r.pieces, &mut self.ops, &mut self.counts);
+        e.db.feed(r.send, r.mono_ns, r.conn.tls, r.pieces, &mut self.ops, &mut self.counts);
         for op in self.ops.drain(..) {
             e.calls = e.calls.wrapping_add(1);
             // the link of the send that carried the call
@@ -165,13 +165,14 @@ impl DbTable {
 
     /// Starts following connection `key` at record `r`: its protocol from
     /// its first bytes (or its port). Returns false when none is told.
-    fn open(&mut self, key: Key, r: &RawH2<&[u8]>) -> bool {
+    fn open(&mut self, key: Key, r: &RawStream<&[u8]>) -> bool {
         let first = pieces::pieces(r.pieces).find_map(|p| match p {
             Ok(Piece::Bytes(b)) => Some(b),
             _ => None,
         });
         let first = first.unwrap_or_default();
-        let system = if r.send { detect(first, None, r.peer.port) } else { detect(&[], Some(first), r.peer.port) };
+        let port = r.conn.peer.port;
+        let system = if r.send { detect(first, None, port) } else { detect(&[], Some(first), port) };
         let Some(system) = system else {
             self.stats.undetected.add(1);
             return false;
@@ -180,7 +181,7 @@ impl DbTable {
             self.stats.evicted.inc();
             self.forget(old, e, true);
         }
-        let who = Conn { id: r.conn_id, pid: r.pid, proc_start_ns: r.proc_start_ns, local: r.local, peer: r.peer, tls: r.tls };
+        let who = Conn::of(&r.conn);
         let calls = self.gone.remove(&key).map_or(0, |(calls, _)| calls);
         let mut db = DbConn::new(system);
         if !r.start {
@@ -221,7 +222,7 @@ impl DbTable {
 
 #[cfg(test)]
 mod tests {
-    use ipc_schema::SockAddr;
+    use ipc_schema::{ConnHead, SockAddr};
 
     use super::*;
     use crate::db::pieces::encode;
@@ -253,23 +254,23 @@ mod tests {
                 encode(&mut pieces, Piece::Bytes(bytes));
             }
             self.ts += 10;
-            let r = RawH2 {
-                role: Role::Client,
-                pid: 100,
-                tid: 100,
-                fd: 5,
-                proc_start_ns: 7,
-                conn_id: conn,
+            let r = RawStream {
+                conn: ConnHead {
+                    role: Role::Client,
+                    pid: 100,
+                    tid: 100,
+                    fd: 5,
+                    proc_start_ns: 7,
+                    conn_id: conn,
+                    local: v4([127, 0, 0, 1], 40_000),
+                    peer: v4([127, 0, 0, 1], 6379),
+                    tls: false,
+                },
                 mono_ns: self.ts,
                 send,
                 start: false,
                 close,
-                tls: false,
-                upgrade: false,
-                caller: None,
-                db: Some(DbLinks::default()),
-                local: v4([127, 0, 0, 1], 40_000),
-                peer: v4([127, 0, 0, 1], 6379),
+                links: Links::default(),
                 pieces: &pieces[..],
             };
             let before = self.out.len();

@@ -89,14 +89,14 @@ impl Http1 {
     /// any) to `out`; an `Upgrade: h2c` request, for the HTTP/2 module,
     /// returned.
     pub fn event(&mut self, inst: u64, ev: &RawEvent<&[u8]>, out: &mut Vec<Operation>) -> Option<Upgrade> {
-        let key = (inst, ev.conn_id);
+        let key = (inst, ev.conn.conn_id);
         if ev.h2c {
             let Some(head) = parse_request(ev.request) else {
                 self.unparsable.add(1);
                 return None;
             };
             // a server's parent is its caller on this host (join.h)
-            let caller = ev.parent.filter(|_| ev.role == Role::Server).map(|(conn, _)| conn);
+            let caller = ev.parent.filter(|_| ev.conn.role == Role::Server).map(|(conn, _)| conn);
             return Some(Upgrade { key, head, start_ns: ev.start_mono_ns, caller });
         }
         if ev.orphan {
@@ -114,7 +114,7 @@ impl Http1 {
             self.heads -= left;
             self.pipelined_unanswered.add(left as u64);
         }
-        if !heads.is_empty() && ev.role == Role::Server {
+        if !heads.is_empty() && ev.conn.role == Role::Server {
             if self.pipes.len() >= PIPELINES || self.heads + heads.len() > PIPELINED_HEADS {
                 // Bounded: what the forgotten connections still waited
                 // for is counted, not silently lost.
@@ -155,8 +155,8 @@ impl Http1 {
 fn operation(ev: &RawEvent<&[u8]>, head: RequestHead, seq: u32, sub: u32, start: u64) -> Operation {
     let RequestHead { method, path, query, target_host, version, host, user_agent, traceparent, .. } = head;
     Operation {
-        role: ev.role,
-        conn: Conn { id: ev.conn_id, pid: ev.pid, proc_start_ns: ev.proc_start_ns, local: ev.local, peer: ev.peer, tls: ev.tls },
+        role: ev.conn.role,
+        conn: Conn::of(&ev.conn),
         seq,
         sub,
         start_mono_ns: start,

@@ -45,6 +45,13 @@ pub struct Conn {
     pub tls: bool,
 }
 
+impl Conn {
+    /// The connection a kernel record names.
+    pub fn of(c: &ipc_schema::ConnHead) -> Conn {
+        Conn { id: c.conn_id, pid: c.pid, proc_start_ns: c.proc_start_ns, local: c.local, peer: c.peer, tls: c.tls }
+    }
+}
+
 /// One finished operation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Operation {

@@ -351,11 +351,13 @@ impl Transformer {
             }
         }
         for r in batch.h2() {
-            if r.db.is_some() {
-                self.db.record(epoch, &r, &mut ops);
-            } else {
-                self.h2.record(epoch, &r, &mut ops);
+            self.h2.record(epoch, &r, &mut ops);
+            for op in ops.drain(..) {
+                self.emit(&mut b, op);
             }
+        }
+        for r in batch.streams() {
+            self.db.record(epoch, &r, &mut ops);
             for op in ops.drain(..) {
                 self.emit(&mut b, op);
             }

@@ -133,57 +133,43 @@ fn span_batch() -> ipc_schema::SpanBatch {
 /// A raw batch with an HTTP/1 event, an HTTP/2 record and a database
 /// record.
 fn raw_batch() -> ipc_schema::RawBatch {
-    use ipc_schema::{DbLinks, ProcessInfo, RawBatch, RawEvent, RawH2, Role, SockAddr};
+    use ipc_schema::{ConnHead, Links, ProcessInfo, RawBatch, RawEvent, RawH2, RawStream, Role, SockAddr};
     let local = SockAddr::from_bytes(true, [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1], 8000);
     let peer = SockAddr::from_bytes(false, [10, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 40_000);
     let ev = RawEvent {
-        role: Role::Server,
-        pid: 10,
-        tid: 11,
-        fd: 3,
-        proc_start_ns: 1,
-        conn_id: 1,
+        conn: ConnHead { role: Role::Server, pid: 10, tid: 11, fd: 3, proc_start_ns: 1, conn_id: 1, local, peer, tls: true },
         seq: 1,
         parent: Some((4, 2)),
         start_mono_ns: 1_000,
         end_mono_ns: 2_000,
         status: 200,
-        local,
-        peer,
         request_len: 30,
         truncated: false,
         orphan: false,
-        tls: true,
         h2c: false,
         unlinked: false,
         propagated: None,
         request: b"GET /x?token=1 HTTP/1.1\r\n\r\n".to_vec(),
     };
     let h2 = RawH2 {
-        role: Role::Client,
-        pid: 10,
-        tid: 12,
-        fd: 4,
-        proc_start_ns: 1,
-        conn_id: 2,
+        conn: ConnHead { role: Role::Client, pid: 10, tid: 12, fd: 4, proc_start_ns: 1, conn_id: 2, tls: false, local, peer },
         mono_ns: 3_000,
         send: true,
         start: true,
         close: false,
-        tls: false,
         upgrade: false,
         caller: None,
-        db: None,
-        local,
-        peer,
         pieces: vec![1, 0, 0, 4, 4, 0, 0, 0, 0, 0],
     };
     // a Redis PING sent while the thread served (conn 1, request 1)
-    let db = RawH2 {
-        conn_id: 5,
-        db: Some(DbLinks { parent: Some((1, 1)), unlinked: false }),
+    let db = RawStream {
+        conn: ConnHead { conn_id: 5, ..h2.conn },
+        mono_ns: 3_000,
+        send: true,
+        start: true,
+        close: false,
+        links: Links { parent: Some((1, 1)), unlinked: false },
         pieces: [&[2, 14, 0][..], b"*1\r\n$4\r\nPING\r\n"].concat(),
-        ..h2.clone()
     };
     let process = ProcessInfo {
         pid: 10,
@@ -197,14 +183,12 @@ fn raw_batch() -> ipc_schema::RawBatch {
     };
     // a client request with the traceparent the kernel wrote
     let propagated = RawEvent {
-        role: Role::Client,
-        conn_id: 3,
+        conn: ConnHead { role: Role::Client, conn_id: 3, tls: false, ..ev.conn },
         parent: None,
-        tls: false,
         propagated: Some((0x0af7_6519_16cd_43dd_8448_eb21_1c80_319c, 0xb7ad_6b71_6920_3331)),
         ..ev.clone()
     };
-    RawBatch::of(1_700_000_000_000_000_000, 9, vec![process], &[ev, propagated], &[h2, db])
+    RawBatch::of(1_700_000_000_000_000_000, 9, vec![process], &[ev, propagated], &[h2], &[db])
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use bytes::Bytes;
-use ipc_schema::{endpoints, Body, Component, Envelope, ProcessInfo, Producer, RawBatch, RawEvent, Role, SockAddr};
+use ipc_schema::{endpoints, Body, Component, ConnHead, Envelope, ProcessInfo, Producer, RawBatch, RawEvent, Role, SockAddr};
 use ringtail_ipc::{self as ipc, Access};
 use runtime_kit::counters::Registry;
 
@@ -19,23 +19,25 @@ fn addr(port: u16) -> SockAddr {
 
 fn batch() -> RawBatch {
     let ev = |conn: u64, path: &str| RawEvent {
-        role: Role::Server,
-        pid: 4242,
-        tid: 4242,
-        fd: 3,
-        proc_start_ns: 1,
-        conn_id: conn,
+        conn: ConnHead {
+            role: Role::Server,
+            pid: 4242,
+            tid: 4242,
+            fd: 3,
+            proc_start_ns: 1,
+            conn_id: conn,
+            local: addr(8080),
+            peer: addr(40000),
+            tls: false,
+        },
         seq: 1,
         parent: None,
         start_mono_ns: 1_000,
         end_mono_ns: 2_000,
         status: 200,
-        local: addr(8080),
-        peer: addr(40000),
         request_len: 0,
         truncated: false,
         orphan: false,
-        tls: false,
         h2c: false,
         unlinked: false,
         propagated: None,
@@ -55,6 +57,7 @@ fn batch() -> RawBatch {
             container_id: None,
         }],
         &[ev(1, "/a"), ev(2, "/b")],
+        &[],
         &[],
     )
 }

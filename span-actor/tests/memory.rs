@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use ipc_schema::{endpoints, Body, Component, Envelope, ProcessInfo, Producer, RawBatch, RawEvent, RawH2, Role, SockAddr};
+use ipc_schema::{endpoints, Body, Component, ConnHead, Envelope, ProcessInfo, Producer, RawBatch, RawEvent, RawH2, Role, SockAddr};
 use ringtail_ipc::consumer::{Consumer, ConsumerOptions, Inbound};
 use ringtail_ipc::{self as ipc, Access};
 use runtime_kit::counters::Registry;
@@ -248,7 +248,7 @@ async fn warm_up(rig: &mut Rig) {
     }
     // Again until the span-actor has subscribed (a PUB drops what no
     // subscriber takes; the same seq again is a duplicate).
-    let batch = RawBatch::of(EPOCH_NS, 0, vec![process(1, None)], &events, &[]);
+    let batch = RawBatch::of(EPOCH_NS, 0, vec![process(1, None)], &events, &[], &[]);
     rig.send(batch.clone()).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     while rig.point("ringtail_raw_batches_received_total") < 1.0 {
@@ -262,23 +262,25 @@ async fn warm_up(rig: &mut Rig) {
 
 fn http1_event(pid: u32, conn: u64, path: &str, status: u16) -> RawEvent {
     RawEvent {
-        role: Role::Server,
-        pid,
-        tid: pid,
-        fd: 3,
-        proc_start_ns: 1,
-        conn_id: conn,
+        conn: ConnHead {
+            role: Role::Server,
+            pid,
+            tid: pid,
+            fd: 3,
+            proc_start_ns: 1,
+            conn_id: conn,
+            local: addr([127, 0, 0, 1], 8080),
+            peer: addr([10, 0, 0, 1], 40000),
+            tls: false,
+        },
         seq: 1,
         parent: None,
         start_mono_ns: 1_000_000 + conn,
         end_mono_ns: 2_000_000 + conn,
         status,
-        local: addr([127, 0, 0, 1], 8080),
-        peer: addr([10, 0, 0, 1], 40000),
         request_len: 0,
         truncated: false,
         orphan: false,
-        tls: false,
         h2c: false,
         unlinked: false,
         propagated: None,
@@ -340,22 +342,23 @@ fn mb(kb: u64) -> f64 {
 /// `pieces`).
 fn h2_record(conn: u64, ns: u64, start: bool, close: bool, pieces: Vec<u8>) -> RawH2 {
     RawH2 {
-        role: Role::Server,
-        pid: 2,
-        tid: 2,
-        fd: 5,
-        proc_start_ns: 1,
-        conn_id: conn,
+        conn: ConnHead {
+            role: Role::Server,
+            pid: 2,
+            tid: 2,
+            fd: 5,
+            proc_start_ns: 1,
+            conn_id: conn,
+            tls: false,
+            local: addr([127, 0, 0, 1], 8443),
+            peer: addr([10, 0, 0, 2], (50000 + conn % 10000) as u16),
+        },
         mono_ns: ns,
         send: false,
         start,
         close,
-        tls: false,
         upgrade: false,
         caller: None,
-        db: None,
-        local: addr([127, 0, 0, 1], 8443),
-        peer: addr([10, 0, 0, 2], (50000 + conn % 10000) as u16),
         pieces,
     }
 }
@@ -399,7 +402,7 @@ async fn http2_streams_that_never_end_stay_within_h2_state_mb() {
                 records.push(h2_record(conn, 1_000_000 + u64::from(s), s == 0, false, frame(1, 0x4, id, &block)));
             }
             for chunk in records.chunks(250) {
-                rig.send(RawBatch::of(EPOCH_NS, 0, vec![process(2, None)], &[], chunk)).await;
+                rig.send(RawBatch::of(EPOCH_NS, 0, vec![process(2, None)], &[], chunk, &[])).await;
             }
         }
         rig.settle(|r| r.point("ringtail_h2_state_bytes") > 0.0).await;
@@ -425,7 +428,7 @@ async fn http2_streams_that_never_end_stay_within_h2_state_mb() {
         );
         // The connections close: their streams end, their state goes.
         let closes: Vec<RawH2> = (0..CONNS).map(|c| h2_record(1000 * (round + 1) + c, 9_000_000, false, true, Vec::new())).collect();
-        rig.send(RawBatch::of(EPOCH_NS, 0, vec![process(2, None)], &[], &closes)).await;
+        rig.send(RawBatch::of(EPOCH_NS, 0, vec![process(2, None)], &[], &closes, &[])).await;
         rig.settle(|r| r.point("ringtail_h2_state_bytes") == 0.0 && r.point("ringtail_ipc_kept_batches") == 0.0).await;
         // Collection turns (runtime_kit::memory::collector, each second):
         // until it is within the fixed overhead, or stops going down.
@@ -479,7 +482,7 @@ async fn routes_of_many_services_stay_within_their_budget() {
             let events: Vec<RawEvent> =
                 (0..ROUTES).map(|r| http1_event(p, r, &format!("/s{svc}r{round}/route{r}/{}", "x".repeat(440)), 200)).collect();
             let name = format!("service-{svc}-{round}-{}", "n".repeat(40));
-            rig.send(RawBatch::of(EPOCH_NS, 0, vec![process(p, Some(name))], &events, &[])).await;
+            rig.send(RawBatch::of(EPOCH_NS, 0, vec![process(p, Some(name))], &events, &[], &[])).await;
         }
     }
     // Every span exported (acknowledged): what stays is the routes'.

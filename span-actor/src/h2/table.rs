@@ -161,7 +161,7 @@ impl H2Table {
     /// One record of loader instance (or epoch) `inst`: its connection is
     /// fed; the streams that ended become operations in `out`.
     pub fn record(&mut self, inst: u64, r: &RawH2<&[u8]>, out: &mut Vec<Operation>) {
-        let key = (inst, r.conn_id);
+        let key = (inst, r.conn.conn_id);
         if r.close {
             self.close(key, r.mono_ns, out);
             return;
@@ -197,7 +197,7 @@ impl H2Table {
     fn open(&mut self, key: Key, r: &RawH2<&[u8]>) {
         // Without its start (the span-actor restarted, or the table
         // evicted it) the HPACK tables' past is unknown.
-        let mut conn = H2Conn::new(r.role, !r.start);
+        let mut conn = H2Conn::new(r.conn.role, !r.start);
         let mut caller = None;
         if let Some(Upgrade { head, start_ns: start, caller: c, .. }) = r.upgrade.then(|| self.upgrades.remove(&key)).flatten() {
             caller = c;
@@ -213,8 +213,8 @@ impl H2Table {
             }
             conn.seed_upgrade(start, head.method.as_bytes(), target.as_bytes(), &headers);
         }
-        let who = Conn { id: r.conn_id, pid: r.pid, proc_start_ns: r.proc_start_ns, local: r.local, peer: r.peer, tls: r.tls };
-        self.conns.insert(key, Entry { conn: Box::new(conn), role: r.role, who, caller });
+        let who = Conn::of(&r.conn);
+        self.conns.insert(key, Entry { conn: Box::new(conn), role: r.conn.role, who, caller });
     }
 
     /// The connection closed (or can no longer be read) at `ts`: out of

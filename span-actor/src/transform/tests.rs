@@ -1,7 +1,7 @@
 use super::*;
 use crate::http1::PIPELINED_HEADS;
 use crate::ledger::Ledger;
-use ipc_schema::{DbLinks, RawEvent, RawH2};
+use ipc_schema::{ConnHead, Links, RawEvent, RawH2, RawStream};
 use ipc_schema::{ProcessInfo, SockAddr};
 use ringtail_ipc::protocol::{InboundSeq, Verdict};
 
@@ -16,23 +16,25 @@ fn v4(a: [u8; 4], port: u16) -> SockAddr {
 
 fn event(role: Role, conn: u64, seq: u32, req: &[u8], status: u16) -> RawEvent {
     RawEvent {
-        role,
-        pid: 100,
-        tid: 101,
-        fd: 5,
-        proc_start_ns: 7,
-        conn_id: conn,
+        conn: ConnHead {
+            role,
+            pid: 100,
+            tid: 101,
+            fd: 5,
+            proc_start_ns: 7,
+            conn_id: conn,
+            local: v4([127, 0, 0, 1], 8000),
+            peer: v4([10, 0, 0, 9], 50_123),
+            tls: false,
+        },
         seq,
         parent: None,
         start_mono_ns: 1_000_000,
         end_mono_ns: 3_500_000,
         status,
-        local: v4([127, 0, 0, 1], 8000),
-        peer: v4([10, 0, 0, 9], 50_123),
         request_len: req.len() as u32,
         truncated: false,
         orphan: false,
-        tls: false,
         h2c: false,
         unlinked: false,
         propagated: None,
@@ -40,8 +42,13 @@ fn event(role: Role, conn: u64, seq: u32, req: &[u8], status: u16) -> RawEvent {
     }
 }
 
+/// The same event over TLS.
+fn tls(ev: RawEvent) -> RawEvent {
+    RawEvent { conn: ConnHead { tls: true, ..ev.conn }, ..ev }
+}
+
 fn batch(events: Vec<RawEvent>) -> RawBatch {
-    RawBatch::of(OFFSET, 0, vec![process(100, None)], &events, &[])
+    RawBatch::of(OFFSET, 0, vec![process(100, None)], &events, &[], &[])
 }
 
 /// Process `pid` (python3), named `service` by its `OTEL_SERVICE_NAME`.
@@ -164,10 +171,7 @@ fn tls_requests_have_the_https_scheme_and_nothing_else_differs() {
     let mut rig = Rig::new(|_| {});
     let req = b"GET /users/42 HTTP/1.1\r\nHost: shop\r\n\r\n";
     let plain = rig.run(vec![event(Role::Server, 1, 1, req, 200), event(Role::Client, 2, 1, req, 200)]);
-    let tls = rig.run(vec![
-        RawEvent { tls: true, ..event(Role::Server, 1, 1, req, 200) },
-        RawEvent { tls: true, ..event(Role::Client, 2, 1, req, 200) },
-    ]);
+    let tls = rig.run(vec![tls(event(Role::Server, 1, 1, req, 200)), tls(event(Role::Client, 2, 1, req, 200))]);
     assert_eq!(plain.len(), 2);
     assert_eq!(tls.len(), 2);
     for (p, t) in plain.iter().zip(&tls) {
@@ -244,8 +248,8 @@ fn client_call_inside_a_server_request_is_its_child() {
     let mut rig = Rig::new(|_| {});
     let mut client = event(Role::Client, 9, 1, b"GET /inner HTTP/1.1\r\nHost: backend:9000\r\n\r\n", 200);
     client.parent = Some((1, 1));
-    client.local = v4([127, 0, 0, 1], 40_000);
-    client.peer = v4([127, 0, 0, 2], 9000);
+    client.conn.local = v4([127, 0, 0, 1], 40_000);
+    client.conn.peer = v4([127, 0, 0, 2], 9000);
     // The client exchange finishes first; the server span (with an incoming
     // traceparent) comes after it in the same batch.
     let server = event(
@@ -338,7 +342,7 @@ fn a_forwarded_traceparent_links_an_unlinked_call_to_the_request_that_carried_it
     assert_eq!((out[0].span.trace_id, out[0].span.parent_span_id), (ids::trace_id(INST, 23, 1, 0), 0));
     // another process's call with that traceparent: waits, in vain
     let mut other = call(24, "00000000000000b2");
-    other.pid = 200;
+    other.conn.pid = 200;
     assert!(rig.run(vec![other]).is_empty());
     let mut out = Vec::new();
     rig.t.expire(Instant::now() + Duration::from_millis(20), &mut out);
@@ -377,7 +381,7 @@ fn calls_that_never_forward_stop_waiting_and_an_unexported_request_releases_its_
     assert_eq!(rig.t.held(), 0);
     // another process: a call held, then its request, not exported, releases it
     let mut held = call(300, "/x");
-    held.pid = 300;
+    held.conn.pid = 300;
     assert!(rig.run(vec![held]).is_empty());
     let mut health = event(
         Role::Server,
@@ -386,7 +390,7 @@ fn calls_that_never_forward_stop_waiting_and_an_unexported_request_releases_its_
         format!("GET /health HTTP/1.1\r\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-{:016x}-01\r\n\r\n", 300).as_bytes(),
         200,
     );
-    health.pid = 300;
+    health.conn.pid = 300;
     let out = rig.run(vec![health]);
     assert_eq!(out.len(), 1, "only the call");
     assert_eq!((out[0].span.kind, out[0].span.parent_span_id), (SpanKind::Client, 0));
@@ -468,12 +472,12 @@ fn server_span_joins_its_caller_on_this_host_in_either_order() {
 #[test]
 fn a_server_span_joined_to_its_caller_carries_the_callers_end_of_the_edge() {
     let procs = || vec![process(100, Some("front")), process(200, Some("back"))];
-    let run = |rig: &mut Rig, events: Vec<RawEvent>| rig.run_batch(RawBatch::of(OFFSET, 0, procs(), &events, &[]));
+    let run = |rig: &mut Rig, events: Vec<RawEvent>| rig.run_batch(RawBatch::of(OFFSET, 0, procs(), &events, &[], &[]));
     let pair = |conn: u64, seq: u32, status: u16| {
         let mut call = event(Role::Client, conn, seq, b"GET /b HTTP/1.1\r\n\r\n", status);
         (call.start_mono_ns, call.end_mono_ns) = (1_000_000, 9_000_000);
         let mut served = event(Role::Server, conn + 1, seq, b"GET /b HTTP/1.1\r\n\r\n", status);
-        served.pid = 200;
+        served.conn.pid = 200;
         served.parent = Some((conn, seq));
         (call, served)
     };
@@ -532,13 +536,13 @@ fn an_edge_is_completed_when_its_caller_is_released_from_its_own_wait() {
     let procs = vec![process(100, Some("front")), process(200, Some("back"))];
     let mut rig = Rig::new(|_| {});
     let mut back = event(Role::Server, 30, 1, b"GET /back HTTP/1.1\r\n\r\n", 200);
-    (back.pid, back.parent) = (200, Some((20, 1)));
+    (back.conn.pid, back.parent) = (200, Some((20, 1)));
     let mut call = event(Role::Client, 20, 1, b"GET /back HTTP/1.1\r\n\r\n", 200);
     call.parent = Some((10, 1));
     let front = event(Role::Server, 10, 1, b"GET /front HTTP/1.1\r\n\r\n", 200);
-    assert!(rig.run_batch(RawBatch::of(OFFSET, 0, procs.clone(), &[back], &[])).is_empty());
-    assert!(rig.run_batch(RawBatch::of(OFFSET, 0, procs.clone(), &[call], &[])).is_empty());
-    let out = rig.run_batch(RawBatch::of(OFFSET, 0, procs, &[front], &[]));
+    assert!(rig.run_batch(RawBatch::of(OFFSET, 0, procs.clone(), &[back], &[], &[])).is_empty());
+    assert!(rig.run_batch(RawBatch::of(OFFSET, 0, procs.clone(), &[call], &[], &[])).is_empty());
+    let out = rig.run_batch(RawBatch::of(OFFSET, 0, procs, &[front], &[], &[]));
     assert_eq!(out.len(), 3);
     let edges: Vec<_> =
         out.iter().filter_map(|p| Some((p.span.h().path.to_string(), p.span.edge.as_ref()?.peer_service.to_string()))).collect();
@@ -573,7 +577,7 @@ fn a_caller_never_seen_or_not_exported_does_not_hold_a_span_longer_than_parent_w
     assert_eq!(out[0].span.trace_id, ids::trace_id(INST, 42, 1, 0));
     assert_eq!(rig.t.held(), 0);
     // and one made later goes out at once too
-    call.conn_id = 44;
+    call.conn.conn_id = 44;
     assert_eq!(rig.run(vec![call]).len(), 1);
     assert_eq!(rig.count("ringtail_parent_wait_timeouts_total", None), 1.0);
 }
@@ -663,28 +667,15 @@ fn secrets_never_reach_a_span() {
 }
 
 fn h2_record(conn: u64, send: bool, start: bool, pieces: Vec<u8>, mono_ns: u64) -> RawH2 {
-    RawH2 {
-        role: Role::Server,
-        pid: 100,
-        tid: 101,
-        fd: 5,
-        proc_start_ns: 7,
-        conn_id: conn,
-        mono_ns,
-        send,
-        start,
-        close: false,
-        tls: false,
-        upgrade: false,
-        caller: None,
-        db: None,
-        local: v4([127, 0, 0, 1], 8000),
-        peer: v4([10, 0, 0, 9], 50_123),
-        pieces,
-    }
+    RawH2 { conn: event(Role::Server, conn, 1, b"", 0).conn, mono_ns, send, start, close: false, upgrade: false, caller: None, pieces }
 }
 
-/// An H2P_FRAME piece with its payload as an H2P_MORE piece, as the kernel writes them.
+/// The same record, of the client's side.
+fn client_side(r: RawH2) -> RawH2 {
+    RawH2 { conn: ConnHead { role: Role::Client, ..r.conn }, ..r }
+}
+
+/// A PIECE_FRAME piece with its payload as a PIECE_MORE piece, as the kernel writes them.
 fn frame(typ: u8, flags: u8, stream: u8, payload: &[u8]) -> Vec<u8> {
     let n = payload.len();
     let mut v = vec![1, 0, 0, n as u8, typ, flags, 0, 0, 0, stream];
@@ -730,7 +721,7 @@ fn h2_streams_become_spans_and_bad_records_are_counted() {
 #[test]
 fn h2_server_streams_join_their_callers_streams() {
     let mut rig = Rig::new(|_| {});
-    let client = |send: bool, start: bool, pieces: Vec<u8>, ns: u64| RawH2 { role: Role::Client, ..h2_record(70, send, start, pieces, ns) };
+    let client = |send: bool, start: bool, pieces: Vec<u8>, ns: u64| client_side(h2_record(70, send, start, pieces, ns));
     let server = |send: bool, start: bool, pieces: Vec<u8>, ns: u64| RawH2 { caller: Some(70), ..h2_record(71, send, start, pieces, ns) };
     let mut b = batch(vec![]);
     // the server's stream 1 ends (reported first), then the client's
@@ -803,11 +794,8 @@ fn h2c_upgraded_server_streams_join_their_callers_streams() {
         RawEvent { h2c: true, ..event(Role::Client, 80, 1, up, 101) },
         RawEvent { h2c: true, parent: Some((80, 1)), ..event(Role::Server, 81, 1, up, 101) },
     ]);
-    let client = |send: bool, start: bool, pieces: Vec<u8>, ns: u64| RawH2 {
-        role: Role::Client,
-        upgrade: start,
-        ..h2_record(80, send, start, pieces, ns)
-    };
+    let client =
+        |send: bool, start: bool, pieces: Vec<u8>, ns: u64| RawH2 { upgrade: start, ..client_side(h2_record(80, send, start, pieces, ns)) };
     let server = |send: bool, start: bool, pieces: Vec<u8>, ns: u64| RawH2 { upgrade: start, ..h2_record(81, send, start, pieces, ns) };
     for r in [
         server(true, true, frame(1, 0x5, 1, &[0x88]), 2_900_000),
@@ -937,35 +925,35 @@ fn pipelined_heads_are_bounded_host_wide() {
 
 // ------------------------------------------------------------- databases
 
-/// A database connection's record (`RawH2` with `db`) of process 100, the
-/// client, to the server at 10.0.0.5:`port`, its bytes captured whole.
-fn db_record(conn: u64, port: u16, send: bool, bytes: &[u8], mono_ns: u64, parent: Option<(u64, u32)>) -> RawH2 {
+/// A database connection's stream record of process 100, the client, to
+/// the server at 10.0.0.5:`port`, its bytes captured whole.
+fn db_record(conn: u64, port: u16, send: bool, bytes: &[u8], mono_ns: u64, parent: Option<(u64, u32)>) -> RawStream {
     let mut pieces = Vec::new();
     crate::db::pieces::encode(&mut pieces, crate::db::pieces::Piece::Bytes(bytes));
-    RawH2 {
-        role: Role::Client,
-        pid: 100,
-        tid: 101,
-        fd: 6,
-        proc_start_ns: 7,
-        conn_id: conn,
+    RawStream {
+        conn: ConnHead {
+            role: Role::Client,
+            pid: 100,
+            tid: 101,
+            fd: 6,
+            proc_start_ns: 7,
+            conn_id: conn,
+            local: v4([127, 0, 0, 1], 41_000),
+            peer: v4([10, 0, 0, 5], port),
+            tls: false,
+        },
         mono_ns,
         send,
         start: false,
         close: false,
-        tls: false,
-        upgrade: false,
-        caller: None,
-        db: Some(DbLinks { parent: if send { parent } else { None }, unlinked: false }),
-        local: v4([127, 0, 0, 1], 41_000),
-        peer: v4([10, 0, 0, 5], port),
+        links: Links { parent: if send { parent } else { None }, unlinked: false },
         pieces,
     }
 }
 
 /// The record the kernel ships when database connection `conn` closes.
-fn db_close(conn: u64, port: u16, mono_ns: u64) -> RawH2 {
-    RawH2 { close: true, send: false, pieces: Vec::new(), ..db_record(conn, port, false, b"", mono_ns, None) }
+fn db_close(conn: u64, port: u16, mono_ns: u64) -> RawStream {
+    RawStream { close: true, send: false, pieces: Vec::new(), ..db_record(conn, port, false, b"", mono_ns, None) }
 }
 
 /// A PostgreSQL message: type, length, body.
@@ -985,13 +973,13 @@ fn pg_startup() -> Vec<u8> {
     v
 }
 
-/// A `Rig::run` with database (or HTTP/2) records after the events.
-fn run_records(rig: &mut Rig, events: Vec<RawEvent>, records: &[RawH2]) -> Vec<Produced> {
+/// A `Rig::run` with database stream records after the events.
+fn run_records(rig: &mut Rig, events: Vec<RawEvent>, records: &[RawStream]) -> Vec<Produced> {
     rig.seq += 1;
     assert_eq!(rig.ledger.seq.receive(rig.seq), Verdict::New);
     let mut b = batch(events);
     for r in records {
-        b.push_h2(r);
+        b.push_stream(r);
     }
     let mut out = Vec::new();
     let made = rig.t.transform(INST, rig.seq, &b, Instant::now(), &mut out);
@@ -1167,7 +1155,7 @@ fn database_call_inside_a_server_request_is_its_child() {
 fn an_unlinked_database_call_is_not_held() {
     let mut rig = Rig::new(|_| {});
     let mut send = db_record(40, 6379, true, b"*1\r\n$4\r\nPING\r\n", 1_000_000, None);
-    send.db = Some(DbLinks { parent: None, unlinked: true });
+    send.links = Links { parent: None, unlinked: true };
     let out = run_records(&mut rig, vec![], &[send, db_record(40, 6379, false, b"+PONG\r\n", 1_100_000, None)]);
     assert_eq!(out.len(), 1);
     assert_eq!((out[0].span.name.as_str(), out[0].span.parent_span_id), ("PING", 0));
