@@ -18,15 +18,19 @@
 //!   streams; [`h2::grpc`] applies the RPC conventions).
 //! - [`db`]: the database module: PostgreSQL, MySQL/MariaDB, Redis and
 //!   memcached calls read off the wire (sanitized text, errors, pipelines),
-//!   and the database conventions ([`db::judge`]); [`db_table`] follows
-//!   every database connection, bounded, and makes operations of the
-//!   calls.
+//!   and the database conventions ([`db::judge`]), a family
+//!   ([`db::FAMILY`]) of the stream table.
 //! - [`messaging`]: the messaging module, parsers and state only (not
 //!   yet wired into spans): Kafka and MQTT calls read off a client's
 //!   broker connection (PRODUCER/CONSUMER ops, `traceparent`s for links).
+//! - [`stream_table`]: every byte-stream connection (a configured
+//!   port's), bounded: each protocol family told by its first bytes or
+//!   port ([`stream_table::FAMILIES`]), its records fed to that family's
+//!   connection state, its calls made operations, linked to the request
+//!   their send was made for.
 //! - [`conn_table`]: the bounded connection table both [`h2::table`] and
-//!   [`db_table`] keep their connections in (the connection cap, eviction
-//!   of the oldest, the byte budget and shedding of the largest).
+//!   [`stream_table`] keep their connections in (the connection cap,
+//!   eviction of the oldest, the byte budget and shedding of the largest).
 //! - [`transform`]: batch by batch, records to their protocol's module and
 //!   its operations into spans (`ipc_schema::Span`, what each was an
 //!   `ipc_schema::Call`) by one path for every protocol
@@ -67,8 +71,13 @@
 //!    [`conn_table::ConnTable`] (its connection state says what it holds,
 //!    [`conn_table::Held`]; the table bounds the connections and their
 //!    bytes, `pipeline.conn_state_mb`, and hands back what it forgets for
-//!    the protocol to end and count), like [`h2::table::H2Table`] and
-//!    [`db_table::DbTable`].
+//!    the protocol to end and count), like [`h2::table::H2Table`]. A
+//!    byte-stream protocol (a configured port's, not HTTP: the kernel's
+//!    [`ipc_schema::RawStream`] records) needs none of its own: it is a
+//!    [`stream_table::Family`] (told by its bytes or port, a
+//!    [`stream_table::StreamConn`] per connection) added to
+//!    [`stream_table::FAMILIES`], and [`stream_table::StreamTable`] bounds,
+//!    counts and links it, like [`db::FAMILY`].
 //! 3. **`fn(record) -> Vec<Operation>`**: each finished exchange as an
 //!    operation: `role` (SERVER/CLIENT), the [`operation::Conn`] (process,
 //!    addresses: the peer), `seq`/`sub` (its place on the connection: the
@@ -98,7 +107,6 @@
 pub mod actors;
 pub mod conn_table;
 pub mod db;
-pub mod db_table;
 pub mod graph;
 pub mod h2;
 pub mod http;
@@ -112,5 +120,6 @@ pub mod operation;
 pub mod redact;
 pub mod routes;
 pub mod semconv;
+pub mod stream_table;
 pub mod text;
 pub mod transform;

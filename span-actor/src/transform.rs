@@ -2,7 +2,7 @@
 //! code the actors call (and benchmarks and tests can call directly).
 //!
 //! Each protocol module turns its records into [`Operation`]s
-//! ([`crate::http1`], [`crate::h2::table`], [`crate::db_table`]);
+//! ([`crate::http1`], [`crate::h2::table`], [`crate::stream_table`]);
 //! [`Transformer::emit`] is the one path that makes spans and resources of
 //! them, whatever their protocol: the resource, the parts the call's
 //! conventions make of it ([`SpanParts`], by its family's module:
@@ -22,7 +22,6 @@ use ringtail_config::Settings;
 use runtime_kit::counters::{Counter, Registry};
 
 use crate::db;
-use crate::db_table::DbTable;
 use crate::graph::{Caller, Callers};
 use crate::h2::grpc;
 use crate::h2::table::{H2Table, H2_SUB};
@@ -31,6 +30,7 @@ use crate::ids::{self, TraceParent};
 use crate::naming::{host_name, Naming};
 use crate::operation::{Addrs, Call, Operation, SpanParts};
 use crate::semconv;
+use crate::stream_table::StreamTable;
 
 /// Spans whose trace context is remembered for the spans that join them
 /// (slots of a direct-mapped table; a power of two).
@@ -152,7 +152,7 @@ pub struct Transformer {
     /// The protocol modules.
     http1: Http1,
     h2: H2Table,
-    db: DbTable,
+    streams: StreamTable,
     /// The HTTP conventions as configured (routes, redaction).
     http_conventions: semconv::Http,
     /// Addresses as text, for every family's conventions.
@@ -286,7 +286,7 @@ impl Transformer {
             },
             http1: Http1::new(registry),
             h2: H2Table::new(settings.pipeline.conn_state_bytes(), rpc_mode, registry),
-            db: DbTable::new(settings.pipeline.conn_state_bytes(), registry),
+            streams: StreamTable::new(settings.pipeline.conn_state_bytes(), registry),
             http_conventions: semconv::Http::new(&settings.routes, &settings.redaction, registry),
             addrs: Addrs::default(),
             ops: Vec::new(),
@@ -357,14 +357,14 @@ impl Transformer {
             }
         }
         for r in batch.streams() {
-            self.db.record(epoch, &r, &mut ops);
+            self.streams.record(epoch, &r, &mut ops);
             for op in ops.drain(..) {
                 self.emit(&mut b, op);
             }
         }
         self.ops = ops;
         self.h2.publish();
-        self.db.publish();
+        self.streams.publish();
         self.http_conventions.publish();
         self.stats.spans.add(b.made.spans as u64);
         b.made

@@ -603,7 +603,7 @@ fn container_server(rotel: &Rotel, rt: &Ringtail, port: u16, www: &TempDir) {
 
 /// A database client (redis-cli, selected by name) and a real Redis on a
 /// configured database port: one CLIENT span per command, its error
-/// reply the span's status code (db.h ships the stream; the
+/// reply the span's status code (stream.h ships the stream; the
 /// span-actor's db module reads it).
 fn redis_cli(rotel: &Rotel, rt: &Ringtail, port: u16) -> Served {
     let redis_dir = TempDir::new("kernels-redis");

@@ -36,7 +36,8 @@
 //! - [`redis`]: RESP2/RESP3 (pipelines, MULTI/EXEC, pub/sub, pushes).
 //! - [`memcached`]: the text protocol (and meta commands).
 //! - here: [`DbOp`], [`DbCounts`], [`System`], [`detect`] and [`DbConn`];
-//!   [`judge`], the database conventions' span parts of a call.
+//!   [`judge`], the database conventions' span parts of a call; [`FAMILY`],
+//!   the databases as a family of [`crate::stream_table`].
 //! - tests: each protocol's beside it (`postgres/tests.rs`, `mysql/tests.rs`,
 //!   `redis/tests.rs`, `memcached/tests.rs`); those across protocols in
 //!   `tests.rs` and `gap_tests.rs`; what they share in `testing.rs`.
@@ -71,7 +72,8 @@ mod tests;
 use ipc_schema::db::system;
 use ipc_schema::{DbCall, Text};
 
-use crate::operation::{Addrs, Conn, SpanParts};
+use crate::operation::{Addrs, Call, Conn, SpanParts};
+use crate::stream_table::{Family, StreamConn, StreamOp};
 
 /// Requests awaiting an answer kept per connection (a pipeline deeper than
 /// this is given up: counted `too_many_pending`, its ops `unanswered`).
@@ -232,6 +234,13 @@ impl DbCounts {
         self.calls_lost += calls_lost;
     }
 
+    /// Adds the counts to `counts`, by [`DbCounts::labelled`] order.
+    fn add_to(&self, counts: &mut [u64]) {
+        for (slot, (_, n)) in counts.iter_mut().zip(self.labelled()) {
+            *slot += n;
+        }
+    }
+
     /// (label, value) pairs, for `ringtail_dropped_events_total{reason}`
     /// and logs.
     pub fn labelled(&self) -> [(&'static str, u64); 16] {
@@ -287,12 +296,17 @@ impl System {
 /// first captured bytes the client sent, `first_recv` the first it
 /// received if that came first (MySQL's server speaks first).
 ///
-/// By bytes: a PostgreSQL startup / SSLRequest / CancelRequest /
-/// GSSENCRequest (length, then a known code); a MySQL protocol-10 greeting
-/// on recv; a RESP command array (`*N\r\n$`); a memcached text command.
-/// By port: 5432, 3306, 6379, 11211. A TLS ClientHello says nothing: the
-/// port decides.
+/// By bytes ([`detect_bytes`]): a PostgreSQL startup / SSLRequest /
+/// CancelRequest / GSSENCRequest (length, then a known code); a MySQL
+/// protocol-10 greeting on recv; a RESP command array (`*N\r\n$`); a
+/// memcached text command. By port ([`detect_port`]): 5432, 3306, 6379,
+/// 11211. A TLS ClientHello says nothing: the port decides.
 pub fn detect(first_send: &[u8], first_recv: Option<&[u8]>, peer_port: u16) -> Option<System> {
+    detect_bytes(first_send, first_recv).or_else(|| detect_port(peer_port))
+}
+
+/// [`detect`] by the first bytes alone.
+pub fn detect_bytes(first_send: &[u8], first_recv: Option<&[u8]>) -> Option<System> {
     if let Some(r) = first_recv {
         if mysql::is_greeting(r) {
             return Some(System::MySql);
@@ -307,12 +321,62 @@ pub fn detect(first_send: &[u8], first_recv: Option<&[u8]>, peer_port: u16) -> O
     if memcached::is_command_start(first_send) {
         return Some(System::Memcached);
     }
+    None
+}
+
+/// [`detect`] by the server's default port alone.
+pub fn detect_port(peer_port: u16) -> Option<System> {
     match peer_port {
         5432 => Some(System::Postgres),
         3306 => Some(System::MySql),
         6379 => Some(System::Redis),
         11211 => Some(System::Memcached),
         _ => None,
+    }
+}
+
+/// The databases as a family of the stream table
+/// ([`crate::stream_table`]): told by [`detect`], followed by a
+/// [`DbConn`], counted by [`DbCounts::labelled`].
+pub const FAMILY: Family = Family {
+    by_bytes: |send, recv| detect_bytes(send, recv).map(DbStream::boxed),
+    by_port: |port| detect_port(port).map(DbStream::boxed),
+    reasons: || DbCounts::default().labelled().iter().map(|(r, _)| *r).collect(),
+};
+
+/// A [`DbConn`] as the stream table follows it.
+struct DbStream {
+    conn: DbConn,
+    /// The calls of the record being fed (empty between records).
+    ops: Vec<DbOp>,
+}
+
+impl DbStream {
+    fn boxed(system: System) -> Box<dyn StreamConn> {
+        Box::new(DbStream { conn: DbConn::new(system), ops: Vec::new() })
+    }
+}
+
+impl StreamConn for DbStream {
+    fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, pieces: &[u8], out: &mut Vec<StreamOp>, counts: &mut [u64]) {
+        let mut c = DbCounts::default();
+        self.conn.feed(send, ts_ns, tls, pieces, &mut self.ops, &mut c);
+        c.add_to(counts);
+        out.extend(self.ops.drain(..).map(|op| StreamOp { start_ns: op.start_ns, end_ns: op.end_ns, call: Call::Db(op) }));
+    }
+
+    fn joined_midway(&mut self) {
+        self.conn.joined_midway();
+    }
+
+    fn close(&mut self, counts: &mut [u64]) {
+        let mut c = DbCounts::default();
+        self.conn.close(&mut c);
+        c.add_to(counts);
+    }
+
+    fn held_bytes(&self) -> usize {
+        self.conn.held_bytes() + self.ops.capacity() * std::mem::size_of::<DbOp>()
     }
 }
 

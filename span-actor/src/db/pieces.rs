@@ -1,4 +1,4 @@
-//! A database record's `pieces` into [`Piece`]s, without copying.
+//! A stream record's `pieces` (`RawStream::pieces`) into [`Piece`]s, without copying.
 //!
 //! The bytes come from the privileged loader, which copied them from the
 //! kernel, which copied them from a traced process: hostile.
@@ -24,11 +24,11 @@
 //! piece cut by the end of the record makes the whole record malformed:
 //! the iterator yields one error and stops.
 
-/// `DBP_MORE`.
+/// `PIECE_MORE`.
 pub const MORE: u8 = 2;
-/// `DBP_LOST`.
+/// `PIECE_LOST`.
 pub const LOST: u8 = 3;
-/// `H2P_GAP`.
+/// `PIECE_GAP`.
 pub const GAP: u8 = 4;
 /// A GAP piece's length.
 const GAP_LEN: usize = 6;

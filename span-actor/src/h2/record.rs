@@ -2,7 +2,7 @@
 //!
 //! The bytes come from the privileged loader, which copied them from the
 //! kernel, which copied them from a traced process: hostile. Layout (see
-//! probe-loader's `bpf/ringtail.h`, `H2P_*`), integers little-endian:
+//! probe-loader's `bpf/ringtail.h`, `PIECE_*`), integers little-endian:
 //! `1` + the 9-byte frame header; `2` + u16 n + n payload bytes (more of
 //! the current frame); `3` + u32 n (bytes unseen). A frame's captured
 //! payload arrives as the `More` pieces right after it: they are joined to
@@ -11,11 +11,11 @@
 
 use super::Piece;
 
-/// `H2P_FRAME`.
+/// `PIECE_FRAME`.
 const FRAME: u8 = 1;
-/// `H2P_MORE`.
+/// `PIECE_MORE`.
 const MORE: u8 = 2;
-/// `H2P_LOST`.
+/// `PIECE_LOST`.
 const LOST: u8 = 3;
 
 /// Why a record's pieces could not be read.

@@ -53,7 +53,7 @@
 //! connection, a few KiB for an idle one.
 //!
 //! # Wiring (not done here)
-//! A caller keeps a [`MsgConn`] per broker connection (as `db_table`
+//! A caller keeps a [`MsgConn`] per broker connection (as `stream_table`
 //! does for databases), feeds it the connection's records, turns each
 //! [`MsgOp`] into a PRODUCER (send) or CONSUMER (receive, settle) span,
 //! links it to [`MsgOp::links`], and adds [`MsgCounts::labelled`] to

@@ -1046,7 +1046,7 @@ fn database_calls_become_client_spans() {
     ];
     let out = run_records(&mut rig, vec![], &records);
     assert_eq!(out.len(), 4, "{:?}", out.iter().map(|p| &p.span.name).collect::<Vec<_>>());
-    assert_eq!(rig.t.db.connections(), 2);
+    assert_eq!(rig.t.streams.connections(), 2);
     for p in &out {
         let s = &p.span;
         assert_eq!(s.kind, SpanKind::Client);
@@ -1104,17 +1104,17 @@ fn database_calls_become_client_spans() {
         &[db_record(20, 5432, true, &pg_msg(b'Q', b"SELECT 1\0"), 4_000_000, None), db_close(20, 5432, 4_100_000)],
     );
     assert!(out.is_empty());
-    assert_eq!(rig.t.db.connections(), 1);
+    assert_eq!(rig.t.streams.connections(), 1);
     assert_eq!(rig.count("ringtail_dropped_events_total", Some("db_unanswered")) - unanswered, 1.0);
     assert!(run_records(&mut rig, vec![], &[db_close(21, 6379, 4_200_000)]).is_empty());
-    assert_eq!(rig.t.db.connections(), 0);
+    assert_eq!(rig.t.streams.connections(), 0);
     // A close of a connection never seen is nothing.
     assert!(run_records(&mut rig, vec![], &[db_close(22, 6379, 4_300_000)]).is_empty());
-    assert_eq!(rig.t.db.connections(), 0);
+    assert_eq!(rig.t.streams.connections(), 0);
 }
 
 /// A database call sent while its thread served a request (the kernel's
-/// `DbLinks::parent`, as a client HTTP request's `parent`) is that server
+/// `Links::parent`, as a client HTTP request's `parent`) is that server
 /// span's child, in the trace the request carried in; with no link it
 /// is a trace of its own.
 #[test]

@@ -1,15 +1,21 @@
-//! [`DbTable`]: every database connection followed, the kernel's records
-//! in ([`RawStream`]s), [`Operation`]s out (one per database call).
+//! [`StreamTable`]: every byte-stream connection followed (a configured
+//! port's: databases now, brokers next), the kernel's records in
+//! ([`RawStream`]s), [`Operation`]s out (one per call).
 //!
-//! Bounded host-wide, whatever clients and servers send, by a
-//! [`ConnTable`]: at most [`DB_CONNS`] connections (a new one past it
-//! evicts the oldest), and at most the connection-state budget
-//! (`pipeline.conn_state_mb`) of parser state in all (past it the
+//! A protocol family plugs in as a [`Family`] in [`FAMILIES`]: how its
+//! connections are told (their first bytes, else their server's port) and
+//! the [`StreamConn`] that follows one (records' pieces in, [`StreamOp`]s
+//! out, what it could not follow counted by reason). The table does the
+//! rest once for all of them: bounded host-wide, whatever clients and
+//! servers send, by a [`ConnTable`]: at most [`STREAM_CONNS`] connections
+//! (a new one past it evicts the oldest), and at most the connection-state
+//! budget (`pipeline.conn_state_mb`) of parser state in all (past it the
 //! connections that hold the most are forgotten, their pending calls
-//! counted `unanswered`; one that goes on is followed afresh, as one seen
-//! mid-way, its calls numbered on from where it was, so that no span id
-//! repeats). What the parsers could not follow is counted by reason
-//! (`ringtail_dropped_events_total{reason="db_*"}`).
+//! counted; one that goes on is followed afresh, as one seen mid-way, its
+//! calls numbered on from where it was, so that no span id repeats); each
+//! call linked to the server request its send was made for; the counts
+//! published (`ringtail_dropped_events_total{reason}`, each family's
+//! labels).
 
 use std::collections::VecDeque;
 
@@ -19,17 +25,72 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::conn_table::{ConnTable, Held, Key, Slot};
 use crate::db::pieces::{self, Piece};
-use crate::db::{detect, DbConn, DbCounts, DbOp};
 use crate::operation::{Call, Conn, Operation};
 
-/// Database connections followed at once; past it the oldest is forgotten.
-pub const DB_CONNS: usize = 16_384;
+/// Byte-stream connections followed at once; past it the oldest is
+/// forgotten.
+pub const STREAM_CONNS: usize = 16_384;
 /// A connection's latest sends whose links are kept, to give each call the
 /// link of the send that carried it (a pipeline deeper than this in
 /// flight links its oldest calls to nothing).
 const SENDS_KEPT: usize = 64;
+
+/// One byte-stream protocol family: how its connections are told, and the
+/// labels of what its connections count.
+pub struct Family {
+    /// A connection's state from its first bytes, if they are this
+    /// family's: what the client sent first (`first_send`), or, where the
+    /// server speaks first, what it received (`first_recv`).
+    pub by_bytes: fn(first_send: &[u8], first_recv: Option<&[u8]>) -> Option<Followed>,
+    /// A connection's state from its server's port, where its bytes said
+    /// nothing (a TLS handshake, a connection found mid-way).
+    pub by_port: fn(port: u16) -> Option<Followed>,
+    /// The reasons its connections count under (a `reason` label each, of
+    /// `ringtail_dropped_events_total`), in the order
+    /// [`StreamConn::feed`]'s `counts` holds them.
+    pub reasons: fn() -> Vec<&'static str>,
+}
+
+/// The families followed: on a new connection each is asked by its bytes,
+/// in this order, then each by its port.
+pub const FAMILIES: &[Family] = &[crate::db::FAMILY];
+
+/// A connection's state, as a family makes it.
+pub type Followed = Box<dyn StreamConn>;
+
+/// One call a connection finished.
+#[derive(Debug)]
+pub struct StreamOp {
+    /// CLOCK_MONOTONIC ns of the send record that carried the call's
+    /// request (its link is that send's), and of the record that carried
+    /// its completion.
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// What it was.
+    pub call: Call,
+}
+
+/// One connection of a family: its records in, its calls out. `counts`
+/// is the family's, by [`Family::reasons`].
+pub trait StreamConn: Send {
+    /// One record: `send` (the client wrote) or not, the time its syscall
+    /// completed, whether its bytes are TLS plaintext, and its pieces
+    /// ([`pieces`] layout, hostile).
+    fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, pieces: &[u8], out: &mut Vec<StreamOp>, counts: &mut [u64]);
+    /// The connection's first record is not its first (traced mid-way,
+    /// followed afresh, or that record was lost).
+    fn joined_midway(&mut self);
+    /// The connection closed or is forgotten: what awaited an answer is
+    /// counted.
+    fn close(&mut self, counts: &mut [u64]);
+    /// Approximate bytes held.
+    fn held_bytes(&self) -> usize;
+}
+
 struct Entry {
-    db: DbConn,
+    conn: Box<dyn StreamConn>,
+    /// Its family, an index of [`FAMILIES`].
+    family: usize,
     who: Conn,
     /// Calls finished on it so far: the next one's `seq` (its span id).
     calls: u32,
@@ -39,7 +100,7 @@ struct Entry {
 
 impl Held for Entry {
     fn held_bytes(&self) -> usize {
-        self.db.held_bytes()
+        self.conn.held_bytes()
     }
 }
 
@@ -47,44 +108,51 @@ impl Held for Entry {
 const ENTRY_OVERHEAD: usize = std::mem::size_of::<Key>() * 2 + std::mem::size_of::<Slot<Entry>>() + SENDS_KEPT * 32 + 16;
 
 struct Counters {
-    /// By [`DbCounts::labelled`] order.
-    reasons: Vec<Drops>,
+    /// A family's reasons, by [`Family::reasons`].
+    reasons: Vec<Vec<Drops>>,
     evicted: Counter,
     undetected: Drops,
     state_bytes: Gauge,
     connections: Gauge,
 }
 
-/// Every database connection followed.
-pub struct DbTable {
+/// Every byte-stream connection followed.
+pub struct StreamTable {
     conns: ConnTable<Entry>,
     /// Connections forgotten while open (evicted, shed): the calls they
     /// had made (and their `born`, which tells the entry of `gone_order`
     /// that is current), for one followed afresh to number its calls on (a
     /// call's `seq` is its span id: restarting at 1 would repeat the ids of
-    /// its first calls). The latest [`DB_CONNS`] (`gone_order`, oldest
+    /// its first calls). The latest [`STREAM_CONNS`] (`gone_order`, oldest
     /// first), well under 1 MiB; a close forgets one for good.
     gone: HashMap<Key, (u32, u64)>,
     gone_order: VecDeque<(Key, u64)>,
     /// Connections forgotten while open so far: tells a `gone` entry from
     /// an older one of the same key.
     forgotten: u64,
-    counts: DbCounts,
+    /// A family's counts since they were last published.
+    counts: Vec<Vec<u64>>,
     stats: Counters,
-    ops: Vec<DbOp>,
+    ops: Vec<StreamOp>,
 }
 
-impl DbTable {
+impl StreamTable {
     /// A table holding at most `budget` bytes of parser state.
-    pub fn new(budget: usize, registry: &Registry) -> DbTable {
-        DbTable {
-            conns: ConnTable::new(DB_CONNS, budget, ENTRY_OVERHEAD),
+    pub fn new(budget: usize, registry: &Registry) -> StreamTable {
+        let reasons: Vec<Vec<Drops>> = FAMILIES
+            .iter()
+            .map(|f| (f.reasons)().into_iter().map(|r| registry.drops("ringtail_dropped_events_total", r)).collect())
+            .collect();
+        StreamTable {
+            conns: ConnTable::new(STREAM_CONNS, budget, ENTRY_OVERHEAD),
             gone: HashMap::default(),
             gone_order: VecDeque::new(),
             forgotten: 0,
-            counts: DbCounts::default(),
+            counts: reasons.iter().map(|r| vec![0; r.len()]).collect(),
             stats: Counters {
-                reasons: DbCounts::default().labelled().iter().map(|(r, _)| registry.drops("ringtail_dropped_events_total", r)).collect(),
+                reasons,
+                // (named for the databases, the first family: the names
+                // the suite and dashboards know)
                 evicted: registry.counter("ringtail_db_connections_evicted_total", &[]),
                 undetected: registry.drops("ringtail_dropped_events_total", "db_unknown_protocol"),
                 state_bytes: registry.gauge("ringtail_db_state_bytes", &[]),
@@ -104,10 +172,11 @@ impl DbTable {
     pub fn publish(&mut self) {
         self.stats.state_bytes.set(self.conns.bytes() as f64);
         self.stats.connections.set(self.conns.len() as f64);
-        let counts = std::mem::take(&mut self.counts);
-        for (d, (_, n)) in self.stats.reasons.iter().zip(counts.labelled()) {
-            if n != 0 {
-                d.add(n);
+        for (drops, counts) in self.stats.reasons.iter().zip(&mut self.counts) {
+            for (d, n) in drops.iter().zip(counts.iter_mut()) {
+                if *n != 0 {
+                    d.add(std::mem::take(n));
+                }
             }
         }
     }
@@ -131,7 +200,7 @@ impl DbTable {
             }
             e.sends.push_back((r.mono_ns, r.links));
         }
-        e.db.feed(r.send, r.mono_ns, r.conn.tls, r.pieces, &mut self.ops, &mut self.counts);
+        e.conn.feed(r.send, r.mono_ns, r.conn.tls, r.pieces, &mut self.ops, &mut self.counts[e.family]);
         for op in self.ops.drain(..) {
             e.calls = e.calls.wrapping_add(1);
             // the link of the send that carried the call
@@ -147,7 +216,7 @@ impl DbTable {
                 traceparent: None,
                 propagated: None,
                 unlinked: links.unlinked,
-                call: Call::Db(op),
+                call: op.call,
             });
         }
         self.conns.recount(&key);
@@ -163,17 +232,22 @@ impl DbTable {
         }
     }
 
-    /// Starts following connection `key` at record `r`: its protocol from
-    /// its first bytes (or its port). Returns false when none is told.
+    /// Starts following connection `key` at record `r`: its family and
+    /// protocol from its first bytes (or its port). Returns false when
+    /// none is told.
     fn open(&mut self, key: Key, r: &RawStream<&[u8]>) -> bool {
         let first = pieces::pieces(r.pieces).find_map(|p| match p {
             Ok(Piece::Bytes(b)) => Some(b),
             _ => None,
         });
         let first = first.unwrap_or_default();
-        let port = r.conn.peer.port;
-        let system = if r.send { detect(first, None, port) } else { detect(&[], Some(first), port) };
-        let Some(system) = system else {
+        let (send, recv) = if r.send { (first, None) } else { (&[][..], Some(first)) };
+        let told = FAMILIES
+            .iter()
+            .enumerate()
+            .find_map(|(i, f)| (f.by_bytes)(send, recv).map(|c| (i, c)))
+            .or_else(|| FAMILIES.iter().enumerate().find_map(|(i, f)| (f.by_port)(r.conn.peer.port).map(|c| (i, c))));
+        let Some((family, mut conn)) = told else {
             self.stats.undetected.add(1);
             return false;
         };
@@ -181,15 +255,13 @@ impl DbTable {
             self.stats.evicted.inc();
             self.forget(old, e, true);
         }
-        let who = Conn::of(&r.conn);
         let calls = self.gone.remove(&key).map_or(0, |(calls, _)| calls);
-        let mut db = DbConn::new(system);
         if !r.start {
             // its first record is not this one (traced mid-way, followed
             // afresh, or that record was lost)
-            db.joined_midway();
+            conn.joined_midway();
         }
-        self.conns.insert(key, Entry { db, who, calls, sends: VecDeque::new() });
+        self.conns.insert(key, Entry { conn, family, who: Conn::of(&r.conn), calls, sends: VecDeque::new() });
         true
     }
 
@@ -202,15 +274,16 @@ impl DbTable {
         true
     }
 
-    /// What [`DbTable::end`] does once connection `key` is out of the table.
+    /// What [`StreamTable::end`] does once connection `key` is out of the
+    /// table.
     fn forget(&mut self, key: Key, mut e: Entry, open: bool) {
-        e.db.close(&mut self.counts);
+        e.conn.close(&mut self.counts[e.family]);
         if open {
             self.forgotten += 1;
             let id = self.forgotten;
             self.gone.insert(key, (e.calls, id));
             self.gone_order.push_back((key, id));
-            while self.gone_order.len() > DB_CONNS {
+            while self.gone_order.len() > STREAM_CONNS {
                 let Some((old, id)) = self.gone_order.pop_front() else { break };
                 if self.gone.get(&old).is_some_and(|(_, b)| *b == id) {
                     self.gone.remove(&old);
@@ -234,7 +307,7 @@ mod tests {
     }
 
     struct Rig {
-        t: DbTable,
+        t: StreamTable,
         registry: Registry,
         ts: u64,
         out: Vec<Operation>,
@@ -243,7 +316,7 @@ mod tests {
     impl Rig {
         fn new(budget: usize) -> Rig {
             let registry = Registry::new(ipc_schema::Component::SpanActor, 1);
-            Rig { t: DbTable::new(budget, &registry), registry, ts: 0, out: Vec::new() }
+            Rig { t: StreamTable::new(budget, &registry), registry, ts: 0, out: Vec::new() }
         }
 
         /// One record of Redis connection `conn` (its bytes whole, or a
@@ -297,14 +370,14 @@ mod tests {
             let t = &self.t;
             // (recounted while that is cheap)
             if t.conns.len() <= 1000 {
-                let recount: usize = t.conns.values().map(|e| e.db.held_bytes() + ENTRY_OVERHEAD).sum();
+                let recount: usize = t.conns.values().map(|e| e.conn.held_bytes() + ENTRY_OVERHEAD).sum();
                 assert_eq!(t.conns.bytes(), recount, "bytes counted");
             }
             assert!(t.conns.bytes() <= t.conns.budget(), "{} bytes held over a budget of {}", t.conns.bytes(), t.conns.budget());
-            assert!(t.conns.len() <= DB_CONNS);
-            assert!(t.gone.len() <= DB_CONNS && t.gone_order.len() <= DB_CONNS);
+            assert!(t.conns.len() <= STREAM_CONNS);
+            assert!(t.gone.len() <= STREAM_CONNS && t.gone_order.len() <= STREAM_CONNS);
             // (pruned as connections open: closes leave entries behind)
-            assert!(t.conns.order_len() <= 2 * DB_CONNS + 65, "order: {} for {} connections", t.conns.order_len(), t.conns.len());
+            assert!(t.conns.order_len() <= 2 * STREAM_CONNS + 65, "order: {} for {} connections", t.conns.order_len(), t.conns.len());
         }
 
         /// Publishes, then reads a point.
@@ -323,21 +396,21 @@ mod tests {
     const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
     const PONG: &[u8] = b"+PONG\r\n";
 
-    /// Past DB_CONNS connections the oldest is forgotten (counted, its
+    /// Past STREAM_CONNS connections the oldest is forgotten (counted, its
     /// pending call counted unanswered); the others go on.
     #[test]
-    fn past_db_conns_the_oldest_connection_is_evicted() {
+    fn past_stream_conns_the_oldest_connection_is_evicted() {
         let mut rig = Rig::new(1 << 30);
-        for conn in 0..=DB_CONNS as u64 {
+        for conn in 0..=STREAM_CONNS as u64 {
             assert_eq!(rig.send(conn, PING), 0);
         }
-        assert_eq!(rig.t.connections(), DB_CONNS);
+        assert_eq!(rig.t.connections(), STREAM_CONNS);
         assert_eq!(rig.count("ringtail_db_connections_evicted_total", None), 1.0);
         assert_eq!(rig.count("ringtail_dropped_events_total", Some("db_unanswered")), 1.0);
-        assert_eq!(rig.count("ringtail_db_connections", None), DB_CONNS as f64);
+        assert_eq!(rig.count("ringtail_db_connections", None), STREAM_CONNS as f64);
         // the second oldest and the newest are still followed
         assert_eq!(rig.recv(1, PONG), 1);
-        assert_eq!(rig.recv(DB_CONNS as u64, PONG), 1);
+        assert_eq!(rig.recv(STREAM_CONNS as u64, PONG), 1);
         // the oldest is not: followed afresh, as one found mid-way, it
         // waits for a send that begins a command, and its answer (to the
         // call counted unanswered) is read as nothing (following it
@@ -347,7 +420,7 @@ mod tests {
         assert_eq!(rig.send(0, PING), 0);
         assert_eq!(rig.recv(0, PONG), 1);
         assert_eq!(rig.count("ringtail_db_connections_evicted_total", None), 2.0);
-        assert_eq!(rig.t.connections(), DB_CONNS);
+        assert_eq!(rig.t.connections(), STREAM_CONNS);
         assert!(!rig.t.conns.contains(&(1, 1)));
     }
 
@@ -367,7 +440,7 @@ mod tests {
         let mut peak = 0;
         for _ in 0..200 {
             rig.send(2, &pipeline);
-            let held = rig.t.conns.get(&(1, 2)).map(|e| e.db.held_bytes());
+            let held = rig.t.conns.get(&(1, 2)).map(|e| e.conn.held_bytes());
             peak = peak.max(rig.t.conns.bytes());
             if held.is_none() {
                 sheds += 1;
@@ -391,7 +464,7 @@ mod tests {
         let mut seqs = Vec::new();
         rig.send(0, PING);
         assert_eq!(rig.recv(0, PONG), 1);
-        for conn in 1..=DB_CONNS as u64 {
+        for conn in 1..=STREAM_CONNS as u64 {
             rig.send(conn, PING);
         }
         assert!(!rig.t.conns.contains(&(1, 0)), "evicted");
