@@ -9,7 +9,13 @@
 //!   of 4 KiB or more is refused where the file has a hole (a table in a
 //!   hole is never a real one: `lseek(SEEK_DATA/SEEK_HOLE)` says so before
 //!   a byte is read), and the job's bytes and time are counted down, the
-//!   first read past either refused (the reader stops early);
+//!   first read past either refused (the reader stops early). Its time is
+//!   the CPU time of the thread reading (`CLOCK_THREAD_CPUTIME_ID`): what
+//!   a crafted file can make the privileged side spend, and what a busy
+//!   host does not take from an honest file's allowance (under a suite's
+//!   load a qemu guest read a Go executable for over a second of wall
+//!   time, and its process went untraced). A call that never returns
+//!   spends no CPU: that is the job's deadline's (`crate::deadline`);
 //! - the start scan ([`Shares`]) takes the processes round-robin by real
 //!   uid, and gives each uid an equal share of the scan's total time and
 //!   bytes ([`SCAN_TIME`], [`SCAN_BYTES`]): a uid whose share is spent has
@@ -63,19 +69,38 @@ pub enum Stop {
     Hole,
 }
 
-/// What one job may still read, shared by every file it opens.
+/// What one job may still read, shared by every file it opens; made and
+/// used on the job's thread (its time is that thread's CPU time).
 #[derive(Debug)]
 pub struct Allowance {
     bytes: Cell<u64>,
-    until: Instant,
+    /// The thread's CPU time when the allowance was made, and how much
+    /// more it may spend.
+    cpu_start: Duration,
+    time: Duration,
     read: Cell<u64>,
     stop: Cell<Option<Stop>>,
 }
 
+/// The CPU time the calling thread has run.
+pub fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) } != 0 {
+        return Duration::MAX;
+    }
+    Duration::new(u64::try_from(ts.tv_sec).unwrap_or(0), u32::try_from(ts.tv_nsec).unwrap_or(0))
+}
+
 impl Allowance {
-    /// `bytes` and `time` from now.
+    /// `bytes`, and `time` of this thread's CPU from now.
     pub fn new(bytes: u64, time: Duration) -> Allowance {
-        Allowance { bytes: Cell::new(bytes), until: Instant::now() + time, read: Cell::new(0), stop: Cell::new(None) }
+        Allowance { bytes: Cell::new(bytes), cpu_start: thread_cpu(), time, read: Cell::new(0), stop: Cell::new(None) }
+    }
+
+    /// The CPU time this thread spent since the allowance was made.
+    pub fn spent(&self) -> Duration {
+        thread_cpu().saturating_sub(self.cpu_start)
     }
 
     /// Bytes read so far.
@@ -125,7 +150,7 @@ impl ReadAt for Limited<'_> {
         if let Some(why) = a.stop.get() {
             return Err(a.refuse(why));
         }
-        if Instant::now() >= a.until {
+        if a.spent() >= a.time {
             return Err(a.refuse(Stop::Time));
         }
         let len = buf.len() as u64;
@@ -303,6 +328,18 @@ mod tests {
         let late = Allowance::new(1 << 30, Duration::ZERO);
         assert!(late.over(&f).read_exact_at(&mut [0u8; 1], 0).is_err());
         assert_eq!(late.stopped(), Some(Stop::Time));
+        // Time is the thread's CPU: waiting spends none of it, working does.
+        let waits = Allowance::new(1 << 30, Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(120));
+        waits.over(&f).read_exact_at(&mut [0u8; 1], 0).expect("a wait spends no CPU time");
+        let works = Allowance::new(1 << 30, Duration::from_millis(50));
+        let began = thread_cpu();
+        let mut x = 0u64;
+        while thread_cpu() - began < Duration::from_millis(60) {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        assert!(works.over(&f).read_exact_at(&mut [0u8; 1], 0).is_err());
+        assert_eq!(works.stopped(), Some(Stop::Time));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -832,9 +832,10 @@ pub fn of_process(proc: &Path, pid: u32, looked: &Looked, targets: &mut Targets,
 }
 
 /// [`of_process`] as a job of `overseer`, within [`PROCESS_DEADLINE`] and
-/// `limits` (time, bytes) for its reads: an abandoned job's files count as
-/// `deadline`, one not run as `workers_exhausted`. Returns the time the job
-/// took and the bytes it read (what its uid is charged).
+/// `limits` (CPU time, bytes) for its reads: an abandoned job's files count
+/// as `deadline`, one not run as `workers_exhausted`. Returns the CPU time
+/// the job took and the bytes it read (what its uid is charged; an
+/// abandoned job is charged its whole limits).
 pub fn of_process_within(
     overseer: &mut crate::deadline::Overseer,
     proc: &Path,
@@ -858,7 +859,6 @@ pub fn of_process_meanwhile(
     meanwhile: impl FnMut(),
 ) -> (Duration, u64) {
     let (proc_owned, looked) = (proc.to_owned(), looked.clone());
-    let began = std::time::Instant::now();
     let outcome = overseer.run_with(
         PROCESS_DEADLINE,
         move |gate| {
@@ -867,29 +867,28 @@ pub fn of_process_meanwhile(
             // ends the job well before the job is abandoned as hung.
             let allowance = Allowance::new(limits.1, limits.0.min(PROCESS_DEADLINE / 2));
             of_process(&proc_owned, pid, &looked, &mut found, gate, &allowance);
-            (found, allowance.read())
+            (found, allowance.spent(), allowance.read())
         },
         meanwhile,
     );
     let shown = proc.join(pid.to_string());
-    let read = match outcome {
-        crate::deadline::Outcome::Done((found, read)) => {
+    match outcome {
+        crate::deadline::Outcome::Done((found, spent, read)) => {
             targets.merge(found);
-            read
+            (spent, read)
         }
         crate::deadline::Outcome::Abandoned { mount } => {
             let why = format!(
                 "process {pid}'s files took longer than {PROCESS_DEADLINE:?} (mount {mount:?}): abandoned, that mount is not entered again"
             );
             targets.refused.refuse(Reason::Deadline, &shown, &why);
-            limits.1
+            limits
         }
         crate::deadline::Outcome::Exhausted => {
             targets.refused.refuse(Reason::WorkersExhausted, &shown, &"too many inspections abandoned: not inspected");
-            0
+            (Duration::ZERO, 0)
         }
-    };
-    (began.elapsed(), read)
+    }
 }
 
 /// Every file to attach to: `configured` (tls.libraries) first, then the
