@@ -26,6 +26,15 @@
 //! no HTTP exchange. Its attributes are the call's ([`db`]), bounded like
 //! every other histogram's (below).
 //!
+//! Messaging calls (spans of a [`ipc_schema::Call::Messaging`], read from
+//! Kafka, RabbitMQ, NATS or MQTT traffic) go to
+//! `messaging.client.operation.duration` (seconds, the conventions'
+//! buckets) and their messages to the counters
+//! `messaging.client.sent.messages` (a `send`'s) or
+//! `messaging.client.consumed.messages` (a `receive`'s), with the
+//! attributes of [`messaging`]. A counter's series is a [`Point`] with no
+//! bucket bounds: its `sum` is the count.
+//!
 //! Each span is recorded by one `match` on its call, into the histograms
 //! of its instruments: a service's histograms are one table, an instrument
 //! a slot ([`instrument_table`]), which the store and the sinks read
@@ -59,6 +68,8 @@
 //! - [`rpc`]: the RPC histograms' series keys, from the span's call.
 //! - [`db`]: the database histogram's instrument and series keys, from the
 //!   span's call.
+//! - [`messaging`]: the messaging histogram's and counters' instruments
+//!   and series attributes, from the span's call.
 //! - [`store`]: the series store: a service's histograms, one an
 //!   instrument of one table ([`instrument_table`]).
 //! - [`bounded`]: series by key with their cardinality limits (a cap,
@@ -86,6 +97,7 @@ pub mod db;
 pub mod graph;
 pub mod health;
 pub mod http;
+pub mod messaging;
 pub mod rpc;
 pub mod span_metrics;
 pub mod store;
@@ -124,8 +136,18 @@ pub fn unix_ns() -> u64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// A duration histogram's instrument (HTTP, RPC from [`METRICS`], or
-/// database).
+/// How an instrument's series aggregate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A cumulative histogram (durations).
+    Histogram,
+    /// A monotonic cumulative sum (a count of messages): its series'
+    /// [`Point::sum`].
+    Counter,
+}
+
+/// An instrument of a service: a duration histogram (HTTP, RPC from
+/// [`METRICS`], database, messaging) or a counter (messaging's messages).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Instrument {
     /// The OpenTelemetry name.
@@ -134,10 +156,12 @@ pub struct Instrument {
     pub description: &'static str,
     /// Its unit (UCUM).
     pub unit: &'static str,
+    /// A histogram or a counter.
+    pub kind: Kind,
 }
 
 /// How many histograms a service has: one an instrument of [`instruments`].
-pub const INSTRUMENTS: usize = DB + 1;
+pub const INSTRUMENTS: usize = MSG_CONSUMED + 1;
 /// The slot of `http.server.request.duration` in [`instruments`] (and in
 /// a service's [`ServiceHistograms::histograms`]).
 pub const HTTP_SERVER: usize = 0;
@@ -148,6 +172,12 @@ pub const HTTP_CLIENT: usize = 1;
 pub const RPC: usize = 2;
 /// The slot of `db.client.operation.duration`.
 pub const DB: usize = RPC + METRICS.len();
+/// The slot of `messaging.client.operation.duration`.
+pub const MSG_DURATION: usize = DB + 1;
+/// The slot of `messaging.client.sent.messages`.
+pub const MSG_SENT: usize = DB + 2;
+/// The slot of `messaging.client.consumed.messages`.
+pub const MSG_CONSUMED: usize = DB + 3;
 
 /// Every instrument of a service with its bucket boundaries, by slot: the
 /// one table the store builds a service's histograms from and the sinks
@@ -157,21 +187,27 @@ pub fn instrument_table() -> [(Instrument, &'static [f64]); INSTRUMENTS] {
         HTTP_SERVER => (SERVER_DURATION, &DURATION_BUCKETS[..]),
         HTTP_CLIENT => (CLIENT_DURATION, &DURATION_BUCKETS[..]),
         DB => (db::DURATION, &ipc_schema::db::BUCKETS[..]),
+        MSG_DURATION => (messaging::DURATION, &ipc_schema::messaging::duration::BUCKETS[..]),
+        // A counter's series has no buckets: one, which its sum fills.
+        MSG_SENT => (messaging::SENT, &[][..]),
+        MSG_CONSUMED => (messaging::CONSUMED, &[][..]),
         _ => {
             let m = &METRICS[i - RPC];
-            (Instrument { name: m.name, description: m.description, unit: m.unit }, m.buckets)
+            (Instrument { name: m.name, description: m.description, unit: m.unit, kind: Kind::Histogram }, m.buckets)
         }
     })
 }
 
-/// Every histogram of a service, in the order [`ServiceHistograms::histogram`]
-/// takes: the two HTTP ones, then [`METRICS`]' RPC ones, then
-/// `db.client.operation.duration`.
+/// Every instrument of a service, in the order [`ServiceHistograms::histogram`]
+/// takes: the two HTTP histograms, then [`METRICS`]' RPC ones, then
+/// `db.client.operation.duration`, then the messaging duration and its
+/// two counters.
 pub fn instruments() -> impl Iterator<Item = Instrument> {
     instrument_table().into_iter().map(|(i, _)| i)
 }
 
-/// A series' attributes: of an HTTP, an RPC or the database histogram.
+/// A series' attributes: of an HTTP, an RPC, the database or a messaging
+/// instrument.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Key {
     /// `http.*.request.duration`.
@@ -180,6 +216,9 @@ pub enum Key {
     Rpc(RpcKey),
     /// `db.client.operation.duration`.
     Db(DbKey),
+    /// `messaging.client.*` (a sorted list of attributes, as the
+    /// database's).
+    Msg(DbKey),
 }
 
 impl Key {
@@ -189,7 +228,7 @@ impl Key {
         match self {
             Key::Http(k) => k.attributes(f),
             Key::Rpc(k) => k.attributes(f),
-            Key::Db(k) => k.attributes(f),
+            Key::Db(k) | Key::Msg(k) => k.attributes(f),
         }
     }
 }
@@ -474,7 +513,7 @@ impl Meters {
                 Call::Http(http) => {
                     let slot = match s.kind {
                         SpanKind::Server => HTTP_SERVER,
-                        SpanKind::Client => HTTP_CLIENT,
+                        SpanKind::Client | SpanKind::Producer | SpanKind::Consumer => HTTP_CLIENT,
                     };
                     overflow += u64::from(!h[slot].record(s, http, ns / 1e9, now, series));
                 }
@@ -492,6 +531,16 @@ impl Meters {
                 }
                 Call::Db(call) => {
                     overflow += u64::from(!h[DB].record_db(&db::attributes(s, call), ns / ipc_schema::db::NS_PER_UNIT, now, series));
+                }
+                Call::Messaging(call) => {
+                    let a = messaging::attributes(messaging::Metric::Duration, s, call);
+                    let secs = ns / ipc_schema::messaging::duration::NS_PER_UNIT;
+                    overflow += u64::from(!h[MSG_DURATION].record_msg(&a, secs, now, series));
+                    if let Some(m) = messaging::counted(call) {
+                        let slot = if m == messaging::Metric::Sent { MSG_SENT } else { MSG_CONSUMED };
+                        let a = messaging::attributes(m, s, call);
+                        overflow += u64::from(!h[slot].record_msg(&a, messaging::messages(call), now, series));
+                    }
                 }
             }
         }
@@ -579,6 +628,7 @@ pub(crate) mod tests {
             export_metrics: true,
             attributes: Vec::new(),
             edge: None,
+            links: Vec::new(),
             call: Call::Http(ipc_schema::HttpCall {
                 method: "GET".into(),
                 method_original: None,
@@ -599,7 +649,7 @@ pub(crate) mod tests {
     pub(crate) fn http_mut(s: &mut Span) -> &mut ipc_schema::HttpCall {
         match &mut s.call {
             Call::Http(h) | Call::Rpc(h, _) => h,
-            Call::Db(c) => panic!("not an HTTP span: {c:?}"),
+            other => panic!("not an HTTP span: {other:?}"),
         }
     }
 
@@ -761,8 +811,8 @@ pub(crate) mod tests {
         let bounds = m.view().read(|m| m.services().flat_map(|s| s.histograms[DB].series()).map(|(_, p)| p.bounds).next());
         assert_eq!(bounds, Some(&ipc_schema::db::BUCKETS[..]));
         let names: Vec<_> = instruments().map(|i| i.name).collect();
-        assert_eq!(names.last(), Some(&"db.client.operation.duration"));
-        let db_hist = m.view().read(|m| m.services().next().and_then(|s| s.histogram(names.len() - 1).map(Histogram::len)));
+        assert_eq!(names[DB], "db.client.operation.duration");
+        let db_hist = m.view().read(|m| m.services().next().and_then(|s| s.histogram(DB).map(Histogram::len)));
         assert_eq!(db_hist, Some(3), "instruments() and histogram(i) agree");
     }
 

@@ -51,14 +51,16 @@ pub fn line(batch: &Spans<'_>, i: usize) -> String {
     let kind = match s.kind {
         SpanKind::Server => "SERVER",
         SpanKind::Client => "CLIENT",
+        SpanKind::Producer => "PRODUCER",
+        SpanKind::Consumer => "CONSUMER",
     };
     let dur_ms = s.end_unix_ns.saturating_sub(s.start_unix_ns) as f64 / 1e6;
     let parent = if s.parent_span_id != 0 { format!(" parent={:016x}", s.parent_span_id) } else { String::new() };
     // The client of a server span, the peer of a client span.
     let (peer, port) = match (s.kind, &s.call) {
         (SpanKind::Server, Call::Http(h) | Call::Rpc(h, _)) => (h.client_address, h.client_port),
-        (SpanKind::Server, Call::Db(_)) => ("", 0),
-        (SpanKind::Client, _) => (s.peer_address, s.peer_port),
+        (SpanKind::Server, Call::Db(_) | Call::Messaging(_)) => ("", 0),
+        (SpanKind::Client | SpanKind::Producer | SpanKind::Consumer, _) => (s.peer_address, s.peer_port),
     };
     // What the request was and how it ended; the RPC status of gRPC
     // spans: the experimental code when that set is followed (alone or
@@ -67,6 +69,11 @@ pub fn line(batch: &Spans<'_>, i: usize) -> String {
         Call::Db(c) => {
             let status = c.status_code.unwrap_or(if s.error { "ERROR" } else { "OK" });
             (format!("{} {} {}", Printable(c.system), Printable(c.namespace.unwrap_or("-")), Printable(status)), None)
+        }
+        Call::Messaging(c) => {
+            let status = c.error_type.unwrap_or(if s.error { "ERROR" } else { "OK" });
+            let messages = c.message_count.map(|n| format!(" {n}msg")).unwrap_or_default();
+            (format!("{} {}{messages} {}", Printable(c.system), Printable(c.destination.unwrap_or("-")), Printable(status)), None)
         }
         Call::Http(h) => (http(h), None),
         Call::Rpc(h, r) => (http(h), Some(r)),

@@ -128,6 +128,7 @@ pub fn judge(op: DbOp, conn: &Conn, addrs: &mut Addrs) -> SpanParts {
     };
     let peer_ip = addrs.text(&conn.peer);
     SpanParts {
+        kind: None,
         name,
         error: call.error_type.is_some(),
         server_address: Some(peer_ip.clone()),
@@ -136,6 +137,7 @@ pub fn judge(op: DbOp, conn: &Conn, addrs: &mut Addrs) -> SpanParts {
         export_trace: true,
         export_metrics: true,
         attributes: Vec::new(),
+        links: Vec::new(),
         call: ipc_schema::Call::Db(call),
     }
 }

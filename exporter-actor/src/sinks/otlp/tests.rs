@@ -122,6 +122,7 @@ fn span(kind: SpanKind) -> Span {
         export_metrics: true,
         attributes: Vec::new(),
         edge: None,
+        links: Vec::new(),
         call: Call::Http(HttpCall {
             method: "GET".into(),
             method_original: None,
@@ -155,7 +156,7 @@ fn resource(name: &str, pid: u32, extra: &[(&str, &str)]) -> ServiceResource {
 /// a span naming a resource the batch does not have.
 /// Resources and spans of every shape, one span naming a resource that is
 /// not there (the sinks leave it out).
-fn varied() -> (Vec<ServiceResource>, Vec<Span>) {
+pub(super) fn varied() -> (Vec<ServiceResource>, Vec<Span>) {
     let resources = vec![
         resource("shop", 10, &[("team", "a"), ("service.name", "ignored")]),
         resource("idle", 11, &[]),
@@ -248,7 +249,7 @@ fn varied() -> (Vec<ServiceResource>, Vec<Span>) {
 
 /// Spans as the sinks take them, without the read's checks (which refuse
 /// a batch with a span of a missing resource).
-fn views<'a>(resources: &'a [ServiceResource], spans: &'a [Span]) -> Spans<'a> {
+pub(super) fn views<'a>(resources: &'a [ServiceResource], spans: &'a [Span]) -> Spans<'a> {
     Spans { resources, spans: spans.iter().map(Span::as_borrowed).collect() }
 }
 
