@@ -741,6 +741,157 @@ pub(crate) mod tests {
         s
     }
 
+    /// A messaging span of `ms` milliseconds: a Kafka call of operation
+    /// type `op_type` on topic `orders` (PRODUCER for a send, CONSUMER for
+    /// a receive, CLIENT else), of `count` messages, failed with `error`,
+    /// linked to one producer.
+    pub(crate) fn msg_span(ms: u64, op_type: Option<&str>, count: Option<u64>, error: Option<&str>) -> Span {
+        let mut s = span("/", ms, 0);
+        s.kind = match op_type {
+            Some("send") => SpanKind::Producer,
+            Some("receive") => SpanKind::Consumer,
+            _ => SpanKind::Client,
+        };
+        let op = match op_type {
+            Some("send") => "send",
+            Some("receive") => "poll",
+            _ => "commit",
+        };
+        s.name = format!("{op} orders");
+        s.error = error.is_some();
+        s.server_address = Some("10.0.0.9".into());
+        s.server_port = 9092;
+        s.peer_address = "10.0.0.9".into();
+        s.peer_port = 9092;
+        s.links = vec![ipc_schema::SpanLink { trace_id: 0xabc, span_id: 0xdef, trace_flags: 1 }];
+        s.call = Call::Messaging(ipc_schema::MsgCall {
+            system: ipc_schema::messaging::system::KAFKA.into(),
+            operation_type: op_type.map(Into::into),
+            operation_name: op.into(),
+            destination: Some("orders".into()),
+            partition: Some("0".into()),
+            consumer_group: (op_type != Some("send")).then(|| "billing".into()),
+            client_id: Some("rt-1".into()),
+            error_type: error.map(Into::into),
+            kafka_offset: Some(42),
+            message_count: count,
+            ..ipc_schema::MsgCall::default()
+        });
+        s
+    }
+
+    /// The messaging call of span `s`, to change.
+    pub(crate) fn msg_mut(s: &mut Span) -> &mut ipc_schema::MsgCall {
+        match &mut s.call {
+            Call::Messaging(c) => c,
+            other => panic!("not a messaging span: {other:?}"),
+        }
+    }
+
+    /// Every series of instrument `slot` of the only service: (attributes
+    /// as text, count, sum).
+    fn slot_series(m: &Meters, slot: usize) -> Vec<(Vec<String>, u64, f64)> {
+        m.view().read(|m| {
+            let svc = m.services().next().expect("one service");
+            let mut v: Vec<_> = svc.histograms[slot]
+                .series()
+                .map(|(k, p)| {
+                    let mut a = Vec::new();
+                    if let Some(k) = k {
+                        k.attributes(|n, v| a.push(format!("{n}={v:?}")));
+                    }
+                    (a, p.count, p.sum)
+                })
+                .collect();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
+        })
+    }
+
+    #[test]
+    fn messaging_calls_go_to_the_messaging_duration_and_their_messages_to_the_counters() {
+        let registry = Registry::new(Component::ExporterActor, 1);
+        let mut m = Meters::new(vec![], "h", &registry);
+        let mut inbox = msg_span(4, Some("send"), None, None);
+        msg_mut(&mut inbox).destination = Some("_INBOX.x7Yq".into());
+        msg_mut(&mut inbox).temporary = true;
+        let spans = vec![
+            msg_span(5, Some("send"), Some(3), None),
+            msg_span(20, Some("send"), Some(2), None),
+            msg_span(2, Some("send"), None, Some("NOT_LEADER_OR_FOLLOWER")),
+            msg_span(7, Some("receive"), Some(7), None),
+            msg_span(1, None, None, None),
+            inbox,
+        ];
+        m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![res("s")], &spans)), 1);
+        assert_eq!(registry.counter("ringtail_metric_samples_total", &[]).get(), 6);
+        let none = m.view().read(|m| m.services().map(|s| s.histograms[..MSG_DURATION].iter().map(Histogram::len).sum::<usize>()).sum::<usize>());
+        assert_eq!(none, 0, "a messaging call is in no HTTP, RPC or database histogram");
+        let str = |k: &str, v: &str| format!("{k}=Str({v:?})");
+        let port = "server.port=Int(9092)".to_owned();
+        let base = |op: &str| {
+            vec![
+                str("messaging.destination.name", "orders"),
+                str("messaging.destination.partition.id", "0"),
+                str("messaging.operation.name", op),
+            ]
+        };
+        // The duration: every call; the operation type, the consumer group
+        // (not a producer's); no destination name of a temporary one.
+        let d = slot_series(&m, MSG_DURATION);
+        let send = [base("send"), vec![str("messaging.operation.type", "send"), str("messaging.system", "kafka"), str("server.address", "10.0.0.9"), port.clone()]].concat();
+        let find = |v: &[(Vec<String>, u64, f64)], a: &[String]| v.iter().find(|s| s.0 == a).cloned().unwrap_or_else(|| panic!("{a:?} in {v:?}"));
+        assert_eq!(d.len(), 5, "{d:?}");
+        let ok = find(&d, &send);
+        assert_eq!(ok.1, 2);
+        assert!((ok.2 - 0.025).abs() < 1e-12, "seconds: {ok:?}");
+        let failed = [vec![str("error.type", "NOT_LEADER_OR_FOLLOWER")], send.clone()].concat();
+        assert_eq!(find(&d, &failed).1, 1);
+        let poll = [
+            vec![str("messaging.consumer.group.name", "billing")],
+            base("poll"),
+            vec![str("messaging.operation.type", "receive"), str("messaging.system", "kafka"), str("server.address", "10.0.0.9"), port.clone()],
+        ]
+        .concat();
+        assert_eq!(find(&d, &poll).1, 1);
+        let inbox = vec![
+            str("messaging.destination.partition.id", "0"),
+            str("messaging.operation.name", "send"),
+            str("messaging.operation.type", "send"),
+            str("messaging.system", "kafka"),
+            str("server.address", "10.0.0.9"),
+            port.clone(),
+        ];
+        assert_eq!(find(&d, &inbox).1, 1, "a temporary destination's name is no metric attribute");
+        // The counters: a send's messages (one when the count is unknown),
+        // a receive's; no operation type, no consumer group on sent; a
+        // commit moves no message.
+        let sent = slot_series(&m, MSG_SENT);
+        let sent_ok = [base("send"), vec![str("messaging.system", "kafka"), str("server.address", "10.0.0.9"), port.clone()]].concat();
+        assert_eq!(find(&sent, &sent_ok).2, 5.0);
+        let sent_failed = [vec![str("error.type", "NOT_LEADER_OR_FOLLOWER")], sent_ok.clone()].concat();
+        assert_eq!(find(&sent, &sent_failed).2, 1.0);
+        assert_eq!(sent.len(), 3, "{sent:?}");
+        let consumed = slot_series(&m, MSG_CONSUMED);
+        let consumed_ok = [
+            vec![str("messaging.consumer.group.name", "billing")],
+            base("poll"),
+            vec![str("messaging.system", "kafka"), str("server.address", "10.0.0.9"), port],
+        ]
+        .concat();
+        assert_eq!(consumed, vec![(consumed_ok, 1, 7.0)]);
+        // Never the client id, the offset or the per-message numbers.
+        for (a, _, _) in [d, sent, consumed].concat() {
+            assert!(a.iter().all(|k| !k.starts_with("messaging.client.id") && !k.starts_with("messaging.kafka") && !k.starts_with("messaging.batch")), "{a:?}");
+        }
+        let names: Vec<_> = instruments().map(|i| (i.name, i.unit, i.kind)).collect();
+        assert_eq!(names[MSG_DURATION], ("messaging.client.operation.duration", "s", Kind::Histogram));
+        assert_eq!(names[MSG_SENT], ("messaging.client.sent.messages", "{message}", Kind::Counter));
+        assert_eq!(names[MSG_CONSUMED], ("messaging.client.consumed.messages", "{message}", Kind::Counter));
+        let bounds = m.view().read(|m| m.services().flat_map(|s| s.histograms[MSG_DURATION].series()).map(|(_, p)| p.bounds).next());
+        assert_eq!(bounds, Some(&ipc_schema::messaging::duration::BUCKETS[..]));
+    }
+
     /// Every series of the database histogram of the only service:
     /// (attributes as text, count, sum).
     fn db_series(m: &Meters) -> Vec<(Vec<String>, u64, f64)> {

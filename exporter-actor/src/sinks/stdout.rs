@@ -177,4 +177,26 @@ mod tests {
         assert_eq!(rfc3339(1_795_995_264_880_261_349), "2026-11-29T23:34:24.880Z");
         assert_eq!(rfc3339(951_782_400_000_000_000), "2000-02-29T00:00:00.000Z");
     }
+
+    #[test]
+    fn a_messaging_span_is_its_kind_system_destination_and_messages() {
+        let res = ServiceResource {
+            service_name: "shop".into(),
+            service_instance_id: "h:1".into(),
+            host_name: "h".into(),
+            pid: 1,
+            executable_name: "shop".into(),
+            extra: vec![],
+        };
+        let mut s = crate::meters::tests::msg_span(4, Some("receive"), Some(7), None);
+        s.start_unix_ns = 0;
+        s.end_unix_ns = 4_000_000;
+        let b = SpanBatch::of(vec![res.clone()], &[s, crate::meters::tests::msg_span(4, Some("send"), None, Some("NOT_LEADER_OR_FOLLOWER"))]);
+        let spans = crate::batch::Spans::of_own(&b);
+        let line = line(&spans, 0);
+        assert!(line.contains(" CONSUMER shop \"poll orders\" kafka orders 7msg OK 4.000ms "), "{line}");
+        assert!(line.ends_with(" peer=10.0.0.9:9092"), "{line}");
+        let line = super::line(&spans, 1);
+        assert!(line.contains(" PRODUCER shop \"send orders\" kafka orders NOT_LEADER_OR_FOLLOWER "), "{line}");
+    }
 }
