@@ -825,7 +825,8 @@ pub(crate) mod tests {
         ];
         m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![res("s")], &spans)), 1);
         assert_eq!(registry.counter("ringtail_metric_samples_total", &[]).get(), 6);
-        let none = m.view().read(|m| m.services().map(|s| s.histograms[..MSG_DURATION].iter().map(Histogram::len).sum::<usize>()).sum::<usize>());
+        let none =
+            m.view().read(|m| m.services().map(|s| s.histograms[..MSG_DURATION].iter().map(Histogram::len).sum::<usize>()).sum::<usize>());
         assert_eq!(none, 0, "a messaging call is in no HTTP, RPC or database histogram");
         let str = |k: &str, v: &str| format!("{k}=Str({v:?})");
         let port = "server.port=Int(9092)".to_owned();
@@ -839,8 +840,18 @@ pub(crate) mod tests {
         // The duration: every call; the operation type, the consumer group
         // (not a producer's); no destination name of a temporary one.
         let d = slot_series(&m, MSG_DURATION);
-        let send = [base("send"), vec![str("messaging.operation.type", "send"), str("messaging.system", "kafka"), str("server.address", "10.0.0.9"), port.clone()]].concat();
-        let find = |v: &[(Vec<String>, u64, f64)], a: &[String]| v.iter().find(|s| s.0 == a).cloned().unwrap_or_else(|| panic!("{a:?} in {v:?}"));
+        let send = [
+            base("send"),
+            vec![
+                str("messaging.operation.type", "send"),
+                str("messaging.system", "kafka"),
+                str("server.address", "10.0.0.9"),
+                port.clone(),
+            ],
+        ]
+        .concat();
+        let find =
+            |v: &[(Vec<String>, u64, f64)], a: &[String]| v.iter().find(|s| s.0 == a).cloned().unwrap_or_else(|| panic!("{a:?} in {v:?}"));
         assert_eq!(d.len(), 5, "{d:?}");
         let ok = find(&d, &send);
         assert_eq!(ok.1, 2);
@@ -850,7 +861,12 @@ pub(crate) mod tests {
         let poll = [
             vec![str("messaging.consumer.group.name", "billing")],
             base("poll"),
-            vec![str("messaging.operation.type", "receive"), str("messaging.system", "kafka"), str("server.address", "10.0.0.9"), port.clone()],
+            vec![
+                str("messaging.operation.type", "receive"),
+                str("messaging.system", "kafka"),
+                str("server.address", "10.0.0.9"),
+                port.clone(),
+            ],
         ]
         .concat();
         assert_eq!(find(&d, &poll).1, 1);
@@ -882,7 +898,12 @@ pub(crate) mod tests {
         assert_eq!(consumed, vec![(consumed_ok, 1, 7.0)]);
         // Never the client id, the offset or the per-message numbers.
         for (a, _, _) in [d, sent, consumed].concat() {
-            assert!(a.iter().all(|k| !k.starts_with("messaging.client.id") && !k.starts_with("messaging.kafka") && !k.starts_with("messaging.batch")), "{a:?}");
+            assert!(
+                a.iter().all(|k| !k.starts_with("messaging.client.id")
+                    && !k.starts_with("messaging.kafka")
+                    && !k.starts_with("messaging.batch")),
+                "{a:?}"
+            );
         }
         let names: Vec<_> = instruments().map(|i| (i.name, i.unit, i.kind)).collect();
         assert_eq!(names[MSG_DURATION], ("messaging.client.operation.duration", "s", Kind::Histogram));

@@ -191,7 +191,8 @@ mod tests {
         let mut s = crate::meters::tests::msg_span(4, Some("receive"), Some(7), None);
         s.start_unix_ns = 0;
         s.end_unix_ns = 4_000_000;
-        let b = SpanBatch::of(vec![res.clone()], &[s, crate::meters::tests::msg_span(4, Some("send"), None, Some("NOT_LEADER_OR_FOLLOWER"))]);
+        let b =
+            SpanBatch::of(vec![res.clone()], &[s, crate::meters::tests::msg_span(4, Some("send"), None, Some("NOT_LEADER_OR_FOLLOWER"))]);
         let spans = crate::batch::Spans::of_own(&b);
         let line = line(&spans, 0);
         assert!(line.contains(" CONSUMER shop \"poll orders\" kafka orders 7msg OK 4.000ms "), "{line}");

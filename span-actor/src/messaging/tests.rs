@@ -2,9 +2,9 @@
 //! counters' labels.
 
 use super::testing::*;
+use super::*;
 use crate::operation::{Addrs, Conn, SpanParts};
 use ipc_schema::{SpanLink, Text};
-use super::*;
 
 #[test]
 fn detect_by_bytes_then_port() {
@@ -134,7 +134,10 @@ fn judge_kafka_sends_are_producer_spans_linked_to_their_records() {
     assert_eq!(p.links, [SpanLink { trace_id: tp.trace_id, span_id: tp.span_id, trace_flags: 1 }]);
     let c = msg(p);
     assert_eq!((&*c.system, c.operation_type.as_deref(), &*c.operation_name), ("kafka", Some("send"), "send"));
-    assert_eq!((c.destination.as_deref(), c.partition.as_deref(), c.kafka_offset, c.message_count), (Some("orders"), Some("0"), Some(1), Some(1)));
+    assert_eq!(
+        (c.destination.as_deref(), c.partition.as_deref(), c.kafka_offset, c.message_count),
+        (Some("orders"), Some("0"), Some(1), Some(1))
+    );
     assert_eq!((c.client_id.as_deref(), c.error_type.as_deref(), c.consumer_group.as_deref()), (Some("rt-producer"), None, None));
     assert!(p.attributes.is_empty() && p.export_trace && p.export_metrics);
 }

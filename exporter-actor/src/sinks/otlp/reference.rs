@@ -371,10 +371,8 @@ fn db_histogram_attributes(s: &Span, c: &DbCall) -> Vec<KeyValue> {
 /// duration histogram (`duration`) or a message counter (`consumer`: the
 /// consumed one).
 fn messaging_metric_attributes(s: &Span, c: &MsgCall, duration: bool, consumer: bool) -> Vec<KeyValue> {
-    let mut attrs = vec![
-        KeyValue::new("messaging.system", c.system.clone()),
-        KeyValue::new("messaging.operation.name", c.operation_name.clone()),
-    ];
+    let mut attrs =
+        vec![KeyValue::new("messaging.system", c.system.clone()), KeyValue::new("messaging.operation.name", c.operation_name.clone())];
     let named = !c.temporary && !c.anonymous;
     for (k, v, wanted) in [
         ("messaging.operation.type", &c.operation_type, duration),

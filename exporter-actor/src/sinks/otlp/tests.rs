@@ -473,12 +473,18 @@ fn metrics_request_decodes_to_what_the_sdk_path_sent() {
                 // A messaging counter: an SDK u64 counter's integer points.
                 assert_eq!((gsum.aggregation_temporality, gsum.is_monotonic), (wsum.aggregation_temporality, wsum.is_monotonic));
                 let by_attrs = |ps: &[NumberDataPoint]| {
-                    let mut v: Vec<_> = ps.iter().map(|p| (format!("{:?}", sorted(p.attributes.clone())), p.value, p.start_time_unix_nano)).collect();
+                    let mut v: Vec<_> =
+                        ps.iter().map(|p| (format!("{:?}", sorted(p.attributes.clone())), p.value, p.start_time_unix_nano)).collect();
                     v.sort_by(|a, b| a.0.cmp(&b.0));
                     v
                 };
                 let (gp, wp) = (by_attrs(&gsum.data_points), by_attrs(&wsum.data_points));
-                assert_eq!(gp.iter().map(|p| (&p.0, p.1)).collect::<Vec<_>>(), wp.iter().map(|p| (&p.0, p.1)).collect::<Vec<_>>(), "{}", gm.name);
+                assert_eq!(
+                    gp.iter().map(|p| (&p.0, p.1)).collect::<Vec<_>>(),
+                    wp.iter().map(|p| (&p.0, p.1)).collect::<Vec<_>>(),
+                    "{}",
+                    gm.name
+                );
                 assert!(gp.iter().all(|p| p.2 == 1_700_000_001_000_000_000));
                 continue;
             }
@@ -679,7 +685,9 @@ fn messaging_spans_have_their_kind_attributes_and_links() {
     .collect();
     assert_eq!(got[0].attributes, send);
     let poll = &got[1].attributes;
-    assert!(poll.contains(&str_kv("messaging.consumer.group.name", "billing")) && poll.contains(&int_kv("messaging.batch.message_count", 7)));
+    assert!(
+        poll.contains(&str_kv("messaging.consumer.group.name", "billing")) && poll.contains(&int_kv("messaging.batch.message_count", 7))
+    );
     assert!(!got[2].attributes.iter().any(|kv| kv.key == "messaging.operation.type"), "a commit of no type names none");
     for s in got {
         for kv in &s.attributes {
@@ -692,10 +700,7 @@ fn messaging_spans_have_their_kind_attributes_and_links() {
     let links: Vec<_> = got[1].links.iter().map(|l| (hex(&l.trace_id), hex(&l.span_id), l.flags, l.trace_state.as_str())).collect();
     assert_eq!(
         links,
-        [
-            (format!("{:032x}", 0xabc), format!("{:016x}", 0xdef), 0x301, ""),
-            (format!("{:032x}", 1), format!("{:016x}", 2), 0x300, ""),
-        ],
+        [(format!("{:032x}", 0xabc), format!("{:016x}", 0xdef), 0x301, ""), (format!("{:032x}", 1), format!("{:016x}", 2), 0x300, ""),],
         "trace flags, SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK and SPAN_FLAGS_CONTEXT_IS_REMOTE_MASK"
     );
     assert_eq!((got[0].links.len(), got[0].dropped_links_count), (1, 0));
