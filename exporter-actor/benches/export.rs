@@ -74,6 +74,7 @@ fn batch(n: usize, k: u64, grpc: bool, edges: bool) -> SpanBatch {
                 peer_duration_ns: 250_000,
                 peer_error: i % 50 == 0,
             }),
+            links: Vec::new(),
             call: Call::Http(HttpCall {
                 method: "GET".into(),
                 method_original: None,

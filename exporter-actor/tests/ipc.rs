@@ -32,6 +32,7 @@ fn span(id: u64, path: &str) -> Span {
         export_metrics: true,
         attributes: Vec::new(),
         edge: None,
+        links: Vec::new(),
         call: Call::Http(HttpCall {
             method: "GET".into(),
             method_original: None,

@@ -23,6 +23,9 @@
 //!   (a literal, shared or owned: most are one of a few literals).
 //! - [`db`]: the database call duration metric's definition, shared by
 //!   the span-actor and the exporter.
+//! - [`messaging`]: the messaging metrics' definitions (the call
+//!   duration histogram, the sent and consumed message counters) and the
+//!   values of `messaging.system` and `messaging.operation.type`.
 //! - [`rpc`]: the RPC duration metrics' definitions (names, units,
 //!   boundaries), shared by the span-actor and the exporter.
 //! - [`span_wire`]: a span batch's hand-written wire layout (the busiest
@@ -39,6 +42,7 @@ pub mod endpoints;
 pub mod envelope;
 pub mod health;
 pub mod k8s;
+pub mod messaging;
 pub mod raw;
 pub mod raw_wire;
 pub mod rpc;
@@ -51,13 +55,13 @@ pub use component::{Component, ComponentInfo, COMPONENTS};
 pub use envelope::{decode, decode_ack, encode, Ack, Body, DecodeError, Envelope, Producer};
 pub use health::{HealthReport, MetricPoint};
 pub use raw::{ConnHead, Links, ProcessInfo, RawBatch, RawEvent, RawH2, RawStream, Role, SockAddr};
-pub use span::{Call, DbCall, Edge, HttpCall, RpcCall, ServiceResource, Span, SpanBatch, SpanKind, Value};
+pub use span::{Call, DbCall, Edge, HttpCall, MsgCall, RpcCall, ServiceResource, Span, SpanBatch, SpanKind, SpanLink, Value, MAX_LINKS};
 pub use text::Text;
 pub use wire::WireError;
 
 /// Version of the message layout. A receiver rejects any other version with
 /// [`DecodeError::Version`] instead of misreading it.
-pub const SCHEMA_VERSION: u16 = 13;
+pub const SCHEMA_VERSION: u16 = 14;
 
 /// Largest message any receiver accepts, in bytes. A batch of the largest
 /// configurable length with every capture full stays well below it.

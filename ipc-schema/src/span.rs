@@ -13,6 +13,27 @@ use crate::wire::{Section, WireError};
 pub enum SpanKind {
     Server,
     Client,
+    /// A messaging call that hands messages to a broker (`send`).
+    Producer,
+    /// A messaging call that takes messages from a broker (`receive`).
+    Consumer,
+}
+
+/// The most links a span carries ([`Span::links`]): a batch's messages
+/// each may carry a trace context, and a span of a large batch would
+/// otherwise be unbounded. The span-actor keeps at most this many; more
+/// are not written, and a batch declaring more is refused.
+pub const MAX_LINKS: usize = 16;
+
+/// An OpenTelemetry span link: the context of another span this one is
+/// causally related to without being its child (a CONSUMER span's link to
+/// the PRODUCER span that sent a message it received).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct SpanLink {
+    pub trace_id: u128,
+    pub span_id: u64,
+    /// W3C trace flags (bit 0 = sampled).
+    pub trace_flags: u8,
 }
 
 /// The OpenTelemetry resource of a traced service instance.
@@ -27,7 +48,8 @@ pub struct ServiceResource {
     pub extra: Vec<(String, String)>,
 }
 
-/// One finished operation as a span (SERVER or CLIENT), of any protocol:
+/// One finished operation as a span (SERVER, CLIENT, PRODUCER or
+/// CONSUMER), of any protocol:
 /// what every span has (ids, kind, name, times, resource, the server and
 /// the peer, status, the attributes the span-actor chose) and what the
 /// operation was ([`Call`]), which decides the attributes and metrics of
@@ -73,6 +95,10 @@ pub struct Span<S = String> {
     /// edge, which the exporter counts from these values
     /// (`traces_service_graph_*`), never from a pairing of its own.
     pub edge: Option<Edge<S>>,
+    /// Spans this one is linked to (at most [`MAX_LINKS`]): the producers
+    /// of the messages a messaging call received. Empty for every other
+    /// call.
+    pub links: Vec<SpanLink>,
     /// What the operation was, by protocol family.
     pub call: Call<S>,
 }
@@ -92,6 +118,10 @@ pub enum Call<S = String> {
     /// A database call (a CLIENT span read from a database protocol):
     /// measured in `db.client.operation.duration` ([`crate::db`]).
     Db(DbCall<S>),
+    /// A messaging call (a PRODUCER, CONSUMER or CLIENT span read from a
+    /// broker protocol): measured in `messaging.client.operation.duration`
+    /// and its messages counted ([`crate::messaging`]).
+    Messaging(MsgCall<S>),
 }
 
 impl<S> Call<S> {
@@ -99,7 +129,7 @@ impl<S> Call<S> {
     pub fn http(&self) -> Option<&HttpCall<S>> {
         match self {
             Call::Http(h) | Call::Rpc(h, _) => Some(h),
-            Call::Db(_) => None,
+            Call::Db(_) | Call::Messaging(_) => None,
         }
     }
 
@@ -118,6 +148,14 @@ impl<S> Call<S> {
             _ => None,
         }
     }
+
+    /// The messaging call of a messaging span.
+    pub fn messaging(&self) -> Option<&MsgCall<S>> {
+        match self {
+            Call::Messaging(m) => Some(m),
+            _ => None,
+        }
+    }
 }
 
 impl<S: AsRef<str>> Call<S> {
@@ -127,6 +165,7 @@ impl<S: AsRef<str>> Call<S> {
             Call::Http(h) => Call::Http(h.map_str(f)),
             Call::Rpc(h, r) => Call::Rpc(h.map_str(&f), r.map_str(&f)),
             Call::Db(d) => Call::Db(d.map_str(f)),
+            Call::Messaging(m) => Call::Messaging(m.map_str(f)),
         }
     }
 }
@@ -320,6 +359,90 @@ impl<S: AsRef<str>> DbCall<S> {
     }
 }
 
+/// A messaging call as the span-actor read it from a broker connection,
+/// under the OpenTelemetry messaging conventions (each field names its
+/// key, checked against the semantic-conventions registry). Nothing here
+/// is a message's payload, key (`messaging.kafka.message.key` is never
+/// exported), header value or property: only names the conventions ask
+/// for (bounded by the span-actor) and numbers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MsgCall<S = String> {
+    /// `messaging.system`: `kafka`, `rabbitmq`, `nats`, `mqtt`
+    /// ([`crate::messaging::system`]).
+    pub system: S,
+    /// `messaging.operation.type`: `send`, `receive`, `settle`...
+    /// ([`crate::messaging::op_type`]); `None` for a call that is none of
+    /// the conventions' types (an MQTT SUBSCRIBE).
+    pub operation_type: Option<S>,
+    /// `messaging.operation.name`: the system's own word for the call
+    /// (`send`, `poll`, `commit`, `publish`, `ack`...), never from the wire.
+    pub operation_name: S,
+    /// `messaging.destination.name`: the topic, queue, exchange or subject.
+    pub destination: Option<S>,
+    /// `messaging.destination.template`: its low-cardinality form (an MQTT
+    /// topic filter with wildcards).
+    pub template: Option<S>,
+    /// `messaging.destination.subscription.name` (a NATS queue group, a
+    /// RabbitMQ consumer's queue subscription).
+    pub subscription: Option<S>,
+    /// `messaging.destination.partition.id` (a string in the conventions:
+    /// a Kafka partition in decimal).
+    pub partition: Option<S>,
+    /// `messaging.consumer.group.name`.
+    pub consumer_group: Option<S>,
+    /// `messaging.client.id`.
+    pub client_id: Option<S>,
+    /// `messaging.rabbitmq.destination.routing_key`.
+    pub routing_key: Option<S>,
+    /// `error.type` when the call failed (Kafka's error name, an MQTT
+    /// reason code, an AMQP reply code's name...).
+    pub error_type: Option<S>,
+    /// `messaging.kafka.offset`.
+    pub kafka_offset: Option<i64>,
+    /// `messaging.batch.message_count`: messages in the call, when known
+    /// (also what `messaging.client.sent.messages` and
+    /// `messaging.client.consumed.messages` count; one when unknown).
+    pub message_count: Option<u64>,
+    /// `messaging.message.body.size`, in bytes, of a call of one message.
+    pub body_size: Option<u64>,
+    /// `messaging.rabbitmq.message.delivery_tag`.
+    pub delivery_tag: Option<u64>,
+    /// `messaging.destination.temporary`: the destination may be gone once
+    /// its messages are processed (a reply queue, a NATS inbox). Its name
+    /// is then no metric attribute (one series a request).
+    pub temporary: bool,
+    /// `messaging.destination.anonymous`: the destination has no name of
+    /// the application's (a server-named queue). No metric attribute
+    /// either.
+    pub anonymous: bool,
+}
+
+impl<S: AsRef<str>> MsgCall<S> {
+    /// The same call, with its strings in `T`.
+    pub fn map_str<'a, T>(&'a self, f: impl Fn(&'a str) -> T) -> MsgCall<T> {
+        let o = |v: &'a Option<S>| v.as_ref().map(|v| f(v.as_ref()));
+        MsgCall {
+            system: f(self.system.as_ref()),
+            operation_type: o(&self.operation_type),
+            operation_name: f(self.operation_name.as_ref()),
+            destination: o(&self.destination),
+            template: o(&self.template),
+            subscription: o(&self.subscription),
+            partition: o(&self.partition),
+            consumer_group: o(&self.consumer_group),
+            client_id: o(&self.client_id),
+            routing_key: o(&self.routing_key),
+            error_type: o(&self.error_type),
+            kafka_offset: self.kafka_offset,
+            message_count: self.message_count,
+            body_size: self.body_size,
+            delivery_tag: self.delivery_tag,
+            temporary: self.temporary,
+            anonymous: self.anonymous,
+        }
+    }
+}
+
 /// A batch of spans and the resources they refer to. The spans are kept
 /// in their wire layout ([`crate::span_wire`]): [`SpanBatch::push`]
 /// appends, [`SpanBatch::read`] reads them back, borrowing their strings
@@ -407,6 +530,7 @@ impl<S: AsRef<str>> Span<S> {
                 })
                 .collect(),
             edge: self.edge.as_ref().map(|e| e.map_str(&f)),
+            links: self.links.clone(),
             call: self.call.map_str(&f),
         }
     }
@@ -457,6 +581,7 @@ mod tests {
                 export_metrics: false,
                 attributes: vec![("rpc.system".into(), Value::Str("grpc".into())), ("x".into(), Value::Bool(true))],
                 edge: Some(Edge { peer_service: "front".into(), peer_duration_ns: 7, peer_error: true }),
+                links: vec![SpanLink { trace_id: 9, span_id: 8, trace_flags: 1 }],
                 call: Call::Rpc(
                     HttpCall {
                         method: "_OTHER".into(),
@@ -496,6 +621,7 @@ mod tests {
         assert_eq!(span.attributes, vec![("rpc.system", Value::Str("grpc")), ("x", Value::Bool(true))]);
         assert_eq!(span.call.rpc().map(|r| (r.method, r.code, r.status)), Some(("_OTHER", Some(12), Some("UNIMPLEMENTED"))));
         assert_eq!(span.edge, Some(Edge { peer_service: "front", peer_duration_ns: 7, peer_error: true }));
+        assert_eq!(span.links, vec![SpanLink { trace_id: 9, span_id: 8, trace_flags: 1 }]);
         assert_eq!(span.to_owned_span().as_borrowed(), span);
     }
 }

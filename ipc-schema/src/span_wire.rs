@@ -13,16 +13,19 @@
 //!                             bin(span*) ]
 //! resource = str(service_name) str(service_instance_id) str(host_name)
 //!            uint(pid) str(executable_name) count(extra) (str str)*
-//! span     = uint(resource) u8(kind: 0 server, 1 client) u128le(trace_id)
-//!            u64le(span_id) u64le(parent_span_id) u8(trace_flags) str(name)
-//!            u64le(start_unix_ns) u64le(end_unix_ns)
-//!            u8(bit 0 error, 1 export_trace, 2 export_metrics)
+//! span     = uint(resource)
+//!            u8(kind: 0 server, 1 client, 2 producer, 3 consumer)
+//!            u128le(trace_id) u64le(span_id) u64le(parent_span_id)
+//!            u8(trace_flags) str(name) u64le(start_unix_ns) u64le(end_unix_ns)
+//!            u8(bit 0 error, 1 export_trace, 2 export_metrics, 3 links)
 //!            opt(server_address) uint(server_port) str(peer_address)
 //!            uint(peer_port) count(attributes) (str(key) attr)* edge call
+//!            [links, when flag bit 3 is set]
+//! links    = count(1 to 16) (u128le(trace_id) u64le(span_id) u8(trace_flags))*
 //! attr     = u8(0) str | u8(1) int | u8(2) u8(0 false, 1 true)
 //! edge     = u8(0) | u8(1) str(peer_service) u64le(peer_duration_ns)
 //!            u8(peer_error: 0 or 1)
-//! call     = u8(0) http | u8(1) http rpc | u8(2) db
+//! call     = u8(0) http | u8(1) http rpc | u8(2) db | u8(3) msg
 //! http     = str(method) opt(method_original) opt(route) str(path)
 //!            opt(query) str(scheme) uint(status) str(client_address)
 //!            uint(client_port) str(protocol_version) opt(user_agent)
@@ -32,6 +35,15 @@
 //! db       = str(system) opt(namespace) opt(operation) opt(collection)
 //!            opt(query_text) opt(query_summary) opt(status_code)
 //!            opt(error_type) (u8(0) | u8(1) uint(rows))
+//! msg      = str(system) opt(operation_type) str(operation_name)
+//!            opt(destination) opt(template) opt(subscription)
+//!            opt(partition) opt(consumer_group) opt(client_id)
+//!            opt(routing_key) opt(error_type)
+//!            (u8(0) | u8(1) int(kafka_offset))
+//!            (u8(0) | u8(1) uint(message_count))
+//!            (u8(0) | u8(1) uint(body_size))
+//!            (u8(0) | u8(1) uint(delivery_tag))
+//!            u8(bit 0 temporary, 1 anonymous)
 //! int      = zigzag uint (an i64; a status code is range-checked as i32)
 //! uint     = LEB128, at most 10 bytes, range-checked for its field
 //! count    = uint, never more than the bytes left could hold
@@ -39,9 +51,15 @@
 //! opt      = u8(0) | u8(1) str
 //! ```
 //!
+//! A span without links writes neither a count nor anything else for
+//! them: the spans of every call but messaging are what they were before
+//! links were added, byte for byte.
+//!
 //! Reading treats the bytes as hostile: every length is checked against
 //! what is left before anything is allocated, every integer against its
-//! field's range, every string for UTF-8, every span's resource index
+//! field's range, every string for UTF-8, every tag and flag byte against
+//! the values it may take, a span's links against [`MAX_LINKS`] (and the
+//! links flag against an empty list), every span's resource index
 //! against the batch's resources, the spans against their declared number,
 //! and trailing bytes are an error. Decoding a message reads its resources;
 //! its spans are checked as [`SpanBatch::read`] reads them, once (checking
@@ -56,7 +74,7 @@ use serde::de::{self, SeqAccess, Visitor};
 use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::span::{Call, DbCall, Edge, HttpCall, RpcCall, ServiceResource, Span, SpanBatch, SpanKind, Value};
+use crate::span::{Call, DbCall, Edge, HttpCall, MsgCall, RpcCall, ServiceResource, Span, SpanBatch, SpanKind, SpanLink, Value, MAX_LINKS};
 pub use crate::wire::WireError;
 use crate::wire::{put_int, put_opt, put_str, put_uint, Reader, Section};
 
@@ -72,11 +90,17 @@ const MIN_DB: usize = 1 + 1 + 7 + 1;
 const CALL_HTTP: u8 = 0;
 const CALL_RPC: u8 = 1;
 const CALL_DB: u8 = 2;
+const CALL_MSG: u8 = 3;
+/// A link's bytes: trace id, span id, flags.
+const LINK: usize = 16 + 8 + 1;
+const MSG_TEMPORARY: u8 = 1;
+const MSG_ANONYMOUS: u8 = 2;
 const RPC_STABLE: u8 = 1;
 const RPC_EXPERIMENTAL: u8 = 2;
 const FLAG_ERROR: u8 = 1;
 const FLAG_EXPORT_TRACE: u8 = 2;
 const FLAG_EXPORT_METRICS: u8 = 4;
+const FLAG_LINKS: u8 = 8;
 
 /// The first part of a batch: its resources and how many spans follow.
 fn write_resources(resources: &[ServiceResource], spans: usize, out: &mut Vec<u8>) {
@@ -118,12 +142,15 @@ pub(crate) fn write_span<S: AsRef<str>>(s: &Span<S>, out: &mut Vec<u8>) {
         export_metrics,
         attributes,
         edge,
+        links,
         call,
     } = s;
     put_uint(out, u64::from(*resource));
     out.push(match kind {
         SpanKind::Server => 0,
         SpanKind::Client => 1,
+        SpanKind::Producer => 2,
+        SpanKind::Consumer => 3,
     });
     out.extend_from_slice(&trace_id.to_le_bytes());
     out.extend_from_slice(&span_id.to_le_bytes());
@@ -132,8 +159,10 @@ pub(crate) fn write_span<S: AsRef<str>>(s: &Span<S>, out: &mut Vec<u8>) {
     put_str(out, name.as_ref());
     out.extend_from_slice(&start_unix_ns.to_le_bytes());
     out.extend_from_slice(&end_unix_ns.to_le_bytes());
-    let flags =
-        (u8::from(*error) * FLAG_ERROR) | (u8::from(*export_trace) * FLAG_EXPORT_TRACE) | (u8::from(*export_metrics) * FLAG_EXPORT_METRICS);
+    let flags = (u8::from(*error) * FLAG_ERROR)
+        | (u8::from(*export_trace) * FLAG_EXPORT_TRACE)
+        | (u8::from(*export_metrics) * FLAG_EXPORT_METRICS)
+        | (u8::from(!links.is_empty()) * FLAG_LINKS);
     out.push(flags);
     put_opt(out, server_address.as_ref().map(AsRef::as_ref));
     put_uint(out, u64::from(*server_port));
@@ -175,7 +204,145 @@ pub(crate) fn write_span<S: AsRef<str>>(s: &Span<S>, out: &mut Vec<u8>) {
             out.push(CALL_DB);
             write_db(d, out);
         }
+        Call::Messaging(m) => {
+            out.push(CALL_MSG);
+            write_msg(m, out);
+        }
     }
+    if !links.is_empty() {
+        write_links(links, out);
+    }
+}
+
+/// Out of line: few spans have links. At most [`MAX_LINKS`] are written
+/// (the span-actor keeps no more; a reader refuses more).
+#[inline(never)]
+fn write_links(links: &[SpanLink], out: &mut Vec<u8>) {
+    let links = &links[..links.len().min(MAX_LINKS)];
+    put_uint(out, links.len() as u64);
+    for SpanLink { trace_id, span_id, trace_flags } in links {
+        out.extend_from_slice(&trace_id.to_le_bytes());
+        out.extend_from_slice(&span_id.to_le_bytes());
+        out.push(*trace_flags);
+    }
+}
+
+/// A span's links, after its flags said it has some: one to
+/// [`MAX_LINKS`].
+fn read_links(rd: &mut Reader<'_>) -> Result<Vec<SpanLink>, WireError> {
+    let n = rd.count("links", LINK)?;
+    if n == 0 || n > MAX_LINKS {
+        return Err(WireError::Range { field: "links" });
+    }
+    let mut links = Vec::with_capacity(n);
+    for _ in 0..n {
+        let trace_id = u128::from_le_bytes(rd.fixed("link trace_id")?);
+        let span_id = rd.u64le("link span_id")?;
+        let trace_flags = rd.u8("link trace_flags")?;
+        links.push(SpanLink { trace_id, span_id, trace_flags });
+    }
+    Ok(links)
+}
+
+/// Out of line, as [`write_db`].
+#[inline(never)]
+fn write_msg<S: AsRef<str>>(m: &MsgCall<S>, out: &mut Vec<u8>) {
+    let MsgCall {
+        system,
+        operation_type,
+        operation_name,
+        destination,
+        template,
+        subscription,
+        partition,
+        consumer_group,
+        client_id,
+        routing_key,
+        error_type,
+        kafka_offset,
+        message_count,
+        body_size,
+        delivery_tag,
+        temporary,
+        anonymous,
+    } = m;
+    put_str(out, system.as_ref());
+    put_opt(out, operation_type.as_ref().map(AsRef::as_ref));
+    put_str(out, operation_name.as_ref());
+    for v in [destination, template, subscription, partition, consumer_group, client_id, routing_key, error_type] {
+        put_opt(out, v.as_ref().map(AsRef::as_ref));
+    }
+    match kafka_offset {
+        None => out.push(0),
+        Some(o) => {
+            out.push(1);
+            put_int(out, *o);
+        }
+    }
+    for v in [message_count, body_size, delivery_tag] {
+        match v {
+            None => out.push(0),
+            Some(n) => {
+                out.push(1);
+                put_uint(out, *n);
+            }
+        }
+    }
+    out.push((u8::from(*temporary) * MSG_TEMPORARY) | (u8::from(*anonymous) * MSG_ANONYMOUS));
+}
+
+/// An optional unsigned number: a tag (0 or 1), then the number.
+fn opt_uint(rd: &mut Reader<'_>, field: &'static str) -> Result<Option<u64>, WireError> {
+    match rd.u8(field)? {
+        0 => Ok(None),
+        1 => rd.uint(field).map(Some),
+        _ => Err(WireError::Range { field }),
+    }
+}
+
+fn read_msg<'a>(rd: &mut Reader<'a>) -> Result<MsgCall<&'a str>, WireError> {
+    let system = rd.str_ref("msg system")?;
+    let operation_type = rd.opt_ref("msg operation_type")?;
+    let operation_name = rd.str_ref("msg operation_name")?;
+    let destination = rd.opt_ref("msg destination")?;
+    let template = rd.opt_ref("msg template")?;
+    let subscription = rd.opt_ref("msg subscription")?;
+    let partition = rd.opt_ref("msg partition")?;
+    let consumer_group = rd.opt_ref("msg consumer_group")?;
+    let client_id = rd.opt_ref("msg client_id")?;
+    let routing_key = rd.opt_ref("msg routing_key")?;
+    let error_type = rd.opt_ref("msg error_type")?;
+    let kafka_offset = match rd.u8("msg kafka_offset")? {
+        0 => None,
+        1 => Some(rd.int64("msg kafka_offset")?),
+        _ => return Err(WireError::Range { field: "msg kafka_offset" }),
+    };
+    let message_count = opt_uint(rd, "msg message_count")?;
+    let body_size = opt_uint(rd, "msg body_size")?;
+    let delivery_tag = opt_uint(rd, "msg delivery_tag")?;
+    let flags = rd.u8("msg flags")?;
+    if flags & !(MSG_TEMPORARY | MSG_ANONYMOUS) != 0 {
+        return Err(WireError::Range { field: "msg flags" });
+    }
+    Ok(MsgCall {
+        system,
+        operation_type,
+        operation_name,
+        destination,
+        template,
+        subscription,
+        partition,
+        consumer_group,
+        client_id,
+        routing_key,
+        error_type,
+        kafka_offset,
+        message_count,
+        body_size,
+        delivery_tag,
+        temporary: flags & MSG_TEMPORARY != 0,
+        anonymous: flags & MSG_ANONYMOUS != 0,
+    })
 }
 
 /// An HTTP exchange's fields: inlined, most spans are one.
@@ -221,6 +388,7 @@ fn read_call<'a>(rd: &mut Reader<'a>) -> Result<Call<&'a str>, WireError> {
             Call::Rpc(http, read_rpc(rd)?)
         }
         CALL_DB => Call::Db(read_db(rd)?),
+        CALL_MSG => Call::Messaging(read_msg(rd)?),
         _ => return Err(WireError::Range { field: "call" }),
     })
 }
@@ -390,6 +558,8 @@ pub(crate) fn read_span<'a>(rd: &mut Reader<'a>) -> Result<Span<&'a str>, WireEr
     let kind = match rd.u8("kind")? {
         0 => SpanKind::Server,
         1 => SpanKind::Client,
+        2 => SpanKind::Producer,
+        3 => SpanKind::Consumer,
         _ => return Err(WireError::Range { field: "kind" }),
     };
     let trace_id = u128::from_le_bytes(rd.fixed("trace_id")?);
@@ -400,7 +570,7 @@ pub(crate) fn read_span<'a>(rd: &mut Reader<'a>) -> Result<Span<&'a str>, WireEr
     let start_unix_ns = rd.u64le("start_unix_ns")?;
     let end_unix_ns = rd.u64le("end_unix_ns")?;
     let flags = rd.u8("flags")?;
-    if flags & !(FLAG_ERROR | FLAG_EXPORT_TRACE | FLAG_EXPORT_METRICS) != 0 {
+    if flags & !(FLAG_ERROR | FLAG_EXPORT_TRACE | FLAG_EXPORT_METRICS | FLAG_LINKS) != 0 {
         return Err(WireError::Range { field: "flags" });
     }
     let server_address = rd.opt_ref("server_address")?;
@@ -425,6 +595,7 @@ pub(crate) fn read_span<'a>(rd: &mut Reader<'a>) -> Result<Span<&'a str>, WireEr
     }
     let edge = read_edge(rd)?;
     let call = read_call(rd)?;
+    let links = if flags & FLAG_LINKS != 0 { read_links(rd)? } else { Vec::new() };
     Ok(Span {
         resource,
         kind,
@@ -444,6 +615,7 @@ pub(crate) fn read_span<'a>(rd: &mut Reader<'a>) -> Result<Span<&'a str>, WireEr
         export_metrics: flags & FLAG_EXPORT_METRICS != 0,
         attributes,
         edge,
+        links,
         call,
     })
 }
@@ -532,6 +704,7 @@ mod tests {
                 ("f".into(), Value::Bool(false)),
             ],
             edge: Some(Edge { peer_service: "front-€".into(), peer_duration_ns: u64::MAX, peer_error: true }),
+            links: Vec::new(),
             call: Call::Rpc(
                 http(),
                 RpcCall {
@@ -578,6 +751,37 @@ mod tests {
         }
     }
 
+    /// A Kafka fetch's call, every field at an extreme.
+    fn msg() -> MsgCall {
+        MsgCall {
+            system: "kafka".into(),
+            operation_type: Some("receive".into()),
+            operation_name: "poll".into(),
+            destination: Some("orders-€".into()),
+            template: Some("orders/+".into()),
+            subscription: Some("workers".into()),
+            partition: Some("2147483647".into()),
+            consumer_group: Some("billing".into()),
+            client_id: Some(String::new()),
+            routing_key: Some("a.b".into()),
+            error_type: Some("UNKNOWN_TOPIC_OR_PARTITION".into()),
+            kafka_offset: Some(i64::MIN),
+            message_count: Some(u64::MAX),
+            body_size: Some(0),
+            delivery_tag: Some(u64::MAX),
+            temporary: true,
+            anonymous: true,
+        }
+    }
+
+    /// A CONSUMER span of a messaging call, with `links` links.
+    fn consumer(links: usize) -> Span {
+        let links = (0..links)
+            .map(|i| SpanLink { trace_id: u128::MAX - i as u128, span_id: u64::MAX - i as u64, trace_flags: 0xff - i as u8 })
+            .collect();
+        Span { kind: SpanKind::Consumer, edge: None, attributes: Vec::new(), links, call: Call::Messaging(msg()), ..span(0) }
+    }
+
     fn batch() -> SpanBatch {
         SpanBatch::of(vec![resource("a"), resource("b")], &[span(0), span(1), span(1)])
     }
@@ -610,6 +814,16 @@ mod tests {
         let others = [Span { call: Call::Http(http()), ..span(0) }, Span { kind: SpanKind::Client, call: Call::Db(db()), ..span(1) }];
         let b = SpanBatch::of(vec![resource("a"), resource("b")], &others);
         assert_eq!(read_all(&res_bytes(&b.resources, 2), b.spans.bytes.clone()).unwrap(), others);
+        // messaging calls: a PRODUCER with no optional field and no link,
+        // CONSUMERs with links, as many as may be
+        let bare = MsgCall { system: "nats".into(), operation_name: "publish".into(), ..MsgCall::default() };
+        let msgs = [
+            Span { kind: SpanKind::Producer, call: Call::Messaging(bare), ..span(0) },
+            consumer(1),
+            Span { resource: 1, ..consumer(MAX_LINKS) },
+        ];
+        let b = SpanBatch::of(vec![resource("a"), resource("b")], &msgs);
+        assert_eq!(read_all(&res_bytes(&b.resources, 3), b.spans.bytes.clone()).unwrap(), msgs);
         let empty = SpanBatch::default();
         assert_eq!(read(&res_bytes(&[], 0), Vec::new()).unwrap(), empty);
         assert_eq!(empty.read().unwrap(), vec![]);
@@ -651,6 +865,7 @@ mod tests {
             export_metrics: false,
             attributes: Vec::new(),
             edge: None,
+            links: Vec::new(),
             call: Call::Db(DbCall {
                 system: "",
                 namespace: None,
@@ -768,9 +983,9 @@ mod tests {
         let mut bad = without.clone();
         bad[tag] = 2;
         assert_eq!(read_all(&res_bytes(&[resource("a")], 1), bad), Err(WireError::Range { field: "edge" }));
-        // the call's tag: only 0, 1 and 2
+        // the call's tag: only 0, 1, 2 and 3
         let mut bad = without;
-        bad[tag + 1] = 3;
+        bad[tag + 1] = 4;
         assert_eq!(read_all(&res_bytes(&[resource("a")], 1), bad), Err(WireError::Range { field: "call" }));
     }
 
@@ -786,5 +1001,88 @@ mod tests {
         let at = b.iter().position(|&c| c == 0x7f).unwrap();
         b[at] = 0xff;
         assert_eq!(read_all(&res_bytes(&[resource("a")], 1), b), Err(WireError::Utf8 { field: "path" }));
+    }
+
+    #[test]
+    fn every_truncation_of_a_messaging_span_with_links_is_refused() {
+        let spans = [consumer(3), Span { kind: SpanKind::Producer, ..consumer(0) }];
+        let b = SpanBatch::of(vec![resource("a")], &spans);
+        let res = res_bytes(&b.resources, 2);
+        assert_eq!(read_all(&res, b.spans.bytes.clone()).unwrap(), spans);
+        for n in 0..b.spans.bytes.len() {
+            assert!(read_all(&res, b.spans.bytes[..n].to_vec()).is_err(), "spans cut at {n} of {} were accepted", b.spans.bytes.len());
+        }
+    }
+
+    #[test]
+    fn a_span_without_links_is_written_as_before_links_were() {
+        // Links add the flag and their count and bytes after the call,
+        // nothing else: a span without links is what it always was.
+        let with = span_bytes(&Span { links: consumer(2).links, ..span(0) });
+        let without = span_bytes(&span(0));
+        assert_eq!(with.len(), without.len() + 1 + 2 * LINK);
+        let flags = with.iter().zip(&without).position(|(a, b)| a != b).unwrap();
+        assert_eq!(with[flags], without[flags] | FLAG_LINKS);
+        assert_eq!(with[flags + 1..without.len()], without[flags + 1..]);
+        // (the flags byte: after the name and the two times)
+        assert_eq!(without[flags], FLAG_ERROR | FLAG_EXPORT_METRICS);
+    }
+
+    #[test]
+    fn bad_links_are_refused() {
+        let res = res_bytes(&[resource("a")], 1);
+        let one = span_bytes(&consumer(1));
+        let count = one.len() - 1 - LINK;
+        assert_eq!(one[count], 1);
+        // the flag with no link, more links than a span may have
+        for n in [0, MAX_LINKS as u8 + 1] {
+            let mut bad = one.clone();
+            bad[count] = n;
+            bad.extend(std::iter::repeat_n(7, LINK * usize::from(n)));
+            assert_eq!(read_all(&res, bad), Err(WireError::Range { field: "links" }), "{n} links");
+        }
+        // more links than the bytes left could hold: refused before allocating
+        let mut bad = one[..count].to_vec();
+        put_uint(&mut bad, u64::from(u32::MAX));
+        assert_eq!(read_all(&res, bad), Err(WireError::Count { field: "links" }));
+        // a span that has none but says it has: the flag with no count
+        let none = span_bytes(&consumer(0));
+        let with = span_bytes(&consumer(1));
+        let flags = with.iter().zip(&none).position(|(a, b)| a != b).unwrap();
+        let mut bad = none.clone();
+        bad[flags] |= FLAG_LINKS;
+        assert_eq!(read_all(&res, bad), Err(WireError::Truncated { field: "links" }));
+        // an unknown flag bit
+        let mut bad = none;
+        bad[flags] |= 16;
+        assert_eq!(read_all(&res, bad), Err(WireError::Range { field: "flags" }));
+    }
+
+    #[test]
+    fn bad_messaging_tags_and_kinds_are_refused() {
+        let res = res_bytes(&[resource("a")], 1);
+        let good = span_bytes(&consumer(0));
+        // the kind: after the resource index (one byte here), 0 to 3
+        assert_eq!(good[1], 3);
+        let mut bad = good.clone();
+        bad[1] = 4;
+        assert_eq!(read_all(&res, bad), Err(WireError::Range { field: "kind" }));
+        // the call's last byte: its flags, bits 0 and 1 only
+        let mut bad = good.clone();
+        *bad.last_mut().unwrap() |= 4;
+        assert_eq!(read_all(&res, bad), Err(WireError::Range { field: "msg flags" }));
+        // an optional number's tag: 0 or 1 (the delivery tag's, the last:
+        // before its ten bytes and the flags)
+        let mut bad = good.clone();
+        let at = good.len() - 1 - 10 - 1;
+        assert_eq!(bad[at], 1);
+        bad[at] = 2;
+        assert_eq!(read_all(&res, bad), Err(WireError::Range { field: "msg delivery_tag" }));
+        // an optional string's tag (kafka_offset's is after error_type's)
+        let none = span_bytes(&Span { call: Call::Messaging(MsgCall { kafka_offset: None, ..msg() }), ..consumer(0) });
+        let at = good.iter().zip(&none).position(|(a, b)| a != b).unwrap();
+        let mut bad = none;
+        bad[at] = 9;
+        assert_eq!(read_all(&res, bad), Err(WireError::Range { field: "msg kafka_offset" }));
     }
 }

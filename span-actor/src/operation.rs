@@ -9,7 +9,8 @@
 //!   [`HttpExchange`] with its [`RpcSpan`], [`DbOp`]): what a protocol
 //!   module hands over.
 //! - [`SpanParts`]: what a family's conventions make of its call
-//!   ([`crate::semconv::Http::judge`], [`crate::db::judge`]).
+//!   ([`crate::semconv::Http::judge`], [`crate::db::judge`],
+//!   [`crate::messaging::judge`]).
 //! - [`Addrs`]: addresses as text, the one thing every family's
 //!   conventions share.
 //!
@@ -24,7 +25,7 @@
 
 use std::sync::Arc;
 
-use ipc_schema::{Role, RpcCall, SockAddr, Text, Value};
+use ipc_schema::{Role, RpcCall, SockAddr, SpanKind, SpanLink, Text, Value};
 use rustc_hash::FxHashMap as HashMap;
 
 use crate::db::DbOp;
@@ -144,6 +145,10 @@ pub struct RpcSpan {
 /// the peer's port, the trace).
 #[derive(Debug, Clone, PartialEq)]
 pub struct SpanParts {
+    /// The span kind, when the call's conventions decide it (a messaging
+    /// call's: PRODUCER, CONSUMER or CLIENT by its operation type);
+    /// `None`: the traced process's side (SERVER or CLIENT).
+    pub kind: Option<SpanKind>,
     /// The span name.
     pub name: Text,
     /// Span status ERROR.
@@ -159,6 +164,9 @@ pub struct SpanParts {
     pub export_metrics: bool,
     /// Attributes beside those its call carries.
     pub attributes: Vec<(Text, Value<Text>)>,
+    /// Spans it links to (a messaging call's producers, from the trace
+    /// contexts its messages carried), at most [`ipc_schema::MAX_LINKS`].
+    pub links: Vec<SpanLink>,
     /// What it was, as the span carries it.
     pub call: ipc_schema::Call<Text>,
 }

@@ -34,11 +34,13 @@ pub fn method(original: String) -> (Text, Option<Text>) {
     }
 }
 
-/// Span status ERROR: 5xx for servers; 4xx and 5xx for clients.
+/// Span status ERROR: 5xx for servers; 4xx and 5xx for clients (an HTTP
+/// exchange is never a PRODUCER's or CONSUMER's: the side that sent the
+/// request is the client).
 pub fn is_error(kind: SpanKind, status: u16) -> bool {
     match kind {
         SpanKind::Server => (500..600).contains(&status),
-        SpanKind::Client => (400..600).contains(&status),
+        SpanKind::Client | SpanKind::Producer | SpanKind::Consumer => (400..600).contains(&status),
     }
 }
 
@@ -125,9 +127,12 @@ impl Http {
         let local_ip = addrs.text(&conn.local);
         let (server_address, server_port, client_address, client_port) = match kind {
             SpanKind::Server => (host, host_port.unwrap_or(conn.local.port), peer_ip.clone(), conn.peer.port),
-            SpanKind::Client => (host.or_else(|| Some(peer_ip.clone())), host_port.unwrap_or(conn.peer.port), local_ip, conn.local.port),
+            SpanKind::Client | SpanKind::Producer | SpanKind::Consumer => {
+                (host.or_else(|| Some(peer_ip.clone())), host_port.unwrap_or(conn.peer.port), local_ip, conn.local.port)
+            }
         };
         let mut parts = SpanParts {
+            kind: None,
             name: span_name(&method, route.as_deref()),
             error: is_error(kind, status),
             server_address,
@@ -136,6 +141,7 @@ impl Http {
             export_trace,
             export_metrics,
             attributes: Vec::new(),
+            links: Vec::new(),
             call: ipc_schema::Call::Http(HttpCall {
                 method,
                 method_original,

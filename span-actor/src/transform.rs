@@ -387,8 +387,19 @@ impl Transformer {
             Call::Http(http) => self.http_conventions.judge(kind, &conn, &resource.service_name, http, &mut self.addrs),
             Call::Db(op) => Some(db::judge(op, &conn, &mut self.addrs)),
         };
-        let Some(SpanParts { name, error, server_address, server_port, peer_address, export_trace, export_metrics, attributes, call }) =
-            parts
+        let Some(SpanParts {
+            kind: decided,
+            name,
+            error,
+            server_address,
+            server_port,
+            peer_address,
+            export_trace,
+            export_metrics,
+            attributes,
+            links: span_links,
+            call,
+        }) = parts
         else {
             self.forget(b, own, role, traceparent.as_deref(), conn.pid);
             return;
@@ -396,7 +407,7 @@ impl Transformer {
         let start_unix_ns = unix_ns(start_mono_ns, b.offset);
         let span = Box::new(Span {
             resource: 0,
-            kind,
+            kind: decided.unwrap_or(kind),
             trace_id: 0,
             span_id: ids::span_id(b.inst, conn.id, seq, sub, role),
             parent_span_id: 0,
@@ -413,6 +424,7 @@ impl Transformer {
             export_metrics,
             attributes,
             edge: None,
+            links: span_links,
             call,
         });
         let links = Links { parent, traceparent: traceparent.as_deref(), propagated, unlinked, pid: conn.pid };

@@ -16,11 +16,11 @@ use std::hash::{Hash, Hasher};
 use ipc_schema::{DbCall, Span, Value};
 use rustc_hash::FxHasher;
 
-use super::Instrument;
+use super::{Instrument, Kind};
 
 /// `db.client.operation.duration`.
 pub const DURATION: Instrument =
-    Instrument { name: ipc_schema::db::NAME, description: ipc_schema::db::DESCRIPTION, unit: ipc_schema::db::UNIT };
+    Instrument { name: ipc_schema::db::NAME, description: ipc_schema::db::DESCRIPTION, unit: ipc_schema::db::UNIT, kind: Kind::Histogram };
 
 /// A database series' attributes as the span has them, sorted by key.
 pub(super) type DbAttrs<'a> = Vec<(&'static str, Value<&'a str>)>;

@@ -23,6 +23,14 @@
 //!   has no span of), `connection_type="database"`, both durations the
 //!   call's.
 //!
+//! Not made from messaging calls: Tempo's messaging edge
+//! (`connection_type="messaging_system"`) joins a PRODUCER span to the
+//! CONSUMER span that received its message, in whichever services they
+//! are; ringtail sees each end alone (a consumer span only links to the
+//! producer's context, it has no edge), and a client→broker edge like the
+//! database one is not what Tempo draws: the broker would stand where
+//! the consuming service should.
+//!
 //! Not made (Tempo makes them by guessing, after its wait): `virtual_node`
 //! edges (a root server span called by `user`, a client span to an
 //! uninstrumented peer). OBI's difference: it counts a failed call once

@@ -7,15 +7,15 @@ use std::hash::{Hash, Hasher};
 use ipc_schema::{HttpCall, Span, SpanKind, Value};
 use rustc_hash::FxHasher;
 
-use super::Instrument;
+use super::{Instrument, Kind};
 use crate::digits::decimal;
 
 /// `http.server.request.duration`.
 pub const SERVER_DURATION: Instrument =
-    Instrument { name: "http.server.request.duration", description: "Duration of HTTP server requests.", unit: "s" };
+    Instrument { name: "http.server.request.duration", description: "Duration of HTTP server requests.", unit: "s", kind: Kind::Histogram };
 /// `http.client.request.duration`.
 pub const CLIENT_DURATION: Instrument =
-    Instrument { name: "http.client.request.duration", description: "Duration of HTTP client requests.", unit: "s" };
+    Instrument { name: "http.client.request.duration", description: "Duration of HTTP client requests.", unit: "s", kind: Kind::Histogram };
 
 /// What of a span makes up its histogram attributes: the spec's list,
 /// never `url.path`.
@@ -33,18 +33,20 @@ pub struct SeriesKey {
     kind: SpanKind,
 }
 
+// (An HTTP exchange's span is a SERVER's or a CLIENT's: the other kinds
+// are a messaging call's, taken as a client's if one ever came here.)
 fn label<'a>(s: &Span<&'a str>, h: &HttpCall<&'a str>) -> Option<&'a str> {
     match s.kind {
         SpanKind::Server => h.route,
-        SpanKind::Client => s.server_address,
+        SpanKind::Client | SpanKind::Producer | SpanKind::Consumer => s.server_address,
     }
 }
 
 fn port(s: &Span<&str>) -> u16 {
-    if s.kind == SpanKind::Client {
-        s.server_port
-    } else {
+    if s.kind == SpanKind::Server {
         0
+    } else {
+        s.server_port
     }
 }
 
@@ -95,7 +97,7 @@ impl SeriesKey {
                 }
                 f("network.protocol.version", Value::Str(&self.version));
             }
-            SpanKind::Client => {
+            SpanKind::Client | SpanKind::Producer | SpanKind::Consumer => {
                 f("network.protocol.version", Value::Str(&self.version));
                 if let Some(a) = &self.label {
                     f("server.address", Value::Str(a));

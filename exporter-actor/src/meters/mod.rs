@@ -26,6 +26,15 @@
 //! no HTTP exchange. Its attributes are the call's ([`db`]), bounded like
 //! every other histogram's (below).
 //!
+//! Messaging calls (spans of a [`ipc_schema::Call::Messaging`], read from
+//! Kafka, RabbitMQ, NATS or MQTT traffic) go to
+//! `messaging.client.operation.duration` (seconds, the conventions'
+//! buckets) and their messages to the counters
+//! `messaging.client.sent.messages` (a `send`'s) or
+//! `messaging.client.consumed.messages` (a `receive`'s), with the
+//! attributes of [`messaging`]. A counter's series is a [`Point`] with no
+//! bucket bounds: its `sum` is the count.
+//!
 //! Each span is recorded by one `match` on its call, into the histograms
 //! of its instruments: a service's histograms are one table, an instrument
 //! a slot ([`instrument_table`]), which the store and the sinks read
@@ -59,6 +68,8 @@
 //! - [`rpc`]: the RPC histograms' series keys, from the span's call.
 //! - [`db`]: the database histogram's instrument and series keys, from the
 //!   span's call.
+//! - [`messaging`]: the messaging histogram's and counters' instruments
+//!   and series attributes, from the span's call.
 //! - [`store`]: the series store: a service's histograms, one an
 //!   instrument of one table ([`instrument_table`]).
 //! - [`bounded`]: series by key with their cardinality limits (a cap,
@@ -86,6 +97,7 @@ pub mod db;
 pub mod graph;
 pub mod health;
 pub mod http;
+pub mod messaging;
 pub mod rpc;
 pub mod span_metrics;
 pub mod store;
@@ -124,8 +136,18 @@ pub fn unix_ns() -> u64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
 }
 
-/// A duration histogram's instrument (HTTP, RPC from [`METRICS`], or
-/// database).
+/// How an instrument's series aggregate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A cumulative histogram (durations).
+    Histogram,
+    /// A monotonic cumulative sum (a count of messages): its series'
+    /// [`Point::sum`].
+    Counter,
+}
+
+/// An instrument of a service: a duration histogram (HTTP, RPC from
+/// [`METRICS`], database, messaging) or a counter (messaging's messages).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Instrument {
     /// The OpenTelemetry name.
@@ -134,10 +156,12 @@ pub struct Instrument {
     pub description: &'static str,
     /// Its unit (UCUM).
     pub unit: &'static str,
+    /// A histogram or a counter.
+    pub kind: Kind,
 }
 
 /// How many histograms a service has: one an instrument of [`instruments`].
-pub const INSTRUMENTS: usize = DB + 1;
+pub const INSTRUMENTS: usize = MSG_CONSUMED + 1;
 /// The slot of `http.server.request.duration` in [`instruments`] (and in
 /// a service's [`ServiceHistograms::histograms`]).
 pub const HTTP_SERVER: usize = 0;
@@ -148,6 +172,12 @@ pub const HTTP_CLIENT: usize = 1;
 pub const RPC: usize = 2;
 /// The slot of `db.client.operation.duration`.
 pub const DB: usize = RPC + METRICS.len();
+/// The slot of `messaging.client.operation.duration`.
+pub const MSG_DURATION: usize = DB + 1;
+/// The slot of `messaging.client.sent.messages`.
+pub const MSG_SENT: usize = DB + 2;
+/// The slot of `messaging.client.consumed.messages`.
+pub const MSG_CONSUMED: usize = DB + 3;
 
 /// Every instrument of a service with its bucket boundaries, by slot: the
 /// one table the store builds a service's histograms from and the sinks
@@ -157,21 +187,27 @@ pub fn instrument_table() -> [(Instrument, &'static [f64]); INSTRUMENTS] {
         HTTP_SERVER => (SERVER_DURATION, &DURATION_BUCKETS[..]),
         HTTP_CLIENT => (CLIENT_DURATION, &DURATION_BUCKETS[..]),
         DB => (db::DURATION, &ipc_schema::db::BUCKETS[..]),
+        MSG_DURATION => (messaging::DURATION, &ipc_schema::messaging::duration::BUCKETS[..]),
+        // A counter's series has no buckets: one, which its sum fills.
+        MSG_SENT => (messaging::SENT, &[][..]),
+        MSG_CONSUMED => (messaging::CONSUMED, &[][..]),
         _ => {
             let m = &METRICS[i - RPC];
-            (Instrument { name: m.name, description: m.description, unit: m.unit }, m.buckets)
+            (Instrument { name: m.name, description: m.description, unit: m.unit, kind: Kind::Histogram }, m.buckets)
         }
     })
 }
 
-/// Every histogram of a service, in the order [`ServiceHistograms::histogram`]
-/// takes: the two HTTP ones, then [`METRICS`]' RPC ones, then
-/// `db.client.operation.duration`.
+/// Every instrument of a service, in the order [`ServiceHistograms::histogram`]
+/// takes: the two HTTP histograms, then [`METRICS`]' RPC ones, then
+/// `db.client.operation.duration`, then the messaging duration and its
+/// two counters.
 pub fn instruments() -> impl Iterator<Item = Instrument> {
     instrument_table().into_iter().map(|(i, _)| i)
 }
 
-/// A series' attributes: of an HTTP, an RPC or the database histogram.
+/// A series' attributes: of an HTTP, an RPC, the database or a messaging
+/// instrument.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Key {
     /// `http.*.request.duration`.
@@ -180,6 +216,9 @@ pub enum Key {
     Rpc(RpcKey),
     /// `db.client.operation.duration`.
     Db(DbKey),
+    /// `messaging.client.*` (a sorted list of attributes, as the
+    /// database's).
+    Msg(DbKey),
 }
 
 impl Key {
@@ -189,7 +228,7 @@ impl Key {
         match self {
             Key::Http(k) => k.attributes(f),
             Key::Rpc(k) => k.attributes(f),
-            Key::Db(k) => k.attributes(f),
+            Key::Db(k) | Key::Msg(k) => k.attributes(f),
         }
     }
 }
@@ -474,7 +513,7 @@ impl Meters {
                 Call::Http(http) => {
                     let slot = match s.kind {
                         SpanKind::Server => HTTP_SERVER,
-                        SpanKind::Client => HTTP_CLIENT,
+                        SpanKind::Client | SpanKind::Producer | SpanKind::Consumer => HTTP_CLIENT,
                     };
                     overflow += u64::from(!h[slot].record(s, http, ns / 1e9, now, series));
                 }
@@ -492,6 +531,16 @@ impl Meters {
                 }
                 Call::Db(call) => {
                     overflow += u64::from(!h[DB].record_db(&db::attributes(s, call), ns / ipc_schema::db::NS_PER_UNIT, now, series));
+                }
+                Call::Messaging(call) => {
+                    let a = messaging::attributes(messaging::Metric::Duration, s, call);
+                    let secs = ns / ipc_schema::messaging::duration::NS_PER_UNIT;
+                    overflow += u64::from(!h[MSG_DURATION].record_msg(&a, secs, now, series));
+                    if let Some(m) = messaging::counted(call) {
+                        let slot = if m == messaging::Metric::Sent { MSG_SENT } else { MSG_CONSUMED };
+                        let a = messaging::attributes(m, s, call);
+                        overflow += u64::from(!h[slot].record_msg(&a, messaging::messages(call), now, series));
+                    }
                 }
             }
         }
@@ -579,6 +628,7 @@ pub(crate) mod tests {
             export_metrics: true,
             attributes: Vec::new(),
             edge: None,
+            links: Vec::new(),
             call: Call::Http(ipc_schema::HttpCall {
                 method: "GET".into(),
                 method_original: None,
@@ -599,7 +649,7 @@ pub(crate) mod tests {
     pub(crate) fn http_mut(s: &mut Span) -> &mut ipc_schema::HttpCall {
         match &mut s.call {
             Call::Http(h) | Call::Rpc(h, _) => h,
-            Call::Db(c) => panic!("not an HTTP span: {c:?}"),
+            other => panic!("not an HTTP span: {other:?}"),
         }
     }
 
@@ -691,6 +741,178 @@ pub(crate) mod tests {
         s
     }
 
+    /// A messaging span of `ms` milliseconds: a Kafka call of operation
+    /// type `op_type` on topic `orders` (PRODUCER for a send, CONSUMER for
+    /// a receive, CLIENT else), of `count` messages, failed with `error`,
+    /// linked to one producer.
+    pub(crate) fn msg_span(ms: u64, op_type: Option<&str>, count: Option<u64>, error: Option<&str>) -> Span {
+        let mut s = span("/", ms, 0);
+        s.kind = match op_type {
+            Some("send") => SpanKind::Producer,
+            Some("receive") => SpanKind::Consumer,
+            _ => SpanKind::Client,
+        };
+        let op = match op_type {
+            Some("send") => "send",
+            Some("receive") => "poll",
+            _ => "commit",
+        };
+        s.name = format!("{op} orders");
+        s.error = error.is_some();
+        s.server_address = Some("10.0.0.9".into());
+        s.server_port = 9092;
+        s.peer_address = "10.0.0.9".into();
+        s.peer_port = 9092;
+        s.links = vec![ipc_schema::SpanLink { trace_id: 0xabc, span_id: 0xdef, trace_flags: 1 }];
+        s.call = Call::Messaging(ipc_schema::MsgCall {
+            system: ipc_schema::messaging::system::KAFKA.into(),
+            operation_type: op_type.map(Into::into),
+            operation_name: op.into(),
+            destination: Some("orders".into()),
+            partition: Some("0".into()),
+            consumer_group: (op_type != Some("send")).then(|| "billing".into()),
+            client_id: Some("rt-1".into()),
+            error_type: error.map(Into::into),
+            kafka_offset: Some(42),
+            message_count: count,
+            ..ipc_schema::MsgCall::default()
+        });
+        s
+    }
+
+    /// The messaging call of span `s`, to change.
+    pub(crate) fn msg_mut(s: &mut Span) -> &mut ipc_schema::MsgCall {
+        match &mut s.call {
+            Call::Messaging(c) => c,
+            other => panic!("not a messaging span: {other:?}"),
+        }
+    }
+
+    /// Every series of instrument `slot` of the only service: (attributes
+    /// as text, count, sum).
+    fn slot_series(m: &Meters, slot: usize) -> Vec<(Vec<String>, u64, f64)> {
+        m.view().read(|m| {
+            let svc = m.services().next().expect("one service");
+            let mut v: Vec<_> = svc.histograms[slot]
+                .series()
+                .map(|(k, p)| {
+                    let mut a = Vec::new();
+                    if let Some(k) = k {
+                        k.attributes(|n, v| a.push(format!("{n}={v:?}")));
+                    }
+                    (a, p.count, p.sum)
+                })
+                .collect();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
+        })
+    }
+
+    #[test]
+    fn messaging_calls_go_to_the_messaging_duration_and_their_messages_to_the_counters() {
+        let registry = Registry::new(Component::ExporterActor, 1);
+        let mut m = Meters::new(vec![], "h", &registry);
+        let mut inbox = msg_span(4, Some("send"), None, None);
+        msg_mut(&mut inbox).destination = Some("_INBOX.x7Yq".into());
+        msg_mut(&mut inbox).temporary = true;
+        let spans = vec![
+            msg_span(5, Some("send"), Some(3), None),
+            msg_span(20, Some("send"), Some(2), None),
+            msg_span(2, Some("send"), None, Some("NOT_LEADER_OR_FOLLOWER")),
+            msg_span(7, Some("receive"), Some(7), None),
+            msg_span(1, None, None, None),
+            inbox,
+        ];
+        m.record_batch_at(&Spans::of_own(&SpanBatch::of(vec![res("s")], &spans)), 1);
+        assert_eq!(registry.counter("ringtail_metric_samples_total", &[]).get(), 6);
+        let none =
+            m.view().read(|m| m.services().map(|s| s.histograms[..MSG_DURATION].iter().map(Histogram::len).sum::<usize>()).sum::<usize>());
+        assert_eq!(none, 0, "a messaging call is in no HTTP, RPC or database histogram");
+        let str = |k: &str, v: &str| format!("{k}=Str({v:?})");
+        let port = "server.port=Int(9092)".to_owned();
+        let base = |op: &str| {
+            vec![
+                str("messaging.destination.name", "orders"),
+                str("messaging.destination.partition.id", "0"),
+                str("messaging.operation.name", op),
+            ]
+        };
+        // The duration: every call; the operation type, the consumer group
+        // (not a producer's); no destination name of a temporary one.
+        let d = slot_series(&m, MSG_DURATION);
+        let send = [
+            base("send"),
+            vec![
+                str("messaging.operation.type", "send"),
+                str("messaging.system", "kafka"),
+                str("server.address", "10.0.0.9"),
+                port.clone(),
+            ],
+        ]
+        .concat();
+        let find =
+            |v: &[(Vec<String>, u64, f64)], a: &[String]| v.iter().find(|s| s.0 == a).cloned().unwrap_or_else(|| panic!("{a:?} in {v:?}"));
+        assert_eq!(d.len(), 5, "{d:?}");
+        let ok = find(&d, &send);
+        assert_eq!(ok.1, 2);
+        assert!((ok.2 - 0.025).abs() < 1e-12, "seconds: {ok:?}");
+        let failed = [vec![str("error.type", "NOT_LEADER_OR_FOLLOWER")], send.clone()].concat();
+        assert_eq!(find(&d, &failed).1, 1);
+        let poll = [
+            vec![str("messaging.consumer.group.name", "billing")],
+            base("poll"),
+            vec![
+                str("messaging.operation.type", "receive"),
+                str("messaging.system", "kafka"),
+                str("server.address", "10.0.0.9"),
+                port.clone(),
+            ],
+        ]
+        .concat();
+        assert_eq!(find(&d, &poll).1, 1);
+        let inbox = vec![
+            str("messaging.destination.partition.id", "0"),
+            str("messaging.operation.name", "send"),
+            str("messaging.operation.type", "send"),
+            str("messaging.system", "kafka"),
+            str("server.address", "10.0.0.9"),
+            port.clone(),
+        ];
+        assert_eq!(find(&d, &inbox).1, 1, "a temporary destination's name is no metric attribute");
+        // The counters: a send's messages (one when the count is unknown),
+        // a receive's; no operation type, no consumer group on sent; a
+        // commit moves no message.
+        let sent = slot_series(&m, MSG_SENT);
+        let sent_ok = [base("send"), vec![str("messaging.system", "kafka"), str("server.address", "10.0.0.9"), port.clone()]].concat();
+        assert_eq!(find(&sent, &sent_ok).2, 5.0);
+        let sent_failed = [vec![str("error.type", "NOT_LEADER_OR_FOLLOWER")], sent_ok.clone()].concat();
+        assert_eq!(find(&sent, &sent_failed).2, 1.0);
+        assert_eq!(sent.len(), 3, "{sent:?}");
+        let consumed = slot_series(&m, MSG_CONSUMED);
+        let consumed_ok = [
+            vec![str("messaging.consumer.group.name", "billing")],
+            base("poll"),
+            vec![str("messaging.system", "kafka"), str("server.address", "10.0.0.9"), port],
+        ]
+        .concat();
+        assert_eq!(consumed, vec![(consumed_ok, 1, 7.0)]);
+        // Never the client id, the offset or the per-message numbers.
+        for (a, _, _) in [d, sent, consumed].concat() {
+            assert!(
+                a.iter().all(|k| !k.starts_with("messaging.client.id")
+                    && !k.starts_with("messaging.kafka")
+                    && !k.starts_with("messaging.batch")),
+                "{a:?}"
+            );
+        }
+        let names: Vec<_> = instruments().map(|i| (i.name, i.unit, i.kind)).collect();
+        assert_eq!(names[MSG_DURATION], ("messaging.client.operation.duration", "s", Kind::Histogram));
+        assert_eq!(names[MSG_SENT], ("messaging.client.sent.messages", "{message}", Kind::Counter));
+        assert_eq!(names[MSG_CONSUMED], ("messaging.client.consumed.messages", "{message}", Kind::Counter));
+        let bounds = m.view().read(|m| m.services().flat_map(|s| s.histograms[MSG_DURATION].series()).map(|(_, p)| p.bounds).next());
+        assert_eq!(bounds, Some(&ipc_schema::messaging::duration::BUCKETS[..]));
+    }
+
     /// Every series of the database histogram of the only service:
     /// (attributes as text, count, sum).
     fn db_series(m: &Meters) -> Vec<(Vec<String>, u64, f64)> {
@@ -761,8 +983,8 @@ pub(crate) mod tests {
         let bounds = m.view().read(|m| m.services().flat_map(|s| s.histograms[DB].series()).map(|(_, p)| p.bounds).next());
         assert_eq!(bounds, Some(&ipc_schema::db::BUCKETS[..]));
         let names: Vec<_> = instruments().map(|i| i.name).collect();
-        assert_eq!(names.last(), Some(&"db.client.operation.duration"));
-        let db_hist = m.view().read(|m| m.services().next().and_then(|s| s.histogram(names.len() - 1).map(Histogram::len)));
+        assert_eq!(names[DB], "db.client.operation.duration");
+        let db_hist = m.view().read(|m| m.services().next().and_then(|s| s.histogram(DB).map(Histogram::len)));
         assert_eq!(db_hist, Some(3), "instruments() and histogram(i) agree");
     }
 

@@ -55,6 +55,8 @@ pub fn kind(k: SpanKind) -> &'static str {
     match k {
         SpanKind::Server => "SPAN_KIND_SERVER",
         SpanKind::Client => "SPAN_KIND_CLIENT",
+        SpanKind::Producer => "SPAN_KIND_PRODUCER",
+        SpanKind::Consumer => "SPAN_KIND_CONSUMER",
     }
 }
 

@@ -105,6 +105,13 @@ impl Histogram {
         self.record_keyed(rpc::hash(a), matches, || Key::Rpc(RpcKey::new(a)), v, now, total)
     }
 
+    /// Records `v` in the series of messaging attributes `a` (a duration,
+    /// or a counter's messages); false if it went to the overflow series.
+    pub(super) fn record_msg(&mut self, a: &DbAttrs<'_>, v: f64, now: u64, total: &mut usize) -> bool {
+        let matches = |k: &Key| matches!(k, Key::Msg(k) if k.matches(a));
+        self.record_keyed(db::hash(a), matches, || Key::Msg(DbKey::new(a)), v, now, total)
+    }
+
     /// Records `v` in the series of database attributes `a`; false if it
     /// went to the overflow series.
     pub(super) fn record_db(&mut self, a: &DbAttrs<'_>, v: f64, now: u64, total: &mut usize) -> bool {
@@ -133,8 +140,9 @@ impl Histogram {
 
 /// The histograms of one traced service: one an instrument, in
 /// [`instruments`]' order (the meters pick theirs by the slots
-/// [`super::HTTP_SERVER`], [`super::HTTP_CLIENT`], [`super::RPC`] and
-/// [`super::DB`]); the store treats them all alike.
+/// [`super::HTTP_SERVER`], [`super::HTTP_CLIENT`], [`super::RPC`],
+/// [`super::DB`] and the messaging ones); the store treats them all alike
+/// (a counter is a histogram with no bucket bounds).
 #[derive(Debug)]
 pub struct ServiceHistograms {
     /// The service, as the span-actor described it.

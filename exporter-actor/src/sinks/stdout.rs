@@ -51,14 +51,16 @@ pub fn line(batch: &Spans<'_>, i: usize) -> String {
     let kind = match s.kind {
         SpanKind::Server => "SERVER",
         SpanKind::Client => "CLIENT",
+        SpanKind::Producer => "PRODUCER",
+        SpanKind::Consumer => "CONSUMER",
     };
     let dur_ms = s.end_unix_ns.saturating_sub(s.start_unix_ns) as f64 / 1e6;
     let parent = if s.parent_span_id != 0 { format!(" parent={:016x}", s.parent_span_id) } else { String::new() };
     // The client of a server span, the peer of a client span.
     let (peer, port) = match (s.kind, &s.call) {
         (SpanKind::Server, Call::Http(h) | Call::Rpc(h, _)) => (h.client_address, h.client_port),
-        (SpanKind::Server, Call::Db(_)) => ("", 0),
-        (SpanKind::Client, _) => (s.peer_address, s.peer_port),
+        (SpanKind::Server, Call::Db(_) | Call::Messaging(_)) => ("", 0),
+        (SpanKind::Client | SpanKind::Producer | SpanKind::Consumer, _) => (s.peer_address, s.peer_port),
     };
     // What the request was and how it ended; the RPC status of gRPC
     // spans: the experimental code when that set is followed (alone or
@@ -67,6 +69,11 @@ pub fn line(batch: &Spans<'_>, i: usize) -> String {
         Call::Db(c) => {
             let status = c.status_code.unwrap_or(if s.error { "ERROR" } else { "OK" });
             (format!("{} {} {}", Printable(c.system), Printable(c.namespace.unwrap_or("-")), Printable(status)), None)
+        }
+        Call::Messaging(c) => {
+            let status = c.error_type.unwrap_or(if s.error { "ERROR" } else { "OK" });
+            let messages = c.message_count.map(|n| format!(" {n}msg")).unwrap_or_default();
+            (format!("{} {}{messages} {}", Printable(c.system), Printable(c.destination.unwrap_or("-")), Printable(status)), None)
         }
         Call::Http(h) => (http(h), None),
         Call::Rpc(h, r) => (http(h), Some(r)),
@@ -169,5 +176,28 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339(1_795_995_264_880_261_349), "2026-11-29T23:34:24.880Z");
         assert_eq!(rfc3339(951_782_400_000_000_000), "2000-02-29T00:00:00.000Z");
+    }
+
+    #[test]
+    fn a_messaging_span_is_its_kind_system_destination_and_messages() {
+        let res = ServiceResource {
+            service_name: "shop".into(),
+            service_instance_id: "h:1".into(),
+            host_name: "h".into(),
+            pid: 1,
+            executable_name: "shop".into(),
+            extra: vec![],
+        };
+        let mut s = crate::meters::tests::msg_span(4, Some("receive"), Some(7), None);
+        s.start_unix_ns = 0;
+        s.end_unix_ns = 4_000_000;
+        let b =
+            SpanBatch::of(vec![res.clone()], &[s, crate::meters::tests::msg_span(4, Some("send"), None, Some("NOT_LEADER_OR_FOLLOWER"))]);
+        let spans = crate::batch::Spans::of_own(&b);
+        let line = line(&spans, 0);
+        assert!(line.contains(" CONSUMER shop \"poll orders\" kafka orders 7msg OK 4.000ms "), "{line}");
+        assert!(line.ends_with(" peer=10.0.0.9:9092"), "{line}");
+        let line = super::line(&spans, 1);
+        assert!(line.contains(" PRODUCER shop \"send orders\" kafka orders NOT_LEADER_OR_FOLLOWER "), "{line}");
     }
 }

@@ -130,6 +130,7 @@ pub fn judge(op: DbOp, conn: &Conn, addrs: &mut Addrs) -> SpanParts {
     };
     let peer_ip = addrs.text(&conn.peer);
     SpanParts {
+        kind: None,
         name,
         error: call.error_type.is_some(),
         server_address: Some(peer_ip.clone()),
@@ -138,6 +139,7 @@ pub fn judge(op: DbOp, conn: &Conn, addrs: &mut Addrs) -> SpanParts {
         export_trace: true,
         export_metrics: true,
         attributes: Vec::new(),
+        links: Vec::new(),
         call: ipc_schema::Call::Db(call),
     }
 }

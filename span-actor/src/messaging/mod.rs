@@ -26,7 +26,8 @@
 //! - [`mqtt`]: MQTT 3.1.1 and 5, client side: PUBLISH both ways with its
 //!   QoS 1/2 acknowledgements, SUBSCRIBE/UNSUBSCRIBE, CONNECT's client id.
 //! - here: [`MsgOp`], [`MsgCounts`], [`MsgSystem`], [`OpType`],
-//!   [`detect`] and [`MsgConn`] (records in, GAP and TLS handled once).
+//!   [`detect`] and [`MsgConn`] (records in, GAP and TLS handled once);
+//!   [`judge`], the messaging conventions' span parts of an op.
 //! - `testdata/`: real conversations (kafka-python against the Tansu
 //!   broker, paho-mqtt against mosquitto), one connection a file, read by
 //!   the modules' tests (`kafka/tests.rs`, `mqtt/tests.rs`).
@@ -55,15 +56,19 @@
 //! # Wiring (not done here)
 //! A caller keeps a [`MsgConn`] per broker connection (as `stream_table`
 //! does for databases), feeds it the connection's records, turns each
-//! [`MsgOp`] into a PRODUCER (send) or CONSUMER (receive, settle) span,
-//! links it to [`MsgOp::links`], and adds [`MsgCounts::labelled`] to
-//! `ringtail_dropped_events_total`.
+//! [`MsgOp`] into a span with [`judge`] (PRODUCER for a send, CONSUMER
+//! for a receive, CLIENT for the rest, linked to [`MsgOp::links`]), and
+//! adds [`MsgCounts::labelled`] to `ringtail_dropped_events_total`.
 
 pub mod kafka;
 pub mod mqtt;
 
+pub use ipc_schema::SpanKind;
+use ipc_schema::{MsgCall, SpanLink, Text};
+
 use crate::db::pieces;
 use crate::ids::TraceParent;
+use crate::operation::{Addrs, Conn, SpanParts};
 
 /// Calls awaiting an answer kept per connection (past it the oldest is
 /// given up: counted `too_many_pending`).
@@ -110,17 +115,6 @@ pub enum OpType {
     Receive,
     /// Kafka OffsetCommit: messages settled (CLIENT span).
     Settle,
-}
-
-/// A span kind, for the caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpanKind {
-    /// PRODUCER.
-    Producer,
-    /// CONSUMER.
-    Consumer,
-    /// CLIENT.
-    Client,
 }
 
 impl OpType {
@@ -238,6 +232,80 @@ impl MsgOp {
         } else {
             counts.links_dropped += 1;
         }
+    }
+}
+
+/// What the messaging conventions make of an op (a client's, over
+/// `conn`): the span kind of its operation type (CLIENT when it has none),
+/// named `{operation name} {destination}` where the destination is the
+/// template if there is one, else the destination's name, else the
+/// broker's `address:port` (a Kafka call over several topics); its
+/// `messaging.*` attributes as the parsers decided them, the trace
+/// contexts its messages carried as links; the server is its peer.
+/// Nothing of a message's payload, key or headers is in an op, so none is
+/// in its span.
+pub fn judge(op: MsgOp, conn: &Conn, addrs: &mut Addrs) -> SpanParts {
+    let MsgOp {
+        system,
+        op_type,
+        op_name,
+        destination,
+        template,
+        partition,
+        offset,
+        message_count,
+        consumer_group,
+        client_id,
+        error_type,
+        qos: _,
+        links,
+        start_ns: _,
+        end_ns: _,
+        send_bytes: _,
+        recv_bytes: _,
+    } = op;
+    let peer_ip = addrs.text(&conn.peer);
+    let name = match template.as_deref().or(destination.as_deref()) {
+        Some(d) => format!("{op_name} {d}"),
+        None if peer_ip.contains(':') => format!("{op_name} [{peer_ip}]:{}", conn.peer.port),
+        None => format!("{op_name} {peer_ip}:{}", conn.peer.port),
+    };
+    let call = MsgCall {
+        system: Text::Static(system.name()),
+        operation_type: op_type.map(|t| Text::Static(t.name())),
+        operation_name: Text::Static(op_name),
+        destination: destination.map(Text::Owned),
+        template: template.map(Text::Owned),
+        subscription: None,
+        partition: partition.map(|p| Text::Owned(p.to_string())),
+        consumer_group: consumer_group.map(Text::Owned),
+        client_id: client_id.map(Text::Owned),
+        routing_key: None,
+        error_type: error_type.map(Text::Static),
+        // (only Kafka's parser sets an offset)
+        kafka_offset: offset,
+        message_count: message_count.map(u64::from),
+        body_size: None,
+        delivery_tag: None,
+        temporary: false,
+        anonymous: false,
+    };
+    SpanParts {
+        kind: Some(op_type.map_or(SpanKind::Client, OpType::kind)),
+        name: Text::Owned(name),
+        error: call.error_type.is_some(),
+        server_address: Some(peer_ip.clone()),
+        server_port: conn.peer.port,
+        peer_address: peer_ip,
+        export_trace: true,
+        export_metrics: true,
+        attributes: Vec::new(),
+        links: links
+            .iter()
+            .take(ipc_schema::MAX_LINKS)
+            .map(|tp| SpanLink { trace_id: tp.trace_id, span_id: tp.span_id, trace_flags: tp.flags })
+            .collect(),
+        call: ipc_schema::Call::Messaging(call),
     }
 }
 

@@ -3,6 +3,8 @@
 
 use super::testing::*;
 use super::*;
+use crate::operation::{Addrs, Conn, SpanParts};
+use ipc_schema::{SpanLink, Text};
 
 #[test]
 fn detect_by_bytes_then_port() {
@@ -93,4 +95,117 @@ fn names_are_bounded_and_kinds_follow_the_conventions() {
     assert_eq!(OpType::Settle.kind(), SpanKind::Client);
     assert_eq!([OpType::Send.name(), OpType::Receive.name(), OpType::Settle.name()], ["send", "receive", "settle"]);
     assert!(traceparent(b"00-00000000000000000000000000000000-b7ad6b7169203331-01").is_none());
+}
+
+// ---------------------------------------------------------------- judge
+
+/// A client's connection to a broker at 10.0.0.9:`port`.
+fn conn(port: u16) -> Conn {
+    let v4 = |a: [u8; 4], port| ipc_schema::SockAddr::from_bytes(false, [a[0], a[1], a[2], a[3], 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], port);
+    Conn { id: 1, pid: 2, proc_start_ns: 3, local: v4([10, 0, 0, 1], 40000), peer: v4([10, 0, 0, 9], port), tls: false }
+}
+
+/// The ops of a testdata conversation.
+fn ops(system: MsgSystem, file: &str) -> Vec<MsgOp> {
+    let mut t = T::new(system);
+    t.replay(&testdata(file));
+    t.ops
+}
+
+/// The span parts of each op, in one line: kind, name, links, then the
+/// call's fields that are set.
+fn judged(system: MsgSystem, file: &str, port: u16) -> Vec<SpanParts> {
+    let mut addrs = Addrs::default();
+    ops(system, file).into_iter().map(|op| judge(op, &conn(port), &mut addrs)).collect()
+}
+
+fn msg(p: &SpanParts) -> &ipc_schema::MsgCall<Text> {
+    p.call.messaging().expect("a messaging call")
+}
+
+#[test]
+fn judge_kafka_sends_are_producer_spans_linked_to_their_records() {
+    let parts = judged(MsgSystem::Kafka, "kafka_produce_v9.txt", 9092);
+    assert_eq!(parts.len(), 3);
+    let p = &parts[1];
+    assert_eq!((p.kind, &*p.name, p.error), (Some(SpanKind::Producer), "send orders", false));
+    assert_eq!((p.server_address.as_deref(), p.server_port, &*p.peer_address), (Some("10.0.0.9"), 9092, "10.0.0.9"));
+    let tp = crate::ids::parse_traceparent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01").unwrap();
+    assert_eq!(p.links, [SpanLink { trace_id: tp.trace_id, span_id: tp.span_id, trace_flags: 1 }]);
+    let c = msg(p);
+    assert_eq!((&*c.system, c.operation_type.as_deref(), &*c.operation_name), ("kafka", Some("send"), "send"));
+    assert_eq!(
+        (c.destination.as_deref(), c.partition.as_deref(), c.kafka_offset, c.message_count),
+        (Some("orders"), Some("0"), Some(1), Some(1))
+    );
+    assert_eq!((c.client_id.as_deref(), c.error_type.as_deref(), c.consumer_group.as_deref()), (Some("rt-producer"), None, None));
+    assert!(p.attributes.is_empty() && p.export_trace && p.export_metrics);
+}
+
+#[test]
+fn judge_kafka_fetches_and_commits() {
+    let poll = judged(MsgSystem::Kafka, "kafka_fetch_v12.txt", 9092);
+    assert_eq!(poll.len(), 1);
+    assert_eq!((poll[0].kind, &*poll[0].name, poll[0].links.len()), (Some(SpanKind::Consumer), "poll orders", 3));
+    assert_eq!((msg(&poll[0]).operation_type.as_deref(), msg(&poll[0]).message_count), (Some("receive"), Some(7)));
+    let commit = judged(MsgSystem::Kafka, "kafka_offset_commit_v8.txt", 9092);
+    assert!(!commit.is_empty());
+    let c = &commit[0];
+    assert_eq!(c.kind, Some(SpanKind::Client), "settle is a CLIENT span");
+    assert_eq!(msg(c).operation_type.as_deref(), Some("settle"));
+    assert!(msg(c).consumer_group.is_some());
+}
+
+#[test]
+fn judge_mqtt_names_by_template_then_topic() {
+    let parts = judged(MsgSystem::Mqtt, "mqtt311_subscriber.txt", 1883);
+    let named: Vec<_> = parts.iter().map(|p| (p.kind, &*p.name, msg(p).operation_type.as_deref())).collect();
+    assert_eq!(
+        named,
+        [
+            (Some(SpanKind::Client), "subscribe sensors/+/temp", None),
+            (Some(SpanKind::Consumer), "receive sensors/k1/temp", Some("receive")),
+            (Some(SpanKind::Consumer), "receive sensors/k1/temp", Some("receive")),
+            (Some(SpanKind::Consumer), "receive sensors/k1/temp", Some("receive")),
+            (Some(SpanKind::Client), "unsubscribe sensors/+/temp", None),
+        ]
+    );
+    assert_eq!((&*msg(&parts[0]).system, msg(&parts[0]).template.as_deref()), ("mqtt", Some("sensors/+/temp")));
+    // a PUBLISH is one message: no batch count
+    assert!(parts.iter().all(|p| msg(p).message_count.is_none() && msg(p).kafka_offset.is_none()));
+    let published = judged(MsgSystem::Mqtt, "mqtt5_publisher.txt", 1883);
+    assert!(published.iter().all(|p| p.kind == Some(SpanKind::Producer) && p.links.len() == 1), "{published:?}");
+}
+
+#[test]
+fn judge_names_a_call_of_no_destination_by_its_broker() {
+    let mut op = MsgOp::new(MsgSystem::Kafka, Some(OpType::Receive), "poll", 5);
+    op.error_type = Some("UNKNOWN_TOPIC_OR_PARTITION");
+    let p = judge(op.clone(), &conn(9092), &mut Addrs::default());
+    assert_eq!((&*p.name, p.error), ("poll 10.0.0.9:9092", true));
+    let mut v6 = conn(9092);
+    v6.peer = ipc_schema::SockAddr { v6: true, ip: 1, port: 9093 };
+    assert_eq!(&*judge(op, &v6, &mut Addrs::default()).name, "poll [::1]:9093");
+}
+
+#[test]
+fn judge_keeps_no_payload_key_or_header_value() {
+    // The captured clients sent record keys, payloads, other headers, MQTT
+    // credentials and user properties ([`SECRETS`]): none is in a span.
+    for (system, file) in [
+        (MsgSystem::Kafka, "kafka_produce_v9.txt"),
+        (MsgSystem::Kafka, "kafka_fetch_v12.txt"),
+        (MsgSystem::Mqtt, "mqtt5_publisher.txt"),
+        (MsgSystem::Mqtt, "mqtt5_subscriber.txt"),
+        (MsgSystem::Mqtt, "mqtt311_publisher.txt"),
+    ] {
+        let parts = judged(system, file, 9092);
+        assert!(!parts.is_empty(), "{file}");
+        for p in parts {
+            let text = format!("{:?}", (&p.name, &p.attributes, &p.call));
+            for secret in SECRETS {
+                assert!(!text.contains(secret), "{secret} in a span of {file}: {text}");
+            }
+        }
+    }
 }

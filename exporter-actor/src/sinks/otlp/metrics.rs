@@ -4,8 +4,12 @@
 //! Per traced service, a `ResourceMetrics` with scope `ringtail` and its
 //! `http.server.request.duration` / `http.client.request.duration`
 //! histograms, the RPC ones of its gRPC calls (`rpc.*.call.duration`
-//! and/or `rpc.*.duration`) and `db.client.operation.duration` of its
-//! database calls (cumulative, explicit buckets, sum, min, max); then
+//! and/or `rpc.*.duration`), `db.client.operation.duration` of its
+//! database calls and `messaging.client.operation.duration` of its
+//! messaging calls (cumulative, explicit buckets, sum, min, max), and the
+//! messaging counters `messaging.client.sent.messages` and
+//! `messaging.client.consumed.messages` (monotonic cumulative integer
+//! sums, as an SDK's `u64` counter exports them); then
 //! ringtail's own resource with every component's health points: counters
 //! as monotonic cumulative sums named without `_total`, gauges as gauges;
 //! and on it too the host's service graph and span metrics, named as OBI
@@ -26,7 +30,7 @@ use super::client::{self, Signal, Transport};
 use super::spans::SCOPE_NAME;
 use super::wire::{self, kv, message, opt_double, Out, Value, FIXED64, LEN};
 use super::OtlpConfig;
-use crate::meters::{graph, span_metrics, unix_ns, Histogram, Instrument, Key, Metrics, MetricsView, Point, OVERFLOW_ATTRIBUTE};
+use crate::meters::{graph, span_metrics, unix_ns, Histogram, Instrument, Key, Kind, Metrics, MetricsView, Point, OVERFLOW_ATTRIBUTE};
 use crate::resource;
 
 /// A request is closed once it holds this many bytes (receivers commonly
@@ -52,6 +56,7 @@ const SUM_MONOTONIC: u32 = 3;
 const NDP_START: u32 = 2;
 const NDP_TIME: u32 = 3;
 const NDP_AS_DOUBLE: u32 = 4;
+const NDP_AS_INT: u32 = 6;
 const NDP_ATTRIBUTES: u32 = 7;
 const HDP_START: u32 = 2;
 const HDP_TIME: u32 = 3;
@@ -116,6 +121,34 @@ fn histogram_metric(o: &mut dyn Out, inst: Instrument, h: &Histogram, now: u64) 
                 histogram_point(o, key, p, now);
             }
             wire::uint(o, TEMPORALITY, CUMULATIVE);
+        });
+    });
+}
+
+/// A counter of a service (a messaging call's messages): a monotonic
+/// cumulative sum, one integer point per series (its [`Point::sum`]).
+fn counter_metric(o: &mut dyn Out, inst: Instrument, h: &Histogram, now: u64) {
+    message(o, SM_METRICS, |o| {
+        wire::opt_bytes(o, METRIC_NAME, inst.name.as_bytes());
+        wire::opt_bytes(o, METRIC_DESCRIPTION, inst.description.as_bytes());
+        wire::opt_bytes(o, METRIC_UNIT, inst.unit.as_bytes());
+        message(o, METRIC_SUM, |o| {
+            for (key, p) in h.series() {
+                message(o, DATA_POINTS, |o| {
+                    wire::fixed64(o, NDP_START, p.start_ns);
+                    wire::fixed64(o, NDP_TIME, now);
+                    // A oneof: written even when 0. Counts stay far below
+                    // 2^53, where an f64 sum stops being exact.
+                    o.key(NDP_AS_INT, FIXED64);
+                    o.put(&(p.sum as i64).to_le_bytes());
+                    match key {
+                        Some(k) => k.attributes(|name, v| kv(o, NDP_ATTRIBUTES, name, v)),
+                        None => kv(o, NDP_ATTRIBUTES, OVERFLOW_ATTRIBUTE.0, OVERFLOW_ATTRIBUTE.1),
+                    }
+                });
+            }
+            wire::uint(o, TEMPORALITY, CUMULATIVE);
+            wire::uint(o, SUM_MONOTONIC, 1);
         });
     });
 }
@@ -283,7 +316,10 @@ pub fn encode(m: &Metrics, now: u64) -> Vec<Vec<u8>> {
             message(o, RM_SCOPE_METRICS, |o| {
                 wire::scope(o, SM_SCOPE, SCOPE_NAME, "");
                 for (inst, h) in svc.histograms().filter(|(_, h)| !h.is_empty()) {
-                    histogram_metric(o, inst, h, now);
+                    match inst.kind {
+                        Kind::Histogram => histogram_metric(o, inst, h, now),
+                        Kind::Counter => counter_metric(o, inst, h, now),
+                    }
                 }
             });
         });

@@ -8,9 +8,9 @@ use std::borrow::Cow;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, UNIX_EPOCH};
 
-use ipc_schema::{Call, DbCall, HttpCall, ServiceResource, Span, SpanKind, Value};
+use ipc_schema::{Call, DbCall, HttpCall, MsgCall, ServiceResource, Span, SpanKind, Value};
 use opentelemetry::metrics::MeterProvider as _;
-use opentelemetry::trace::{self, SpanContext, SpanId, Status, TraceFlags, TraceId, TraceState};
+use opentelemetry::trace::{self, Link, SpanContext, SpanId, Status, TraceFlags, TraceId, TraceState};
 use opentelemetry::{InstrumentationScope, KeyValue};
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
@@ -79,11 +79,74 @@ pub fn db_attributes(s: &Span, c: &DbCall) -> Vec<KeyValue> {
     a
 }
 
+/// A messaging span's attributes, as an SDK instrumentation following the
+/// messaging conventions sets them.
+pub fn messaging_attributes(s: &Span, c: &MsgCall) -> Vec<KeyValue> {
+    let mut a = vec![KeyValue::new("messaging.system", c.system.clone())];
+    if let Some(v) = &c.operation_type {
+        a.push(KeyValue::new("messaging.operation.type", v.clone()));
+    }
+    a.push(KeyValue::new("messaging.operation.name", c.operation_name.clone()));
+    let strs = |a: &mut Vec<KeyValue>, pairs: &[(&'static str, &Option<String>)]| {
+        for (k, v) in pairs {
+            if let Some(v) = v {
+                a.push(KeyValue::new(*k, v.clone()));
+            }
+        }
+    };
+    strs(&mut a, &[("messaging.destination.name", &c.destination), ("messaging.destination.template", &c.template)]);
+    if c.temporary {
+        a.push(KeyValue::new("messaging.destination.temporary", true));
+    }
+    if c.anonymous {
+        a.push(KeyValue::new("messaging.destination.anonymous", true));
+    }
+    strs(
+        &mut a,
+        &[
+            ("messaging.destination.subscription.name", &c.subscription),
+            ("messaging.destination.partition.id", &c.partition),
+            ("messaging.consumer.group.name", &c.consumer_group),
+            ("messaging.client.id", &c.client_id),
+            ("messaging.rabbitmq.destination.routing_key", &c.routing_key),
+        ],
+    );
+    if let Some(n) = c.delivery_tag {
+        a.push(KeyValue::new("messaging.rabbitmq.message.delivery_tag", i64::try_from(n).unwrap_or(i64::MAX)));
+    }
+    if let Some(n) = c.kafka_offset {
+        a.push(KeyValue::new("messaging.kafka.offset", n));
+    }
+    if let Some(n) = c.message_count {
+        a.push(KeyValue::new("messaging.batch.message_count", i64::try_from(n).unwrap_or(i64::MAX)));
+    }
+    if let Some(n) = c.body_size {
+        a.push(KeyValue::new("messaging.message.body.size", i64::try_from(n).unwrap_or(i64::MAX)));
+    }
+    if let Some(e) = c.error_type.as_ref().filter(|_| !s.attributes.iter().any(|(k, _)| k == "error.type")) {
+        a.push(KeyValue::new("error.type", e.clone()));
+    }
+    if let Some(h) = &s.server_address {
+        a.push(KeyValue::new("server.address", h.clone()));
+    }
+    if s.server_port != 0 {
+        a.push(KeyValue::new("server.port", i64::from(s.server_port)));
+    }
+    if !s.peer_address.is_empty() {
+        a.push(KeyValue::new("network.peer.address", s.peer_address.clone()));
+    }
+    if s.peer_port != 0 {
+        a.push(KeyValue::new("network.peer.port", i64::from(s.peer_port)));
+    }
+    a
+}
+
 /// The span's attributes: those of its call's conventions.
 pub fn attributes(s: &Span) -> Vec<KeyValue> {
     match &s.call {
         Call::Http(h) | Call::Rpc(h, _) => http_attributes(s, h),
         Call::Db(c) => db_attributes(s, c),
+        Call::Messaging(c) => messaging_attributes(s, c),
     }
 }
 
@@ -121,7 +184,7 @@ pub fn http_attributes(s: &Span, h: &HttpCall) -> Vec<KeyValue> {
             a.push(KeyValue::new("network.peer.address", s.peer_address.clone()));
             a.push(KeyValue::new("network.peer.port", i64::from(s.peer_port)));
         }
-        SpanKind::Client => {
+        SpanKind::Client | SpanKind::Producer | SpanKind::Consumer => {
             a.push(KeyValue::new("url.full", url_full(s, h)));
             a.push(KeyValue::new("url.path", h.path.clone()));
             if let Some(h) = &s.server_address {
@@ -151,6 +214,8 @@ pub fn span_data(s: &Span, scope: &InstrumentationScope) -> SpanData {
         span_kind: match s.kind {
             SpanKind::Server => trace::SpanKind::Server,
             SpanKind::Client => trace::SpanKind::Client,
+            SpanKind::Producer => trace::SpanKind::Producer,
+            SpanKind::Consumer => trace::SpanKind::Consumer,
         },
         name: Cow::Owned(s.name.clone()),
         start_time: UNIX_EPOCH + Duration::from_nanos(s.start_unix_ns),
@@ -165,7 +230,25 @@ pub fn span_data(s: &Span, scope: &InstrumentationScope) -> SpanData {
             .collect(),
         dropped_attributes_count: 0,
         events: SpanEvents::default(),
-        links: SpanLinks::default(),
+        links: {
+            // A link's context came over the wire (a message's traceparent).
+            let mut links = SpanLinks::default();
+            links.links = s
+                .links
+                .iter()
+                .map(|l| {
+                    let ctx = SpanContext::new(
+                        TraceId::from_bytes(l.trace_id.to_be_bytes()),
+                        SpanId::from_bytes(l.span_id.to_be_bytes()),
+                        TraceFlags::new(l.trace_flags),
+                        true,
+                        TraceState::NONE,
+                    );
+                    Link::with_context(ctx)
+                })
+                .collect();
+            links
+        },
         status: if s.error { Status::error("") } else { Status::Unset },
         instrumentation_scope: scope.clone(),
     }
@@ -252,7 +335,7 @@ fn histogram_attributes(s: &Span, h: &HttpCall) -> Vec<KeyValue> {
                 attrs.push(KeyValue::new("http.route", r.clone()));
             }
         }
-        SpanKind::Client => {
+        SpanKind::Client | SpanKind::Producer | SpanKind::Consumer => {
             if let Some(a) = &s.server_address {
                 attrs.push(KeyValue::new("server.address", a.clone()));
             }
@@ -284,6 +367,33 @@ fn db_histogram_attributes(s: &Span, c: &DbCall) -> Vec<KeyValue> {
     attrs
 }
 
+/// The attributes the SDK path records a messaging call with, in the
+/// duration histogram (`duration`) or a message counter (`consumer`: the
+/// consumed one).
+fn messaging_metric_attributes(s: &Span, c: &MsgCall, duration: bool, consumer: bool) -> Vec<KeyValue> {
+    let mut attrs =
+        vec![KeyValue::new("messaging.system", c.system.clone()), KeyValue::new("messaging.operation.name", c.operation_name.clone())];
+    let named = !c.temporary && !c.anonymous;
+    for (k, v, wanted) in [
+        ("messaging.operation.type", &c.operation_type, duration),
+        ("messaging.destination.name", &c.destination, named),
+        ("messaging.destination.template", &c.template, true),
+        ("messaging.destination.partition.id", &c.partition, true),
+        ("messaging.destination.subscription.name", &c.subscription, consumer || duration),
+        ("messaging.consumer.group.name", &c.consumer_group, consumer || duration),
+        ("error.type", &c.error_type, true),
+        ("server.address", &s.server_address, true),
+    ] {
+        if let (Some(v), true) = (v, wanted) {
+            attrs.push(KeyValue::new(k, v.clone()));
+        }
+    }
+    if s.server_port != 0 {
+        attrs.push(KeyValue::new("server.port", i64::from(s.server_port)));
+    }
+    attrs
+}
+
 /// What opentelemetry-otlp sent as metrics for the spans of `batch` that
 /// count in the metrics: one request per service (batch order).
 pub fn metric_requests(batch: &Spans<'_>, extra: &[(String, String)]) -> Vec<ExportMetricsServiceRequest> {
@@ -303,6 +413,18 @@ pub fn metric_requests(batch: &Spans<'_>, extra: &[(String, String)]) -> Vec<Exp
             .with_description(ipc_schema::db::DESCRIPTION)
             .with_boundaries(ipc_schema::db::BUCKETS.to_vec())
             .build();
+        let msg_duration = meter
+            .f64_histogram(ipc_schema::messaging::duration::NAME)
+            .with_unit(ipc_schema::messaging::duration::UNIT)
+            .with_description(ipc_schema::messaging::duration::DESCRIPTION)
+            .with_boundaries(ipc_schema::messaging::duration::BUCKETS.to_vec())
+            .build();
+        let counter = |name: &'static str, unit: &'static str, what: &'static str| {
+            meter.u64_counter(name).with_unit(unit).with_description(what).build()
+        };
+        use ipc_schema::messaging::{consumed, sent};
+        let sent_messages = counter(sent::NAME, sent::UNIT, sent::DESCRIPTION);
+        let consumed_messages = counter(consumed::NAME, consumed::UNIT, consumed::DESCRIPTION);
         let mut any = false;
         for s in batch.spans.iter().map(|s| s.to_owned_span()).filter(|s| s.export_metrics && s.resource as usize == i) {
             let s = &s;
@@ -310,8 +432,17 @@ pub fn metric_requests(batch: &Spans<'_>, extra: &[(String, String)]) -> Vec<Exp
             // (the SDK path knew no RPC: a gRPC call went to HTTP's)
             match (&s.call, s.kind) {
                 (Call::Db(c), _) => db.record(seconds, &db_histogram_attributes(s, c)),
+                (Call::Messaging(c), _) => {
+                    msg_duration.record(seconds, &messaging_metric_attributes(s, c, true, false));
+                    let n = c.message_count.unwrap_or(1);
+                    match c.operation_type.as_deref() {
+                        Some("send") => sent_messages.add(n, &messaging_metric_attributes(s, c, false, false)),
+                        Some("receive") => consumed_messages.add(n, &messaging_metric_attributes(s, c, false, true)),
+                        _ => {}
+                    }
+                }
                 (Call::Http(h) | Call::Rpc(h, _), SpanKind::Server) => server.record(seconds, &histogram_attributes(s, h)),
-                (Call::Http(h) | Call::Rpc(h, _), SpanKind::Client) => client.record(seconds, &histogram_attributes(s, h)),
+                (Call::Http(h) | Call::Rpc(h, _), _) => client.record(seconds, &histogram_attributes(s, h)),
             }
             any = true;
         }

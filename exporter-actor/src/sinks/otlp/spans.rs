@@ -2,7 +2,8 @@
 //! attribute names of the stable semantic conventions of each span's
 //! [`Call`]: HTTP's for an HTTP exchange (and a gRPC call over one, whose
 //! `rpc.*` attributes the span carries), the database ones for a
-//! [`DbCall`].
+//! [`DbCall`], the messaging ones for a [`MsgCall`] (whose span also has
+//! its kind, PRODUCER or CONSUMER, and its links).
 //!
 //! Written straight from ringtail's spans into reused buffers: the batch's
 //! spans are grouped by resource once (a counting sort of their indices),
@@ -12,7 +13,7 @@
 
 use std::fmt::Write as _;
 
-use ipc_schema::{Call, DbCall, HttpCall, Span, SpanKind};
+use ipc_schema::{Call, DbCall, HttpCall, MsgCall, Span, SpanKind, SpanLink};
 
 use super::wire::{self, key, kv, kv_known, len_field, Key, Out, Value, LEN, VARINT};
 use crate::batch::Spans;
@@ -40,13 +41,20 @@ const SPAN_KIND: u32 = 6;
 const SPAN_START: u32 = 7;
 const SPAN_END: u32 = 8;
 const SPAN_ATTRIBUTES: u32 = 9;
+const SPAN_LINKS: u32 = 13;
 const SPAN_STATUS: u32 = 15;
 const SPAN_FLAGS: u32 = 16;
 const STATUS_CODE: u32 = 3;
+const LINK_TRACE_ID: u32 = 1;
+const LINK_SPAN_ID: u32 = 2;
+const LINK_FLAGS: u32 = 6;
 
-/// `SPAN_KIND_SERVER`, `SPAN_KIND_CLIENT`.
+/// `SPAN_KIND_SERVER`, `SPAN_KIND_CLIENT`, `SPAN_KIND_PRODUCER`,
+/// `SPAN_KIND_CONSUMER`.
 const KIND_SERVER: u64 = 2;
 const KIND_CLIENT: u64 = 3;
+const KIND_PRODUCER: u64 = 4;
+const KIND_CONSUMER: u64 = 5;
 /// `STATUS_CODE_ERROR`.
 const STATUS_ERROR: u64 = 2;
 /// `SPAN_FLAGS_CONTEXT_HAS_IS_REMOTE_MASK`: whether the parent is remote is
@@ -92,6 +100,7 @@ pub fn attributes(s: &Span<&str>, url: &str, f: impl FnMut(&Key, Value<&str>)) {
     match &s.call {
         Call::Http(h) | Call::Rpc(h, _) => http_attributes(s, h, url, f),
         Call::Db(c) => db_attributes(s, c, f),
+        Call::Messaging(c) => messaging_attributes(s, c, f),
     }
 }
 
@@ -132,7 +141,7 @@ pub fn http_attributes(s: &Span<&str>, h: &HttpCall<&str>, url: &str, mut f: imp
             f(&key!("network.peer.address"), Value::Str(s.peer_address));
             f(&key!("network.peer.port"), Value::Int(i64::from(s.peer_port)));
         }
-        SpanKind::Client => {
+        SpanKind::Client | SpanKind::Producer | SpanKind::Consumer => {
             f(&key!("url.full"), Value::Str(url));
             f(&key!("url.path"), Value::Str(h.path));
             if let Some(a) = &s.server_address {
@@ -191,6 +200,89 @@ pub fn db_attributes(s: &Span<&str>, c: &DbCall<&str>, mut f: impl FnMut(&Key, V
     }
 }
 
+/// A messaging call's attributes (the messaging conventions), in the
+/// order they are exported, each only when the call has it. Never a
+/// message's key, payload or header: the call holds none.
+#[inline]
+pub fn messaging_attributes(s: &Span<&str>, c: &MsgCall<&str>, mut f: impl FnMut(&Key, Value<&str>)) {
+    f(&key!("messaging.system"), Value::Str(c.system));
+    if let Some(v) = c.operation_type {
+        f(&key!("messaging.operation.type"), Value::Str(v));
+    }
+    f(&key!("messaging.operation.name"), Value::Str(c.operation_name));
+    if let Some(v) = c.destination {
+        f(&key!("messaging.destination.name"), Value::Str(v));
+    }
+    if let Some(v) = c.template {
+        f(&key!("messaging.destination.template"), Value::Str(v));
+    }
+    if c.temporary {
+        f(&key!("messaging.destination.temporary"), Value::Bool(true));
+    }
+    if c.anonymous {
+        f(&key!("messaging.destination.anonymous"), Value::Bool(true));
+    }
+    if let Some(v) = c.subscription {
+        f(&key!("messaging.destination.subscription.name"), Value::Str(v));
+    }
+    if let Some(v) = c.partition {
+        f(&key!("messaging.destination.partition.id"), Value::Str(v));
+    }
+    if let Some(v) = c.consumer_group {
+        f(&key!("messaging.consumer.group.name"), Value::Str(v));
+    }
+    if let Some(v) = c.client_id {
+        f(&key!("messaging.client.id"), Value::Str(v));
+    }
+    if let Some(v) = c.routing_key {
+        f(&key!("messaging.rabbitmq.destination.routing_key"), Value::Str(v));
+    }
+    // Int attributes are i64s: a count, a size or a tag past 2^63 is
+    // exported as i64::MAX.
+    if let Some(n) = c.delivery_tag {
+        f(&key!("messaging.rabbitmq.message.delivery_tag"), Value::Int(i64::try_from(n).unwrap_or(i64::MAX)));
+    }
+    if let Some(n) = c.kafka_offset {
+        f(&key!("messaging.kafka.offset"), Value::Int(n));
+    }
+    if let Some(n) = c.message_count {
+        f(&key!("messaging.batch.message_count"), Value::Int(i64::try_from(n).unwrap_or(i64::MAX)));
+    }
+    if let Some(n) = c.body_size {
+        f(&key!("messaging.message.body.size"), Value::Int(i64::try_from(n).unwrap_or(i64::MAX)));
+    }
+    // As for HTTP: an `error.type` among the span's attributes replaces it.
+    if let Some(e) = c.error_type.filter(|_| !s.attributes.iter().any(|(k, _)| *k == "error.type")) {
+        f(&key!("error.type"), Value::Str(e));
+    }
+    if let Some(h) = s.server_address {
+        f(&key!("server.address"), Value::Str(h));
+    }
+    if s.server_port != 0 {
+        f(&key!("server.port"), Value::Int(i64::from(s.server_port)));
+    }
+    if !s.peer_address.is_empty() {
+        f(&key!("network.peer.address"), Value::Str(s.peer_address));
+    }
+    if s.peer_port != 0 {
+        f(&key!("network.peer.port"), Value::Int(i64::from(s.peer_port)));
+    }
+}
+
+/// A span's `Link`s: each a context the span-actor read off the wire (a
+/// message's `traceparent`): remote, its trace state not kept.
+#[inline(never)]
+fn links(o: &mut Vec<u8>, links: &[SpanLink]) {
+    for l in links {
+        o.key(SPAN_LINKS, LEN);
+        wire::length_prefixed(o, |o| {
+            wire::bytes(o, LINK_TRACE_ID, &l.trace_id.to_be_bytes());
+            wire::bytes(o, LINK_SPAN_ID, &l.span_id.to_be_bytes());
+            wire::fixed32(o, LINK_FLAGS, u32::from(l.trace_flags) | FLAG_HAS_IS_REMOTE | FLAG_IS_REMOTE);
+        });
+    }
+}
+
 /// One `Span` message body (without its key and length).
 fn span(o: &mut Vec<u8>, s: &Span<&str>, url: &str) {
     wire::bytes(o, SPAN_TRACE_ID, &s.trace_id.to_be_bytes());
@@ -199,12 +291,21 @@ fn span(o: &mut Vec<u8>, s: &Span<&str>, url: &str) {
         wire::bytes(o, SPAN_PARENT_SPAN_ID, &s.parent_span_id.to_be_bytes());
     }
     wire::opt_bytes(o, SPAN_NAME, s.name.as_bytes());
-    wire::uint(o, SPAN_KIND, if s.kind == SpanKind::Server { KIND_SERVER } else { KIND_CLIENT });
+    let kind = match s.kind {
+        SpanKind::Server => KIND_SERVER,
+        SpanKind::Client => KIND_CLIENT,
+        SpanKind::Producer => KIND_PRODUCER,
+        SpanKind::Consumer => KIND_CONSUMER,
+    };
+    wire::uint(o, SPAN_KIND, kind);
     wire::fixed64(o, SPAN_START, s.start_unix_ns);
     wire::fixed64(o, SPAN_END, s.end_unix_ns);
     attributes(s, url, |k, v| kv_known(o, SPAN_ATTRIBUTES, k, v));
     for (k, v) in &s.attributes {
         kv(o, SPAN_ATTRIBUTES, k, *v);
+    }
+    if !s.links.is_empty() {
+        links(o, &s.links);
     }
     // The status is always present: unset, or ERROR with no message.
     o.key(SPAN_STATUS, LEN);

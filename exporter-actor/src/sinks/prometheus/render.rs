@@ -1,8 +1,10 @@
 //! The Prometheus text format, named by the OpenTelemetry-to-Prometheus
 //! convention: dots become underscores, the unit is appended
 //! (`http.server.request.duration` + `s` →
-//! `http_server_request_duration_seconds`), histograms become `_bucket`,
-//! `_sum` and `_count`. The resource's `service.name` and
+//! `http_server_request_duration_seconds`; an annotation unit such as
+//! `{message}` adds nothing), histograms become `_bucket`, `_sum` and
+//! `_count`, counters get `_total` (`messaging.client.sent.messages` →
+//! `messaging_client_sent_messages_total`). The resource's `service.name` and
 //! `service.instance.id` become `service_name` and `service_instance_id`
 //! labels (Prometheus keeps `job` and `instance` for the scrape target),
 //! then the series' attributes sorted by name. The host's derived metrics
@@ -15,7 +17,7 @@ use std::fmt::Write;
 use ipc_schema::health::PointKind;
 use ipc_schema::{Component, HealthReport};
 
-use crate::meters::{graph, instruments, span_metrics, Metrics, Point, OVERFLOW_ATTRIBUTE};
+use crate::meters::{graph, instruments, span_metrics, Kind, Metrics, Point, OVERFLOW_ATTRIBUTE};
 use ipc_schema::Value;
 
 /// A metric or label name made Prometheus-safe.
@@ -74,17 +76,22 @@ fn value_text(v: Value<&str>) -> String {
     }
 }
 
-/// Renders the duration histograms (HTTP, then RPC, then database).
+/// Renders each service's instruments: the duration histograms (HTTP,
+/// then RPC, database, messaging) and the messaging counters.
 pub fn render_metrics(m: &Metrics, out: &mut String) {
     for (i, inst) in instruments().enumerate() {
-        let name = format!("{}{}", sanitize(inst.name), unit_suffix(inst.unit));
+        let (total, kind) = match inst.kind {
+            Kind::Histogram => ("", "histogram"),
+            Kind::Counter => ("_total", "counter"),
+        };
+        let name = format!("{}{}{total}", sanitize(inst.name), unit_suffix(inst.unit));
         let mut header = false;
         for svc in m.services() {
             let Some(hist) = svc.histogram(i) else { continue };
             for (key, p) in hist.series() {
                 if !header {
                     let _ = writeln!(out, "# HELP {name} {}", escape(inst.description));
-                    let _ = writeln!(out, "# TYPE {name} histogram");
+                    let _ = writeln!(out, "# TYPE {name} {kind}");
                     header = true;
                 }
                 let mut pairs = vec![
@@ -96,7 +103,12 @@ pub fn render_metrics(m: &Metrics, out: &mut String) {
                     None => pairs.push((OVERFLOW_ATTRIBUTE.0.to_owned(), value_text(OVERFLOW_ATTRIBUTE.1))),
                 }
                 let base = labels(pairs.into_iter());
-                histogram_lines(out, &name, &base, p);
+                match inst.kind {
+                    Kind::Histogram => histogram_lines(out, &name, &base, p),
+                    Kind::Counter => {
+                        let _ = writeln!(out, "{name}{{{base}}} {}", fmt_f64(p.sum));
+                    }
+                }
             }
         }
     }

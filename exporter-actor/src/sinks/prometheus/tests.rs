@@ -165,6 +165,40 @@ fn database_calls_are_db_client_operation_duration_seconds() {
     assert!(!text.contains("db_query_text"), "{text}");
 }
 
+#[test]
+fn messaging_calls_are_a_duration_histogram_and_total_counters() {
+    use crate::meters::tests::msg_span;
+    let registry = Registry::new(Component::ExporterActor, 1);
+    let mut m = Meters::new(vec![], "h", &registry);
+    m.record(&res(), &msg_span(3, Some("send"), Some(4), None));
+    m.record(&res(), &msg_span(30, Some("send"), None, None));
+    m.record(&res(), &msg_span(2, Some("receive"), Some(7), None));
+    let text = exposition(&m.view());
+    assert!(!text.contains("http_client_request_duration"), "a messaging call is not an HTTP request: {text}");
+    for l in [
+        "# HELP messaging_client_operation_duration_seconds Duration of messaging operation initiated by a producer or consumer client.",
+        "# TYPE messaging_client_operation_duration_seconds histogram",
+        "# HELP messaging_client_sent_messages_total Number of messages producer attempted to send to the broker.",
+        "# TYPE messaging_client_sent_messages_total counter",
+        "# TYPE messaging_client_consumed_messages_total counter",
+    ] {
+        assert!(text.lines().any(|t| t == l), "{l} in\n{text}");
+    }
+    let base = "service_name=\"shop\",service_instance_id=\"h:1\"";
+    let dest = "messaging_destination_name=\"orders\",messaging_destination_partition_id=\"0\"";
+    let server = "messaging_system=\"kafka\",server_address=\"10.0.0.9\",server_port=\"9092\"";
+    let lines = [
+        format!("messaging_client_operation_duration_seconds_bucket{{{base},{dest},messaging_operation_name=\"send\",messaging_operation_type=\"send\",{server},le=\"0.005\"}} 1"),
+        format!("messaging_client_operation_duration_seconds_count{{{base},{dest},messaging_operation_name=\"send\",messaging_operation_type=\"send\",{server}}} 2"),
+        format!("messaging_client_sent_messages_total{{{base},{dest},messaging_operation_name=\"send\",{server}}} 5"),
+        format!("messaging_client_consumed_messages_total{{{base},messaging_consumer_group_name=\"billing\",{dest},messaging_operation_name=\"poll\",{server}}} 7"),
+    ];
+    for l in &lines {
+        assert!(text.lines().any(|t| t == l), "{l} in\n{text}");
+    }
+    assert!(!text.contains("messaging_client_id") && !text.contains("messaging_kafka"), "{text}");
+}
+
 /// The service graph and span metrics under Tempo's and OBI's Prometheus
 /// names, with their own labels only (no `service_name`), the overflow
 /// series as the others'.
