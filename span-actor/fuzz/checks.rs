@@ -9,7 +9,8 @@
 //! against an independent oracle), [`ipc_decode`] (every message the
 //! actors and the loader decode), [`config`] (the configuration file),
 //! [`db_conn`] (records into one database connection of each protocol),
-//! [`kafka_conn`] and [`mqtt_conn`] (records into one broker connection).
+//! [`kafka_conn`], [`mqtt_conn`], [`amqp_conn`] and [`nats_conn`] (records
+//! into one broker connection).
 
 // Each target uses one of them.
 #![allow(dead_code)]
@@ -604,7 +605,7 @@ fn msg_conn(system: MsgSystem, data: &[u8]) {
         assert!(op.start_ns <= op.end_ns, "{op:?}");
         assert_eq!(op.system, system, "{op:?}");
         assert!(op.links.len() <= span_actor::messaging::MAX_LINKS, "{op:?}");
-        for n in [&op.destination, &op.template, &op.consumer_group, &op.client_id].into_iter().flatten() {
+        for n in [&op.destination, &op.template, &op.routing_key, &op.consumer_group, &op.client_id].into_iter().flatten() {
             assert!(n.len() <= span_actor::messaging::MAX_NAME, "{op:?}");
         }
     }
@@ -620,4 +621,16 @@ pub fn kafka_conn(data: &[u8]) {
 /// (`span_actor::messaging::mqtt`): see [`msg_conn`].
 pub fn mqtt_conn(data: &[u8]) {
     msg_conn(MsgSystem::Mqtt, data);
+}
+
+/// Arbitrary records into one AMQP 0-9-1 connection
+/// (`span_actor::messaging::amqp`): see [`msg_conn`].
+pub fn amqp_conn(data: &[u8]) {
+    msg_conn(MsgSystem::Rabbitmq, data);
+}
+
+/// Arbitrary records into one NATS connection
+/// (`span_actor::messaging::nats`): see [`msg_conn`].
+pub fn nats_conn(data: &[u8]) {
+    msg_conn(MsgSystem::Nats, data);
 }

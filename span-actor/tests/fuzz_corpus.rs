@@ -200,3 +200,13 @@ fn kafka_conn_seeds() {
 fn mqtt_conn_seeds() {
     assert!(replay("mqtt_conn", checks::mqtt_conn) >= 5);
 }
+
+#[test]
+fn amqp_conn_seeds() {
+    assert!(replay("amqp_conn", checks::amqp_conn) >= 5);
+}
+
+#[test]
+fn nats_conn_seeds() {
+    assert!(replay("nats_conn", checks::nats_conn) >= 5);
+}

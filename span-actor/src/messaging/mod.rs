@@ -14,10 +14,11 @@
 //!
 //! **Nothing secret, ever.** No payload, record key, header value (but a
 //! well-formed W3C `traceparent`, parsed), MQTT user property (but
-//! `traceparent`), username, password, will message or authentication
-//! data is kept or output. What is kept from the wire is names the
-//! conventions ask for (topic, client id, consumer group), bounded to
-//! [`MAX_NAME`] bytes, and numbers.
+//! `traceparent`), username, password, will message, authentication
+//! data, AMQP SASL response or NATS `CONNECT` credential is kept or
+//! output. What is kept from the wire is names the conventions ask for
+//! (topic, exchange, routing key, subject, client id, consumer group),
+//! bounded to [`MAX_NAME`] bytes, and numbers.
 //!
 //! # Layout
 //! - [`kafka`]: the Kafka protocol, client side: Produce, Fetch,
@@ -25,20 +26,31 @@
 //!   APIs paired and counted.
 //! - [`mqtt`]: MQTT 3.1.1 and 5, client side: PUBLISH both ways with its
 //!   QoS 1/2 acknowledgements, SUBSCRIBE/UNSUBSCRIBE, CONNECT's client id.
+//! - [`amqp`]: AMQP 0-9-1 (RabbitMQ), client side: frames of multiplexed
+//!   channels, `basic.publish` (publisher confirms), `basic.deliver`,
+//!   `basic.get`, the client's acks, channel and connection errors.
+//! - [`nats`]: the NATS client protocol: PUB/HPUB, MSG/HMSG, SUB/UNSUB,
+//!   verbose mode's `+OK`/`-ERR`.
 //! - here: [`MsgOp`], [`MsgCounts`], [`MsgSystem`], [`OpType`],
-//!   [`detect`] and [`MsgConn`] (records in, GAP and TLS handled once);
-//!   [`judge`], the messaging conventions' span parts of an op.
+//!   [`detect`], [`detect_server_first`] and [`MsgConn`] (records in, GAP
+//!   and TLS handled once); [`judge`], the messaging conventions' span
+//!   parts of an op.
 //! - `testdata/`: real conversations (kafka-python against the Tansu
-//!   broker, paho-mqtt against mosquitto), one connection a file, read by
-//!   the modules' tests (`kafka/tests.rs`, `mqtt/tests.rs`).
+//!   broker, paho-mqtt against mosquitto, pika and amqp-tools against
+//!   RabbitMQ, nats-py against nats-server), one connection a file, read
+//!   by the modules' tests (`kafka/tests.rs`, `mqtt/tests.rs`,
+//!   `amqp/tests.rs`, `nats/tests.rs`).
 //!
 //! # Attributes (checked against the semantic-conventions registry)
-//! `messaging.system` ([`MsgSystem::name`]: `kafka`; `mqtt` is not in the
-//! registry's list, which is open: the conventions say to use the
-//! system's own name then), `messaging.operation.type`
-//! ([`OpType::name`]), `messaging.operation.name`, `messaging.destination.name`,
-//! `messaging.destination.template` (an MQTT subscription's filter with
-//! wildcards), `messaging.destination.partition.id`, `messaging.kafka.offset`,
+//! `messaging.system` ([`MsgSystem::name`]: `kafka`, `rabbitmq`; `mqtt`
+//! and `nats` are not in the registry's list, which is open: the
+//! conventions say to use the system's own name then),
+//! `messaging.operation.type` ([`OpType::name`]), `messaging.operation.name`,
+//! `messaging.destination.name`, `messaging.destination.template` (an
+//! MQTT or NATS subscription's filter with wildcards),
+//! `messaging.destination.partition.id`, `messaging.kafka.offset`,
+//! `messaging.rabbitmq.destination.routing_key`,
+//! `messaging.rabbitmq.message.delivery_tag`, `messaging.message.body.size`,
 //! `messaging.batch.message_count`, `messaging.consumer.group.name`,
 //! `messaging.client.id`, `error.type`, and the span kind from
 //! [`OpType::kind`]. Each field of [`MsgOp`] names its key.
@@ -47,21 +59,28 @@
 //! Two streams of at most [`crate::db::stream::MAX_BUFFERED`] (64 KiB)
 //! unparsed bytes each, the requests awaiting answers (at most
 //! [`MAX_PENDING`], each an op: a few names of at most [`MAX_NAME`]
-//! bytes and at most [`MAX_LINKS`] trace contexts), and Kafka's topic-id
-//! names (at most `kafka::MAX_TOPIC_IDS`). [`MsgConn::held_bytes`]
+//! bytes and at most [`MAX_LINKS`] trace contexts), Kafka's topic-id
+//! names (at most `kafka::MAX_TOPIC_IDS`), AMQP's channels and consumers
+//! (at most `amqp::MAX_CHANNELS`, `amqp::MAX_CONSUMERS`) and NATS's
+//! subscriptions (at most `nats::MAX_SUBS`). [`MsgConn::held_bytes`]
 //! counts it; about 2 × 256 KiB (the streams' buffers at their largest
-//! capacity) + 256 × 2 KiB + 256 × 300 B ≈ 1.1 MiB for a hostile
-//! connection, a few KiB for an idle one.
+//! capacity) + 256 × 2 KiB + 256 × 300 B ≈ 1.1 MiB for a hostile Kafka
+//! connection (AMQP's and NATS's worst cases are below 1.5 MiB: each
+//! module's doc), a few KiB for an idle one.
 //!
 //! # Wiring (not done here)
 //! A caller keeps a [`MsgConn`] per broker connection (as `stream_table`
-//! does for databases), feeds it the connection's records, turns each
-//! [`MsgOp`] into a span with [`judge`] (PRODUCER for a send, CONSUMER
-//! for a receive, CLIENT for the rest, linked to [`MsgOp::links`]), and
-//! adds [`MsgCounts::labelled`] to `ringtail_dropped_events_total`.
+//! does for databases), picks its system with [`detect`] (the client's
+//! first bytes) or, for a protocol whose server speaks first (NATS),
+//! [`detect_server_first`], feeds it the connection's records, turns each
+//! [`MsgOp`] into a span with [`judge`] (of the kind [`OpType::kind`]
+//! gives, linked to [`MsgOp::links`]), and adds [`MsgCounts::labelled`]
+//! to `ringtail_dropped_events_total`.
 
+pub mod amqp;
 pub mod kafka;
 pub mod mqtt;
+pub mod nats;
 
 pub use ipc_schema::SpanKind;
 use ipc_schema::{MsgCall, SpanLink, Text};
@@ -90,6 +109,10 @@ pub enum MsgSystem {
     Kafka,
     /// MQTT 3.1.1 or 5.
     Mqtt,
+    /// RabbitMQ (AMQP 0-9-1).
+    Rabbitmq,
+    /// NATS (core protocol).
+    Nats,
 }
 
 impl MsgSystem {
@@ -98,6 +121,8 @@ impl MsgSystem {
         match self {
             MsgSystem::Kafka => "kafka",
             MsgSystem::Mqtt => "mqtt",
+            MsgSystem::Rabbitmq => "rabbitmq",
+            MsgSystem::Nats => "nats",
         }
     }
 }
@@ -113,7 +138,12 @@ pub enum OpType {
     /// is pushed, but what the wire shows is the client receiving it;
     /// its processing (`process`) is not seen.
     Receive,
-    /// Kafka OffsetCommit: messages settled (CLIENT span).
+    /// Messages the broker pushed, from their delivery to the client's
+    /// settling them, which brackets their processing (an AMQP
+    /// `basic.deliver` to a consumer that acknowledges): a CONSUMER span.
+    Process,
+    /// Messages settled (Kafka OffsetCommit; AMQP `basic.ack`, `nack`,
+    /// `reject`): a CLIENT span.
     Settle,
 }
 
@@ -123,16 +153,17 @@ impl OpType {
         match self {
             OpType::Send => "send",
             OpType::Receive => "receive",
+            OpType::Process => "process",
             OpType::Settle => "settle",
         }
     }
 
-    /// The span kind the conventions give it (send: PRODUCER; receive:
-    /// CONSUMER; settle: CLIENT).
+    /// The span kind the conventions give it (send: PRODUCER; receive,
+    /// process: CONSUMER; settle: CLIENT).
     pub fn kind(self) -> SpanKind {
         match self {
             OpType::Send => SpanKind::Producer,
-            OpType::Receive => SpanKind::Consumer,
+            OpType::Receive | OpType::Process => SpanKind::Consumer,
             OpType::Settle => SpanKind::Client,
         }
     }
@@ -150,7 +181,9 @@ pub struct MsgOp {
     /// `commit`, `publish`, `subscribe`...), never from the wire.
     pub op_name: &'static str,
     /// `messaging.destination.name`: the topic, when the call has one
-    /// (a Kafka call over several topics has none).
+    /// (a Kafka call over several topics has none); RabbitMQ's exchange
+    /// (`Some("")`: the default exchange, as its conventions say); a NATS
+    /// subject.
     pub destination: Option<String>,
     /// `messaging.destination.template`: an MQTT topic filter with
     /// wildcards (a SUBSCRIBE's).
@@ -158,6 +191,15 @@ pub struct MsgOp {
     /// `messaging.destination.partition.id`: when the call is on one
     /// partition.
     pub partition: Option<i32>,
+    /// `messaging.rabbitmq.destination.routing_key`: when not empty.
+    pub routing_key: Option<String>,
+    /// `messaging.rabbitmq.message.delivery_tag`: a delivery's tag (a
+    /// settle's: the tag it names).
+    pub delivery_tag: Option<u64>,
+    /// `messaging.message.body.size`: a single message's body bytes, from
+    /// its declared length (AMQP's content header, NATS's payload length
+    /// less its headers); the body itself is never read.
+    pub body_size: Option<u64>,
     /// `messaging.kafka.offset`: the first message's offset (Produce: the
     /// base offset the broker assigned; Fetch: the first batch's base
     /// offset; OffsetCommit: the committed offset), one partition only.
@@ -166,13 +208,15 @@ pub struct MsgOp {
     /// batch header was seen (Kafka: from record-batch headers, compressed
     /// batches included; MQTT: none, a PUBLISH is one message).
     pub message_count: Option<u32>,
-    /// `messaging.consumer.group.name` (Kafka OffsetCommit).
+    /// `messaging.consumer.group.name` (Kafka OffsetCommit; a NATS queue
+    /// group).
     pub consumer_group: Option<String>,
     /// `messaging.client.id`: Kafka's request-header client id, MQTT's
     /// CONNECT client identifier.
     pub client_id: Option<String>,
     /// `error.type`: Kafka's error name (`UNKNOWN_TOPIC_OR_PARTITION`),
-    /// MQTT's reason code in decimal (`135`); `_OTHER` when unknown.
+    /// MQTT's reason code in decimal (`135`); AMQP's reply-code name
+    /// (`NOT_FOUND`); a NATS `-ERR`'s words; `_OTHER` when unknown.
     pub error_type: Option<&'static str>,
     /// MQTT's QoS (0, 1, 2): not an attribute of the conventions, kept
     /// for the caller to decide.
@@ -201,6 +245,9 @@ impl MsgOp {
             op_name,
             destination: None,
             template: None,
+            routing_key: None,
+            delivery_tag: None,
+            body_size: None,
             partition: None,
             offset: None,
             message_count: None,
@@ -218,7 +265,7 @@ impl MsgOp {
 
     /// Bytes it holds on the heap (for [`MsgConn::held_bytes`]).
     pub fn heap(&self) -> usize {
-        [&self.destination, &self.template, &self.consumer_group, &self.client_id]
+        [&self.destination, &self.template, &self.routing_key, &self.consumer_group, &self.client_id]
             .iter()
             .map(|s| s.as_ref().map_or(0, String::capacity))
             .sum::<usize>()
@@ -252,6 +299,9 @@ pub fn judge(op: MsgOp, conn: &Conn, addrs: &mut Addrs) -> SpanParts {
         destination,
         template,
         partition,
+        routing_key,
+        delivery_tag,
+        body_size,
         offset,
         message_count,
         consumer_group,
@@ -280,13 +330,13 @@ pub fn judge(op: MsgOp, conn: &Conn, addrs: &mut Addrs) -> SpanParts {
         partition: partition.map(|p| Text::Owned(p.to_string())),
         consumer_group: consumer_group.map(Text::Owned),
         client_id: client_id.map(Text::Owned),
-        routing_key: None,
+        routing_key: routing_key.map(Text::Owned),
         error_type: error_type.map(Text::Static),
         // (only Kafka's parser sets an offset)
         kafka_offset: offset,
         message_count: message_count.map(u64::from),
-        body_size: None,
-        delivery_tag: None,
+        body_size,
+        delivery_tag,
         temporary: false,
         anonymous: false,
     };
@@ -356,8 +406,15 @@ pub struct MsgCounts {
     pub empty_fetches: u64,
     /// Kafka API versions outside those read (the request still paired).
     pub unsupported_versions: u64,
-    /// MQTT control packets that are no call (CONNECT, PINGREQ...).
+    /// Control packets, frames and commands that are no call (MQTT
+    /// CONNECT, PINGREQ; AMQP connection and channel methods, heartbeats;
+    /// NATS INFO, CONNECT, PING, PONG).
     pub control_packets: u64,
+    /// AMQP `basic.get`s the broker answered `get-empty`: no op (a
+    /// polling consumer asks all the time).
+    pub empty_gets: u64,
+    /// AMQP channels past `amqp::MAX_CHANNELS` (the oldest forgotten).
+    pub too_many_channels: u64,
     /// Names longer than [`MAX_NAME`], cut.
     pub names_cut: u64,
     /// Trace contexts past [`MAX_LINKS`] on one op.
@@ -388,6 +445,8 @@ impl MsgCounts {
             empty_fetches,
             unsupported_versions,
             control_packets,
+            empty_gets,
+            too_many_channels,
             names_cut,
             links_dropped,
             ciphertext_records,
@@ -406,6 +465,8 @@ impl MsgCounts {
         self.empty_fetches += empty_fetches;
         self.unsupported_versions += unsupported_versions;
         self.control_packets += control_packets;
+        self.empty_gets += empty_gets;
+        self.too_many_channels += too_many_channels;
         self.names_cut += names_cut;
         self.links_dropped += links_dropped;
         self.ciphertext_records += ciphertext_records;
@@ -415,7 +476,7 @@ impl MsgCounts {
 
     /// (label, value) pairs, for `ringtail_dropped_events_total{reason}`
     /// and logs.
-    pub fn labelled(&self) -> [(&'static str, u64); 17] {
+    pub fn labelled(&self) -> [(&'static str, u64); 19] {
         [
             ("msg_malformed", self.malformed),
             ("msg_desync", self.desync),
@@ -429,6 +490,8 @@ impl MsgCounts {
             ("msg_empty_fetches", self.empty_fetches),
             ("msg_unsupported_versions", self.unsupported_versions),
             ("msg_control_packets", self.control_packets),
+            ("msg_empty_gets", self.empty_gets),
+            ("msg_too_many_channels", self.too_many_channels),
             ("msg_names_cut", self.names_cut),
             ("msg_links_dropped", self.links_dropped),
             ("msg_ciphertext_records", self.ciphertext_records),
@@ -440,11 +503,19 @@ impl MsgCounts {
 
 /// Which messaging protocol a client connection speaks, from its first
 /// sent bytes where they tell (a Kafka request header of a known API; an
-/// MQTT CONNECT), else from the broker's default port (9092; 1883). A TLS
-/// ClientHello says nothing: the port decides (8883 is MQTT over TLS).
+/// MQTT CONNECT; AMQP 0-9-1's protocol header; a NATS `CONNECT {`), else
+/// from the broker's default port (9092; 1883; 5672; 4222). A TLS
+/// ClientHello says nothing: the port decides (8883 is MQTT over TLS,
+/// 5671 AMQP over TLS).
 pub fn detect(first_send: &[u8], peer_port: u16) -> Option<MsgSystem> {
     if mqtt::is_connect(first_send) {
         return Some(MsgSystem::Mqtt);
+    }
+    if amqp::is_protocol_header(first_send) {
+        return Some(MsgSystem::Rabbitmq);
+    }
+    if nats::is_connect(first_send) {
+        return Some(MsgSystem::Nats);
     }
     if kafka::is_request_start(first_send) {
         return Some(MsgSystem::Kafka);
@@ -452,8 +523,17 @@ pub fn detect(first_send: &[u8], peer_port: u16) -> Option<MsgSystem> {
     match peer_port {
         9092 | 9093 => Some(MsgSystem::Kafka),
         1883 | 8883 => Some(MsgSystem::Mqtt),
+        5672 | 5671 => Some(MsgSystem::Rabbitmq),
+        4222 => Some(MsgSystem::Nats),
         _ => None,
     }
+}
+
+/// Which messaging protocol a connection speaks from the first bytes its
+/// server sent, for protocols whose server speaks first (a NATS server's
+/// `INFO {`): a connection's first record may be the client's receive.
+pub fn detect_server_first(first_recv: &[u8]) -> Option<MsgSystem> {
+    nats::is_info(first_recv).then_some(MsgSystem::Nats)
 }
 
 /// The protocol state of one connection.
@@ -461,6 +541,8 @@ pub fn detect(first_send: &[u8], peer_port: u16) -> Option<MsgSystem> {
 enum Proto {
     Kafka(Box<kafka::KafkaConn>),
     Mqtt(Box<mqtt::MqttConn>),
+    Amqp(Box<amqp::AmqpConn>),
+    Nats(Box<nats::NatsConn>),
 }
 
 /// One client connection to a broker: records in, [`MsgOp`]s out.
@@ -482,6 +564,8 @@ impl MsgConn {
         let proto = match system {
             MsgSystem::Kafka => Proto::Kafka(Box::default()),
             MsgSystem::Mqtt => Proto::Mqtt(Box::default()),
+            MsgSystem::Rabbitmq => Proto::Amqp(Box::default()),
+            MsgSystem::Nats => Proto::Nats(Box::default()),
         };
         MsgConn { proto, tls_only: false, given_up: false, seen: false }
     }
@@ -496,6 +580,8 @@ impl MsgConn {
         match &mut self.proto {
             Proto::Kafka(c) => c.lose_place(counts),
             Proto::Mqtt(c) => c.lose_place(counts),
+            Proto::Amqp(c) => c.lose_place(counts),
+            Proto::Nats(c) => c.lose_place(counts),
         }
     }
 
@@ -504,6 +590,8 @@ impl MsgConn {
         match self.proto {
             Proto::Kafka(_) => MsgSystem::Kafka,
             Proto::Mqtt(_) => MsgSystem::Mqtt,
+            Proto::Amqp(_) => MsgSystem::Rabbitmq,
+            Proto::Nats(_) => MsgSystem::Nats,
         }
     }
 
@@ -543,11 +631,14 @@ impl MsgConn {
         match &mut self.proto {
             Proto::Kafka(c) => c.feed(send, ts_ns, pieces, out, counts),
             Proto::Mqtt(c) => c.feed(send, ts_ns, pieces, out, counts),
+            Proto::Amqp(c) => c.feed(send, ts_ns, pieces, out, counts),
+            Proto::Nats(c) => c.feed(send, ts_ns, pieces, out, counts),
         }
     }
 
     /// The connection closed: calls still awaiting answers are counted
-    /// `unanswered` (MQTT QoS 0 needs none: nothing is pending).
+    /// `unanswered` (MQTT QoS 0, an AMQP publish without confirms, a NATS
+    /// PUB outside verbose mode need none: nothing is pending).
     pub fn close(&mut self, counts: &mut MsgCounts) {
         counts.unanswered += self.pending() as u64;
         self.forget_pending();
@@ -557,6 +648,8 @@ impl MsgConn {
         match &mut self.proto {
             Proto::Kafka(c) => c.forget_pending(),
             Proto::Mqtt(c) => c.forget_pending(),
+            Proto::Amqp(c) => c.forget_pending(),
+            Proto::Nats(c) => c.forget_pending(),
         }
     }
 
@@ -565,6 +658,8 @@ impl MsgConn {
         match &self.proto {
             Proto::Kafka(c) => c.pending(),
             Proto::Mqtt(c) => c.pending(),
+            Proto::Amqp(c) => c.pending(),
+            Proto::Nats(c) => c.pending(),
         }
     }
 
@@ -573,6 +668,8 @@ impl MsgConn {
         match &self.proto {
             Proto::Kafka(c) => c.held_bytes(),
             Proto::Mqtt(c) => c.held_bytes(),
+            Proto::Amqp(c) => c.held_bytes(),
+            Proto::Nats(c) => c.held_bytes(),
         }
     }
 }

@@ -10,6 +10,13 @@ use ipc_schema::{SpanLink, Text};
 fn detect_by_bytes_then_port() {
     assert_eq!(detect(b"", 9092), Some(MsgSystem::Kafka));
     assert_eq!(detect(b"", 1883), Some(MsgSystem::Mqtt));
+    assert_eq!(detect(b"", 5672), Some(MsgSystem::Rabbitmq));
+    assert_eq!(detect(b"", 4222), Some(MsgSystem::Nats));
+    assert_eq!(detect(b"AMQP\x00\x00\x09\x01", 40000), Some(MsgSystem::Rabbitmq));
+    assert_eq!(detect(b"CONNECT {\"verbose\":false}\r\n", 40000), Some(MsgSystem::Nats));
+    assert_eq!(detect_server_first(b"INFO {\"server_id\":\"x\"}\r\n"), Some(MsgSystem::Nats));
+    assert_eq!(detect_server_first(b"INFO"), None);
+    assert_eq!([MsgSystem::Rabbitmq.name(), MsgSystem::Nats.name()], ["rabbitmq", "nats"]);
     assert_eq!(detect(b"GET / HTTP/1.1\r\n\r\n", 8080), None);
 }
 
@@ -69,6 +76,8 @@ fn labels_cover_every_count_once() {
         empty_fetches: 1,
         unsupported_versions: 1,
         control_packets: 1,
+        empty_gets: 1,
+        too_many_channels: 1,
         names_cut: 1,
         links_dropped: 1,
         ciphertext_records: 1,
@@ -92,6 +101,8 @@ fn names_are_bounded_and_kinds_follow_the_conventions() {
     assert_eq!(c.names_cut, 1);
     assert_eq!(OpType::Send.kind(), SpanKind::Producer);
     assert_eq!(OpType::Receive.kind(), SpanKind::Consumer);
+    assert_eq!(OpType::Process.kind(), SpanKind::Consumer);
+    assert_eq!(OpType::Process.name(), "process");
     assert_eq!(OpType::Settle.kind(), SpanKind::Client);
     assert_eq!([OpType::Send.name(), OpType::Receive.name(), OpType::Settle.name()], ["send", "receive", "settle"]);
     assert!(traceparent(b"00-00000000000000000000000000000000-b7ad6b7169203331-01").is_none());
