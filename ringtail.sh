@@ -80,6 +80,9 @@ test_deps() {
     # (each test starts its own server on its own port), and memcslap
     # (libmemcached-tools), the load a memcached test runs.
     apt_install postgresql redis-server mariadb-server memcached libmemcached-tools
+    # The broker and clients whose calls tests/tests/messaging.rs reads off the
+    # wire (the test starts its own broker on its own port).
+    apt_install mosquitto mosquitto-clients
     # The kernel matrix (tests/kernels/): qemu boots Debian's own kernels, an
     # initramfs of busybox shares this root with them over virtiofs.
     apt_install qemu-system-x86 busybox-static cpio default-jdk-headless

@@ -20,9 +20,11 @@
 //!   memcached calls read off the wire (sanitized text, errors, pipelines),
 //!   and the database conventions ([`db::judge`]), a family
 //!   ([`db::FAMILY`]) of the stream table.
-//! - [`messaging`]: the messaging module, parsers and state only (not
-//!   yet wired into spans): Kafka and MQTT calls read off a client's
-//!   broker connection (PRODUCER/CONSUMER ops, `traceparent`s for links).
+//! - [`messaging`]: the messaging module: Kafka, MQTT, RabbitMQ (AMQP
+//!   0-9-1) and NATS calls read off a client's broker connection
+//!   (PRODUCER/CONSUMER ops, `traceparent`s for links) and the messaging
+//!   conventions ([`messaging::judge`]), a family ([`messaging::FAMILY`])
+//!   of the stream table.
 //! - [`stream_table`]: every byte-stream connection (a configured
 //!   port's), bounded: each protocol family told by its first bytes or
 //!   port ([`stream_table::FAMILIES`]), its records fed to that family's

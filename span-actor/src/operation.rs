@@ -95,6 +95,9 @@ pub enum Call {
     /// A database call (a CLIENT's), already judged by the database
     /// conventions ([`crate::db`]).
     Db(DbOp),
+    /// A messaging call (a broker's client's: a publish, a delivery, a
+    /// settle...), read off the wire ([`crate::messaging`]).
+    Messaging(crate::messaging::MsgOp),
 }
 
 /// An HTTP request and its answer, of any version.

@@ -1,5 +1,5 @@
 //! [`StreamTable`]: every byte-stream connection followed (a configured
-//! port's: databases now, brokers next), the kernel's records in
+//! port's: databases, brokers), the kernel's records in
 //! ([`RawStream`]s), [`Operation`]s out (one per call).
 //!
 //! A protocol family plugs in as a [`Family`] in [`FAMILIES`]: how its
@@ -53,7 +53,7 @@ pub struct Family {
 
 /// The families followed: on a new connection each is asked by its bytes,
 /// in this order, then each by its port.
-pub const FAMILIES: &[Family] = &[crate::db::FAMILY];
+pub const FAMILIES: &[Family] = &[crate::db::FAMILY, crate::messaging::FAMILY];
 
 /// A connection's state, as a family makes it.
 pub type Followed = Box<dyn StreamConn>;
@@ -79,7 +79,7 @@ pub trait StreamConn: Send {
     fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, pieces: &[u8], out: &mut Vec<StreamOp>, counts: &mut [u64]);
     /// The connection's first record is not its first (traced mid-way,
     /// followed afresh, or that record was lost).
-    fn joined_midway(&mut self);
+    fn joined_midway(&mut self, counts: &mut [u64]);
     /// The connection closed or is forgotten: what awaited an answer is
     /// counted.
     fn close(&mut self, counts: &mut [u64]);
@@ -259,7 +259,7 @@ impl StreamTable {
         if !r.start {
             // its first record is not this one (traced mid-way, followed
             // afresh, or that record was lost)
-            conn.joined_midway();
+            conn.joined_midway(&mut self.counts[family]);
         }
         self.conns.insert(key, Entry { conn, family, who: Conn::of(&r.conn), calls, sends: VecDeque::new() });
         true

@@ -386,6 +386,7 @@ impl Transformer {
         let parts = match call {
             Call::Http(http) => self.http_conventions.judge(kind, &conn, &resource.service_name, http, &mut self.addrs),
             Call::Db(op) => Some(db::judge(op, &conn, &mut self.addrs)),
+            Call::Messaging(op) => Some(crate::messaging::judge(op, &conn, &mut self.addrs)),
         };
         let Some(SpanParts {
             kind: decided,
@@ -446,12 +447,18 @@ impl Transformer {
         // (a server span's, by the traceparent it carried in)
         let mut forward = None;
         let span = &mut p.span;
-        let client = span.kind == SpanKind::Client;
+        // A broker's client's PRODUCER or CONSUMER span is a call out like
+        // a CLIENT's: the child of the request its thread served.
+        let kind = match span.kind {
+            SpanKind::Producer | SpanKind::Consumer => SpanKind::Client,
+            k => k,
+        };
+        let client = kind == SpanKind::Client;
         let own = named(sub).then_some((inst, conn, seq, sub, client));
         let own_trace = ids::trace_id(inst, conn, seq, sub);
         // What this span joins: its context, its parent's span id, and its
         // trace if that context never comes.
-        let join = match (span.kind, parent) {
+        let join = match (kind, parent) {
             // the traceparent the kernel wrote into the request names it
             (SpanKind::Client, _) if propagated.is_some() => {
                 if let Some((trace_id, span_id)) = propagated {

@@ -1,12 +1,13 @@
 //! [`Rotel`]: a real OTLP collector (rotel, from PyPI in `.venv`) whose
 //! processor hook writes every span and metric it receives as JSON lines;
-//! [`attr`] and [`res_attr`] read the spans' attributes.
+//! [`attr`] and [`res_attr`] read the spans' attributes; [`assert_nowhere`]
+//! checks that no secret reached anything ringtail wrote.
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use crate::{free_port, skip, venv, wait_port, workspace, Proc, TempDir, Value};
+use crate::{free_port, skip, venv, wait_port, workspace, Proc, Ringtail, TempDir, Value};
 
 /// A real OTLP receiver.
 pub struct Rotel {
@@ -112,4 +113,17 @@ pub fn res_attr(span: &Value, key: &str) -> Option<String> {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     })
+}
+
+/// No byte string of `secrets` in anything ringtail exported (to `rotel`)
+/// or printed (`rt`'s stdout and log).
+pub fn assert_nowhere(rotel: &Rotel, rt: &Ringtail, secrets: &[&str]) {
+    let spans = serde_json::to_string(&rotel.spans()).unwrap_or_default();
+    let metrics = serde_json::to_string(&rotel.metrics()).unwrap_or_default();
+    let (stdout, log) = (rt.stdout(), rt.log());
+    for secret in secrets {
+        for (what, text) in [("spans", &spans), ("metrics", &metrics), ("stdout", &stdout), ("log", &log)] {
+            assert!(!text.contains(secret), "{secret:?} is in ringtail's {what}");
+        }
+    }
 }

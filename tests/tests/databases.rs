@@ -101,18 +101,6 @@ fn is_error(s: &Value) -> bool {
     status.contains('2') || status.contains("error")
 }
 
-/// No byte string of `secrets` in anything ringtail exported or printed.
-fn assert_nowhere(rotel: &Rotel, rt: &Ringtail, secrets: &[&str]) {
-    let spans = serde_json::to_string(&rotel.spans()).unwrap_or_default();
-    let metrics = serde_json::to_string(&rotel.metrics()).unwrap_or_default();
-    let (stdout, log) = (rt.stdout(), rt.log());
-    for secret in secrets {
-        for (what, text) in [("spans", &spans), ("metrics", &metrics), ("stdout", &stdout), ("log", &log)] {
-            assert!(!text.contains(secret), "{secret:?} is in ringtail's {what}");
-        }
-    }
-}
-
 /// A redis-server of its own on `port`, keeping nothing on disk.
 fn redis_server(port: u16, dir: &TempDir) -> Proc {
     let p = Proc::spawn(

@@ -22,6 +22,7 @@ mod hostile;
 mod kernels;
 mod kubernetes;
 mod kubernetes_spans;
+mod messaging;
 mod operators;
 mod propagation;
 mod security;

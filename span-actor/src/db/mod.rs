@@ -73,7 +73,7 @@ use ipc_schema::db::system;
 use ipc_schema::{DbCall, Text};
 
 use crate::operation::{Addrs, Call, Conn, SpanParts};
-use crate::stream_table::{Family, StreamConn, StreamOp};
+use crate::stream_table::{Family, Followed, StreamConn, StreamOp};
 
 /// Requests awaiting an answer kept per connection (a pipeline deeper than
 /// this is given up: counted `too_many_pending`, its ops `unanswered`).
@@ -354,7 +354,7 @@ struct DbStream {
 }
 
 impl DbStream {
-    fn boxed(system: System) -> Box<dyn StreamConn> {
+    fn boxed(system: System) -> Followed {
         Box::new(DbStream { conn: DbConn::new(system), ops: Vec::new() })
     }
 }
@@ -367,7 +367,7 @@ impl StreamConn for DbStream {
         out.extend(self.ops.drain(..).map(|op| StreamOp { start_ns: op.start_ns, end_ns: op.end_ns, call: Call::Db(op) }));
     }
 
-    fn joined_midway(&mut self) {
+    fn joined_midway(&mut self, _counts: &mut [u64]) {
         self.conn.joined_midway();
     }
 

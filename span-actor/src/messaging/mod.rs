@@ -2,7 +2,8 @@
 //! CLIENT's connection to a broker in, one [`MsgOp`] per messaging call
 //! out (a PRODUCER span for a send, a CONSUMER span for a receive, under
 //! the OpenTelemetry messaging conventions). Pure logic: no I/O, no clock,
-//! no global state. Not wired into spans yet: see "Wiring" below.
+//! no global state. Wired into spans as a family of the stream table:
+//! see "Wiring" below.
 //!
 //! The records are the database module's ([`crate::db::pieces`]: the head
 //! of each syscall's bytes, a LOST count for its middle, its tail, GAP
@@ -68,14 +69,16 @@
 //! connection (AMQP's and NATS's worst cases are below 1.5 MiB: each
 //! module's doc), a few KiB for an idle one.
 //!
-//! # Wiring (not done here)
-//! A caller keeps a [`MsgConn`] per broker connection (as `stream_table`
-//! does for databases), picks its system with [`detect`] (the client's
-//! first bytes) or, for a protocol whose server speaks first (NATS),
-//! [`detect_server_first`], feeds it the connection's records, turns each
-//! [`MsgOp`] into a span with [`judge`] (of the kind [`OpType::kind`]
-//! gives, linked to [`MsgOp::links`]), and adds [`MsgCounts::labelled`]
-//! to `ringtail_dropped_events_total`.
+//! # Wiring
+//! [`FAMILY`] is this module's entry in [`crate::stream_table::FAMILIES`]:
+//! the stream table keeps a [`MsgConn`] per broker connection (picking
+//! its system with [`detect_bytes`] (the client's first bytes) or, for a
+//! protocol whose server speaks first (NATS), [`detect_server_first`],
+//! else [`detect_port`]), feeds it the connection's records, makes each
+//! [`MsgOp`] an operation (`operation::Call::Messaging`, linked to the
+//! request its send was made for) that [`judge`] makes a span of (of the
+//! kind [`OpType::kind`] gives, linked to [`MsgOp::links`]), and adds
+//! [`MsgCounts::labelled`] to `ringtail_dropped_events_total`.
 
 pub mod amqp;
 pub mod kafka;
@@ -87,7 +90,8 @@ use ipc_schema::{MsgCall, SpanLink, Text};
 
 use crate::db::pieces;
 use crate::ids::TraceParent;
-use crate::operation::{Addrs, Conn, SpanParts};
+use crate::operation::{Addrs, Call, Conn, SpanParts};
+use crate::stream_table::{Family, Followed, StreamConn, StreamOp};
 
 /// Calls awaiting an answer kept per connection (past it the oldest is
 /// given up: counted `too_many_pending`).
@@ -474,6 +478,13 @@ impl MsgCounts {
         self.calls_lost += calls_lost;
     }
 
+    /// Adds the counts to `counts`, by [`MsgCounts::labelled`] order.
+    fn add_to(&self, counts: &mut [u64]) {
+        for (slot, (_, n)) in counts.iter_mut().zip(self.labelled()) {
+            *slot += n;
+        }
+    }
+
     /// (label, value) pairs, for `ringtail_dropped_events_total{reason}`
     /// and logs.
     pub fn labelled(&self) -> [(&'static str, u64); 19] {
@@ -508,6 +519,11 @@ impl MsgCounts {
 /// ClientHello says nothing: the port decides (8883 is MQTT over TLS,
 /// 5671 AMQP over TLS).
 pub fn detect(first_send: &[u8], peer_port: u16) -> Option<MsgSystem> {
+    detect_bytes(first_send).or_else(|| detect_port(peer_port))
+}
+
+/// [`detect`] by the first sent bytes alone.
+pub fn detect_bytes(first_send: &[u8]) -> Option<MsgSystem> {
     if mqtt::is_connect(first_send) {
         return Some(MsgSystem::Mqtt);
     }
@@ -520,6 +536,11 @@ pub fn detect(first_send: &[u8], peer_port: u16) -> Option<MsgSystem> {
     if kafka::is_request_start(first_send) {
         return Some(MsgSystem::Kafka);
     }
+    None
+}
+
+/// [`detect`] by the broker's default port alone.
+pub fn detect_port(peer_port: u16) -> Option<MsgSystem> {
     match peer_port {
         9092 | 9093 => Some(MsgSystem::Kafka),
         1883 | 8883 => Some(MsgSystem::Mqtt),
@@ -534,6 +555,54 @@ pub fn detect(first_send: &[u8], peer_port: u16) -> Option<MsgSystem> {
 /// `INFO {`): a connection's first record may be the client's receive.
 pub fn detect_server_first(first_recv: &[u8]) -> Option<MsgSystem> {
     nats::is_info(first_recv).then_some(MsgSystem::Nats)
+}
+
+/// The brokers' clients as a family of the stream table
+/// ([`crate::stream_table`]): told by [`detect_bytes`] (or, for a server
+/// that speaks first, [`detect_server_first`]) else [`detect_port`],
+/// followed by a [`MsgConn`], counted by [`MsgCounts::labelled`].
+pub const FAMILY: Family = Family {
+    by_bytes: |send, recv| detect_bytes(send).or_else(|| recv.and_then(detect_server_first)).map(MsgStream::boxed),
+    by_port: |port| detect_port(port).map(MsgStream::boxed),
+    reasons: || MsgCounts::default().labelled().iter().map(|(r, _)| *r).collect(),
+};
+
+/// A [`MsgConn`] as the stream table follows it.
+struct MsgStream {
+    conn: MsgConn,
+    /// The calls of the record being fed (empty between records).
+    ops: Vec<MsgOp>,
+}
+
+impl MsgStream {
+    fn boxed(system: MsgSystem) -> Followed {
+        Box::new(MsgStream { conn: MsgConn::new(system), ops: Vec::new() })
+    }
+}
+
+impl StreamConn for MsgStream {
+    fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, pieces: &[u8], out: &mut Vec<StreamOp>, counts: &mut [u64]) {
+        let mut c = MsgCounts::default();
+        self.conn.feed(send, ts_ns, tls, pieces, &mut self.ops, &mut c);
+        c.add_to(counts);
+        out.extend(self.ops.drain(..).map(|op| StreamOp { start_ns: op.start_ns, end_ns: op.end_ns, call: Call::Messaging(op) }));
+    }
+
+    fn joined_midway(&mut self, counts: &mut [u64]) {
+        let mut c = MsgCounts::default();
+        self.conn.joined_midway(&mut c);
+        c.add_to(counts);
+    }
+
+    fn close(&mut self, counts: &mut [u64]) {
+        let mut c = MsgCounts::default();
+        self.conn.close(&mut c);
+        c.add_to(counts);
+    }
+
+    fn held_bytes(&self) -> usize {
+        self.conn.held_bytes() + self.ops.capacity() * std::mem::size_of::<MsgOp>()
+    }
 }
 
 /// The protocol state of one connection.
@@ -680,6 +749,6 @@ fn is_tls_handshake(b: &[u8]) -> bool {
 }
 
 #[cfg(test)]
-mod testing;
+pub(crate) mod testing;
 #[cfg(test)]
 mod tests;

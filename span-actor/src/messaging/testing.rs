@@ -23,7 +23,7 @@ pub(super) fn assert_no_secret(ops: &[MsgOp]) {
 
 /// A captured conversation: `> hex` (the client sent) and `< hex` (it
 /// received) lines, one a chunk the recording proxy read.
-pub(super) fn capture(text: &str) -> Vec<(bool, Vec<u8>)> {
+pub(crate) fn capture(text: &str) -> Vec<(bool, Vec<u8>)> {
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| {

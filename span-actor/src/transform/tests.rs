@@ -1161,3 +1161,55 @@ fn an_unlinked_database_call_is_not_held() {
     assert_eq!((out[0].span.name.as_str(), out[0].span.parent_span_id), ("PING", 0));
     assert_eq!(rig.t.held(), 0);
 }
+
+// ------------------------------------------------------------- messaging
+
+/// A broker's client goes through the stream table like a database's: an
+/// MQTT 3.1.1 publisher (as captured against mosquitto, on its port)
+/// makes a PRODUCER span a publish, named and attributed by the
+/// messaging conventions, the one it sent while serving a request that
+/// request's child, the others traces of their own; nothing of the
+/// payloads is in them.
+#[test]
+fn mqtt_publishes_are_producer_spans_children_of_the_request_that_made_them() {
+    let mut rig = Rig::new(|_| {});
+    let server = event(
+        Role::Server,
+        1,
+        1,
+        b"GET /orders HTTP/1.1\r\ntraceparent: 00-11111111111111111111111111111111-2222222222222222-01\r\n\r\n",
+        200,
+    );
+    let chunks = crate::messaging::testing::capture(include_str!("../messaging/testdata/mqtt311_publisher.txt"));
+    let mut sends = 0;
+    let records: Vec<RawStream> = chunks
+        .iter()
+        .enumerate()
+        .map(|(i, (send, bytes))| {
+            // the first PUBLISH (the second send: CONNECT first) while serving
+            sends += usize::from(*send);
+            let parent = (*send && sends == 2).then_some((1, 1));
+            RawStream { start: i == 0, ..db_record(60, 1883, *send, bytes, 1_500_000 + i as u64 * 100_000, parent) }
+        })
+        .collect();
+    let out = run_records(&mut rig, vec![server], &records);
+    let srv = out.iter().find(|p| p.span.kind == SpanKind::Server).expect("the server span");
+    let producers: Vec<&Produced> = out.iter().filter(|p| p.span.kind == SpanKind::Producer).collect();
+    assert_eq!((out.len(), producers.len()), (4, 3), "{out:?}");
+    for p in &producers {
+        assert_eq!(p.span.name, "publish sensors/k1/temp");
+        let ipc_schema::Call::Messaging(m) = &p.span.call else { panic!("a messaging call: {:?}", p.span.call) };
+        assert_eq!(
+            (m.system.as_str(), m.operation_type.as_deref(), m.destination.as_deref()),
+            ("mqtt", Some("send"), Some("sensors/k1/temp"))
+        );
+        assert!(!format!("{:?}", p.span).contains("secret"), "{:?}", p.span);
+    }
+    assert_eq!((producers[0].span.trace_id, producers[0].span.parent_span_id), (srv.span.trace_id, srv.span.span_id));
+    for p in &producers[1..] {
+        assert_eq!(p.span.parent_span_id, 0);
+        assert_ne!(p.span.trace_id, srv.span.trace_id);
+    }
+    assert_eq!(rig.t.streams.connections(), 1);
+    assert_eq!(rig.t.held(), 0);
+}
