@@ -78,6 +78,7 @@
 //! to `ringtail_dropped_events_total`.
 
 pub mod amqp;
+mod common;
 pub mod kafka;
 pub mod mqtt;
 pub mod nats;
