@@ -73,25 +73,42 @@ impl T {
 /// An op in one line, for exact comparisons: `name dest p o n links
 /// error qos client start..end`, `-` for what is absent.
 pub(super) fn brief(op: &MsgOp) -> String {
-    fn o<T: ToString>(v: &Option<T>) -> String {
-        v.as_ref().map_or("-".to_owned(), T::to_string)
-    }
     format!(
         "{}/{} {} {} p{} o{} n{} l{} e{} q{} c{} {}..{}",
         op.system.name(),
         op.op_type.map_or("-", |t| t.name()),
         op.op_name,
-        o(&op.destination.clone().or(op.template.clone())),
-        o(&op.partition),
-        o(&op.offset),
-        o(&op.message_count),
+        or_dash(&op.destination.clone().or(op.template.clone())),
+        or_dash(&op.partition),
+        or_dash(&op.offset),
+        or_dash(&op.message_count),
         op.links.len(),
-        o(&op.error_type),
-        o(&op.qos),
-        o(&op.client_id),
+        or_dash(&op.error_type),
+        or_dash(&op.qos),
+        or_dash(&op.client_id),
         op.start_ns,
         op.end_ns
     )
+}
+
+/// An optional field in an op's line: `-` when absent.
+pub(super) fn or_dash<T: ToString>(v: &Option<T>) -> String {
+    v.as_ref().map_or("-".to_owned(), T::to_string)
+}
+
+/// The [`brief`] of every op of `t`.
+pub(super) fn briefs(t: &T) -> Vec<String> {
+    t.ops.iter().map(brief).collect()
+}
+
+/// A connection of `system` after the capture `file` and its close;
+/// nothing secret reached an op.
+pub(super) fn replayed(system: MsgSystem, file: &str) -> T {
+    let mut t = T::new(system);
+    t.replay(&testdata(file));
+    t.c.close(&mut t.counts);
+    assert_no_secret(&t.ops);
+    t
 }
 
 /// A testdata file.

@@ -11,20 +11,13 @@ use crate::messaging::testing::*;
 use crate::messaging::MsgCounts;
 
 fn run(file: &str) -> T {
-    let mut t = T::new(MsgSystem::Rabbitmq);
-    t.replay(&testdata(file));
-    t.c.close(&mut t.counts);
-    assert_no_secret(&t.ops);
-    t
+    replayed(MsgSystem::Rabbitmq, file)
 }
 
 /// An op in one line: [`brief`], then routing key, delivery tag, body
 /// size.
 fn line(op: &MsgOp) -> String {
-    fn o<T: ToString>(v: &Option<T>) -> String {
-        v.as_ref().map_or("-".to_owned(), T::to_string)
-    }
-    format!("{} k{} t{} b{}", brief(op), o(&op.routing_key), o(&op.delivery_tag), o(&op.body_size))
+    format!("{} k{} t{} b{}", brief(op), or_dash(&op.routing_key), or_dash(&op.delivery_tag), or_dash(&op.body_size))
 }
 
 fn lines(t: &T) -> Vec<String> {

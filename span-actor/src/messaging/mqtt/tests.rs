@@ -8,15 +8,7 @@ use crate::messaging::testing::*;
 use crate::messaging::MsgCounts;
 
 fn run(file: &str) -> T {
-    let mut t = T::new(MsgSystem::Mqtt);
-    t.replay(&testdata(file));
-    t.c.close(&mut t.counts);
-    assert_no_secret(&t.ops);
-    t
-}
-
-fn briefs(t: &T) -> Vec<String> {
-    t.ops.iter().map(brief).collect()
+    replayed(MsgSystem::Mqtt, file)
 }
 
 // ---------------------------------------------------------------- real conversations

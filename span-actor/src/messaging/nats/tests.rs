@@ -10,19 +10,12 @@ use crate::messaging::testing::*;
 use crate::messaging::MsgCounts;
 
 fn run(file: &str) -> T {
-    let mut t = T::new(MsgSystem::Nats);
-    t.replay(&testdata(file));
-    t.c.close(&mut t.counts);
-    assert_no_secret(&t.ops);
-    t
+    replayed(MsgSystem::Nats, file)
 }
 
 /// An op in one line: [`brief`], then queue group and body size.
 fn line(op: &MsgOp) -> String {
-    fn o<T: ToString>(v: &Option<T>) -> String {
-        v.as_ref().map_or("-".to_owned(), T::to_string)
-    }
-    format!("{} g{} b{}", brief(op), o(&op.consumer_group), o(&op.body_size))
+    format!("{} g{} b{}", brief(op), or_dash(&op.consumer_group), or_dash(&op.body_size))
 }
 
 fn lines(t: &T) -> Vec<String> {
