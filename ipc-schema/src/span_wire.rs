@@ -280,44 +280,33 @@ fn write_msg<S: AsRef<str>>(m: &MsgCall<S>, out: &mut Vec<u8>) {
 }
 
 fn read_msg<'a>(rd: &mut Reader<'a>) -> Result<MsgCall<&'a str>, WireError> {
-    let system = rd.str_ref("msg system")?;
-    let operation_type = rd.opt_ref("msg operation_type")?;
-    let operation_name = rd.str_ref("msg operation_name")?;
-    let destination = rd.opt_ref("msg destination")?;
-    let template = rd.opt_ref("msg template")?;
-    let subscription = rd.opt_ref("msg subscription")?;
-    let partition = rd.opt_ref("msg partition")?;
-    let consumer_group = rd.opt_ref("msg consumer_group")?;
-    let client_id = rd.opt_ref("msg client_id")?;
-    let routing_key = rd.opt_ref("msg routing_key")?;
-    let error_type = rd.opt_ref("msg error_type")?;
-    let kafka_offset = rd.some("msg kafka_offset", |rd| rd.int64("msg kafka_offset"))?;
-    let message_count = rd.some("msg message_count", |rd| rd.uint("msg message_count"))?;
-    let body_size = rd.some("msg body_size", |rd| rd.uint("msg body_size"))?;
-    let delivery_tag = rd.some("msg delivery_tag", |rd| rd.uint("msg delivery_tag"))?;
+    // Fields are read in the order written, the flags last.
+    let mut m = MsgCall {
+        system: rd.str_ref("msg system")?,
+        operation_type: rd.opt_ref("msg operation_type")?,
+        operation_name: rd.str_ref("msg operation_name")?,
+        destination: rd.opt_ref("msg destination")?,
+        template: rd.opt_ref("msg template")?,
+        subscription: rd.opt_ref("msg subscription")?,
+        partition: rd.opt_ref("msg partition")?,
+        consumer_group: rd.opt_ref("msg consumer_group")?,
+        client_id: rd.opt_ref("msg client_id")?,
+        routing_key: rd.opt_ref("msg routing_key")?,
+        error_type: rd.opt_ref("msg error_type")?,
+        kafka_offset: rd.some("msg kafka_offset", |rd| rd.int64("msg kafka_offset"))?,
+        message_count: rd.some("msg message_count", |rd| rd.uint("msg message_count"))?,
+        body_size: rd.some("msg body_size", |rd| rd.uint("msg body_size"))?,
+        delivery_tag: rd.some("msg delivery_tag", |rd| rd.uint("msg delivery_tag"))?,
+        temporary: false,
+        anonymous: false,
+    };
     let flags = rd.u8("msg flags")?;
     if flags & !(MSG_TEMPORARY | MSG_ANONYMOUS) != 0 {
         return Err(WireError::Range { field: "msg flags" });
     }
-    Ok(MsgCall {
-        system,
-        operation_type,
-        operation_name,
-        destination,
-        template,
-        subscription,
-        partition,
-        consumer_group,
-        client_id,
-        routing_key,
-        error_type,
-        kafka_offset,
-        message_count,
-        body_size,
-        delivery_tag,
-        temporary: flags & MSG_TEMPORARY != 0,
-        anonymous: flags & MSG_ANONYMOUS != 0,
-    })
+    m.temporary = flags & MSG_TEMPORARY != 0;
+    m.anonymous = flags & MSG_ANONYMOUS != 0;
+    Ok(m)
 }
 
 /// An HTTP exchange's fields: inlined, most spans are one.
