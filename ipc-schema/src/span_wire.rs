@@ -76,7 +76,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::span::{Call, DbCall, Edge, HttpCall, MsgCall, RpcCall, ServiceResource, Span, SpanBatch, SpanKind, SpanLink, Value, MAX_LINKS};
 pub use crate::wire::WireError;
-use crate::wire::{put_int, put_opt, put_str, put_uint, Reader, Section};
+use crate::wire::{put_int, put_opt, put_some, put_str, put_uint, Reader, Section};
 
 /// The fewest bytes a resource takes (three empty strings, a pid, an empty
 /// name, no extras): bounds a declared count by the bytes left.
@@ -272,77 +272,41 @@ fn write_msg<S: AsRef<str>>(m: &MsgCall<S>, out: &mut Vec<u8>) {
     for v in [destination, template, subscription, partition, consumer_group, client_id, routing_key, error_type] {
         put_opt(out, v.as_ref().map(AsRef::as_ref));
     }
-    match kafka_offset {
-        None => out.push(0),
-        Some(o) => {
-            out.push(1);
-            put_int(out, *o);
-        }
-    }
+    put_some(out, *kafka_offset, put_int);
     for v in [message_count, body_size, delivery_tag] {
-        match v {
-            None => out.push(0),
-            Some(n) => {
-                out.push(1);
-                put_uint(out, *n);
-            }
-        }
+        put_some(out, *v, put_uint);
     }
     out.push((u8::from(*temporary) * MSG_TEMPORARY) | (u8::from(*anonymous) * MSG_ANONYMOUS));
 }
 
-/// An optional unsigned number: a tag (0 or 1), then the number.
-fn opt_uint(rd: &mut Reader<'_>, field: &'static str) -> Result<Option<u64>, WireError> {
-    match rd.u8(field)? {
-        0 => Ok(None),
-        1 => rd.uint(field).map(Some),
-        _ => Err(WireError::Range { field }),
-    }
-}
-
 fn read_msg<'a>(rd: &mut Reader<'a>) -> Result<MsgCall<&'a str>, WireError> {
-    let system = rd.str_ref("msg system")?;
-    let operation_type = rd.opt_ref("msg operation_type")?;
-    let operation_name = rd.str_ref("msg operation_name")?;
-    let destination = rd.opt_ref("msg destination")?;
-    let template = rd.opt_ref("msg template")?;
-    let subscription = rd.opt_ref("msg subscription")?;
-    let partition = rd.opt_ref("msg partition")?;
-    let consumer_group = rd.opt_ref("msg consumer_group")?;
-    let client_id = rd.opt_ref("msg client_id")?;
-    let routing_key = rd.opt_ref("msg routing_key")?;
-    let error_type = rd.opt_ref("msg error_type")?;
-    let kafka_offset = match rd.u8("msg kafka_offset")? {
-        0 => None,
-        1 => Some(rd.int64("msg kafka_offset")?),
-        _ => return Err(WireError::Range { field: "msg kafka_offset" }),
+    // Fields are read in the order written, the flags last.
+    let mut m = MsgCall {
+        system: rd.str_ref("msg system")?,
+        operation_type: rd.opt_ref("msg operation_type")?,
+        operation_name: rd.str_ref("msg operation_name")?,
+        destination: rd.opt_ref("msg destination")?,
+        template: rd.opt_ref("msg template")?,
+        subscription: rd.opt_ref("msg subscription")?,
+        partition: rd.opt_ref("msg partition")?,
+        consumer_group: rd.opt_ref("msg consumer_group")?,
+        client_id: rd.opt_ref("msg client_id")?,
+        routing_key: rd.opt_ref("msg routing_key")?,
+        error_type: rd.opt_ref("msg error_type")?,
+        kafka_offset: rd.some("msg kafka_offset", |rd| rd.int64("msg kafka_offset"))?,
+        message_count: rd.some("msg message_count", |rd| rd.uint("msg message_count"))?,
+        body_size: rd.some("msg body_size", |rd| rd.uint("msg body_size"))?,
+        delivery_tag: rd.some("msg delivery_tag", |rd| rd.uint("msg delivery_tag"))?,
+        temporary: false,
+        anonymous: false,
     };
-    let message_count = opt_uint(rd, "msg message_count")?;
-    let body_size = opt_uint(rd, "msg body_size")?;
-    let delivery_tag = opt_uint(rd, "msg delivery_tag")?;
     let flags = rd.u8("msg flags")?;
     if flags & !(MSG_TEMPORARY | MSG_ANONYMOUS) != 0 {
         return Err(WireError::Range { field: "msg flags" });
     }
-    Ok(MsgCall {
-        system,
-        operation_type,
-        operation_name,
-        destination,
-        template,
-        subscription,
-        partition,
-        consumer_group,
-        client_id,
-        routing_key,
-        error_type,
-        kafka_offset,
-        message_count,
-        body_size,
-        delivery_tag,
-        temporary: flags & MSG_TEMPORARY != 0,
-        anonymous: flags & MSG_ANONYMOUS != 0,
-    })
+    m.temporary = flags & MSG_TEMPORARY != 0;
+    m.anonymous = flags & MSG_ANONYMOUS != 0;
+    Ok(m)
 }
 
 /// An HTTP exchange's fields: inlined, most spans are one.
@@ -427,13 +391,7 @@ fn write_db<S: AsRef<str>>(db: &DbCall<S>, out: &mut Vec<u8>) {
     for v in [namespace, operation, collection, query_text, query_summary, status_code, error_type] {
         put_opt(out, v.as_ref().map(AsRef::as_ref));
     }
-    match returned_rows {
-        None => out.push(0),
-        Some(n) => {
-            out.push(1);
-            put_uint(out, *n);
-        }
-    }
+    put_some(out, *returned_rows, put_uint);
 }
 
 fn read_db<'a>(rd: &mut Reader<'a>) -> Result<DbCall<&'a str>, WireError> {
@@ -446,11 +404,7 @@ fn read_db<'a>(rd: &mut Reader<'a>) -> Result<DbCall<&'a str>, WireError> {
         query_summary: rd.opt_ref("db query_summary")?,
         status_code: rd.opt_ref("db status_code")?,
         error_type: rd.opt_ref("db error_type")?,
-        returned_rows: match rd.u8("db rows")? {
-            0 => None,
-            1 => Some(rd.int("db rows")?),
-            _ => return Err(WireError::Range { field: "db rows" }),
-        },
+        returned_rows: rd.some("db rows", |rd| rd.int("db rows"))?,
     })
 }
 
@@ -462,21 +416,11 @@ fn write_rpc<S: AsRef<str>>(rpc: &RpcCall<S>, out: &mut Vec<u8>) {
     out.push((u8::from(*stable) * RPC_STABLE) | (u8::from(*experimental) * RPC_EXPERIMENTAL));
     put_str(out, system.as_ref());
     put_str(out, method.as_ref());
-    match service_method {
-        None => out.push(0),
-        Some((service, method)) => {
-            out.push(1);
-            put_str(out, service.as_ref());
-            put_str(out, method.as_ref());
-        }
-    }
-    match code {
-        None => out.push(0),
-        Some(c) => {
-            out.push(1);
-            put_int(out, i64::from(*c));
-        }
-    }
+    put_some(out, service_method.as_ref(), |out, (service, method)| {
+        put_str(out, service.as_ref());
+        put_str(out, method.as_ref());
+    });
+    put_some(out, code.map(i64::from), put_int);
     put_opt(out, status.as_ref().map(AsRef::as_ref));
     put_opt(out, error_type.as_ref().map(AsRef::as_ref));
 }
@@ -488,16 +432,8 @@ fn read_rpc<'a>(rd: &mut Reader<'a>) -> Result<RpcCall<&'a str>, WireError> {
     }
     let system = rd.str_ref("rpc system")?;
     let method = rd.str_ref("rpc method")?;
-    let service_method = match rd.u8("rpc service")? {
-        0 => None,
-        1 => Some((rd.str_ref("rpc service")?, rd.str_ref("rpc service method")?)),
-        _ => return Err(WireError::Range { field: "rpc service" }),
-    };
-    let code = match rd.u8("rpc code")? {
-        0 => None,
-        1 => Some(i32::try_from(rd.int64("rpc code")?).map_err(|_| WireError::Range { field: "rpc code" })?),
-        _ => return Err(WireError::Range { field: "rpc code" }),
-    };
+    let service_method = rd.some("rpc service", |rd| Ok((rd.str_ref("rpc service")?, rd.str_ref("rpc service method")?)))?;
+    let code = rd.some("rpc code", |rd| i32::try_from(rd.int64("rpc code")?).map_err(|_| WireError::Range { field: "rpc code" }))?;
     let status = rd.opt_ref("rpc status")?;
     let error_type = rd.opt_ref("rpc error_type")?;
     Ok(RpcCall {

@@ -45,11 +45,18 @@ pub(crate) fn put_str(out: &mut Vec<u8>, s: &str) {
 
 #[inline]
 pub(crate) fn put_opt(out: &mut Vec<u8>, s: Option<&str>) {
-    match s {
+    put_some(out, s, put_str);
+}
+
+/// An optional value: a tag (0 none, 1 some), then the value as `put`
+/// writes it.
+#[inline(always)]
+pub(crate) fn put_some<T>(out: &mut Vec<u8>, v: Option<T>, put: impl FnOnce(&mut Vec<u8>, T)) {
+    match v {
         None => out.push(0),
-        Some(s) => {
+        Some(v) => {
             out.push(1);
-            put_str(out, s);
+            put(out, v);
         }
     }
 }
@@ -163,9 +170,20 @@ impl<'a> Reader<'a> {
 
     /// An optional string borrowed from the bytes.
     pub(crate) fn opt_ref(&mut self, field: &'static str) -> Result<Option<&'a str>, WireError> {
+        self.some(field, |rd| rd.str_ref(field))
+    }
+
+    /// An optional value: a tag (0 none, 1 some; `field`), then the value
+    /// as `read` reads it.
+    #[inline(always)]
+    pub(crate) fn some<T>(
+        &mut self,
+        field: &'static str,
+        read: impl FnOnce(&mut Self) -> Result<T, WireError>,
+    ) -> Result<Option<T>, WireError> {
         match self.u8(field)? {
             0 => Ok(None),
-            1 => self.str_ref(field).map(Some),
+            1 => read(self).map(Some),
             _ => Err(WireError::Range { field }),
         }
     }

@@ -597,7 +597,8 @@ impl Meters {
 pub(crate) mod tests {
     use super::*;
 
-    fn res(name: &str) -> ServiceResource {
+    /// The resource of a service `name` (its executable too) on host `h`.
+    pub(crate) fn res(name: &str) -> ServiceResource {
         ServiceResource {
             service_name: name.into(),
             service_instance_id: "h:1".into(),

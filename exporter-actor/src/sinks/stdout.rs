@@ -140,14 +140,7 @@ mod tests {
 
     #[test]
     fn a_database_call_names_its_system_database_and_status_not_http() {
-        let res = ServiceResource {
-            service_name: "shop".into(),
-            service_instance_id: "h:1".into(),
-            host_name: "h".into(),
-            pid: 1,
-            executable_name: "shop".into(),
-            extra: vec![],
-        };
+        let res = crate::meters::tests::res("shop");
         let ok = crate::meters::tests::db_span(2, None);
         let mut failed = crate::meters::tests::db_span(2, Some("42601"));
         failed.span_id = 2;
@@ -180,14 +173,7 @@ mod tests {
 
     #[test]
     fn a_messaging_span_is_its_kind_system_destination_and_messages() {
-        let res = ServiceResource {
-            service_name: "shop".into(),
-            service_instance_id: "h:1".into(),
-            host_name: "h".into(),
-            pid: 1,
-            executable_name: "shop".into(),
-            extra: vec![],
-        };
+        let res = crate::meters::tests::res("shop");
         let mut s = crate::meters::tests::msg_span(4, Some("receive"), Some(7), None);
         s.start_unix_ns = 0;
         s.end_unix_ns = 4_000_000;

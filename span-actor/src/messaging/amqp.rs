@@ -83,9 +83,9 @@
 
 use std::collections::VecDeque;
 
+use super::common::{self, R};
 use super::{name, traceparent, MsgCounts, MsgOp, MsgSystem, OpType, MAX_PENDING};
-use crate::db::pieces::{self, Piece};
-use crate::db::stream::{Frame, Msg, Next, Stream, MAX_BUFFERED};
+use crate::db::stream::{Frame, Msg, Stream};
 
 /// Channel states kept per connection; past it the oldest is forgotten
 /// (counted `too_many_channels`).
@@ -205,46 +205,21 @@ pub fn reply_name(code: u16) -> Option<&'static str> {
     })
 }
 
-/// A bounded reader of big-endian AMQP fields; `None` past the end.
-struct R<'a> {
-    b: &'a [u8],
-    at: usize,
+/// AMQP's fields besides the big-endian numbers.
+trait AmqpFields<'a> {
+    /// A short string: u8 length + bytes.
+    fn shortstr(&mut self) -> Option<&'a [u8]>;
+    /// A long string, a byte array, a table or an array: u32 length +
+    /// bytes.
+    fn long(&mut self) -> Option<&'a [u8]>;
 }
 
-impl<'a> R<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
-        self.at += n;
-        Some(s)
-    }
-
-    fn arr<const N: usize>(&mut self) -> Option<[u8; N]> {
-        self.take(N)?.try_into().ok()
-    }
-
-    fn u8(&mut self) -> Option<u8> {
-        Some(self.take(1)?[0])
-    }
-
-    fn u16(&mut self) -> Option<u16> {
-        Some(u16::from_be_bytes(self.arr()?))
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_be_bytes(self.arr()?))
-    }
-
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_be_bytes(self.arr()?))
-    }
-
+impl<'a> AmqpFields<'a> for R<'a> {
     fn shortstr(&mut self) -> Option<&'a [u8]> {
         let n = self.u8()?;
         self.take(usize::from(n))
     }
 
-    /// A long string, a byte array, a table or an array: u32 length +
-    /// bytes.
     fn long(&mut self) -> Option<&'a [u8]> {
         let n = usize::try_from(self.u32()?).ok()?;
         self.take(n)
@@ -254,7 +229,7 @@ impl<'a> R<'a> {
 /// The `traceparent` of a field table (its top level), if one is there
 /// as a string; every other value is skipped by its size, unread.
 fn table_traceparent(table: &[u8]) -> Option<&[u8]> {
-    let mut r = R { b: table, at: 0 };
+    let mut r = R::new(table);
     while r.at < r.b.len() {
         let key = r.shortstr()?;
         let size = match r.u8()? {
@@ -412,52 +387,22 @@ impl AmqpConn {
     /// One record (its pieces valid, GAP pieces taken off).
     pub(super) fn feed(&mut self, send: bool, ts: u64, bytes: &[u8], out: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
         let stream = if send { &mut self.send } else { &mut self.recv };
-        if stream.desynced() {
-            let mut ps = pieces::pieces(bytes).flatten();
-            match (ps.next(), ps.next()) {
-                (Some(Piece::Bytes(b)), None) if tiles(b) => {
-                    stream.restart();
-                    counts.resync += 1;
-                    for c in &mut self.st.channels {
-                        *c.content(send) = None;
-                    }
-                }
-                _ => return,
-            }
+        let Some(restarted) = common::resume(stream, bytes, tiles, counts) else {
+            return;
+        };
+        if restarted {
+            self.st.forget_content(send);
         }
-        for piece in pieces::pieces(bytes).flatten() {
-            let stream = if send { &mut self.send } else { &mut self.recv };
-            stream.push(piece);
-            loop {
-                let stream = if send { &mut self.send } else { &mut self.recv };
-                let bad_end = match stream.next(frame) {
-                    Next::Msg(m) => {
-                        if m.len > MAX_BUFFERED as u64 {
-                            counts.too_large += 1;
-                        }
-                        let bad = m.whole && !ends_well(m.bytes);
-                        if !bad {
-                            self.st.frame(send, m, ts, out, counts);
-                        }
-                        bad
-                    }
-                    Next::Wait => break,
-                    Next::Desync => {
-                        counts.desync += 1;
-                        break;
-                    }
-                };
-                if bad_end {
-                    let stream = if send { &mut self.send } else { &mut self.recv };
-                    stream.desync();
-                    counts.desync += 1;
-                    for c in &mut self.st.channels {
-                        *c.content(send) = None;
-                    }
-                    break;
-                }
+        let stream = if send { &mut self.send } else { &mut self.recv };
+        common::drain(stream, bytes, frame, counts, |m, counts| {
+            if m.whole && !ends_well(m.bytes) {
+                // A frame not ended by its end octet: the framing is off.
+                self.st.forget_content(send);
+                return false;
             }
-        }
+            self.st.frame(send, m, ts, out, counts);
+            true
+        });
     }
 }
 
@@ -472,6 +417,13 @@ impl Channel {
 }
 
 impl St {
+    /// Forgets the content being read in one direction on every channel.
+    fn forget_content(&mut self, send: bool) {
+        for c in &mut self.channels {
+            *c.content(send) = None;
+        }
+    }
+
     /// The state of channel `id`, made if new (the oldest forgotten past
     /// [`MAX_CHANNELS`]).
     fn channel(&mut self, id: u16, counts: &mut MsgCounts) -> &mut Channel {
@@ -504,7 +456,7 @@ impl St {
 
     /// One frame of either direction.
     fn frame(&mut self, send: bool, m: Msg<'_>, ts: u64, out: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
-        let mut r = R { b: m.bytes, at: 0 };
+        let mut r = R::new(m.bytes);
         if m.bytes.starts_with(b"AMQP") {
             counts.control_packets += 1;
             return;

@@ -69,9 +69,10 @@
 
 use std::collections::VecDeque;
 
+use super::common::{self, R};
 use super::{name, traceparent, MsgCounts, MsgOp, MsgSystem, OpType, MAX_PENDING};
 use crate::db::pieces::{self, Piece};
-use crate::db::stream::{Frame, Msg, Next, Stream, MAX_BUFFERED};
+use crate::db::stream::{Frame, Msg, Stream};
 
 /// Topic ids remembered per connection (from Metadata answers); past it
 /// the oldest is forgotten.
@@ -271,45 +272,29 @@ pub fn is_request_start(b: &[u8]) -> bool {
     plausible_request(b).is_some_and(|(.., len)| len <= b.len() as u64)
 }
 
-/// A bounded reader of big-endian Kafka fields; `None` past the end.
-#[derive(Debug, Clone)]
-struct R<'a> {
-    b: &'a [u8],
-    at: usize,
+/// Kafka's fields besides the big-endian numbers.
+trait KafkaFields<'a> {
+    /// An unsigned varint (at most 10 bytes).
+    fn uvarint(&mut self) -> Option<u64>;
+    /// A zigzag varint.
+    fn varint(&mut self) -> Option<i64>;
+    /// A length: compact (uvarint, +1) or classic (`wide`: i32, else
+    /// i16); `Some(None)` for null.
+    fn len(&mut self, flex: bool, wide: bool) -> Option<Option<usize>>;
+    /// A (nullable) string's bytes.
+    fn string(&mut self, flex: bool) -> Option<Option<&'a [u8]>>;
+    /// A (nullable) bytes or records field: its captured bytes (cut at
+    /// the end of what was captured) and its declared length.
+    fn bytes(&mut self, flex: bool) -> Option<(&'a [u8], usize)>;
+    /// An array's element count (`None` read as 0), bounded.
+    fn count(&mut self, flex: bool) -> Option<usize>;
+    /// Skips a flexible struct's tagged fields.
+    fn tags(&mut self, flex: bool) -> Option<()>;
+    /// A topic id.
+    fn uuid(&mut self) -> Option<[u8; 16]>;
 }
 
-impl<'a> R<'a> {
-    fn new(b: &'a [u8]) -> R<'a> {
-        R { b, at: 0 }
-    }
-
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
-        self.at += n;
-        Some(s)
-    }
-
-    fn arr<const N: usize>(&mut self) -> Option<[u8; N]> {
-        self.take(N)?.try_into().ok()
-    }
-
-    fn i8(&mut self) -> Option<i8> {
-        Some(i8::from_be_bytes(self.arr()?))
-    }
-
-    fn i16(&mut self) -> Option<i16> {
-        Some(i16::from_be_bytes(self.arr()?))
-    }
-
-    fn i32(&mut self) -> Option<i32> {
-        Some(i32::from_be_bytes(self.arr()?))
-    }
-
-    fn i64(&mut self) -> Option<i64> {
-        Some(i64::from_be_bytes(self.arr()?))
-    }
-
-    /// An unsigned varint (at most 10 bytes).
+impl<'a> KafkaFields<'a> for R<'a> {
     fn uvarint(&mut self) -> Option<u64> {
         let mut v = 0u64;
         for i in 0..10 {
@@ -322,14 +307,11 @@ impl<'a> R<'a> {
         None
     }
 
-    /// A zigzag varint.
     fn varint(&mut self) -> Option<i64> {
         let u = self.uvarint()?;
         Some((u >> 1) as i64 ^ -((u & 1) as i64))
     }
 
-    /// A length: compact (uvarint, +1) or classic (`wide`: i32, else
-    /// i16); `Some(None)` for null.
     fn len(&mut self, flex: bool, wide: bool) -> Option<Option<usize>> {
         let n: i64 = if flex {
             i64::try_from(self.uvarint()?).ok()? - 1
@@ -345,7 +327,6 @@ impl<'a> R<'a> {
         }
     }
 
-    /// A (nullable) string's bytes.
     fn string(&mut self, flex: bool) -> Option<Option<&'a [u8]>> {
         match self.len(flex, false)? {
             None => Some(None),
@@ -353,20 +334,16 @@ impl<'a> R<'a> {
         }
     }
 
-    /// A (nullable) bytes or records field: its captured bytes (cut at
-    /// the end of what was captured) and its declared length.
     fn bytes(&mut self, flex: bool) -> Option<(&'a [u8], usize)> {
         let Some(n) = self.len(flex, true)? else { return Some((&[], 0)) };
         let avail = self.b.len() - self.at;
         Some((self.take(n.min(avail))?, n))
     }
 
-    /// An array's element count (`None` read as 0), bounded.
     fn count(&mut self, flex: bool) -> Option<usize> {
         Some(self.len(flex, true)?.unwrap_or(0).min(MAX_ITEMS))
     }
 
-    /// Skips a flexible struct's tagged fields.
     fn tags(&mut self, flex: bool) -> Option<()> {
         if flex {
             let n = self.uvarint()?;
@@ -635,40 +612,25 @@ impl KafkaConn {
         if stream.desynced() && !self.resync(send, bytes, counts) {
             return;
         }
-        for piece in pieces::pieces(bytes).flatten() {
-            let stream = if send { &mut self.send } else { &mut self.recv };
-            stream.push(piece);
-            loop {
-                let stream = if send { &mut self.send } else { &mut self.recv };
-                let next = stream.next(|h| {
-                    let Some(len) = h.get(..4) else { return Frame::Need };
-                    let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
-                    let min = if send { 10 } else { 4 };
-                    if len < min {
-                        Frame::Bad
-                    } else {
-                        Frame::Len(len as u64 + 4)
-                    }
-                });
-                match next {
-                    Next::Msg(m) => {
-                        if m.len > MAX_BUFFERED as u64 {
-                            counts.too_large += 1;
-                        }
-                        if send {
-                            on_request(&mut self.pending, &self.topics, m, ts, out, counts);
-                        } else {
-                            on_response(&mut self.pending, &mut self.topics, m, ts, out, counts);
-                        }
-                    }
-                    Next::Wait => break,
-                    Next::Desync => {
-                        counts.desync += 1;
-                        break;
-                    }
-                }
+        let stream = if send { &mut self.send } else { &mut self.recv };
+        let frame = |h: &[u8]| {
+            let Some(len) = h.get(..4) else { return Frame::Need };
+            let len = i32::from_be_bytes([len[0], len[1], len[2], len[3]]);
+            let min = if send { 10 } else { 4 };
+            if len < min {
+                Frame::Bad
+            } else {
+                Frame::Len(len as u64 + 4)
             }
-        }
+        };
+        common::drain(stream, bytes, frame, counts, |m, counts| {
+            if send {
+                on_request(&mut self.pending, &self.topics, m, ts, out, counts);
+            } else {
+                on_response(&mut self.pending, &mut self.topics, m, ts, out, counts);
+            }
+            true
+        });
     }
 
     /// Whether a record of a desynced direction starts at a boundary the

@@ -81,6 +81,7 @@
 //! [`MsgCounts::labelled`] to `ringtail_dropped_events_total`.
 
 pub mod amqp;
+mod common;
 pub mod kafka;
 pub mod mqtt;
 pub mod nats;

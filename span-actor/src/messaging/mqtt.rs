@@ -57,9 +57,9 @@
 //! Two [`Stream`]s, at most [`MAX_PENDING`] calls awaiting their
 //! acknowledgement, at most 2 × [`MAX_ALIASES`] topic aliases.
 
+use super::common::{self, R};
 use super::{name, traceparent, MsgCounts, MsgOp, MsgSystem, OpType, MAX_PENDING};
-use crate::db::pieces::{self, Piece};
-use crate::db::stream::{Frame, Msg, Next, Stream, MAX_BUFFERED};
+use crate::db::stream::{Frame, Msg, Stream};
 
 /// Topic aliases remembered per direction.
 pub const MAX_ALIASES: usize = 64;
@@ -131,28 +131,18 @@ fn tiles(b: &[u8]) -> bool {
     !b.is_empty()
 }
 
-/// A bounded reader of MQTT fields.
-struct R<'a> {
-    b: &'a [u8],
-    at: usize,
+/// MQTT's fields besides the big-endian numbers.
+trait MqttFields<'a> {
+    /// A UTF-8 string or binary data: u16 length + bytes.
+    fn string(&mut self) -> Option<&'a [u8]>;
+    /// A variable byte integer (at most 4 bytes).
+    fn varint(&mut self) -> Option<usize>;
+    /// v5 properties: the `traceparent` user property and the topic
+    /// alias; every other one skipped unread.
+    fn properties(&mut self) -> Option<Props<'a>>;
 }
 
-impl<'a> R<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        let s = self.b.get(self.at..self.at.checked_add(n)?)?;
-        self.at += n;
-        Some(s)
-    }
-
-    fn u8(&mut self) -> Option<u8> {
-        Some(self.take(1)?[0])
-    }
-
-    fn u16(&mut self) -> Option<u16> {
-        let b = self.take(2)?;
-        Some(u16::from_be_bytes([b[0], b[1]]))
-    }
-
+impl<'a> MqttFields<'a> for R<'a> {
     fn string(&mut self) -> Option<&'a [u8]> {
         let n = self.u16()?;
         self.take(usize::from(n))
@@ -170,11 +160,9 @@ impl<'a> R<'a> {
         None
     }
 
-    /// v5 properties: the `traceparent` user property and the topic
-    /// alias; every other one skipped unread.
     fn properties(&mut self) -> Option<Props<'a>> {
         let len = self.varint()?;
-        let mut p = R { b: self.take(len)?, at: 0 };
+        let mut p = R::new(self.take(len)?);
         let mut out = Props::default();
         while p.at < p.b.len() {
             match p.u8()? {
@@ -295,39 +283,17 @@ impl MqttConn {
     /// One record (its pieces valid, GAP pieces taken off).
     pub(super) fn feed(&mut self, send: bool, ts: u64, bytes: &[u8], out: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
         let stream = if send { &mut self.send } else { &mut self.recv };
-        if stream.desynced() {
-            let mut ps = pieces::pieces(bytes).flatten();
-            match (ps.next(), ps.next()) {
-                (Some(Piece::Bytes(b)), None) if tiles(b) => {
-                    stream.restart();
-                    counts.resync += 1;
-                    if !send {
-                        self.st.recv_aliases.clear();
-                    }
-                }
-                _ => return,
-            }
+        let Some(restarted) = common::resume(stream, bytes, tiles, counts) else {
+            return;
+        };
+        if restarted && !send {
+            self.st.recv_aliases.clear();
         }
-        for piece in pieces::pieces(bytes).flatten() {
-            let stream = if send { &mut self.send } else { &mut self.recv };
-            stream.push(piece);
-            loop {
-                let stream = if send { &mut self.send } else { &mut self.recv };
-                match stream.next(frame) {
-                    Next::Msg(m) => {
-                        if m.len > MAX_BUFFERED as u64 {
-                            counts.too_large += 1;
-                        }
-                        self.st.packet(send, m, ts, out, counts);
-                    }
-                    Next::Wait => break,
-                    Next::Desync => {
-                        counts.desync += 1;
-                        break;
-                    }
-                }
-            }
-        }
+        let stream = if send { &mut self.send } else { &mut self.recv };
+        common::drain(stream, bytes, frame, counts, |m, counts| {
+            self.st.packet(send, m, ts, out, counts);
+            true
+        });
     }
 }
 

@@ -58,9 +58,9 @@
 
 use std::collections::VecDeque;
 
+use super::common;
 use super::{name, traceparent, MsgCounts, MsgOp, MsgSystem, OpType, MAX_PENDING};
-use crate::db::pieces::{self, Piece};
-use crate::db::stream::{Frame, Msg, Next, Stream, MAX_BUFFERED};
+use crate::db::stream::{Frame, Msg, Stream};
 
 /// Longest control line read (nats-server's `max_control_line` defaults
 /// to 4 KiB; INFO lines with many URLs are longer).
@@ -334,41 +334,25 @@ impl NatsConn {
     /// One record (its pieces valid, GAP pieces taken off).
     pub(super) fn feed(&mut self, send: bool, ts: u64, bytes: &[u8], out: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
         let stream = if send { &mut self.send } else { &mut self.recv };
-        if stream.desynced() {
-            let mut ps = pieces::pieces(bytes).flatten();
-            match (ps.next(), ps.next()) {
-                (Some(Piece::Bytes(b)), None) if tiles(b, send) => {
-                    stream.restart();
-                    counts.resync += 1;
-                    if !send {
-                        // Answers went by unseen: pairing would be off.
-                        counts.unanswered += self.st.pending.iter().filter(|p| p.op.is_some()).count() as u64;
-                        self.st.pending.clear();
-                    }
-                }
-                _ => return,
-            }
+        let Some(restarted) = common::resume(stream, bytes, |b| tiles(b, send), counts) else {
+            return;
+        };
+        if restarted && !send {
+            // Answers went by unseen: pairing would be off.
+            counts.unanswered += self.pending() as u64;
+            self.st.pending.clear();
         }
-        for piece in pieces::pieces(bytes).flatten() {
-            let stream = if send { &mut self.send } else { &mut self.recv };
-            stream.push(piece);
-            loop {
-                let stream = if send { &mut self.send } else { &mut self.recv };
-                match stream.next(|h| frame(h, send)) {
-                    Next::Msg(m) => {
-                        if m.len > MAX_BUFFERED as u64 {
-                            counts.too_large += 1;
-                        }
-                        self.st.command(send, m, ts, out, counts);
-                    }
-                    Next::Wait => break,
-                    Next::Desync => {
-                        counts.desync += 1;
-                        break;
-                    }
-                }
-            }
-        }
+        let stream = if send { &mut self.send } else { &mut self.recv };
+        common::drain(
+            stream,
+            bytes,
+            |h| frame(h, send),
+            counts,
+            |m, counts| {
+                self.st.command(send, m, ts, out, counts);
+                true
+            },
+        );
     }
 }
 

@@ -46,36 +46,21 @@ pub fn url_full(s: &Span, h: &HttpCall) -> String {
 /// stable database conventions sets them.
 pub fn db_attributes(s: &Span, c: &DbCall) -> Vec<KeyValue> {
     let mut a = vec![KeyValue::new("db.system.name", c.system.clone())];
-    for (k, v) in [
-        ("db.namespace", &c.namespace),
-        ("db.operation.name", &c.operation),
-        ("db.collection.name", &c.collection),
-        ("db.query.text", &c.query_text),
-        ("db.query.summary", &c.query_summary),
-        ("db.response.status_code", &c.status_code),
-    ] {
-        if let Some(v) = v {
-            a.push(KeyValue::new(k, v.clone()));
-        }
-    }
+    strs(
+        &mut a,
+        &[
+            ("db.namespace", &c.namespace),
+            ("db.operation.name", &c.operation),
+            ("db.collection.name", &c.collection),
+            ("db.query.text", &c.query_text),
+            ("db.query.summary", &c.query_summary),
+            ("db.response.status_code", &c.status_code),
+        ],
+    );
     if let Some(n) = c.returned_rows {
         a.push(KeyValue::new("db.response.returned_rows", n as i64));
     }
-    if let Some(e) = c.error_type.as_ref().filter(|_| !s.attributes.iter().any(|(k, _)| k == "error.type")) {
-        a.push(KeyValue::new("error.type", e.clone()));
-    }
-    if let Some(h) = &s.server_address {
-        a.push(KeyValue::new("server.address", h.clone()));
-    }
-    if s.server_port != 0 {
-        a.push(KeyValue::new("server.port", i64::from(s.server_port)));
-    }
-    if !s.peer_address.is_empty() {
-        a.push(KeyValue::new("network.peer.address", s.peer_address.clone()));
-    }
-    if s.peer_port != 0 {
-        a.push(KeyValue::new("network.peer.port", i64::from(s.peer_port)));
-    }
+    error_and_ends(&mut a, s, c.error_type.as_ref());
     a
 }
 
@@ -87,13 +72,6 @@ pub fn messaging_attributes(s: &Span, c: &MsgCall) -> Vec<KeyValue> {
         a.push(KeyValue::new("messaging.operation.type", v.clone()));
     }
     a.push(KeyValue::new("messaging.operation.name", c.operation_name.clone()));
-    let strs = |a: &mut Vec<KeyValue>, pairs: &[(&'static str, &Option<String>)]| {
-        for (k, v) in pairs {
-            if let Some(v) = v {
-                a.push(KeyValue::new(*k, v.clone()));
-            }
-        }
-    };
     strs(&mut a, &[("messaging.destination.name", &c.destination), ("messaging.destination.template", &c.template)]);
     if c.temporary {
         a.push(KeyValue::new("messaging.destination.temporary", true));
@@ -123,7 +101,24 @@ pub fn messaging_attributes(s: &Span, c: &MsgCall) -> Vec<KeyValue> {
     if let Some(n) = c.body_size {
         a.push(KeyValue::new("messaging.message.body.size", i64::try_from(n).unwrap_or(i64::MAX)));
     }
-    if let Some(e) = c.error_type.as_ref().filter(|_| !s.attributes.iter().any(|(k, _)| k == "error.type")) {
+    error_and_ends(&mut a, s, c.error_type.as_ref());
+    a
+}
+
+/// Each of `pairs` whose string the call has, in their order.
+fn strs(a: &mut Vec<KeyValue>, pairs: &[(&'static str, &Option<String>)]) {
+    for (k, v) in pairs {
+        if let Some(v) = v {
+            a.push(KeyValue::new(*k, v.clone()));
+        }
+    }
+}
+
+/// The last attributes of a database or messaging call: its `error_type`
+/// unless the span has an `error.type`, then the server and the peer,
+/// each only when known.
+fn error_and_ends(a: &mut Vec<KeyValue>, s: &Span, error_type: Option<&String>) {
+    if let Some(e) = error_type.filter(|_| !s.attributes.iter().any(|(k, _)| k == "error.type")) {
         a.push(KeyValue::new("error.type", e.clone()));
     }
     if let Some(h) = &s.server_address {
@@ -138,7 +133,6 @@ pub fn messaging_attributes(s: &Span, c: &MsgCall) -> Vec<KeyValue> {
     if s.peer_port != 0 {
         a.push(KeyValue::new("network.peer.port", i64::from(s.peer_port)));
     }
-    a
 }
 
 /// The span's attributes: those of its call's conventions.

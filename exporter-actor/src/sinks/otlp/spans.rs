@@ -160,44 +160,22 @@ pub fn http_attributes(s: &Span<&str>, h: &HttpCall<&str>, url: &str, mut f: imp
 #[inline]
 pub fn db_attributes(s: &Span<&str>, c: &DbCall<&str>, mut f: impl FnMut(&Key, Value<&str>)) {
     f(&key!("db.system.name"), Value::Str(c.system));
-    if let Some(v) = c.namespace {
-        f(&key!("db.namespace"), Value::Str(v));
-    }
-    if let Some(v) = c.operation {
-        f(&key!("db.operation.name"), Value::Str(v));
-    }
-    if let Some(v) = c.collection {
-        f(&key!("db.collection.name"), Value::Str(v));
-    }
-    if let Some(v) = c.query_text {
-        f(&key!("db.query.text"), Value::Str(v));
-    }
-    if let Some(v) = c.query_summary {
-        f(&key!("db.query.summary"), Value::Str(v));
-    }
-    if let Some(v) = c.status_code {
-        f(&key!("db.response.status_code"), Value::Str(v));
-    }
+    strs(
+        &mut f,
+        [
+            (key!("db.namespace"), c.namespace),
+            (key!("db.operation.name"), c.operation),
+            (key!("db.collection.name"), c.collection),
+            (key!("db.query.text"), c.query_text),
+            (key!("db.query.summary"), c.query_summary),
+            (key!("db.response.status_code"), c.status_code),
+        ],
+    );
     if let Some(n) = c.returned_rows {
         // An int attribute is an i64; no server returns 2^63 rows.
-        f(&key!("db.response.returned_rows"), Value::Int(i64::try_from(n).unwrap_or(i64::MAX)));
+        f(&key!("db.response.returned_rows"), Value::Int(saturating(n)));
     }
-    // As for HTTP: an `error.type` among the span's attributes replaces it.
-    if let Some(e) = c.error_type.filter(|_| !s.attributes.iter().any(|(k, _)| *k == "error.type")) {
-        f(&key!("error.type"), Value::Str(e));
-    }
-    if let Some(h) = s.server_address {
-        f(&key!("server.address"), Value::Str(h));
-    }
-    if s.server_port != 0 {
-        f(&key!("server.port"), Value::Int(i64::from(s.server_port)));
-    }
-    if !s.peer_address.is_empty() {
-        f(&key!("network.peer.address"), Value::Str(s.peer_address));
-    }
-    if s.peer_port != 0 {
-        f(&key!("network.peer.port"), Value::Int(i64::from(s.peer_port)));
-    }
+    error_and_ends(s, c.error_type, f);
 }
 
 /// A messaging call's attributes (the messaging conventions), in the
@@ -210,49 +188,62 @@ pub fn messaging_attributes(s: &Span<&str>, c: &MsgCall<&str>, mut f: impl FnMut
         f(&key!("messaging.operation.type"), Value::Str(v));
     }
     f(&key!("messaging.operation.name"), Value::Str(c.operation_name));
-    if let Some(v) = c.destination {
-        f(&key!("messaging.destination.name"), Value::Str(v));
-    }
-    if let Some(v) = c.template {
-        f(&key!("messaging.destination.template"), Value::Str(v));
-    }
+    strs(&mut f, [(key!("messaging.destination.name"), c.destination), (key!("messaging.destination.template"), c.template)]);
     if c.temporary {
         f(&key!("messaging.destination.temporary"), Value::Bool(true));
     }
     if c.anonymous {
         f(&key!("messaging.destination.anonymous"), Value::Bool(true));
     }
-    if let Some(v) = c.subscription {
-        f(&key!("messaging.destination.subscription.name"), Value::Str(v));
-    }
-    if let Some(v) = c.partition {
-        f(&key!("messaging.destination.partition.id"), Value::Str(v));
-    }
-    if let Some(v) = c.consumer_group {
-        f(&key!("messaging.consumer.group.name"), Value::Str(v));
-    }
-    if let Some(v) = c.client_id {
-        f(&key!("messaging.client.id"), Value::Str(v));
-    }
-    if let Some(v) = c.routing_key {
-        f(&key!("messaging.rabbitmq.destination.routing_key"), Value::Str(v));
-    }
-    // Int attributes are i64s: a count, a size or a tag past 2^63 is
-    // exported as i64::MAX.
+    strs(
+        &mut f,
+        [
+            (key!("messaging.destination.subscription.name"), c.subscription),
+            (key!("messaging.destination.partition.id"), c.partition),
+            (key!("messaging.consumer.group.name"), c.consumer_group),
+            (key!("messaging.client.id"), c.client_id),
+            (key!("messaging.rabbitmq.destination.routing_key"), c.routing_key),
+        ],
+    );
     if let Some(n) = c.delivery_tag {
-        f(&key!("messaging.rabbitmq.message.delivery_tag"), Value::Int(i64::try_from(n).unwrap_or(i64::MAX)));
+        f(&key!("messaging.rabbitmq.message.delivery_tag"), Value::Int(saturating(n)));
     }
     if let Some(n) = c.kafka_offset {
         f(&key!("messaging.kafka.offset"), Value::Int(n));
     }
     if let Some(n) = c.message_count {
-        f(&key!("messaging.batch.message_count"), Value::Int(i64::try_from(n).unwrap_or(i64::MAX)));
+        f(&key!("messaging.batch.message_count"), Value::Int(saturating(n)));
     }
     if let Some(n) = c.body_size {
-        f(&key!("messaging.message.body.size"), Value::Int(i64::try_from(n).unwrap_or(i64::MAX)));
+        f(&key!("messaging.message.body.size"), Value::Int(saturating(n)));
     }
-    // As for HTTP: an `error.type` among the span's attributes replaces it.
-    if let Some(e) = c.error_type.filter(|_| !s.attributes.iter().any(|(k, _)| *k == "error.type")) {
+    error_and_ends(s, c.error_type, f);
+}
+
+/// Each of `pairs` whose string the call has, in their order.
+#[inline(always)]
+fn strs<'a, const N: usize>(f: &mut impl FnMut(&Key, Value<&'a str>), pairs: [(Key, Option<&'a str>); N]) {
+    for (k, v) in pairs {
+        if let Some(v) = v {
+            f(&k, Value::Str(v));
+        }
+    }
+}
+
+/// An int attribute is an i64: a count, a size or a tag past 2^63 is
+/// exported as `i64::MAX`.
+#[inline(always)]
+fn saturating(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The last attributes of a database or messaging call: its `error_type`
+/// (as for HTTP, an `error.type` among the span's attributes replaces it),
+/// then the server the client connected to and the socket's other end,
+/// each only when known.
+#[inline(always)]
+fn error_and_ends(s: &Span<&str>, error_type: Option<&str>, mut f: impl FnMut(&Key, Value<&str>)) {
+    if let Some(e) = error_type.filter(|_| !s.attributes.iter().any(|(k, _)| *k == "error.type")) {
         f(&key!("error.type"), Value::Str(e));
     }
     if let Some(h) = s.server_address {

@@ -9,14 +9,7 @@ use crate::batch::Spans;
 use crate::meters::Meters;
 
 fn res() -> ServiceResource {
-    ServiceResource {
-        service_name: "shop".into(),
-        service_instance_id: "h:1".into(),
-        host_name: "h".into(),
-        pid: 1,
-        executable_name: "shop".into(),
-        extra: vec![],
-    }
+    crate::meters::tests::res("shop")
 }
 
 /// A server span of `ms` milliseconds on route `/x`.

@@ -6,25 +6,18 @@
 //! bytes.
 
 use super::*;
-use crate::db::pieces::encode;
+use crate::db::pieces::{encode, Piece};
 use crate::messaging::testing::*;
-use crate::messaging::{MsgConn, MsgCounts};
+use crate::messaging::MsgCounts;
 
 fn run(file: &str) -> T {
-    let mut t = T::new(MsgSystem::Rabbitmq);
-    t.replay(&testdata(file));
-    t.c.close(&mut t.counts);
-    assert_no_secret(&t.ops);
-    t
+    replayed(MsgSystem::Rabbitmq, file)
 }
 
 /// An op in one line: [`brief`], then routing key, delivery tag, body
 /// size.
 fn line(op: &MsgOp) -> String {
-    fn o<T: ToString>(v: &Option<T>) -> String {
-        v.as_ref().map_or("-".to_owned(), T::to_string)
-    }
-    format!("{} k{} t{} b{}", brief(op), o(&op.routing_key), o(&op.delivery_tag), o(&op.body_size))
+    format!("{} k{} t{} b{}", brief(op), or_dash(&op.routing_key), or_dash(&op.delivery_tag), or_dash(&op.body_size))
 }
 
 fn lines(t: &T) -> Vec<String> {
@@ -315,41 +308,11 @@ fn pending_calls_and_channels_are_bounded() {
 
 #[test]
 fn every_cut_of_every_capture_is_safe() {
-    for f in ["amqp_pika_missing_exchange.txt", "amqp_tools_consume.txt", "amqp_tools_publish.txt"] {
-        let recs = capture(&testdata(f));
-        for (i, (send, b)) in recs.iter().enumerate() {
-            for cut in 0..b.len() {
-                let mut c = MsgConn::new(MsgSystem::Rabbitmq);
-                let (mut ops, mut counts) = (Vec::new(), MsgCounts::default());
-                for (s, r) in &recs[..i] {
-                    c.feed(*s, 1, false, &whole(r), &mut ops, &mut counts);
-                }
-                c.feed(*send, 2, false, &whole(&b[..cut]), &mut ops, &mut counts);
-                c.feed(*send, 3, false, &captured(b, cut, 2), &mut ops, &mut counts);
-                c.close(&mut counts);
-                assert_no_secret(&ops);
-            }
-        }
-    }
+    every_cut_is_safe(MsgSystem::Rabbitmq, &["amqp_pika_missing_exchange.txt", "amqp_tools_consume.txt", "amqp_tools_publish.txt"]);
 }
 
 #[test]
 fn random_bytes_never_panic_and_stay_bounded() {
-    use rand::{Rng, SeedableRng};
-    let mut rng = rand::rngs::StdRng::seed_from_u64(12);
     let seeds: Vec<_> = capture(&testdata("amqp_pika_consume.txt"));
-    for _ in 0..300 {
-        let mut t = T::new(MsgSystem::Rabbitmq);
-        for _ in 0..20 {
-            let (send, mut b) = seeds[rng.random_range(0..seeds.len())].clone();
-            for _ in 0..rng.random_range(0..4) {
-                let i = rng.random_range(0..b.len());
-                b[i] = rng.random();
-            }
-            t.rec(send, &whole(&b));
-        }
-        assert!(t.c.pending() <= MAX_PENDING);
-        assert!(t.ops.iter().all(|o| o.start_ns <= o.end_ns));
-        assert_no_secret(&t.ops);
-    }
+    random_records(MsgSystem::Rabbitmq, 12, &seeds, 300, |t| assert_no_secret(&t.ops));
 }

@@ -9,15 +9,7 @@ use crate::messaging::testing::*;
 use crate::messaging::MsgConn;
 
 fn run(file: &str) -> T {
-    let mut t = T::new(MsgSystem::Kafka);
-    t.replay(&testdata(file));
-    t.c.close(&mut t.counts);
-    assert_no_secret(&t.ops);
-    t
-}
-
-fn briefs(t: &T) -> Vec<String> {
-    t.ops.iter().map(brief).collect()
+    replayed(MsgSystem::Kafka, file)
 }
 
 /// The traceparent kafka-python put in the records' headers.

@@ -5,18 +5,10 @@
 
 use super::*;
 use crate::messaging::testing::*;
-use crate::messaging::{MsgConn, MsgCounts};
+use crate::messaging::MsgCounts;
 
 fn run(file: &str) -> T {
-    let mut t = T::new(MsgSystem::Mqtt);
-    t.replay(&testdata(file));
-    t.c.close(&mut t.counts);
-    assert_no_secret(&t.ops);
-    t
-}
-
-fn briefs(t: &T) -> Vec<String> {
-    t.ops.iter().map(brief).collect()
+    replayed(MsgSystem::Mqtt, file)
 }
 
 // ---------------------------------------------------------------- real conversations
@@ -232,42 +224,13 @@ fn pending_flows_are_bounded_and_counted_at_close() {
 
 #[test]
 fn every_cut_of_every_capture_is_safe() {
-    for f in ["mqtt311_publisher.txt", "mqtt311_subscriber.txt", "mqtt5_publisher.txt", "mqtt5_subscriber.txt"] {
-        let recs = capture(&testdata(f));
-        for (i, (send, b)) in recs.iter().enumerate() {
-            for cut in 0..b.len() {
-                let mut c = MsgConn::new(MsgSystem::Mqtt);
-                let (mut ops, mut counts) = (Vec::new(), MsgCounts::default());
-                for (s, r) in &recs[..i] {
-                    c.feed(*s, 1, false, &whole(r), &mut ops, &mut counts);
-                }
-                c.feed(*send, 2, false, &whole(&b[..cut]), &mut ops, &mut counts);
-                c.feed(*send, 3, false, &captured(b, cut, 2), &mut ops, &mut counts);
-                c.close(&mut counts);
-                assert_no_secret(&ops);
-            }
-        }
-    }
+    every_cut_is_safe(MsgSystem::Mqtt, &["mqtt311_publisher.txt", "mqtt311_subscriber.txt", "mqtt5_publisher.txt", "mqtt5_subscriber.txt"]);
 }
 
 #[test]
 fn random_bytes_never_panic_and_stay_bounded() {
-    use rand::{Rng, SeedableRng};
-    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
     let seeds: Vec<_> = capture(&testdata("mqtt5_subscriber.txt"));
-    for _ in 0..500 {
-        let mut t = T::new(MsgSystem::Mqtt);
-        for _ in 0..20 {
-            let (send, mut b) = seeds[rng.random_range(0..seeds.len())].clone();
-            for _ in 0..rng.random_range(0..4) {
-                let i = rng.random_range(0..b.len());
-                b[i] = rng.random();
-            }
-            t.rec(send, &whole(&b));
-        }
-        assert!(t.c.pending() <= MAX_PENDING);
-        assert!(t.ops.iter().all(|o| o.start_ns <= o.end_ns));
-    }
+    random_records(MsgSystem::Mqtt, 11, &seeds, 500, |_| ());
 }
 
 #[test]
