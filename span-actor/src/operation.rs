@@ -174,6 +174,28 @@ pub struct SpanParts {
     pub call: ipc_schema::Call<Text>,
 }
 
+impl SpanParts {
+    /// A call a client made to `conn`'s peer, its server (a database's, a
+    /// broker's): named `name`, failed when `error`, exported and counted,
+    /// nothing besides its call (`kind` and `links` as [`SpanParts`] says).
+    pub fn to_peer(conn: &Conn, addrs: &mut Addrs, name: Text, error: bool, call: ipc_schema::Call<Text>) -> SpanParts {
+        let peer_ip = addrs.text(&conn.peer);
+        SpanParts {
+            kind: None,
+            name,
+            error,
+            server_address: Some(peer_ip.clone()),
+            server_port: conn.peer.port,
+            peer_address: peer_ip,
+            export_trace: true,
+            export_metrics: true,
+            attributes: Vec::new(),
+            links: Vec::new(),
+            call,
+        }
+    }
+}
+
 /// Addresses whose text form is remembered.
 pub const ADDRS: usize = 4096;
 

@@ -128,20 +128,8 @@ pub fn judge(op: DbOp, conn: &Conn, addrs: &mut Addrs) -> SpanParts {
         (None, Some(s)) if *s != OTHER => s.clone(),
         _ => call.system.clone(),
     };
-    let peer_ip = addrs.text(&conn.peer);
-    SpanParts {
-        kind: None,
-        name,
-        error: call.error_type.is_some(),
-        server_address: Some(peer_ip.clone()),
-        server_port: conn.peer.port,
-        peer_address: peer_ip,
-        export_trace: true,
-        export_metrics: true,
-        attributes: Vec::new(),
-        links: Vec::new(),
-        call: ipc_schema::Call::Db(call),
-    }
+    let error = call.error_type.is_some();
+    SpanParts::to_peer(conn, addrs, name, error, ipc_schema::Call::Db(call))
 }
 
 /// What the parsers dropped or could not know, by reason. Reasons are

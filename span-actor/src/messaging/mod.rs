@@ -345,22 +345,15 @@ pub fn judge(op: MsgOp, conn: &Conn, addrs: &mut Addrs) -> SpanParts {
         temporary: false,
         anonymous: false,
     };
+    let error = call.error_type.is_some();
     SpanParts {
         kind: Some(op_type.map_or(SpanKind::Client, OpType::kind)),
-        name: Text::Owned(name),
-        error: call.error_type.is_some(),
-        server_address: Some(peer_ip.clone()),
-        server_port: conn.peer.port,
-        peer_address: peer_ip,
-        export_trace: true,
-        export_metrics: true,
-        attributes: Vec::new(),
         links: links
             .iter()
             .take(ipc_schema::MAX_LINKS)
             .map(|tp| SpanLink { trace_id: tp.trace_id, span_id: tp.span_id, trace_flags: tp.flags })
             .collect(),
-        call: ipc_schema::Call::Messaging(call),
+        ..SpanParts::to_peer(conn, addrs, Text::Owned(name), error, ipc_schema::Call::Messaging(call))
     }
 }
 
