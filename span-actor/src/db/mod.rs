@@ -224,8 +224,12 @@ impl DbCounts {
         self.calls_lost += calls_lost;
     }
 
-    /// Adds the counts to `counts`, by [`DbCounts::labelled`] order.
+    /// Adds the counts to `counts`, by [`DbCounts::labelled`] order (most
+    /// records count nothing: then nothing is labelled).
     fn add_to(&self, counts: &mut [u64]) {
+        if *self == DbCounts::default() {
+            return;
+        }
         for (slot, (_, n)) in counts.iter_mut().zip(self.labelled()) {
             *slot += n;
         }

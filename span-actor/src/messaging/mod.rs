@@ -472,8 +472,12 @@ impl MsgCounts {
         self.calls_lost += calls_lost;
     }
 
-    /// Adds the counts to `counts`, by [`MsgCounts::labelled`] order.
+    /// Adds the counts to `counts`, by [`MsgCounts::labelled`] order (most
+    /// records count nothing: then nothing is labelled).
     fn add_to(&self, counts: &mut [u64]) {
+        if *self == MsgCounts::default() {
+            return;
+        }
         for (slot, (_, n)) in counts.iter_mut().zip(self.labelled()) {
             *slot += n;
         }
