@@ -267,7 +267,7 @@ pub fn db_conn(data: &[u8]) {
         rest = next;
         let pieces = record_pieces(*flags, bytes);
         ts += 1;
-        conn.feed(flags & 1 != 0, ts, flags & 2 != 0, &pieces, &mut ops, &mut counts);
+        conn.feed_ops(flags & 1 != 0, ts, flags & 2 != 0, &pieces, &mut ops, &mut counts);
         assert!(conn.pending() <= MAX_PENDING, "{} pending", conn.pending());
         assert!(conn.held_bytes() <= DB_MAX_HELD, "{} bytes held", conn.held_bytes());
     }
@@ -424,7 +424,7 @@ pub fn db_secrets(data: &[u8]) {
         let mut p = Vec::new();
         encode(&mut p, Piece::Bytes(bytes));
         ts += 1;
-        conn.feed(send, ts, false, &p, ops, counts);
+        conn.feed_ops(send, ts, false, &p, ops, counts);
     };
     // The session's rule: said by the server (0: not said, the client's
     // choice), and kept.

@@ -29,7 +29,7 @@ impl C {
             encode_gap(&mut pieces, gap);
         }
         self.ts += 10;
-        self.c.feed(send, self.ts, false, &pieces, &mut self.ops, &mut self.counts);
+        self.c.feed_ops(send, self.ts, false, &pieces, &mut self.ops, &mut self.counts);
         self.ts
     }
 
@@ -200,6 +200,6 @@ fn a_malformed_gap_gives_the_connection_up() {
     let mut bad = Vec::new();
     encode(&mut bad, Piece::Bytes(b"END\r\n"));
     bad.extend_from_slice(&[pieces::GAP, 7, 1, 0, 0, 0]);
-    c.c.feed(false, 2000, false, &bad, &mut c.ops, &mut c.counts);
+    c.c.feed_ops(false, 2000, false, &bad, &mut c.ops, &mut c.counts);
     assert_eq!((c.counts.malformed, c.counts.given_up, c.counts.unanswered), (1, 1, 1));
 }

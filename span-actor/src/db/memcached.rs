@@ -44,7 +44,7 @@ use ipc_schema::Text;
 
 use super::pieces;
 use super::stream::{Frame, Msg, Next, Stream, MAX_BUFFERED};
-use super::{op, op_heap, DbCounts, DbOp, MAX_PENDING, OTHER};
+use super::{done, op, op_heap, DbCounts, DbOp, Out, MAX_PENDING, OTHER};
 
 /// Commands recognised: (name, how its reply ends, whether it carries a
 /// data block, which argument positions are keys: `Keys::All` from 1).
@@ -158,7 +158,7 @@ impl McConn {
     }
 
     /// One record (see [`super::DbConn::feed`]; `pieces` is valid).
-    pub fn feed(&mut self, send: bool, ts: u64, _tls: bool, bytes: &[u8], out: &mut Vec<DbOp>, counts: &mut DbCounts) {
+    pub fn feed(&mut self, send: bool, ts: u64, _tls: bool, bytes: &[u8], out: &mut Out, counts: &mut DbCounts) {
         if self.st.given_up {
             return;
         }
@@ -268,7 +268,7 @@ impl St {
     }
 
     /// A recv line or data block. `false`: desync.
-    fn on_recv(&mut self, m: Msg<'_>, ts: u64, out: &mut Vec<DbOp>, counts: &mut DbCounts) -> bool {
+    fn on_recv(&mut self, m: Msg<'_>, ts: u64, out: &mut Out, counts: &mut DbCounts) -> bool {
         if self.recv_body.take().is_some() {
             // A value (never read); a meta VA ends its call with it.
             if self.pending.front().is_some_and(|p| p.reply == Reply::Meta) {
@@ -325,14 +325,14 @@ impl St {
         true
     }
 
-    fn finish(&mut self, error: Option<String>, ts: u64, out: &mut Vec<DbOp>) {
+    fn finish(&mut self, error: Option<String>, ts: u64, out: &mut Out) {
         if let Some(mut p) = self.pending.pop_front() {
             if let Some(e) = error {
                 p.op.call.status_code = Some(Text::Owned(e.clone()));
                 p.op.call.error_type = Some(Text::Owned(e));
             }
             p.op.end_ns = ts.max(p.op.start_ns);
-            out.push(p.op);
+            done(out, p.op);
         }
     }
 }

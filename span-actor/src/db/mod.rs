@@ -341,22 +341,30 @@ pub const FAMILY: Family = Family {
 /// A [`DbConn`] as the stream table follows it.
 struct DbStream {
     conn: DbConn,
-    /// The calls of the record being fed (empty between records).
-    ops: Vec<DbOp>,
 }
 
 impl DbStream {
     fn boxed(system: System) -> Followed {
-        Box::new(DbStream { conn: DbConn::new(system), ops: Vec::new() })
+        Box::new(DbStream { conn: DbConn::new(system) })
     }
+}
+
+/// Where a connection's finished calls go: the stream table's own list,
+/// each pushed once where its answer is read (no list of the databases'
+/// own in between: a [`DbOp`] is a few hundred bytes, each move a copy).
+pub type Out = Vec<StreamOp>;
+
+/// `op` is finished: onto `out`.
+#[inline]
+pub(crate) fn done(out: &mut Out, op: DbOp) {
+    out.push(StreamOp { start_ns: op.start_ns, end_ns: op.end_ns, call: Call::Db(op) });
 }
 
 impl StreamConn for DbStream {
     fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, pieces: &[u8], out: &mut Vec<StreamOp>, counts: &mut [u64]) {
         let mut c = DbCounts::default();
-        self.conn.feed(send, ts_ns, tls, pieces, &mut self.ops, &mut c);
+        self.conn.feed(send, ts_ns, tls, pieces, out, &mut c);
         c.add_to(counts);
-        out.extend(self.ops.drain(..).map(|op| StreamOp { start_ns: op.start_ns, end_ns: op.end_ns, call: Call::Db(op) }));
     }
 
     fn joined_midway(&mut self, _counts: &mut [u64]) {
@@ -370,7 +378,7 @@ impl StreamConn for DbStream {
     }
 
     fn held_bytes(&self) -> usize {
-        self.conn.held_bytes() + self.ops.capacity() * std::mem::size_of::<DbOp>()
+        self.conn.held_bytes()
     }
 }
 
@@ -456,7 +464,7 @@ impl DbConn {
     /// have no such place: the calls awaiting answers are counted
     /// `calls_lost` and forgotten, and the connection is followed again
     /// from its next send that begins a command.
-    fn gap(&mut self, gap: pieces::Gap, ts_ns: u64, tls: bool, out: &mut Vec<DbOp>, counts: &mut DbCounts) {
+    fn gap(&mut self, gap: pieces::Gap, ts_ns: u64, tls: bool, out: &mut Out, counts: &mut DbCounts) {
         let system = match &mut self.proto {
             Proto::Postgres(_) | Proto::MySql(_) => {
                 for (send, n) in [(true, gap.send), (false, gap.recv)] {
@@ -496,7 +504,7 @@ impl DbConn {
     /// completed, whether its bytes are TLS plaintext, and its pieces
     /// ([`pieces`] layout). Finished calls are appended to `out`; what was
     /// dropped is added to `counts`.
-    pub fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, record: &[u8], out: &mut Vec<DbOp>, counts: &mut DbCounts) {
+    pub fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, record: &[u8], out: &mut Out, counts: &mut DbCounts) {
         if self.given_up {
             return;
         }
@@ -535,6 +543,18 @@ impl DbConn {
             Proto::Redis(c) => c.feed(send, ts_ns, tls, pieces, out, counts),
             Proto::Memcached(c) => c.feed(send, ts_ns, tls, pieces, out, counts),
         }
+    }
+
+    /// [`DbConn::feed`] with the finished calls as [`DbOp`]s: the form
+    /// the parsers' tests and the fuzz targets read (the stream table
+    /// takes [`StreamOp`]s, without this copy).
+    pub fn feed_ops(&mut self, send: bool, ts_ns: u64, tls: bool, record: &[u8], ops: &mut Vec<DbOp>, counts: &mut DbCounts) {
+        let mut out = Out::new();
+        self.feed(send, ts_ns, tls, record, &mut out, counts);
+        ops.extend(out.into_iter().filter_map(|s| match s.call {
+            Call::Db(op) => Some(op),
+            Call::Http(_) | Call::Messaging(_) => None,
+        }));
     }
 
     /// The connection closed: calls still awaiting answers are counted

@@ -62,7 +62,7 @@ use ipc_schema::Text;
 use super::pieces::{self, Piece};
 use super::sql::{self, Charset, Dialect, Escapes};
 use super::stream::{Frame, Next, Stream, MAX_BUFFERED};
-use super::{op, op_heap, set_sql, text, DbCounts, DbOp, MAX_STATEMENTS};
+use super::{done, op, op_heap, set_sql, text, DbCounts, DbOp, Out, MAX_STATEMENTS};
 
 const CLIENT_CONNECT_WITH_DB: u32 = 0x0000_0008;
 const CLIENT_PROTOCOL_41: u32 = 0x0000_0200;
@@ -261,7 +261,7 @@ impl MyConn {
     }
 
     /// One record (see [`super::DbConn::feed`]; `pieces` is valid).
-    pub fn feed(&mut self, send: bool, ts: u64, tls: bool, bytes: &[u8], out: &mut Vec<DbOp>, counts: &mut DbCounts) {
+    pub fn feed(&mut self, send: bool, ts: u64, tls: bool, bytes: &[u8], out: &mut Out, counts: &mut DbCounts) {
         if !tls && self.st.tls_only {
             counts.ciphertext_records += 1;
             return;
@@ -473,7 +473,7 @@ impl St {
 
     /// A server packet's payload. `true`: the stream is not where we
     /// thought (a desync).
-    fn on_recv(&mut self, p: &[u8], whole: bool, ts: u64, out: &mut Vec<DbOp>, counts: &mut DbCounts) -> bool {
+    fn on_recv(&mut self, p: &[u8], whole: bool, ts: u64, out: &mut Out, counts: &mut DbCounts) -> bool {
         match self.phase {
             Phase::Unknown | Phase::Handshake => {
                 if p.first() == Some(&10) {
@@ -526,7 +526,7 @@ impl St {
         rest.get(a + b..).and_then(u16le).unwrap_or(0)
     }
 
-    fn answer(&mut self, p: &[u8], whole: bool, ts: u64, out: &mut Vec<DbOp>, counts: &mut DbCounts) -> bool {
+    fn answer(&mut self, p: &[u8], whole: bool, ts: u64, out: &mut Out, counts: &mut DbCounts) -> bool {
         let mut desync = false;
         self.resp = match std::mem::take(&mut self.resp) {
             Resp::None => {
@@ -555,7 +555,7 @@ impl St {
                 let mut finish = |mut op: Box<DbOp>, rows: Option<u64>| {
                     op.call.returned_rows = rows;
                     op.end_ns = ts.max(op.start_ns);
-                    out.push(*op);
+                    done(out, *op);
                     Resp::Ignore
                 };
                 if first == Some(0xff) {
@@ -624,7 +624,7 @@ impl St {
     }
 
     /// The recv resync (see the module doc).
-    fn tail_resync(&mut self, t: &[u8], ts: u64, out: &mut Vec<DbOp>) -> bool {
+    fn tail_resync(&mut self, t: &[u8], ts: u64, out: &mut Out) -> bool {
         let end = t.len();
         for p in (0..end.saturating_sub(4)).rev().take(600) {
             let Some(len) = u24(&t[p..]) else { continue };
@@ -645,7 +645,7 @@ impl St {
                     set_error(&mut op, payload);
                 }
                 op.end_ns = ts.max(op.start_ns);
-                out.push(*op);
+                done(out, *op);
             }
             self.resp = Resp::Ignore;
             return true;

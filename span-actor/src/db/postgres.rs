@@ -58,7 +58,7 @@ use ipc_schema::Text;
 use super::pieces::{self, Piece};
 use super::sql::{self, Charset, Dialect, Escapes};
 use super::stream::{Frame, Msg, Next, Stream, MAX_BUFFERED};
-use super::{op, op_heap, set_sql, text, DbCounts, DbOp, MAX_NAME, MAX_PENDING, MAX_STATEMENTS};
+use super::{done, op, op_heap, set_sql, text, DbCounts, DbOp, Out, MAX_NAME, MAX_PENDING, MAX_STATEMENTS};
 
 /// Portals remembered (nearly always just the unnamed one; named portals
 /// are cursors).
@@ -288,7 +288,7 @@ impl PgConn {
     }
 
     /// One record (see [`super::DbConn::feed`]; `pieces` is valid).
-    pub fn feed(&mut self, send: bool, ts: u64, tls: bool, bytes: &[u8], out: &mut Vec<DbOp>, counts: &mut DbCounts) {
+    pub fn feed(&mut self, send: bool, ts: u64, tls: bool, bytes: &[u8], out: &mut Out, counts: &mut DbCounts) {
         if self.core.given_up {
             return;
         }
@@ -359,7 +359,7 @@ impl PgConn {
         }
     }
 
-    fn feed_recv(&mut self, ts: u64, bytes: &[u8], out: &mut Vec<DbOp>, counts: &mut DbCounts) {
+    fn feed_recv(&mut self, ts: u64, bytes: &[u8], out: &mut Out, counts: &mut DbCounts) {
         let mut strip_first = false;
         if let Ssl::AwaitAnswer { gss } = self.core.ssl {
             match pieces::pieces(bytes).next() {
@@ -632,7 +632,7 @@ impl Core {
     }
 
     /// A typed backend message.
-    fn on_recv(&mut self, m: Msg<'_>, ts: u64, out: &mut Vec<DbOp>, counts: &mut DbCounts) {
+    fn on_recv(&mut self, m: Msg<'_>, ts: u64, out: &mut Out, counts: &mut DbCounts) {
         let body = m.bytes.get(5..).unwrap_or(&[]);
         match m.bytes[0] {
             t @ (b'C' | b'I' | b's') => {
@@ -699,7 +699,7 @@ impl Core {
     }
 
     /// A completion for the oldest call.
-    fn end_front(&mut self, c: Completion, ts: u64, out: &mut Vec<DbOp>, counts: &mut DbCounts) {
+    fn end_front(&mut self, c: Completion, ts: u64, out: &mut Out, counts: &mut DbCounts) {
         match self.queue.front_mut() {
             Some(Entry::Call { op, simple: true, copy_out, first_done }) => {
                 // A simple Query: its first statement's rows, its first
@@ -714,7 +714,7 @@ impl Core {
                 if let Some(Entry::Call { mut op, copy_out, .. }) = self.queue.pop_front() {
                     complete(&mut op, &c, copy_out);
                     op.end_ns = ts.max(op.start_ns);
-                    out.push(*op);
+                    done(out, *op);
                 }
                 if matches!(c, Completion::Error(_)) {
                     // The server skips to Sync.
@@ -739,12 +739,12 @@ impl Core {
 
     /// ReadyForQuery: ends a Query, or retires a Sync (and any Execute
     /// before it whose completion never came: it ends here).
-    fn ready(&mut self, ts: u64, out: &mut Vec<DbOp>) {
+    fn ready(&mut self, ts: u64, out: &mut Out) {
         while let Some(e) = self.queue.pop_front() {
             match e {
                 Entry::Call { mut op, simple, .. } => {
                     op.end_ns = ts.max(op.start_ns);
-                    out.push(*op);
+                    done(out, *op);
                     if simple {
                         return;
                     }
@@ -757,7 +757,7 @@ impl Core {
     /// The recv resync: if `tail` ends with ReadyForQuery, every pending
     /// call ends at `ts`, the last with the completion found right before
     /// the `Z`. `true` when it did.
-    fn tail_resync(&mut self, tail: &[u8], ts: u64, out: &mut Vec<DbOp>) -> bool {
+    fn tail_resync(&mut self, tail: &[u8], ts: u64, out: &mut Out) -> bool {
         if !ends_with_ready(tail) {
             return false;
         }
@@ -775,7 +775,7 @@ impl Core {
                 }
             }
             op.end_ns = ts.max(op.start_ns);
-            out.push(*op);
+            done(out, *op);
         }
         self.skip_until_sync = false;
         true

@@ -44,7 +44,7 @@ impl T {
 
     pub(super) fn rec(&mut self, send: bool, pieces: &[u8]) -> u64 {
         self.ts += 10;
-        self.c.feed(send, self.ts, false, pieces, &mut self.ops, &mut self.counts);
+        self.c.feed_ops(send, self.ts, false, pieces, &mut self.ops, &mut self.counts);
         assert!(self.c.held_bytes() < 5 << 20);
         self.ts
     }

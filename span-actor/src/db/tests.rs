@@ -124,7 +124,7 @@ fn hostile_records_never_panic_and_stay_bounded() {
             };
             let send = if rng.random_bool(0.1) { !send } else { *send };
             t.ts += 1;
-            t.c.feed(send, t.ts, rng.random_bool(0.05), &pieces, &mut t.ops, &mut t.counts);
+            t.c.feed_ops(send, t.ts, rng.random_bool(0.05), &pieces, &mut t.ops, &mut t.counts);
             assert!(t.c.pending() <= MAX_PENDING);
             assert!(t.c.held_bytes() <= 5 << 20);
         }

@@ -173,7 +173,7 @@ fn mysql_ssl_request_then_tls_handshake_response() {
     t.recv(&[0x16, 0x03, 0x03, 0x00, 0x05, 2, 0, 0, 0]);
     let feed = |t: &mut T, send: bool, b: &[u8]| {
         t.ts += 10;
-        t.c.feed(send, t.ts, true, &whole(b), &mut t.ops, &mut t.counts);
+        t.c.feed_ops(send, t.ts, true, &whole(b), &mut t.ops, &mut t.counts);
     };
     let mut again = hs.clone();
     again[3] = 2;

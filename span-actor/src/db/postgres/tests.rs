@@ -462,7 +462,7 @@ fn pg_ssl_request_then_tls() {
     // The plaintext, from the TLS uprobes.
     let feed = |t: &mut T, send: bool, b: &[u8]| {
         t.ts += 10;
-        t.c.feed(send, t.ts, true, &whole(b), &mut t.ops, &mut t.counts);
+        t.c.feed_ops(send, t.ts, true, &whole(b), &mut t.ops, &mut t.counts);
     };
     feed(&mut t, true, &pg_startup("alice", Some("tlsdb")));
     feed(&mut t, false, &pg_hello());

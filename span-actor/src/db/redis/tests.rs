@@ -152,9 +152,9 @@ fn redis_over_tls_from_the_start() {
     t.send(&[0x16, 0x03, 0x01, 0x00, 0x05, 1, 0, 0, 0]);
     t.recv(&[0x16, 0x03, 0x03, 0x00, 0x05, 2, 0, 0, 0]);
     t.ts += 10;
-    t.c.feed(true, t.ts, true, &whole(&resp(&[b"GET", b"k"])), &mut t.ops, &mut t.counts);
+    t.c.feed_ops(true, t.ts, true, &whole(&resp(&[b"GET", b"k"])), &mut t.ops, &mut t.counts);
     t.ts += 10;
-    t.c.feed(false, t.ts, true, &whole(b"$-1\r\n"), &mut t.ops, &mut t.counts);
+    t.c.feed_ops(false, t.ts, true, &whole(b"$-1\r\n"), &mut t.ops, &mut t.counts);
     assert_eq!(t.ops.len(), 1);
     assert_eq!(t.counts.desync, 0);
 }
