@@ -1277,7 +1277,7 @@ def print_cost(summary, a):
 def mode_db(ctx):
     """What a database call costs next to an HTTP request, in one run: Redis
     calls from redis-benchmark (the client traced: `exe_names`, the port in
-    `probe.db_ports`; one CLIENT span a call) and nginx requests from wrk
+    `probe.stream_ports`; one CLIENT span a call) and nginx requests from wrk
     (the server traced: one SERVER span a request), ringtail off/on
     alternated. In-kernel time from bpf_stats, ringtail's CPU from /proc."""
     a = ctx.args
@@ -1289,17 +1289,17 @@ def mode_db(ctx):
             for on in alternate([False, True], rep):
                 tag = f"db-redis-{rep}-{'on' if on else 'off'}"
                 say(f"db: redis-benchmark {calls} calls, ringtail {'on' if on else 'off'} (repeat {rep + 1}/{a.repeat})")
-                settings = {"discovery.exe_names": ["^redis-benchmark$"], "probe.db_ports": [redis.port], **otlp_settings(ctx)}
+                settings = {"discovery.exe_names": ["^redis-benchmark$"], "probe.stream_ports": [redis.port], **otlp_settings(ctx)}
                 rec = measure(ctx, redis, "default" if on else "off", settings if on else None,
                               lambda: redis_load(ctx.tools, ctx.work, redis.port, calls, 4, tag))
                 rec["repeat"] = rep
                 records.append(rec)
                 # HTTP with the database ports configured (the default) and
-                # with none (`probe.db_ports = []`): what they cost HTTP
+                # with none (`probe.stream_ports = []`): what they cost HTTP
                 for variant in (["off"] if not on else alternate(["default", "no-db-ports"], rep)):
                     tag = f"db-nginx-{rep}-{variant}"
                     say(f"db: nginx with wrk ({a.sat_duration} s), ringtail {variant} (repeat {rep + 1}/{a.repeat})")
-                    extra = {"probe.db_ports": []} if variant == "no-db-ports" else {}
+                    extra = {"probe.stream_ports": []} if variant == "no-db-ports" else {}
                     rec = measure(ctx, nginx, variant, ringtail_settings(ctx, nginx.port, extra) if on else None,
                                   lambda: wrk_load(ctx.tools, ctx.work, nginx.port, 4, 1, a.sat_duration, tag))
                     rec["repeat"] = rep
@@ -1312,7 +1312,7 @@ def mode_db(ctx):
     print_points("db: Redis calls (client traced) and nginx requests (server traced), ringtail off/on", records)
     rows = []
     for kind, variant, what in (("redis", "default", "a Redis call (CLIENT span)"), ("nginx", "default", "an HTTP request (SERVER span)"),
-                                ("nginx", "no-db-ports", "an HTTP request, probe.db_ports = []")):
+                                ("nginx", "no-db-ports", "an HTTP request, probe.stream_ports = []")):
         on = [r for r in records if r["server"] == kind and r["variant"] == variant]
         off = [r for r in records if r["server"] == kind and not r["ringtail"]]
         if not on:
@@ -1331,7 +1331,7 @@ def mode_db(ctx):
 
 def mode_db_load(ctx):
     """Database calls as fast as the load tools go, the client traced
-    (`exe_names`, the server's port in `probe.db_ports`): memcslap against
+    (`exe_names`, the server's port in `probe.stream_ports`): memcslap against
     memcached (0.1–5 KiB values), redis-benchmark with 2 KiB values,
     pgbench. Per tool: the calls the server counted, the spans ringtail
     made, the calls it counted as not traced (`db_calls_lost`,
@@ -1357,7 +1357,7 @@ def mode_db_load(ctx):
         for rep in range(a.repeat):
             for name, server, exe, load in loads:
                 say(f"db-load: {name}, ringtail on (repeat {rep + 1}/{a.repeat}){' ' + str(extra) if extra else ''}")
-                settings = {"discovery.exe_names": [exe], "probe.db_ports": [server.port], **otlp_settings(ctx), **extra}
+                settings = {"discovery.exe_names": [exe], "probe.stream_ports": [server.port], **otlp_settings(ctx), **extra}
                 rec = measure(ctx, server, "default", settings, lambda: load(f"{name}-{rep}"))
                 rec["db"], rec["repeat"] = name, rep
                 other = rec.get("other_counters", {})

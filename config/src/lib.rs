@@ -76,6 +76,7 @@ pub const NOT_CONFIG: &[&str] = &[
 /// Keys whose environment value is a comma-separated list.
 const LIST_KEYS: &[&str] = &[
     "discovery.open_ports",
+    "probe.stream_ports",
     "probe.db_ports",
     "discovery.exe_names",
     "discovery.pids",
@@ -396,6 +397,40 @@ mod tests {
         assert!(s.discovery.selects_all());
     }
 
+    /// `probe.db_ports`, `probe.stream_ports`' former name, is still read
+    /// (from the file or the environment) and listed as deprecated; set
+    /// beside a different `stream_ports` it is refused. The default list
+    /// holds the databases' and the brokers' ports.
+    #[test]
+    fn the_former_name_of_stream_ports_still_works_deprecated() {
+        let d = Settings::default();
+        assert_eq!((d.probe.stream_ports(), d.probe.deprecated()), (&[5432, 3306, 6379, 11211, 1883][..], vec![]));
+        let s = load("[probe]\nstream_ports = [9092]\n", &[]).unwrap();
+        assert_eq!((s.probe.stream_ports(), s.probe.deprecated()), (&[9092][..], vec![]));
+        let old = load("[probe]\ndb_ports = [5433]\n", &[]).unwrap();
+        assert_eq!(old.probe.stream_ports(), [5433]);
+        assert_eq!(old.probe.deprecated(), [("probe.db_ports", "probe.stream_ports")]);
+        let env = load("", &[("RINGTAIL_PROBE__DB_PORTS", "6380,6381")]).unwrap();
+        assert_eq!(env.probe.stream_ports(), [6380, 6381]);
+        let env = load("", &[("RINGTAIL_PROBE__STREAM_PORTS", "4223")]).unwrap();
+        assert_eq!(env.probe.stream_ports(), [4223]);
+        let none = load("[probe]\nstream_ports = []\n", &[]).unwrap();
+        assert!(none.probe.stream_ports().is_empty());
+        // the same value under both names is one setting
+        let both = load("[probe]\ndb_ports = [1]\nstream_ports = [1]\n", &[]).unwrap();
+        assert_eq!(both.probe.stream_ports(), [1]);
+        let err = load("[probe]\ndb_ports = [1]\nstream_ports = [2]\n", &[]).unwrap_err().to_string();
+        assert!(err.contains("probe.db_ports") && err.contains("stream_ports"), "{err}");
+        for bad in ["db_ports = [0]", "stream_ports = [0]", "stream_ports = [1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]"] {
+            let err = load(&format!("[probe]\n{bad}\n"), &[]).unwrap_err().to_string();
+            assert!(err.contains(bad.split(' ').next().unwrap()) && err.contains("at most 16"), "{err}");
+        }
+        // written back under the name it was given
+        let again = Settings::from_toml(&old.to_toml()).unwrap();
+        assert_eq!(again.probe.deprecated(), [("probe.db_ports", "probe.stream_ports")]);
+        assert_eq!(again.probe.stream_ports(), [5433]);
+    }
+
     /// `pipeline.h2_state_mb`, `pipeline.conn_state_mb`'s former name, is
     /// still read (from the file or the environment) and listed as
     /// deprecated; set beside a different `conn_state_mb` it is refused.
@@ -635,6 +670,8 @@ mod tests {
         // A sequence of tables shows as one only with an element.
         let sample = Settings {
             services: toml::from_str("rules = [{ name = \"a\", ports = [1] }]").expect("a services section"),
+            // a deprecated name shows only when set
+            probe: probe::ProbeSettings { db_ports: Some(vec![1]), ..Default::default() },
             ..Settings::default()
         };
         let mut tracer = Tracer::new(TracerConfig::default());
@@ -661,6 +698,11 @@ mod tests {
             let Some(fs) = fields(&format, &registry) else { continue };
             for Named { name, value } in fs {
                 let key = if prefix.is_empty() { name.clone() } else { format!("{prefix}.{name}") };
+                // a deprecated list's former name is an optional list
+                let value = match value {
+                    Format::Option(inner) if matches!(**inner, Format::Seq(_)) => &**inner,
+                    v => v,
+                };
                 match value {
                     Format::Seq(elem) if fields(elem, &registry).is_none() => lists.push(key),
                     v if is_enum(v, &registry) => enums.push(key),

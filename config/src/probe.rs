@@ -141,18 +141,30 @@ pub struct ProbeSettings {
     /// each connection leaves the map within its first request's send and
     /// its later requests are counted (`keep_alive_off`).
     pub propagate_keep_alive: KeepAlive,
-    /// Server ports of the databases whose calls become spans (PostgreSQL
-    /// 5432, MySQL/MariaDB 3306, Redis 6379, memcached 11211): a traced
-    /// process's connection to one of these ports is read as a database
-    /// client's (the protocol is told from its first bytes; the port picks
-    /// one where they do not say). At most 16, none 0; empty: no database
-    /// calls are traced.
-    pub db_ports: Vec<u16>,
+    /// Server ports of the byte-stream protocols whose calls become spans:
+    /// the databases (PostgreSQL 5432, MySQL/MariaDB 3306, Redis 6379,
+    /// memcached 11211) and the message brokers (MQTT 1883; Kafka 9092,
+    /// RabbitMQ's AMQP 5672 and NATS 4222 are read when listed, not by
+    /// default until each has its end-to-end test with a real broker).
+    /// A traced process's connection to
+    /// one of these ports is shipped as a byte stream and read as that
+    /// protocol's client (told from its first bytes; the port picks one
+    /// where they do not say). At most 16, none 0; empty: no database or
+    /// messaging calls are traced.
+    pub stream_ports: Vec<u16>,
+    /// The former name of `stream_ports`, from when only databases were
+    /// read: still read (it wins over a default `stream_ports`), with a
+    /// deprecation warning at start ([`ProbeSettings::deprecated`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub db_ports: Option<Vec<u16>>,
 }
 
-/// The most `probe.db_ports` the kernel checks (STREAM_PORTS in bpf/ringtail.h:
-/// the loader's build checks they agree).
-pub const MAX_DB_PORTS: usize = 16;
+/// The most `probe.stream_ports` the kernel checks (STREAM_PORTS in
+/// bpf/ringtail.h: the loader's build checks they agree).
+pub const MAX_STREAM_PORTS: usize = 16;
+
+/// `probe.stream_ports`' default: the databases', then the brokers'.
+pub const STREAM_PORTS: [u16; 5] = [5432, 3306, 6379, 11211, 1883];
 
 impl Default for ProbeSettings {
     fn default() -> Self {
@@ -167,12 +179,25 @@ impl Default for ProbeSettings {
             keep_pins_on_stop: false,
             propagate: false,
             propagate_keep_alive: KeepAlive::Auto,
-            db_ports: vec![5432, 3306, 6379, 11211],
+            stream_ports: STREAM_PORTS.to_vec(),
+            db_ports: None,
         }
     }
 }
 
 impl ProbeSettings {
+    /// The ports whose connections are shipped as byte streams
+    /// (`stream_ports`, or its former name `db_ports` when that is set).
+    pub fn stream_ports(&self) -> &[u16] {
+        self.db_ports.as_deref().unwrap_or(&self.stream_ports)
+    }
+
+    /// The deprecated keys this configuration sets, each with what to write
+    /// instead (the probe-loader warns of them at start).
+    pub fn deprecated(&self) -> Vec<(&'static str, &'static str)> {
+        self.db_ports.as_ref().map(|_| ("probe.db_ports", "probe.stream_ports")).into_iter().collect()
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         let p = self;
         if p.wakeup_len > 1_000_000 {
@@ -194,13 +219,22 @@ impl ProbeSettings {
                 p.propagate,
             ));
         }
-        if p.db_ports.len() > MAX_DB_PORTS || p.db_ports.contains(&0) {
-            return Err(invalid(
-                "probe.db_ports",
-                "must be at most 8 ports, none of them 0",
-                "[5432, 3306, 6379, 11211]",
-                format!("{:?}", p.db_ports),
-            ));
+        let example = "[5432, 3306, 6379, 11211, 1883]";
+        for (key, ports) in [("probe.stream_ports", Some(&p.stream_ports)), ("probe.db_ports", p.db_ports.as_ref())] {
+            let Some(ports) = ports else { continue };
+            if ports.len() > MAX_STREAM_PORTS || ports.contains(&0) {
+                return Err(invalid(key, "must be at most 16 ports, none of them 0", example, format!("{ports:?}")));
+            }
+        }
+        if let Some(old) = &p.db_ports {
+            if p.stream_ports[..] != STREAM_PORTS[..] && p.stream_ports != *old {
+                return Err(invalid(
+                    "probe.db_ports",
+                    "is probe.stream_ports' former name: set only probe.stream_ports",
+                    example,
+                    format!("{old:?}"),
+                ));
+            }
         }
         if !p.pin_dir.as_os_str().is_empty() && (!p.pin_dir.is_absolute() || p.pin_dir.parent().is_none()) {
             return Err(invalid(

@@ -31,7 +31,7 @@ RINGTAIL_GLOBAL(const volatile __u8, watch_exec, 0);
 RINGTAIL_GLOBAL(const volatile struct exe_literal, exe_literals[EXE_LITERALS], {});
 /* 1 = exec events carry the start of the environment (probe.read_process_env). */
 RINGTAIL_GLOBAL(const volatile __u8, read_env, 0);
-/* probe.db_ports: a selected process's connections to these ports are
+/* probe.stream_ports: a selected process's connections to these ports are
  * byte streams (stream.h); unused entries are 0. */
 RINGTAIL_GLOBAL(const volatile __u16, stream_ports[STREAM_PORTS], {});
 /* 1 = listeners on configured ports are selected (sel_ports is in use). */

@@ -123,7 +123,7 @@
  * requests is read whole up to this. A power of two: the kernel masks
  * offsets with STREAM_DATA_LEN - 1. */
 #define STREAM_DATA_LEN 16384
-/* Configured ports of byte-stream protocols (probe.db_ports): a selected
+/* Configured ports of byte-stream protocols (probe.stream_ports): a selected
  * process's connection to one of them goes to user space as a byte
  * stream (stream.h), whose protocol user space tells. */
 #define STREAM_PORTS 16

@@ -2,7 +2,7 @@
 /*
  * Byte-stream connections, the client side, of every protocol that is not
  * HTTP (databases: PostgreSQL, MySQL/MariaDB, Redis, memcached; brokers):
- * a selected process's connection to a configured port (probe.db_ports,
+ * a selected process's connection to a configured port (probe.stream_ports,
  * the one classifier here: which protocol it speaks is user space's to
  * tell, span-actor/src/stream_table.rs) goes to user space as a byte
  * stream, one record per send or receive (struct stream_event, its data

@@ -20,7 +20,7 @@ use contract::*;
 use crate::container::KernelPath;
 pub use contract::{CAPTURE_LEN, COMM_LEN, EXE_LITERALS, EXE_LITERAL_LEN, STREAM_PORTS};
 
-const _: () = assert!(STREAM_PORTS == ringtail_config::probe::MAX_DB_PORTS, "probe.db_ports' bound is the kernel's");
+const _: () = assert!(STREAM_PORTS == ringtail_config::probe::MAX_STREAM_PORTS, "probe.stream_ports' bound is the kernel's");
 const _: () = assert!(
     GO_CONN_OFF == crate::gobin::EXPECTED.conn
         && GO_TCP_FD_OFF == crate::gobin::EXPECTED.tcp_fd

@@ -110,6 +110,10 @@ async fn run(p: Process) -> anyhow::Result<()> {
         );
     }
 
+    for (old, new) in settings.probe.deprecated() {
+        tracing::warn!(event = "deprecated_key", key = old, "{old} is deprecated: it is {new} now (its ports are every byte-stream protocol's: databases and message brokers); the old name still works");
+    }
+
     // 1. Privileged work: load and attach, seed the selection, bind.
     let wakeup_len = settings.effective_wakeup_len();
     let load = || probes::Probes::load(&settings.probe, &settings.discovery, &settings.tls, wakeup_len);

@@ -385,7 +385,7 @@ impl Probes {
         let select_ports = u8::from(!discovery.open_ports.is_empty());
         let read_env = u8::from(probe.read_process_env);
         let mut stream_ports = [0u16; crate::kernel::STREAM_PORTS];
-        stream_ports.iter_mut().zip(&probe.db_ports).for_each(|(slot, port)| *slot = *port);
+        stream_ports.iter_mut().zip(probe.stream_ports()).for_each(|(slot, port)| *slot = *port);
         if tcp.copied_seq == 0 {
             tracing::warn!(
                 event = "tcp_offsets_unknown",

@@ -1,6 +1,6 @@
 //! Database calls read off the wire: real servers from Debian packages
 //! (PostgreSQL, Redis), started by each test in its own directory on its
-//! own port (`probe.db_ports`), real clients (psql, redis-cli, and Python's
+//! own port (`probe.stream_ports`), real clients (psql, redis-cli, and Python's
 //! psycopg and redis-py from PyPI), a real OTLP receiver. Exact spans with
 //! the database conventions' attributes, and no value a client sent (a
 //! parameter, a stored value, a literal) anywhere in what ringtail wrote.
@@ -27,7 +27,7 @@ fn ringtail(b: &str, rotel: &Rotel, exe_names: &str, port: u16) -> Ringtail {
 fn ringtail_with(b: &str, rotel: &Rotel, exe_names: &str, ports: &[u16], extra: &str) -> Ringtail {
     let ports = ports.iter().map(u16::to_string).collect::<Vec<_>>().join(", ");
     Ringtail::start(&format!(
-        "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\ndb_ports = [{ports}]\n[pipeline]\nbatch_timeout = \"20ms\"\n\
+        "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\nstream_ports = [{ports}]\n[pipeline]\nbatch_timeout = \"20ms\"\n\
          [discovery]\nexe_names = {exe_names}\n[export]\nstdout = true\n[export.otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\n{extra}",
         rotel.grpc
     ))
@@ -587,7 +587,7 @@ fn memcached_under_load_every_call_is_a_span_or_counted(b: &str) {
     let prom = free_port();
     let _server = memcached_server(port);
     let rt = Ringtail::start(&format!(
-        "[probe]\nbackend = \"{b}\"\ndb_ports = [{port}]\n[discovery]\nexe_names = [\"^memcslap$\"]\n[export]\nstdout = false\n{}",
+        "[probe]\nbackend = \"{b}\"\nstream_ports = [{port}]\n[discovery]\nexe_names = [\"^memcslap$\"]\n[export]\nstdout = false\n{}",
         prometheus(prom)
     ));
     let memcslap = || {

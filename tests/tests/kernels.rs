@@ -289,7 +289,7 @@ fn go_tls_client_held(port: u16) -> Option<GoTls> {
 /// and to Prometheus on `prom`, and checks it captures with `chosen`.
 fn start_ringtail(b: &str, chosen: &str, p: &Ports, rotel: &Rotel, prom: u16) -> Ringtail {
     let rt = Ringtail::start(&format!(
-        "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\ndb_ports = [{}]\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\n\
+        "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\nstream_ports = [{}]\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\n\
          open_ports = [{}, {}, {}, {}, {}, {}, {}, {}]\nexe_names = [\"^curl$\", \"^redis-cli$\", \"^tls_server$\", \"^tls_client$\"]\n[export]\nstdout = true\n[export.otlp]\n\
          endpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
         p.redis, p.python, p.nginx, p.rust, p.tls, p.h2, p.h2c, p.container, p.late_tls, rotel.grpc

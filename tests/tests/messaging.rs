@@ -1,6 +1,6 @@
 //! Messaging calls read off the wire: a real broker from a Debian package
 //! (mosquitto), started by the test in its own directory on its own port
-//! (`probe.db_ports`), real clients (mosquitto_pub, mosquitto_sub), a real
+//! (`probe.stream_ports`), real clients (mosquitto_pub, mosquitto_sub), a real
 //! OTLP receiver. Exact PRODUCER and CONSUMER spans with the messaging
 //! conventions' attributes, and no payload anywhere in what ringtail
 //! wrote.
@@ -60,7 +60,7 @@ fn mqtt_publish_and_receive(b: &str) {
     let dir = TempDir::new("mosquitto");
     let _broker = mosquitto(port, &dir);
     let rt = Ringtail::start(&format!(
-        "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\ndb_ports = [{port}]\n[pipeline]\nbatch_timeout = \"20ms\"\n\
+        "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\nstream_ports = [{port}]\n[pipeline]\nbatch_timeout = \"20ms\"\n\
          [discovery]\nexe_names = [\"^mosquitto_pub$\", \"^mosquitto_sub$\"]\n[export]\nstdout = true\n\
          [export.otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\n",
         rotel.grpc

@@ -10,7 +10,7 @@
 //! a query, an error status, an unknown method), HTTP/2 ones (curl's
 //! `Upgrade: h2c`), gRPC calls that end OK and NOT_FOUND (grpcio at
 //! both ends), and database calls (redis-cli against a redis-server of the
-//! test's own, `probe.db_ports`: a SET, a GET and a command the server
+//! test's own, `probe.stream_ports`: a SET, a GET and a command the server
 //! refuses), with a one-second metrics interval. Every key that reaches
 //! the receiver is collected: span attributes, resource attributes (of
 //! spans and of metrics), metric names, metric data-point attributes. Run
@@ -196,7 +196,7 @@ fn every_key_is_in_the_registry(opt_in: Option<&str>) {
     // The socket backend: the only one that follows grpcio's writes (see h2.rs).
     let rt = Ringtail::start_with_env(
         &format!(
-            "[probe]\nbackend = \"socket\"\nflush_interval = \"20ms\"\ndb_ports = [{db}]\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{web}, {rpc}]\nexe_names = [\"^curl$\", \"^python\", \"^redis-cli$\"]\n[metrics]\nspan_metrics = true\n[export]\nstdout = true\n[export.otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\nmetrics_interval = \"1s\"\n",
+            "[probe]\nbackend = \"socket\"\nflush_interval = \"20ms\"\nstream_ports = [{db}]\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{web}, {rpc}]\nexe_names = [\"^curl$\", \"^python\", \"^redis-cli$\"]\n[metrics]\nspan_metrics = true\n[export]\nstdout = true\n[export.otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\nmetrics_interval = \"1s\"\n",
             rotel.grpc
         ),
         &env,
