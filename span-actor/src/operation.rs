@@ -94,10 +94,10 @@ pub enum Call {
     Http(HttpExchange),
     /// A database call (a CLIENT's), already judged by the database
     /// conventions ([`crate::db`]).
-    Db(DbOp),
+    Db(Box<DbOp>),
     /// A messaging call (a broker's client's: a publish, a delivery, a
     /// settle...), read off the wire ([`crate::messaging`]).
-    Messaging(crate::messaging::MsgOp),
+    Messaging(Box<crate::messaging::MsgOp>),
 }
 
 /// An HTTP request and its answer, of any version.
@@ -125,7 +125,7 @@ pub struct HttpExchange {
     pub status: Option<u16>,
     /// Set for a remote procedure call over it (gRPC): its conventions
     /// name the span and say whether it failed, instead of HTTP's.
-    pub rpc: Option<RpcSpan>,
+    pub rpc: Option<Box<RpcSpan>>,
 }
 
 /// What the RPC conventions make of a call: decided once, by the protocol
@@ -178,6 +178,7 @@ impl SpanParts {
     /// A call a client made to `conn`'s peer, its server (a database's, a
     /// broker's): named `name`, failed when `error`, exported and counted,
     /// nothing besides its call (`kind` and `links` as [`SpanParts`] says).
+    #[inline]
     pub fn to_peer(conn: &Conn, addrs: &mut Addrs, name: Text, error: bool, call: ipc_schema::Call<Text>) -> SpanParts {
         let peer_ip = addrs.text(&conn.peer);
         SpanParts {

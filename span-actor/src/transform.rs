@@ -386,7 +386,7 @@ impl Transformer {
         let parts = match call {
             Call::Http(http) => self.http_conventions.judge(kind, &conn, &resource.service_name, http, &mut self.addrs),
             Call::Db(op) => Some(db::judge(op, &conn, &mut self.addrs)),
-            Call::Messaging(op) => Some(crate::messaging::judge(op, &conn, &mut self.addrs)),
+            Call::Messaging(op) => Some(crate::messaging::judge(*op, &conn, &mut self.addrs)),
         };
         let Some(SpanParts {
             kind: decided,

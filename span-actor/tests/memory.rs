@@ -320,15 +320,16 @@ impl Sampler {
 /// down for 3 s (at most 20 s): the collector returns freed memory each
 /// second, later when the machine is busy.
 async fn released(pid: u32, rss_kb: u64) -> (u64, u64) {
+    // Not "until it stops going down": on a loaded machine the collector's
+    // turns and the allocator's purge delay can leave it flat for seconds
+    // before it drops (seen: a run that stopped early and failed).
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut low = memory_kb(pid);
-    let mut since = Instant::now();
-    while low.0 > rss_kb && Instant::now() < deadline && since.elapsed() < Duration::from_secs(3) {
+    while low.0 > rss_kb && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let now = memory_kb(pid);
         if now.0 < low.0 {
             low = now;
-            since = Instant::now();
         }
     }
     low
@@ -383,7 +384,7 @@ async fn http2_streams_that_never_end_stay_within_h2_state_mb() {
     let ua = "u".repeat(500);
     let ct = "c".repeat(500);
     let authority = "a".repeat(500);
-    let mut closed_after = Vec::new();
+    let mut closed_after: Vec<u64> = Vec::new();
     for round in 0..2u64 {
         let sampler = Sampler::start(pid);
         for c in 0..CONNS {
@@ -431,8 +432,14 @@ async fn http2_streams_that_never_end_stay_within_h2_state_mb() {
         rig.send(RawBatch::of(EPOCH_NS, 0, vec![process(2, None)], &[], &closes, &[])).await;
         rig.settle(|r| r.point("ringtail_h2_state_bytes") == 0.0 && r.point("ringtail_ipc_kept_batches") == 0.0).await;
         // Collection turns (runtime_kit::memory::collector, each second):
-        // until it is within the fixed overhead, or stops going down.
-        let closed = released(pid, base.0 + FIXED_MB * 1024).await;
+        // until it is within the fixed overhead, and in the second round
+        // within what the first left (+2 MiB, the check below): a first
+        // reading below the fixed overhead is not yet all it gives back.
+        let target = match closed_after.first() {
+            Some(&first) => (first + 2 * 1024).min(FIXED_MB * 1024),
+            None => FIXED_MB * 1024,
+        };
+        let closed = released(pid, base.0 + target).await;
         eprintln!(
             "h2 round {round}, closed: RSS +{:.1} MiB PSS +{:.1} MiB",
             mb(closed.0.saturating_sub(base.0)),

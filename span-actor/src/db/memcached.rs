@@ -332,7 +332,7 @@ impl St {
                 p.op.call.error_type = Some(Text::Owned(e));
             }
             p.op.end_ns = ts.max(p.op.start_ns);
-            done(out, p.op);
+            done(out, Box::new(p.op));
         }
     }
 }

@@ -120,8 +120,8 @@ pub struct DbOp {
 /// (the system's for `_OTHER`, as `HTTP` is for an `_OTHER` method); its
 /// `db.*` attributes as the parsers decided them; the server is its peer.
 #[inline]
-pub fn judge(op: DbOp, conn: &Conn, addrs: &mut Addrs) -> SpanParts {
-    let DbOp { start_ns: _, end_ns: _, call } = op;
+pub fn judge(op: Box<DbOp>, conn: &Conn, addrs: &mut Addrs) -> SpanParts {
+    let DbOp { start_ns: _, end_ns: _, call } = *op;
     // `_OTHER` (a command not known) is no name: the system's is.
     let name = match (&call.query_summary, &call.operation) {
         (Some(s), _) => s.clone(),
@@ -354,9 +354,11 @@ impl DbStream {
 /// own in between: a [`DbOp`] is a few hundred bytes, each move a copy).
 pub type Out = Vec<StreamOp>;
 
-/// `op` is finished: onto `out`.
+/// `op` is finished: onto `out`, boxed (as the parsers keep pending
+/// calls) so that the table, the operation and the span's judge move a
+/// pointer, not the call.
 #[inline]
-pub(crate) fn done(out: &mut Out, op: DbOp) {
+pub(crate) fn done(out: &mut Out, op: Box<DbOp>) {
     out.push(StreamOp { start_ns: op.start_ns, end_ns: op.end_ns, call: Call::Db(op) });
 }
 
@@ -552,7 +554,7 @@ impl DbConn {
         let mut out = Out::new();
         self.feed(send, ts_ns, tls, record, &mut out, counts);
         ops.extend(out.into_iter().filter_map(|s| match s.call {
-            Call::Db(op) => Some(op),
+            Call::Db(op) => Some(*op),
             Call::Http(_) | Call::Messaging(_) => None,
         }));
     }

@@ -555,7 +555,7 @@ impl St {
                 let mut finish = |mut op: Box<DbOp>, rows: Option<u64>| {
                     op.call.returned_rows = rows;
                     op.end_ns = ts.max(op.start_ns);
-                    done(out, *op);
+                    done(out, op);
                     Resp::Ignore
                 };
                 if first == Some(0xff) {
@@ -645,7 +645,7 @@ impl St {
                     set_error(&mut op, payload);
                 }
                 op.end_ns = ts.max(op.start_ns);
-                done(out, *op);
+                done(out, op);
             }
             self.resp = Resp::Ignore;
             return true;

@@ -714,7 +714,7 @@ impl Core {
                 if let Some(Entry::Call { mut op, copy_out, .. }) = self.queue.pop_front() {
                     complete(&mut op, &c, copy_out);
                     op.end_ns = ts.max(op.start_ns);
-                    done(out, *op);
+                    done(out, op);
                 }
                 if matches!(c, Completion::Error(_)) {
                     // The server skips to Sync.
@@ -744,7 +744,7 @@ impl Core {
             match e {
                 Entry::Call { mut op, simple, .. } => {
                     op.end_ns = ts.max(op.start_ns);
-                    done(out, *op);
+                    done(out, op);
                     if simple {
                         return;
                     }
@@ -775,7 +775,7 @@ impl Core {
                 }
             }
             op.end_ns = ts.max(op.start_ns);
-            done(out, *op);
+            done(out, op);
         }
         self.skip_until_sync = false;
         true

@@ -828,7 +828,7 @@ impl St {
             }
         }
         p.op.end_ns = ts.max(p.op.start_ns);
-        done(out, p.op);
+        done(out, Box::new(p.op));
     }
 }
 

@@ -288,7 +288,7 @@ pub fn operation(role: Role, conn: Conn, d: StreamDone, rpc_mode: grpc::Mode) ->
             version: PROTOCOL_VERSION,
             user_agent: d.user_agent,
             status: d.status,
-            rpc,
+            rpc: rpc.map(Box::new),
         }),
     }
 }

@@ -583,7 +583,7 @@ impl StreamConn for MsgStream {
         let mut c = MsgCounts::default();
         self.conn.feed(send, ts_ns, tls, pieces, &mut self.ops, &mut c);
         c.add_to(counts);
-        out.extend(self.ops.drain(..).map(|op| StreamOp { start_ns: op.start_ns, end_ns: op.end_ns, call: Call::Messaging(op) }));
+        out.extend(self.ops.drain(..).map(|op| StreamOp { start_ns: op.start_ns, end_ns: op.end_ns, call: Call::Messaging(Box::new(op)) }));
     }
 
     fn joined_midway(&mut self, counts: &mut [u64]) {
