@@ -219,6 +219,7 @@ fn e2e_clients_publish_and_wildcard_subscription() {
             "nats/receive receive orders.created p- o- n- l0 e- q- c- 1060..1060 g- b16",
         ]
     );
+    assert_eq!((runs[0].ops[0].destination.as_deref(), runs[0].ops[0].template.as_deref()), (None, Some("orders.*")));
     let receives = &runs[0].ops[1..];
     assert!(receives.iter().all(|o| o.destination.as_deref() == Some("orders.created") && o.template.as_deref() == Some("orders.*")));
     assert_eq!(receives[0].links, [tp]);
