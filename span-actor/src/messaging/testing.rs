@@ -111,6 +111,30 @@ pub(super) fn replayed(system: MsgSystem, file: &str) -> T {
     t
 }
 
+/// A client process's run of several connections (the `e2e_*.txt`
+/// files: `N > hex` / `N < hex`, N the connection, numbered from 1), each
+/// replayed on a connection of its own and closed; nothing secret reached
+/// an op. One [`T`] per connection, in their numbers' order.
+pub(super) fn replayed_run(system: MsgSystem, file: &str) -> Vec<T> {
+    let text = testdata(file);
+    let mut conns: Vec<T> = Vec::new();
+    for l in text.lines().filter(|l| !l.trim().is_empty()) {
+        let (n, rest) = l.split_once(' ').expect("`N > hex` or `N < hex`");
+        let n: usize = n.parse().expect("a connection number");
+        while conns.len() < n {
+            conns.push(T::new(system));
+        }
+        for (send, b) in capture(rest) {
+            conns[n - 1].rec(send, &whole(&b));
+        }
+    }
+    for t in &mut conns {
+        t.c.close(&mut t.counts);
+        assert_no_secret(&t.ops);
+    }
+    conns
+}
+
 /// A testdata file.
 pub(super) fn testdata(name: &str) -> String {
     let p = format!("{}/src/messaging/testdata/{name}", env!("CARGO_MANIFEST_DIR"));

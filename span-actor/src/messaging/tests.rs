@@ -200,6 +200,25 @@ fn judge_names_a_call_of_no_destination_by_its_broker() {
 }
 
 #[test]
+fn judge_names_the_default_exchange_by_its_broker() {
+    // pika's publishes to the default exchange (named "" by the RabbitMQ
+    // conventions) and to "billing": the empty name is the attribute, not
+    // the span name's destination (it made `publish `, a trailing space).
+    let parts = judged(MsgSystem::Rabbitmq, "amqp_pika_publish.txt", 5672);
+    let named: Vec<_> = parts.iter().map(|p| (&*p.name, msg(p).destination.as_deref())).collect();
+    assert_eq!(
+        named,
+        [
+            ("publish 10.0.0.9:5672", Some("")),
+            ("publish 10.0.0.9:5672", Some("")),
+            ("publish billing", Some("billing")),
+            ("publish 10.0.0.9:5672", Some("")),
+            ("publish 10.0.0.9:5672", Some("")),
+        ]
+    );
+}
+
+#[test]
 fn judge_keeps_no_payload_key_or_header_value() {
     // The captured clients sent record keys, payloads, other headers, MQTT
     // credentials and user properties ([`SECRETS`]): none is in a span.

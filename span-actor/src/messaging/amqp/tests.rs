@@ -316,3 +316,47 @@ fn random_bytes_never_panic_and_stay_bounded() {
     let seeds: Vec<_> = capture(&testdata("amqp_pika_consume.txt"));
     random_records(MsgSystem::Rabbitmq, 12, &seeds, 300, |t| assert_no_secret(&t.ops));
 }
+
+// ---------------------------------------------------------------- the end-to-end test's clients
+
+/// `tests/fixtures/amqp_client.py publish PORT 4` and `consume PORT 4`
+/// (pika 1.4.4, RabbitMQ 3.10.8), as tests/tests/messaging.rs traces them.
+#[test]
+fn e2e_clients_publish_with_confirms_then_consume_and_ack() {
+    // One channel: queue, exchange and binding declared, confirm mode,
+    // then four publishes alternating the default exchange and "billing",
+    // each ended by the broker's basic.ack; the fourth's frames came in
+    // three records.
+    let runs = replayed_run(MsgSystem::Rabbitmq, "e2e_amqp_publish.txt");
+    assert_eq!(runs.len(), 1);
+    assert_eq!(
+        lines(&runs[0]),
+        [
+            "rabbitmq/send publish  p- o- n- l1 e- q- c- 1170..1180 korders t- b16",
+            "rabbitmq/send publish billing p- o- n- l1 e- q- c- 1190..1200 kinvoice.created t- b16",
+            "rabbitmq/send publish  p- o- n- l1 e- q- c- 1210..1220 korders t- b16",
+            "rabbitmq/send publish billing p- o- n- l1 e- q- c- 1230..1260 kinvoice.created t- b16",
+        ]
+    );
+    assert!(runs[0].ops.iter().all(|o| o.links == [tp()]));
+    assert_eq!(runs[0].counts, MsgCounts { control_packets: 13, other_requests: 4, ..MsgCounts::default() });
+
+    // basic.qos, basic.consume; the four deliveries in one record, each
+    // processed until its ack; basic.cancel.
+    let runs = replayed_run(MsgSystem::Rabbitmq, "e2e_amqp_consume.txt");
+    assert_eq!(runs.len(), 1);
+    assert_eq!(
+        lines(&runs[0]),
+        [
+            "rabbitmq/process deliver  p- o- n- l1 e- q- c- 1140..1150 korders t1 b16",
+            "rabbitmq/settle ack  p- o- n1 l0 e- q- c- 1150..1150 korders t1 b-",
+            "rabbitmq/process deliver billing p- o- n- l1 e- q- c- 1140..1160 kinvoice.created t2 b16",
+            "rabbitmq/settle ack billing p- o- n1 l0 e- q- c- 1160..1160 kinvoice.created t2 b-",
+            "rabbitmq/process deliver  p- o- n- l1 e- q- c- 1140..1170 korders t3 b16",
+            "rabbitmq/settle ack  p- o- n1 l0 e- q- c- 1170..1170 korders t3 b-",
+            "rabbitmq/process deliver billing p- o- n- l1 e- q- c- 1140..1180 kinvoice.created t4 b16",
+            "rabbitmq/settle ack billing p- o- n1 l0 e- q- c- 1180..1180 kinvoice.created t4 b-",
+        ]
+    );
+    assert_eq!(runs[0].counts, MsgCounts { control_packets: 13, other_requests: 4, ..MsgCounts::default() });
+}

@@ -474,3 +474,54 @@ fn random_bytes_never_panic_and_stay_bounded() {
         }
     }
 }
+
+// ---------------------------------------------------------------- the end-to-end test's clients
+
+/// `tests/fixtures/kafka_client.py produce PORT orders 5` and `consume
+/// PORT orders 5 billing` (kafka-python 3.0.12, Tansu 0.6.0): every
+/// connection of each run, as tests/tests/messaging.rs traces them.
+#[test]
+fn e2e_clients_producer_and_consumer_group() {
+    // The producer: the admin's bootstrap and CreateTopics connections,
+    // the producer's bootstrap, then its node connection: ApiVersions and
+    // five Produce v9 (acks=1), each one record with a traceparent.
+    let runs = replayed_run(MsgSystem::Kafka, "e2e_kafka_produce.txt");
+    let ops: Vec<Vec<String>> = runs.iter().map(briefs).collect();
+    assert_eq!(ops[..3], [Vec::<String>::new(), vec![], vec![]]);
+    assert_eq!(
+        ops[3],
+        [
+            "kafka/send send orders p0 o0 n1 l1 e- q- crt-producer 1030..1040",
+            "kafka/send send orders p0 o1 n1 l1 e- q- crt-producer 1050..1060",
+            "kafka/send send orders p0 o2 n1 l1 e- q- crt-producer 1070..1080",
+            "kafka/send send orders p0 o3 n1 l1 e- q- crt-producer 1090..1100",
+            "kafka/send send orders p0 o4 n1 l1 e- q- crt-producer 1110..1120",
+        ]
+    );
+    let tp = crate::ids::parse_traceparent(TP).unwrap();
+    assert!(runs[3].ops.iter().all(|o| o.links == [tp]));
+    let other: Vec<u64> = runs.iter().map(|t| t.counts.other_requests).collect();
+    assert_eq!(other, [2, 3, 2, 1]);
+    assert!(runs.iter().all(|t| MsgCounts { other_requests: 0, ..t.counts } == MsgCounts::default()));
+
+    // The consumer: bootstrap; the node connection (ApiVersions,
+    // Metadata, ListOffsets, one Fetch v12 with the five records); the
+    // group coordinator's (FindCoordinator, JoinGroup twice, SyncGroup,
+    // OffsetFetch, one OffsetCommit of offset 5, LeaveGroup). The poll
+    // carries no group: a Fetch does not name it.
+    let runs = replayed_run(MsgSystem::Kafka, "e2e_kafka_consume.txt");
+    let ops: Vec<Vec<String>> = runs.iter().map(briefs).collect();
+    assert_eq!(
+        ops,
+        [
+            vec![],
+            vec!["kafka/receive poll orders p0 o0 n5 l5 e- q- crt-consumer 1110..1120".to_owned()],
+            vec!["kafka/settle commit orders p0 o5 n- l0 e- q- crt-consumer 1110..1120".to_owned()],
+        ]
+    );
+    assert!(runs[1].ops[0].links.iter().all(|l| *l == tp));
+    assert_eq!((runs[1].ops[0].consumer_group.as_deref(), runs[2].ops[0].consumer_group.as_deref()), (None, Some("billing")));
+    let other: Vec<u64> = runs.iter().map(|t| t.counts.other_requests).collect();
+    assert_eq!(other, [2, 5, 6]);
+    assert!(runs.iter().all(|t| MsgCounts { other_requests: 0, ..t.counts } == MsgCounts::default()));
+}

@@ -180,3 +180,48 @@ fn random_bytes_never_panic_and_stay_bounded() {
     let seeds: Vec<_> = [capture(&testdata("nats_request.txt")), capture(&testdata("nats_verbose.txt"))].concat();
     random_records(MsgSystem::Nats, 13, &seeds, 300, |_| ());
 }
+
+// ---------------------------------------------------------------- the end-to-end test's clients
+
+/// `tests/fixtures/nats_client.py subscribe PORT 'orders.*' 4` and
+/// `publish PORT orders.created 4` (nats-py 2.16.0, nats-server 2.9.10),
+/// as tests/tests/messaging.rs traces them.
+#[test]
+fn e2e_clients_publish_and_wildcard_subscription() {
+    let tp = crate::ids::parse_traceparent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01").unwrap();
+    // HPUB (traceparent), PUB, HPUB, PUB in one record, then the flush's
+    // PING.
+    let runs = replayed_run(MsgSystem::Nats, "e2e_nats_publish.txt");
+    assert_eq!(runs.len(), 1);
+    assert_eq!(
+        lines(&runs[0]),
+        [
+            "nats/send publish orders.created p- o- n- l1 e- q- c- 1050..1050 g- b16",
+            "nats/send publish orders.created p- o- n- l0 e- q- c- 1050..1050 g- b16",
+            "nats/send publish orders.created p- o- n- l1 e- q- c- 1050..1050 g- b16",
+            "nats/send publish orders.created p- o- n- l0 e- q- c- 1050..1050 g- b16",
+        ]
+    );
+    assert_eq!(runs[0].ops[0].links, [tp]);
+    assert_eq!(runs[0].counts, MsgCounts { control_packets: 6, ..MsgCounts::default() });
+    // SUB with a wildcard, then the four messages (HMSG, MSG, HMSG, MSG)
+    // in one record: named by the subscription's filter (the template),
+    // their subject the destination. The close sends no UNSUB.
+    let runs = replayed_run(MsgSystem::Nats, "e2e_nats_subscribe.txt");
+    assert_eq!(runs.len(), 1);
+    assert_eq!(
+        lines(&runs[0]),
+        [
+            "nats/- subscribe orders.* p- o- n- l0 e- q- c- 1040..1040 g- b-",
+            "nats/receive receive orders.created p- o- n- l1 e- q- c- 1060..1060 g- b16",
+            "nats/receive receive orders.created p- o- n- l0 e- q- c- 1060..1060 g- b16",
+            "nats/receive receive orders.created p- o- n- l1 e- q- c- 1060..1060 g- b16",
+            "nats/receive receive orders.created p- o- n- l0 e- q- c- 1060..1060 g- b16",
+        ]
+    );
+    assert_eq!((runs[0].ops[0].destination.as_deref(), runs[0].ops[0].template.as_deref()), (None, Some("orders.*")));
+    let receives = &runs[0].ops[1..];
+    assert!(receives.iter().all(|o| o.destination.as_deref() == Some("orders.created") && o.template.as_deref() == Some("orders.*")));
+    assert_eq!(receives[0].links, [tp]);
+    assert_eq!(runs[0].counts, MsgCounts { control_packets: 6, ..MsgCounts::default() });
+}
