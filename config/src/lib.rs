@@ -404,7 +404,7 @@ mod tests {
     #[test]
     fn the_former_name_of_stream_ports_still_works_deprecated() {
         let d = Settings::default();
-        assert_eq!((d.probe.stream_ports(), d.probe.deprecated()), (&[5432, 3306, 6379, 11211, 1883][..], vec![]));
+        assert_eq!((d.probe.stream_ports(), d.probe.deprecated()), (&[5432, 3306, 6379, 11211, 9092, 5672, 4222, 1883][..], vec![]));
         let s = load("[probe]\nstream_ports = [9092]\n", &[]).unwrap();
         assert_eq!((s.probe.stream_ports(), s.probe.deprecated()), (&[9092][..], vec![]));
         let old = load("[probe]\ndb_ports = [5433]\n", &[]).unwrap();

@@ -143,10 +143,8 @@ pub struct ProbeSettings {
     pub propagate_keep_alive: KeepAlive,
     /// Server ports of the byte-stream protocols whose calls become spans:
     /// the databases (PostgreSQL 5432, MySQL/MariaDB 3306, Redis 6379,
-    /// memcached 11211) and the message brokers (MQTT 1883; Kafka 9092,
-    /// RabbitMQ's AMQP 5672 and NATS 4222 are read when listed, not by
-    /// default until each has its end-to-end test with a real broker).
-    /// A traced process's connection to
+    /// memcached 11211) and the message brokers (Kafka 9092, RabbitMQ's
+    /// AMQP 5672, NATS 4222, MQTT 1883). A traced process's connection to
     /// one of these ports is shipped as a byte stream and read as that
     /// protocol's client (told from its first bytes; the port picks one
     /// where they do not say). At most 16, none 0; empty: no database or
@@ -164,7 +162,7 @@ pub struct ProbeSettings {
 pub const MAX_STREAM_PORTS: usize = 16;
 
 /// `probe.stream_ports`' default: the databases', then the brokers'.
-pub const STREAM_PORTS: [u16; 5] = [5432, 3306, 6379, 11211, 1883];
+pub const STREAM_PORTS: [u16; 8] = [5432, 3306, 6379, 11211, 9092, 5672, 4222, 1883];
 
 impl Default for ProbeSettings {
     fn default() -> Self {
@@ -219,7 +217,7 @@ impl ProbeSettings {
                 p.propagate,
             ));
         }
-        let example = "[5432, 3306, 6379, 11211, 1883]";
+        let example = "[5432, 3306, 6379, 11211, 9092, 5672, 4222, 1883]";
         for (key, ports) in [("probe.stream_ports", Some(&p.stream_ports)), ("probe.db_ports", p.db_ports.as_ref())] {
             let Some(ports) = ports else { continue };
             if ports.len() > MAX_STREAM_PORTS || ports.contains(&0) {
