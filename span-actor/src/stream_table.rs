@@ -4,7 +4,7 @@
 //!
 //! A protocol family plugs in as a [`Family`] in [`FAMILIES`]: how its
 //! connections are told (their first bytes, else their server's port) and
-//! the [`StreamConn`] that follows one (records' pieces in, [`StreamOp`]s
+//! the [`StreamConn`] that follows one (records' pieces in, operations ([`Calls`])
 //! out, what it could not follow counted by reason). The table does the
 //! rest once for all of them: bounded host-wide, whatever clients and
 //! servers send, by a [`ConnTable`]: at most [`STREAM_CONNS`] connections
@@ -58,16 +58,39 @@ pub const FAMILIES: &[Family] = &[crate::db::FAMILY, crate::messaging::FAMILY];
 /// A connection's state, as a family makes it.
 pub type Followed = Box<dyn StreamConn>;
 
-/// One call a connection finished.
-#[derive(Debug)]
-pub struct StreamOp {
-    /// CLOCK_MONOTONIC ns of the send record that carried the call's
-    /// request (its link is that send's), and of the record that carried
-    /// its completion.
-    pub start_ns: u64,
-    pub end_ns: u64,
-    /// What it was.
-    pub call: Call,
+/// Where a connection's finished calls go: straight into the
+/// transformer's operations (an operation is a few hundred bytes: no list
+/// of the family's own in between), the table numbering and linking each
+/// after the record ([`StreamTable::record`]).
+pub struct Calls<'a> {
+    out: &'a mut Vec<Operation>,
+    who: Conn,
+}
+
+impl<'a> Calls<'a> {
+    /// Calls of the client connection `who`, appended to `out`.
+    pub fn new(out: &'a mut Vec<Operation>, who: Conn) -> Self {
+        Calls { out, who }
+    }
+
+    /// A call finished: sent by the send record of `start_ns` (its link is
+    /// that send's), completed by the record of `end_ns`.
+    #[inline]
+    pub fn push(&mut self, start_ns: u64, end_ns: u64, call: Call) {
+        self.out.push(Operation {
+            role: Role::Client,
+            conn: self.who,
+            seq: 0,
+            sub: 0,
+            start_mono_ns: start_ns,
+            end_mono_ns: end_ns,
+            parent: None,
+            traceparent: None,
+            propagated: None,
+            unlinked: false,
+            call,
+        });
+    }
 }
 
 /// One connection of a family: its records in, its calls out. `counts`
@@ -76,7 +99,7 @@ pub trait StreamConn: Send {
     /// One record: `send` (the client wrote) or not, the time its syscall
     /// completed, whether its bytes are TLS plaintext, and its pieces
     /// ([`pieces`] layout, hostile).
-    fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, pieces: &[u8], out: &mut Vec<StreamOp>, counts: &mut [u64]);
+    fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, pieces: &[u8], out: &mut Calls<'_>, counts: &mut [u64]);
     /// The connection's first record is not its first (traced mid-way,
     /// followed afresh, or that record was lost).
     fn joined_midway(&mut self, counts: &mut [u64]);
@@ -133,7 +156,6 @@ pub struct StreamTable {
     /// A family's counts since they were last published.
     counts: Vec<Vec<u64>>,
     stats: Counters,
-    ops: Vec<StreamOp>,
 }
 
 impl StreamTable {
@@ -158,7 +180,6 @@ impl StreamTable {
                 state_bytes: registry.gauge("ringtail_db_state_bytes", &[]),
                 connections: registry.gauge("ringtail_db_connections", &[]),
             },
-            ops: Vec::new(),
         }
     }
 
@@ -200,24 +221,15 @@ impl StreamTable {
             }
             e.sends.push_back((r.mono_ns, r.links));
         }
-        e.conn.feed(r.send, r.mono_ns, r.conn.tls, r.pieces, &mut self.ops, &mut self.counts[e.family]);
-        for op in self.ops.drain(..) {
+        let first = out.len();
+        e.conn.feed(r.send, r.mono_ns, r.conn.tls, r.pieces, &mut Calls::new(out, e.who), &mut self.counts[e.family]);
+        for op in &mut out[first..] {
             e.calls = e.calls.wrapping_add(1);
+            op.seq = e.calls;
             // the link of the send that carried the call
-            let links = e.sends.iter().rev().find(|(ts, _)| *ts == op.start_ns).map(|(_, l)| *l).unwrap_or_default();
-            out.push(Operation {
-                role: Role::Client,
-                conn: e.who,
-                seq: e.calls,
-                sub: 0,
-                start_mono_ns: op.start_ns,
-                end_mono_ns: op.end_ns,
-                parent: links.parent,
-                traceparent: None,
-                propagated: None,
-                unlinked: links.unlinked,
-                call: op.call,
-            });
+            let links = e.sends.iter().rev().find(|(ts, _)| *ts == op.start_mono_ns).map(|(_, l)| *l).unwrap_or_default();
+            op.parent = links.parent;
+            op.unlinked = links.unlinked;
         }
         self.conns.recount(&key);
         self.shed();

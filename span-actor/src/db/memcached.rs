@@ -158,7 +158,7 @@ impl McConn {
     }
 
     /// One record (see [`super::DbConn::feed`]; `pieces` is valid).
-    pub fn feed(&mut self, send: bool, ts: u64, _tls: bool, bytes: &[u8], out: &mut Out, counts: &mut DbCounts) {
+    pub fn feed(&mut self, send: bool, ts: u64, _tls: bool, bytes: &[u8], out: &mut Out<'_>, counts: &mut DbCounts) {
         if self.st.given_up {
             return;
         }
@@ -268,7 +268,7 @@ impl St {
     }
 
     /// A recv line or data block. `false`: desync.
-    fn on_recv(&mut self, m: Msg<'_>, ts: u64, out: &mut Out, counts: &mut DbCounts) -> bool {
+    fn on_recv(&mut self, m: Msg<'_>, ts: u64, out: &mut Out<'_>, counts: &mut DbCounts) -> bool {
         if self.recv_body.take().is_some() {
             // A value (never read); a meta VA ends its call with it.
             if self.pending.front().is_some_and(|p| p.reply == Reply::Meta) {
@@ -325,7 +325,7 @@ impl St {
         true
     }
 
-    fn finish(&mut self, error: Option<String>, ts: u64, out: &mut Out) {
+    fn finish(&mut self, error: Option<String>, ts: u64, out: &mut Out<'_>) {
         if let Some(mut p) = self.pending.pop_front() {
             if let Some(e) = error {
                 p.op.call.status_code = Some(Text::Owned(e.clone()));

@@ -73,7 +73,7 @@ use ipc_schema::db::system;
 use ipc_schema::{DbCall, Text};
 
 use crate::operation::{Addrs, Call, Conn, SpanParts};
-use crate::stream_table::{Family, Followed, StreamConn, StreamOp};
+use crate::stream_table::{Calls, Family, Followed, StreamConn};
 
 /// Requests awaiting an answer kept per connection (a pipeline deeper than
 /// this is given up: counted `too_many_pending`, its ops `unanswered`).
@@ -349,21 +349,21 @@ impl DbStream {
     }
 }
 
-/// Where a connection's finished calls go: the stream table's own list,
-/// each pushed once where its answer is read (no list of the databases'
-/// own in between: a [`DbOp`] is a few hundred bytes, each move a copy).
-pub type Out = Vec<StreamOp>;
+/// Where a connection's finished calls go: the stream table's
+/// operations, each pushed once where its answer is read (no list of the
+/// databases' own in between: each move would be a copy).
+pub type Out<'a> = Calls<'a>;
 
 /// `op` is finished: onto `out`, boxed (as the parsers keep pending
 /// calls) so that the table, the operation and the span's judge move a
 /// pointer, not the call.
 #[inline]
-pub(crate) fn done(out: &mut Out, op: Box<DbOp>) {
-    out.push(StreamOp { start_ns: op.start_ns, end_ns: op.end_ns, call: Call::Db(op) });
+pub(crate) fn done(out: &mut Out<'_>, op: Box<DbOp>) {
+    out.push(op.start_ns, op.end_ns, Call::Db(op));
 }
 
 impl StreamConn for DbStream {
-    fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, pieces: &[u8], out: &mut Vec<StreamOp>, counts: &mut [u64]) {
+    fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, pieces: &[u8], out: &mut Calls<'_>, counts: &mut [u64]) {
         let mut c = DbCounts::default();
         self.conn.feed(send, ts_ns, tls, pieces, out, &mut c);
         c.add_to(counts);
@@ -466,7 +466,7 @@ impl DbConn {
     /// have no such place: the calls awaiting answers are counted
     /// `calls_lost` and forgotten, and the connection is followed again
     /// from its next send that begins a command.
-    fn gap(&mut self, gap: pieces::Gap, ts_ns: u64, tls: bool, out: &mut Out, counts: &mut DbCounts) {
+    fn gap(&mut self, gap: pieces::Gap, ts_ns: u64, tls: bool, out: &mut Out<'_>, counts: &mut DbCounts) {
         let system = match &mut self.proto {
             Proto::Postgres(_) | Proto::MySql(_) => {
                 for (send, n) in [(true, gap.send), (false, gap.recv)] {
@@ -506,7 +506,7 @@ impl DbConn {
     /// completed, whether its bytes are TLS plaintext, and its pieces
     /// ([`pieces`] layout). Finished calls are appended to `out`; what was
     /// dropped is added to `counts`.
-    pub fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, record: &[u8], out: &mut Out, counts: &mut DbCounts) {
+    pub fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, record: &[u8], out: &mut Out<'_>, counts: &mut DbCounts) {
         if self.given_up {
             return;
         }
@@ -549,10 +549,12 @@ impl DbConn {
 
     /// [`DbConn::feed`] with the finished calls as [`DbOp`]s: the form
     /// the parsers' tests and the fuzz targets read (the stream table
-    /// takes [`StreamOp`]s, without this copy).
+    /// takes them as operations, without this copy).
     pub fn feed_ops(&mut self, send: bool, ts_ns: u64, tls: bool, record: &[u8], ops: &mut Vec<DbOp>, counts: &mut DbCounts) {
-        let mut out = Out::new();
-        self.feed(send, ts_ns, tls, record, &mut out, counts);
+        let nowhere = ipc_schema::SockAddr { v6: false, ip: 0, port: 0 };
+        let who = Conn { id: 0, pid: 0, proc_start_ns: 0, local: nowhere, peer: nowhere, tls };
+        let mut out = Vec::new();
+        self.feed(send, ts_ns, tls, record, &mut Calls::new(&mut out, who), counts);
         ops.extend(out.into_iter().filter_map(|s| match s.call {
             Call::Db(op) => Some(*op),
             Call::Http(_) | Call::Messaging(_) => None,

@@ -261,7 +261,7 @@ impl MyConn {
     }
 
     /// One record (see [`super::DbConn::feed`]; `pieces` is valid).
-    pub fn feed(&mut self, send: bool, ts: u64, tls: bool, bytes: &[u8], out: &mut Out, counts: &mut DbCounts) {
+    pub fn feed(&mut self, send: bool, ts: u64, tls: bool, bytes: &[u8], out: &mut Out<'_>, counts: &mut DbCounts) {
         if !tls && self.st.tls_only {
             counts.ciphertext_records += 1;
             return;
@@ -473,7 +473,7 @@ impl St {
 
     /// A server packet's payload. `true`: the stream is not where we
     /// thought (a desync).
-    fn on_recv(&mut self, p: &[u8], whole: bool, ts: u64, out: &mut Out, counts: &mut DbCounts) -> bool {
+    fn on_recv(&mut self, p: &[u8], whole: bool, ts: u64, out: &mut Out<'_>, counts: &mut DbCounts) -> bool {
         match self.phase {
             Phase::Unknown | Phase::Handshake => {
                 if p.first() == Some(&10) {
@@ -526,7 +526,7 @@ impl St {
         rest.get(a + b..).and_then(u16le).unwrap_or(0)
     }
 
-    fn answer(&mut self, p: &[u8], whole: bool, ts: u64, out: &mut Out, counts: &mut DbCounts) -> bool {
+    fn answer(&mut self, p: &[u8], whole: bool, ts: u64, out: &mut Out<'_>, counts: &mut DbCounts) -> bool {
         let mut desync = false;
         self.resp = match std::mem::take(&mut self.resp) {
             Resp::None => {
@@ -624,7 +624,7 @@ impl St {
     }
 
     /// The recv resync (see the module doc).
-    fn tail_resync(&mut self, t: &[u8], ts: u64, out: &mut Out) -> bool {
+    fn tail_resync(&mut self, t: &[u8], ts: u64, out: &mut Out<'_>) -> bool {
         let end = t.len();
         for p in (0..end.saturating_sub(4)).rev().take(600) {
             let Some(len) = u24(&t[p..]) else { continue };

@@ -288,7 +288,7 @@ impl PgConn {
     }
 
     /// One record (see [`super::DbConn::feed`]; `pieces` is valid).
-    pub fn feed(&mut self, send: bool, ts: u64, tls: bool, bytes: &[u8], out: &mut Out, counts: &mut DbCounts) {
+    pub fn feed(&mut self, send: bool, ts: u64, tls: bool, bytes: &[u8], out: &mut Out<'_>, counts: &mut DbCounts) {
         if self.core.given_up {
             return;
         }
@@ -359,7 +359,7 @@ impl PgConn {
         }
     }
 
-    fn feed_recv(&mut self, ts: u64, bytes: &[u8], out: &mut Out, counts: &mut DbCounts) {
+    fn feed_recv(&mut self, ts: u64, bytes: &[u8], out: &mut Out<'_>, counts: &mut DbCounts) {
         let mut strip_first = false;
         if let Ssl::AwaitAnswer { gss } = self.core.ssl {
             match pieces::pieces(bytes).next() {
@@ -632,7 +632,7 @@ impl Core {
     }
 
     /// A typed backend message.
-    fn on_recv(&mut self, m: Msg<'_>, ts: u64, out: &mut Out, counts: &mut DbCounts) {
+    fn on_recv(&mut self, m: Msg<'_>, ts: u64, out: &mut Out<'_>, counts: &mut DbCounts) {
         let body = m.bytes.get(5..).unwrap_or(&[]);
         match m.bytes[0] {
             t @ (b'C' | b'I' | b's') => {
@@ -699,7 +699,7 @@ impl Core {
     }
 
     /// A completion for the oldest call.
-    fn end_front(&mut self, c: Completion, ts: u64, out: &mut Out, counts: &mut DbCounts) {
+    fn end_front(&mut self, c: Completion, ts: u64, out: &mut Out<'_>, counts: &mut DbCounts) {
         match self.queue.front_mut() {
             Some(Entry::Call { op, simple: true, copy_out, first_done }) => {
                 // A simple Query: its first statement's rows, its first
@@ -739,7 +739,7 @@ impl Core {
 
     /// ReadyForQuery: ends a Query, or retires a Sync (and any Execute
     /// before it whose completion never came: it ends here).
-    fn ready(&mut self, ts: u64, out: &mut Out) {
+    fn ready(&mut self, ts: u64, out: &mut Out<'_>) {
         while let Some(e) = self.queue.pop_front() {
             match e {
                 Entry::Call { mut op, simple, .. } => {
@@ -757,7 +757,7 @@ impl Core {
     /// The recv resync: if `tail` ends with ReadyForQuery, every pending
     /// call ends at `ts`, the last with the completion found right before
     /// the `Z`. `true` when it did.
-    fn tail_resync(&mut self, tail: &[u8], ts: u64, out: &mut Out) -> bool {
+    fn tail_resync(&mut self, tail: &[u8], ts: u64, out: &mut Out<'_>) -> bool {
         if !ends_with_ready(tail) {
             return false;
         }

@@ -554,7 +554,7 @@ impl RedisConn {
     }
 
     /// One record (see [`super::DbConn::feed`]; `pieces` is valid).
-    pub fn feed(&mut self, send: bool, ts: u64, _tls: bool, bytes: &[u8], out: &mut Out, counts: &mut DbCounts) {
+    pub fn feed(&mut self, send: bool, ts: u64, _tls: bool, bytes: &[u8], out: &mut Out<'_>, counts: &mut DbCounts) {
         if self.st.given_up {
             return;
         }
@@ -715,7 +715,7 @@ impl St {
     }
 
     /// A recv token. `false`: not RESP (give up).
-    fn on_recv(&mut self, m: Msg<'_>, ts: u64, out: &mut Out, counts: &mut DbCounts) -> bool {
+    fn on_recv(&mut self, m: Msg<'_>, ts: u64, out: &mut Out<'_>, counts: &mut DbCounts) -> bool {
         let r = self.reply.get_or_insert_with(Reply::default);
         if let Some(_n) = self.recv_body.take() {
             let body = m.bytes.get(..m.bytes.len().saturating_sub(2)).unwrap_or(&[]);
@@ -780,7 +780,7 @@ impl St {
 
     /// A value ended: pops finished aggregates; a finished top-level
     /// reply is paired.
-    fn value_done(&mut self, ts: u64, out: &mut Out, counts: &mut DbCounts) -> bool {
+    fn value_done(&mut self, ts: u64, out: &mut Out<'_>, counts: &mut DbCounts) -> bool {
         let Some(r) = self.reply.as_mut() else { return true };
         while let Some(n) = r.stack.last_mut() {
             *n -= 1;
@@ -798,7 +798,7 @@ impl St {
         true
     }
 
-    fn reply_done(&mut self, r: Reply, ts: u64, out: &mut Out, counts: &mut DbCounts) {
+    fn reply_done(&mut self, r: Reply, ts: u64, out: &mut Out<'_>, counts: &mut DbCounts) {
         let first = r.first.as_deref();
         let confirmation =
             matches!(first, Some("subscribe" | "psubscribe" | "ssubscribe" | "unsubscribe" | "punsubscribe" | "sunsubscribe"));

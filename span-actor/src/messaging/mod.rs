@@ -92,7 +92,7 @@ use ipc_schema::{MsgCall, SpanLink, Text};
 use crate::db::pieces;
 use crate::ids::TraceParent;
 use crate::operation::{Addrs, Call, Conn, SpanParts};
-use crate::stream_table::{Family, Followed, StreamConn, StreamOp};
+use crate::stream_table::{Calls, Family, Followed, StreamConn};
 
 /// Calls awaiting an answer kept per connection (past it the oldest is
 /// given up: counted `too_many_pending`).
@@ -581,11 +581,13 @@ impl MsgStream {
 }
 
 impl StreamConn for MsgStream {
-    fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, pieces: &[u8], out: &mut Vec<StreamOp>, counts: &mut [u64]) {
+    fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, pieces: &[u8], out: &mut Calls<'_>, counts: &mut [u64]) {
         let mut c = MsgCounts::default();
         self.conn.feed(send, ts_ns, tls, pieces, &mut self.ops, &mut c);
         c.add_to(counts);
-        out.extend(self.ops.drain(..).map(|op| StreamOp { start_ns: op.start_ns, end_ns: op.end_ns, call: Call::Messaging(Box::new(op)) }));
+        for op in self.ops.drain(..) {
+            out.push(op.start_ns, op.end_ns, Call::Messaging(Box::new(op)));
+        }
     }
 
     fn joined_midway(&mut self, counts: &mut [u64]) {
