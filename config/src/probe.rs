@@ -162,7 +162,7 @@ pub struct ProbeSettings {
 pub const MAX_STREAM_PORTS: usize = 16;
 
 /// `probe.stream_ports`' default: the databases', then the brokers'.
-pub const STREAM_PORTS: [u16; 8] = [5432, 3306, 6379, 11211, 9092, 5672, 4222, 1883];
+pub const DEFAULT_STREAM_PORTS: [u16; 8] = [5432, 3306, 6379, 11211, 9092, 5672, 4222, 1883];
 
 impl Default for ProbeSettings {
     fn default() -> Self {
@@ -177,7 +177,7 @@ impl Default for ProbeSettings {
             keep_pins_on_stop: false,
             propagate: false,
             propagate_keep_alive: KeepAlive::Auto,
-            stream_ports: STREAM_PORTS.to_vec(),
+            stream_ports: DEFAULT_STREAM_PORTS.to_vec(),
             db_ports: None,
         }
     }
@@ -225,7 +225,7 @@ impl ProbeSettings {
             }
         }
         if let Some(old) = &p.db_ports {
-            if p.stream_ports[..] != STREAM_PORTS[..] && p.stream_ports != *old {
+            if p.stream_ports[..] != DEFAULT_STREAM_PORTS[..] && p.stream_ports != *old {
                 return Err(invalid(
                     "probe.db_ports",
                     "is probe.stream_ports' former name: set only probe.stream_ports",
