@@ -17,7 +17,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ipc_schema::{RawBatch, Role, ServiceResource, Span, SpanKind, Text};
+use ipc_schema::{RawBatch, Role, ServiceResource, SockAddr, Span, SpanKind, SpanLink, Text};
 use ringtail_config::Settings;
 use runtime_kit::counters::{Counter, Registry};
 
@@ -27,6 +27,8 @@ use crate::h2::grpc;
 use crate::h2::table::{H2Table, H2_SUB};
 use crate::http1::Http1;
 use crate::ids::{self, TraceParent};
+use crate::messaging::through::{Producer, Producers};
+use crate::messaging::{MsgSystem, OffsetRange, OpType};
 use crate::naming::{host_name, Naming};
 use crate::operation::{Addrs, Call, Operation, SpanParts};
 use crate::semconv;
@@ -47,6 +49,9 @@ const FORWARDED: usize = 4096;
 const FORWARD_TRIES: u8 = 8;
 /// Processes whose forwarding is remembered.
 const FORWARD_PROCS: usize = 4096;
+/// Kafka consumer spans waiting for the producers of their messages, all
+/// together: beyond, a span goes out at once with the links known.
+const MAX_LINK_WAITS: usize = 4096;
 /// The `sub` of a [`CtxKey`] that names a `traceparent` a process received
 /// (with the key's connection field a hash of it, its request field the
 /// process): no operation has it (HTTP/1 subs count up from 0; HTTP/2's is
@@ -125,6 +130,39 @@ struct Stats {
     spans: Counter,
     parent_timeouts: Counter,
     held_full: Counter,
+    /// Messages a Kafka consumer got whose producer span is not known here.
+    producer_unknown: Counter,
+    /// Producer spans of a consumer's messages found, whose trace is not
+    /// (not exported, forgotten, or still waiting when the consumer's
+    /// wait ended).
+    producer_untraced: Counter,
+    /// Producer spans of a consumer's messages past a span's links.
+    producers_past_max: Counter,
+}
+
+/// A Kafka consumer span waiting for the producer spans of its messages
+/// (their answers may reach ringtail after its own; or they wait for
+/// their own parent): resumed by [`Transformer::link_waits`].
+struct LinkWait {
+    p: Produced,
+    /// The capture epoch its ids derive from.
+    inst: u64,
+    /// (connection, call, sub) and what its operation said of its trace.
+    ids: (u64, u32, u32),
+    links: OwnedLinks,
+    /// The broker it fetched from, and the messages' offsets.
+    broker: SockAddr,
+    ranges: Vec<OffsetRange>,
+    deadline: Instant,
+}
+
+/// [`Links`], kept while its span waits.
+struct OwnedLinks {
+    parent: Option<(u64, u32)>,
+    traceparent: Option<String>,
+    propagated: Option<(u128, u64)>,
+    unlinked: bool,
+    pid: u32,
 }
 
 /// Everything the span-actor remembers between batches.
@@ -148,6 +186,11 @@ pub struct Transformer {
     held_order: VecDeque<(Instant, CtxKey, u8)>,
     /// The contexts of held spans (what waits for them waits on).
     pending: HashSet<CtxKey>,
+    /// Kafka producer spans by the messages they sent, and the consumer
+    /// spans waiting for theirs (oldest first: their deadlines are in
+    /// order).
+    producers: Producers<CtxKey>,
+    link_waits: VecDeque<LinkWait>,
     stats: Stats,
     /// The protocol modules.
     http1: Http1,
@@ -279,10 +322,15 @@ impl Transformer {
             held_count: 0,
             held_order: VecDeque::new(),
             pending: HashSet::new(),
+            producers: Producers::default(),
+            link_waits: VecDeque::new(),
             stats: Stats {
                 spans: registry.counter("ringtail_spans_created_total", &[]),
                 parent_timeouts: registry.counter("ringtail_parent_wait_timeouts_total", &[]),
                 held_full: registry.counter("ringtail_links_refused_total", &[("reason", "held_full")]),
+                producer_unknown: registry.counter("ringtail_links_refused_total", &[("reason", "producer_unknown")]),
+                producer_untraced: registry.counter("ringtail_links_refused_total", &[("reason", "producer_untraced")]),
+                producers_past_max: registry.counter("ringtail_links_refused_total", &[("reason", "links_full")]),
             },
             http1: Http1::new(registry),
             h2: H2Table::new(settings.pipeline.conn_state_bytes(), rpc_mode, registry),
@@ -363,6 +411,7 @@ impl Transformer {
             }
         }
         self.ops = ops;
+        self.link_waits(now, b.out);
         self.h2.publish();
         self.streams.publish();
         self.http_conventions.publish();
@@ -383,10 +432,25 @@ impl Transformer {
             self.forget(b, own, role, traceparent.as_deref(), conn.pid);
             return;
         };
+        // (a Kafka consumer's messages, for their producers' spans)
+        let mut fetched = None;
         let parts = match call {
             Call::Http(http) => self.http_conventions.judge(kind, &conn, &resource.service_name, http, &mut self.addrs),
             Call::Db(op) => Some(db::judge(op, &conn, &mut self.addrs)),
-            Call::Messaging(op) => Some(crate::messaging::judge(*op, &conn, &mut self.addrs)),
+            Call::Messaging(mut op) => {
+                if op.system == MsgSystem::Kafka && !op.ranges.is_empty() {
+                    let ranges = std::mem::take(&mut op.ranges);
+                    match (op.op_type, own) {
+                        (Some(OpType::Send), Some(key)) => {
+                            let span_id = ids::span_id(b.inst, conn.id, seq, sub, role);
+                            self.producers.sent(conn.peer, &ranges, Producer { key, span_id });
+                        }
+                        (Some(OpType::Receive), _) => fetched = Some(ranges),
+                        _ => {}
+                    }
+                }
+                Some(crate::messaging::judge(*op, &conn, &mut self.addrs))
+            }
         };
         let Some(SpanParts {
             kind: decided,
@@ -428,8 +492,41 @@ impl Transformer {
             links: span_links,
             call,
         });
+        let p = Produced { resource, span, origin: b.origin };
+        if let Some(ranges) = fetched {
+            let links = OwnedLinks { parent, traceparent, propagated, unlinked, pid: conn.pid };
+            let mut w = LinkWait {
+                p,
+                inst: b.inst,
+                ids: (conn.id, seq, sub),
+                links,
+                broker: conn.peer,
+                ranges,
+                deadline: b.now + self.parent_wait,
+            };
+            if !self.link_producers(&mut w, false) {
+                if self.held_count < MAX_HELD && self.link_waits.len() < MAX_LINK_WAITS {
+                    b.made.held += 1;
+                    self.held_count += 1;
+                    self.link_waits.push_back(w);
+                    return;
+                }
+                self.stats.held_full.inc();
+                self.link_producers(&mut w, true);
+            }
+            let LinkWait { p, ids, links: l, .. } = w;
+            let links = Links {
+                parent: l.parent,
+                traceparent: l.traceparent.as_deref(),
+                propagated: l.propagated,
+                unlinked: l.unlinked,
+                pid: l.pid,
+            };
+            self.trace(b, p, ids, links);
+            return;
+        }
         let links = Links { parent, traceparent: traceparent.as_deref(), propagated, unlinked, pid: conn.pid };
-        self.trace(b, Produced { resource, span, origin: b.origin }, (conn.id, seq, sub), links);
+        self.trace(b, p, (conn.id, seq, sub), links);
     }
 
     /// Puts span `p` (of operation `(conn, seq, sub)`) in its trace and out:
@@ -540,6 +637,84 @@ impl Transformer {
             // The span it joins (which may carry the caller's trace id)
             // comes later, or is itself waiting: wait for it, a while.
             self.hold(b, p, own, key, fallback);
+        }
+    }
+
+    /// Links Kafka consumer span `w` to the producer spans of its
+    /// messages, if every one that may be traced here is (or, `last`,
+    /// to those that are, the rest counted); whether it did (else it
+    /// should wait).
+    fn link_producers(&mut self, w: &mut LinkWait, last: bool) -> bool {
+        let found = self.producers.find(w.broker, &w.ranges);
+        let mut wait = found.may_come;
+        let mut links = Vec::with_capacity(found.producers.len());
+        let mut untraced = 0;
+        for pr in &found.producers {
+            if self.pending.contains(&pr.key) {
+                // (it waits for its own parent)
+                wait = true;
+                untraced += 1;
+                continue;
+            }
+            match self.contexts.get(pr.key) {
+                Some((trace, flags)) if trace != 0 => links.push(SpanLink { trace_id: trace, span_id: pr.span_id, trace_flags: flags }),
+                _ => untraced += 1,
+            }
+        }
+        if wait && !last {
+            return false;
+        }
+        self.stats.producer_unknown.add(found.unknown);
+        self.stats.producer_untraced.add(untraced);
+        let mut past_max = found.past_max;
+        let span_links = &mut w.p.span.links;
+        for l in links {
+            if span_links.contains(&l) {
+                continue;
+            }
+            if span_links.len() < ipc_schema::MAX_LINKS {
+                span_links.push(l);
+            } else {
+                past_max += 1;
+            }
+        }
+        self.stats.producers_past_max.add(past_max);
+        true
+    }
+
+    /// Puts the Kafka consumer spans whose producers have come (or whose
+    /// wait is over, `now`) in their trace and out.
+    fn link_waits(&mut self, now: Instant, out: &mut Vec<Produced>) {
+        if self.link_waits.is_empty() {
+            return;
+        }
+        let mut waits = std::mem::take(&mut self.link_waits);
+        let mut released = Made::default();
+        for mut w in waits.drain(..) {
+            let last = w.deadline <= now;
+            if !self.link_producers(&mut w, last) {
+                self.link_waits.push_back(w);
+                continue;
+            }
+            self.held_count -= 1;
+            let LinkWait { p, inst, ids, links: l, .. } = w;
+            let mut b = Batch { inst, origin: p.origin, offset: 0, now, out, made: Made::default() };
+            let links = Links {
+                parent: l.parent,
+                traceparent: l.traceparent.as_deref(),
+                propagated: l.propagated,
+                unlinked: l.unlinked,
+                pid: l.pid,
+            };
+            self.trace(&mut b, p, ids, links);
+            // (counted by the batch it came in as held: what is held again
+            // is counted when released)
+            released.spans += b.made.spans;
+        }
+        self.stats.spans.add(released.spans as u64);
+        // (no allocation next time)
+        if self.link_waits.is_empty() {
+            self.link_waits = waits;
         }
     }
 
@@ -672,7 +847,9 @@ impl Transformer {
 
     /// When the earliest held client span is due, if any.
     pub fn next_expiry(&self) -> Option<Instant> {
-        self.held_order.front().map(|(deadline, ..)| *deadline)
+        let held = self.held_order.front().map(|(deadline, ..)| *deadline);
+        let linking = self.link_waits.front().map(|w| w.deadline);
+        held.into_iter().chain(linking).min()
     }
 
     /// Sends spans whose context did not show up within `parent_wait`:
@@ -698,6 +875,8 @@ impl Transformer {
                 self.note_forwarding(key.2, false);
             }
         }
+        // (a consumer span's producer may have been among those)
+        self.link_waits(now, out);
     }
 }
 

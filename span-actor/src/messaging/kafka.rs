@@ -70,7 +70,7 @@
 use std::collections::VecDeque;
 
 use super::common::{self, R};
-use super::{name, traceparent, MsgCounts, MsgOp, MsgSystem, OpType, MAX_PENDING};
+use super::{name, traceparent, MsgCounts, MsgOp, MsgSystem, OffsetRange, OpType, MAX_PENDING};
 use crate::db::pieces::{self, Piece};
 use crate::db::stream::{Frame, Msg, Stream};
 
@@ -429,6 +429,13 @@ struct Batches {
     known: bool,
     /// The first batch's base offset.
     base_offset: Option<i64>,
+    /// The offsets of the data batches seen (control batches, a
+    /// transaction's markers, left out): the first one's base offset and
+    /// past the last one's last offset (a fetch's); the offsets they take,
+    /// all together (a produce's: its batches' base offsets are the
+    /// client's, 0, and the broker gives them consecutive offsets).
+    offsets: Option<(i64, i64)>,
+    spanned: u64,
 }
 
 impl Batches {
@@ -457,7 +464,7 @@ impl Batches {
 /// counted.
 fn read_batches(data: &[u8], declared: usize, fetched: bool, op: &mut MsgOp, counts: &mut MsgCounts) -> Batches {
     let whole = data.len() == declared;
-    let mut out = Batches { count: 0, known: true, base_offset: None };
+    let mut out = Batches { count: 0, known: true, base_offset: None, offsets: None, spanned: 0 };
     let mut r = R::new(data);
     while r.at < data.len() {
         let start = r.at;
@@ -492,11 +499,12 @@ fn read_batches(data: &[u8], declared: usize, fetched: bool, op: &mut MsgOp, cou
         let rest = (|| {
             r.take(4)?; // crc
             let attributes = r.i16()?;
-            r.take(4 + 8 + 8 + 8 + 2 + 4)?;
+            let last_delta = r.i32()?;
+            r.take(8 + 8 + 8 + 2 + 4)?;
             let n = r.i32()?;
-            Some((attributes, n))
+            Some((attributes, last_delta, n))
         })();
-        let Some((attributes, n)) = rest else {
+        let Some((attributes, last_delta, n)) = rest else {
             out.known &= whole && fetched;
             break;
         };
@@ -506,6 +514,13 @@ fn read_batches(data: &[u8], declared: usize, fetched: bool, op: &mut MsgOp, cou
         }
         out.base_offset.get_or_insert(base);
         out.count += u64::try_from(n).unwrap_or(0);
+        // (a control batch, bit 5, holds a marker, no message)
+        let past = u32::try_from(last_delta).ok().and_then(|d| base.checked_add(i64::from(d) + 1));
+        if let (false, Some(past)) = (attributes & 0x20 != 0, past) {
+            let first = out.offsets.map_or(base, |(f, _)| f);
+            out.offsets = Some((first, past.max(out.offsets.map_or(past, |(_, p)| p))));
+            out.spanned = out.spanned.saturating_add(u64::from(last_delta.unsigned_abs()) + 1);
+        }
         if attributes & 7 == 0 {
             let records = &data[r.at.min(data.len())..end.min(data.len())];
             read_trace_headers(records, n, op, counts);
@@ -724,7 +739,7 @@ fn on_request(pending: &mut VecDeque<Pending>, topics: &TopicIds, m: Msg<'_>, ts
             r.tags(flex)?;
             match api {
                 PRODUCE => {
-                    let (scope, b, acks) = read_produce(&mut r, version, flex, &mut op, counts);
+                    let (scope, b, acks) = read_produce(&mut r, version, flex, topics, &mut op, counts);
                     acks0 = acks == Some(0);
                     set_scope(&mut op, scope, &b, topics);
                 }
@@ -743,8 +758,12 @@ fn on_request(pending: &mut VecDeque<Pending>, topics: &TopicIds, m: Msg<'_>, ts
         Some(op)
     });
     if acks0 {
-        // No answer will come: the call ends with its send.
-        out.extend(op);
+        // No answer will come: the call ends with its send (and its
+        // messages' offsets are never known).
+        out.extend(op.map(|mut op| {
+            op.ranges.clear();
+            op
+        }));
         return;
     }
     if pending.len() >= MAX_PENDING {
@@ -784,7 +803,14 @@ fn read_topic(r: &mut R<'_>, by_id: bool, flex: bool, counts: &mut MsgCounts) ->
 /// the bytes ran out stays. Data cut by the capture (its LOST middle)
 /// ends the reading: the count and the scope stay known only when the
 /// cut data was the request's last partition.
-fn read_produce(r: &mut R<'_>, version: i16, flex: bool, op: &mut MsgOp, counts: &mut MsgCounts) -> (Scope, Batches, Option<i16>) {
+fn read_produce(
+    r: &mut R<'_>,
+    version: i16,
+    flex: bool,
+    topics: &TopicIds,
+    op: &mut MsgOp,
+    counts: &mut MsgCounts,
+) -> (Scope, Batches, Option<i16>) {
     let mut scope = Scope::default();
     let mut all = Batches { known: true, ..Batches::default() };
     let mut acks = None;
@@ -792,16 +818,21 @@ fn read_produce(r: &mut R<'_>, version: i16, flex: bool, op: &mut MsgOp, counts:
         r.string(flex)?; // transactional id
         acks = Some(r.i16()?);
         r.i32()?; // timeout
-        let topics = r.count(flex)?;
-        for t in 0..topics {
-            scope.topic(read_topic(r, version >= 13, flex, counts)?);
+        let n_topics = r.count(flex)?;
+        for t in 0..n_topics {
+            let topic = read_topic(r, version >= 13, flex, counts)?;
+            scope.topic(topic.clone());
             let partitions = r.count(flex)?;
             for i in 0..partitions {
                 let p = r.i32()?;
                 let (data, declared) = r.bytes(flex)?;
                 let b = read_batches(data, declared, false, op, counts);
                 scope.partition(p, None);
-                if all.add(&b, data.len() < declared, t + 1 == topics && i + 1 == partitions, &mut scope) {
+                if let (Some(_), Ok(count @ 1..)) = (b.offsets, u32::try_from(b.spanned)) {
+                    // (the broker's answer gives the base offset)
+                    op.range(OffsetRange { topic: topic_name(topics, topic.clone()), partition: p, base: -1, count }, counts);
+                }
+                if all.add(&b, data.len() < declared, t + 1 == n_topics && i + 1 == partitions, &mut scope) {
                     return Some(());
                 }
                 r.tags(flex)?;
@@ -877,7 +908,9 @@ fn on_response(pending: &mut VecDeque<Pending>, topics: &mut TopicIds, m: Msg<'_
         r.tags(flex)?;
         match p.api {
             PRODUCE => {
-                let scope = read_produce_response(&mut r, p.version, flex, counts);
+                let scope = read_produce_response(&mut r, p.version, flex, topics, &mut op.ranges, counts);
+                // (a partition the answer gave no offset: its messages' are unknown)
+                op.ranges.retain(|r| r.base >= 0);
                 op.error_type = scope.error;
                 if op.partition.is_some() && !scope.many_partitions && !scope.many_topics {
                     // -1: no offset (acks=0 brokers, errors).
@@ -885,7 +918,7 @@ fn on_response(pending: &mut VecDeque<Pending>, topics: &mut TopicIds, m: Msg<'_
                 }
             }
             FETCH => {
-                let (scope, b) = read_fetch_response(&mut r, p.version, flex, &mut op, counts);
+                let (scope, b) = read_fetch_response(&mut r, p.version, flex, topics, &mut op, counts);
                 if b.count == 0 && scope.error.is_none() && b.known {
                     return Some(false);
                 }
@@ -908,18 +941,34 @@ fn on_response(pending: &mut VecDeque<Pending>, topics: &mut TopicIds, m: Msg<'_
     }
 }
 
-/// Produce response: the partitions' errors and base offsets.
-fn read_produce_response(r: &mut R<'_>, version: i16, flex: bool, counts: &mut MsgCounts) -> Scope {
+/// Produce response: the partitions' errors and base offsets (onto the
+/// request's `ranges` of the same topic and partition, when the
+/// partition's write succeeded).
+fn read_produce_response(
+    r: &mut R<'_>,
+    version: i16,
+    flex: bool,
+    topics: &TopicIds,
+    ranges: &mut [OffsetRange],
+    counts: &mut MsgCounts,
+) -> Scope {
     let mut scope = Scope::default();
     let _ = (|| {
         for _ in 0..r.count(flex)? {
-            scope.topic(read_topic(r, version >= 13, flex, counts)?);
+            let topic = read_topic(r, version >= 13, flex, counts)?;
+            let name = (!ranges.is_empty()).then(|| topic_name(topics, topic.clone()));
+            scope.topic(topic);
             for _ in 0..r.count(flex)? {
                 let p = r.i32()?;
                 let code = r.i16()?;
                 let base = r.i64()?;
                 scope.partition(p, Some(base));
                 scope.error(code);
+                if code == 0 && base >= 0 {
+                    if let Some(range) = ranges.iter_mut().find(|r| r.base < 0 && r.partition == p && Some(&r.topic) == name.as_ref()) {
+                        range.base = base;
+                    }
+                }
                 r.i64()?; // log append time
                 if version >= 5 {
                     r.i64()?; // log start offset
@@ -943,7 +992,14 @@ fn read_produce_response(r: &mut R<'_>, version: i16, flex: bool, counts: &mut M
 
 /// Fetch response: topics, partitions, record data (cut as in
 /// [`read_produce`]).
-fn read_fetch_response(r: &mut R<'_>, version: i16, flex: bool, op: &mut MsgOp, counts: &mut MsgCounts) -> (Scope, Batches) {
+fn read_fetch_response(
+    r: &mut R<'_>,
+    version: i16,
+    flex: bool,
+    topics: &TopicIds,
+    op: &mut MsgOp,
+    counts: &mut MsgCounts,
+) -> (Scope, Batches) {
     let mut scope = Scope::default();
     let mut all = Batches { known: true, ..Batches::default() };
     let done = (|| {
@@ -952,8 +1008,8 @@ fn read_fetch_response(r: &mut R<'_>, version: i16, flex: bool, op: &mut MsgOp, 
             scope.error(r.i16()?);
             r.i32()?; // session id
         }
-        let topics = r.count(flex)?;
-        for t in 0..topics {
+        let n_topics = r.count(flex)?;
+        for t in 0..n_topics {
             let topic = read_topic(r, version >= 13, flex, counts)?;
             let partitions = r.count(flex)?;
             for i in 0..partitions {
@@ -979,7 +1035,12 @@ fn read_fetch_response(r: &mut R<'_>, version: i16, flex: bool, op: &mut MsgOp, 
                     scope.topic(topic.clone());
                     scope.partition(p, b.base_offset);
                 }
-                if all.add(&b, data.len() < declared, t + 1 == topics && i + 1 == partitions, &mut scope) {
+                if let Some((first, past)) = b.offsets {
+                    if let Ok(count @ 1..) = u32::try_from(past.saturating_sub(first)) {
+                        op.range(OffsetRange { topic: topic_name(topics, topic.clone()), partition: p, base: first, count }, counts);
+                    }
+                }
+                if all.add(&b, data.len() < declared, t + 1 == n_topics && i + 1 == partitions, &mut scope) {
                     return Some(());
                 }
                 r.tags(flex)?;

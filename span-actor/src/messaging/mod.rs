@@ -85,6 +85,7 @@ mod common;
 pub mod kafka;
 pub mod mqtt;
 pub mod nats;
+pub mod through;
 
 pub use ipc_schema::SpanKind;
 use ipc_schema::{MsgCall, SpanLink, Text};
@@ -106,6 +107,34 @@ pub const MAX_NAME: usize = 255;
 /// Trace contexts kept per op (a batch's messages each may carry one;
 /// past it they are not kept, counted `links_dropped`).
 pub const MAX_LINKS: usize = 16;
+
+/// Partitions' offset ranges kept per op ([`MsgOp::ranges`]; past it they
+/// are not kept, counted `ranges_dropped`).
+pub const MAX_RANGES: usize = 16;
+
+/// The messages of one Kafka partition a call sent or received: offsets
+/// `base .. base + count` (the broker's identity of each message, which
+/// links a consumer to its producer with no header:
+/// [`through::Producers`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OffsetRange {
+    /// The topic's name (or, named by id and not yet by a Metadata
+    /// answer, its id in hex: [`MsgOp::destination`]'s rule).
+    pub topic: String,
+    pub partition: i32,
+    /// The first message's offset (a Produce's: the base offset the broker
+    /// answered; until then -1).
+    pub base: i64,
+    /// Offsets the messages take (a batch's last offset delta + 1, summed).
+    pub count: u32,
+}
+
+impl OffsetRange {
+    /// Past its last offset (`None` if it would overflow).
+    pub fn end(&self) -> Option<i64> {
+        self.base.checked_add(i64::from(self.count))
+    }
+}
 
 /// A messaging system.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -209,6 +238,9 @@ pub struct MsgOp {
     /// base offset the broker assigned; Fetch: the first batch's base
     /// offset; OffsetCommit: the committed offset), one partition only.
     pub offset: Option<i64>,
+    /// The partitions' offset ranges the call sent (Produce, once answered)
+    /// or received (Fetch), at most [`MAX_RANGES`]: Kafka only.
+    pub ranges: Vec<OffsetRange>,
     /// `messaging.batch.message_count`: messages in the call, when every
     /// batch header was seen (Kafka: from record-batch headers, compressed
     /// batches included; MQTT: none, a PUBLISH is one message).
@@ -255,6 +287,7 @@ impl MsgOp {
             body_size: None,
             partition: None,
             offset: None,
+            ranges: Vec::new(),
             message_count: None,
             consumer_group: None,
             client_id: None,
@@ -275,6 +308,8 @@ impl MsgOp {
             .map(|s| s.as_ref().map_or(0, String::capacity))
             .sum::<usize>()
             + self.links.capacity() * std::mem::size_of::<TraceParent>()
+            + self.ranges.iter().map(|r| r.topic.capacity()).sum::<usize>()
+            + self.ranges.capacity() * std::mem::size_of::<OffsetRange>()
     }
 
     /// Keeps a trace context the call's messages carried.
@@ -283,6 +318,15 @@ impl MsgOp {
             self.links.push(tp);
         } else {
             counts.links_dropped += 1;
+        }
+    }
+
+    /// Keeps a partition's offset range.
+    pub(crate) fn range(&mut self, r: OffsetRange, counts: &mut MsgCounts) {
+        if self.ranges.len() < MAX_RANGES {
+            self.ranges.push(r);
+        } else {
+            counts.ranges_dropped += 1;
         }
     }
 }
@@ -310,6 +354,7 @@ pub fn judge(op: MsgOp, conn: &Conn, addrs: &mut Addrs) -> SpanParts {
         delivery_tag,
         body_size,
         offset,
+        ranges: _,
         message_count,
         consumer_group,
         client_id,
@@ -419,6 +464,9 @@ pub struct MsgCounts {
     pub names_cut: u64,
     /// Trace contexts past [`MAX_LINKS`] on one op.
     pub links_dropped: u64,
+    /// Kafka partitions' offset ranges past [`MAX_RANGES`] on one op
+    /// (their messages are not linked to their producers).
+    pub ranges_dropped: u64,
     /// Records ignored because the connection is TLS (socket bytes are
     /// ciphertext).
     pub ciphertext_records: u64,
@@ -449,6 +497,7 @@ impl MsgCounts {
             too_many_channels,
             names_cut,
             links_dropped,
+            ranges_dropped,
             ciphertext_records,
             given_up,
             calls_lost,
@@ -469,6 +518,7 @@ impl MsgCounts {
         self.too_many_channels += too_many_channels;
         self.names_cut += names_cut;
         self.links_dropped += links_dropped;
+        self.ranges_dropped += ranges_dropped;
         self.ciphertext_records += ciphertext_records;
         self.given_up += given_up;
         self.calls_lost += calls_lost;
@@ -487,7 +537,7 @@ impl MsgCounts {
 
     /// (label, value) pairs, for `ringtail_dropped_events_total{reason}`
     /// and logs.
-    pub fn labelled(&self) -> [(&'static str, u64); 19] {
+    pub fn labelled(&self) -> [(&'static str, u64); 20] {
         [
             ("msg_malformed", self.malformed),
             ("msg_desync", self.desync),
@@ -505,6 +555,7 @@ impl MsgCounts {
             ("msg_too_many_channels", self.too_many_channels),
             ("msg_names_cut", self.names_cut),
             ("msg_links_dropped", self.links_dropped),
+            ("msg_ranges_dropped", self.ranges_dropped),
             ("msg_ciphertext_records", self.ciphertext_records),
             ("msg_given_up", self.given_up),
             ("msg_calls_lost", self.calls_lost),

@@ -80,6 +80,7 @@ fn labels_cover_every_count_once() {
         too_many_channels: 1,
         names_cut: 1,
         links_dropped: 1,
+        ranges_dropped: 1,
         ciphertext_records: 1,
         given_up: 1,
         calls_lost: 1,

@@ -1213,3 +1213,130 @@ fn mqtt_publishes_are_producer_spans_children_of_the_request_that_made_them() {
     assert_eq!(rig.t.streams.connections(), 1);
     assert_eq!(rig.t.held(), 0);
 }
+
+// ------------------------------------------------------------- messaging
+
+/// Connection `n`'s records of a client run (`messaging/testdata/e2e_*.txt`),
+/// as the kernel ships them for connection `conn` to the broker at
+/// 10.0.0.5:9092, from `mono_ns` on; a send with `parent` is made while
+/// serving that request.
+fn kafka_records(file: &str, n: usize, conn: u64, mono_ns: u64, parent: Option<(u64, u32)>) -> Vec<RawStream> {
+    let text = std::fs::read_to_string(format!("{}/src/messaging/testdata/{file}", env!("CARGO_MANIFEST_DIR"))).expect("testdata");
+    let prefix = format!("{n} ");
+    let lines = text.lines().filter_map(|l| l.strip_prefix(&prefix)).collect::<Vec<_>>().join("\n");
+    crate::messaging::testing::capture(&lines)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (send, b))| db_record(conn, 9092, send, &b, mono_ns + i as u64 * 1000, parent))
+        .collect()
+}
+
+/// The links of the one CONSUMER span of `out`.
+fn consumer_links(out: &[Produced]) -> Vec<SpanLink> {
+    let consumers: Vec<_> = out.iter().filter(|p| p.span.kind == SpanKind::Consumer).collect();
+    assert_eq!(consumers.len(), 1, "{:?}", out.iter().map(|p| &p.span.name).collect::<Vec<_>>());
+    consumers[0].span.links.clone()
+}
+
+/// The producer's node connection (5 sends, one record each, offsets 0-4,
+/// each with a `traceparent` header) and the consumer's (one poll of
+/// offsets 0-4): the poll links to the 5 traceparents the records
+/// carried and to the 5 producer spans that sent them, by their offsets,
+/// whichever of the two ringtail hears of first; a poll of messages
+/// whose producer is not known links to none, counted.
+#[test]
+fn a_kafka_consumer_links_the_producer_spans_of_its_messages_by_their_offsets() {
+    let header = SpanLink { trace_id: 0x0af7651916cd43dd8448eb211c80319c, span_id: 0xb7ad6b7169203331, trace_flags: 1 };
+    // Producer first.
+    let mut rig = Rig::new(|_| {});
+    let out = run_records(&mut rig, vec![], &kafka_records("e2e_kafka_produce.txt", 4, 30, 1_000_000, None));
+    let producers: Vec<SpanLink> = out
+        .iter()
+        .filter(|p| p.span.kind == SpanKind::Producer)
+        .map(|p| SpanLink { trace_id: p.span.trace_id, span_id: p.span.span_id, trace_flags: 1 })
+        .collect();
+    assert_eq!(producers.len(), 5);
+    let out = run_records(&mut rig, vec![], &kafka_records("e2e_kafka_consume.txt", 2, 31, 9_000_000, None));
+    let links = consumer_links(&out);
+    assert_eq!(links[..5], [header; 5], "the record headers' first");
+    let mut by_offset = links[5..].to_vec();
+    by_offset.sort_by_key(|l| l.span_id);
+    let mut want = producers.clone();
+    want.sort_by_key(|l| l.span_id);
+    assert_eq!(by_offset, want);
+    assert_eq!(rig.count("ringtail_links_refused_total", Some("producer_unknown")), 0.0);
+    assert_eq!(rig.t.held(), 0);
+
+    // The consumer first, while the producer's last three answers have
+    // not come: it waits for them (its batch is not acknowledged), then
+    // links all five.
+    let mut rig = Rig::new(|_| {});
+    let produce = kafka_records("e2e_kafka_produce.txt", 4, 30, 1_000_000, None);
+    // (the connection's records up to its second Produce's answer)
+    let split = produce.iter().enumerate().filter(|(_, r)| !r.send).nth(2).map(|(i, _)| i + 1).expect("answers");
+    let early = run_records(&mut rig, vec![], &produce[..split]);
+    assert_eq!(early.iter().filter(|p| p.span.kind == SpanKind::Producer).count(), 2);
+    let out = run_records(&mut rig, vec![], &kafka_records("e2e_kafka_consume.txt", 2, 31, 9_000_000, None));
+    assert!(out.iter().all(|p| p.span.kind != SpanKind::Consumer), "it waits");
+    assert_eq!(rig.t.held(), 1);
+    let consumer_batch = rig.seq;
+    let late = run_records(&mut rig, vec![], &produce[split..]);
+    let links = consumer_links(&late);
+    let consumer = late.iter().find(|p| p.span.kind == SpanKind::Consumer).expect("the poll");
+    assert_eq!(consumer.origin, (INST, consumer_batch), "acknowledged with the batch it came in");
+    assert_eq!(links.len(), 10);
+    let mut by_offset = links[5..].to_vec();
+    by_offset.sort_by_key(|l| l.span_id);
+    let mut want: Vec<SpanLink> = early
+        .iter()
+        .chain(&late)
+        .filter(|p| p.span.kind == SpanKind::Producer)
+        .map(|p| SpanLink { trace_id: p.span.trace_id, span_id: p.span.span_id, trace_flags: 1 })
+        .collect();
+    want.sort_by_key(|l| l.span_id);
+    assert_eq!(by_offset, want);
+    assert_eq!(rig.t.held(), 0);
+
+    // No producer of these messages here: no link but the headers', no wait.
+    let mut rig = Rig::new(|_| {});
+    let out = run_records(&mut rig, vec![], &kafka_records("e2e_kafka_consume.txt", 2, 31, 9_000_000, None));
+    assert_eq!(consumer_links(&out), [header; 5]);
+    assert_eq!(rig.count("ringtail_links_refused_total", Some("producer_unknown")), 5.0);
+}
+
+/// A send made while serving a request waits for that request's span (its
+/// trace); the poll of its message waits for the send, and links to it in
+/// the request's trace. A producer that never comes: the poll goes out
+/// after `parent_wait` with what is known, the rest counted.
+#[test]
+fn a_kafka_consumer_waits_for_a_producer_span_that_waits_for_its_parent() {
+    let header = SpanLink { trace_id: 0x0af7651916cd43dd8448eb211c80319c, span_id: 0xb7ad6b7169203331, trace_flags: 1 };
+    let mut rig = Rig::new(|s| s.pipeline.parent_wait = Duration::from_millis(50));
+    let produce = kafka_records("e2e_kafka_produce.txt", 4, 30, 1_000_000, Some((1, 1)));
+    let out = run_records(&mut rig, vec![], &produce);
+    assert!(out.iter().all(|p| p.span.kind != SpanKind::Producer), "held for request (1, 1)");
+    let out = run_records(&mut rig, vec![], &kafka_records("e2e_kafka_consume.txt", 2, 31, 9_000_000, None));
+    assert!(out.iter().all(|p| p.span.kind != SpanKind::Consumer), "held for its producers");
+    let server = event(Role::Server, 1, 1, b"POST /order HTTP/1.1\r\n\r\n", 201);
+    let out = rig.run(vec![server]);
+    let trace = out.iter().find(|p| p.span.kind == SpanKind::Server).expect("the request").span.trace_id;
+    assert_eq!(out.iter().filter(|p| p.span.kind == SpanKind::Producer && p.span.trace_id == trace).count(), 5);
+    let links = consumer_links(&out);
+    assert_eq!(links.iter().filter(|l| l.trace_id == trace).count(), 5, "{links:?}");
+    assert_eq!(rig.t.held(), 0);
+
+    // Two sends seen, a poll of five: it waits for the other three, which
+    // never come.
+    let mut rig = Rig::new(|s| s.pipeline.parent_wait = Duration::from_millis(50));
+    let produce = kafka_records("e2e_kafka_produce.txt", 4, 30, 1_000_000, None);
+    let split = produce.iter().enumerate().filter(|(_, r)| !r.send).nth(2).map(|(i, _)| i + 1).expect("answers");
+    run_records(&mut rig, vec![], &produce[..split]);
+    let out = run_records(&mut rig, vec![], &kafka_records("e2e_kafka_consume.txt", 2, 31, 9_000_000, None));
+    assert!(out.is_empty() || out.iter().all(|p| p.span.kind != SpanKind::Consumer));
+    assert!(rig.t.next_expiry().is_some());
+    let mut out = Vec::new();
+    rig.t.expire(Instant::now() + Duration::from_millis(100), &mut out);
+    assert_eq!(consumer_links(&out).iter().filter(|l| **l != header).count(), 2, "two producers'");
+    assert_eq!(rig.count("ringtail_links_refused_total", Some("producer_unknown")), 3.0);
+    assert_eq!(rig.t.held(), 0);
+}

@@ -525,3 +525,54 @@ fn e2e_clients_producer_and_consumer_group() {
     assert_eq!(other, [2, 5, 6]);
     assert!(runs.iter().all(|t| MsgCounts { other_requests: 0, ..t.counts } == MsgCounts::default()));
 }
+
+#[test]
+fn offsets_name_each_message_on_both_sides_and_link_them() {
+    use crate::messaging::through::{Producer, Producers};
+    let r = |base, count| OffsetRange { topic: "orders".into(), partition: 0, base, count };
+    let produced = replayed_run(MsgSystem::Kafka, "e2e_kafka_produce.txt");
+    let sent: Vec<&[OffsetRange]> = produced[3].ops.iter().map(|o| &o.ranges[..]).collect();
+    assert_eq!(sent, [[r(0, 1)], [r(1, 1)], [r(2, 1)], [r(3, 1)], [r(4, 1)]]);
+    let consumed = replayed_run(MsgSystem::Kafka, "e2e_kafka_consume.txt");
+    let poll = &consumed[1].ops[0];
+    assert_eq!(poll.ranges, [r(0, 5)]);
+    // (a commit names an offset, no message)
+    assert!(consumed[2].ops[0].ranges.is_empty());
+    let broker = ipc_schema::SockAddr { v6: false, ip: 0x7f00_0001 << 96, port: 9092 };
+    let mut index = Producers::default();
+    for (i, op) in produced[3].ops.iter().enumerate() {
+        index.sent(broker, &op.ranges, Producer { key: i, span_id: 10 + i as u64 });
+    }
+    let found = index.find(broker, &poll.ranges);
+    let mut keys: Vec<usize> = found.producers.iter().map(|p| p.key).collect();
+    keys.sort_unstable();
+    assert_eq!((keys, found.unknown, found.may_come), (vec![0, 1, 2, 3, 4], 0, false));
+
+    // A fetch of batches 0-2 plain and 3-6 gzip: one range; a produce of
+    // a gzip batch of four: four offsets.
+    assert_eq!(run("kafka_fetch_v12.txt").ops[0].ranges, [r(0, 7)]);
+    assert_eq!(run("kafka_produce_v9_gzip.txt").ops[0].ranges, [r(3, 4)]);
+}
+
+#[test]
+fn offsets_unknown_without_an_answer_or_of_a_failed_write() {
+    let rs = v3();
+    // acks=0: no answer, no offset.
+    let mut req = rs[2].1.clone();
+    req[22..24].copy_from_slice(&0i16.to_be_bytes());
+    let mut t = T::new(MsgSystem::Kafka);
+    t.send(&req);
+    assert!(t.ops[0].ranges.is_empty());
+    // An error for the partition: no offset.
+    let mut resp = rs[3].1.clone();
+    resp[29] = 3;
+    let mut t = T::new(MsgSystem::Kafka);
+    t.send(&rs[2].1);
+    t.recv(&resp);
+    assert!(t.ops[0].ranges.is_empty());
+    // Its answer: the offset.
+    let mut t = T::new(MsgSystem::Kafka);
+    t.send(&rs[2].1);
+    t.recv(&rs[3].1);
+    assert_eq!(t.ops[0].ranges, [OffsetRange { topic: "orders".into(), partition: 0, base: 14, count: 1 }]);
+}
