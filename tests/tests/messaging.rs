@@ -408,7 +408,9 @@ fn kafka_links_without_headers(b: &str) {
     // (it has the first record: it polls as the others come)
     let polling = wait_until(WAIT, || std::fs::read_to_string(&out).ok().filter(|o| o.contains("got 0 0")));
     assert!(polling.is_some(), "the consumer never got the first record:\n{}", std::fs::read_to_string(&out).unwrap_or_default());
-    run_client(&python, &dir, "produce", &[&script, "produce", &p, "plain", "20", "plain"]);
+    // (20 ms apart: the consumer gets them a few at a time, its answers
+    // and the producer's close together)
+    run_client(&python, &dir, "produce", &[&script, "produce", &p, "plain", "20", "plain", "0.02"]);
     let (status, printed) = finished(&mut consumer, &dir);
     assert!(status.is_some_and(|s| s.success()), "consume: {status:?}\n{printed}");
 
@@ -443,8 +445,11 @@ fn kafka_links_without_headers(b: &str) {
     assert_eq!(linked.len() + past_max, 21, "each send linked once: {linked:?}");
     linked.dedup();
     assert!(linked.len() + past_max == 21 && linked.iter().all(|l| sent.contains(l)), "{linked:?}");
-    let refused = |r| metric_value(prom, "ringtail_links_refused_total", &[("reason", r)]).unwrap_or(0.0);
-    assert_eq!((refused("producer_unknown"), refused("producer_untraced"), refused("links_full")), (0.0, 0.0, past_max as f64));
+    // (the span-actor's counters reach the endpoint a moment later, all at once)
+    let refused = |r| metric_value(prom, "ringtail_links_refused_total", &[("reason", r)]);
+    let full = wait_until(WAIT, || refused("links_full").filter(|n| *n == past_max as f64));
+    assert_eq!(full, Some(past_max as f64), "links_full");
+    assert_eq!((refused("producer_unknown"), refused("producer_untraced")), (Some(0.0), Some(0.0)));
     assert_nowhere(&rotel, &rt, SECRETS);
 }
 
