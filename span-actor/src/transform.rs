@@ -27,8 +27,9 @@ use crate::h2::grpc;
 use crate::h2::table::{H2Table, H2_SUB};
 use crate::http1::Http1;
 use crate::ids::{self, TraceParent};
+use crate::messaging::groups::Groups;
 use crate::messaging::through::{Producer, Producers};
-use crate::messaging::{MsgSystem, OffsetRange, OpType};
+use crate::messaging::{Membership, MsgSystem, OffsetRange, OpType};
 use crate::naming::{host_name, Naming};
 use crate::operation::{Addrs, Call, Operation, SpanParts};
 use crate::semconv;
@@ -191,6 +192,8 @@ pub struct Transformer {
     /// order).
     producers: Producers<CtxKey>,
     link_waits: VecDeque<LinkWait>,
+    /// Kafka clients' consumer groups, for their polls.
+    groups: Groups,
     stats: Stats,
     /// The protocol modules.
     http1: Http1,
@@ -324,6 +327,7 @@ impl Transformer {
             pending: HashSet::new(),
             producers: Producers::default(),
             link_waits: VecDeque::new(),
+            groups: Groups::default(),
             stats: Stats {
                 spans: registry.counter("ringtail_spans_created_total", &[]),
                 parent_timeouts: registry.counter("ringtail_parent_wait_timeouts_total", &[]),
@@ -438,6 +442,20 @@ impl Transformer {
             Call::Http(http) => self.http_conventions.judge(kind, &conn, &resource.service_name, http, &mut self.addrs),
             Call::Db(op) => Some(db::judge(op, &conn, &mut self.addrs)),
             Call::Messaging(mut op) => {
+                if op.system == MsgSystem::Kafka {
+                    let (proc, client) = ((conn.pid, conn.proc_start_ns), op.client_id.as_deref().unwrap_or_default());
+                    match (op.membership, op.op_type, op.consumer_group.as_deref()) {
+                        (Some(m), _, Some(group)) => self.groups.note(proc, client, group, m),
+                        (None, Some(OpType::Settle), Some(group)) => self.groups.note(proc, client, group, Membership::Member),
+                        (None, Some(OpType::Receive), None) => op.consumer_group = self.groups.of(proc, client).map(str::to_owned),
+                        _ => {}
+                    }
+                    if op.membership.is_some() {
+                        // (a note, no call)
+                        self.forget(b, own, role, traceparent.as_deref(), conn.pid);
+                        return;
+                    }
+                }
                 if op.system == MsgSystem::Kafka && !op.ranges.is_empty() {
                     let ranges = std::mem::take(&mut op.ranges);
                     match (op.op_type, own) {

@@ -303,7 +303,7 @@ fn tansu_broker(tansu: &Path, port: u16, dir: &TempDir) -> Proc {
 /// spans `send orders` (partition 0, offsets 0-4, one link each to the
 /// record's traceparent); a consumer group's member reading them is one
 /// CONSUMER span `poll orders` (one Fetch: offset 0, five messages, five
-/// links) and its commit one CLIENT span `commit orders` (offset 5, group
+/// links, group `billing`) and its commit one CLIENT span `commit orders` (offset 5, group
 /// `billing`); the admin and group housekeeping (ApiVersions, Metadata,
 /// CreateTopics, FindCoordinator, JoinGroup, SyncGroup, OffsetFetch,
 /// Heartbeat, LeaveGroup) no span; no payload, key or other header
@@ -367,6 +367,9 @@ fn kafka_produce_and_consume(b: &str) {
     let mut sent: Vec<_> = sends.iter().map(|s| ctx(s)).collect();
     sent.sort();
     assert_eq!(other_links(poll), sent, "{poll}");
+    // (a Fetch names no group: its client's JoinGroup on the coordinator's
+    // connection did)
+    assert_eq!(attr(poll, "messaging.consumer.group.name").as_deref(), Some("billing"), "{poll}");
     let commit = named(&spans, "commit orders").next().expect("the commit span");
     assert_eq!(
         (attr(commit, "messaging.kafka.offset").as_deref(), attr(commit, "messaging.consumer.group.name").as_deref(), tp_links(commit)),
@@ -430,6 +433,7 @@ fn kafka_links_without_headers(b: &str) {
     // messages' producers, the rest counted)
     let (mut linked, mut past_max) = (Vec::new(), 0);
     for poll in named(&spans, "poll plain") {
+        assert_eq!(attr(poll, "messaging.consumer.group.name").as_deref(), Some("shipping"), "{poll}");
         let (links, want) = (other_links(poll), producers_of(poll, &sends));
         if want.len() <= 16 {
             assert_eq!(links, want, "{poll}");

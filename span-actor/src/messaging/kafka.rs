@@ -70,7 +70,7 @@
 use std::collections::VecDeque;
 
 use super::common::{self, R};
-use super::{name, traceparent, MsgCounts, MsgOp, MsgSystem, OffsetRange, OpType, MAX_PENDING};
+use super::{name, traceparent, Membership, MsgCounts, MsgOp, MsgSystem, OffsetRange, OpType, MAX_PENDING};
 use crate::db::pieces::{self, Piece};
 use crate::db::stream::{Frame, Msg, Stream};
 
@@ -92,6 +92,10 @@ const PRODUCE: i16 = 0;
 const FETCH: i16 = 1;
 const METADATA: i16 = 3;
 const OFFSET_COMMIT: i16 = 8;
+const JOIN_GROUP: i16 = 11;
+const HEARTBEAT: i16 = 12;
+const LEAVE_GROUP: i16 = 13;
+const SYNC_GROUP: i16 = 14;
 const API_VERSIONS: i16 = 18;
 
 /// Kafka's error names by code (0 to 127; -1 is UNKNOWN_SERVER_ERROR).
@@ -243,6 +247,8 @@ fn flexible(api: i16, version: i16) -> bool {
         FETCH => version >= 12,
         METADATA => version >= 9,
         OFFSET_COMMIT => version >= 8,
+        JOIN_GROUP => version >= 6,
+        HEARTBEAT | LEAVE_GROUP | SYNC_GROUP => version >= 4,
         _ => false,
     }
 }
@@ -721,6 +727,17 @@ fn on_request(pending: &mut VecDeque<Pending>, topics: &TopicIds, m: Msg<'_>, ts
         return;
     };
     let flex = flexible(api, version);
+    if matches!(api, JOIN_GROUP | HEARTBEAT | LEAVE_GROUP | SYNC_GROUP) {
+        // (the group's name, what the client's polls are for: a note, no call)
+        let group = r.tags(flex).and_then(|_| r.string(flex)).flatten();
+        if let Some(group) = group.filter(|g| !g.is_empty()) {
+            let mut note = MsgOp::new(MsgSystem::Kafka, None, "group", ts);
+            note.client_id = client.map(|c| super::name(c, counts));
+            note.consumer_group = Some(super::name(group, counts));
+            note.membership = Some(if api == LEAVE_GROUP { Membership::Left } else { Membership::Member });
+            out.push(note);
+        }
+    }
     let op = match api {
         PRODUCE if (3..=13).contains(&version) => Some(MsgOp::new(MsgSystem::Kafka, Some(OpType::Send), "send", ts)),
         FETCH if (4..=16).contains(&version) => Some(MsgOp::new(MsgSystem::Kafka, Some(OpType::Receive), "poll", ts)),

@@ -82,6 +82,7 @@
 
 pub mod amqp;
 mod common;
+pub mod groups;
 pub mod kafka;
 pub mod mqtt;
 pub mod nats;
@@ -203,6 +204,17 @@ impl OpType {
     }
 }
 
+/// What a client's request said of its consumer group membership (Kafka's
+/// JoinGroup, SyncGroup, Heartbeat: a member; LeaveGroup: no more): an
+/// op that is a note, no call and no span, naming the group
+/// ([`MsgOp::consumer_group`]) of the client's ([`MsgOp::client_id`])
+/// polls, which a Fetch does not name (`Groups` in the transformer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Membership {
+    Member,
+    Left,
+}
+
 /// One messaging call, in the form its span carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MsgOp {
@@ -238,6 +250,8 @@ pub struct MsgOp {
     /// base offset the broker assigned; Fetch: the first batch's base
     /// offset; OffsetCommit: the committed offset), one partition only.
     pub offset: Option<i64>,
+    /// A membership note, no call ([`Membership`]).
+    pub membership: Option<Membership>,
     /// The partitions' offset ranges the call sent (Produce, once answered)
     /// or received (Fetch), at most [`MAX_RANGES`]: Kafka only.
     pub ranges: Vec<OffsetRange>,
@@ -287,6 +301,7 @@ impl MsgOp {
             body_size: None,
             partition: None,
             offset: None,
+            membership: None,
             ranges: Vec::new(),
             message_count: None,
             consumer_group: None,
@@ -354,6 +369,7 @@ pub fn judge(op: MsgOp, conn: &Conn, addrs: &mut Addrs) -> SpanParts {
         delivery_tag,
         body_size,
         offset,
+        membership: _,
         ranges: _,
         message_count,
         consumer_group,

@@ -38,19 +38,22 @@ pub(crate) fn capture(text: &str) -> Vec<(bool, Vec<u8>)> {
 pub(super) struct T {
     pub(super) c: MsgConn,
     pub(super) ops: Vec<MsgOp>,
+    /// Membership notes (no call), apart from the calls.
+    pub(super) notes: Vec<MsgOp>,
     pub(super) counts: MsgCounts,
     pub(super) ts: u64,
 }
 
 impl T {
     pub(super) fn new(s: MsgSystem) -> T {
-        T { c: MsgConn::new(s), ops: Vec::new(), counts: MsgCounts::default(), ts: 1000 }
+        T { c: MsgConn::new(s), ops: Vec::new(), notes: Vec::new(), counts: MsgCounts::default(), ts: 1000 }
     }
 
     /// One record of pieces; returns its timestamp.
     pub(super) fn rec(&mut self, send: bool, pieces: &[u8]) -> u64 {
         self.ts += 10;
         self.c.feed(send, self.ts, false, pieces, &mut self.ops, &mut self.counts);
+        self.notes.extend(self.ops.extract_if(.., |o| o.membership.is_some()));
         assert!(self.c.held_bytes() < 2 << 20, "{} bytes held", self.c.held_bytes());
         self.ts
     }

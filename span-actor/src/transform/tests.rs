@@ -1221,14 +1221,19 @@ fn mqtt_publishes_are_producer_spans_children_of_the_request_that_made_them() {
 /// 10.0.0.5:9092, from `mono_ns` on; a send with `parent` is made while
 /// serving that request.
 fn kafka_records(file: &str, n: usize, conn: u64, mono_ns: u64, parent: Option<(u64, u32)>) -> Vec<RawStream> {
-    let text = std::fs::read_to_string(format!("{}/src/messaging/testdata/{file}", env!("CARGO_MANIFEST_DIR"))).expect("testdata");
-    let prefix = format!("{n} ");
-    let lines = text.lines().filter_map(|l| l.strip_prefix(&prefix)).collect::<Vec<_>>().join("\n");
-    crate::messaging::testing::capture(&lines)
+    kafka_capture(file, n)
         .into_iter()
         .enumerate()
         .map(|(i, (send, b))| db_record(conn, 9092, send, &b, mono_ns + i as u64 * 1000, parent))
         .collect()
+}
+
+/// Connection `n`'s records of a client run: (sent, bytes).
+fn kafka_capture(file: &str, n: usize) -> Vec<(bool, Vec<u8>)> {
+    let text = std::fs::read_to_string(format!("{}/src/messaging/testdata/{file}", env!("CARGO_MANIFEST_DIR"))).expect("testdata");
+    let prefix = format!("{n} ");
+    let lines = text.lines().filter_map(|l| l.strip_prefix(&prefix)).collect::<Vec<_>>().join("\n");
+    crate::messaging::testing::capture(&lines)
 }
 
 /// The links of the one CONSUMER span of `out`.
@@ -1266,6 +1271,26 @@ fn a_kafka_consumer_links_the_producer_spans_of_its_messages_by_their_offsets() 
     assert_eq!(by_offset, want);
     assert_eq!(rig.count("ringtail_links_refused_total", Some("producer_unknown")), 0.0);
     assert_eq!(rig.t.held(), 0);
+    let poll = out.iter().find(|p| p.span.kind == SpanKind::Consumer).expect("the poll");
+    assert_eq!(poll.span.call.messaging().and_then(|m| m.consumer_group.as_ref()), None, "no group was seen");
+
+    // The consumer's coordinator connection first (JoinGroup, SyncGroup:
+    // its group): its poll is of that group; its notes make no span.
+    let mut rig = Rig::new(|_| {});
+    let coordinator = kafka_records("e2e_kafka_consume.txt", 3, 32, 5_000_000, None);
+    // (its OffsetCommit request: API key 8)
+    let commit = kafka_capture("e2e_kafka_consume.txt", 3)
+        .iter()
+        .position(|(send, b)| *send && b.get(4..6) == Some(&[0, 8][..]))
+        .expect("the commit");
+    let notes = run_records(&mut rig, vec![], &coordinator[..commit]);
+    assert!(notes.is_empty(), "{:?}", notes.iter().map(|p| &p.span.name).collect::<Vec<_>>());
+    let out = run_records(&mut rig, vec![], &kafka_records("e2e_kafka_consume.txt", 2, 31, 9_000_000, None));
+    let poll = out.iter().find(|p| p.span.kind == SpanKind::Consumer).expect("the poll");
+    assert_eq!(poll.span.call.messaging().and_then(|m| m.consumer_group.as_ref()).map(|g| g.as_str()), Some("billing"));
+    let out = run_records(&mut rig, vec![], &coordinator[commit..]);
+    let names: Vec<_> = out.iter().map(|p| p.span.name.as_str()).collect();
+    assert_eq!(names, ["commit orders"]);
 
     // The consumer first, while the producer's last three answers have
     // not come: it waits for them (its batch is not acknowledged), then

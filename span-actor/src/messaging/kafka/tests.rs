@@ -521,6 +521,15 @@ fn e2e_clients_producer_and_consumer_group() {
     );
     assert!(runs[1].ops[0].links.iter().all(|l| *l == tp));
     assert_eq!((runs[1].ops[0].consumer_group.as_deref(), runs[2].ops[0].consumer_group.as_deref()), (None, Some("billing")));
+    // The coordinator's connection says whose member the client is: its
+    // JoinGroup (twice), SyncGroup and LeaveGroup, as notes (no call),
+    // which name the poll's group (`messaging::groups`).
+    let notes: Vec<_> = runs[2].notes.iter().map(|n| (n.membership, n.consumer_group.as_deref(), n.client_id.as_deref())).collect();
+    let (member, left) = (Some(Membership::Member), Some(Membership::Left));
+    let c = Some("rt-consumer");
+    let b = Some("billing");
+    assert_eq!(notes, [(member, b, c), (member, b, c), (member, b, c), (left, b, c)]);
+    assert!(runs[0].notes.is_empty() && runs[1].notes.is_empty());
     let other: Vec<u64> = runs.iter().map(|t| t.counts.other_requests).collect();
     assert_eq!(other, [2, 5, 6]);
     assert!(runs.iter().all(|t| MsgCounts { other_requests: 0, ..t.counts } == MsgCounts::default()));
