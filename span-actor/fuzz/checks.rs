@@ -605,6 +605,10 @@ fn msg_conn(system: MsgSystem, data: &[u8]) {
         assert!(op.start_ns <= op.end_ns, "{op:?}");
         assert_eq!(op.system, system, "{op:?}");
         assert!(op.links.len() <= span_actor::messaging::MAX_LINKS, "{op:?}");
+        // (offset ranges of known messages only; a membership note is no call)
+        assert!(op.ranges.len() <= span_actor::messaging::MAX_RANGES, "{op:?}");
+        assert!(op.ranges.iter().all(|r| r.base >= 0 && r.count > 0 && r.end().is_some()), "{op:?}");
+        assert!(op.membership.is_none() || (op.op_type.is_none() && op.consumer_group.is_some()), "{op:?}");
         for n in [&op.destination, &op.template, &op.routing_key, &op.consumer_group, &op.client_id].into_iter().flatten() {
             assert!(n.len() <= span_actor::messaging::MAX_NAME, "{op:?}");
         }

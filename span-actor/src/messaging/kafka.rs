@@ -926,8 +926,6 @@ fn on_response(pending: &mut VecDeque<Pending>, topics: &mut TopicIds, m: Msg<'_
         match p.api {
             PRODUCE => {
                 let scope = read_produce_response(&mut r, p.version, flex, topics, &mut op.ranges, counts);
-                // (a partition the answer gave no offset: its messages' are unknown)
-                op.ranges.retain(|r| r.base >= 0);
                 op.error_type = scope.error;
                 if op.partition.is_some() && !scope.many_partitions && !scope.many_topics {
                     // -1: no offset (acks=0 brokers, errors).
@@ -950,6 +948,9 @@ fn on_response(pending: &mut VecDeque<Pending>, topics: &mut TopicIds, m: Msg<'_
         }
         Some(true)
     })();
+    // (a partition the answer gave no offset, or whose answer was not read:
+    // its messages' offsets are unknown)
+    op.ranges.retain(|r| r.base >= 0);
     match read {
         Some(true) => out.push(op),
         Some(false) => counts.empty_fetches += 1,
@@ -1052,7 +1053,7 @@ fn read_fetch_response(
                     scope.topic(topic.clone());
                     scope.partition(p, b.base_offset);
                 }
-                if let Some((first, past)) = b.offsets {
+                if let Some((first, past)) = b.offsets.filter(|(first, _)| *first >= 0) {
                     if let Ok(count @ 1..) = u32::try_from(past.saturating_sub(first)) {
                         op.range(OffsetRange { topic: topic_name(topics, topic.clone()), partition: p, base: first, count }, counts);
                     }
