@@ -80,7 +80,7 @@ pub(super) fn attributes<'a>(m: Metric, s: &Span<&'a str>, c: &MsgCall<&'a str>)
     put("messaging.destination.name", c.destination.filter(|_| !c.temporary && !c.anonymous));
     put("messaging.destination.partition.id", c.partition);
     put("messaging.destination.subscription.name", c.subscription.filter(|_| consumer));
-    put("messaging.destination.template", c.template);
+    put("messaging.destination.template", c.template.filter(|_| !c.temporary && !c.anonymous));
     put("messaging.operation.name", Some(c.operation_name));
     put("messaging.operation.type", c.operation_type.filter(|_| m == Metric::Duration));
     put("messaging.system", Some(c.system));

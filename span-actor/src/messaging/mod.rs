@@ -383,7 +383,11 @@ pub fn judge(op: MsgOp, conn: &Conn, addrs: &mut Addrs) -> SpanParts {
         recv_bytes: _,
     } = op;
     let peer_ip = addrs.text(&conn.peer);
+    // A NATS request's reply subject (and its client's subscription to
+    // them), one a client or a request: no name, no series of its own.
+    let temporary = system == MsgSystem::Nats && [&destination, &template].into_iter().flatten().any(|d| d.starts_with(nats::INBOX));
     let name = match template.as_deref().or(destination.as_deref()).filter(|d| !d.is_empty()) {
+        _ if temporary => op_name.to_owned(),
         Some(d) => format!("{op_name} {d}"),
         None if peer_ip.contains(':') => format!("{op_name} [{peer_ip}]:{}", conn.peer.port),
         None => format!("{op_name} {peer_ip}:{}", conn.peer.port),
@@ -405,7 +409,7 @@ pub fn judge(op: MsgOp, conn: &Conn, addrs: &mut Addrs) -> SpanParts {
         message_count: message_count.map(u64::from),
         body_size,
         delivery_tag,
-        temporary: false,
+        temporary,
         anonymous: false,
     };
     let error = call.error_type.is_some();

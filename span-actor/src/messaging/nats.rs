@@ -66,6 +66,10 @@ use crate::db::stream::{Frame, Msg, Stream};
 /// to 4 KiB; INFO lines with many URLs are longer).
 pub const MAX_LINE: usize = 16 * 1024;
 
+/// The prefix of the reply subjects NATS clients make for their requests
+/// (`_INBOX.{client's id}.{request}`): a temporary destination.
+pub const INBOX: &str = "_INBOX.";
+
 /// Subscriptions remembered per connection; past it the oldest is
 /// forgotten.
 pub const MAX_SUBS: usize = 256;

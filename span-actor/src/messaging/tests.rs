@@ -189,6 +189,24 @@ fn judge_mqtt_names_by_template_then_topic() {
     assert!(published.iter().all(|p| p.kind == Some(SpanKind::Producer) && p.links.len() == 1), "{published:?}");
 }
 
+/// A NATS request: its publish is named by its subject; its reply comes
+/// on the client's inbox (`_INBOX.{id}.{n}`, one a request), a temporary
+/// destination: the span is named by its operation alone and the inbox
+/// is in no metric (the exporter's meters leave it out).
+#[test]
+fn judge_nats_inboxes_are_temporary_and_name_no_span() {
+    let parts = judged(MsgSystem::Nats, "nats_request.txt", 4222);
+    let named: Vec<_> = parts.iter().map(|p| (&*p.name, msg(p).temporary)).collect();
+    assert_eq!(named[1], ("subscribe", true), "the client's inbox subscription");
+    assert!(named.iter().any(|(n, t)| n.starts_with("publish ") && !n.contains("_INBOX") && !*t), "{named:?}");
+    for p in &parts {
+        let c = msg(p);
+        let inbox = [&c.destination, &c.template].into_iter().flatten().any(|d| d.starts_with("_INBOX."));
+        assert_eq!(c.temporary, inbox, "{named:?}");
+        assert!(!p.name.contains("_INBOX"), "{named:?}");
+    }
+}
+
 #[test]
 fn judge_names_a_call_of_no_destination_by_its_broker() {
     let mut op = MsgOp::new(MsgSystem::Kafka, Some(OpType::Receive), "poll", 5);
