@@ -2,6 +2,7 @@
 //! broker (`../testdata/kafka_*.txt`: Produce v3/v6/v9, Fetch v5/v8/v12,
 //! OffsetCommit v8, Metadata, group housekeeping), the end-to-end tests'
 //! clients (kafka-python, confluent-kafka, aiokafka: `../testdata/e2e_*`),
+//! librdkafka's and aiokafka's batches (`kafka_{confluent,aiokafka}_*`),
 //! then what kafka-python could not make Tansu send (topic ids, errors,
 //! `acks=0`) built by hand, then lost and hostile bytes.
 
@@ -68,6 +69,28 @@ fn older_versions_produce_v3_v6_fetch_v5_v8() {
     assert_eq!(briefs(&t), ["kafka/receive poll orders p0 o0 n16 l8 e- q- crt-oldc 1050..1060"]);
     assert_eq!(t.counts.empty_fetches, 4);
     assert_eq!(briefs(&run("kafka_fetch_v8.txt")), ["kafka/receive poll orders p0 o0 n18 l10 e- q- crt-oldc 1050..1060"]);
+}
+
+#[test]
+fn librdkafka_and_aiokafka_batches_plain_and_compressed() {
+    // capture/kafka_batches.py: four records lingered into one batch, each
+    // with a traceparent, from confluent-kafka 2.16.1 (librdkafka 2.16.0:
+    // Produce v10, its GetTelemetrySubscriptions beside it) and aiokafka
+    // 0.14.0 (Produce v7); then the same compressed (zstd, gzip): counted
+    // from the batch header, the headers inside not read.
+    for (file, op) in [
+        ("kafka_confluent_produce_v10_batch.txt", "kafka/send send orders p0 o1 n4 l4 e- q- crt-batch-none 1040..1060"),
+        ("kafka_confluent_produce_v10_zstd.txt", "kafka/send send orders p0 o5 n4 l0 e- q- crt-batch-zstd 1030..1050"),
+        ("kafka_aiokafka_produce_v7_batch.txt", "kafka/send send orders p0 o9 n4 l4 e- q- crt-batch-none 1030..1040"),
+        ("kafka_aiokafka_produce_v7_gzip.txt", "kafka/send send orders p0 o13 n4 l0 e- q- crt-batch-gzip 1030..1040"),
+    ] {
+        let t = run(file);
+        assert_eq!(briefs(&t), [op], "{file}");
+        assert!(t.ops[0].links.iter().all(|l| *l == crate::ids::parse_traceparent(TP).unwrap()));
+        // ApiVersions (and librdkafka's GetTelemetrySubscriptions).
+        let other = if file.contains("confluent") { 2 } else { 1 };
+        assert_eq!(t.counts, MsgCounts { other_requests: other, ..MsgCounts::default() }, "{file}");
+    }
 }
 
 #[test]
@@ -436,7 +459,14 @@ fn pending_requests_are_bounded() {
 
 #[test]
 fn every_cut_of_every_capture_is_safe() {
-    for f in ["kafka_produce_v9.txt", "kafka_fetch_v12.txt", "kafka_fetch_v8.txt", "kafka_produce_v3.txt"] {
+    for f in [
+        "kafka_produce_v9.txt",
+        "kafka_fetch_v12.txt",
+        "kafka_fetch_v8.txt",
+        "kafka_produce_v3.txt",
+        "kafka_confluent_produce_v10_batch.txt",
+        "kafka_aiokafka_produce_v7_gzip.txt",
+    ] {
         for (send, b) in capture(&testdata(f)) {
             for cut in 0..b.len() {
                 let mut c = MsgConn::new(MsgSystem::Kafka);
