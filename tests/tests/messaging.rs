@@ -206,8 +206,9 @@ fn mqtt_paho_v311_and_v5_qos_0_1_2(b: &str) {
     assert_nowhere(&rotel, &rt, &[SECRETS, &["secret-user", "hunter2"]].concat());
 }
 
-/// The `traceparent` the Kafka, RabbitMQ and NATS client fixtures put in
-/// their messages' headers: the spans of those messages link to it.
+/// The `traceparent` the client fixtures (and the amqp-tools test) put in
+/// their messages' headers (MQTT 5: user properties): the spans of those
+/// messages link to it.
 const TP_TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
 const TP_SPAN: &str = "b7ad6b7169203331";
 
