@@ -218,16 +218,20 @@ const SECRETS: &[&str] = &["secret-payload", "secret-key", "secret-hdr", "secret
 /// ringtail on backend `b` exporting to `rotel`, tracing the test venv's
 /// Python (the client fixtures), reading the broker's `port`.
 fn ringtail_for_python(b: &str, rotel: &Rotel, port: u16) -> Ringtail {
-    ringtail_for(b, rotel, port, "^python")
+    ringtail_for(b, rotel, port, &["^python"])
 }
 
 /// ringtail on backend `b` exporting to `rotel`, tracing the executables
-/// whose names match `exe_names` (a regex), reading the broker's `port`.
-fn ringtail_for(b: &str, rotel: &Rotel, port: u16, exe_names: &str) -> Ringtail {
+/// whose names match `exe_names` (regexes: a literal one, `^name$`, the
+/// kernel matches at exec, so that a client that connects at once, a C
+/// program, is traced from its first bytes), reading the broker's `port`.
+fn ringtail_for(b: &str, rotel: &Rotel, port: u16, exe_names: &[&str]) -> Ringtail {
+    let exe_names: Vec<String> = exe_names.iter().map(|e| format!("{e:?}")).collect();
     Ringtail::start(&format!(
         "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\nstream_ports = [{port}]\n[pipeline]\nbatch_timeout = \"20ms\"\n\
-         [discovery]\nexe_names = [\"{exe_names}\"]\n[export]\nstdout = true\n\
+         [discovery]\nexe_names = [{}]\n[export]\nstdout = true\n\
          [export.otlp]\nendpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\n",
+        exe_names.join(", "),
         rotel.grpc
     ))
 }
@@ -585,7 +589,9 @@ fn rabbitmq_amqp_tools_publish_get_and_consume(b: &str) {
     let port = free_port();
     let dir = TempDir::new("rabbitmq");
     let _broker = rabbitmq(port, &dir);
-    let rt = ringtail_for(b, &rotel, port, &format!("^({})$", AMQP_TOOLS.join("|")));
+    // Literal names: each tool connects as soon as it starts.
+    let exe_names = AMQP_TOOLS.map(|t| format!("^{t}$"));
+    let rt = ringtail_for(b, &rotel, port, &exe_names.each_ref().map(String::as_str));
     let server = ["--server=127.0.0.1".to_owned(), format!("--port={port}")];
     let run = |tool: &str, tag: &str, args: &[&str]| {
         let args: Vec<&str> = server.iter().map(String::as_str).chain(args.iter().copied()).collect();
