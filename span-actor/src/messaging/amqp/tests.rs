@@ -360,3 +360,39 @@ fn e2e_clients_publish_with_confirms_then_consume_and_ack() {
     );
     assert_eq!(runs[0].counts, MsgCounts { control_packets: 13, other_requests: 4, ..MsgCounts::default() });
 }
+
+/// amqp-tools 0.11.0 (librabbitmq) against RabbitMQ 3.10.8, as
+/// tests/tests/messaging.rs runs them, one process a connection:
+/// `amqp-declare-queue -q orders`; three `amqp-publish -r orders -b
+/// secret-payload-<i> -H "traceparent: ..." -H "secret-hdr: secret-hval"`;
+/// `amqp-get -q orders` (a basic.get without acknowledgement);
+/// `amqp-consume -q orders -c 2 cat` (acks each delivery after `cat`).
+#[test]
+fn e2e_clients_amqp_tools_publish_get_and_consume() {
+    let runs = replayed_run(MsgSystem::Rabbitmq, "e2e_amqp_tools.txt");
+    let all: Vec<Vec<String>> = runs.iter().map(lines).collect();
+    let publish = ["rabbitmq/send publish  p- o- n- l1 e- q- c- 1090..1090 korders t- b16".to_owned()];
+    assert_eq!(
+        all,
+        [
+            vec![],
+            publish.to_vec(),
+            publish.to_vec(),
+            publish.to_vec(),
+            vec!["rabbitmq/receive get  p- o- n- l1 e- q- c- 1090..1100 korders t1 b16".to_owned()],
+            vec![
+                "rabbitmq/process deliver  p- o- n- l1 e- q- c- 1120..1130 korders t1 b16".to_owned(),
+                "rabbitmq/settle ack  p- o- n1 l0 e- q- c- 1130..1130 korders t1 b-".to_owned(),
+                "rabbitmq/process deliver  p- o- n- l1 e- q- c- 1120..1140 korders t2 b16".to_owned(),
+                "rabbitmq/settle ack  p- o- n1 l0 e- q- c- 1140..1140 korders t2 b-".to_owned(),
+            ],
+        ]
+    );
+    assert!(runs.iter().flat_map(|t| &t.ops).all(|o| o.links == [tp()] || o.op_name == "ack"));
+    // queue.declare; basic.qos and basic.consume: paired, no op.
+    let other: Vec<u64> = runs.iter().map(|t| t.counts.other_requests).collect();
+    assert_eq!(other, [1, 0, 0, 0, 0, 2]);
+    for t in &runs {
+        assert_eq!(MsgCounts { other_requests: 0, ..t.counts }, MsgCounts { control_packets: 13, ..MsgCounts::default() });
+    }
+}

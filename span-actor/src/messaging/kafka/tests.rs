@@ -1,8 +1,10 @@
 //! Kafka: conversations kafka-python 3.0.12 had with the Tansu 0.6
 //! broker (`../testdata/kafka_*.txt`: Produce v3/v6/v9, Fetch v5/v8/v12,
-//! OffsetCommit v8, Metadata, group housekeeping), then what kafka-python could not make
-//! Tansu send (topic ids, errors, `acks=0`) built by hand, then lost and
-//! hostile bytes.
+//! OffsetCommit v8, Metadata, group housekeeping), the end-to-end tests'
+//! clients (kafka-python, confluent-kafka, aiokafka: `../testdata/e2e_*`),
+//! librdkafka's and aiokafka's batches (`kafka_{confluent,aiokafka}_*`),
+//! then what kafka-python could not make Tansu send (topic ids, errors,
+//! `acks=0`) built by hand, then lost and hostile bytes.
 
 use super::*;
 use crate::messaging::testing::*;
@@ -67,6 +69,28 @@ fn older_versions_produce_v3_v6_fetch_v5_v8() {
     assert_eq!(briefs(&t), ["kafka/receive poll orders p0 o0 n16 l8 e- q- crt-oldc 1050..1060"]);
     assert_eq!(t.counts.empty_fetches, 4);
     assert_eq!(briefs(&run("kafka_fetch_v8.txt")), ["kafka/receive poll orders p0 o0 n18 l10 e- q- crt-oldc 1050..1060"]);
+}
+
+#[test]
+fn librdkafka_and_aiokafka_batches_plain_and_compressed() {
+    // capture/kafka_batches.py: four records lingered into one batch, each
+    // with a traceparent, from confluent-kafka 2.16.1 (librdkafka 2.16.0:
+    // Produce v10, its GetTelemetrySubscriptions beside it) and aiokafka
+    // 0.14.0 (Produce v7); then the same compressed (zstd, gzip): counted
+    // from the batch header, the headers inside not read.
+    for (file, op) in [
+        ("kafka_confluent_produce_v10_batch.txt", "kafka/send send orders p0 o1 n4 l4 e- q- crt-batch-none 1040..1060"),
+        ("kafka_confluent_produce_v10_zstd.txt", "kafka/send send orders p0 o5 n4 l0 e- q- crt-batch-zstd 1030..1050"),
+        ("kafka_aiokafka_produce_v7_batch.txt", "kafka/send send orders p0 o9 n4 l4 e- q- crt-batch-none 1030..1040"),
+        ("kafka_aiokafka_produce_v7_gzip.txt", "kafka/send send orders p0 o13 n4 l0 e- q- crt-batch-gzip 1030..1040"),
+    ] {
+        let t = run(file);
+        assert_eq!(briefs(&t), [op], "{file}");
+        assert!(t.ops[0].links.iter().all(|l| *l == crate::ids::parse_traceparent(TP).unwrap()));
+        // ApiVersions (and librdkafka's GetTelemetrySubscriptions).
+        let other = if file.contains("confluent") { 2 } else { 1 };
+        assert_eq!(t.counts, MsgCounts { other_requests: other, ..MsgCounts::default() }, "{file}");
+    }
 }
 
 #[test]
@@ -435,7 +459,14 @@ fn pending_requests_are_bounded() {
 
 #[test]
 fn every_cut_of_every_capture_is_safe() {
-    for f in ["kafka_produce_v9.txt", "kafka_fetch_v12.txt", "kafka_fetch_v8.txt", "kafka_produce_v3.txt"] {
+    for f in [
+        "kafka_produce_v9.txt",
+        "kafka_fetch_v12.txt",
+        "kafka_fetch_v8.txt",
+        "kafka_produce_v3.txt",
+        "kafka_confluent_produce_v10_batch.txt",
+        "kafka_aiokafka_produce_v7_gzip.txt",
+    ] {
         for (send, b) in capture(&testdata(f)) {
             for cut in 0..b.len() {
                 let mut c = MsgConn::new(MsgSystem::Kafka);
@@ -584,4 +615,107 @@ fn offsets_unknown_without_an_answer_or_of_a_failed_write() {
     t.send(&rs[2].1);
     t.recv(&rs[3].1);
     assert_eq!(t.ops[0].ranges, [OffsetRange { topic: "orders".into(), partition: 0, base: 14, count: 1 }]);
+}
+
+/// `tests/fixtures/confluent_kafka_client.py produce PORT orders 5` and
+/// `consume PORT orders 5 billing` (confluent-kafka 2.16.1, its wheel's
+/// librdkafka 2.16.0; Tansu 0.6.0), as tests/tests/messaging.rs traces
+/// them: librdkafka's versions (ApiVersions v3, Produce v10, Fetch v16
+/// naming its topic by id, OffsetCommit v9) and its
+/// GetTelemetrySubscriptions (API 71) beside them.
+#[test]
+fn e2e_clients_confluent_kafka_producer_and_consumer_group() {
+    // The producer: the admin's bootstrap and CreateTopics connections
+    // (each with a Metadata v12; the second a GetTelemetrySubscriptions),
+    // the producer's bootstrap, then its node connection: five Produce v10
+    // (acks=1), each one record with a traceparent; a GetTelemetrySubscriptions
+    // between the first two.
+    let runs = replayed_run(MsgSystem::Kafka, "e2e_confluent_kafka_produce.txt");
+    let ops: Vec<Vec<String>> = runs.iter().map(briefs).collect();
+    assert_eq!(ops[..3], [Vec::<String>::new(), vec![], vec![]]);
+    assert_eq!(
+        ops[3],
+        [
+            "kafka/send send orders p0 o0 n1 l1 e- q- crt-producer 1030..1050",
+            "kafka/send send orders p0 o1 n1 l1 e- q- crt-producer 1070..1080",
+            "kafka/send send orders p0 o2 n1 l1 e- q- crt-producer 1090..1100",
+            "kafka/send send orders p0 o3 n1 l1 e- q- crt-producer 1110..1120",
+            "kafka/send send orders p0 o4 n1 l1 e- q- crt-producer 1130..1140",
+        ]
+    );
+    let tp = crate::ids::parse_traceparent(TP).unwrap();
+    assert!(runs[3].ops.iter().all(|o| o.links == [tp]));
+    let other: Vec<u64> = runs.iter().map(|t| t.counts.other_requests).collect();
+    assert_eq!(other, [2, 4, 2, 2]);
+    assert!(runs.iter().all(|t| MsgCounts { other_requests: 0, ..t.counts } == MsgCounts::default()));
+
+    // The consumer: bootstrap; the node connection (Metadata v12, which
+    // names the topic id of the Fetch v16 that follows, FindCoordinator
+    // twice, GetTelemetrySubscriptions, ListOffsets, one Fetch with the
+    // five records, one long poll back empty, Metadata); the group coordinator's (JoinGroup twice, SyncGroup,
+    // Heartbeat, OffsetFetch, one OffsetCommit v9 of offset 5, LeaveGroup).
+    let runs = replayed_run(MsgSystem::Kafka, "e2e_confluent_kafka_consume.txt");
+    let ops: Vec<Vec<String>> = runs.iter().map(briefs).collect();
+    assert_eq!(
+        ops,
+        [
+            vec![],
+            vec!["kafka/receive poll orders p0 o0 n5 l5 e- q- crt-consumer 1120..1130".to_owned()],
+            vec!["kafka/settle commit orders p0 o5 n- l0 e- q- crt-consumer 1170..1180".to_owned()],
+        ]
+    );
+    assert!(runs[1].ops[0].links.iter().all(|l| *l == tp));
+    assert_eq!(runs[2].ops[0].consumer_group.as_deref(), Some("billing"));
+    let counted: Vec<(u64, u64)> = runs.iter().map(|t| (t.counts.other_requests, t.counts.empty_fetches)).collect();
+    assert_eq!(counted, [(3, 0), (7, 1), (9, 0)]);
+    assert!(runs.iter().all(|t| MsgCounts { other_requests: 0, empty_fetches: 0, ..t.counts } == MsgCounts::default()));
+}
+
+/// `tests/fixtures/aiokafka_client.py produce PORT orders 5` and `consume
+/// PORT orders 5 billing` (aiokafka 0.14.0, Tansu 0.6.0), as
+/// tests/tests/messaging.rs traces them: aiokafka's versions
+/// (ApiVersions v0, Metadata v5, Produce v7, Fetch v11, OffsetCommit v3).
+#[test]
+fn e2e_clients_aiokafka_producer_and_consumer_group() {
+    // The producer: the admin's bootstrap and CreateTopics v3 connections,
+    // the producer's bootstrap, then its node connection: five Produce v7
+    // (acks=1), each one record with a traceparent.
+    let runs = replayed_run(MsgSystem::Kafka, "e2e_aiokafka_produce.txt");
+    let ops: Vec<Vec<String>> = runs.iter().map(briefs).collect();
+    assert_eq!(ops[..3], [Vec::<String>::new(), vec![], vec![]]);
+    assert_eq!(
+        ops[3],
+        [
+            "kafka/send send orders p0 o0 n1 l1 e- q- crt-producer 1030..1040",
+            "kafka/send send orders p0 o1 n1 l1 e- q- crt-producer 1050..1060",
+            "kafka/send send orders p0 o2 n1 l1 e- q- crt-producer 1070..1080",
+            "kafka/send send orders p0 o3 n1 l1 e- q- crt-producer 1090..1100",
+            "kafka/send send orders p0 o4 n1 l1 e- q- crt-producer 1110..1120",
+        ]
+    );
+    let tp = crate::ids::parse_traceparent(TP).unwrap();
+    assert!(runs[3].ops.iter().all(|o| o.links == [tp]));
+    let other: Vec<u64> = runs.iter().map(|t| t.counts.other_requests).collect();
+    assert_eq!(other, [2, 2, 2, 1]);
+    assert!(runs.iter().all(|t| MsgCounts { other_requests: 0, ..t.counts } == MsgCounts::default()));
+
+    // The consumer: bootstrap; the node connection (FindCoordinator,
+    // Metadata, ListOffsets v3, one Fetch v11 with the five records, one
+    // long poll back empty); the group coordinator's (JoinGroup twice,
+    // SyncGroup, OffsetFetch, one OffsetCommit v3 of offset 5).
+    let runs = replayed_run(MsgSystem::Kafka, "e2e_aiokafka_consume.txt");
+    let ops: Vec<Vec<String>> = runs.iter().map(briefs).collect();
+    assert_eq!(
+        ops,
+        [
+            vec![],
+            vec!["kafka/receive poll orders p0 o0 n5 l5 e- q- crt-consumer 1080..1090".to_owned()],
+            vec!["kafka/settle commit orders p0 o5 n- l0 e- q- crt-consumer 1110..1120".to_owned()],
+        ]
+    );
+    assert!(runs[1].ops[0].links.iter().all(|l| *l == tp));
+    assert_eq!(runs[2].ops[0].consumer_group.as_deref(), Some("billing"));
+    let counted: Vec<(u64, u64)> = runs.iter().map(|t| (t.counts.other_requests, t.counts.empty_fetches)).collect();
+    assert_eq!(counted, [(2, 0), (4, 1), (5, 0)]);
+    assert!(runs.iter().all(|t| MsgCounts { other_requests: 0, empty_fetches: 0, ..t.counts } == MsgCounts::default()));
 }

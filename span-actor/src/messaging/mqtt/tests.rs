@@ -246,3 +246,48 @@ fn a_dup_resend_is_the_same_call() {
     assert_eq!(t.ops.len(), 1);
     assert_eq!(t.counts.unanswered, 0);
 }
+
+// ---------------------------------------------------------------- the end-to-end test's clients
+
+/// `tests/fixtures/mqtt_client.py subscribe PORT L sensors/+/temp 3`, then
+/// `publish PORT L sensors/k1/temp 3` (paho-mqtt 2.2.0, mosquitto 2.0.11),
+/// at level 3 (3.1.1) and 5, as tests/tests/messaging.rs traces them:
+/// connection 1 the subscriber, 2 the publisher.
+#[test]
+fn e2e_clients_paho_v311_and_v5_qos_0_1_2() {
+    let tp = crate::ids::parse_traceparent("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01").unwrap();
+    for (file, level, links) in [("e2e_paho_mqtt311.txt", 3, 0), ("e2e_paho_mqtt5.txt", 5, 1)] {
+        let runs = replayed_run(MsgSystem::Mqtt, file);
+        assert_eq!(runs.len(), 2, "{file}");
+        // The subscriber: SUBSCRIBE/SUBACK, the three messages at the QoS
+        // they were published with (QoS 1: until its PUBACK; QoS 2: until
+        // its PUBCOMP), UNSUBSCRIBE/UNSUBACK.
+        assert_eq!(
+            briefs(&runs[0]),
+            [
+                format!("mqtt/- subscribe sensors/+/temp p- o- n- l0 e- q- crt-sub-{level} 1030..1040"),
+                format!("mqtt/receive receive sensors/k1/temp p- o- n- l{links} e- q0 crt-sub-{level} 1050..1050"),
+                format!("mqtt/receive receive sensors/k1/temp p- o- n- l{links} e- q1 crt-sub-{level} 1060..1070"),
+                format!("mqtt/receive receive sensors/k1/temp p- o- n- l{links} e- q2 crt-sub-{level} 1080..1110"),
+                format!("mqtt/- unsubscribe sensors/+/temp p- o- n- l0 e- q- crt-sub-{level} 1120..1130"),
+            ],
+            "{file}"
+        );
+        // The publisher: QoS 0 ends at its send, 1 at its PUBACK, 2 at
+        // its PUBCOMP.
+        assert_eq!(
+            briefs(&runs[1]),
+            [
+                format!("mqtt/send publish sensors/k1/temp p- o- n- l{links} e- q0 crt-pub-{level} 1030..1030"),
+                format!("mqtt/send publish sensors/k1/temp p- o- n- l{links} e- q1 crt-pub-{level} 1040..1050"),
+                format!("mqtt/send publish sensors/k1/temp p- o- n- l{links} e- q2 crt-pub-{level} 1060..1090"),
+            ],
+            "{file}"
+        );
+        for t in &runs {
+            assert!(t.ops.iter().all(|o| o.links.iter().all(|l| *l == tp)), "{file}");
+            // CONNECT, CONNACK, DISCONNECT.
+            assert_eq!(t.counts, MsgCounts { control_packets: 3, ..MsgCounts::default() }, "{file}");
+        }
+    }
+}
