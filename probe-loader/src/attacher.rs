@@ -8,8 +8,10 @@
 //! selected process running or mapping.**
 //!
 //! - **What it holds**: the capabilities attaching needs ([`caps`]:
-//!   CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN for perf-event uprobes and
-//!   `/proc/PID/map_files`, CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH to
+//!   CAP_BPF, CAP_PERFMON; CAP_SYS_ADMIN for perf-event uprobes (before
+//!   Linux 6.6) and `/proc/PID/map_files`, where `uprobe_multi` links
+//!   need CAP_CHECKPOINT_RESTORE instead, for `map_files` alone;
+//!   CAP_SYS_PTRACE and CAP_DAC_READ_SEARCH to
 //!   open another user's process's files), its bounding set holding those
 //!   alone, `no_new_privs`, not dumpable; the pinned TLS programs, the
 //!   kernel's report ring and the map of files reported (opened by path in
@@ -91,7 +93,10 @@ pub fn caps(kind: Kind) -> &'static [Capability] {
         // perf_event_open of a uprobe takes CAP_SYS_ADMIN on Linux 6.18
         // (CAP_PERFMON alone before); map_files CAP_SYS_ADMIN too.
         Kind::Perf => &[CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH],
-        Kind::Multi | Kind::Session => &[CAP_BPF, CAP_PERFMON, CAP_SYS_ADMIN, CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH],
+        // uprobe_multi links (6.6+) take CAP_BPF and CAP_PERFMON alone;
+        // map_files CAP_CHECKPOINT_RESTORE (5.9+) as well as CAP_SYS_ADMIN:
+        // no process keeps CAP_SYS_ADMIN after start.
+        Kind::Multi | Kind::Session => &[CAP_BPF, CAP_PERFMON, CAP_CHECKPOINT_RESTORE, CAP_SYS_PTRACE, CAP_DAC_READ_SEARCH],
     }
 }
 

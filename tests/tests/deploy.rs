@@ -53,6 +53,7 @@ const POD_CAPS: &[&str] = &[
     "CAP_CHOWN",
     "CAP_KILL",
     "CAP_SYS_ADMIN",
+    "CAP_CHECKPOINT_RESTORE",
 ];
 
 /// The actors' uid the image's /etc/passwd gives `ringtail` (build.sh's default).
@@ -229,8 +230,9 @@ fn chart_renders_and_every_manifest_validates() {
 fn daemonset_holds_what_the_docs_say() {
     let Some(py) = python() else { return };
     let dir = TempDir::new("deploy");
-    let expected =
-        |tls: bool| -> BTreeSet<String> { POD_CAPS.iter().filter(|c| tls || **c != "CAP_SYS_ADMIN").map(|c| c.to_string()).collect() };
+    let expected = |tls: bool| -> BTreeSet<String> {
+        POD_CAPS.iter().filter(|c| tls || !["CAP_SYS_ADMIN", "CAP_CHECKPOINT_RESTORE"].contains(c)).map(|c| c.to_string()).collect()
+    };
 
     // docs/kubernetes.md's privilege table lists exactly the pod's capabilities.
     let doc = std::fs::read_to_string(workspace().join("docs/kubernetes.md")).expect("read docs/kubernetes.md");
@@ -1104,8 +1106,11 @@ fn image_builds_and_runs_as_the_daemonset_says() {
             }
             "CAP_SYS_ADMIN" => {
                 assert!(ready, "without CAP_SYS_ADMIN the pod should still run:\n{log}");
-                assert!(log.contains("event=\"tls_attacher_caps\" missing=CAP_SYS_ADMIN"), "the attacher should say what it lacks:\n{log}");
                 if log.contains("event=\"tls_attacher_started\"") && log.contains("kind=\"perf events\"") {
+                    assert!(
+                        log.contains("event=\"tls_attacher_caps\" missing=CAP_SYS_ADMIN"),
+                        "the attacher should say what it lacks:\n{log}"
+                    );
                     // Uprobes as perf events: perf_event_open(2) refuses
                     // them to CAP_BPF + CAP_PERFMON alone.
                     assert!(
@@ -1114,11 +1119,24 @@ fn image_builds_and_runs_as_the_daemonset_says() {
                     );
                 } else {
                     // uprobe_multi links (6.6+) need CAP_BPF and CAP_PERFMON
-                    // alone: the node's libssl, reached through the
-                    // process's root, is attached all the same.
+                    // alone, map_files CAP_CHECKPOINT_RESTORE: the attacher
+                    // does not keep CAP_SYS_ADMIN, nor miss it.
                     assert!(
-                        log.contains("event=\"tls_attached\"") && !log.contains("tls_attach_failed"),
+                        log.contains("event=\"tls_attached\"")
+                            && !log.contains("tls_attach_failed")
+                            && !log.contains("missing=CAP_SYS_ADMIN"),
                         "without CAP_SYS_ADMIN uprobe_multi links should still attach:\n{log}"
+                    );
+                }
+                continue;
+            }
+            "CAP_CHECKPOINT_RESTORE" => {
+                assert!(ready, "without CAP_CHECKPOINT_RESTORE the pod should still run:\n{log}");
+                if !log.contains("kind=\"perf events\"") {
+                    // (map_files closed: a mapped file is found by its name)
+                    assert!(
+                        log.contains("missing=CAP_CHECKPOINT_RESTORE") && log.contains("event=\"tls_attached\""),
+                        "without CAP_CHECKPOINT_RESTORE the attacher should say so and attach all the same:\n{log}"
                     );
                 }
                 continue;

@@ -35,8 +35,9 @@ app.kubernetes.io/component: agent
 The pod's capabilities, each for a reason (docs/kubernetes.md, "Privileges").
 The supervisor (`ringtail run`, root) starts the loader with them; the
 loader drops all of them before it reads a single event (its TLS attacher
-keeps BPF, PERFMON, SYS_ADMIN, SYS_PTRACE and DAC_READ_SEARCH: HTTPS of
-the pods that start later), the actors are exec'd with CAP_SETUID,
+keeps BPF, PERFMON, SYS_PTRACE, DAC_READ_SEARCH and, on Linux 6.6+,
+CHECKPOINT_RESTORE, before it SYS_ADMIN: HTTPS of the pods that start
+later), the actors are exec'd with CAP_SETUID,
 CAP_SETGID and CAP_SETPCAP only and become the actors' user with none.
 */}}
 {{- define "ringtail.capabilities" -}}
@@ -69,6 +70,9 @@ CAP_SETGID and CAP_SETPCAP only and become the actors' user with none.
 # start, its TLS attacher keeps it. tls.enabled=false removes it (and
 # HTTPS capture).
 - SYS_ADMIN
+# the TLS attacher on Linux 6.6+ (which keeps no SYS_ADMIN there):
+# /proc/PID/map_files, the exact file a process maps
+- CHECKPOINT_RESTORE
 {{- end -}}
 {{- end -}}
 
