@@ -202,8 +202,13 @@ static __always_inline int h2_step(struct h2_walk *w, struct h2_dir *d, const st
 	__builtin_memcpy(h, d->hdr, 8);
 	__u32 need = H2_FRAME_HDR - held;
 	if (avail < need) {
-		/* the header straddles: hold what is here (fewer than 9 bytes) */
-		__u32 n = avail & 7;
+		/* the header straddles: hold what is here. avail < need <= 9, so
+		 * up to 8 bytes, and held + n <= 8: the mask keeps every value
+		 * (with "& 7" a segment ending 8 bytes into a header held none of
+		 * them, the walk read the 9th byte on as a frame header, and a
+		 * gRPC C-core client, whose writes are 23-byte iovecs, lost every
+		 * frame after it inside a "frame" megabytes long, uncounted) */
+		__u32 n = avail & 15;
 		barrier_var(n);
 		barrier_var(held);
 		if (held > 8)

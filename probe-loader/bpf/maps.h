@@ -22,7 +22,7 @@ struct h2_dir {
 	__u32 left;	/* payload bytes of the current frame still to come */
 	__u16 want;	/* of those, bytes still to capture */
 	__u16 skip;	/* bytes not framed still to skip: the client preface, a 101's head */
-	__u8 hlen;	/* bytes of a frame header held in hdr (it straddled syscalls) */
+	__u8 hlen;	/* bytes of a frame header held in hdr (0 to 8: it straddled iovecs or syscalls) */
 	__u8 hdr[8];
 };
 

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use super::frames::{self, CONTINUATION, DATA, GOAWAY, HEADERS, PUSH_PROMISE, RST_STREAM, SETTINGS};
+use super::frames::{self, CONTINUATION, DATA, GOAWAY, HEADERS, PUSH_PROMISE, RST_STREAM, SETTINGS, WINDOW_UPDATE};
 use super::hpack::{self, DecodeError, Header};
 use super::{request_dir, Dir, DropReason, End, Grpc, H2Stats, Piece, Role, StreamDone};
 
@@ -127,6 +127,13 @@ impl Fields {
                 None => Val::Unknown,
             };
         }
+    }
+
+    /// Whether the block begins a request: it carries a `:method` or a
+    /// `:path` that was decoded (trailers carry no pseudo-header; a name
+    /// that could not be decoded proves nothing).
+    fn opens_request(&self) -> bool {
+        matches!(self.method, Val::Known(_)) || matches!(self.path, Val::Known(_))
     }
 
     /// A header whose name is unknown (or the rest of a cut block).
@@ -323,6 +330,10 @@ impl Streams {
         self.map.contains_key(id)
     }
 
+    fn get(&self, id: u32) -> Option<&Stream> {
+        self.map.get(&id).map(|s| &**s)
+    }
+
     fn range(&self, r: impl std::ops::RangeBounds<u32>) -> impl Iterator<Item = (&u32, &Stream)> {
         self.map.range(r).map(|(id, s)| (id, &**s))
     }
@@ -371,6 +382,10 @@ pub struct H2Conn {
     streams: Streams,
     /// Highest client-initiated stream id whose request was seen.
     max_request_id: u32,
+    /// Followed from its start: every stream the client opened was seen
+    /// opening, in order (a request direction's records come in the order
+    /// its bytes went).
+    from_start: bool,
     /// Streams ended whose request may still come (`Stream::ended`).
     parked: usize,
     given_up: bool,
@@ -394,6 +409,7 @@ impl H2Conn {
             sides: [Side::new(mid_connection), Side::new(mid_connection)],
             streams: Streams::default(),
             max_request_id: 0,
+            from_start: !mid_connection,
             parked: 0,
             given_up: false,
             stats: H2Stats::default(),
@@ -530,6 +546,11 @@ impl H2Conn {
             }
             _ => {}
         }
+        if self.unopened(dir, typ, stream) {
+            self.stats.unopened_stream_frames += 1;
+            self.give_up();
+            return;
+        }
         if typ == DATA {
             self.on_data(dir, ts, flags, stream, len, out);
         }
@@ -549,6 +570,22 @@ impl H2Conn {
         if done {
             self.finish_frame(dir, ts, false, out);
         }
+    }
+
+    /// Whether a frame the client sends can only be on a stream it never
+    /// opened: DATA, RST_STREAM and WINDOW_UPDATE need an open (or closed)
+    /// stream, and HTTP/2 opens the client's streams in increasing order,
+    /// so on a connection followed from its start an odd id above every
+    /// request seen names none (a PROTOCOL_ERROR no peer would survive).
+    /// Such a header was read where no frame began: the kernel's walk lost
+    /// the frame boundaries without knowing it, and what it ships for this
+    /// direction from here on is not what was sent.
+    fn unopened(&self, dir: Dir, typ: u8, stream: u32) -> bool {
+        self.from_start
+            && dir == request_dir(self.role)
+            && matches!(typ, DATA | RST_STREAM | WINDOW_UPDATE)
+            && !stream.is_multiple_of(2)
+            && stream > self.max_request_id
     }
 
     fn more(&mut self, dir: Dir, ts: u64, payload: &[u8], out: &mut Vec<StreamDone>) {
@@ -704,6 +741,17 @@ impl H2Conn {
         if dir == request_dir(self.role) {
             // A new client stream: odd, above every id seen.
             let new = !id.is_multiple_of(2) && id > self.max_request_id;
+            if !new && !id.is_multiple_of(2) && fields.opens_request() && self.streams.get(id).is_none_or(|s| s.req.is_none()) {
+                // A request's first block (trailers carry no pseudo-header)
+                // at or below a stream already opened: the blocks did not
+                // come in the order they were sent, nor did the decoder read
+                // them in it, so any value it reads from here on may be
+                // another header's. Attached by its id it could make a wrong
+                // span; nothing of the connection is trusted any more.
+                self.stats.requests_out_of_order += 1;
+                self.give_up();
+                return;
+            }
             if self.streams.contains_key(&id) {
                 if !new {
                     // Request trailers.

@@ -16,8 +16,11 @@
 //! a stream whose `:method`, `:path` or `:status` is unknown produces no
 //! [`StreamDone`] (counted in [`H2Stats`] by [`DropReason`] reason). When the
 //! framing itself may be lost (a [`Piece::Lost`] that is not provably
-//! inside the current frame), the connection is given up: nothing after
-//! it can be trusted to be a frame boundary.
+//! inside the current frame, or frames that cannot be: the client's on a
+//! stream it never opened, a request below one already opened), the
+//! connection is given up: nothing after it can be trusted to be a frame
+//! boundary, nor a header block to have been decoded in the order it was
+//! sent.
 //!
 //! # Layout
 //! - [`huffman`]: HPACK's Huffman code (RFC 7541 Appendix B).
@@ -257,6 +260,16 @@ pub struct H2Stats {
     /// Connections given up because frame boundaries were lost or the
     /// frames made no sense.
     pub connections_given_up: u64,
+    /// Of those, given up at a frame the client sent on a stream it never
+    /// opened (DATA, RST_STREAM, WINDOW_UPDATE): its frame boundaries went
+    /// out of step unseen (a frame header the kernel's walk lost read on
+    /// as another frame, whose "payload" swallowed the requests after it).
+    pub unopened_stream_frames: u64,
+    /// Of those, given up at a request's first header block whose stream
+    /// id is not above every one seen: the request direction's records
+    /// came out of the order they were sent in (and the HPACK decoder
+    /// read them out of it).
+    pub requests_out_of_order: u64,
 }
 
 impl H2Stats {
@@ -277,5 +290,7 @@ impl H2Stats {
         self.header_blocks_truncated += other.header_blocks_truncated;
         self.hpack_errors += other.hpack_errors;
         self.connections_given_up += other.connections_given_up;
+        self.unopened_stream_frames += other.unopened_stream_frames;
+        self.requests_out_of_order += other.requests_out_of_order;
     }
 }

@@ -62,6 +62,11 @@ struct Counters {
     header_blocks_truncated: Counter,
     hpack_errors: Counter,
     given_up: Counter,
+    /// Of the connections given up, those at a frame on a stream the
+    /// client never opened, and those at a request out of order (which
+    /// way a connection's framing went wrong, unseen by the kernel).
+    unopened_stream_frames: Counter,
+    requests_out_of_order: Counter,
     malformed: Drops,
     evicted: Counter,
     /// Streams dropped with the connections forgotten to keep within
@@ -81,6 +86,8 @@ impl Counters {
         self.header_blocks_truncated.add(s.header_blocks_truncated);
         self.hpack_errors.add(s.hpack_errors);
         self.given_up.add(s.connections_given_up);
+        self.unopened_stream_frames.add(s.unopened_stream_frames);
+        self.requests_out_of_order.add(s.requests_out_of_order);
     }
 }
 
@@ -109,6 +116,8 @@ impl H2Table {
                 header_blocks_truncated: registry.counter("ringtail_h2_header_blocks_truncated_total", &[]),
                 hpack_errors: registry.counter("ringtail_h2_hpack_errors_total", &[]),
                 given_up: registry.counter("ringtail_h2_connections_given_up_total", &[]),
+                unopened_stream_frames: registry.counter("ringtail_h2_unopened_stream_frames_total", &[]),
+                requests_out_of_order: registry.counter("ringtail_h2_requests_out_of_order_total", &[]),
                 malformed: registry.drops("ringtail_dropped_events_total", "h2_malformed_record"),
                 evicted: registry.counter("ringtail_h2_connections_evicted_total", &[]),
                 state_full: registry.drops("ringtail_dropped_events_total", "h2_state_full"),

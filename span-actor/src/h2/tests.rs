@@ -331,6 +331,170 @@ fn client_answer_reported_before_its_request() {
     assert_eq!(c.open_streams(), 0);
 }
 
+/// `grpc_python`'s flake, as the kernel shipped it. grpcio writes a batch
+/// of calls as 23-byte iovecs, and a frame header may straddle two of them
+/// anywhere: 8 bytes in one and its 9th (the stream id's low byte) in the
+/// next. The kernel's walk held none of the 8 (`avail & 7`, fixed in
+/// bpf/h2.h) and read the next 9 bytes as a frame header: the stream id's
+/// low byte, the gRPC message prefix and the message's first bytes made a
+/// DATA frame of (stream << 16) bytes (1.9 MB for stream 29 in a capture)
+/// on "stream" 0x03633131. DATA is not captured, so the walk passed over
+/// everything the client sent after it, unseen and uncounted: the later
+/// requests never came, their answers
+/// did, and their streams ended as `h2_request_unseen` (29 of 43 in a CI
+/// run) with no framing loss, HPACK error or cut block counted.
+///
+/// A frame the client sends on a stream it never opened cannot be: the
+/// connection is given up there, counted as such.
+#[test]
+fn a_lost_frame_header_gives_the_connection_up() {
+    let run = |fixed: bool| {
+        let mut c = H2Conn::new(Role::Client, false);
+        let (mut me, mut peer) = (Peer::new(10), Peer::new(11));
+        let mut out = Vec::new();
+        let ok = |p: &mut Peer, id| {
+            let mut r = p.headers(id, &[(":status", "200"), ("content-type", "application/grpc")], false);
+            r.push(data(id, 8, false));
+            r.extend(p.headers(id, &[("grpc-status", "0")], true));
+            r
+        };
+        let req = |me: &mut Peer, id| {
+            let mut r = me.headers(id, GRPC_REQ, false);
+            r.push(data(id, 8, true));
+            r
+        };
+        // Three calls one after the other, then two on their own writes.
+        for (t, id) in [(10, 1), (20, 3), (30, 5)] {
+            c.feed(Dir::Send, t, &req(&mut me, id), &mut out);
+            c.feed(Dir::Recv, t + 1, &ok(&mut peer, id), &mut out);
+        }
+        c.feed(Dir::Send, 40, &req(&mut me, 7), &mut out);
+        c.feed(Dir::Send, 41, &req(&mut me, 9), &mut out);
+        // A batch write: 11 whole, 13 whole, 15's HEADERS, then the
+        // "frame" read from the middle of 15's DATA header.
+        let mut batch = req(&mut me, 11);
+        batch.extend(req(&mut me, 13));
+        batch.extend(me.headers(15, GRPC_REQ, false));
+        if fixed {
+            batch.push(data(15, 8, true));
+            batch.extend(req(&mut me, 17));
+        } else {
+            batch.push(Piece::Frame { typ: DATA, flags: 0, stream: 0x0363_3131, len: 15 << 16, payload: vec![] });
+        }
+        c.feed(Dir::Send, 42, &batch, &mut out);
+        for id in [7, 9, 11, 13, 15, 17] {
+            c.feed(Dir::Recv, 50 + u64::from(id), &ok(&mut peer, id), &mut out);
+        }
+        c.close(80, &mut out);
+        let ids: Vec<u32> = out.iter().map(|d| d.stream_id).collect();
+        (ids, c.take_stats(), c.is_given_up())
+    };
+    // What the kernel sends now: every call.
+    let (ids, s, given_up) = run(true);
+    assert_eq!(ids, vec![1, 3, 5, 7, 9, 11, 13, 15, 17]);
+    assert_eq!((s, given_up), (H2Stats::default(), false));
+    // What it sent: nothing past the lost header is believed, and the
+    // loss says where it came from.
+    let (ids, s, given_up) = run(false);
+    assert_eq!(ids, vec![1, 3, 5]);
+    assert!(given_up);
+    assert_eq!((s.unopened_stream_frames, s.requests_out_of_order, s.connections_given_up), (1, 0, 1));
+    assert_eq!(s.dropped(DropReason::FramingLost), 5, "7 to 15, open when it was given up");
+    assert_eq!(s.dropped(DropReason::RequestUnseen), 0);
+    assert_eq!((s.hpack_errors, s.header_blocks_truncated), (0, 0));
+}
+
+/// The flake's first suspect: a request direction's records out of the
+/// order their bytes went in (two writes reported the other way round).
+/// The request of a stream below one already opened was then taken for
+/// trailers, or dropped, and its answer counted as `h2_request_unseen`;
+/// but its header block was decoded after blocks sent later, so what it
+/// says (and what every block after it says) may be another header's.
+/// Attaching it by its id could make a wrong span: the connection is given
+/// up, counted apart. Request trailers (no pseudo-header) below the
+/// highest stream are still trailers.
+#[test]
+fn a_request_out_of_order_gives_the_connection_up() {
+    let mut c = H2Conn::new(Role::Client, false);
+    let (mut me, mut peer) = (Peer::new(12), Peer::new(13));
+    let mut out = Vec::new();
+    let ok = |p: &mut Peer, id| {
+        let mut r = p.headers(id, &[(":status", "200"), ("content-type", "application/grpc")], false);
+        r.push(data(id, 8, false));
+        r.extend(p.headers(id, &[("grpc-status", "0")], true));
+        r
+    };
+    // Stream 1 sends trailers after stream 3 opened: still its trailers.
+    c.feed(Dir::Send, 1, &me.headers(1, GRPC_REQ, false), &mut out);
+    c.feed(Dir::Send, 2, &me.headers(3, GRPC_REQ, true), &mut out);
+    c.feed(Dir::Send, 3, &me.headers(1, &[("x-trailer", "t")], true), &mut out);
+    c.feed(Dir::Recv, 4, &ok(&mut peer, 1), &mut out);
+    c.feed(Dir::Recv, 5, &ok(&mut peer, 3), &mut out);
+    assert_eq!(out.iter().map(|d| d.stream_id).collect::<Vec<_>>(), vec![1, 3]);
+    assert!(!c.is_given_up());
+    // Two writes, [5 7] then [9 11], reported the other way round; 5's
+    // answer was read before either.
+    let mut first = Vec::new();
+    for id in [5, 7] {
+        first.extend(me.headers(id, GRPC_REQ, false));
+        first.push(data(id, 8, true));
+    }
+    let mut second = Vec::new();
+    for id in [9, 11] {
+        second.extend(me.headers(id, GRPC_REQ, false));
+        second.push(data(id, 8, true));
+    }
+    c.feed(Dir::Recv, 6, &ok(&mut peer, 5), &mut out);
+    c.feed(Dir::Send, 7, &second, &mut out);
+    assert!(!c.is_given_up(), "nothing says yet that 5 and 7 will come");
+    c.feed(Dir::Send, 8, &first, &mut out);
+    assert!(c.is_given_up());
+    for id in [7, 9, 11] {
+        c.feed(Dir::Recv, 10 + u64::from(id), &ok(&mut peer, id), &mut out);
+    }
+    c.close(30, &mut out);
+    assert_eq!(out.len(), 2, "no span of the calls reported out of order: {out:?}");
+    let s = c.take_stats();
+    assert_eq!((s.requests_out_of_order, s.unopened_stream_frames, s.connections_given_up), (1, 0, 1));
+    // 5's answer waited for its request until 9's came (then counted as
+    // unseen); 9 and 11 were open when the connection was given up.
+    assert_eq!(s.dropped(DropReason::RequestUnseen), 1);
+    assert_eq!(s.dropped(DropReason::FramingLost), 2);
+}
+
+/// What a client may send on streams it did not open as far as this
+/// tracker knows, and where that proves nothing: a connection begun
+/// before tracing (its streams opened unseen), a pushed (even) stream,
+/// the connection's own stream 0, and an answer (the peer's frames: an
+/// answer can be read before its request's send is reported).
+#[test]
+fn frames_on_unopened_streams_that_prove_nothing() {
+    let mut out = Vec::new();
+    let (mut me, mut peer) = (Peer::new(14), Peer::new(15));
+    let mut c = H2Conn::new(Role::Client, true);
+    c.feed(Dir::Send, 1, &[data(41, 10, true), f(RST_STREAM, 0, 43, vec![0, 0, 0, 8])], &mut out);
+    assert!(!c.is_given_up(), "begun before tracing");
+    let mut c = H2Conn::new(Role::Client, false);
+    c.feed(Dir::Send, 1, &me.headers(1, GRPC_REQ, true), &mut out);
+    c.feed(Dir::Send, 2, &[f(RST_STREAM, 0, 2, vec![0, 0, 0, 8]), f(WINDOW_UPDATE, 0, 0, vec![0, 0, 1, 0])], &mut out);
+    c.feed(Dir::Send, 3, &[f(WINDOW_UPDATE, 0, 1, vec![0, 0, 1, 0]), f(RST_STREAM, 0, 1, vec![0, 0, 0, 8])], &mut out);
+    c.feed(Dir::Recv, 4, &[data(3, 5, false)], &mut out);
+    c.feed(Dir::Recv, 5, &peer.headers(5, &[(":status", "200")], true), &mut out);
+    assert!(!c.is_given_up());
+    // A client's WINDOW_UPDATE on a stream above every one it opened.
+    c.feed(Dir::Send, 6, &[f(WINDOW_UPDATE, 0, 7, vec![0, 0, 1, 0])], &mut out);
+    assert!(c.is_given_up());
+    assert_eq!(c.take_stats().unopened_stream_frames, 1);
+    // A server sees the client's frames as received.
+    let (mut c, mut client, _) = server();
+    c.feed(Dir::Recv, 1, &client.headers(1, REQ, false), &mut out);
+    c.feed(Dir::Recv, 2, &[data(1, 4, true)], &mut out);
+    c.feed(Dir::Send, 3, &[data(3, 4, true)], &mut out);
+    assert!(!c.is_given_up());
+    c.feed(Dir::Recv, 4, &[data(3, 4, true)], &mut out);
+    assert!(c.is_given_up());
+}
+
 #[test]
 fn upgrade_from_http1() {
     let mut c = H2Conn::new(Role::Server, false);
