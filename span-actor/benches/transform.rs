@@ -336,8 +336,8 @@ fn msg_conn(kind: &str) -> (Vec<(bool, Vec<u8>)>, u64) {
             let setup = recs.len() - 2;
             kafka(recs, setup)
         }
-        // INFO, CONNECT, PING, PONG; then a record of four publishes (HPUB,
-        // PUB, HPUB, PUB) and the flush's PING, answered
+        // INFO, CONNECT, PING, PONG; then a record of a PING and four
+        // publishes (HPUB, PUB, HPUB, PUB), and its PONG
         "publish" => {
             let mut recs = recorded(PUBLISH, "1");
             let calls = recs.split_off(4);
@@ -346,7 +346,8 @@ fn msg_conn(kind: &str) -> (Vec<(bool, Vec<u8>)>, u64) {
             }
             (recs, 16)
         }
-        // INFO, CONNECT, PONG, SUB, PONG; then a record of four messages
+        // INFO, CONNECT, PONG, a PING and SUB, PONG; then a record of four
+        // messages (HMSG, MSG, HMSG, MSG)
         "receive" => {
             let mut recs = recorded(SUBSCRIBE, "1");
             let msgs = recs.pop().expect("the messages");
