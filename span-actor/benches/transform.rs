@@ -12,7 +12,17 @@
 //! connections (a simple query answered by one row) and 8 Redis ones (GET
 //! and SET), 16 calls each, opened and closed within their batch (a send
 //! record and a receive record a call; the bench checks each made a
-//! span). `BENCH_SECS` sets the measured time (5 s);
+//! span). `BENCH_PROTOCOL=msg` feeds messaging calls from real recorded
+//! bytes (`src/messaging/testdata/e2e_*.txt`: kafka-python against Tansu,
+//! nats-py against nats-server): 4 Kafka producer connections of 16
+//! Produce calls (acks=1, one record each), 4 Kafka consumer connections
+//! of 16 Fetch calls (five records each, linked to those producers' spans
+//! by offset), 4 NATS publisher connections of 16 publishes and 4 NATS
+//! subscriber connections of a SUB and 16 messages, each connection with
+//! its recorded set-up, opened and closed within its batch, a record a
+//! syscall the client made (`BENCH_MSG=produce,fetch,publish,receive`
+//! picks some of the four; the bench checks each call made a span).
+//! `BENCH_SECS` sets the measured time (5 s);
 //! `BENCH_PASSES=n` runs exactly one warm-up pass and `n` measured passes
 //! over the 64 input batches instead (deterministic: for instruction
 //! counts under callgrind, two runs of different `n`, the difference
@@ -273,6 +283,133 @@ fn db_batch(conn_base: u64) -> RawBatch {
     RawBatch::of(1_700_000_000_000_000_000, 0, processes, &[], &[], &records)
 }
 
+/// The kinds of messaging connection a [`msg_batch`] may hold
+/// (`BENCH_MSG`), each with the recorded run and connection it is made of.
+const MSG_KINDS: [&str; 4] = ["produce", "fetch", "publish", "receive"];
+/// Connections of each kind in a [`msg_batch`].
+const MSG_CONNS: u64 = 4;
+
+/// The records of connection `n` of a recorded client run (`N > hex` /
+/// `N < hex` lines: what the client sent, what it received).
+fn recorded(run: &str, n: &str) -> Vec<(bool, Vec<u8>)> {
+    run.lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            (f.next()? == n).then(|| {
+                let send = f.next() == Some(">");
+                let hex = f.next().expect("a hex chunk");
+                let bytes = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex")).collect();
+                (send, bytes)
+            })
+        })
+        .collect()
+}
+
+/// One connection of `kind`: its records (the recorded set-up, then its
+/// calls, each as recorded) and the spans they make.
+fn msg_conn(kind: &str) -> (Vec<(bool, Vec<u8>)>, u64) {
+    const PRODUCE: &str = include_str!("../src/messaging/testdata/e2e_kafka_produce.txt");
+    const CONSUME: &str = include_str!("../src/messaging/testdata/e2e_kafka_consume.txt");
+    const PUBLISH: &str = include_str!("../src/messaging/testdata/e2e_nats_publish.txt");
+    const SUBSCRIBE: &str = include_str!("../src/messaging/testdata/e2e_nats_subscribe.txt");
+    // A Kafka request's correlation id is bytes 8..12, its answer's 4..8:
+    // the calls repeated are numbered on, as a client numbers them.
+    let kafka = |mut recs: Vec<(bool, Vec<u8>)>, setup: usize| {
+        let calls: Vec<_> = recs.split_off(setup).chunks(2).map(|c| (c[0].1.clone(), c[1].1.clone())).collect();
+        let first = i32::from_be_bytes(calls[0].0[8..12].try_into().unwrap());
+        for k in 0..16 {
+            let (mut req, mut resp) = calls[k % calls.len()].clone();
+            let id = (first + k as i32).to_be_bytes();
+            req[8..12].copy_from_slice(&id);
+            resp[4..8].copy_from_slice(&id);
+            recs.extend([(true, req), (false, resp)]);
+        }
+        (recs, 16)
+    };
+    match kind {
+        // the producer's node connection: ApiVersions, then five Produce v9
+        "produce" => kafka(recorded(PRODUCE, "4"), 2),
+        // the consumer's node connection: ApiVersions, FindCoordinator,
+        // Metadata twice, ListOffsets, then a Fetch v12 of five records
+        "fetch" => {
+            let recs = recorded(CONSUME, "2");
+            let setup = recs.len() - 2;
+            kafka(recs, setup)
+        }
+        // INFO, CONNECT, PING, PONG; then a record of a PING and four
+        // publishes (HPUB, PUB, HPUB, PUB), and its PONG
+        "publish" => {
+            let mut recs = recorded(PUBLISH, "1");
+            let calls = recs.split_off(4);
+            for _ in 0..4 {
+                recs.extend(calls.iter().cloned());
+            }
+            (recs, 16)
+        }
+        // INFO, CONNECT, PONG, a PING and SUB, PONG; then a record of four
+        // messages (HMSG, MSG, HMSG, MSG)
+        "receive" => {
+            let mut recs = recorded(SUBSCRIBE, "1");
+            let msgs = recs.pop().expect("the messages");
+            for _ in 0..4 {
+                recs.push(msgs.clone());
+            }
+            (recs, 1 + 16)
+        }
+        _ => panic!("BENCH_MSG: {kind:?} is none of {MSG_KINDS:?}"),
+    }
+}
+
+/// A batch of messaging records: [`MSG_CONNS`] client connections of each
+/// of `kinds` (producers before consumers: a consumer's messages find their
+/// producers' spans), opened and closed within the batch, the bytes of a
+/// record whole (each is far below what the kernel copies of a syscall).
+/// The spans it makes with them.
+fn msg_batch(conn_base: u64, kinds: &[&str]) -> (RawBatch, u64) {
+    let whole = |b: &[u8]| {
+        let mut out = Vec::new();
+        db_pieces::encode(&mut out, db_pieces::Piece::Bytes(b));
+        out
+    };
+    let mut records = Vec::new();
+    let mut spans = 0;
+    let mut t = 1_000_000u64;
+    for (j, kind) in kinds.iter().enumerate() {
+        let (recs, n) = msg_conn(kind);
+        let broker = if matches!(*kind, "produce" | "fetch") { 9092 } else { 4222 };
+        for k in 0..MSG_CONNS {
+            let c = j as u64 * MSG_CONNS + k;
+            spans += n;
+            let last = recs.len();
+            for (i, (send, bytes)) in recs.iter().chain([&(false, Vec::new())]).enumerate() {
+                t += 1000;
+                let close = i == last;
+                records.push(RawStream {
+                    conn: ConnHead {
+                        role: Role::Client,
+                        pid: 4000 + (c % 4) as u32,
+                        tid: 4000,
+                        fd: 11,
+                        proc_start_ns: 1,
+                        conn_id: conn_base + c,
+                        tls: false,
+                        local: addr(42000 + c as u16),
+                        peer: addr(broker),
+                    },
+                    mono_ns: t,
+                    send: *send,
+                    start: i == 0,
+                    close,
+                    links: Links::default(),
+                    pieces: if close { Vec::new() } else { whole(bytes) },
+                });
+            }
+        }
+    }
+    let processes = processes(4000, "orders");
+    (RawBatch::of(1_700_000_000_000_000_000, 0, processes, &[], &[], &records), spans)
+}
+
 fn main() {
     let settings = Settings::default();
     let batch_len = settings.pipeline.batch_length;
@@ -284,10 +421,19 @@ fn main() {
     ledger.0.observe(loader, 1);
     // Pre-encoded input, as it arrives off the socket.
     let protocol = std::env::var("BENCH_PROTOCOL").unwrap_or_default();
-    let (h2, db) = (protocol == "h2", protocol == "db");
-    let batch = |k: u64| match () {
+    let (h2, db, msg) = (protocol == "h2", protocol == "db", protocol == "msg");
+    let kinds_env = std::env::var("BENCH_MSG").unwrap_or_default();
+    let kinds: Vec<&str> = if kinds_env.is_empty() { MSG_KINDS.to_vec() } else { kinds_env.split(',').collect() };
+    // (the spans a messaging batch makes)
+    let mut msg_spans = 0;
+    let mut batch = |k: u64| match () {
         _ if h2 => h2_batch(k * 10_000),
         _ if db => db_batch(k * 10_000),
+        _ if msg => {
+            let (b, n) = msg_batch(k * 10_000, &kinds);
+            msg_spans = n;
+            b
+        }
         _ => raw_batch(batch_len, k * 10_000),
     };
     let inputs: Vec<Vec<u8>> = (0..64).map(|k| ipc_schema::encode(&Envelope::new(loader, k + 1, Body::Raw(batch(k)))).unwrap()).collect();
@@ -337,9 +483,17 @@ fn main() {
         assert_eq!(warm_spans, warm_batches * DB_CALLS, "database spans in the warm-up");
         assert_eq!(spans, batches * DB_CALLS, "database spans measured");
     }
-    if h2 || db {
+    if msg {
+        // Every call fed makes one span (a bench whose records a protocol
+        // module stopped reading would measure nothing).
+        assert_eq!(warm_spans, warm_batches * msg_spans, "messaging spans in the warm-up");
+        assert_eq!(spans, batches * msg_spans, "messaging spans measured");
+    }
+    if h2 || db || msg {
         if h2 {
             println!("span-actor transform, HTTP/2 (gRPC unary), batches of 16 connections x 16 calls, one thread:");
+        } else if msg {
+            println!("span-actor transform, messaging calls, batches of {MSG_CONNS} connections of each of {kinds:?}, one thread:");
         } else {
             println!("span-actor transform, database calls, batches of 8 PostgreSQL + 8 Redis connections x 16 calls, one thread:");
         }
