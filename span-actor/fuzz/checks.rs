@@ -595,7 +595,7 @@ fn msg_conn(system: MsgSystem, data: &[u8]) {
             span_actor::db::pieces::encode_gap(&mut pieces, span_actor::db::pieces::Gap { recv: u32::from(*a), send: u32::from(*b) });
         }
         ts += 1;
-        conn.feed(flags & 1 != 0, ts, flags & 2 != 0, &pieces, &mut ops, &mut counts);
+        conn.feed_ops(flags & 1 != 0, ts, flags & 2 != 0, &pieces, &mut ops, &mut counts);
         assert!(conn.pending() <= span_actor::messaging::MAX_PENDING, "{} pending", conn.pending());
         assert!(conn.held_bytes() <= MSG_MAX_HELD, "{} bytes held", conn.held_bytes());
     }

@@ -84,7 +84,7 @@
 use std::collections::VecDeque;
 
 use super::common::{self, R};
-use super::{name, traceparent, MsgCounts, MsgOp, MsgSystem, OpType, MAX_PENDING};
+use super::{done, name, traceparent, MsgCounts, MsgOp, MsgSystem, OpType, Out, MAX_PENDING};
 use crate::db::stream::{Frame, Msg, Stream};
 
 /// Channel states kept per connection; past it the oldest is forgotten
@@ -385,7 +385,7 @@ impl AmqpConn {
     }
 
     /// One record (its pieces valid, GAP pieces taken off).
-    pub(super) fn feed(&mut self, send: bool, ts: u64, bytes: &[u8], out: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
+    pub(super) fn feed(&mut self, send: bool, ts: u64, bytes: &[u8], out: &mut Out<'_>, counts: &mut MsgCounts) {
         let stream = if send { &mut self.send } else { &mut self.recv };
         let Some(restarted) = common::resume(stream, bytes, tiles, counts) else {
             return;
@@ -455,7 +455,7 @@ impl St {
     }
 
     /// One frame of either direction.
-    fn frame(&mut self, send: bool, m: Msg<'_>, ts: u64, out: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
+    fn frame(&mut self, send: bool, m: Msg<'_>, ts: u64, out: &mut Out<'_>, counts: &mut MsgCounts) {
         let mut r = R::new(m.bytes);
         if m.bytes.starts_with(b"AMQP") {
             counts.control_packets += 1;
@@ -487,7 +487,7 @@ impl St {
         r: &mut R<'_>,
         m: Msg<'_>,
         ts: u64,
-        out: &mut Vec<MsgOp>,
+        out: &mut Out<'_>,
         counts: &mut MsgCounts,
     ) -> Option<()> {
         let class = r.u16()?;
@@ -684,7 +684,7 @@ impl St {
         r: &mut R<'_>,
         m: Msg<'_>,
         ts: u64,
-        out: &mut Vec<MsgOp>,
+        out: &mut Out<'_>,
         counts: &mut MsgCounts,
     ) -> Option<()> {
         let ch = self.channels.iter_mut().find(|c| c.id == channel)?;
@@ -730,7 +730,7 @@ impl St {
         Some(())
     }
 
-    fn body(&mut self, send: bool, channel: u16, m: Msg<'_>, ts: u64, out: &mut Vec<MsgOp>, counts: &mut MsgCounts) -> Option<()> {
+    fn body(&mut self, send: bool, channel: u16, m: Msg<'_>, ts: u64, out: &mut Out<'_>, counts: &mut MsgCounts) -> Option<()> {
         let ch = self.channels.iter_mut().find(|c| c.id == channel)?;
         let c = ch.content(send).as_mut().filter(|c| c.header)?;
         let payload = m.len.saturating_sub(8);
@@ -749,7 +749,7 @@ impl St {
     }
 
     /// A message's content was read whole: its call ends or waits.
-    fn finish(&mut self, send: bool, channel: u16, ts: u64, out: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
+    fn finish(&mut self, send: bool, channel: u16, ts: u64, out: &mut Out<'_>, counts: &mut MsgCounts) {
         let Some(c) = self.channels.iter_mut().find(|c| c.id == channel).and_then(|c| c.content(send).take()) else { return };
         let Some(mut op) = c.op else { return };
         op.end_ns = ts.max(op.start_ns);
@@ -764,9 +764,9 @@ impl St {
                     let dest = op.destination.clone().map(|e| (e, op.routing_key.clone()));
                     self.push(Pending { channel, wait: Wait::Settle(tag), op: None, dest }, counts);
                 }
-                out.push(op);
+                done(out, op);
             }
-            Then::Publish(None) | Then::Deliver { settle: false, .. } | Then::Skip => out.push(op),
+            Then::Publish(None) | Then::Deliver { settle: false, .. } | Then::Skip => done(out, op),
         }
     }
 
@@ -780,7 +780,7 @@ impl St {
         nack: bool,
         ts: u64,
         len: u64,
-        out: &mut Vec<MsgOp>,
+        out: &mut Out<'_>,
         counts: &mut MsgCounts,
     ) {
         let hit = |p: &Pending| p.channel == channel && matches!(p.wait, Wait::Confirm(s) if s == tag || (multiple && s <= tag));
@@ -800,7 +800,7 @@ impl St {
                 if nack && op.error_type.is_none() {
                     op.error_type = Some("NACK");
                 }
-                out.push(op);
+                done(out, op);
             }
         }
         self.pending = rest;
@@ -809,7 +809,7 @@ impl St {
     /// The client settled deliveries up to `tag` (tag 0 with `multiple`:
     /// all of the channel's).
     #[allow(clippy::too_many_arguments)]
-    fn settle(&mut self, channel: u16, tag: u64, multiple: bool, op_name: &'static str, ts: u64, len: u64, out: &mut Vec<MsgOp>) {
+    fn settle(&mut self, channel: u16, tag: u64, multiple: bool, op_name: &'static str, ts: u64, len: u64, out: &mut Out<'_>) {
         let hit =
             |p: &Pending| p.channel == channel && matches!(p.wait, Wait::Settle(t) if t == tag || (multiple && (t <= tag || tag == 0)));
         let mut settle = MsgOp::new(MsgSystem::Rabbitmq, Some(OpType::Settle), op_name, ts);
@@ -832,7 +832,7 @@ impl St {
             if let Some(mut op) = p.op {
                 op.end_ns = ts.max(op.start_ns);
                 op.send_bytes = op.send_bytes.saturating_add(len);
-                out.push(op);
+                done(out, op);
             }
         }
         self.pending = rest;
@@ -843,12 +843,12 @@ impl St {
             settle.destination = Some(exchange);
             settle.routing_key = key;
         }
-        out.push(settle);
+        done(out, settle);
     }
 
     /// The broker closed a channel (`Some`) or the connection with
     /// `error`: the calls pending there end now, with it.
-    fn fail(&mut self, channel: Option<u16>, error: Option<&'static str>, ts: u64, len: u64, out: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
+    fn fail(&mut self, channel: Option<u16>, error: Option<&'static str>, ts: u64, len: u64, out: &mut Out<'_>, counts: &mut MsgCounts) {
         let mut rest = VecDeque::with_capacity(self.pending.len());
         for p in self.pending.drain(..) {
             if channel.is_some_and(|c| c != p.channel) {
@@ -860,7 +860,7 @@ impl St {
                     op.end_ns = ts.max(op.start_ns);
                     op.recv_bytes = op.recv_bytes.saturating_add(len);
                     op.error_type = Some(e);
-                    out.push(op);
+                    done(out, op);
                 }
                 (Some(_), None) => counts.unanswered += 1,
                 (None, _) => {}

@@ -70,7 +70,7 @@
 use std::collections::VecDeque;
 
 use super::common::{self, R};
-use super::{name, traceparent, Membership, MsgCounts, MsgOp, MsgSystem, OffsetRange, OpType, MAX_PENDING};
+use super::{done, name, traceparent, Membership, MsgCounts, MsgOp, MsgSystem, OffsetRange, OpType, Out, MAX_PENDING};
 use crate::db::pieces::{self, Piece};
 use crate::db::stream::{Frame, Msg, Stream};
 
@@ -628,7 +628,7 @@ impl KafkaConn {
     }
 
     /// One record (its pieces valid, GAP pieces taken off).
-    pub(super) fn feed(&mut self, send: bool, ts: u64, bytes: &[u8], out: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
+    pub(super) fn feed(&mut self, send: bool, ts: u64, bytes: &[u8], out: &mut Out<'_>, counts: &mut MsgCounts) {
         let stream = if send { &self.send } else { &self.recv };
         if stream.desynced() && !self.resync(send, bytes, counts) {
             return;
@@ -712,7 +712,7 @@ fn topic_name(topics: &TopicIds, t: Topic) -> String {
 }
 
 /// A request: its header, then (Produce, OffsetCommit) its body.
-fn on_request(pending: &mut VecDeque<Pending>, topics: &TopicIds, m: Msg<'_>, ts: u64, out: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
+fn on_request(pending: &mut VecDeque<Pending>, topics: &TopicIds, m: Msg<'_>, ts: u64, out: &mut Out<'_>, counts: &mut MsgCounts) {
     let mut r = R::new(m.bytes);
     let header = (|| {
         r.take(4)?;
@@ -735,7 +735,7 @@ fn on_request(pending: &mut VecDeque<Pending>, topics: &TopicIds, m: Msg<'_>, ts
             note.client_id = client.map(|c| super::name(c, counts));
             note.consumer_group = Some(super::name(group, counts));
             note.membership = Some(if api == LEAVE_GROUP { Membership::Left } else { Membership::Member });
-            out.push(note);
+            done(out, note);
         }
     }
     let op = match api {
@@ -777,10 +777,10 @@ fn on_request(pending: &mut VecDeque<Pending>, topics: &TopicIds, m: Msg<'_>, ts
     if acks0 {
         // No answer will come: the call ends with its send (and its
         // messages' offsets are never known).
-        out.extend(op.map(|mut op| {
+        if let Some(mut op) = op {
             op.ranges.clear();
-            op
-        }));
+            done(out, op);
+        }
         return;
     }
     if pending.len() >= MAX_PENDING {
@@ -898,7 +898,7 @@ fn read_commit(r: &mut R<'_>, version: i16, flex: bool, op: &mut MsgOp, counts: 
 }
 
 /// A response: paired by correlation id, then read.
-fn on_response(pending: &mut VecDeque<Pending>, topics: &mut TopicIds, m: Msg<'_>, ts: u64, out: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
+fn on_response(pending: &mut VecDeque<Pending>, topics: &mut TopicIds, m: Msg<'_>, ts: u64, out: &mut Out<'_>, counts: &mut MsgCounts) {
     let mut r = R::new(m.bytes);
     let Some(corr) = r.take(4).and_then(|_| r.i32()) else {
         counts.bad_messages += 1;
@@ -952,10 +952,10 @@ fn on_response(pending: &mut VecDeque<Pending>, topics: &mut TopicIds, m: Msg<'_
     // its messages' offsets are unknown)
     op.ranges.retain(|r| r.base >= 0);
     match read {
-        Some(true) => out.push(op),
+        Some(true) => done(out, op),
         Some(false) => counts.empty_fetches += 1,
         None if m.whole => counts.bad_messages += 1,
-        None => out.push(op),
+        None => done(out, op),
     }
 }
 

@@ -638,27 +638,33 @@ pub const FAMILY: Family = Family {
     reasons: || MsgCounts::default().labelled().iter().map(|(r, _)| *r).collect(),
 };
 
+/// Where a connection's finished calls go: the stream table's operations
+/// (as the databases' do: no list of the family's own in between).
+pub type Out<'a> = Calls<'a>;
+
+/// `op` is finished: onto `out`, boxed (the operation and the span's
+/// judge move a pointer, not the call).
+#[inline]
+pub(crate) fn done(out: &mut Out<'_>, op: MsgOp) {
+    out.push(op.start_ns, op.end_ns, Call::Messaging(Box::new(op)));
+}
+
 /// A [`MsgConn`] as the stream table follows it.
 struct MsgStream {
     conn: MsgConn,
-    /// The calls of the record being fed (empty between records).
-    ops: Vec<MsgOp>,
 }
 
 impl MsgStream {
     fn boxed(system: MsgSystem) -> Followed {
-        Box::new(MsgStream { conn: MsgConn::new(system), ops: Vec::new() })
+        Box::new(MsgStream { conn: MsgConn::new(system) })
     }
 }
 
 impl StreamConn for MsgStream {
     fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, pieces: &[u8], out: &mut Calls<'_>, counts: &mut [u64]) {
         let mut c = MsgCounts::default();
-        self.conn.feed(send, ts_ns, tls, pieces, &mut self.ops, &mut c);
+        self.conn.feed(send, ts_ns, tls, pieces, out, &mut c);
         c.add_to(counts);
-        for op in self.ops.drain(..) {
-            out.push(op.start_ns, op.end_ns, Call::Messaging(Box::new(op)));
-        }
     }
 
     fn joined_midway(&mut self, counts: &mut [u64]) {
@@ -674,7 +680,7 @@ impl StreamConn for MsgStream {
     }
 
     fn held_bytes(&self) -> usize {
-        self.conn.held_bytes() + self.ops.capacity() * std::mem::size_of::<MsgOp>()
+        self.conn.held_bytes()
     }
 }
 
@@ -741,7 +747,7 @@ impl MsgConn {
     /// completed, whether its bytes are TLS plaintext, and its pieces
     /// ([`pieces`] layout, GAP pieces included). Finished calls are
     /// appended to `out`; what was dropped is added to `counts`.
-    pub fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, record: &[u8], out: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
+    pub fn feed(&mut self, send: bool, ts_ns: u64, tls: bool, record: &[u8], out: &mut Out<'_>, counts: &mut MsgCounts) {
         if self.given_up {
             return;
         }
@@ -776,6 +782,20 @@ impl MsgConn {
             Proto::Amqp(c) => c.feed(send, ts_ns, pieces, out, counts),
             Proto::Nats(c) => c.feed(send, ts_ns, pieces, out, counts),
         }
+    }
+
+    /// [`MsgConn::feed`] with the finished calls as [`MsgOp`]s: the form
+    /// the parsers' tests and the fuzz targets read (the stream table
+    /// takes them as operations, without this copy).
+    pub fn feed_ops(&mut self, send: bool, ts_ns: u64, tls: bool, record: &[u8], ops: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
+        let nowhere = ipc_schema::SockAddr { v6: false, ip: 0, port: 0 };
+        let who = Conn { id: 0, pid: 0, proc_start_ns: 0, local: nowhere, peer: nowhere, tls };
+        let mut out = Vec::new();
+        self.feed(send, ts_ns, tls, record, &mut Calls::new(&mut out, who), counts);
+        ops.extend(out.into_iter().filter_map(|o| match o.call {
+            Call::Messaging(op) => Some(*op),
+            Call::Http(_) | Call::Db(_) => None,
+        }));
     }
 
     /// The connection closed: calls still awaiting answers are counted

@@ -58,7 +58,7 @@
 //! acknowledgement, at most 2 × [`MAX_ALIASES`] topic aliases.
 
 use super::common::{self, R};
-use super::{name, traceparent, MsgCounts, MsgOp, MsgSystem, OpType, MAX_PENDING};
+use super::{done, name, traceparent, MsgCounts, MsgOp, MsgSystem, OpType, Out, MAX_PENDING};
 use crate::db::stream::{Frame, Msg, Stream};
 
 /// Topic aliases remembered per direction.
@@ -281,7 +281,7 @@ impl MqttConn {
     }
 
     /// One record (its pieces valid, GAP pieces taken off).
-    pub(super) fn feed(&mut self, send: bool, ts: u64, bytes: &[u8], out: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
+    pub(super) fn feed(&mut self, send: bool, ts: u64, bytes: &[u8], out: &mut Out<'_>, counts: &mut MsgCounts) {
         let stream = if send { &mut self.send } else { &mut self.recv };
         let Some(restarted) = common::resume(stream, bytes, tiles, counts) else {
             return;
@@ -303,7 +303,7 @@ impl St {
     }
 
     /// One packet of either direction.
-    fn packet(&mut self, send: bool, m: Msg<'_>, ts: u64, out: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
+    fn packet(&mut self, send: bool, m: Msg<'_>, ts: u64, out: &mut Out<'_>, counts: &mut MsgCounts) {
         let kind = m.bytes[0] >> 4;
         let flags = m.bytes[0] & 0x0f;
         let mut r = R { b: m.bytes, at: 1 };
@@ -368,7 +368,7 @@ impl St {
         r: &mut R<'_>,
         m: Msg<'_>,
         ts: u64,
-        out: &mut Vec<MsgOp>,
+        out: &mut Out<'_>,
         counts: &mut MsgCounts,
     ) -> Option<()> {
         let qos = (flags >> 1) & 3;
@@ -419,22 +419,13 @@ impl St {
             (Some(id), 2, true) => self.push(Pending { id, wait: Wait::PubRec, op }, counts),
             (Some(id), 1, false) => self.push(Pending { id, wait: Wait::ClientPubAck, op }, counts),
             (Some(id), 2, false) => self.push(Pending { id, wait: Wait::ClientPubComp, op }, counts),
-            _ => out.push(op),
+            _ => done(out, op),
         }
         Some(())
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn ack(
-        &mut self,
-        send: bool,
-        kind: u8,
-        r: &mut R<'_>,
-        m: Msg<'_>,
-        ts: u64,
-        out: &mut Vec<MsgOp>,
-        counts: &mut MsgCounts,
-    ) -> Option<()> {
+    fn ack(&mut self, send: bool, kind: u8, r: &mut R<'_>, m: Msg<'_>, ts: u64, out: &mut Out<'_>, counts: &mut MsgCounts) -> Option<()> {
         let id = r.u16()?;
         let reason = if r.at < r.b.len() { r.u8()? } else { 0 };
         let wait = match (kind, send) {
@@ -466,7 +457,7 @@ impl St {
         }
         let mut p = self.pending.remove(i);
         p.op.end_ns = ts.max(p.op.start_ns);
-        out.push(p.op);
+        done(out, p.op);
         Some(())
     }
 
@@ -501,7 +492,7 @@ impl St {
         Some(())
     }
 
-    fn suback(&mut self, kind: u8, r: &mut R<'_>, m: Msg<'_>, ts: u64, out: &mut Vec<MsgOp>, counts: &mut MsgCounts) -> Option<()> {
+    fn suback(&mut self, kind: u8, r: &mut R<'_>, m: Msg<'_>, ts: u64, out: &mut Out<'_>, counts: &mut MsgCounts) -> Option<()> {
         let id = r.u16()?;
         let wait = if kind == SUBACK { Wait::SubAck } else { Wait::UnsubAck };
         let Some(i) = self.pending.iter().position(|p| p.id == id && p.wait == wait) else {
@@ -524,7 +515,7 @@ impl St {
         if let Some(bad) = reasons.and_then(|rs| rs.iter().find(|c| **c >= 0x80)) {
             p.op.error_type = Some(reason_name(*bad));
         }
-        out.push(p.op);
+        done(out, p.op);
         Some(())
     }
 }

@@ -59,7 +59,7 @@
 use std::collections::VecDeque;
 
 use super::common;
-use super::{name, traceparent, MsgCounts, MsgOp, MsgSystem, OpType, MAX_PENDING};
+use super::{done, name, traceparent, MsgCounts, MsgOp, MsgSystem, OpType, Out, MAX_PENDING};
 use crate::db::stream::{Frame, Msg, Stream};
 
 /// Longest control line read (nats-server's `max_control_line` defaults
@@ -336,7 +336,7 @@ impl NatsConn {
     }
 
     /// One record (its pieces valid, GAP pieces taken off).
-    pub(super) fn feed(&mut self, send: bool, ts: u64, bytes: &[u8], out: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
+    pub(super) fn feed(&mut self, send: bool, ts: u64, bytes: &[u8], out: &mut Out<'_>, counts: &mut MsgCounts) {
         let stream = if send { &mut self.send } else { &mut self.recv };
         let Some(restarted) = common::resume(stream, bytes, |b| tiles(b, send), counts) else {
             return;
@@ -362,7 +362,7 @@ impl NatsConn {
 
 impl St {
     /// One command of either direction.
-    fn command(&mut self, send: bool, m: Msg<'_>, ts: u64, out: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
+    fn command(&mut self, send: bool, m: Msg<'_>, ts: u64, out: &mut Out<'_>, counts: &mut MsgCounts) {
         let Some((l, end)) = line(m.bytes) else {
             // A control line longer than what was captured: not one the
             // framing took.
@@ -407,11 +407,11 @@ impl St {
     }
 
     /// A command ends now, or (verbose) waits for its answer.
-    fn done_or_wait(&mut self, op: MsgOp, out: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
+    fn done_or_wait(&mut self, op: MsgOp, out: &mut Out<'_>, counts: &mut MsgCounts) {
         if self.verbose {
             self.wait(Some(op), counts);
         } else {
-            out.push(op);
+            done(out, op);
         }
     }
 
@@ -429,7 +429,7 @@ impl St {
 
     /// `+OK` (`err` none) or `-ERR` with its text: the oldest command's
     /// answer.
-    fn answer(&mut self, err: Option<&[u8]>, ts: u64, len: u64, out: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
+    fn answer(&mut self, err: Option<&[u8]>, ts: u64, len: u64, out: &mut Out<'_>, counts: &mut MsgCounts) {
         let error = err.map(err_name);
         let Some(p) = self.pending.front_mut() else {
             // Not verbose (a -ERR about a PUB that ended at its send), or
@@ -448,7 +448,7 @@ impl St {
         if let Some(mut op) = p.op {
             op.end_ns = ts.max(op.start_ns);
             op.recv_bytes = op.recv_bytes.saturating_add(len);
-            out.push(op);
+            done(out, op);
         }
     }
 
@@ -460,7 +460,7 @@ impl St {
         body: &[u8],
         m: Msg<'_>,
         ts: u64,
-        out: &mut Vec<MsgOp>,
+        out: &mut Out<'_>,
         counts: &mut MsgCounts,
     ) -> Option<()> {
         let subject = fields(rest).next()?;
@@ -496,7 +496,7 @@ impl St {
         body: &[u8],
         m: Msg<'_>,
         ts: u64,
-        out: &mut Vec<MsgOp>,
+        out: &mut Out<'_>,
         counts: &mut MsgCounts,
     ) -> Option<()> {
         let mut f = fields(rest);
@@ -516,11 +516,11 @@ impl St {
         if hdr > 0 {
             self.read_headers(body, hdr, &mut op, counts);
         }
-        out.push(op);
+        done(out, op);
         Some(())
     }
 
-    fn subscribe(&mut self, rest: &[u8], m: Msg<'_>, ts: u64, out: &mut Vec<MsgOp>, counts: &mut MsgCounts) -> Option<()> {
+    fn subscribe(&mut self, rest: &[u8], m: Msg<'_>, ts: u64, out: &mut Out<'_>, counts: &mut MsgCounts) -> Option<()> {
         let f: Vec<&[u8]> = fields(rest).take(4).collect();
         let (filter, queue, sid) = match f[..] {
             [s, sid] => (s, None, sid),
@@ -545,7 +545,7 @@ impl St {
         Some(())
     }
 
-    fn unsubscribe(&mut self, rest: &[u8], m: Msg<'_>, ts: u64, out: &mut Vec<MsgOp>, counts: &mut MsgCounts) -> Option<()> {
+    fn unsubscribe(&mut self, rest: &[u8], m: Msg<'_>, ts: u64, out: &mut Out<'_>, counts: &mut MsgCounts) -> Option<()> {
         let mut f = fields(rest);
         let sid = f.next()?;
         let max = f.next();

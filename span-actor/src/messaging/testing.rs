@@ -52,7 +52,7 @@ impl T {
     /// One record of pieces; returns its timestamp.
     pub(super) fn rec(&mut self, send: bool, pieces: &[u8]) -> u64 {
         self.ts += 10;
-        self.c.feed(send, self.ts, false, pieces, &mut self.ops, &mut self.counts);
+        self.c.feed_ops(send, self.ts, false, pieces, &mut self.ops, &mut self.counts);
         self.notes.extend(self.ops.extract_if(.., |o| o.membership.is_some()));
         assert!(self.c.held_bytes() < 2 << 20, "{} bytes held", self.c.held_bytes());
         self.ts
@@ -155,10 +155,10 @@ pub(super) fn every_cut_is_safe(system: MsgSystem, files: &[&str]) {
                 let mut c = MsgConn::new(system);
                 let (mut ops, mut counts) = (Vec::new(), MsgCounts::default());
                 for (s, r) in &recs[..i] {
-                    c.feed(*s, 1, false, &whole(r), &mut ops, &mut counts);
+                    c.feed_ops(*s, 1, false, &whole(r), &mut ops, &mut counts);
                 }
-                c.feed(*send, 2, false, &whole(&b[..cut]), &mut ops, &mut counts);
-                c.feed(*send, 3, false, &captured(b, cut, 2), &mut ops, &mut counts);
+                c.feed_ops(*send, 2, false, &whole(&b[..cut]), &mut ops, &mut counts);
+                c.feed_ops(*send, 3, false, &captured(b, cut, 2), &mut ops, &mut counts);
                 c.close(&mut counts);
                 assert_no_secret(&ops);
             }

@@ -40,7 +40,7 @@ fn tls_connections_read_only_plaintext_records() {
     let recs = capture(&testdata("mqtt311_publisher.txt"));
     for (send, b) in &recs {
         t.ts += 10;
-        t.c.feed(*send, t.ts, true, &whole(b), &mut t.ops, &mut t.counts);
+        t.c.feed_ops(*send, t.ts, true, &whole(b), &mut t.ops, &mut t.counts);
     }
     assert_eq!(t.ops.len(), 3);
 }

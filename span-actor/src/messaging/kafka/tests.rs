@@ -471,8 +471,8 @@ fn every_cut_of_every_capture_is_safe() {
             for cut in 0..b.len() {
                 let mut c = MsgConn::new(MsgSystem::Kafka);
                 let (mut ops, mut counts) = (Vec::new(), MsgCounts::default());
-                c.feed(send, 1, false, &whole(&b[..cut]), &mut ops, &mut counts);
-                c.feed(send, 2, false, &captured(&b, cut, 3), &mut ops, &mut counts);
+                c.feed_ops(send, 1, false, &whole(&b[..cut]), &mut ops, &mut counts);
+                c.feed_ops(send, 2, false, &captured(&b, cut, 3), &mut ops, &mut counts);
                 c.close(&mut counts);
             }
         }
