@@ -210,6 +210,28 @@ static __always_inline int io_submit(struct io_head *ev, __u8 kind, __u8 flags, 
 	return bpf_ringbuf_output(&events, ev, size, wakeup_flags(size, 0)) ? 1 : 0;
 }
 
+/* A connection's close record (IOF_CLOSE, no pieces) of `kind`, built in
+ * the ring itself, not in a per-CPU scratch value: a close is reported by
+ * sock_state, which may run in a softirq that interrupted a send or
+ * receive on this CPU while it was filling that value (its record would
+ * then go out with this close's header, and the close with its bytes).
+ * Non-zero when the ring had no room. */
+static __always_inline int io_close(__u8 kind, struct conn_state *st, struct sock *sk)
+{
+	struct io_head *ev = bpf_ringbuf_reserve(&events, sizeof(*ev), 0);
+	if (!ev)
+		return 1;
+	conn_head_fill(&ev->h, kind, IOF_CLOSE, st, sk, st->tid, st->fd);
+	ev->dir = IO_RECV;
+	ev->_pad0 = 0;
+	ev->data_len = 0;
+	ev->link_seq = 0;
+	ev->ts_ns = bpf_ktime_get_ns();
+	ev->link_conn = 0;
+	bpf_ringbuf_submit(ev, wakeup_flags(sizeof(*ev), 1));
+	return 0;
+}
+
 static __always_inline void emit(struct conn_state *st, struct sock *sk, __u16 status,
 				 __u8 extra_flags, __u64 now)
 {

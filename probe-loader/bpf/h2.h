@@ -470,15 +470,17 @@ static __always_inline void h2_upgrade(struct conn_state *st, __u8 dir, __u32 he
 	to_server->skip = H2_PREFACE_LEN;
 }
 
-/* The connection closed: user space ends its open streams. */
+/* The connection closed: user space ends its open streams (a record built
+ * in the ring: io_close). */
 static __always_inline void h2_close(struct conn_state *st, struct sock *sk)
 {
-	__u32 zero = 0;
-	struct h2_scratch *s = bpf_map_lookup_elem(&h2_scratch, &zero);
-	if (!s)
-		return;
 	st->h2 = H2_LIVE; /* (a dead one's close is reported too) */
-	h2_submit(&s->ev, st, sk, st->tid, st->fd, IO_RECV, IOF_CLOSE, 0, 0);
+	if (io_close(EV_H2, st, sk)) {
+		count(CNT_H2_LOST);
+		st->h2 = H2_DEAD;
+		return;
+	}
+	count(CNT_H2_EVENTS);
 }
 
 #endif

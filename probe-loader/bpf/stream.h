@@ -192,13 +192,12 @@ static __always_inline void stream_on_data(struct conn_state *st, const struct c
 	}
 }
 
-/* The connection closed: user space forgets it. */
+/* The connection closed: user space forgets it (a record built in the
+ * ring: io_close). */
 static __always_inline void stream_close(struct conn_state *st, struct sock *sk)
 {
-	__u32 zero = 0;
-	struct stream_event *s = bpf_map_lookup_elem(&stream_scratch, &zero);
-	if (s)
-		io_submit(&s->io, EV_STREAM, IOF_CLOSE, st, sk, st->tid, st->fd, IO_RECV, 0, 0, 0, STREAM_DATA_LEN);
+	if (io_close(EV_STREAM, st, sk))
+		count(CNT_STREAM_LOST);
 }
 
 #endif
