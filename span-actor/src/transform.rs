@@ -166,6 +166,18 @@ struct OwnedLinks {
     pid: u32,
 }
 
+impl OwnedLinks {
+    fn borrowed(&self) -> Links<'_> {
+        Links {
+            parent: self.parent,
+            traceparent: self.traceparent.as_deref(),
+            propagated: self.propagated,
+            unlinked: self.unlinked,
+            pid: self.pid,
+        }
+    }
+}
+
 /// Everything the span-actor remembers between batches.
 pub struct Transformer {
     naming: Naming,
@@ -532,15 +544,8 @@ impl Transformer {
                 self.stats.held_full.inc();
                 self.link_producers(&mut w, true);
             }
-            let LinkWait { p, ids, links: l, .. } = w;
-            let links = Links {
-                parent: l.parent,
-                traceparent: l.traceparent.as_deref(),
-                propagated: l.propagated,
-                unlinked: l.unlinked,
-                pid: l.pid,
-            };
-            self.trace(b, p, ids, links);
+            let LinkWait { p, ids, links, .. } = w;
+            self.trace(b, p, ids, links.borrowed());
             return;
         }
         let links = Links { parent, traceparent: traceparent.as_deref(), propagated, unlinked, pid: conn.pid };
@@ -715,16 +720,9 @@ impl Transformer {
                 continue;
             }
             self.held_count -= 1;
-            let LinkWait { p, inst, ids, links: l, .. } = w;
+            let LinkWait { p, inst, ids, links, .. } = w;
             let mut b = Batch { inst, origin: p.origin, offset: 0, now, out, made: Made::default() };
-            let links = Links {
-                parent: l.parent,
-                traceparent: l.traceparent.as_deref(),
-                propagated: l.propagated,
-                unlinked: l.unlinked,
-                pid: l.pid,
-            };
-            self.trace(&mut b, p, ids, links);
+            self.trace(&mut b, p, ids, links.borrowed());
             // (counted by the batch it came in as held: what is held again
             // is counted when released)
             released.spans += b.made.spans;
