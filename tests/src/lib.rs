@@ -8,7 +8,8 @@
 //!   probes and the stdout exporter's span lines.
 //! - [`rotel`]: [`Rotel`], a real OTLP collector (rotel, from PyPI in
 //!   `.venv`) whose processor hook writes every span and metric it receives
-//!   as JSON lines; [`otlp`]: spans at the receiver, counted exactly.
+//!   as JSON lines; [`otlp`]: spans at the receiver (HTTP and messaging),
+//!   counted exactly.
 //! - [`proc`]: [`Proc`], any other process (HTTP servers, load generators),
 //!   [`TempDir`], [`free_port`] and the waits.
 //! - [`servers`]: python http.server, nginx, any program as a server, and
@@ -52,7 +53,7 @@ pub use http1::{get, keepalive, read_response};
 pub use machine::*;
 pub use metrics::*;
 pub use netns::VethNs;
-pub use otlp::{expect_spans, k, key, on_port, Key};
+pub use otlp::{expect_spans, expect_spans_by, k, key, msg_k, msg_key, on_port, Key, MsgKey, CLIENT, CONSUMER, PRODUCER, SERVER};
 pub use proc::*;
 pub use ringtail::*;
 pub use rotel::*;

@@ -1,5 +1,5 @@
 //! Servers a test traces and its raw clients: `python3 -m http.server`,
-//! nginx, any program as a server ([`server`]), and [`http_get`] /
+//! nginx, mosquitto, any program as a server ([`server`]), and [`http_get`] /
 //! [`raw_request`], so requests are exactly what the test says.
 
 use std::io::{Read, Write};
@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use crate::{time_scale, wait_port, Proc};
+use crate::{time_scale, wait_port, Proc, TempDir};
 
 /// `python3 -m http.server` on `port`, serving `dir`.
 pub fn python_http_server(port: u16, dir: &Path) -> Proc {
@@ -21,6 +21,16 @@ pub fn python_http_server(port: u16, dir: &Path) -> Proc {
             .stderr(Stdio::null()),
     );
     assert!(wait_port(port, Duration::from_secs(10)), "python http.server did not listen on {port}");
+    p
+}
+
+/// A mosquitto (MQTT broker) of its own on `port` (loopback only, anyone
+/// may connect), keeping nothing, its configuration in `dir`.
+pub fn mosquitto(port: u16, dir: &TempDir) -> Proc {
+    let conf = dir.join("mosquitto.conf");
+    std::fs::write(&conf, format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")).expect("write mosquitto.conf");
+    let p = Proc::spawn("mosquitto", Command::new("mosquitto").args(["-c", &conf.display().to_string()]));
+    assert!(wait_port(port, Duration::from_secs(10).mul_f64(time_scale())), "mosquitto did not listen on {port}");
     p
 }
 

@@ -20,10 +20,13 @@
 //! Python TLS server, curl), HTTP/2 in clear text with prior knowledge (Go,
 //! curl: joined) and after `Upgrade: h2c` (hypercorn, curl), a server in a container's
 //! cgroup (its spans carry the container's id), redis-cli against a real
-//! redis-server (database spans, read off the wire), then a `kill -9` of the
-//! loader: with pins, requests made while it is down are all reported by
-//! the next one; without (before 5.15 on the syscall backend), the kernel
-//! says so (`pins_unsupported`) and capture resumes. Each exchange is a
+//! redis-server (database spans, read off the wire), mosquitto_pub and
+//! mosquitto_sub through a real mosquitto (messaging spans, read off the
+//! wire too: a subscription, three publishes, the three messages
+//! received), then a `kill -9` of the loader: with pins, requests made
+//! while it is down are all reported by the next one; without (before 5.15
+//! on the syscall backend), the kernel says so (`pins_unsupported`) and
+//! capture resumes. Each exchange is a
 //! function of its own, so [`every_exchange_on_one_start`] reads as the list
 //! of them, in the order they are made.
 
@@ -149,6 +152,7 @@ struct Ports {
     h2c: u16,
     container: u16,
     redis: u16,
+    mqtt: u16,
     go_tls: u16,
     late_tls: u16,
 }
@@ -165,6 +169,7 @@ impl Ports {
             h2c: free_port(),
             container: free_port(),
             redis: free_port(),
+            mqtt: free_port(),
             go_tls: free_port(),
             late_tls: free_port(),
         }
@@ -234,7 +239,7 @@ fn curl(args: &[&str]) -> String {
 /// Starts ringtail once on backend `b` and puts every kind of exchange
 /// through it (see the file's doc).
 fn every_exchange_on_one_start(b: &str) {
-    if !can_trace() || !Rotel::available() || !have("nginx") || !have("curl") || !have("openssl") || !have("redis-server") {
+    if !ready_to_trace(&["nginx", "curl", "openssl", "redis-server", "redis-cli", "mosquitto", "mosquitto_pub", "mosquitto_sub"]) {
         return;
     }
     let (Some(h2server), Some(_)) = (go_binary("h2server"), go_binary("h2client")) else { return };
@@ -257,6 +262,7 @@ fn every_exchange_on_one_start(b: &str) {
     let _h2c = h2c_upgrade(&rotel, &rt, p.h2c, &python);
     container_server(&rotel, &rt, p.container, &py.files);
     let _redis = redis_cli(&rotel, &rt, p.redis);
+    let _mqtt = mqtt_publish_and_receive(&rotel, &rt, p.mqtt);
     loader_killed(&rt, &rotel, p.nginx, expect.pins(chosen));
 }
 
@@ -285,14 +291,16 @@ fn go_tls_client_held(port: u16) -> Option<GoTls> {
 }
 
 /// Starts ringtail on backend `b` with every server of `p` selected (and
-/// redis-cli, curl and the Go TLS programs by name), exporting to `rotel`
+/// redis-cli, the MQTT clients, curl and the Go TLS programs by name; the
+/// Redis and MQTT ports' streams read whole), exporting to `rotel`
 /// and to Prometheus on `prom`, and checks it captures with `chosen`.
 fn start_ringtail(b: &str, chosen: &str, p: &Ports, rotel: &Rotel, prom: u16) -> Ringtail {
     let rt = Ringtail::start(&format!(
-        "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\nstream_ports = [{}]\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\n\
-         open_ports = [{}, {}, {}, {}, {}, {}, {}, {}]\nexe_names = [\"^curl$\", \"^redis-cli$\", \"^tls_server$\", \"^tls_client$\"]\n[export]\nstdout = true\n[export.otlp]\n\
+        "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\nstream_ports = [{}, {}]\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\n\
+         open_ports = [{}, {}, {}, {}, {}, {}, {}, {}]\n\
+         exe_names = [\"^curl$\", \"^redis-cli$\", \"^mosquitto_pub$\", \"^mosquitto_sub$\", \"^tls_server$\", \"^tls_client$\"]\n[export]\nstdout = true\n[export.otlp]\n\
          endpoint = \"http://127.0.0.1:{}\"\nprotocol = \"grpc\"\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
-        p.redis, p.python, p.nginx, p.rust, p.tls, p.h2, p.h2c, p.container, p.late_tls, rotel.grpc
+        p.redis, p.mqtt, p.python, p.nginx, p.rust, p.tls, p.h2, p.h2c, p.container, p.late_tls, rotel.grpc
     ));
     // (the loader's metrics reach the exporter a second or so after it is ready)
     let used = wait_until(wait(), || metric_value(prom, "ringtail_capture_backend", &[("component", "probe-loader"), ("backend", chosen)]));
@@ -637,6 +645,60 @@ fn redis_cli(rotel: &Rotel, rt: &Ringtail, port: u16) -> Served {
     let want = |t: &str, st: Option<&str>| (Some(t.to_owned()), st.map(str::to_owned));
     assert_eq!(db_calls(), vec![want("GET ?", None), want("LPUSH ? ?", Some("WRONGTYPE")), want("SET ? ?", None)]);
     Served { _server: running, files: redis_dir }
+}
+
+/// An MQTT client and a real broker (mosquitto) on a configured
+/// byte-stream port, MQTT 3.1.1 at QoS 1: mosquitto_sub's SUBSCRIBE is one
+/// CLIENT span (named by its filter), each of three mosquitto_pub runs one
+/// PRODUCER span (`publish {topic}`), each message the subscriber takes one
+/// CONSUMER span (`receive {topic}`); the broker is their server (stream.h
+/// ships the streams, the span-actor's messaging module reads them).
+fn mqtt_publish_and_receive(rotel: &Rotel, rt: &Ringtail, port: u16) -> Served {
+    let dir = TempDir::new("kernels-mosquitto");
+    let broker = mosquitto(port, &dir);
+    let p = port.to_string();
+    let mqtt = ["-h", "127.0.0.1", "-p", &p, "-V", "mqttv311", "-q", "1"];
+    let out = std::fs::File::create(dir.join("sub.out")).expect("mosquitto_sub's output file");
+    let mut sub = Proc::spawn(
+        "mosquitto_sub",
+        Command::new("mosquitto_sub").args(mqtt).args(["-t", "sensors/+/temp", "-C", "3", "-i", "rt-sub"]).stdout(out),
+    );
+    // A message published before the broker has the subscription would be
+    // lost (nothing is retained), and mosquitto_sub says nothing before its
+    // first message (its output, a file, is buffered): the SUBSCRIBE span,
+    // one of those wanted, says the SUBACK came.
+    let said = || std::fs::read_to_string(dir.join("sub.out")).unwrap_or_default();
+    let subscribed = |s: &Value| on_port(s, port) && s["kind"] == CLIENT;
+    wait_until(wait(), || rotel.spans().iter().any(subscribed).then_some(())).unwrap_or_else(|| {
+        panic!("no SUBSCRIBE span\nringtail's counters:\n{}\nthe log's end:\n{}", rt.counters(), last_lines(&rt.log(), 40))
+    });
+    for i in 0..3 {
+        let out = Command::new("mosquitto_pub")
+            .args(mqtt)
+            .args(["-t", "sensors/k1/temp", "-i", &format!("rt-pub-{i}"), "-m", &format!("reading-{i}")])
+            .output()
+            .expect("run mosquitto_pub");
+        assert!(out.status.success(), "mosquitto_pub: {out:?}");
+    }
+    let left = wait_until(wait(), || sub.child.try_wait().ok().flatten());
+    assert!(left.is_some_and(|s| s.success()), "mosquitto_sub took its 3 messages and left: {left:?}\n{}", said());
+    let k = |kind, name, op_type, destination| msg_k("mqtt", kind, name, op_type, destination);
+    let spans = expect_spans_by(
+        rotel,
+        rt,
+        (wait(), SETTLE),
+        |s| on_port(s, port),
+        msg_key,
+        &[
+            (k(CLIENT, "subscribe sensors/+/temp", None, None), 1),
+            (k(PRODUCER, "publish sensors/k1/temp", Some("send"), Some("sensors/k1/temp")), 3),
+            (k(CONSUMER, "receive sensors/k1/temp", Some("receive"), Some("sensors/k1/temp")), 3),
+        ],
+    );
+    for s in &spans {
+        assert_eq!(attr(s, "server.address").as_deref(), Some("127.0.0.1"), "{s}");
+    }
+    Served { _server: broker, files: dir }
 }
 
 /// `kill -9` of the loader. With pins the programs stay attached and keep

@@ -27,40 +27,10 @@ use serde_json::Value;
 
 const WAIT: Duration = Duration::from_secs(30);
 const SETTLE: Duration = Duration::from_millis(500);
-/// OTLP's span kinds.
-const CLIENT: u64 = 3;
-const PRODUCER: u64 = 4;
-const CONSUMER: u64 = 5;
 
-/// A mosquitto of its own on `port` (loopback only), keeping nothing.
-fn mosquitto(port: u16, dir: &TempDir) -> Proc {
-    let conf = dir.join("mosquitto.conf");
-    std::fs::write(&conf, format!("listener {port} 127.0.0.1\nallow_anonymous true\npersistence false\n")).expect("write mosquitto.conf");
-    let p = Proc::spawn("mosquitto", Command::new("mosquitto").args(["-c", &conf.display().to_string()]));
-    assert!(wait_port(port, Duration::from_secs(10)), "mosquitto did not listen on {port}");
-    p
-}
-
-/// What a messaging span is compared by: its kind, name, system,
-/// operation type and destination.
-type MsgKey = (u64, String, Option<String>, Option<String>, Option<String>);
-
-fn msg_key(s: &Value) -> MsgKey {
-    (
-        s["kind"].as_u64().unwrap_or_default(),
-        s["name"].as_str().unwrap_or_default().to_owned(),
-        attr(s, "messaging.system"),
-        attr(s, "messaging.operation.type"),
-        attr(s, "messaging.destination.name"),
-    )
-}
-
+/// An MQTT span's [`MsgKey`].
 fn k(kind: u64, name: &str, op_type: Option<&str>, destination: Option<&str>) -> MsgKey {
-    key_of("mqtt", kind, name, op_type, destination)
-}
-
-fn key_of(system: &str, kind: u64, name: &str, op_type: Option<&str>, destination: Option<&str>) -> MsgKey {
-    (kind, name.to_owned(), Some(system.to_owned()), op_type.map(str::to_owned), destination.map(str::to_owned))
+    msg_k("mqtt", kind, name, op_type, destination)
 }
 
 /// mosquitto_sub and mosquitto_pub against a real mosquitto, MQTT 3.1.1
@@ -418,7 +388,7 @@ fn kafka_client_produce_and_consume(b: &str, module: &str, script: &str) {
     let p = port.to_string();
     run_client(&python, &dir, "produce", &[&script, "produce", &p, "orders", "5"]);
     run_client(&python, &dir, "consume", &[&script, "consume", &p, "orders", "5", "billing"]);
-    let k = |kind, name, op_type, dest| key_of("kafka", kind, name, Some(op_type), Some(dest));
+    let k = |kind, name, op_type, dest| msg_k("kafka", kind, name, Some(op_type), Some(dest));
     let spans = expect_msg_spans(
         &rotel,
         &rt,
@@ -645,7 +615,7 @@ fn rabbitmq_publish_consume_and_ack(b: &str) {
     let broker = format!("127.0.0.1:{port}");
     let k = |kind, op: &str, op_type, dest: &str| {
         let name = if dest.is_empty() { format!("{op} {broker}") } else { format!("{op} {dest}") };
-        key_of("rabbitmq", kind, &name, Some(op_type), Some(dest))
+        msg_k("rabbitmq", kind, &name, Some(op_type), Some(dest))
     };
     let spans = expect_msg_spans(
         &rotel,
@@ -717,7 +687,7 @@ fn rabbitmq_amqp_tools_publish_get_and_consume(b: &str) {
     run("amqp-get", "get", &["-q", "orders"]);
     run("amqp-consume", "consume", &["-q", "orders", "-c", "2", "cat"]);
     let broker = format!("127.0.0.1:{port}");
-    let k = |kind, op: &str, op_type| key_of("rabbitmq", kind, &format!("{op} {broker}"), Some(op_type), Some(""));
+    let k = |kind, op: &str, op_type| msg_k("rabbitmq", kind, &format!("{op} {broker}"), Some(op_type), Some(""));
     let spans = expect_msg_spans(
         &rotel,
         &rt,
@@ -797,9 +767,9 @@ fn nats_publish_and_subscribe(b: &str) {
         "nats",
         port,
         vec![
-            (key_of("nats", PRODUCER, "publish orders.created", Some("send"), Some("orders.created")), 4),
-            (key_of("nats", CLIENT, "subscribe orders.*", None, None), 1),
-            (key_of("nats", CONSUMER, "receive orders.*", Some("receive"), Some("orders.created")), 4),
+            (msg_k("nats", PRODUCER, "publish orders.created", Some("send"), Some("orders.created")), 4),
+            (msg_k("nats", CLIENT, "subscribe orders.*", None, None), 1),
+            (msg_k("nats", CONSUMER, "receive orders.*", Some("receive"), Some("orders.created")), 4),
         ],
     );
     for (name, template) in
