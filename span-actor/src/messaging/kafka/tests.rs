@@ -617,105 +617,67 @@ fn offsets_unknown_without_an_answer_or_of_a_failed_write() {
     assert_eq!(t.ops[0].ranges, [OffsetRange { topic: "orders".into(), partition: 0, base: 14, count: 1 }]);
 }
 
-/// `tests/fixtures/confluent_kafka_client.py produce PORT orders 5` and
-/// `consume PORT orders 5 billing` (confluent-kafka 2.16.1, its wheel's
-/// librdkafka 2.16.0; Tansu 0.6.0), as tests/tests/messaging.rs traces
-/// them: librdkafka's versions (ApiVersions v3, Produce v10, Fetch v16
-/// naming its topic by id, OffsetCommit v9) and its
-/// GetTelemetrySubscriptions (API 71) beside them.
-#[test]
-fn e2e_clients_confluent_kafka_producer_and_consumer_group() {
-    // The producer: the admin's bootstrap and CreateTopics connections
-    // (each with a Metadata v12; the second a GetTelemetrySubscriptions),
-    // the producer's bootstrap, then its node connection: five Produce v10
-    // (acks=1), each one record with a traceparent; a GetTelemetrySubscriptions
-    // between the first two.
-    let runs = replayed_run(MsgSystem::Kafka, "e2e_confluent_kafka_produce.txt");
+/// A Kafka client fixture's recorded run against Tansu
+/// (`e2e_{client}_produce.txt`, `e2e_{client}_consume.txt`), as
+/// tests/tests/messaging.rs traces it: the producer's connections (the
+/// admin's bootstrap and CreateTopics ones, its own bootstrap, then its
+/// node's: five sends of one record each with the traceparent, their
+/// times `sends`), their other requests `other`; the consumer's
+/// (bootstrap; the node's: one poll of the five records at `poll`; the
+/// group coordinator's: one commit of offset 5 in group `billing` at
+/// `commit`), their other requests and empty fetches `counted`; nothing
+/// else counted.
+fn client_run(client: &str, sends: [(u64, u64); 5], other: [u64; 4], poll: (u64, u64), commit: (u64, u64), counted: [(u64, u64); 3]) {
+    let runs = replayed_run(MsgSystem::Kafka, &format!("e2e_{client}_produce.txt"));
     let ops: Vec<Vec<String>> = runs.iter().map(briefs).collect();
     assert_eq!(ops[..3], [Vec::<String>::new(), vec![], vec![]]);
-    assert_eq!(
-        ops[3],
-        [
-            "kafka/send send orders p0 o0 n1 l1 e- q- crt-producer 1030..1050",
-            "kafka/send send orders p0 o1 n1 l1 e- q- crt-producer 1070..1080",
-            "kafka/send send orders p0 o2 n1 l1 e- q- crt-producer 1090..1100",
-            "kafka/send send orders p0 o3 n1 l1 e- q- crt-producer 1110..1120",
-            "kafka/send send orders p0 o4 n1 l1 e- q- crt-producer 1130..1140",
-        ]
-    );
+    let want: Vec<String> =
+        sends.iter().enumerate().map(|(i, (a, b))| format!("kafka/send send orders p0 o{i} n1 l1 e- q- crt-producer {a}..{b}")).collect();
+    assert_eq!(ops[3], want);
     let tp = crate::ids::parse_traceparent(TP).unwrap();
     assert!(runs[3].ops.iter().all(|o| o.links == [tp]));
-    let other: Vec<u64> = runs.iter().map(|t| t.counts.other_requests).collect();
-    assert_eq!(other, [2, 4, 2, 2]);
+    let got: Vec<u64> = runs.iter().map(|t| t.counts.other_requests).collect();
+    assert_eq!(got, other);
     assert!(runs.iter().all(|t| MsgCounts { other_requests: 0, ..t.counts } == MsgCounts::default()));
 
-    // The consumer: bootstrap; the node connection (Metadata v12, which
-    // names the topic id of the Fetch v16 that follows, FindCoordinator
-    // twice, GetTelemetrySubscriptions, ListOffsets, one Fetch with the
-    // five records, one long poll back empty, Metadata); the group coordinator's (JoinGroup twice, SyncGroup,
-    // Heartbeat, OffsetFetch, one OffsetCommit v9 of offset 5, LeaveGroup).
-    let runs = replayed_run(MsgSystem::Kafka, "e2e_confluent_kafka_consume.txt");
+    let runs = replayed_run(MsgSystem::Kafka, &format!("e2e_{client}_consume.txt"));
     let ops: Vec<Vec<String>> = runs.iter().map(briefs).collect();
     assert_eq!(
         ops,
         [
             vec![],
-            vec!["kafka/receive poll orders p0 o0 n5 l5 e- q- crt-consumer 1120..1130".to_owned()],
-            vec!["kafka/settle commit orders p0 o5 n- l0 e- q- crt-consumer 1170..1180".to_owned()],
+            vec![format!("kafka/receive poll orders p0 o0 n5 l5 e- q- crt-consumer {}..{}", poll.0, poll.1)],
+            vec![format!("kafka/settle commit orders p0 o5 n- l0 e- q- crt-consumer {}..{}", commit.0, commit.1)],
         ]
     );
     assert!(runs[1].ops[0].links.iter().all(|l| *l == tp));
     assert_eq!(runs[2].ops[0].consumer_group.as_deref(), Some("billing"));
-    let counted: Vec<(u64, u64)> = runs.iter().map(|t| (t.counts.other_requests, t.counts.empty_fetches)).collect();
-    assert_eq!(counted, [(3, 0), (7, 1), (9, 0)]);
+    // (the coordinator's JoinGroup and SyncGroup name the poll's group)
+    assert!(runs[2].notes.iter().any(|n| n.membership == Some(Membership::Member) && n.consumer_group.as_deref() == Some("billing")));
+    let got: Vec<(u64, u64)> = runs.iter().map(|t| (t.counts.other_requests, t.counts.empty_fetches)).collect();
+    assert_eq!(got, counted);
     assert!(runs.iter().all(|t| MsgCounts { other_requests: 0, empty_fetches: 0, ..t.counts } == MsgCounts::default()));
 }
 
-/// `tests/fixtures/aiokafka_client.py produce PORT orders 5` and `consume
-/// PORT orders 5 billing` (aiokafka 0.14.0, Tansu 0.6.0), as
-/// tests/tests/messaging.rs traces them: aiokafka's versions
-/// (ApiVersions v0, Metadata v5, Produce v7, Fetch v11, OffsetCommit v3).
+/// confluent-kafka 2.16.1 (its wheel's librdkafka 2.16.0): ApiVersions v3,
+/// Produce v10, Fetch v16 naming its topic by id (named by the Metadata
+/// v12 before it on the connection), OffsetCommit v9, and
+/// GetTelemetrySubscriptions (API 71) beside them; the producer's node
+/// connection has one between its first two sends; the consumer's node
+/// connection FindCoordinator twice, ListOffsets, one empty long poll, the
+/// coordinator's JoinGroup twice, SyncGroup, Heartbeat, OffsetFetch,
+/// LeaveGroup.
+#[test]
+fn e2e_clients_confluent_kafka_producer_and_consumer_group() {
+    let sends = [(1030, 1050), (1070, 1080), (1090, 1100), (1110, 1120), (1130, 1140)];
+    client_run("confluent_kafka", sends, [2, 4, 2, 2], (1120, 1130), (1170, 1180), [(3, 0), (7, 1), (9, 0)]);
+}
+
+/// aiokafka 0.14.0: ApiVersions v0, Metadata v5, CreateTopics v3, Produce
+/// v7, ListOffsets v3, Fetch v11 (and one empty long poll), JoinGroup
+/// twice, SyncGroup, OffsetFetch, OffsetCommit v3.
 #[test]
 fn e2e_clients_aiokafka_producer_and_consumer_group() {
-    // The producer: the admin's bootstrap and CreateTopics v3 connections,
-    // the producer's bootstrap, then its node connection: five Produce v7
-    // (acks=1), each one record with a traceparent.
-    let runs = replayed_run(MsgSystem::Kafka, "e2e_aiokafka_produce.txt");
-    let ops: Vec<Vec<String>> = runs.iter().map(briefs).collect();
-    assert_eq!(ops[..3], [Vec::<String>::new(), vec![], vec![]]);
-    assert_eq!(
-        ops[3],
-        [
-            "kafka/send send orders p0 o0 n1 l1 e- q- crt-producer 1030..1040",
-            "kafka/send send orders p0 o1 n1 l1 e- q- crt-producer 1050..1060",
-            "kafka/send send orders p0 o2 n1 l1 e- q- crt-producer 1070..1080",
-            "kafka/send send orders p0 o3 n1 l1 e- q- crt-producer 1090..1100",
-            "kafka/send send orders p0 o4 n1 l1 e- q- crt-producer 1110..1120",
-        ]
-    );
-    let tp = crate::ids::parse_traceparent(TP).unwrap();
-    assert!(runs[3].ops.iter().all(|o| o.links == [tp]));
-    let other: Vec<u64> = runs.iter().map(|t| t.counts.other_requests).collect();
-    assert_eq!(other, [2, 2, 2, 1]);
-    assert!(runs.iter().all(|t| MsgCounts { other_requests: 0, ..t.counts } == MsgCounts::default()));
-
-    // The consumer: bootstrap; the node connection (FindCoordinator,
-    // Metadata, ListOffsets v3, one Fetch v11 with the five records, one
-    // long poll back empty); the group coordinator's (JoinGroup twice,
-    // SyncGroup, OffsetFetch, one OffsetCommit v3 of offset 5).
-    let runs = replayed_run(MsgSystem::Kafka, "e2e_aiokafka_consume.txt");
-    let ops: Vec<Vec<String>> = runs.iter().map(briefs).collect();
-    assert_eq!(
-        ops,
-        [
-            vec![],
-            vec!["kafka/receive poll orders p0 o0 n5 l5 e- q- crt-consumer 1080..1090".to_owned()],
-            vec!["kafka/settle commit orders p0 o5 n- l0 e- q- crt-consumer 1110..1120".to_owned()],
-        ]
-    );
-    assert!(runs[1].ops[0].links.iter().all(|l| *l == tp));
-    assert_eq!(runs[2].ops[0].consumer_group.as_deref(), Some("billing"));
-    let counted: Vec<(u64, u64)> = runs.iter().map(|t| (t.counts.other_requests, t.counts.empty_fetches)).collect();
-    assert_eq!(counted, [(2, 0), (4, 1), (5, 0)]);
-    assert!(runs.iter().all(|t| MsgCounts { other_requests: 0, empty_fetches: 0, ..t.counts } == MsgCounts::default()));
+    let sends = [(1030, 1040), (1050, 1060), (1070, 1080), (1090, 1100), (1110, 1120)];
+    client_run("aiokafka", sends, [2, 2, 2, 1], (1080, 1090), (1110, 1120), [(2, 0), (4, 1), (5, 0)]);
 }
