@@ -29,9 +29,9 @@ use crate::http1::Http1;
 use crate::ids::{self, TraceParent};
 use crate::messaging::groups::Groups;
 use crate::messaging::through::{Producer, Producers};
-use crate::messaging::{Membership, MsgSystem, OffsetRange, OpType};
+use crate::messaging::{Membership, MsgOp, MsgSystem, OffsetRange, OpType};
 use crate::naming::{host_name, Naming};
-use crate::operation::{Addrs, Call, Operation, SpanParts};
+use crate::operation::{Addrs, Call, Conn, Operation, SpanParts};
 use crate::semconv;
 use crate::stream_table::StreamTable;
 
@@ -155,6 +155,16 @@ struct LinkWait {
     broker: SockAddr,
     ranges: Vec<OffsetRange>,
     deadline: Instant,
+}
+
+/// What a Kafka op is to the transformer ([`Transformer::kafka`]).
+enum Kafka {
+    /// A membership note: no call, no span.
+    Note,
+    /// A poll: its messages' offsets, for their producers' spans.
+    Fetched(Vec<OffsetRange>),
+    /// Any other call.
+    Call,
 }
 
 /// [`Links`], kept while its span waits.
@@ -455,28 +465,13 @@ impl Transformer {
             Call::Db(op) => Some(db::judge(op, &conn, &mut self.addrs)),
             Call::Messaging(mut op) => {
                 if op.system == MsgSystem::Kafka {
-                    let (proc, client) = ((conn.pid, conn.proc_start_ns), op.client_id.as_deref().unwrap_or_default());
-                    match (op.membership, op.op_type, op.consumer_group.as_deref()) {
-                        (Some(m), _, Some(group)) => self.groups.note(proc, client, group, m),
-                        (None, Some(OpType::Settle), Some(group)) => self.groups.note(proc, client, group, Membership::Member),
-                        (None, Some(OpType::Receive), None) => op.consumer_group = self.groups.of(proc, client).map(str::to_owned),
-                        _ => {}
-                    }
-                    if op.membership.is_some() {
-                        // (a note, no call)
-                        self.forget(b, own, role, traceparent.as_deref(), conn.pid);
-                        return;
-                    }
-                }
-                if op.system == MsgSystem::Kafka && !op.ranges.is_empty() {
-                    let ranges = std::mem::take(&mut op.ranges);
-                    match (op.op_type, own) {
-                        (Some(OpType::Send), Some(key)) => {
-                            let span_id = ids::span_id(b.inst, conn.id, seq, sub, role);
-                            self.producers.sent(conn.peer, &ranges, Producer { key, span_id });
+                    match self.kafka(&mut op, &conn, own.map(|key| (key, role))) {
+                        Kafka::Note => {
+                            self.forget(b, own, role, traceparent.as_deref(), conn.pid);
+                            return;
                         }
-                        (Some(OpType::Receive), _) => fetched = Some(ranges),
-                        _ => {}
+                        Kafka::Fetched(ranges) => fetched = Some(ranges),
+                        Kafka::Call => {}
                     }
                 }
                 Some(crate::messaging::judge(*op, &conn, &mut self.addrs))
@@ -663,6 +658,33 @@ impl Transformer {
         }
     }
 
+    /// What the transformer keeps of Kafka op `op` of `conn` (its span's
+    /// context, if others name it, and role: `own`): a membership note's group, a commit's
+    /// (both for the client's polls: [`Groups`]); a send's messages' offsets
+    /// ([`Producers`]); a poll's group, and its messages' offsets, taken
+    /// for [`Transformer::link_producers`].
+    fn kafka(&mut self, op: &mut MsgOp, conn: &Conn, own: Option<(CtxKey, Role)>) -> Kafka {
+        let (proc, client) = ((conn.pid, conn.proc_start_ns), op.client_id.as_deref().unwrap_or_default());
+        match (op.membership, op.op_type, op.consumer_group.as_deref()) {
+            (Some(m), _, Some(group)) => self.groups.note(proc, client, group, m),
+            (None, Some(OpType::Settle), Some(group)) => self.groups.note(proc, client, group, Membership::Member),
+            (None, Some(OpType::Receive), None) => op.consumer_group = self.groups.of(proc, client).map(str::to_owned),
+            _ => {}
+        }
+        if op.membership.is_some() {
+            return Kafka::Note;
+        }
+        match (op.op_type, own) {
+            (Some(OpType::Send), Some((key, role))) if !op.ranges.is_empty() => {
+                let (inst, conn_id, seq, sub, _) = key;
+                self.producers.sent(conn.peer, &op.ranges, Producer { key, span_id: ids::span_id(inst, conn_id, seq, sub, role) });
+                Kafka::Call
+            }
+            (Some(OpType::Receive), _) if !op.ranges.is_empty() => Kafka::Fetched(std::mem::take(&mut op.ranges)),
+            _ => Kafka::Call,
+        }
+    }
+
     /// Links Kafka consumer span `w` to the producer spans of its
     /// messages, if every one that may be traced here is (or, `last`,
     /// to those that are, the rest counted); whether it did (else it
@@ -712,7 +734,7 @@ impl Transformer {
             return;
         }
         let mut waits = std::mem::take(&mut self.link_waits);
-        let mut released = Made::default();
+        let mut released = 0;
         for mut w in waits.drain(..) {
             let last = w.deadline <= now;
             if !self.link_producers(&mut w, last) {
@@ -725,9 +747,9 @@ impl Transformer {
             self.trace(&mut b, p, ids, links.borrowed());
             // (counted by the batch it came in as held: what is held again
             // is counted when released)
-            released.spans += b.made.spans;
+            released += b.made.spans;
         }
-        self.stats.spans.add(released.spans as u64);
+        self.stats.spans.add(released as u64);
         // (no allocation next time)
         if self.link_waits.is_empty() {
             self.link_waits = waits;

@@ -845,7 +845,7 @@ fn read_produce(
                 let (data, declared) = r.bytes(flex)?;
                 let b = read_batches(data, declared, false, op, counts);
                 scope.partition(p, None);
-                if let (Some(_), Ok(count @ 1..)) = (b.offsets, u32::try_from(b.spanned)) {
+                if let Ok(count @ 1..) = u32::try_from(b.spanned) {
                     // (the broker's answer gives the base offset)
                     op.range(OffsetRange { topic: topic_name(topics, topic.clone()), partition: p, base: -1, count }, counts);
                 }

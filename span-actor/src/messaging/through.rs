@@ -113,18 +113,9 @@ impl<K: Copy + PartialEq> Producers<K> {
                 self.forget_oldest();
             }
             let part = Partition { broker, topic: r.topic.clone(), partition: r.partition };
-            let (part, known) = match self.parts.get_key_value(&part) {
-                Some((p, _)) => {
-                    let p = p.clone();
-                    let known = self.parts.get_mut(&p).expect("just found");
-                    (p, known)
-                }
-                None => {
-                    let p = Arc::new(part);
-                    let known = self.parts.entry(p.clone()).or_insert(Known { ranges: BTreeMap::new(), high: i64::MIN });
-                    (p, known)
-                }
-            };
+            // (the key the partition's ranges already share, if any)
+            let part = self.parts.get_key_value(&part).map_or_else(|| Arc::new(part), |(p, _)| p.clone());
+            let known = self.parts.entry(part.clone()).or_insert(Known { ranges: BTreeMap::new(), high: i64::MIN });
             // The ranges it overlaps are of an earlier life of the topic.
             let stale: Vec<i64> = known.ranges.range(..past).rev().take_while(|(_, (end, _))| *end > r.base).map(|(b, _)| *b).collect();
             for b in stale {
