@@ -67,6 +67,17 @@ pub struct Calls<'a> {
     who: Conn,
 }
 
+/// The operations `feed` makes of its calls on a connection of no one
+/// (`tls` as given): how the families' parser tests and fuzz targets read
+/// their calls (`DbConn::feed_ops`, `MsgConn::feed_ops`).
+pub fn calls_of(tls: bool, feed: impl FnOnce(&mut Calls<'_>)) -> Vec<Operation> {
+    let nowhere = ipc_schema::SockAddr { v6: false, ip: 0, port: 0 };
+    let who = Conn { id: 0, pid: 0, proc_start_ns: 0, local: nowhere, peer: nowhere, tls };
+    let mut out = Vec::new();
+    feed(&mut Calls::new(&mut out, who));
+    out
+}
+
 impl<'a> Calls<'a> {
     /// Calls of the client connection `who`, appended to `out`.
     pub fn new(out: &'a mut Vec<Operation>, who: Conn) -> Self {

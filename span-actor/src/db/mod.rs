@@ -73,7 +73,7 @@ use ipc_schema::db::system;
 use ipc_schema::{DbCall, Text};
 
 use crate::operation::{Addrs, Call, Conn, SpanParts};
-use crate::stream_table::{Calls, Family, Followed, StreamConn};
+use crate::stream_table::{calls_of, Calls, Family, Followed, StreamConn};
 
 /// Requests awaiting an answer kept per connection (a pipeline deeper than
 /// this is given up: counted `too_many_pending`, its ops `unanswered`).
@@ -551,10 +551,7 @@ impl DbConn {
     /// the parsers' tests and the fuzz targets read (the stream table
     /// takes them as operations, without this copy).
     pub fn feed_ops(&mut self, send: bool, ts_ns: u64, tls: bool, record: &[u8], ops: &mut Vec<DbOp>, counts: &mut DbCounts) {
-        let nowhere = ipc_schema::SockAddr { v6: false, ip: 0, port: 0 };
-        let who = Conn { id: 0, pid: 0, proc_start_ns: 0, local: nowhere, peer: nowhere, tls };
-        let mut out = Vec::new();
-        self.feed(send, ts_ns, tls, record, &mut Calls::new(&mut out, who), counts);
+        let out = calls_of(tls, |out| self.feed(send, ts_ns, tls, record, out, counts));
         ops.extend(out.into_iter().filter_map(|s| match s.call {
             Call::Db(op) => Some(*op),
             Call::Http(_) | Call::Messaging(_) => None,

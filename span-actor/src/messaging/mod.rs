@@ -94,7 +94,7 @@ use ipc_schema::{MsgCall, SpanLink, Text};
 use crate::db::pieces;
 use crate::ids::TraceParent;
 use crate::operation::{Addrs, Call, Conn, SpanParts};
-use crate::stream_table::{Calls, Family, Followed, StreamConn};
+use crate::stream_table::{calls_of, Calls, Family, Followed, StreamConn};
 
 /// Calls awaiting an answer kept per connection (past it the oldest is
 /// given up: counted `too_many_pending`).
@@ -788,10 +788,7 @@ impl MsgConn {
     /// the parsers' tests and the fuzz targets read (the stream table
     /// takes them as operations, without this copy).
     pub fn feed_ops(&mut self, send: bool, ts_ns: u64, tls: bool, record: &[u8], ops: &mut Vec<MsgOp>, counts: &mut MsgCounts) {
-        let nowhere = ipc_schema::SockAddr { v6: false, ip: 0, port: 0 };
-        let who = Conn { id: 0, pid: 0, proc_start_ns: 0, local: nowhere, peer: nowhere, tls };
-        let mut out = Vec::new();
-        self.feed(send, ts_ns, tls, record, &mut Calls::new(&mut out, who), counts);
+        let out = calls_of(tls, |out| self.feed(send, ts_ns, tls, record, out, counts));
         ops.extend(out.into_iter().filter_map(|o| match o.call {
             Call::Messaging(op) => Some(*op),
             Call::Http(_) | Call::Db(_) => None,
