@@ -31,7 +31,8 @@
  * ClientHello or ServerHello before that makes no state (it is no request).
  *
  * Hits per request: Read entry and one return per read, Write entry per
- * write; a process not selected pays the traps and one lookup.
+ * write; on the lazy path (below) Read's and Write's entries alone. A
+ * process not selected pays the traps and one lookup.
  */
 #ifndef RINGTAIL_GO_TLS_H
 #define RINGTAIL_GO_TLS_H
@@ -77,42 +78,59 @@ static __always_inline struct sock *go_conn_sock(__u64 conn, __s32 *fd)
 	return fd_tcp_sock((__s32)sysfd);
 }
 
-/* `n` bytes of plaintext at `buf` moved on Go connection `conn`. */
-static __always_inline void go_data(__u64 conn, __u64 buf, __u64 n, __u64 id, int recv)
+/* Plaintext for the state machine: `n` bytes at `buf` on `sk`. */
+struct go_bytes {
+	__u64 sk;
+	__u64 buf;
+	__u64 n;
+	__s32 fd;
+};
+
+/* `n` bytes at `buf` moved on Go connection `conn`: where they go, in
+ * `out` (n stays 0 when the socket is not found). */
+static __always_inline void go_bytes_of(__u64 conn, __u64 buf, __u64 n, struct go_bytes *out)
 {
-	__s32 fd = -1;
-	struct sock *sk = go_conn_sock(conn, &fd);
+	struct sock *sk = go_conn_sock(conn, &out->fd);
 	if (!sk) {
 		count(CNT_GO_NO_SOCKET);
 		return;
 	}
-	tls_sock_data(sk, fd, buf, n, id >> 32, (__u32)id, recv, NULL);
+	out->sk = (__u64)sk;
+	out->buf = buf;
+	out->n = n;
+}
+
+/* The bytes to the state machine (each program has one place per
+ * direction that does this: the verifier walks each once). */
+static __always_inline void go_hand(const struct go_bytes *b, __u64 id, int recv)
+{
+	if (b->n)
+		tls_sock_data((struct sock *)b->sk, b->fd, b->buf, b->n, id >> 32, (__u32)id, recv, NULL);
 }
 
 /* func (c *Conn) Write(b []byte) (int, error): c in RAX, b's pointer and
  * length in RBX and RCX. */
-static __always_inline void go_write(struct pt_regs *ctx)
+static __always_inline void go_write(struct pt_regs *ctx, __u64 id, struct go_bytes *tx)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	__u64 n = ctx->cx;
-	if (!n || !pid_selected(id >> 32))
-		return;
-	go_data(ctx->ax, ctx->bx, n, id, 0);
+	if (ctx->cx)
+		go_bytes_of(ctx->ax, ctx->bx, ctx->cx, tx);
 }
 
 SEC("uprobe")
 int go_tls_write_enter(struct pt_regs *ctx)
 {
-	go_write(ctx);
+	__u64 id = bpf_get_current_pid_tgid();
+	if (!pid_selected(id >> 32))
+		return 0;
+	struct go_bytes tx = {};
+	go_write(ctx, id, &tx);
+	go_hand(&tx, id, 0);
 	return 0;
 }
 
 /* func (c *Conn) Read(b []byte) (int, error): entry. */
-static __always_inline void go_read(struct pt_regs *ctx)
+static __always_inline void go_read(struct pt_regs *ctx, __u64 id)
 {
-	__u64 id = bpf_get_current_pid_tgid();
-	if (!pid_selected(id >> 32))
-		return;
 	tls_proc_seen(id >> 32);
 	struct go_call_key k = { .g = ctx->r14, .tgid = id >> 32 };
 	struct go_call c = { .conn = ctx->ax, .buf = ctx->bx };
@@ -122,14 +140,15 @@ static __always_inline void go_read(struct pt_regs *ctx)
 SEC("uprobe")
 int go_tls_read_enter(struct pt_regs *ctx)
 {
-	go_read(ctx);
+	__u64 id = bpf_get_current_pid_tgid();
+	if (pid_selected(id >> 32))
+		go_read(ctx, id);
 	return 0;
 }
 
 /* Read's return instructions: n in RAX. */
-static __always_inline void go_read_ret(struct pt_regs *ctx)
+static __always_inline void go_read_ret(struct pt_regs *ctx, __u64 id, struct go_bytes *rx)
 {
-	__u64 id = bpf_get_current_pid_tgid();
 	struct go_call_key k = { .g = ctx->r14, .tgid = id >> 32 };
 	struct go_call *cp = bpf_map_lookup_elem(&go_calls, &k);
 	if (!cp)
@@ -138,32 +157,234 @@ static __always_inline void go_read_ret(struct pt_regs *ctx)
 	bpf_map_delete_elem(&go_calls, &k);
 	__s64 n = (__s64)ctx->ax;
 	if (n > 0)
-		go_data(c.conn, c.buf, (__u64)n, id, 1);
+		go_bytes_of(c.conn, c.buf, (__u64)n, rx);
 }
 
 SEC("uprobe")
 int go_tls_read_exit(struct pt_regs *ctx)
 {
-	go_read_ret(ctx);
+	__u64 id = bpf_get_current_pid_tgid();
+	struct go_bytes rx = {};
+	go_read_ret(ctx, id, &rx);
+	go_hand(&rx, id, 1);
 	return 0;
 }
 
-/* uprobe_multi (6.6+): one program on Read's entry and return instructions
- * and Write's entry of an executable, told apart by the cookie (GOF_*):
- * one link an executable (a process) instead of a perf event each. */
+/*
+ * The lazy path (uprobe_multi kernels, a Go release whose tls.Conn.input
+ * offset the loader knows: src/gobin.rs INPUTS): three hits a request, not
+ * five, and no probe on Read's returns. Read returns what it copied from
+ * `c.input`, a bytes.Reader over the record's plaintext in c.rawInput
+ * ({s []byte; i int64}: the bytes read so far are s[..i]). So Read's entry
+ * notes where the input stands (go_read), and the connection's next Read
+ * or Write entry, or Read's call of readRecordOrCCS for a waiting
+ * close_notify (which resets the input), finds what the Read took from it:
+ *  - the input held bytes at the entry (i < len(s)): Read took the next
+ *    ones from the same record, s[i0..i];
+ *  - it was empty: Read read a record (resetting the input to nil first,
+ *    to the record's plaintext after) and took s[..i]. A record of the
+ *    same length at the same address as the last (rawInput reuses its
+ *    buffer) is told by the socket's copied_seq, which moved.
+ * The bytes are still in rawInput then: it is read again only inside a
+ * Read, after that Read's entry. A Read still waiting (the input nil, or
+ * unchanged) stays pending.
+ * Reads and writes of one connection run on several threads at once (an
+ * HTTP/2 connection's reader and writers; net/http's background read and
+ * its handler's Write): whoever finds a Read over first claims it (an
+ * atomic compare-and-swap on its record) and hands its bytes on; the
+ * others leave them. A claimed record stays until the next Read's entry
+ * replaces it: deleting it could delete that newer one.
+ */
+struct go_conn_key {
+	__u64 conn; /* the *tls.Conn */
+	__u32 tgid;
+	__u32 _pad;
+};
+
+/* c.input as Read's entry found it, and the connection's socket then. */
+struct go_read {
+	__u64 s;
+	__u64 len;
+	__u64 i;
+	__u64 sk;
+	__s32 fd;
+	__u32 seq; /* the socket's copied_seq */
+	__u64 claimed; /* 1: its bytes were handed on */
+};
+
+/* bytes.Reader: s (a slice: pointer, length, capacity), i. */
+struct go_input {
+	__u64 s;
+	__u64 len;
+	__u64 cap;
+	__s64 i;
+};
+
+/* The Read of each connection whose bytes are not yet seen. An LRU: a
+ * connection whose last Read is never followed leaves its record to be
+ * evicted. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct go_conn_key);
+	__type(value, struct go_read);
+} go_reads SEC(".maps") __weak;
+
+#define GO_MAX_RECORD (1 << 20) /* above any TLS record's plaintext (16 KiB) */
+
+/* Whether the Read `r` is over, given the input `in` now (and its bytes
+ * in `out`: n is 0 when it took none). */
+static __always_inline int go_read_over(struct go_read *r, const struct go_input *in, struct go_bytes *out)
+{
+	if (!in->s || in->i <= 0 || (__u64)in->i > in->len || in->len > GO_MAX_RECORD)
+		return 0; /* waiting inside readRecord, or nothing read */
+	__u64 i = (__u64)in->i;
+	if (r->i < r->len) {
+		/* bytes were waiting at the entry: the Read took from them */
+		if (in->s != r->s || in->len != r->len) {
+			count(CNT_GO_TLS_LOST); /* another record: a Read not seen */
+			return 1;
+		}
+		if (i <= r->i)
+			return 0;
+		out->buf = in->s + r->i;
+		out->n = i - r->i;
+	} else {
+		int moved = in->s != r->s || in->len != r->len || i != r->i ||
+			    (r->sk && tcp_copied_seq_off && sk_u32_at((struct sock *)r->sk, tcp_copied_seq_off) != r->seq);
+		if (!moved)
+			return 0;
+		out->buf = in->s;
+		out->n = i;
+	}
+	out->sk = r->sk;
+	out->fd = r->fd;
+	return 1;
+}
+
+/* The new Read's record, made here before it is stored (off the stack:
+ * the program's stack is near its limit). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct go_read);
+} go_read_scratch SEC(".maps") __weak;
+
+/* What a lazy hit does after it found its bytes: the record it claimed,
+ * marked done once the Read's bytes are handed on, and the new Read's
+ * record (`next`: NULL, none), stored after that. */
+struct go_lazy_step {
+	struct go_read *claimed;
+	struct go_read *next;
+	struct go_conn_key k;
+};
+
+#define GO_CLAIM_DONE 2
+#define GO_WAIT_NS 50000 /* longest a Write waits for another thread to hand its Read's bytes on */
+
+struct go_wait {
+	struct go_conn_key k;
+	__u64 until;
+};
+
+/* One turn of a Write's wait (bpf_loop): 1 (stop) once the connection's
+ * record is no longer being handed on by another thread, or too late. */
+static long go_wait_turn(__u32 i, void *arg)
+{
+	struct go_wait *w = arg;
+	struct go_read *rp = bpf_map_lookup_elem(&go_reads, &w->k);
+	if (!rp || *(volatile __u64 *)&rp->claimed != 1)
+		return 1;
+	if (bpf_ktime_get_ns() > w->until) {
+		count(CNT_GO_TLS_ORDER);
+		return 1;
+	}
+	return 0;
+}
+
+/* A lazy hit `fn` on connection RAX, whose input is at `input_off`: the
+ * pending Read's bytes to `rx` if it is over; Read's entry makes the new
+ * Read's record (`step`). A Write whose connection's Read another thread
+ * is handing on waits for it (a request must reach the state machine
+ * before its response), at most GO_WAIT_NS. */
+static __always_inline void go_lazy(struct pt_regs *ctx, __u32 fn, __u64 input_off, __u64 id, struct go_bytes *rx,
+				    struct go_lazy_step *step)
+{
+	__u64 conn = ctx->ax;
+	step->k.conn = conn;
+	step->k.tgid = id >> 32;
+	struct go_input in = {};
+	if (input_off > 4096 || bpf_probe_read_user(&in, sizeof(in), (const void *)(conn + input_off)))
+		return;
+	struct go_read *rp = bpf_map_lookup_elem(&go_reads, &step->k);
+	if (rp && !rp->claimed) {
+		/* over (or a new Read begins: the last took nothing), and ours */
+		if (go_read_over(rp, &in, rx) || fn == GOF_LAZY_READ) {
+			if (__sync_val_compare_and_swap(&rp->claimed, 0, 1) == 0)
+				step->claimed = rp;
+			else
+				rx->n = 0; /* another thread's */
+		}
+	}
+	if (rp && !step->claimed && fn == GOF_LAZY_WRITE) {
+		struct go_wait w = { .k = step->k, .until = bpf_ktime_get_ns() + GO_WAIT_NS };
+		bpf_loop(4096, go_wait_turn, &w, 0);
+	}
+	if (fn != GOF_LAZY_READ)
+		return;
+	tls_proc_seen(id >> 32);
+	__u32 zero = 0;
+	struct go_read *r = bpf_map_lookup_elem(&go_read_scratch, &zero);
+	if (!r)
+		return;
+	r->s = in.s;
+	r->len = in.len;
+	r->i = in.i < 0 ? 0 : (__u64)in.i;
+	r->claimed = 0;
+	r->fd = -1;
+	struct sock *sk = go_conn_sock(conn, &r->fd);
+	if (!sk) {
+		count(CNT_GO_NO_SOCKET);
+		return;
+	}
+	r->sk = (__u64)sk;
+	r->seq = tcp_copied_seq_off ? sk_u32_at(sk, tcp_copied_seq_off) : 0;
+	step->next = r;
+}
+
+/* uprobe_multi (6.6+): one program on an executable's probes, told apart
+ * by the cookie (GOF_*): one link an executable (a process) instead of a
+ * perf event each. Entry and returns (GOF_READ, GOF_READ_RET, GOF_WRITE),
+ * or the lazy path (GOF_LAZY_*). One place hands each direction's bytes
+ * to the state machine (the verifier walks each once). */
 SEC("uprobe")
 int go_tls_multi(struct pt_regs *ctx)
 {
-	switch (bpf_get_attach_cookie(ctx)) {
-	case GOF_READ:
-		go_read(ctx);
-		break;
-	case GOF_READ_RET:
-		go_read_ret(ctx);
-		break;
-	case GOF_WRITE:
-		go_write(ctx);
-		break;
+	__u64 cookie = bpf_get_attach_cookie(ctx);
+	__u32 fn = (__u32)cookie;
+	__u64 id = bpf_get_current_pid_tgid();
+	struct go_bytes b = {};
+	struct go_lazy_step step = {};
+	if (fn == GOF_READ_RET) {
+		go_read_ret(ctx, id, &b); /* a Read of a selected process: its entry looked */
+	} else if (!pid_selected(id >> 32)) {
+		return 0;
+	} else if (fn == GOF_READ) {
+		go_read(ctx, id);
+		return 0;
+	} else if (fn != GOF_WRITE) {
+		go_lazy(ctx, fn, cookie >> 32, id, &b, &step);
+	}
+	go_hand(&b, id, 1);
+	if (step.claimed)
+		*(volatile __u64 *)&step.claimed->claimed = GO_CLAIM_DONE;
+	if (step.next)
+		bpf_map_update_elem(&go_reads, &step.k, step.next, BPF_ANY);
+	if (fn == GOF_WRITE || fn == GOF_LAZY_WRITE) {
+		b.n = 0;
+		go_write(ctx, id, &b);
+		go_hand(&b, id, 0);
 	}
 	return 0;
 }

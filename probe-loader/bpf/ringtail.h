@@ -212,7 +212,9 @@ struct exe_literal {
 #define CNT_STREAM_CALLS_LOST 52
 #define CNT_TLS_REPORT_LOST 53 /* reports to the TLS attacher lost: its ring was full (tls_reports) */
 #define CNT_TLS_EARLY 54     /* TLS connections whose handshake a process read before any TLS call of it was seen (its library not attached yet, or TLS over memory buffers) */
-#define CNT_MAX 55
+#define CNT_GO_TLS_LOST 55  /* Go crypto/tls reads whose bytes were not seen: the connection's buffered input was not where its Read's entry left it (go_tls.h, the lazy path) */
+#define CNT_GO_TLS_ORDER 56 /* Go crypto/tls writes handed on before the Read another thread was handing on (it took longer than GO_WAIT_NS): the response may reach the state machine before its request */
+#define CNT_MAX 57
 
 /* proc_head.kind: records of the `execs` ring. */
 #define PROC_EXEC 1
@@ -236,6 +238,11 @@ struct exe_literal {
 #define GOF_READ 16      /* crypto/tls.(*Conn).Read's entry */
 #define GOF_READ_RET 17  /* one of its return instructions */
 #define GOF_WRITE 18     /* crypto/tls.(*Conn).Write's entry */
+/* The lazy path (go_tls.h): no return probes. The cookie's high 32 bits
+ * are the offset of tls.Conn's `input` (a bytes.Reader) in the release. */
+#define GOF_LAZY_READ 19  /* Read's entry: the previous Read's bytes, then where this one starts */
+#define GOF_LAZY_WRITE 20 /* Write's entry: the pending Read's bytes, then the write's */
+#define GOF_LAZY_ALERT 21 /* Read's call of readRecordOrCCS for a close_notify after its bytes (which it resets) */
 
 /* tls_report.flags */
 #define TLSRF_SELECTED 0x01 /* the kernel had the process selected then */

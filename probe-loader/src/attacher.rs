@@ -647,6 +647,7 @@ impl Attacher {
                     go = %go.version,
                     stripped = !go.symbols,
                     returns = go.read_returns.len(),
+                    lazy = go.lazy.is_some() && !matches!(self.programs, Programs::Perf(_)),
                     "Go TLS uprobes attached"
                 );
             }
@@ -659,12 +660,7 @@ impl Attacher {
         let through = runtime_kit::files::fd_path(target.file.as_fd());
         let mut made = Vec::new();
         if let Some(go) = &target.go {
-            let mut offsets = vec![go.read, go.write];
-            let mut cookies = vec![GOF_READ, GOF_WRITE];
-            for r in &go.read_returns {
-                offsets.push(*r);
-                cookies.push(GOF_READ_RET);
-            }
+            let (offsets, cookies) = go_probes(go);
             match &mut self.programs {
                 Programs::Perf(progs) => {
                     let mut at: Vec<(&'static str, u64)> = go.read_returns.iter().map(|&o| (tls::GO_READ_EXIT, o)).collect();
@@ -949,6 +945,25 @@ fn cookie_of(symbol: &str) -> u64 {
         "SSL_write_ex" => TLSF_WRITE_EX,
         _ => TLSF_FREE,
     }
+}
+
+/// Where a Go executable's `uprobe_multi` link goes, and each place's
+/// cookie (`bpf/go_tls.h`): the lazy path's three probes (Read's and
+/// Write's entries, Read's close_notify call; `tls.Conn.input`'s offset in
+/// the cookie's high half) where the release allows it, else Read's entry
+/// and returns and Write's entry.
+fn go_probes(go: &crate::gobin::GoTls) -> (Vec<u64>, Vec<u64>) {
+    if let Some(lazy) = go.lazy {
+        let input = lazy.input << 32;
+        return (vec![go.read, go.write, lazy.alert], vec![GOF_LAZY_READ | input, GOF_LAZY_WRITE | input, GOF_LAZY_ALERT | input]);
+    }
+    let mut offsets = vec![go.read, go.write];
+    let mut cookies = vec![GOF_READ, GOF_WRITE];
+    for r in &go.read_returns {
+        offsets.push(*r);
+        cookies.push(GOF_READ_RET);
+    }
+    (offsets, cookies)
 }
 
 /// A perf-event uprobe of program `name` at `offset` of the file at

@@ -64,12 +64,18 @@ use std::fs::File;
 
 use crate::budget::ReadAt;
 
-use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, Register};
+use iced_x86::{Decoder, DecoderOptions, Instruction, Mnemonic, OpKind, Register};
 
 /// The function whose entry and returns are probed.
 pub const READ: &str = "crypto/tls.(*Conn).Read";
 /// The function whose entry is probed.
 pub const WRITE: &str = "crypto/tls.(*Conn).Write";
+/// The function Read calls to read a record: its call for a waiting
+/// close_notify, after Read copied its bytes, is probed on the lazy path
+/// ([`Lazy`]).
+pub const READ_RECORD: &str = "crypto/tls.(*Conn).readRecordOrCCS";
+/// The functions looked for, in this order.
+const NAMES: [&str; 3] = [READ, WRITE, READ_RECORD];
 /// Most `RET`s of Read attached to (each one is a uprobe; Go's compilers
 /// give it 7).
 pub const MAX_RETURNS: usize = 32;
@@ -106,6 +112,20 @@ pub struct GoTls {
     /// Found through `.symtab` (false: through `.gopclntab`, a stripped
     /// binary).
     pub symbols: bool,
+    /// Where the lazy path's probes go, if it can be taken.
+    pub lazy: Option<Lazy>,
+}
+
+/// The lazy path (`bpf/go_tls.h`: Read's and Write's entries alone, no
+/// return probes), for a release whose `tls.Conn.input` offset is known
+/// ([`INPUTS`]) and whose Read has the close_notify call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lazy {
+    /// Read's call of `readRecordOrCCS` for a close_notify that waits
+    /// after the bytes it returns (file offset of the `call`).
+    pub alert: u64,
+    /// The offset of `tls.Conn.input` (a `bytes.Reader`).
+    pub input: u64,
 }
 
 /// The struct offsets the eBPF side reads the socket fd through.
@@ -147,6 +167,13 @@ pub const LAYOUTS: &[(u32, Layout)] = &[
     (26, EXPECTED),
     (27, EXPECTED),
 ];
+
+/// The offset of `tls.Conn.input` (a `bytes.Reader`, whose `s` and `i`
+/// are at 0 and 24 in every release), by minor version, as
+/// `tests/fixtures/go/layout.go` printed it with each toolchain the test
+/// set-up installs. A release not here takes Read's return probes (five
+/// hits a request, not three): when Go releases, add its line.
+pub const INPUTS: &[(u32, u64)] = &[(21, 720), (24, 728), (27, 736)];
 
 /// Why a Go executable is not attached (each a label of a counter
 /// `ringtail_go_binaries_refused_total{reason}`, `tls::Refused`).
@@ -504,12 +531,12 @@ struct Func {
 }
 
 /// Read and Write through `.symtab`; None: the file has none.
-fn by_symtab(elf: &Elf) -> Result<Option<[Option<Func>; 2]>, Refusal> {
+fn by_symtab(elf: &Elf) -> Result<Option<[Option<Func>; 3]>, Refusal> {
     let Some(symtab) = elf.sections.iter().find(|s| s.kind == SHT_SYMTAB) else { return Ok(None) };
     let strtab = elf.sections.get(symtab.link as usize).ok_or_else(|| bad("the symbol table's strings"))?;
-    let names = find_names(&mut Window::new(elf.file, strtab.offset, strtab.size)?, &[READ, WRITE])?;
+    let names = find_names(&mut Window::new(elf.file, strtab.offset, strtab.size)?, &NAMES)?;
     let mut symbols = Window::new(elf.file, symtab.offset, symtab.size)?;
-    let mut found = [None, None];
+    let mut found = [None, None, None];
     const STT_FUNC: u8 = 2;
     let mut at = 0;
     // Elf64_Sym: st_name u32, st_info u8, st_other u8, st_shndx u16, st_value u64, st_size u64
@@ -539,7 +566,7 @@ const PCLNTAB_120: u32 = 0xffff_fff1;
 const PCLNTAB_OLD: [u32; 2] = [0xffff_fffb, 0xffff_fffa];
 
 /// Read and Write through `.gopclntab` (`version` for refusals).
-fn by_pclntab(elf: &Elf, version: &str) -> Result<[Option<Func>; 2], Refusal> {
+fn by_pclntab(elf: &Elf, version: &str) -> Result<[Option<Func>; 3], Refusal> {
     let pcln = elf.section(".gopclntab").or_else(|| elf.section(".data.rel.ro.gopclntab")).ok_or_else(|| bad("no .gopclntab section"))?;
     let mut table = Window::new(elf.file, pcln.offset, pcln.size)?;
     let head = table.bytes(0, 8 + 8 * 8)?.to_vec();
@@ -565,9 +592,9 @@ fn by_pclntab(elf: &Elf, version: &str) -> Result<[Option<Func>; 2], Refusal> {
         0 => elf.section(".text").ok_or_else(|| bad("no .text section"))?.addr,
         start => start,
     };
-    let names = find_names(&mut Window::new(elf.file, pcln.offset + funcnames, pcln.size - funcnames)?, &[READ, WRITE])?;
+    let names = find_names(&mut Window::new(elf.file, pcln.offset + funcnames, pcln.size - funcnames)?, &NAMES)?;
     let mut funcs = Window::new(elf.file, pcln.offset, pcln.size)?;
-    let mut found = [None, None];
+    let mut found = [None, None, None];
     for i in 0..nfunc {
         let pair = table.bytes(functab + 8 * i, 12)?;
         let (entry, funcoff, next) = (le32(pair, 0), le32(pair, 4), le32(pair, 8));
@@ -671,21 +698,21 @@ pub fn inspect(file: &dyn ReadAt) -> Result<Option<GoTls>, Refusal> {
             // Not attached either way: refused only if it links crypto/tls,
             // as far as a symbol table says.
             return match by_symtab(&elf) {
-                Ok(Some([None, None])) => Ok(None),
+                Ok(Some([None, None, _])) => Ok(None),
                 _ => Err(Refusal::TooOld { version }),
             };
         }
         Build::Inline(version) => version,
     };
-    let (found, symbols) = match by_symtab(&elf)? {
-        Some([None, None]) | None => (by_pclntab(&elf, &version)?, false),
+    let (funcs, symbols) = match by_symtab(&elf)? {
+        Some([None, None, _]) | None => (by_pclntab(&elf, &version)?, false),
         Some(found) => (found, true),
     };
-    let [read, write] = match found {
-        [None, None] => return Ok(None),
-        [Some(read), Some(write)] => [read, write],
-        [None, _] => return Err(Refusal::NoFunction { version, function: READ }),
-        [_, None] => return Err(Refusal::NoFunction { version, function: WRITE }),
+    let [read, write] = match funcs {
+        [None, None, _] => return Ok(None),
+        [Some(read), Some(write), _] => [read, write],
+        [None, _, _] => return Err(Refusal::NoFunction { version, function: READ }),
+        [_, None, _] => return Err(Refusal::NoFunction { version, function: WRITE }),
     };
     check_layout(&version)?;
     let (write_at, write_code) = code(&elf, write, 32)?;
@@ -701,7 +728,39 @@ pub fn inspect(file: &dyn ReadAt) -> Result<Option<GoTls>, Refusal> {
         return Err(bad("a return before crypto/tls.(*Conn).Read's stack check"));
     }
     let read_returns = found.iter().map(|r| read_at + r).collect();
-    Ok(Some(GoTls { version, read: read_at + read_body, read_returns, write: write_at + write_body, symbols }))
+    let input = release_minor(&version).and_then(|m| INPUTS.iter().find(|(minor, _)| *minor == m)).map(|(_, off)| *off);
+    let lazy = match (input, funcs[2]) {
+        (Some(input), Some(record)) => alert_call(&read_code, read.addr, record.addr).map(|at| Lazy { alert: read_at + at, input }),
+        _ => None,
+    };
+    Ok(Some(GoTls { version, read: read_at + read_body, read_returns, write: write_at + write_body, symbols, lazy }))
+}
+
+/// Where, in Read's `code` (at address `at`), Read calls `record`
+/// (`readRecordOrCCS`) for a close_notify after copying its bytes: Read
+/// calls it twice, in its loop for a record and then in that branch, with
+/// another call (the copy, `runtime.memmove`) between them. The second
+/// call's offset; None for any other shape (the lazy path is not taken).
+fn alert_call(code: &[u8], at: u64, record: u64) -> Option<u64> {
+    let mut decoder = Decoder::with_ip(64, code, at, DecoderOptions::NONE);
+    let mut instr = Instruction::default();
+    let mut calls = Vec::new();
+    let mut between = false;
+    while decoder.can_decode() {
+        decoder.decode_out(&mut instr);
+        if instr.is_invalid() {
+            return None;
+        }
+        if instr.mnemonic() != Mnemonic::Call {
+            continue;
+        }
+        if instr.op0_kind() == OpKind::NearBranch64 && instr.near_branch64() == record {
+            calls.push(instr.ip() - at);
+        } else if calls.len() == 1 {
+            between = true;
+        }
+    }
+    (calls.len() == 2 && between).then(|| calls[1])
 }
 
 /// The returns of Read's `code`, as offsets into it: at least one, at
@@ -964,18 +1023,34 @@ func main() {
                 // probes just past it.
                 let elf_file = open(path);
                 let elf = Elf::read(&elf_file).expect("an ELF");
-                let [Some(r), Some(w)] = by_pclntab(&elf, "test").expect("a pclntab") else { panic!("{what}: no Read or Write") };
+                let [Some(r), Some(w), Some(_)] = by_pclntab(&elf, "test").expect("a pclntab") else {
+                    panic!("{what}: no Read, Write or readRecordOrCCS")
+                };
                 for (f, probe) in [(r, go.read), (w, go.write)] {
                     let entry = elf.offset_of(f.addr, f.size, true).expect("in the file");
                     let body = stack_check_end(&bytes[entry as usize..]).unwrap_or_else(|| panic!("{what}: no stack check at {entry:#x}"));
                     assert_eq!(probe, entry + body, "{what}");
                     assert!((6..=18).contains(&body), "{what}: the stack check is {body} bytes");
                 }
-                eprintln!("{what}: Read at {:#x}, {} returns, Write at {:#x}", go.read, go.read_returns.len(), go.write);
+                // The lazy path: the close_notify call, a `call rel32` in
+                // Read after its first return (the loop's call is before).
+                let minor = release_minor(&t.version).expect("a release");
+                let lazy = go.lazy.unwrap_or_else(|| panic!("{what}: no lazy path"));
+                assert_eq!(Some(lazy.input), INPUTS.iter().find(|(m, _)| *m == minor).map(|(_, o)| *o), "{what}");
+                assert!(go.read < lazy.alert && lazy.alert < end, "{what}: the close_notify call at {:#x} outside Read", lazy.alert);
+                assert_eq!(bytes[lazy.alert as usize], 0xe8, "{what}: no call at {:#x}", lazy.alert);
+                assert!(go.read_returns[0] < lazy.alert, "{what}: the close_notify call before Read's first return");
+                eprintln!(
+                    "{what}: Read at {:#x}, {} returns, Write at {:#x}, close_notify call at {:#x}",
+                    go.read,
+                    go.read_returns.len(),
+                    go.write,
+                    lazy.alert
+                );
                 seen.push((name, go));
             }
             // -s -w changes no code: the same offsets with or without symbols.
-            let same = |a: &GoTls, b: &GoTls| (a.read, &a.read_returns, a.write) == (b.read, &b.read_returns, b.write);
+            let same = |a: &GoTls, b: &GoTls| (a.read, &a.read_returns, a.write, a.lazy) == (b.read, &b.read_returns, b.write, b.lazy);
             assert!(same(&seen[0].1, &seen[1].1), "{}: default and stripped differ: {seen:?}", t.version);
             assert!(same(&seen[2].1, &seen[3].1), "{}: pie and pie+stripped differ: {seen:?}", t.version);
         }
@@ -995,7 +1070,7 @@ func main() {
                     continue;
                 };
                 assert!(symbols, "{what}: a .symtab in a stripped build");
-                for (i, function) in [READ, WRITE].into_iter().enumerate() {
+                for (i, function) in NAMES.into_iter().enumerate() {
                     let (s, p) = (sym[i].expect(function), pcln[i].expect(function));
                     assert_eq!(s.addr, p.addr, "{what}: {function}");
                     // The pclntab's size runs to the next function, over
@@ -1019,7 +1094,11 @@ func main() {
             assert!(out.status.success(), "{}: {}", t.version, String::from_utf8_lossy(&out.stderr));
             let minor = release_minor(&t.version).expect("a release");
             let (_, l) = LAYOUTS.iter().find(|(m, _)| *m == minor).unwrap_or_else(|| panic!("{} is not in LAYOUTS", t.version));
-            let want = format!("{{\"go\":\"{}\",\"conn\":{},\"tcp_fd\":{},\"sysfd\":{}}}\n", t.version, l.conn, l.tcp_fd, l.sysfd);
+            let (_, input) = INPUTS.iter().find(|(m, _)| *m == minor).unwrap_or_else(|| panic!("{} is not in INPUTS", t.version));
+            let want = format!(
+                "{{\"go\":\"{}\",\"conn\":{},\"tcp_fd\":{},\"sysfd\":{},\"input\":{input}}}\n",
+                t.version, l.conn, l.tcp_fd, l.sysfd
+            );
             assert_eq!(String::from_utf8_lossy(&out.stdout), want);
         }
     }
@@ -1419,6 +1498,7 @@ func main() {
                     read_returns: READ_RETURNS.iter().map(|r| text + READ_AT + r).collect(),
                     write: text + WRITE_AT + BODY,
                     symbols: matches!(names, Names::Symbols),
+                    lazy: None,
                 },
                 "{name}"
             );
