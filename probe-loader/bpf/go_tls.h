@@ -172,12 +172,12 @@ int go_tls_read_exit(struct pt_regs *ctx)
 
 /*
  * The lazy path (uprobe_multi kernels, a Go release whose tls.Conn.input
- * offset the loader knows: src/gobin.rs INPUTS): three hits a request, not
+ * offset the loader knows: src/gobin.rs INPUTS): three hits a request (and Close once a connection), not
  * five, and no probe on Read's returns. Read returns what it copied from
  * `c.input`, a bytes.Reader over the record's plaintext in c.rawInput
  * ({s []byte; i int64}: the bytes read so far are s[..i]). So Read's entry
- * notes where the input stands (go_read), and the connection's next Read
- * or Write entry, or Read's call of readRecordOrCCS for a waiting
+ * notes where the input stands, and the connection's next Read, Write or
+ * Close entry, or Read's call of readRecordOrCCS for a waiting
  * close_notify (which resets the input), finds what the Read took from it:
  *  - the input held bytes at the entry (i < len(s)): Read took the next
  *    ones from the same record, s[i0..i];

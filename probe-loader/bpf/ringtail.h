@@ -243,6 +243,7 @@ struct exe_literal {
 #define GOF_LAZY_READ 19  /* Read's entry: the previous Read's bytes, then where this one starts */
 #define GOF_LAZY_WRITE 20 /* Write's entry: the pending Read's bytes, then the write's */
 #define GOF_LAZY_ALERT 21 /* Read's call of readRecordOrCCS for a close_notify after its bytes (which it resets) */
+#define GOF_LAZY_CLOSE 22 /* Close's entry: the last Read's bytes, when nothing followed them */
 
 /* tls_report.flags */
 #define TLSRF_SELECTED 0x01 /* the kernel had the process selected then */

@@ -948,14 +948,17 @@ fn cookie_of(symbol: &str) -> u64 {
 }
 
 /// Where a Go executable's `uprobe_multi` link goes, and each place's
-/// cookie (`bpf/go_tls.h`): the lazy path's three probes (Read's and
-/// Write's entries, Read's close_notify call; `tls.Conn.input`'s offset in
+/// cookie (`bpf/go_tls.h`): the lazy path's four probes (Read's, Write's
+/// and Close's entries, Read's close_notify call; `tls.Conn.input`'s offset in
 /// the cookie's high half) where the release allows it, else Read's entry
 /// and returns and Write's entry.
 fn go_probes(go: &crate::gobin::GoTls) -> (Vec<u64>, Vec<u64>) {
     if let Some(lazy) = go.lazy {
         let input = lazy.input << 32;
-        return (vec![go.read, go.write, lazy.alert], vec![GOF_LAZY_READ | input, GOF_LAZY_WRITE | input, GOF_LAZY_ALERT | input]);
+        return (
+            vec![go.read, go.write, lazy.alert, lazy.close],
+            vec![GOF_LAZY_READ | input, GOF_LAZY_WRITE | input, GOF_LAZY_ALERT | input, GOF_LAZY_CLOSE | input],
+        );
     }
     let mut offsets = vec![go.read, go.write];
     let mut cookies = vec![GOF_READ, GOF_WRITE];

@@ -74,8 +74,11 @@ pub const WRITE: &str = "crypto/tls.(*Conn).Write";
 /// close_notify, after Read copied its bytes, is probed on the lazy path
 /// ([`Lazy`]).
 pub const READ_RECORD: &str = "crypto/tls.(*Conn).readRecordOrCCS";
+/// The function that ends a connection: its entry is probed on the lazy
+/// path (the last Read's bytes, when nothing else follows them).
+pub const CLOSE: &str = "crypto/tls.(*Conn).Close";
 /// The functions looked for, in this order.
-const NAMES: [&str; 3] = [READ, WRITE, READ_RECORD];
+const NAMES: [&str; 4] = [READ, WRITE, READ_RECORD, CLOSE];
 /// Most `RET`s of Read attached to (each one is a uprobe; Go's compilers
 /// give it 7).
 pub const MAX_RETURNS: usize = 32;
@@ -124,6 +127,8 @@ pub struct Lazy {
     /// Read's call of `readRecordOrCCS` for a close_notify that waits
     /// after the bytes it returns (file offset of the `call`).
     pub alert: u64,
+    /// `crypto/tls.(*Conn).Close`'s entry probe (past its stack check).
+    pub close: u64,
     /// The offset of `tls.Conn.input` (a `bytes.Reader`).
     pub input: u64,
 }
@@ -531,12 +536,12 @@ struct Func {
 }
 
 /// Read and Write through `.symtab`; None: the file has none.
-fn by_symtab(elf: &Elf) -> Result<Option<[Option<Func>; 3]>, Refusal> {
+fn by_symtab(elf: &Elf) -> Result<Option<[Option<Func>; 4]>, Refusal> {
     let Some(symtab) = elf.sections.iter().find(|s| s.kind == SHT_SYMTAB) else { return Ok(None) };
     let strtab = elf.sections.get(symtab.link as usize).ok_or_else(|| bad("the symbol table's strings"))?;
     let names = find_names(&mut Window::new(elf.file, strtab.offset, strtab.size)?, &NAMES)?;
     let mut symbols = Window::new(elf.file, symtab.offset, symtab.size)?;
-    let mut found = [None, None, None];
+    let mut found = [None, None, None, None];
     const STT_FUNC: u8 = 2;
     let mut at = 0;
     // Elf64_Sym: st_name u32, st_info u8, st_other u8, st_shndx u16, st_value u64, st_size u64
@@ -566,7 +571,7 @@ const PCLNTAB_120: u32 = 0xffff_fff1;
 const PCLNTAB_OLD: [u32; 2] = [0xffff_fffb, 0xffff_fffa];
 
 /// Read and Write through `.gopclntab` (`version` for refusals).
-fn by_pclntab(elf: &Elf, version: &str) -> Result<[Option<Func>; 3], Refusal> {
+fn by_pclntab(elf: &Elf, version: &str) -> Result<[Option<Func>; 4], Refusal> {
     let pcln = elf.section(".gopclntab").or_else(|| elf.section(".data.rel.ro.gopclntab")).ok_or_else(|| bad("no .gopclntab section"))?;
     let mut table = Window::new(elf.file, pcln.offset, pcln.size)?;
     let head = table.bytes(0, 8 + 8 * 8)?.to_vec();
@@ -594,7 +599,7 @@ fn by_pclntab(elf: &Elf, version: &str) -> Result<[Option<Func>; 3], Refusal> {
     };
     let names = find_names(&mut Window::new(elf.file, pcln.offset + funcnames, pcln.size - funcnames)?, &NAMES)?;
     let mut funcs = Window::new(elf.file, pcln.offset, pcln.size)?;
-    let mut found = [None, None, None];
+    let mut found = [None, None, None, None];
     for i in 0..nfunc {
         let pair = table.bytes(functab + 8 * i, 12)?;
         let (entry, funcoff, next) = (le32(pair, 0), le32(pair, 4), le32(pair, 8));
@@ -698,21 +703,21 @@ pub fn inspect(file: &dyn ReadAt) -> Result<Option<GoTls>, Refusal> {
             // Not attached either way: refused only if it links crypto/tls,
             // as far as a symbol table says.
             return match by_symtab(&elf) {
-                Ok(Some([None, None, _])) => Ok(None),
+                Ok(Some([None, None, ..])) => Ok(None),
                 _ => Err(Refusal::TooOld { version }),
             };
         }
         Build::Inline(version) => version,
     };
     let (funcs, symbols) = match by_symtab(&elf)? {
-        Some([None, None, _]) | None => (by_pclntab(&elf, &version)?, false),
+        Some([None, None, ..]) | None => (by_pclntab(&elf, &version)?, false),
         Some(found) => (found, true),
     };
     let [read, write] = match funcs {
-        [None, None, _] => return Ok(None),
-        [Some(read), Some(write), _] => [read, write],
-        [None, _, _] => return Err(Refusal::NoFunction { version, function: READ }),
-        [_, None, _] => return Err(Refusal::NoFunction { version, function: WRITE }),
+        [None, None, ..] => return Ok(None),
+        [Some(read), Some(write), ..] => [read, write],
+        [None, ..] => return Err(Refusal::NoFunction { version, function: READ }),
+        [_, None, ..] => return Err(Refusal::NoFunction { version, function: WRITE }),
     };
     check_layout(&version)?;
     let (write_at, write_code) = code(&elf, write, 32)?;
@@ -729,8 +734,14 @@ pub fn inspect(file: &dyn ReadAt) -> Result<Option<GoTls>, Refusal> {
     }
     let read_returns = found.iter().map(|r| read_at + r).collect();
     let input = release_minor(&version).and_then(|m| INPUTS.iter().find(|(minor, _)| *minor == m)).map(|(_, off)| *off);
-    let lazy = match (input, funcs[2]) {
-        (Some(input), Some(record)) => alert_call(&read_code, read.addr, record.addr).map(|at| Lazy { alert: read_at + at, input }),
+    let lazy = match (input, funcs[2], funcs[3]) {
+        (Some(input), Some(record), Some(close)) => {
+            let (close_at, close_code) = code(&elf, close, 32)?;
+            match (alert_call(&read_code, read.addr, record.addr), stack_check_end(&close_code)) {
+                (Some(at), Some(body)) => Some(Lazy { alert: read_at + at, close: close_at + body, input }),
+                _ => None,
+            }
+        }
         _ => None,
     };
     Ok(Some(GoTls { version, read: read_at + read_body, read_returns, write: write_at + write_body, symbols, lazy }))
@@ -1023,10 +1034,10 @@ func main() {
                 // probes just past it.
                 let elf_file = open(path);
                 let elf = Elf::read(&elf_file).expect("an ELF");
-                let [Some(r), Some(w), Some(_)] = by_pclntab(&elf, "test").expect("a pclntab") else {
-                    panic!("{what}: no Read, Write or readRecordOrCCS")
+                let [Some(r), Some(w), Some(_), Some(c)] = by_pclntab(&elf, "test").expect("a pclntab") else {
+                    panic!("{what}: no Read, Write, readRecordOrCCS or Close")
                 };
-                for (f, probe) in [(r, go.read), (w, go.write)] {
+                for (f, probe) in [(r, go.read), (w, go.write), (c, go.lazy.expect("the lazy path").close)] {
                     let entry = elf.offset_of(f.addr, f.size, true).expect("in the file");
                     let body = stack_check_end(&bytes[entry as usize..]).unwrap_or_else(|| panic!("{what}: no stack check at {entry:#x}"));
                     assert_eq!(probe, entry + body, "{what}");

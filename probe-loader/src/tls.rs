@@ -397,7 +397,10 @@ impl Targets {
     pub fn push_go(&mut self, path: PathBuf, Opened { file, st, .. }: Opened, go: crate::gobin::GoTls) {
         let id = (st.st_dev, st.st_ino);
         if self.seen.insert(id) {
-            prefetch(&file, go.read_returns.iter().copied().chain([go.read, go.write]).chain(go.lazy.map(|l| l.alert)));
+            prefetch(
+                &file,
+                go.read_returns.iter().copied().chain([go.read, go.write]).chain(go.lazy.into_iter().flat_map(|l| [l.alert, l.close])),
+            );
             self.files.push(Target { path, file, id, configured: false, go: Some(go), offsets: Vec::new() });
         }
     }

@@ -141,11 +141,18 @@ impl Client {
     /// `bin` for `n` requests per goroutine, `g` goroutines, to the server
     /// on `port` in `mode`.
     fn hold(bin: &Path, port: u16, n: usize, mode: &str, g: usize) -> Client {
+        Client::hold_closing(bin, port, n, mode, g, false)
+    }
+
+    /// As [`Client::hold`]; with `close`, every request says "Connection:
+    /// close".
+    fn hold_closing(bin: &Path, port: u16, n: usize, mode: &str, g: usize, close: bool) -> Client {
         let proc = Proc::spawn(
             &format!("{} {mode}", bin.display()),
             Command::new(bin)
                 .args([format!("https://127.0.0.1:{port}"), n.to_string(), mode.to_owned(), g.to_string()])
                 .env("TLS_CLIENT_WAIT_STDIN", "1")
+                .env("TLS_CLIENT_CLOSE", if close { "1" } else { "0" })
                 .stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped()),
@@ -623,7 +630,53 @@ fn go_https_started_after_ringtail_by_default(b: &str) {
     assert_attached_once(&rt, &builds.iter().flat_map(|(_, s, c)| [s.as_path(), c.as_path()]).collect::<Vec<_>>());
 }
 
+/// The lazy path's close_notify (this kernel has `uprobe_multi`, and the
+/// newest Go's `tls.Conn.input` offset is known: both binaries attached
+/// with `lazy=true`): each of 100 requests says "Connection: close", so
+/// the server ends each connection with a close_notify after its answer,
+/// which the client's Read often finds in the same read as the answer's
+/// last record — Read then reads it, resetting the input its answer came
+/// from. Exactly one SERVER and one CLIENT span per request, a connection
+/// each, no Read's bytes unseen.
+fn go_https_connection_close_every_request(b: &str) {
+    if !ready() {
+        return;
+    }
+    let Some((release, go)) = latest() else { return };
+    let server_bin = go_binary_with(&go, &release, "tls_server", GoLink::Plain);
+    let client_bin = go_binary_with(&go, &release, "tls_client", GoLink::Plain);
+    let dir = TempDir::new("go-tls-close");
+    let cert = certificate(&dir.0);
+    let rotel = Rotel::start();
+    let prom = free_port();
+    let rt = ringtail(b, &rotel, prom);
+    let port = free_port();
+    let server = tls_server(&server_bin, port, &cert, "h1");
+    wait_attached(&rt, prom, 1);
+    let n = 100;
+    let mut c = Client::hold_closing(&client_bin, port, n, "h1", 1, true);
+    wait_attached(&rt, prom, 2);
+    c.release();
+    let client = c.pid();
+    let counts = c.counts();
+    assert_eq!(counts, client_counts(n, 1));
+    let pairs = [Pair { what: "close".to_owned(), port, server: server.pid(), client, counts }];
+    let spans = expect_pairs(&rotel, &rt, &pairs, "1.1");
+    assert_eq!(connections(&spans, port).len(), n, "a connection a request");
+    for bin in [&server_bin, &client_bin] {
+        let lines = log_lines(&rt, "go_tls_attached", bin);
+        assert!(lines.iter().all(|l| l.contains("lazy=true")), "{} not on the lazy path: {lines:?}", bin.display());
+    }
+    for reason in ["go_tls_read_unseen", "go_tls_no_socket"] {
+        let n = metric_value(prom, "ringtail_dropped_events_total", &[("reason", reason)]).unwrap_or(0.0);
+        assert_eq!(n, 0.0, "{reason}:\n{}", go_metrics(&scrape(prom)));
+    }
+    let late = metric_value(prom, "ringtail_go_tls_writes_out_of_order_total", &[]).unwrap_or(0.0);
+    assert_eq!(late, 0.0, "a write handed on before its request");
+}
+
 on_both_backends!(
+    go_https_connection_close_every_request,
     go_https_started_after_ringtail_by_default,
     go_processes_running_at_start_are_attached,
     go_https_h1_every_release_stripped_or_not,
