@@ -6,7 +6,10 @@ crypto/tls, tests/fixtures/go/tls_server.go, HTTP/1.1 only) answering
 against the same server process.
 
     sudo python3 bench/go_tls_cost.py [--rates 2000,5000] [--duration 10] [--repeat 2]
-                                      [--bin-dir DIR] [--out FILE.json]
+                                      [--bin-dir DIR] [--bin-dir-b DIR] [--out FILE.json]
+
+With --bin-dir-b, each pair is a triple: off, on (--bin-dir), on (the
+other build, "on-b"), so that two builds are compared in one sitting.
 
 ringtail selects the server only (`discovery.exe_names = ["^tls_server$"]`):
 its uprobes (go_tls_read_enter, go_tls_read_exit, go_tls_write_enter) are
@@ -35,7 +38,7 @@ from pathlib import Path
 import run
 from run import REPO, COMPONENTS, Child, Fail, say
 
-PROGRAMS = ("go_tls_read_enter", "go_tls_read_exit", "go_tls_write_enter")
+PROGRAMS = ("go_tls_read_enter", "go_tls_read_exit", "go_tls_write_enter", "go_tls_multi")
 
 
 class GoTlsServer(run.Server):
@@ -82,6 +85,7 @@ def main():
     p.add_argument("--repeat", type=int, default=2, help="off/on pairs a rate")
     p.add_argument("--conns", type=int, default=20)
     p.add_argument("--bin-dir")
+    p.add_argument("--bin-dir-b", help="another build, measured beside --bin-dir's")
     p.add_argument("--out", default=str(run.BENCH / "results" / f"{datetime.date.today()}-go-tls.json"))
     args = p.parse_args()
     if os.geteuid() != 0:
@@ -90,6 +94,11 @@ def main():
     work.chmod(0o755)
     tools = run.Tools(args, work)
     tools.check_ringtail()
+    variants = [("off", None), ("on", tools)]
+    if args.bin_dir_b:
+        tools_b = run.Tools(types.SimpleNamespace(**{**vars(args), "bin_dir": args.bin_dir_b}), work)
+        tools_b.check_ringtail()
+        variants.append(("on-b", tools_b))
     run.TLS = True  # blast -tls
     stats = Path("/proc/sys/kernel/bpf_stats_enabled")
     old = stats.read_text().strip()
@@ -102,9 +111,11 @@ def main():
         tools.goserver()  # built before the first point
         for rate in [int(r) for r in args.rates.split(",")]:
             for i in range(args.repeat):
-                for on in (False, True):
-                    load = lambda: run.blast_load(tools, work, server.port, args.conns, rate, args.duration, f"{rate}-{i}-{int(on)}")
-                    rec = run.measure(ctx, server, "on" if on else "off", settings if on else None, load)
+                for variant, build in variants:
+                    load = lambda: run.blast_load(tools, work, server.port, args.conns, rate, args.duration, f"{rate}-{i}-{variant}")
+                    ctx.tools = build or tools
+                    rec = run.measure(ctx, server, variant, settings if build else None, load)
+                    ctx.tools = tools
                     records.append(rec)
                     print(row(rec), flush=True)
         server.stop()
@@ -116,18 +127,21 @@ def main():
     Path(args.out).parent.mkdir(exist_ok=True)
     Path(args.out).write_text(json.dumps({"command": " ".join(sys.argv), "commit": commit, "records": records}, indent=1, default=str))
     # Means a rate: off → on.
-    print("\nrate  achieved(on)  server µs/req off → on (Δ)  ringtail µs/req  in-kernel ns/req  spans/req")
+    print("\nrate  build achieved(on)  server µs/req off → on (Δ)  ringtail µs/req  in-kernel ns/req  spans/req")
     for rate in sorted({r["target_rps"] for r in records}):
         off = [r for r in records if r["target_rps"] == rate and not r["ringtail"]]
-        on = [r for r in records if r["target_rps"] == rate and r["ringtail"]]
-        so, sn = run.mean([r["server_us_per_req"] for r in off]), run.mean([r["server_us_per_req"] for r in on])
-        print(f"{rate:5} {run.mean([r['achieved_rps'] for r in on]):9.0f}  {so:7.1f} → {sn:7.1f} ({sn - so:+.1f})"
-              f"  {run.mean([r['ringtail_total_us_per_req'] for r in on]):8.2f}  {run.mean([r['kernel_ns_per_req'] for r in on]):10.0f}"
-              f"  {run.mean([r['spans_per_req'] for r in on]):.4f}")
-        for name in PROGRAMS:
-            runs = [r["bpf"].get(name, {}).get("run_cnt", 0) / max(r["requests"], 1) for r in on]
-            ns = [r["bpf"].get(name, {}).get("run_time_ns", 0) / max(r["requests"], 1) for r in on]
-            print(f"      {name:22s} runs/req {run.mean(runs):5.2f}  ns/req {run.mean(ns):7.0f}")
+        so = run.mean([r["server_us_per_req"] for r in off])
+        for variant, _ in variants[1:]:
+            on = [r for r in records if r["target_rps"] == rate and r["variant"] == variant]
+            sn = run.mean([r["server_us_per_req"] for r in on])
+            print(f"{rate:5} {variant:5} {run.mean([r['achieved_rps'] for r in on]):9.0f}  {so:7.1f} → {sn:7.1f} ({sn - so:+.1f})"
+                  f"  {run.mean([r['ringtail_total_us_per_req'] for r in on]):8.2f}  {run.mean([r['kernel_ns_per_req'] for r in on]):10.0f}"
+                  f"  {run.mean([r['spans_per_req'] for r in on]):.4f}")
+            for name in PROGRAMS:
+                runs = [r["bpf"].get(name, {}).get("run_cnt", 0) / max(r["requests"], 1) for r in on]
+                ns = [r["bpf"].get(name, {}).get("run_time_ns", 0) / max(r["requests"], 1) for r in on]
+                if any(runs):
+                    print(f"      {name:22s} runs/req {run.mean(runs):5.2f}  ns/req {run.mean(ns):7.0f}")
     say(f"records in {args.out}")
 
 
