@@ -790,7 +790,8 @@ fn read_returns(version: &str, code: &[u8]) -> Result<Vec<u64>, Refusal> {
 /// The fuzz target's check (`span-actor/fuzz/fuzz_targets/go_binary.rs`;
 /// this module's tests replay it over its seeds): whatever an executable
 /// holds, [`inspect`] returns, and what it accepts is inside the file, in a
-/// known layout, with 1 to [`MAX_RETURNS`] returns in order within Read.
+/// known layout, with 1 to [`MAX_RETURNS`] returns in order within Read,
+/// and the lazy path's probes (if any) inside Read and the file.
 #[cfg(any(test, fuzzing))]
 pub fn check(data: &[u8]) {
     check_result(&inspect(&scratch_file(data)), data.len() as u64);
@@ -806,6 +807,11 @@ fn check_result(result: &Result<Option<GoTls>, Refusal>, len: u64) {
             assert!(go.read_returns.windows(2).all(|w| w[0] < w[1]), "{go:?}");
             assert!(go.read_returns.iter().all(|r| (go.read..go.read + MAX_FUNCTION).contains(r) && *r < len), "{go:?}");
             assert!(check_layout(&go.version).is_ok(), "{go:?}");
+            if let Some(lazy) = go.lazy {
+                assert!(go.read < lazy.alert && lazy.alert < go.read + MAX_FUNCTION && lazy.alert + 5 <= len, "{go:?}");
+                assert!(lazy.close < len, "{go:?}");
+                assert!(INPUTS.iter().any(|(_, off)| *off == lazy.input), "{go:?}");
+            }
         }
         Ok(None) => {}
         Err(refusal) => {
@@ -1269,6 +1275,29 @@ func main() {
         let reasons: Vec<&str> = all.iter().map(Refusal::reason).collect();
         assert_eq!(reasons, Refusal::REASONS);
         assert!(matches!(io(std::io::ErrorKind::UnexpectedEof.into()), Refusal::BadElf { .. }));
+    }
+
+    #[test]
+    fn the_close_notify_call_is_the_second_of_two_with_a_call_between() {
+        let call = |at: u64, to: u64| {
+            let rel = (to as i64 - (at as i64 + 5)) as i32;
+            let mut c = vec![0xe8];
+            c.extend_from_slice(&rel.to_le_bytes());
+            c
+        };
+        let (at, record, copy) = (0x1000, 0x2000, 0x3000);
+        let code = [call(at, record), call(at + 5, copy), call(at + 10, record)].concat();
+        assert_eq!(alert_call(&code, at, record), Some(10));
+        // no call between: not Read's shape
+        let code = [call(at, record), call(at + 5, record)].concat();
+        assert_eq!(alert_call(&code, at, record), None);
+        // three calls, or one
+        let code = [call(at, record), call(at + 5, copy), call(at + 10, record), call(at + 15, record)].concat();
+        assert_eq!(alert_call(&code, at, record), None);
+        assert_eq!(alert_call(&call(at, record), at, record), None);
+        // an invalid instruction: nothing taken
+        let code = [call(at, record), call(at + 5, copy), call(at + 10, record), vec![0x06]].concat();
+        assert_eq!(alert_call(&code, at, record), None);
     }
 
     #[test]
