@@ -190,16 +190,26 @@ int go_tls_read_exit(struct pt_regs *ctx)
  * unchanged) stays pending.
  * Reads and writes of one connection run on several threads at once (an
  * HTTP/2 connection's reader and writers; net/http's background read and
- * its handler's Write): whoever finds a Read over first claims it (an
- * atomic compare-and-swap on its record) and hands its bytes on; the
- * others leave them. A claimed record stays until the next Read's entry
- * replaces it: deleting it could delete that newer one.
+ * its handler's Write). The first to find a Read over claims its record
+ * (a compare-and-swap on its state word, which holds the record's
+ * generation: a record the LRU recycled for another connection meanwhile
+ * fails the swap) and hands its bytes on; a thread that finds the record
+ * claimed waits until it is done (at most GO_WAIT_NS): a Write, so that a
+ * request reaches the state machine before its response; a Read's entry,
+ * so that its Read, which may overwrite rawInput, runs only once the
+ * bytes were copied. The socket's copied_seq is loaded before the input:
+ * a Read that moved it had reset the input before (x86 loads are not
+ * reordered), so a moved sequence with the old input is never seen.
  */
 struct go_conn_key {
 	__u64 conn; /* the *tls.Conn */
 	__u32 tgid;
 	__u32 _pad;
 };
+
+#define GO_PENDING 0
+#define GO_CLAIMED 1
+#define GO_DONE 2
 
 /* c.input as Read's entry found it, and the connection's socket then. */
 struct go_read {
@@ -209,7 +219,11 @@ struct go_read {
 	__u64 sk;
 	__s32 fd;
 	__u32 seq; /* the socket's copied_seq */
-	__u64 claimed; /* 1: its bytes were handed on */
+	__u64 conn; /* the key again: a recycled record is told apart */
+	__u32 tgid;
+	__u32 _pad;
+	/* generation (its entry's time) << 2 | GO_PENDING, _CLAIMED or _DONE */
+	__u64 state;
 };
 
 /* bytes.Reader: s (a slice: pointer, length, capacity), i. */
@@ -232,9 +246,10 @@ struct {
 
 #define GO_MAX_RECORD (1 << 20) /* above any TLS record's plaintext (16 KiB) */
 
-/* Whether the Read `r` is over, given the input `in` now (and its bytes
- * in `out`: n is 0 when it took none). */
-static __always_inline int go_read_over(struct go_read *r, const struct go_input *in, struct go_bytes *out)
+/* Whether the Read `r` is over, given the socket's copied_seq `seq` (read
+ * first) and the input `in` now; its bytes in `out` (n is 0 when it took
+ * none). */
+static __always_inline int go_read_over(const struct go_read *r, __u32 seq, const struct go_input *in, struct go_bytes *out)
 {
 	if (!in->s || in->i <= 0 || (__u64)in->i > in->len || in->len > GO_MAX_RECORD)
 		return 0; /* waiting inside readRecord, or nothing read */
@@ -250,9 +265,7 @@ static __always_inline int go_read_over(struct go_read *r, const struct go_input
 		out->buf = in->s + r->i;
 		out->n = i - r->i;
 	} else {
-		int moved = in->s != r->s || in->len != r->len || i != r->i ||
-			    (r->sk && tcp_copied_seq_off && sk_u32_at((struct sock *)r->sk, tcp_copied_seq_off) != r->seq);
-		if (!moved)
+		if (in->s == r->s && in->len == r->len && i == r->i && seq == r->seq)
 			return 0;
 		out->buf = in->s;
 		out->n = i;
@@ -262,39 +275,39 @@ static __always_inline int go_read_over(struct go_read *r, const struct go_input
 	return 1;
 }
 
-/* The new Read's record, made here before it is stored (off the stack:
- * the program's stack is near its limit). */
+/* Off the stack (the program's is near its limit): [0] the new Read's
+ * record, made before it is stored; [1] a copy of the record found. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
+	__uint(max_entries, 2);
 	__type(key, __u32);
 	__type(value, struct go_read);
 } go_read_scratch SEC(".maps") __weak;
 
-/* What a lazy hit does after it found its bytes: the record it claimed,
- * marked done once the Read's bytes are handed on, and the new Read's
- * record (`next`: NULL, none), stored after that. */
+/* What a lazy hit does after it found its bytes: the record it claimed
+ * (and its state word then), marked done once the Read's bytes are handed
+ * on, and the new Read's record (`next`: NULL, none), stored after that. */
 struct go_lazy_step {
 	struct go_read *claimed;
+	__u64 state;
 	struct go_read *next;
 	struct go_conn_key k;
 };
 
-#define GO_CLAIM_DONE 2
-#define GO_WAIT_NS 50000 /* longest a Write waits for another thread to hand its Read's bytes on */
+#define GO_WAIT_NS 50000 /* longest a thread waits for another to hand a Read's bytes on */
 
 struct go_wait {
 	struct go_conn_key k;
 	__u64 until;
 };
 
-/* One turn of a Write's wait (bpf_loop): 1 (stop) once the connection's
- * record is no longer being handed on by another thread, or too late. */
+/* One turn of a wait (bpf_loop): 1 (stop) once the connection's record is
+ * no longer being handed on by another thread, or too late. */
 static long go_wait_turn(__u32 i, void *arg)
 {
 	struct go_wait *w = arg;
 	struct go_read *rp = bpf_map_lookup_elem(&go_reads, &w->k);
-	if (!rp || *(volatile __u64 *)&rp->claimed != 1)
+	if (!rp || rp->conn != w->k.conn || rp->tgid != w->k.tgid || (*(volatile __u64 *)&rp->state & 3) != GO_CLAIMED)
 		return 1;
 	if (bpf_ktime_get_ns() > w->until) {
 		count(CNT_GO_TLS_ORDER);
@@ -304,44 +317,64 @@ static long go_wait_turn(__u32 i, void *arg)
 }
 
 /* A lazy hit `fn` on connection RAX, whose input is at `input_off`: the
- * pending Read's bytes to `rx` if it is over; Read's entry makes the new
- * Read's record (`step`). A Write whose connection's Read another thread
- * is handing on waits for it (a request must reach the state machine
- * before its response), at most GO_WAIT_NS. */
+ * pending Read's bytes to `rx` if it is over and this thread claims it;
+ * Read's entry makes the new Read's record (`step`). */
 static __always_inline void go_lazy(struct pt_regs *ctx, __u32 fn, __u64 input_off, __u64 id, struct go_bytes *rx,
 				    struct go_lazy_step *step)
 {
 	__u64 conn = ctx->ax;
 	step->k.conn = conn;
 	step->k.tgid = id >> 32;
-	struct go_input in = {};
-	if (input_off > 4096 || bpf_probe_read_user(&in, sizeof(in), (const void *)(conn + input_off)))
+	if (input_off > 4096)
 		return;
+	struct go_input in = {};
+	__u32 one = 1;
 	struct go_read *rp = bpf_map_lookup_elem(&go_reads, &step->k);
-	if (rp && !rp->claimed) {
-		/* over (or a new Read begins: the last took nothing), and ours */
-		if (go_read_over(rp, &in, rx) || fn == GOF_LAZY_READ) {
-			if (__sync_val_compare_and_swap(&rp->claimed, 0, 1) == 0)
-				step->claimed = rp;
-			else
-				rx->n = 0; /* another thread's */
+	struct go_read *r = bpf_map_lookup_elem(&go_read_scratch, &one);
+	if (rp && r) {
+		__builtin_memcpy(r, rp, sizeof(*r));
+		int waits = 0;
+		if (r->conn != conn || r->tgid != step->k.tgid) {
+			/* recycled under us: not this connection's */
+		} else if ((r->state & 3) == GO_PENDING) {
+			__u32 seq = r->sk && tcp_copied_seq_off ? sk_u32_at((struct sock *)r->sk, tcp_copied_seq_off) : 0;
+			barrier();
+			if (bpf_probe_read_user(&in, sizeof(in), (const void *)(conn + input_off)))
+				return;
+			/* over (or a new Read begins: the last took nothing), and ours */
+			if (go_read_over(r, seq, &in, rx) || fn == GOF_LAZY_READ) {
+				if (__sync_val_compare_and_swap(&rp->state, r->state, r->state + GO_CLAIMED) == r->state) {
+					step->claimed = rp;
+					step->state = r->state + GO_CLAIMED;
+				} else {
+					rx->n = 0; /* another thread's */
+					waits = 1;
+				}
+			}
+		} else if ((r->state & 3) == GO_CLAIMED) {
+			waits = 1;
 		}
-	}
-	if (rp && !step->claimed && fn == GOF_LAZY_WRITE) {
-		struct go_wait w = { .k = step->k, .until = bpf_ktime_get_ns() + GO_WAIT_NS };
-		bpf_loop(4096, go_wait_turn, &w, 0);
+		if (waits && (fn == GOF_LAZY_WRITE || fn == GOF_LAZY_READ || fn == GOF_LAZY_ALERT)) {
+			struct go_wait w = { .k = step->k, .until = bpf_ktime_get_ns() + GO_WAIT_NS };
+			bpf_loop(4096, go_wait_turn, &w, 0);
+		}
 	}
 	if (fn != GOF_LAZY_READ)
 		return;
 	tls_proc_seen(id >> 32);
+	/* where this Read starts (after any wait: the input as it now is) */
+	if (bpf_probe_read_user(&in, sizeof(in), (const void *)(conn + input_off)))
+		return;
 	__u32 zero = 0;
-	struct go_read *r = bpf_map_lookup_elem(&go_read_scratch, &zero);
+	r = bpf_map_lookup_elem(&go_read_scratch, &zero);
 	if (!r)
 		return;
 	r->s = in.s;
 	r->len = in.len;
 	r->i = in.i < 0 ? 0 : (__u64)in.i;
-	r->claimed = 0;
+	r->conn = conn;
+	r->tgid = id >> 32;
+	r->state = bpf_ktime_get_ns() << 2 | GO_PENDING;
 	r->fd = -1;
 	struct sock *sk = go_conn_sock(conn, &r->fd);
 	if (!sk) {
@@ -378,7 +411,7 @@ int go_tls_multi(struct pt_regs *ctx)
 	}
 	go_hand(&b, id, 1);
 	if (step.claimed)
-		*(volatile __u64 *)&step.claimed->claimed = GO_CLAIM_DONE;
+		__sync_val_compare_and_swap(&step.claimed->state, step.state, step.state + 1); /* GO_DONE */
 	if (step.next)
 		bpf_map_update_elem(&go_reads, &step.k, step.next, BPF_ANY);
 	if (fn == GOF_WRITE || fn == GOF_LAZY_WRITE) {

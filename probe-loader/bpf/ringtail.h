@@ -213,7 +213,7 @@ struct exe_literal {
 #define CNT_TLS_REPORT_LOST 53 /* reports to the TLS attacher lost: its ring was full (tls_reports) */
 #define CNT_TLS_EARLY 54     /* TLS connections whose handshake a process read before any TLS call of it was seen (its library not attached yet, or TLS over memory buffers) */
 #define CNT_GO_TLS_LOST 55  /* Go crypto/tls reads whose bytes were not seen: the connection's buffered input was not where its Read's entry left it (go_tls.h, the lazy path) */
-#define CNT_GO_TLS_ORDER 56 /* Go crypto/tls writes handed on before the Read another thread was handing on (it took longer than GO_WAIT_NS): the response may reach the state machine before its request */
+#define CNT_GO_TLS_ORDER 56 /* Go crypto/tls hits that stopped waiting for another thread handing a Read on (longer than GO_WAIT_NS): a Write may then reach the state machine before its request, a Read may overwrite the bytes being copied */
 #define CNT_MAX 57
 
 /* proc_head.kind: records of the `execs` ring. */

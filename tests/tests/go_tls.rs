@@ -671,7 +671,7 @@ fn go_https_connection_close_every_request(b: &str) {
         let n = metric_value(prom, "ringtail_dropped_events_total", &[("reason", reason)]).unwrap_or(0.0);
         assert_eq!(n, 0.0, "{reason}:\n{}", go_metrics(&scrape(prom)));
     }
-    let late = metric_value(prom, "ringtail_go_tls_writes_out_of_order_total", &[]).unwrap_or(0.0);
+    let late = metric_value(prom, "ringtail_go_tls_waits_given_up_total", &[]).unwrap_or(0.0);
     assert_eq!(late, 0.0, "a write handed on before its request");
 }
 
