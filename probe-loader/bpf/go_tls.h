@@ -110,7 +110,7 @@ static __always_inline void go_hand(const struct go_bytes *b, __u64 id, int recv
 
 /* func (c *Conn) Write(b []byte) (int, error): c in RAX, b's pointer and
  * length in RBX and RCX. */
-static __always_inline void go_write(struct pt_regs *ctx, __u64 id, struct go_bytes *tx)
+static __always_inline void go_write(struct pt_regs *ctx, struct go_bytes *tx)
 {
 	if (ctx->cx)
 		go_bytes_of(ctx->ax, ctx->bx, ctx->cx, tx);
@@ -123,7 +123,7 @@ int go_tls_write_enter(struct pt_regs *ctx)
 	if (!pid_selected(id >> 32))
 		return 0;
 	struct go_bytes tx = {};
-	go_write(ctx, id, &tx);
+	go_write(ctx, &tx);
 	go_hand(&tx, id, 0);
 	return 0;
 }
@@ -172,8 +172,8 @@ int go_tls_read_exit(struct pt_regs *ctx)
 
 /*
  * The lazy path (uprobe_multi kernels, a Go release whose tls.Conn.input
- * offset the loader knows: src/gobin.rs INPUTS): three hits a request (and Close once a connection), not
- * five, and no probe on Read's returns. Read returns what it copied from
+ * offset the loader knows: src/gobin.rs INPUTS): three hits a request
+ * (and Close's once a connection), not five: no probe on Read's returns. Read returns what it copied from
  * `c.input`, a bytes.Reader over the record's plaintext in c.rawInput
  * ({s []byte; i int64}: the bytes read so far are s[..i]). So Read's entry
  * notes where the input stands, and the connection's next Read, Write or
@@ -416,7 +416,7 @@ int go_tls_multi(struct pt_regs *ctx)
 		bpf_map_update_elem(&go_reads, &step.k, step.next, BPF_ANY);
 	if (fn == GOF_WRITE || fn == GOF_LAZY_WRITE) {
 		b.n = 0;
-		go_write(ctx, id, &b);
+		go_write(ctx, &b);
 		go_hand(&b, id, 0);
 	}
 	return 0;

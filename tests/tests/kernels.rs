@@ -451,6 +451,14 @@ fn go_tls_client_released(rotel: &Rotel, rt: &Ringtail, port: u16, client: &mut 
         }
     }
     expect_on(rotel, rt, port, &want);
+    // Linux 6.6+ (`uprobe_multi`): the lazy path (no probe on Read's
+    // returns; the newest Go's `tls.Conn.input` is known); before, entry
+    // and returns.
+    let lazy = kernel_version() >= (6, 6);
+    let log = rt.log();
+    let attached: Vec<&str> = log.lines().filter(|l| l.contains("event=\"go_tls_attached\"")).collect();
+    assert!(!attached.is_empty(), "no go_tls_attached line");
+    assert!(attached.iter().all(|l| l.contains("lazy=true") == lazy), "lazy path expected {lazy}: {attached:?}");
 }
 
 /// HTTPS of a program started after ringtail with a libssl of its own (a
