@@ -535,7 +535,7 @@ struct Func {
     size: u64,
 }
 
-/// Read and Write through `.symtab`; None: the file has none.
+/// [`NAMES`] through `.symtab`; None: the file has none.
 fn by_symtab(elf: &Elf) -> Result<Option<[Option<Func>; 4]>, Refusal> {
     let Some(symtab) = elf.sections.iter().find(|s| s.kind == SHT_SYMTAB) else { return Ok(None) };
     let strtab = elf.sections.get(symtab.link as usize).ok_or_else(|| bad("the symbol table's strings"))?;
@@ -570,7 +570,7 @@ const PCLNTAB_120: u32 = 0xffff_fff1;
 /// Go 1.2–1.15 and 1.16–1.17.
 const PCLNTAB_OLD: [u32; 2] = [0xffff_fffb, 0xffff_fffa];
 
-/// Read and Write through `.gopclntab` (`version` for refusals).
+/// [`NAMES`] through `.gopclntab` (`version` for refusals).
 fn by_pclntab(elf: &Elf, version: &str) -> Result<[Option<Func>; 4], Refusal> {
     let pcln = elf.section(".gopclntab").or_else(|| elf.section(".data.rel.ro.gopclntab")).ok_or_else(|| bad("no .gopclntab section"))?;
     let mut table = Window::new(elf.file, pcln.offset, pcln.size)?;
@@ -735,10 +735,11 @@ pub fn inspect(file: &dyn ReadAt) -> Result<Option<GoTls>, Refusal> {
     let read_returns = found.iter().map(|r| read_at + r).collect();
     let input = release_minor(&version).and_then(|m| INPUTS.iter().find(|(minor, _)| *minor == m)).map(|(_, off)| *off);
     let lazy = match (input, funcs[2], funcs[3]) {
+        // Any doubt about Close or the call: entry and returns, as before.
         (Some(input), Some(record), Some(close)) => {
-            let (close_at, close_code) = code(&elf, close, 32)?;
-            match (alert_call(&read_code, read.addr, record.addr), stack_check_end(&close_code)) {
-                (Some(at), Some(body)) => Some(Lazy { alert: read_at + at, close: close_at + body, input }),
+            let close = code(&elf, close, 32).ok().and_then(|(at, code)| stack_check_end(&code).map(|body| at + body));
+            match (alert_call(&read_code, read.addr, record.addr), close) {
+                (Some(at), Some(close)) => Some(Lazy { alert: read_at + at, close, input }),
                 _ => None,
             }
         }
