@@ -316,6 +316,10 @@ static long go_wait_turn(__u32 i, void *arg)
 	return 0;
 }
 
+#ifndef RINGTAIL_NO_XCHG
+/* (The object for kernels before 5.12 holds no compare-and-swap, nor
+ * this path: uprobe_multi needs 6.6.) */
+
 /* A lazy hit `fn` on connection RAX, whose input is at `input_off`: the
  * pending Read's bytes to `rx` if it is over and this thread claims it;
  * Read's entry makes the new Read's record (`step`). */
@@ -385,6 +389,7 @@ static __always_inline void go_lazy(struct pt_regs *ctx, __u32 fn, __u64 input_o
 	r->seq = tcp_copied_seq_off ? sk_u32_at(sk, tcp_copied_seq_off) : 0;
 	step->next = r;
 }
+#endif
 
 /* uprobe_multi (6.6+): one program on an executable's probes, told apart
  * by the cookie (GOF_*): one link an executable (a process) instead of a
@@ -407,11 +412,15 @@ int go_tls_multi(struct pt_regs *ctx)
 		go_read(ctx, id);
 		return 0;
 	} else if (fn != GOF_WRITE) {
+#ifndef RINGTAIL_NO_XCHG
 		go_lazy(ctx, fn, cookie >> 32, id, &b, &step);
+#endif
 	}
 	go_hand(&b, id, 1);
+#ifndef RINGTAIL_NO_XCHG
 	if (step.claimed)
 		__sync_val_compare_and_swap(&step.claimed->state, step.state, step.state + 1); /* GO_DONE */
+#endif
 	if (step.next)
 		bpf_map_update_elem(&go_reads, &step.k, step.next, BPF_ANY);
 	if (fn == GOF_WRITE || fn == GOF_LAZY_WRITE) {
