@@ -173,8 +173,9 @@ int go_tls_read_exit(struct pt_regs *ctx)
 /*
  * The lazy path (uprobe_multi kernels, a Go release whose tls.Conn.input
  * offset the loader knows: src/gobin.rs INPUTS): three hits a request
- * (and Close's once a connection), not five: no probe on Read's returns. Read returns what it copied from
- * `c.input`, a bytes.Reader over the record's plaintext in c.rawInput
+ * (and Close's once a connection), not five: no probe on Read's returns.
+ * Read returns what it copied from `c.input`, a bytes.Reader over the
+ * record's plaintext in c.rawInput
  * ({s []byte; i int64}: the bytes read so far are s[..i]). So Read's entry
  * notes where the input stands, and the connection's next Read, Write or
  * Close entry, or Read's call of readRecordOrCCS for a waiting
@@ -419,7 +420,7 @@ int go_tls_multi(struct pt_regs *ctx)
 	go_hand(&b, id, 1);
 #ifndef RINGTAIL_NO_XCHG
 	if (step.claimed)
-		__sync_val_compare_and_swap(&step.claimed->state, step.state, step.state + 1); /* GO_DONE */
+		__sync_val_compare_and_swap(&step.claimed->state, step.state, (step.state & ~3ULL) | GO_DONE);
 #endif
 	if (step.next)
 		bpf_map_update_elem(&go_reads, &step.k, step.next, BPF_ANY);
