@@ -141,6 +141,17 @@ pub struct ProbeSettings {
     /// each connection leaves the map within its first request's send and
     /// its later requests are counted (`keep_alive_off`).
     pub propagate_keep_alive: KeepAlive,
+    /// Carry each traced request's trace context to the next host in a TCP
+    /// header option (kind 25, OpenTelemetry eBPF Instrumentation's format),
+    /// which `sockops` writes on the segment that begins a request and the
+    /// receiving host's ringtail reads: the kernel decides HTTP/1 server
+    /// requests' ids at their start, and a call a thread makes while it
+    /// serves one request continues that request's trace there, whatever
+    /// the call's bytes (the payload is never changed). Needs the `socket`
+    /// backend (Linux 6.3+), a cgroup v2 hierarchy and CAP_NET_ADMIN at
+    /// start, and ringtail (or OBI) on the receiving host; not with
+    /// `propagate` (yet). docs/telemetry.md, "Across hosts".
+    pub carrier: bool,
     /// Server ports of the byte-stream protocols whose calls become spans:
     /// the databases (PostgreSQL 5432, MySQL/MariaDB 3306, Redis 6379,
     /// memcached 11211) and the message brokers (Kafka 9092, RabbitMQ's
@@ -177,6 +188,7 @@ impl Default for ProbeSettings {
             keep_pins_on_stop: false,
             propagate: false,
             propagate_keep_alive: KeepAlive::Auto,
+            carrier: false,
             stream_ports: DEFAULT_STREAM_PORTS.to_vec(),
             db_ports: None,
         }
@@ -216,6 +228,17 @@ impl ProbeSettings {
                 "false",
                 p.propagate,
             ));
+        }
+        if p.carrier && p.backend == Backend::Syscalls {
+            return Err(invalid(
+                "probe.carrier",
+                "needs the socket backend (Linux 6.3+): set probe.backend to \"auto\" or \"socket\", or carrier to false",
+                "false",
+                p.carrier,
+            ));
+        }
+        if p.carrier && p.propagate {
+            return Err(invalid("probe.carrier", "cannot be on with probe.propagate (yet): choose one", "false", p.carrier));
         }
         let example = "[5432, 3306, 6379, 11211, 9092, 5672, 4222, 1883]";
         for (key, ports) in [("probe.stream_ports", Some(&p.stream_ports)), ("probe.db_ports", p.db_ports.as_ref())] {

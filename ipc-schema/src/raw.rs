@@ -126,6 +126,11 @@ pub struct RawEvent<B = Vec<u8>> {
     /// the client span's (the server it called names that span as its
     /// parent).
     pub propagated: Option<(u128, u64)>,
+    /// `probe.carrier`: the span's trace id, span id and parent span id (0:
+    /// none) as the kernel decided them at the request's start (and, for a
+    /// call made while serving, carried to the next host): final, over
+    /// every other way spans connect.
+    pub kernel_ids: Option<(u128, u64, u64)>,
 }
 
 /// What the kernel saw of one send or receive on an HTTP/2 connection: the
@@ -353,6 +358,7 @@ impl<B: AsRef<[u8]>> RawEvent<B> {
             h2c,
             unlinked,
             propagated,
+            kernel_ids,
         } = *self;
         RawEvent {
             conn,
@@ -368,6 +374,7 @@ impl<B: AsRef<[u8]>> RawEvent<B> {
             h2c,
             unlinked,
             propagated,
+            kernel_ids,
         }
     }
 }
@@ -405,6 +412,7 @@ pub(crate) mod tests {
             h2c: false,
             unlinked: false,
             propagated: None,
+            kernel_ids: None,
             request: b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n".to_vec(),
         }
     }
@@ -466,6 +474,7 @@ pub(crate) mod tests {
             h2c: true,
             unlinked: true,
             propagated: None,
+            kernel_ids: None,
             request: Vec::new(),
             ..ev.clone()
         });

@@ -25,6 +25,8 @@
 //!                                                      (links 2: propagated)
 //!             ]                                            (flag links)
 //!             (links 4: made unlinked while its thread served: no bytes)
+//!             [trace id (16 bytes) u64be(span id) u64be(parent span id, 0: none)]
+//!                                          (links 8: the kernel's ids, probe.carrier)
 //!             u32le(length) request
 //!   flags:  1 links, 2 truncated, 4 orphan, 8 h2c
 //! h2        = conn u8(flags) u64le(mono_ns) uint(caller conn_id, 0: none)
@@ -70,7 +72,8 @@ const EV_FLAGS: u8 = EV_LINKS | EV_TRUNCATED | EV_ORPHAN | EV_H2C;
 const LINK_PARENT: u8 = 1;
 const LINK_PROPAGATED: u8 = 2;
 const LINK_UNLINKED: u8 = 4;
-const LINK_FLAGS: u8 = LINK_PARENT | LINK_PROPAGATED | LINK_UNLINKED;
+const LINK_KERNEL_IDS: u8 = 8;
+const LINK_FLAGS: u8 = LINK_PARENT | LINK_PROPAGATED | LINK_UNLINKED | LINK_KERNEL_IDS;
 
 /// A syscall record's flags (h2, stream), then each kind's own.
 const IO_SEND: u8 = 1;
@@ -142,8 +145,12 @@ pub(crate) fn write_event<B: AsRef<[u8]>>(ev: &RawEvent<B>, out: &mut Vec<u8>) {
         h2c,
         unlinked,
         propagated,
+        kernel_ids,
     } = ev;
-    let links = bit(parent.is_some(), LINK_PARENT) | bit(propagated.is_some(), LINK_PROPAGATED) | bit(*unlinked, LINK_UNLINKED);
+    let links = bit(parent.is_some(), LINK_PARENT)
+        | bit(propagated.is_some(), LINK_PROPAGATED)
+        | bit(*unlinked, LINK_UNLINKED)
+        | bit(kernel_ids.is_some(), LINK_KERNEL_IDS);
     write_conn(conn, out);
     out.push(bit(links != 0, EV_LINKS) | bit(*truncated, EV_TRUNCATED) | bit(*orphan, EV_ORPHAN) | bit(*h2c, EV_H2C));
     out.extend_from_slice(&seq.to_le_bytes());
@@ -158,6 +165,11 @@ pub(crate) fn write_event<B: AsRef<[u8]>>(ev: &RawEvent<B>, out: &mut Vec<u8>) {
     if let Some((trace, span)) = propagated {
         out.extend_from_slice(&trace.to_be_bytes());
         out.extend_from_slice(&span.to_le_bytes());
+    }
+    if let Some((trace, span, parent)) = kernel_ids {
+        out.extend_from_slice(&trace.to_be_bytes());
+        out.extend_from_slice(&span.to_be_bytes());
+        out.extend_from_slice(&parent.to_be_bytes());
     }
     put_bytes(out, request.as_ref());
 }
@@ -263,6 +275,13 @@ pub(crate) fn read_event<'a>(rd: &mut Reader<'a>) -> Result<RawEvent<&'a [u8]>, 
     } else {
         None
     };
+    let kernel_ids = if links & LINK_KERNEL_IDS != 0 {
+        let trace = u128::from_be_bytes(rd.fixed::<16>("kernel trace id")?);
+        let span = u64::from_be_bytes(rd.fixed::<8>("kernel span id")?);
+        Some((trace, span, u64::from_be_bytes(rd.fixed::<8>("kernel parent id")?)))
+    } else {
+        None
+    };
     let request = rd.record_bytes("request")?;
     Ok(RawEvent {
         conn,
@@ -278,6 +297,7 @@ pub(crate) fn read_event<'a>(rd: &mut Reader<'a>) -> Result<RawEvent<&'a [u8]>, 
         h2c: flags & EV_H2C != 0,
         unlinked: links & LINK_UNLINKED != 0,
         propagated,
+        kernel_ids,
     })
 }
 

@@ -253,6 +253,10 @@ static __always_inline void emit(struct conn_state *st, struct sock *sk, __u16 s
 		__builtin_memcpy(ev->tp, st->tp, sizeof(ev->tp));
 	else
 		__builtin_memset(ev->tp, 0, sizeof(ev->tp));
+	if (flags & EVF_KIDS)
+		__builtin_memcpy(ev->kids, st->kids, sizeof(ev->kids));
+	else
+		__builtin_memset(ev->kids, 0, sizeof(ev->kids));
 	__u32 n = extra_flags & EVF_ORPHAN ? 0 : st->cap_len;
 	if (n > CAPTURE_LEN)
 		n = CAPTURE_LEN;

@@ -50,6 +50,9 @@ RINGTAIL_GLOBAL(const volatile __u8, propagate, 0);
  * that its later requests are written too (probe.propagate_keep_alive,
  * decided by the loader: not where FIONREAD reads 0 in a socket map). */
 RINGTAIL_GLOBAL(const volatile __u8, prop_keep_alive, 0);
+/* 1 = probe.carrier: the kernel decides HTTP/1 requests' ids and carries
+ * them to the next host in a TCP header option (carrier.h). */
+RINGTAIL_GLOBAL(const volatile __u8, carrier, 0);
 
 /* Byte offsets of struct tcp_sock's copied_seq and write_seq, from the
  * kernel's BTF (the loader's kernel_btf.rs; CO-RE cannot place them here);

@@ -18,6 +18,7 @@
 #ifndef RINGTAIL_CONN_TABLE
 #include "propagate.h" /* socket backend only */
 #endif
+#include "carrier.h"
 
 /* 1: atomic exchange (BPF_XCHG, Linux 5.12+). The syscall backend's object
  * is also built without (RINGTAIL_NO_XCHG, build.rs) for older kernels,
@@ -103,6 +104,7 @@ static __always_inline void active_answered(const struct conn_state *st, __u32 t
 	if (a->conn_id == st->conn_id)
 		a->conn_id = 0;
 	active_mirror(a, tid);
+	carrier_mirror(a, tid);
 }
 
 /* The send hooks fire when a send is over. A client that reads on another
@@ -368,6 +370,8 @@ active:;
 		if (a->open < 0xffffffff)
 			a->open += 1;
 		active_mirror(a, io->tid);
+		carrier_server(st, io, a);
+		carrier_mirror(a, io->tid);
 	}
 	return NULL;
 }
@@ -393,6 +397,7 @@ static __always_inline void client_links(struct conn_state *st, const struct con
 			st->parent_conn = a->conn_id;
 			st->parent_seq = a->seq;
 			st->flags |= EVF_PARENT;
+			carrier_child(st, a);
 		} else {
 			count(CNT_LINK_AMBIGUOUS);
 			st->flags |= EVF_UNLINKED;
@@ -491,6 +496,8 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 	if (!prop_claim(st, io))
 #endif
 		client_links(st, io, sg->total, skip);
+	/* (the ids its first segment carried, over client_links') */
+	carrier_claim(st, io, sg->total, skip);
 	client_begun(st, io);
 	return NULL;
 }

@@ -88,6 +88,9 @@ struct conn_state {
 	/* the trace id (16 bytes, W3C order) and span id (8, little-endian) of
 	 * the traceparent the kernel wrote into the current client request */
 	__u8 tp[24];
+	/* (probe.carrier) the current request's ids as the kernel decided
+	 * them: trace, span, parent, W3C byte order (carrier.h, EVF_KIDS) */
+	__u8 kids[32];
 	__u8 pend[PREFIX_LEN];
 	/* HTTP/2 framing per direction (h2.h), by IO_RECV / IO_SEND */
 	struct h2_dir h2d[2];
@@ -103,6 +106,11 @@ struct active_req {
 	__u64 conn_id;
 	__u32 seq;
 	__u32 open;
+	/* (probe.carrier) the trace id and span id, W3C byte order, of server
+	 * request ids_conn's last request (carrier.h: the kernel decided them
+	 * for a clear-text HTTP/1 request of the socket hooks) */
+	__u8 ids[24];
+	__u64 ids_conn;
 };
 
 /* A request as both ends of its TCP connection name it: the client's and

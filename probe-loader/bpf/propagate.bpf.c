@@ -15,8 +15,10 @@
 #include "conn.h"
 #include "http1.h"
 #include "propagate.h"
+#include "carrier.h"
 
 #define TCP_ESTABLISHED_STATE 1
+#define TCP_CLOSE_WAIT_STATE 8
 /* the sockops callbacks a claimed socket asks for */
 #define PROP_CB_FLAGS (BPF_SOCK_OPS_STATE_CB_FLAG | BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG)
 /* Bodies of 2 GiB or more are not counted (the sequence arithmetic is
@@ -59,9 +61,183 @@ static __always_inline void prop_release(struct bpf_sock_ops *skops, struct prop
 	ps->flags_ours = 0;
 }
 
+#ifndef ENOMSG
+#define ENOMSG 42
+#endif
+
+/* The carrier's option, as it is on the wire (carrier.h). */
+struct carrier_opt {
+	__u8 kind;
+	__u8 len;
+	__u8 ids[24];
+	__u8 _pad[2];
+};
+
+/* Where the segment whose header the callback sees begins (its TCP
+ * header is at skb_data: the written one, or the received one); 0 with
+ * `ok` 0 when it cannot be read. */
+static __always_inline __u32 carrier_seg_seq(struct bpf_sock_ops *skops, int *ok)
+{
+	void *data = (void *)(long)skops->skb_data;
+	void *end = (void *)(long)skops->skb_data_end;
+	struct tcphdr *th = data;
+	*ok = 0;
+	if ((void *)(th + 1) > end)
+		return 0;
+	*ok = 1;
+	return bpf_ntohl(th->seq);
+}
+
+/* HDR_OPT_LEN: TCP sizes a send (no segment yet: args[0] is
+ * BPF_WRITE_HDR_TCP_CURRENT_MSS) or a segment it is about to send. */
+static __always_inline void carrier_len(struct bpf_sock_ops *skops, struct bpf_sock *sk, struct carrier_tx *tx)
+{
+	struct tcp_sock *tp = bpf_skc_to_tcp_sock(sk);
+	if (!tp)
+		return;
+	if (tx->pending && (__s32)(tp->snd_una - tx->start_seq) > 0)
+		tx->pending = 0; /* the start was acknowledged */
+	/* (a FIN queued by close or shutdown is sized too: no request) */
+	__u8 state = tp->inet_conn.icsk_inet.sk.__sk_common.skc_state;
+	if (skops->args[0] == BPF_WRITE_HDR_TCP_CURRENT_MSS && !tx->pending && tx->rx_since &&
+	    (state == TCP_ESTABLISHED_STATE || state == TCP_CLOSE_WAIT_STATE) && tp->inet_conn.icsk_inet.sk.sk_lock.owned) {
+		/* A send of the thread that holds the socket (tcp_sendmsg
+		 * sizes it first), the first since bytes came in: a request
+		 * starts at write_seq, if nothing unsent is queued before it. */
+		tx->rx_since = 0;
+		if (tp->write_seq != tp->snd_nxt) {
+			count(CNT_CARRIER_MID_SEND);
+		} else {
+			if (tx->claimable)
+				count(CNT_CARRIER_UNCLAIMED);
+			__u32 tid = (__u32)bpf_get_current_pid_tgid();
+			struct carrier_thread *t = bpf_map_lookup_elem(&carrier_threads, &tid);
+			__builtin_memset(tx->ids, 0, sizeof(tx->ids));
+			if (t && t->certain) {
+				__builtin_memcpy(tx->ids, t->ids, 16);
+				__builtin_memcpy(tx->ids + 24, t->ids + 16, 8);
+			} else {
+				if (t)
+					count(t->undecided ? CNT_CARRIER_UNDECIDED : CNT_CARRIER_AMBIGUOUS);
+				carrier_random(tx->ids, 16);
+			}
+			carrier_random(tx->ids + 16, 8);
+			tx->start_seq = tp->write_seq;
+			tx->tid = tid;
+			tx->pending = 1;
+			tx->claimable = 1;
+			tx->written = 0;
+		}
+	}
+	/* Room on every segment sized or sent while the start is not
+	 * acknowledged: the same at sizing and at transmit, so that no
+	 * segment outgrows the MSS it was cut for. */
+	if (tx->pending && bpf_reserve_hdr_opt(skops, CARRIER_ROOM, 0))
+		count(CNT_CARRIER_NO_SPACE);
+}
+
+/* WRITE_HDR_OPT: the segment that begins with the request's first byte
+ * carries the option (the others' room is padding). */
+static __always_inline void carrier_write(struct bpf_sock_ops *skops, struct carrier_tx *tx)
+{
+	if (!tx->pending)
+		return;
+	int ok;
+	__u32 seq = carrier_seg_seq(skops, &ok);
+	if (!ok || seq != tx->start_seq)
+		return;
+	struct carrier_opt o = { .kind = CARRIER_KIND, .len = CARRIER_LEN };
+	__builtin_memcpy(o.ids, tx->ids, sizeof(o.ids));
+	if (bpf_store_hdr_opt(skops, &o, CARRIER_LEN, 0)) {
+		count(CNT_CARRIER_STORE);
+		return;
+	}
+	count(tx->written ? CNT_CARRIER_REWRITTEN : CNT_CARRIER_WRITTEN);
+	tx->written = 1;
+}
+
+/* PARSE_HDR_OPT: a received segment has an option the kernel does not
+ * know; ours is kept by the segment's sequence number. */
+static __always_inline void carrier_parse(struct bpf_sock_ops *skops, struct bpf_sock *sk)
+{
+	struct carrier_opt o = { .kind = CARRIER_KIND };
+	int n = bpf_load_hdr_opt(skops, &o, sizeof(o), 0);
+	if (n == -ENOMSG)
+		return;
+	int ok;
+	__u32 seq = carrier_seg_seq(skops, &ok);
+	__u8 any_t = 0, any_s = 0;
+#pragma unroll
+	for (int i = 0; i < 16; i++)
+		any_t |= o.ids[i];
+#pragma unroll
+	for (int i = 16; i < 24; i++)
+		any_s |= o.ids[i];
+	if (n != CARRIER_LEN || !ok || !any_t || !any_s) {
+		count(CNT_CARRIER_INVALID);
+		return;
+	}
+	struct carrier_rx *rx = bpf_sk_storage_get(&carrier_rx, sk, NULL, BPF_SK_STORAGE_GET_F_CREATE);
+	if (!rx)
+		return;
+	/* the same segment again (a retransmission, a pure ack before it):
+	 * its slot is updated */
+	__u32 slot = rx->next % CARRIER_RX_SLOTS;
+	int again = 0;
+#pragma unroll
+	for (int i = 0; i < CARRIER_RX_SLOTS; i++) {
+		if (rx->s[i].used && rx->s[i].seq == seq) {
+			slot = i;
+			again = 1;
+		}
+	}
+	if (!again) {
+		rx->next += 1;
+		count(CNT_CARRIER_RECEIVED);
+	}
+	struct carrier_slot *sl = &rx->s[slot & (CARRIER_RX_SLOTS - 1)];
+	sl->seq = seq;
+	sl->used = 1;
+	__builtin_memcpy(sl->ids, o.ids, sizeof(sl->ids));
+}
+
+/* probe.carrier's callbacks. */
+static __always_inline int carrier_sockops(struct bpf_sock_ops *skops)
+{
+	__u32 op = skops->op;
+	struct bpf_sock *sk = skops->sk;
+	if (!sk)
+		return 1;
+	if (op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB) {
+		/* a server's connection: our option is read where it comes
+		 * (only segments with an option the kernel does not know call) */
+		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_PARSE_UNKNOWN_HDR_OPT_CB_FLAG);
+		return 1;
+	}
+	if (op == BPF_SOCK_OPS_PARSE_HDR_OPT_CB) {
+		carrier_parse(skops, sk);
+		return 1;
+	}
+	struct carrier_tx *tx = bpf_sk_storage_get(&carrier_tx, sk, NULL, 0);
+	if (!tx || !tx->armed)
+		return 1;
+	if (op == BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB) {
+		__u32 have = skops->bpf_sock_ops_cb_flags;
+		tx->flags_ours = BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG & ~have;
+		bpf_sock_ops_cb_flags_set(skops, have | BPF_SOCK_OPS_WRITE_HDR_OPT_CB_FLAG);
+	} else if (op == BPF_SOCK_OPS_HDR_OPT_LEN_CB) {
+		carrier_len(skops, sk, tx);
+	} else if (op == BPF_SOCK_OPS_WRITE_HDR_OPT_CB) {
+		carrier_write(skops, tx);
+	}
+	return 1;
+}
+
 SEC("sockops")
 int prop_sockops(struct bpf_sock_ops *skops)
 {
+	if (carrier)
+		return carrier_sockops(skops);
 	__u32 op = skops->op;
 	if (op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB && op != BPF_SOCK_OPS_HDR_OPT_LEN_CB &&
 	    op != BPF_SOCK_OPS_STATE_CB)

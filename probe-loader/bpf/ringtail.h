@@ -61,7 +61,9 @@
  * thread was serving; for a server request, the client request on this host
  * that sent it (the same TCP connection's other end, http1_conn.h) */
 #define EVF_PARENT 0x04
-/* (0x08: unused; a TLS connection is conn_head.tls) */
+/* (probe.carrier) kids holds the span's ids as the kernel decided them
+ * (carrier.h): trace, span and parent (0: none), final in user space */
+#define EVF_KIDS 0x08
 /* the 101 answering an `Upgrade: h2c` request: the connection goes on as
  * HTTP/2, its stream 1 is this request (an H2F_UPGRADE record follows) */
 #define EVF_H2C 0x10
@@ -214,7 +216,19 @@ struct exe_literal {
 #define CNT_TLS_EARLY 54     /* TLS connections whose handshake a process read before any TLS call of it was seen (its library not attached yet, or TLS over memory buffers) */
 #define CNT_GO_TLS_LOST 55  /* Go crypto/tls reads whose bytes were not seen: the connection's buffered input was not where its Read's entry left it (go_tls.h, the lazy path) */
 #define CNT_GO_TLS_ORDER 56 /* Go crypto/tls hits that stopped waiting for another thread handing a Read on (longer than GO_WAIT_NS): a Write may then reach the state machine before its request, a Read may overwrite the bytes being copied */
-#define CNT_MAX 57
+/* probe.carrier (carrier.h): the trace context in a TCP header option */
+#define CNT_CARRIER_WRITTEN 57   /* requests whose start segment carried the option */
+#define CNT_CARRIER_REWRITTEN 58 /* the option written again (a retransmitted start segment) */
+#define CNT_CARRIER_RECEIVED 59  /* options received on traced servers' sockets (after duplicates) */
+#define CNT_CARRIER_MATCHED 60   /* server requests whose first byte a received option named */
+#define CNT_CARRIER_NO_SPACE 61  /* segments with no room left for the option (SACK blocks, MD5) */
+#define CNT_CARRIER_MID_SEND 62  /* request starts not carried: unsent bytes were queued before them */
+#define CNT_CARRIER_AMBIGUOUS 63 /* requests carried as a new trace: their thread served several requests, or ran tasks (alternate stack) */
+#define CNT_CARRIER_UNCLAIMED 64 /* ids carried that no client span took (a protocol the capture does not frame) */
+#define CNT_CARRIER_INVALID 65   /* options received of the wrong length, or with a zero id */
+#define CNT_CARRIER_STORE 66     /* options the kernel refused to write (another program's, no room) */
+#define CNT_CARRIER_UNDECIDED 67 /* requests carried as a new trace: their thread serves a request whose ids user space decides (TLS) */
+#define CNT_MAX 68
 
 /* proc_head.kind: records of the `execs` ring. */
 #define PROC_EXEC 1
@@ -294,6 +308,9 @@ struct http_event {
 	/* with EVF_PROPAGATED: the trace id and the span id (W3C byte order)
 	 * of the traceparent the kernel wrote into the request (propagate.h) */
 	__u8 tp[24];
+	/* with EVF_KIDS: the trace id, span id and parent span id (0: none),
+	 * each in W3C byte order, as the kernel decided them (carrier.h) */
+	__u8 kids[32];
 	__u8 buf[CAPTURE_LEN];
 };
 

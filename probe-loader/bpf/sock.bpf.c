@@ -77,6 +77,7 @@ int BPF_PROG(sock_recv, struct sock *sk, int ret, int flags)
 	if (ret > 0 && !(flags & MSG_PEEK) && is_tcp(sk)) {
 		sock_data(sk, ret, 1);
 		prop_on_recv(sk, ret);
+		carrier_on_recv(sk);
 	}
 	return 0;
 }
@@ -97,5 +98,6 @@ int BPF_PROG(sock_state, const struct sock *sk, const int oldstate, const int ne
 {
 	conn_sock_state((struct sock *)sk, newstate);
 	prop_mark((struct sock *)sk, newstate);
+	carrier_mark((struct sock *)sk, newstate);
 	return 0;
 }

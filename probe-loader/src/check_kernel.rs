@@ -150,7 +150,7 @@ pub fn main() -> i32 {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
 
-    let caps = privileges::check(settings.probe.read_process_env, settings.probe.propagate);
+    let caps = privileges::check(settings.probe.read_process_env, settings.probe.propagate || settings.probe.carrier);
     lines.push(line(
         "capabilities",
         caps.is_ok(),

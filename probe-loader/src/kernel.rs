@@ -111,6 +111,17 @@ pub const COUNTERS: [KernelCounter; CNT_MAX] = {
     t[CNT_PROP_QUEUE_BUSY] = KernelCounter::NotPropagated("send_queue_busy");
     t[CNT_TLS_REPORT_LOST] = KernelCounter::Drop("tls_report_ring_full");
     t[CNT_TLS_EARLY] = KernelCounter::Count("ringtail_tls_connections_before_attach_total");
+    t[CNT_CARRIER_WRITTEN] = KernelCounter::Count("ringtail_carrier_written_total");
+    t[CNT_CARRIER_REWRITTEN] = KernelCounter::Count("ringtail_carrier_rewritten_total");
+    t[CNT_CARRIER_RECEIVED] = KernelCounter::Count("ringtail_carrier_received_total");
+    t[CNT_CARRIER_MATCHED] = KernelCounter::Count("ringtail_carrier_matched_total");
+    t[CNT_CARRIER_INVALID] = KernelCounter::Count("ringtail_carrier_invalid_total");
+    t[CNT_CARRIER_NO_SPACE] = KernelCounter::NotCarried("no_option_space");
+    t[CNT_CARRIER_MID_SEND] = KernelCounter::NotCarried("mid_segment");
+    t[CNT_CARRIER_AMBIGUOUS] = KernelCounter::NotCarried("concurrent_requests");
+    t[CNT_CARRIER_UNDECIDED] = KernelCounter::NotCarried("parent_undecided");
+    t[CNT_CARRIER_UNCLAIMED] = KernelCounter::NotCarried("ids_unclaimed");
+    t[CNT_CARRIER_STORE] = KernelCounter::NotCarried("option_not_written");
     t
 };
 
@@ -123,7 +134,8 @@ const _: () = {
             | KernelCounter::Drop(n)
             | KernelCounter::Gauge(n)
             | KernelCounter::Refused(n)
-            | KernelCounter::NotPropagated(n) => n,
+            | KernelCounter::NotPropagated(n)
+            | KernelCounter::NotCarried(n) => n,
         };
         assert!(!name.is_empty(), "a kernel counter (CNT_* in bpf/ringtail.h) has no name in COUNTERS");
         i += 1;
@@ -147,6 +159,10 @@ pub enum KernelCounter {
     /// kernel (`probe.propagate`), or written and not followed, exported as
     /// `ringtail_propagation_refused_total{reason}`.
     NotPropagated(&'static str),
+    /// Requests whose trace context the TCP option did not carry
+    /// (`probe.carrier`: none, or a new trace instead of its thread's),
+    /// exported as `ringtail_carrier_not_carried_total{reason}`.
+    NotCarried(&'static str),
 }
 
 /// The bytes an HTTP event takes in the ring (with the ring's 8-byte
@@ -203,6 +219,7 @@ pub struct HttpEvent {
     pub parent_seq: u32,
     pub seq: u32,
     pub tp: [u8; 24],
+    pub kids: [u8; 32],
     pub buf: [u8; CAPTURE_LEN],
 }
 
@@ -480,6 +497,11 @@ impl HttpEvent {
             propagated: (f & EVF_PROPAGATED != 0).then(|| {
                 let (trace, span) = self.tp.split_at(16);
                 (u128::from_be_bytes(trace.try_into().unwrap_or_default()), u64::from_be_bytes(span.try_into().unwrap_or_default()))
+            }),
+            kernel_ids: (f & EVF_KIDS != 0).then(|| {
+                let k = &self.kids;
+                let be64 = |at: usize| u64::from_be_bytes(k[at..at + 8].try_into().unwrap_or_default());
+                (u128::from_be_bytes(k[..16].try_into().unwrap_or_default()), be64(16), be64(24))
             }),
         })
     }

@@ -101,7 +101,7 @@ fn main() -> anyhow::Result<()> {
 
 async fn run(p: Process) -> anyhow::Result<()> {
     let settings = &p.settings;
-    privileges::check(settings.probe.read_process_env, settings.probe.propagate)?;
+    privileges::check(settings.probe.read_process_env, settings.probe.propagate || settings.probe.carrier)?;
     if settings.tls.attach_later {
         tracing::warn!(
             event = "deprecated_key",

@@ -139,13 +139,14 @@ pub fn stamp(probe: &ProbeSettings, discovery: &DiscoverySettings, tls: &TlsSett
     // The whole selection, not only what is baked in: a reopened set keeps
     // the processes its maps selected, which other settings must not inherit.
     let baked = format!(
-        "backend={} wakeup_len={wakeup_len} ring_mb={} conns={} read_env={} propagate={} keep_alive={} discovery={discovery:?} tls={tls:?}",
+        "backend={} wakeup_len={wakeup_len} ring_mb={} conns={} read_env={} propagate={} keep_alive={} carrier={} discovery={discovery:?} tls={tls:?}",
         probe.backend.name(),
         probe.ring_buffer_mb,
         probe.max_connections,
         probe.read_process_env,
         probe.propagate,
-        probe.propagate_keep_alive.name()
+        probe.propagate_keep_alive.name(),
+        probe.carrier
     );
     h = fnv1a(h, baked.as_bytes());
     format!("{h:016x}")

@@ -362,7 +362,13 @@ impl Probes {
                 why: "needs the socket backend (Linux 6.3+: socket-local storage from tracepoints, task-local storage from sk_msg programs); this one uses the syscalls backend".into(),
             });
         }
+        if probe.carrier && backend != Chosen::Socket {
+            return Err(ProbeError::Propagation {
+                why: "probe.carrier needs the socket backend (Linux 6.3+: socket-local storage from tracepoints and sockops); this one uses the syscalls backend".into(),
+            });
+        }
         let propagate = u8::from(probe.propagate);
+        let carrier = u8::from(probe.carrier);
         let tcp = crate::kernel_btf::TcpSeqOffsets::of_running_kernel();
         // Whether connections stay in the socket map after their first
         // request (bpf/propagate.h): tried on this kernel (sockmap.rs).
@@ -414,13 +420,14 @@ impl Probes {
             .override_global("tcp_snd_nxt_off", &tcp.snd_nxt, true)
             .override_global("propagate", &propagate, true)
             .override_global("prop_keep_alive", &keep_alive, true)
+            .override_global("carrier", &carrier, true)
             .map_max_entries("events", ring_bytes)
             // the connection table (bpf/conn.h), and the TLS bindings (bpf/tls.h)
             .map_max_entries("conn_table", conn_table)
             .map_max_entries("tls_socks", probe.max_connections)
             // the connections that may carry a traceparent (bpf/propagate.bpf.c)
             .map_max_entries("prop_socks", probe.max_connections)
-            .load(backend.object(probe.propagate, btf))
+            .load(backend.object(probe.propagate || probe.carrier, btf))
             .map_err(|source| ProbeError::Load { source })?;
 
         // Maps first: selection must be in place before data programs run.
@@ -446,8 +453,8 @@ impl Probes {
         for (program, hook) in backend.programs() {
             attach(&mut ebpf, btf, program, *hook, set)?;
         }
-        if probe.propagate {
-            attach_propagation(&mut ebpf, set)?;
+        if probe.propagate || probe.carrier {
+            attach_propagation(&mut ebpf, set, probe.propagate)?;
         }
         if let Some(set) = set {
             // In the list's order: the epoch last, and a set with its epoch
@@ -868,7 +875,9 @@ fn cgroup2_root() -> Result<std::fs::File, ProbeError> {
 /// the root cgroup (it claims traced processes' connections for the map).
 /// The map holds the sk_msg program, the sockops program holds the map: a
 /// pinned sockops link keeps both after this process.
-fn attach_propagation(ebpf: &mut Ebpf, set: Option<&Path>) -> Result<(), ProbeError> {
+/// The sockops program on the root cgroup, and (`msg`: probe.propagate) the
+/// sk_msg program on the socket map; probe.carrier needs only the former.
+fn attach_propagation(ebpf: &mut Ebpf, set: Option<&Path>, msg: bool) -> Result<(), ProbeError> {
     let cgroup = cgroup2_root()?;
     let socks = {
         let map = ebpf.map("prop_socks").ok_or(ProbeError::MissingMap { map: "prop_socks" })?;
@@ -884,25 +893,28 @@ fn attach_propagation(ebpf: &mut Ebpf, set: Option<&Path>) -> Result<(), ProbeEr
             source => ProbeError::Program { program, tracepoint, source },
         }
     };
-    let [msg, ops] = crate::backend::PROPAGATION_PROGRAMS;
-    let map_target = "sockhash prop_socks";
-    let prog: &mut SkMsg =
-        ebpf.program_mut(msg).ok_or(ProbeError::MissingProgram { program: msg })?.try_into().map_err(err(msg, map_target))?;
-    prog.load().map_err(verifier(msg, map_target))?;
-    let link = prog.attach(&socks).map_err(err(msg, map_target))?;
-    if let Some(set) = set {
-        // Attached to the map, not by a link to pin: it stays as long as
-        // user space holds the map (the kernel releases a socket map's
-        // programs with its last file or pin, whatever programs use it), so
-        // the map is pinned, and the attachment must not be undone when
-        // this process's handle on it goes.
-        std::mem::forget(prog.take_link(link).map_err(err(msg, map_target))?);
-        let map = ebpf.map("prop_socks").ok_or(ProbeError::MissingMap { map: "prop_socks" })?;
-        let data = match map {
-            Map::SockHash(d) => d,
-            _ => return Err(ProbeError::MissingMap { map: "prop_socks" }),
-        };
-        data.pin(pins::map(set, "prop_socks")).map_err(pin_err("map prop_socks".to_owned()))?;
+    let [msg_prog, ops] = crate::backend::PROPAGATION_PROGRAMS;
+    if msg {
+        let msg = msg_prog;
+        let map_target = "sockhash prop_socks";
+        let prog: &mut SkMsg =
+            ebpf.program_mut(msg).ok_or(ProbeError::MissingProgram { program: msg })?.try_into().map_err(err(msg, map_target))?;
+        prog.load().map_err(verifier(msg, map_target))?;
+        let link = prog.attach(&socks).map_err(err(msg, map_target))?;
+        if let Some(set) = set {
+            // Attached to the map, not by a link to pin: it stays as long as
+            // user space holds the map (the kernel releases a socket map's
+            // programs with its last file or pin, whatever programs use it), so
+            // the map is pinned, and the attachment must not be undone when
+            // this process's handle on it goes.
+            std::mem::forget(prog.take_link(link).map_err(err(msg, map_target))?);
+            let map = ebpf.map("prop_socks").ok_or(ProbeError::MissingMap { map: "prop_socks" })?;
+            let data = match map {
+                Map::SockHash(d) => d,
+                _ => return Err(ProbeError::MissingMap { map: "prop_socks" }),
+            };
+            data.pin(pins::map(set, "prop_socks")).map_err(pin_err("map prop_socks".to_owned()))?;
+        }
     }
     let cgroup_target = "the root cgroup's sock_ops";
     let prog: &mut SockOps =
@@ -921,10 +933,17 @@ fn attach_propagation(ebpf: &mut Ebpf, set: Option<&Path>) -> Result<(), ProbeEr
         })?;
         link.pin(pins::link(set, ops, None)).map_err(pin_err(format!("link {ops}")))?;
     }
-    tracing::info!(
-        event = "propagation_attached",
-        "traceparent propagation on: traced processes' HTTP/1 requests carry their client span's context"
-    );
+    if msg {
+        tracing::info!(
+            event = "propagation_attached",
+            "traceparent propagation on: traced processes' HTTP/1 requests carry their client span's context"
+        );
+    } else {
+        tracing::info!(
+            event = "carrier_attached",
+            "trace context carrier on: traced processes' requests carry their context in a TCP header option (kind 25)"
+        );
+    }
     Ok(())
 }
 

@@ -163,6 +163,7 @@ impl Pump {
                 KernelCounter::Count(name) => Some(registry.counter(name, &[])),
                 KernelCounter::Refused(reason) => Some(registry.counter("ringtail_links_refused_total", &[("reason", reason)])),
                 KernelCounter::NotPropagated(reason) => Some(registry.counter("ringtail_propagation_refused_total", &[("reason", reason)])),
+                KernelCounter::NotCarried(reason) => Some(registry.counter("ringtail_carrier_not_carried_total", &[("reason", reason)])),
                 _ => None,
             })
             .collect();

@@ -93,6 +93,7 @@ fn raw_batch(n: usize, conn_base: u64) -> RawBatch {
             h2c: false,
             unlinked: false,
             propagated: None,
+            kernel_ids: None,
             request: format!(
                 "GET {} HTTP/1.1\r\nHost: shop.example:8080\r\nUser-Agent: curl/8.5.0\r\nAccept: */*\r\n\r\n",
                 paths[i % paths.len()]

@@ -115,6 +115,7 @@ pub fn http1(data: &[u8]) {
         h2c: false,
         unlinked: false,
         propagated: None,
+        kernel_ids: None,
         request: request.to_vec(),
     };
     // The same bytes again as a response pipelined behind it (an orphan).

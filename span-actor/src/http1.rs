@@ -165,6 +165,8 @@ fn operation(ev: &RawEvent<&[u8]>, head: RequestHead, seq: u32, sub: u32, start:
         traceparent,
         // (written into the capture's first request only)
         propagated: if sub == 0 { ev.propagated } else { None },
+        // (decided for the capture's first request only)
+        kernel_ids: if sub == 0 { ev.kernel_ids } else { None },
         unlinked: ev.unlinked,
         call: Call::Http(HttpExchange {
             method,

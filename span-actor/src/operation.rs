@@ -77,6 +77,9 @@ pub struct Operation {
     /// (`probe.propagate`): the trace id and span id it carried out, which
     /// are this span's.
     pub propagated: Option<(u128, u64)>,
+    /// `probe.carrier`: its trace id, span id and parent span id (0: none)
+    /// as the kernel decided them: final.
+    pub kernel_ids: Option<(u128, u64, u64)>,
     /// A client operation its thread made while serving a server request
     /// and that the kernel did not link to it (several open, or a thread
     /// shared by tasks): linked only where its `traceparent` is one a server

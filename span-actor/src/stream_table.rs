@@ -98,6 +98,7 @@ impl<'a> Calls<'a> {
             parent: None,
             traceparent: None,
             propagated: None,
+            kernel_ids: None,
             unlinked: false,
             call,
         });

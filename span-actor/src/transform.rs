@@ -172,6 +172,7 @@ struct OwnedLinks {
     parent: Option<(u64, u32)>,
     traceparent: Option<String>,
     propagated: Option<(u128, u64)>,
+    kernel_ids: Option<(u128, u64, u64)>,
     unlinked: bool,
     pid: u32,
 }
@@ -182,6 +183,7 @@ impl OwnedLinks {
             parent: self.parent,
             traceparent: self.traceparent.as_deref(),
             propagated: self.propagated,
+            kernel_ids: self.kernel_ids,
             unlinked: self.unlinked,
             pid: self.pid,
         }
@@ -235,6 +237,8 @@ struct Links<'a> {
     parent: Option<(u64, u32)>,
     traceparent: Option<&'a str>,
     propagated: Option<(u128, u64)>,
+    /// The kernel's ids (Operation::kernel_ids).
+    kernel_ids: Option<(u128, u64, u64)>,
     /// A call its thread made while serving, not linked by the kernel.
     unlinked: bool,
     pid: u32,
@@ -283,12 +287,13 @@ impl Forwarded {
 /// allocation, eviction bookkeeping or rehash (a newer span takes the slot
 /// of an older one; its late joiners then wait `parent_wait`).
 struct Contexts {
-    slots: Vec<(u64, u128, u8)>,
+    /// (fingerprint, trace id, trace flags, span id)
+    slots: Vec<(u64, u128, u8, u64)>,
 }
 
 impl Contexts {
     fn new() -> Self {
-        Contexts { slots: vec![(0, 0, 0); CONTEXTS] }
+        Contexts { slots: vec![(0, 0, 0, 0); CONTEXTS] }
     }
 
     fn hash(key: CtxKey) -> (usize, u64) {
@@ -308,15 +313,22 @@ impl Contexts {
         h.finish() | 1
     }
 
-    fn insert(&mut self, key: CtxKey, trace: u128, flags: u8) {
+    /// Keeps the context of the span `key` names: its trace, flags and
+    /// span id (what a span that joins it names as its parent: the kernel
+    /// may have decided it, probe.carrier).
+    fn insert(&mut self, key: CtxKey, trace: u128, flags: u8, span: u64) {
         let (slot, fp) = Self::hash(key);
-        self.slots[slot] = (fp, trace, flags);
+        self.slots[slot] = (fp, trace, flags, span);
     }
 
     fn get(&self, key: CtxKey) -> Option<(u128, u8)> {
+        self.get_span(key).map(|(trace, flags, _)| (trace, flags))
+    }
+
+    fn get_span(&self, key: CtxKey) -> Option<(u128, u8, u64)> {
         let (slot, fp) = Self::hash(key);
-        let (f, trace, flags) = self.slots[slot];
-        (f == fp).then_some((trace, flags))
+        let (f, trace, flags, span) = self.slots[slot];
+        (f == fp).then_some((trace, flags, span))
     }
 }
 
@@ -450,7 +462,8 @@ impl Transformer {
     /// family, each in its family's module), the ids and times every span
     /// has, then its trace.
     fn emit(&mut self, b: &mut Batch<'_>, op: Operation) {
-        let Operation { role, conn, seq, sub, start_mono_ns, end_mono_ns, parent, traceparent, propagated, unlinked, call } = op;
+        let Operation { role, conn, seq, sub, start_mono_ns, end_mono_ns, parent, traceparent, propagated, kernel_ids, unlinked, call } =
+            op;
         let kind = kind(role);
         let served = (kind == SpanKind::Server).then_some(conn.local.port);
         let own = named(sub).then_some((b.inst, conn.id, seq, sub, kind == SpanKind::Client));
@@ -519,7 +532,7 @@ impl Transformer {
         });
         let p = Produced { resource, span, origin: b.origin };
         if let Some(ranges) = fetched {
-            let links = OwnedLinks { parent, traceparent, propagated, unlinked, pid: conn.pid };
+            let links = OwnedLinks { parent, traceparent, propagated, kernel_ids, unlinked, pid: conn.pid };
             let mut w = LinkWait {
                 p,
                 inst: b.inst,
@@ -543,7 +556,7 @@ impl Transformer {
             self.trace(b, p, ids, links.borrowed());
             return;
         }
-        let links = Links { parent, traceparent: traceparent.as_deref(), propagated, unlinked, pid: conn.pid };
+        let links = Links { parent, traceparent: traceparent.as_deref(), propagated, kernel_ids, unlinked, pid: conn.pid };
         self.trace(b, p, (conn.id, seq, sub), links);
     }
 
@@ -557,7 +570,7 @@ impl Transformer {
     /// context has not come yet waits for it, a while; each span's context
     /// is remembered for the spans that join it.
     fn trace(&mut self, b: &mut Batch<'_>, mut p: Produced, (conn, seq, sub): (u64, u32, u32), links: Links<'_>) {
-        let Links { parent, traceparent, propagated, unlinked, pid } = links;
+        let Links { parent, traceparent, propagated, kernel_ids, unlinked, pid } = links;
         let inst = b.inst;
         // (a server span's, by the traceparent it carried in)
         let mut forward = None;
@@ -574,6 +587,18 @@ impl Transformer {
         // What this span joins: its context, its parent's span id, and its
         // trace if that context never comes.
         let join = match (kind, parent) {
+            // the kernel decided them (probe.carrier), and may have carried
+            // them to the next host: they are final
+            _ if kernel_ids.is_some() => {
+                if let Some((trace_id, span_id, parent_span_id)) = kernel_ids {
+                    (span.trace_id, span.span_id, span.parent_span_id) = (trace_id, span_id, parent_span_id);
+                }
+                if kind == SpanKind::Server {
+                    // (the calls of its process that forward its traceparent)
+                    forward = traceparent.and_then(ids::parse_traceparent).map(|tp| forward_key(inst, pid, &tp));
+                }
+                None
+            }
             // the traceparent the kernel wrote into the request names it
             (SpanKind::Client, _) if propagated.is_some() => {
                 if let Some((trace_id, span_id)) = propagated {
@@ -638,10 +663,11 @@ impl Transformer {
             return;
         };
         span.parent_span_id = parent_span_id;
-        let known = self.contexts.get(key).filter(|_| !self.pending.contains(&key));
-        if let Some((trace, flags)) = known.filter(|&(trace, _)| trace != 0) {
+        let known = self.contexts.get_span(key).filter(|_| !self.pending.contains(&key));
+        if let Some((trace, flags, parent)) = known.filter(|&(trace, _, _)| trace != 0) {
             span.trace_id = trace;
             span.trace_flags = flags;
+            span.parent_span_id = parent;
             if self.graph {
                 // (a server span after its caller: the caller's end was kept)
                 span.edge = self.callers.get(Contexts::fingerprint(key)).and_then(|c| c.edge(span));
@@ -815,7 +841,7 @@ impl Transformer {
             }
         }
         let Some(key) = own else { return };
-        self.contexts.insert(key, 0, 0);
+        self.contexts.insert(key, 0, 0, 0);
         self.release_fallback(key, b.out, &mut b.made);
     }
 
@@ -838,7 +864,7 @@ impl Transformer {
     /// that waited for theirs. `fresh`: `p` is of the batch being
     /// transformed (counted in `made`); released spans were counted held.
     fn publish(&mut self, out: &mut Vec<Produced>, p: Produced, own: Option<CtxKey>, fresh: bool, made: &mut Made) {
-        let (trace, flags) = (p.span.trace_id, p.span.trace_flags);
+        let (trace, flags, span_id) = (p.span.trace_id, p.span.trace_flags, p.span.span_id);
         if fresh {
             made.spans += 1;
         } else {
@@ -848,7 +874,7 @@ impl Transformer {
         let caller = if self.graph && own.is_some() { Caller::of(&p.resource, &p.span) } else { None };
         out.push(p);
         let Some(key) = own else { return };
-        self.contexts.insert(key, trace, flags);
+        self.contexts.insert(key, trace, flags, span_id);
         if let Some(c) = &caller {
             self.callers.insert(Contexts::fingerprint(key), c.clone());
         }
@@ -860,25 +886,29 @@ impl Transformer {
         let Some(waiting) = self.held.remove(&key) else { return };
         // Each released span with the client end of the span it waited for
         // (a server span waiting for its caller completes the edge).
-        let mut todo: Vec<(Held, u128, u8, Option<Caller>)> = waiting.into_iter().map(|h| (h, trace, flags, caller.clone())).collect();
-        while let Some((h, trace, flags, from)) = todo.pop() {
+        // (and its span id: theirs waited for it, their parent)
+        let mut todo: Vec<(Held, u128, u8, Option<Caller>, u64)> =
+            waiting.into_iter().map(|h| (h, trace, flags, caller.clone(), span_id)).collect();
+        while let Some((h, trace, flags, from, parent)) = todo.pop() {
             self.held_count -= 1;
             let mut s = h.span;
             s.trace_id = trace;
             s.trace_flags = flags;
+            s.parent_span_id = parent;
             if let Some(c) = &from {
                 s.edge = c.edge(&s);
             }
             let caller = if self.graph && h.own.is_some() { Caller::of(&h.resource, &s) } else { None };
+            let s_id = s.span_id;
             self.stats.spans.inc();
             out.push(Produced { resource: h.resource, span: s, origin: h.origin });
             if let Some(key) = h.own {
-                self.contexts.insert(key, trace, flags);
+                self.contexts.insert(key, trace, flags, s_id);
                 if let Some(c) = &caller {
                     self.callers.insert(Contexts::fingerprint(key), c.clone());
                 }
                 self.pending.remove(&key);
-                todo.extend(self.held.remove(&key).unwrap_or_default().into_iter().map(|h| (h, trace, flags, caller.clone())));
+                todo.extend(self.held.remove(&key).unwrap_or_default().into_iter().map(|h| (h, trace, flags, caller.clone(), s_id)));
             }
         }
     }

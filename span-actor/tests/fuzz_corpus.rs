@@ -149,6 +149,7 @@ fn raw_batch() -> ipc_schema::RawBatch {
         h2c: false,
         unlinked: false,
         propagated: None,
+        kernel_ids: None,
         request: b"GET /x?token=1 HTTP/1.1\r\n\r\n".to_vec(),
     };
     let h2 = RawH2 {

@@ -41,6 +41,7 @@ fn batch() -> RawBatch {
         h2c: false,
         unlinked: false,
         propagated: None,
+        kernel_ids: None,
         request: format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes(),
     };
     RawBatch::of(

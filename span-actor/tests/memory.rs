@@ -284,6 +284,7 @@ fn http1_event(pid: u32, conn: u64, path: &str, status: u16) -> RawEvent {
         h2c: false,
         unlinked: false,
         propagated: None,
+        kernel_ids: None,
         request: format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").into_bytes(),
     }
 }

@@ -625,3 +625,110 @@ fn a_connection_leaves_the_socket_map_at_its_fin() {
     }
     eprintln!("propagation: a kept-alive connection in the socket map until its FIN");
 }
+
+/// A service of the carrier's chain: for `/PATH` it calls
+/// `http://NEXT/n/PATH` (urllib: a blocking socket, a connection a call)
+/// while serving, then answers; with NEXT `-` it answers at once. Listens
+/// on ARGV[1]:ARGV[2], a thread a connection.
+const CHAIN: &str = r#"
+import http.server, sys, urllib.request
+nxt = sys.argv[3]
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        body = b"ok\n"
+        if nxt != "-":
+            with urllib.request.urlopen("http://%s/n%s" % (nxt, self.path)) as r:
+                body = r.read()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer((sys.argv[1], int(sys.argv[2])), H).serve_forever()
+"#;
+
+/// `probe.carrier`: the trace context in a TCP header option. curl → A
+/// (this namespace) → B (another namespace, behind a veth pair) → C (this
+/// namespace, called from B's): every call after curl's is made while
+/// serving a request, over a blocking socket, which `probe.propagate`
+/// cannot write; the kernel decides each server request's ids and each
+/// call's, and the option carries them over loopback and the veth pair.
+/// Every request is one trace of 6 spans whose parents are exact (a server
+/// span's parent is the id its option carried: the same-host join is not
+/// what links them, the kernel's ids are final); a request with its own
+/// `traceparent` continues it to the end (read in the kernel).
+#[test]
+fn the_carrier_takes_a_request_s_trace_through_calls_made_while_serving() {
+    if !can_trace() || !have("curl") || !have("ip") || !have("/usr/bin/python3") {
+        return;
+    }
+    let (ns, dir) = (VethNs::create(), TempDir::new("carrier"));
+    let script = dir.join("chain.py");
+    std::fs::write(&script, CHAIN).expect("write chain.py");
+    let (a, b, c) = (free_port(), free_port(), free_port());
+    let service = |name: &str, mut cmd: Command, at: &str, port: u16, next: String| {
+        Proc::spawn(name, cmd.arg(&script).args([at, &port.to_string(), &next]).stdout(Stdio::null()).stderr(Stdio::null()))
+    };
+    let _c = service("C", Command::new("/usr/bin/python3"), &ns.host_addr, c, "-".into());
+    let _b = service("B", ns.command("/usr/bin/python3"), &ns.ns_addr, b, format!("{}:{c}", ns.host_addr));
+    let _a = service("A", Command::new("/usr/bin/python3"), "127.0.0.1", a, format!("{}:{b}", ns.ns_addr));
+    assert!(wait_port(a, Duration::from_secs(15)) && ns.wait_port(b, Duration::from_secs(15)), "the chain did not listen");
+    let mut launcher = Launcher::new();
+    // (B by its pid too: the listeners found at start are this namespace's)
+    let prom = free_port();
+    let rt = Ringtail::start(&format!(
+        "[probe]\nbackend = \"socket\"\ncarrier = true\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{a}, {b}, {c}]\npids = [{}, {}]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
+        launcher.sh.pid(),
+        _b.pid()
+    ));
+    assert_eq!(launcher.curl(&[&format!("http://127.0.0.1:{a}/r/[100-129]")]), vec!["ok".to_owned(); 30]);
+    let own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    assert_eq!(launcher.curl(&["-H", &format!("traceparent: {own}"), &format!("http://127.0.0.1:{a}/own")]), ["ok"]);
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| s.path.contains("/r/") || s.path.contains("/own")).count() >= 31 * 6);
+    let one = |kind: &str, path: &str| {
+        let v: Vec<&SpanLine> = spans.iter().filter(|s| s.kind == kind && s.path == path).collect();
+        assert_eq!(v.len(), 1, "{kind} {path}:\n{}", rt.stdout());
+        v[0].clone()
+    };
+    let chain = |p: &str| {
+        let (n, nn) = (format!("/n{p}"), format!("/n/n{p}"));
+        [one("CLIENT", p), one("SERVER", p), one("CLIENT", &n), one("SERVER", &n), one("CLIENT", &nn), one("SERVER", &nn)]
+    };
+    for i in 100..130 {
+        let s = chain(&format!("/r/{i}"));
+        assert_eq!(s[0].parent, None, "{}", s[0].line);
+        for k in 1..6 {
+            assert_eq!(
+                (s[k].trace.as_str(), s[k].parent.as_deref()),
+                (s[0].trace.as_str(), Some(s[k - 1].span.as_str())),
+                "span {k} of /r/{i}: {}\n{}",
+                s[k].line,
+                rt.stdout()
+            );
+        }
+    }
+    // the traceparent curl sent, read in the kernel, goes on to C
+    let s = chain("/own");
+    assert_eq!(
+        (s[1].trace.as_str(), s[1].parent.as_deref()),
+        ("0af7651916cd43dd8448eb211c80319c", Some("b7ad6b7169203331")),
+        "{}",
+        s[1].line
+    );
+    for k in 2..6 {
+        assert_eq!((s[k].trace.as_str(), s[k].parent.as_deref()), (s[1].trace.as_str(), Some(s[k - 1].span.as_str())), "{}", s[k].line);
+    }
+    // Counted: curl's 31 requests to A (carried as new traces), A's and B's
+    // 62 calls; each matched at its server. A request whose option a
+    // header overrides (/own) still matched by sequence number.
+    let count = |name: &str| metric_value(prom, name, &[]).unwrap_or(0.0);
+    assert_eq!(wait_until(WAIT, || Some(count("ringtail_carrier_matched_total")).filter(|n| *n >= 93.0)), Some(93.0), "{}", rt.stdout());
+    assert_eq!(count("ringtail_carrier_written_total"), 93.0);
+    for reason in ["mid_segment", "concurrent_requests", "parent_undecided", "ids_unclaimed", "option_not_written", "no_option_space"] {
+        let n = metric_value(prom, "ringtail_carrier_not_carried_total", &[("reason", reason)]).unwrap_or(0.0);
+        assert_eq!(n, 0.0, "{reason}");
+    }
+    eprintln!("carrier: 31 traces of 6 spans through two calls made while serving, across a veth pair; 93 options written and matched");
+}

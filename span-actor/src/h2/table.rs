@@ -287,6 +287,7 @@ pub fn operation(role: Role, conn: Conn, d: StreamDone, rpc_mode: grpc::Mode) ->
         parent: None,
         traceparent: d.traceparent,
         propagated: None,
+        kernel_ids: None,
         unlinked: false,
         call: Call::Http(HttpExchange {
             method: d.method,

@@ -38,6 +38,7 @@ fn event(role: Role, conn: u64, seq: u32, req: &[u8], status: u16) -> RawEvent {
         h2c: false,
         unlinked: false,
         propagated: None,
+        kernel_ids: None,
         request: req.to_vec(),
     }
 }
