@@ -12,7 +12,7 @@
 //! values (`OTEL_EBPF_OPEN_PORT` and `BEYLA_OPEN_PORT`, either and
 //! `RINGTAIL_DISCOVERY__OPEN_PORTS`, `OTEL_EBPF_METRICS_INTERVAL` and
 //! `OTEL_METRIC_EXPORT_INTERVAL`) stop the start with both names; so does a
-//! value ringtail cannot honour (`OTEL_EBPF_BPF_CONTEXT_PROPAGATION=tcp`),
+//! value ringtail cannot honour (`OTEL_EBPF_BPF_CONTEXT_PROPAGATION=all`),
 //! never half-honoured. docs/configuration.md has the table, which a test
 //! holds to these lists.
 
@@ -36,8 +36,8 @@ pub enum Map {
     TracePrinter,
     /// `true`, `false`, `autodetect` → `true`, `false`, `auto`.
     KubeEnable,
-    /// `headers` → true, `disabled` → false (ringtail writes the header
-    /// only: `tcp` and `all` have no equivalent).
+    /// `headers` → `probe.propagate`, `tcp` → `probe.carrier`, `disabled`
+    /// → neither (`headers,tcp` and `all`, both at once, are refused).
     Propagation,
     /// A port → `127.0.0.1:PORT` (0: off).
     PrometheusPort,
@@ -79,9 +79,9 @@ pub const EQUIVALENTS: &[Equivalent] = &[
     Equivalent { theirs: &["OTEL_EBPF_BPF_WAKEUP_LEN", "BEYLA_BPF_WAKEUP_LEN"], ours: &["probe.wakeup_len"], map: Map::Same, note: "" },
     Equivalent {
         theirs: &["OTEL_EBPF_BPF_CONTEXT_PROPAGATION", "BEYLA_BPF_CONTEXT_PROPAGATION"],
-        ours: &["probe.propagate"],
+        ours: &["probe.propagate", "probe.carrier"],
         map: Map::Propagation,
-        note: "`headers` or `disabled`: ringtail writes the `traceparent` header only (no TCP option carrier: `tcp`, `headers,tcp` and `all` are refused)",
+        note: "`headers` (the `traceparent` header), `tcp` (the TCP option, OBI's format) or `disabled`; not both at once (`headers,tcp` and `all` are refused)",
     },
     Equivalent {
         theirs: &["OTEL_EBPF_LOG_LEVEL", "BEYLA_LOG_LEVEL"],
@@ -260,11 +260,12 @@ fn values(e: &Equivalent, var: &str, v: &str) -> Result<Vec<String>, ConfigError
             _ => Err(bad(var, "must be true, false or autodetect", "\"autodetect\"", v)),
         },
         Map::Propagation => match t {
-            "headers" => one("true"),
-            "disabled" => one("false"),
+            "headers" => Ok(vec!["true".into(), "false".into()]),
+            "tcp" => Ok(vec!["false".into(), "true".into()]),
+            "disabled" => Ok(vec!["false".into(), "false".into()]),
             _ => Err(bad(
                 var,
-                "must be headers or disabled: ringtail writes the traceparent header only (no TCP option carrier: tcp, headers,tcp and all have no equivalent)",
+                "must be headers, tcp or disabled: ringtail writes the traceparent header or the TCP option, not both at once (headers,tcp and all have no equivalent)",
                 "\"headers\"",
                 v,
             )),
@@ -474,8 +475,8 @@ mod tests {
     #[test]
     fn values_ringtail_cannot_honour_are_refused_with_the_rule() {
         let cases: &[(&str, &str, &str)] = &[
-            ("OTEL_EBPF_BPF_CONTEXT_PROPAGATION", "tcp", "headers or disabled"),
-            ("OTEL_EBPF_BPF_CONTEXT_PROPAGATION", "all", "headers or disabled"),
+            ("OTEL_EBPF_BPF_CONTEXT_PROPAGATION", "headers,tcp", "headers, tcp or disabled"),
+            ("OTEL_EBPF_BPF_CONTEXT_PROPAGATION", "all", "headers, tcp or disabled"),
             ("OTEL_EBPF_TRACE_PRINTER", "json", "text or disabled"),
             ("OTEL_EBPF_LOG_LEVEL", "verbose", "DEBUG"),
             ("OTEL_EBPF_OPEN_PORT", "1-2000", "at most 1024"),

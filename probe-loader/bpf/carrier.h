@@ -25,7 +25,8 @@
  *    sizes that send (the sockops callback that sizes the MSS, inside the
  *    sending thread's sendmsg: the socket lock is the thread's) with nothing
  *    unsent queued, the ids are decided (the serving request's trace and,
- *    as parent, its span; else a new trace) for the byte at write_seq; every
+ *    as parent, its span; a new trace where the thread serves none; none
+ *    where it serves several, counted) for the byte at write_seq; every
  *    segment reserves room while that byte is unacknowledged (sizing and
  *    transmit alike, so no segment outgrows the MSS it was cut for), and
  *    the one that begins with it carries the option (again if
@@ -94,8 +95,9 @@ struct {
 #endif
 
 /* The request a thread serves, for the sockops program: its trace id and
- * span id; certain 0: the thread serves more than one (or runs tasks), its
- * calls start new traces. LRU: a thread that ends while serving ages out. */
+ * span id; certain 0: the thread serves more than one (or runs tasks), or
+ * one whose ids user space decides: its calls carry nothing. LRU: a thread
+ * that ends while serving ages out. */
 struct carrier_thread {
 	__u8 ids[24];
 	__u16 certain;

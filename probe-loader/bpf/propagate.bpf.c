@@ -88,6 +88,38 @@ static __always_inline __u32 carrier_seg_seq(struct bpf_sock_ops *skops, int *ok
 	return bpf_ntohl(th->seq);
 }
 
+/* A request starts at write_seq (carrier_len): its ids, as the child of
+ * the request its thread certainly serves, or a new trace where the thread
+ * serves none. A thread serving several (or running tasks), or one whose
+ * request's ids user space decides (TLS, HTTP/2), carries nothing: its
+ * calls keep the links user space makes (in-process, forwarded
+ * traceparent), counted. */
+static __always_inline void carrier_decide(struct carrier_tx *tx, struct tcp_sock *tp)
+{
+	if (tx->claimable)
+		count(CNT_CARRIER_UNCLAIMED);
+	tx->claimable = 0;
+	__u32 tid = (__u32)bpf_get_current_pid_tgid();
+	struct carrier_thread *t = bpf_map_lookup_elem(&carrier_threads, &tid);
+	if (t && !t->certain) {
+		count(t->undecided ? CNT_CARRIER_UNDECIDED : CNT_CARRIER_AMBIGUOUS);
+		return;
+	}
+	__builtin_memset(tx->ids, 0, sizeof(tx->ids));
+	if (t) {
+		__builtin_memcpy(tx->ids, t->ids, 16);
+		__builtin_memcpy(tx->ids + 24, t->ids + 16, 8);
+	} else {
+		carrier_random(tx->ids, 16);
+	}
+	carrier_random(tx->ids + 16, 8);
+	tx->start_seq = tp->write_seq;
+	tx->tid = tid;
+	tx->pending = 1;
+	tx->claimable = 1;
+	tx->written = 0;
+}
+
 /* HDR_OPT_LEN: TCP sizes a send (no segment yet: args[0] is
  * BPF_WRITE_HDR_TCP_CURRENT_MSS) or a segment it is about to send. */
 static __always_inline void carrier_len(struct bpf_sock_ops *skops, struct bpf_sock *sk, struct carrier_tx *tx)
@@ -108,25 +140,7 @@ static __always_inline void carrier_len(struct bpf_sock_ops *skops, struct bpf_s
 		if (tp->write_seq != tp->snd_nxt) {
 			count(CNT_CARRIER_MID_SEND);
 		} else {
-			if (tx->claimable)
-				count(CNT_CARRIER_UNCLAIMED);
-			__u32 tid = (__u32)bpf_get_current_pid_tgid();
-			struct carrier_thread *t = bpf_map_lookup_elem(&carrier_threads, &tid);
-			__builtin_memset(tx->ids, 0, sizeof(tx->ids));
-			if (t && t->certain) {
-				__builtin_memcpy(tx->ids, t->ids, 16);
-				__builtin_memcpy(tx->ids + 24, t->ids + 16, 8);
-			} else {
-				if (t)
-					count(t->undecided ? CNT_CARRIER_UNDECIDED : CNT_CARRIER_AMBIGUOUS);
-				carrier_random(tx->ids, 16);
-			}
-			carrier_random(tx->ids + 16, 8);
-			tx->start_seq = tp->write_seq;
-			tx->tid = tid;
-			tx->pending = 1;
-			tx->claimable = 1;
-			tx->written = 0;
+			carrier_decide(tx, tp);
 		}
 	}
 	/* Room on every segment sized or sent while the start is not

@@ -223,11 +223,11 @@ struct exe_literal {
 #define CNT_CARRIER_MATCHED 60   /* server requests whose first byte a received option named */
 #define CNT_CARRIER_NO_SPACE 61  /* segments with no room left for the option (SACK blocks, MD5) */
 #define CNT_CARRIER_MID_SEND 62  /* request starts not carried: unsent bytes were queued before them */
-#define CNT_CARRIER_AMBIGUOUS 63 /* requests carried as a new trace: their thread served several requests, or ran tasks (alternate stack) */
+#define CNT_CARRIER_AMBIGUOUS 63 /* requests not carried: their thread served several requests, or ran tasks (alternate stack) */
 #define CNT_CARRIER_UNCLAIMED 64 /* ids carried that no client span took (a protocol the capture does not frame) */
 #define CNT_CARRIER_INVALID 65   /* options received of the wrong length, or with a zero id */
 #define CNT_CARRIER_STORE 66     /* options the kernel refused to write (another program's, no room) */
-#define CNT_CARRIER_UNDECIDED 67 /* requests carried as a new trace: their thread serves a request whose ids user space decides (TLS) */
+#define CNT_CARRIER_UNDECIDED 67 /* requests not carried: their thread serves a request whose ids user space decides (TLS) */
 #define CNT_MAX 68
 
 /* proc_head.kind: records of the `execs` ring. */

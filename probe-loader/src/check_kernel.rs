@@ -305,6 +305,30 @@ pub fn main() -> i32 {
                 "never put in the socket map (a recv waiting in tcp_bpf_recvmsg returns EAGAIN when a signal, a FIN's ack or room to write wakes it, on every kernel): their requests are not written (blocking_socket)",
             ));
         }
+        // probe.carrier: the same object with the carrier's paths, the
+        // sockops program alone attached for a moment
+        let carrier = match &socket {
+            Ok(_) => {
+                let mut with = settings.clone();
+                (with.probe.propagate, with.probe.carrier) = (false, true);
+                try_backend(btf, Chosen::Socket, &with)
+            }
+            Err(_) => Err("needs the socket backend (Linux 6.3+)".to_owned()),
+        };
+        lines.push(line(
+            "carrier",
+            carrier.is_ok(),
+            match &carrier {
+                Ok(_) => {
+                    "sockops on the cgroup v2 root with the TCP header option callbacks: loaded and attached (probe.carrier can be on)"
+                        .to_owned()
+                }
+                Err(e) => e.clone(),
+            },
+        ));
+        if carrier.is_err() {
+            cannot.push("carry a request's trace context to the next host in a TCP header option (probe.carrier)".to_owned());
+        }
         let sys_tp = tracefs.is_ok() && backend::tracefs().is_some_and(|p| backend::has_syscall_tracepoints(&p));
         let syscalls = if sys_tp {
             try_backend(btf, Chosen::Syscalls, &settings)

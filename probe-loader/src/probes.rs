@@ -919,7 +919,13 @@ fn attach_propagation(ebpf: &mut Ebpf, set: Option<&Path>, msg: bool) -> Result<
     let cgroup_target = "the root cgroup's sock_ops";
     let prog: &mut SockOps =
         ebpf.program_mut(ops).ok_or(ProbeError::MissingProgram { program: ops })?.try_into().map_err(err(ops, cgroup_target))?;
-    prog.load().map_err(verifier(ops, cgroup_target))?;
+    prog.load().map_err(|e| match verifier(ops, cgroup_target)(e) {
+        // (sockops programs may read the current thread from Linux 6.10)
+        ProbeError::Verifier { log, .. } if !msg && log.contains("get_current_pid_tgid") => ProbeError::Propagation {
+            why: "probe.carrier needs Linux 6.10+: sockops programs may not read the sending thread before".into(),
+        },
+        e => e,
+    })?;
     // A BPF link (Linux 5.7+; the socket backend needs 6.3): links take no
     // mode and are always one of many, so other sockops users of the host
     // (Cilium...) keep theirs.

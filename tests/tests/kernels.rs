@@ -95,6 +95,9 @@ fn check_kernel_agrees_with_the_kernel_table() {
         // probe.propagate: sockops and sk_msg programs that read socket- and
         // task-local storage, where the socket backend runs
         format!("propagation          {}", if socket { "ok" } else { "no" }),
+        // probe.carrier: the TCP header option callbacks, where the socket
+        // backend runs and sockops programs may read the thread (6.10+)
+        format!("carrier              {}", if socket && version >= (6, 10) { "ok" } else { "no" }),
         format!("ringtail will use: probe.backend = \"auto\" -> {}", expect.auto),
         format!("pins                 {}", if expect.pins(expect.auto) { "ok" } else { "no" }),
         // BPF_XCHG (Linux 5.12+): early client answers settled at once

@@ -675,6 +675,18 @@ fn the_carrier_takes_a_request_s_trace_through_calls_made_while_serving() {
     let _b = service("B", ns.command("/usr/bin/python3"), &ns.ns_addr, b, format!("{}:{c}", ns.host_addr));
     let _a = service("A", Command::new("/usr/bin/python3"), "127.0.0.1", a, format!("{}:{b}", ns.ns_addr));
     assert!(wait_port(a, Duration::from_secs(15)) && ns.wait_port(b, Duration::from_secs(15)), "the chain did not listen");
+    // What reaches B on the wire: its options' bytes (tests/fixtures/tcp_options.py)
+    let mut sniffer = Proc::spawn(
+        "sniffer",
+        ns.command("/usr/bin/python3")
+            .arg(fixture("tcp_options.py"))
+            .args([&format!("{}n", ns.name), &b.to_string()])
+            .stdout(Stdio::piped()),
+    );
+    let mut wire = std::io::BufReader::new(sniffer.child.stdout.take().expect("the sniffer's stdout"));
+    let mut ready = String::new();
+    std::io::BufRead::read_line(&mut wire, &mut ready).expect("read the sniffer");
+    assert_eq!(ready.trim(), "ready");
     let mut launcher = Launcher::new();
     // (B by its pid too: the listeners found at start are this namespace's)
     let prom = free_port();
@@ -720,13 +732,35 @@ fn the_carrier_takes_a_request_s_trace_through_calls_made_while_serving() {
     for k in 2..6 {
         assert_eq!((s[k].trace.as_str(), s[k].parent.as_deref()), (s[1].trace.as_str(), Some(s[k - 1].span.as_str())), "{}", s[k].line);
     }
+    // On the wire into B: kind 25, length 26, the trace id and the span id
+    // of the call (B's server span's trace and parent), W3C byte order
+    sniffer.signal(libc::SIGKILL);
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut wire, &mut text).expect("read the sniffer");
+    let options: std::collections::HashSet<(String, String)> = text
+        .lines()
+        .map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!((w.len(), w[0]), (4, "26"), "an option of another length: {l}");
+            (w[2].to_owned(), w[3].to_owned())
+        })
+        .collect();
+    for p in (100..130).map(|i| format!("/r/{i}")).chain(["/own".to_owned()]) {
+        let b_srv = chain(&p)[3].clone();
+        assert!(
+            options.contains(&(b_srv.trace.clone(), b_srv.parent.clone().unwrap_or_default())),
+            "{p}: no option carried {}\n{text}",
+            b_srv.line
+        );
+    }
     // Counted: curl's 31 requests to A (carried as new traces), A's and B's
     // 62 calls; each matched at its server. A request whose option a
     // header overrides (/own) still matched by sequence number.
     let count = |name: &str| metric_value(prom, name, &[]).unwrap_or(0.0);
     assert_eq!(wait_until(WAIT, || Some(count("ringtail_carrier_matched_total")).filter(|n| *n >= 93.0)), Some(93.0), "{}", rt.stdout());
     assert_eq!(count("ringtail_carrier_written_total"), 93.0);
-    for reason in ["mid_segment", "concurrent_requests", "parent_undecided", "ids_unclaimed", "option_not_written", "no_option_space"] {
+    assert_eq!(count("ringtail_carrier_ids_unclaimed_total"), 0.0, "every id carried went to its client span");
+    for reason in ["mid_segment", "concurrent_requests", "parent_undecided", "option_not_written", "no_option_space"] {
         let n = metric_value(prom, "ringtail_carrier_not_carried_total", &[("reason", reason)]).unwrap_or(0.0);
         assert_eq!(n, 0.0, "{reason}");
     }
