@@ -269,7 +269,7 @@ int main(void) {
     OFF(conn_head, lport); OFF(conn_head, tls); OFF(conn_head, laddr); OFF(conn_head, raddr); OFF(conn_head, comm);
     OFF(io_head, dir); OFF(io_head, data_len); OFF(io_head, link_seq); OFF(io_head, ts_ns); OFF(io_head, link_conn);
     OFF(http_event, status); OFF(http_event, cap_len); OFF(http_event, req_len); OFF(http_event, start_ns);
-    OFF(http_event, parent_conn); OFF(http_event, seq); OFF(http_event, tp); OFF(http_event, kids); OFF(http_event, buf);
+    OFF(http_event, parent_conn); OFF(http_event, seq); OFF(http_event, tp); OFF(http_event, kparent); OFF(http_event, buf);
     OFF(proc_head, kind); OFF(proc_head, proc_start_ns);
     OFF(exec_event, env_len); OFF(exec_event, cgroup_levels); OFF(exec_event, env_total); OFF(exec_event, path);
     OFF(exec_event, exe); OFF(exec_event, cgroups); OFF(exec_event, env);

@@ -77,7 +77,7 @@ pub struct ProbeSettings {
     /// The capture backend: `"auto"`, `"socket"` or `"syscalls"`.
     pub backend: Backend,
     /// How much waits in the ring before the kernel wakes the loader, in
-    /// HTTP events' worth of bytes (672 bytes each; the kernel counts the
+    /// HTTP events' worth of bytes (680 bytes each; the kernel counts the
     /// ring's unread bytes, so a database record of up to ~16.5 KiB counts
     /// for what it takes; at most an eighth of the ring). A wakeup costs
     /// more than handling an event, so batching them is the main lever on

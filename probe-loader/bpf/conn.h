@@ -249,14 +249,16 @@ static __always_inline void emit(struct conn_state *st, struct sock *sk, __u16 s
 	ev->parent_conn = st->parent_conn;
 	ev->parent_seq = st->parent_seq;
 	ev->seq = st->seq;
-	if (flags & EVF_PROPAGATED)
-		__builtin_memcpy(ev->tp, st->tp, sizeof(ev->tp));
-	else
-		__builtin_memset(ev->tp, 0, sizeof(ev->tp));
-	if (flags & EVF_KIDS)
-		__builtin_memcpy(ev->kids, st->kids, sizeof(ev->kids));
-	else
-		__builtin_memset(ev->kids, 0, sizeof(ev->kids));
+	if (flags & EVF_KIDS) {
+		__builtin_memcpy(ev->tp, st->kids, sizeof(ev->tp));
+		__builtin_memcpy(ev->kparent, st->kids + sizeof(ev->tp), sizeof(ev->kparent));
+	} else {
+		if (flags & EVF_PROPAGATED)
+			__builtin_memcpy(ev->tp, st->tp, sizeof(ev->tp));
+		else
+			__builtin_memset(ev->tp, 0, sizeof(ev->tp));
+		__builtin_memset(ev->kparent, 0, sizeof(ev->kparent));
+	}
 	__u32 n = extra_flags & EVF_ORPHAN ? 0 : st->cap_len;
 	if (n > CAPTURE_LEN)
 		n = CAPTURE_LEN;

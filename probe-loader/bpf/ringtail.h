@@ -307,10 +307,11 @@ struct http_event {
 	__u32 seq; /* request number on this connection, from 1 */
 	/* with EVF_PROPAGATED: the trace id and the span id (W3C byte order)
 	 * of the traceparent the kernel wrote into the request (propagate.h) */
+	/* with EVF_KIDS (probe.carrier, never with EVF_PROPAGATED): the trace
+	 * id and span id the kernel decided, W3C byte order, and kparent the
+	 * parent span id (0: none) (carrier.h) */
 	__u8 tp[24];
-	/* with EVF_KIDS: the trace id, span id and parent span id (0: none),
-	 * each in W3C byte order, as the kernel decided them (carrier.h) */
-	__u8 kids[32];
+	__u8 kparent[8];
 	__u8 buf[CAPTURE_LEN];
 };
 

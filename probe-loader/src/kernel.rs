@@ -171,7 +171,7 @@ pub const HTTP_RECORD_BYTES: u64 = (std::mem::size_of::<HttpEvent>() as u64 + 8)
 
 /// The kernel's wake-up threshold (`wakeup_bytes` in bpf/globals.h): the
 /// loader is woken each time the ring's unread bytes cross a multiple of
-/// it, whatever the size of the records (an HTTP event takes 672 bytes, a
+/// it, whatever the size of the records (an HTTP event takes 680 bytes, a
 /// stream record up to ~16.5 KiB): `wakeup_len` HTTP events' worth, and
 /// at most an eighth of the ring, so that several wake-ups come before it
 /// fills, the unacknowledged half (`pump::commit`'s valve) included. 0
@@ -219,7 +219,7 @@ pub struct HttpEvent {
     pub parent_seq: u32,
     pub seq: u32,
     pub tp: [u8; 24],
-    pub kids: [u8; 32],
+    pub kparent: [u8; 8],
     pub buf: [u8; CAPTURE_LEN],
 }
 
@@ -494,14 +494,14 @@ impl HttpEvent {
             request: &self.buf[..cap],
             h2c: f & EVF_H2C != 0,
             unlinked: f & EVF_UNLINKED != 0,
-            propagated: (f & EVF_PROPAGATED != 0).then(|| {
+            propagated: (f & EVF_PROPAGATED != 0 && f & EVF_KIDS == 0).then(|| {
                 let (trace, span) = self.tp.split_at(16);
                 (u128::from_be_bytes(trace.try_into().unwrap_or_default()), u64::from_be_bytes(span.try_into().unwrap_or_default()))
             }),
             kernel_ids: (f & EVF_KIDS != 0).then(|| {
-                let k = &self.kids;
-                let be64 = |at: usize| u64::from_be_bytes(k[at..at + 8].try_into().unwrap_or_default());
-                (u128::from_be_bytes(k[..16].try_into().unwrap_or_default()), be64(16), be64(24))
+                let (trace, span) = self.tp.split_at(16);
+                let be64 = |b: &[u8]| u64::from_be_bytes(b.try_into().unwrap_or_default());
+                (u128::from_be_bytes(trace.try_into().unwrap_or_default()), be64(span), be64(&self.kparent))
             }),
         })
     }
@@ -573,9 +573,9 @@ mod tests {
     #[test]
     fn the_wakeup_threshold_is_bytes_and_an_eighth_of_the_ring_at_most() {
         let ring = 4u64 << 20;
-        assert_eq!(wakeup_bytes(768, ring), 768 * 672, "the default: 504 KiB, under an eighth of 4 MiB");
+        assert_eq!(wakeup_bytes(768, ring), 768 * 680, "the default: 510 KiB, under an eighth of 4 MiB");
         assert_eq!(wakeup_bytes(768, 1 << 20), 128 << 10, "a 1 MiB ring: an eighth");
-        assert_eq!(wakeup_bytes(1, ring), 672);
+        assert_eq!(wakeup_bytes(1, ring), 680);
         assert_eq!(wakeup_bytes(0, ring), 0, "the kernel's default stays");
         assert_eq!(wakeup_bytes(u32::MAX, 1 << 30), 128 << 20, "no overflow");
     }
@@ -583,7 +583,7 @@ mod tests {
     #[test]
     fn layouts_match_the_c_compiler() {
         assert_eq!(size_of::<HttpEvent>(), layout::HTTP_EVENT_SIZE);
-        assert_eq!(HTTP_RECORD_BYTES, 672, "probe.wakeup_len's unit, as the docs say");
+        assert_eq!(HTTP_RECORD_BYTES, 680, "probe.wakeup_len's unit, as the docs say");
         assert_eq!(size_of::<ExecEvent>(), layout::EXEC_EVENT_SIZE);
         assert_eq!(size_of::<ForkEvent>(), layout::FORK_EVENT_SIZE);
         assert_eq!(size_of::<ProcHead>(), layout::PROC_HEAD_SIZE);

@@ -74,7 +74,7 @@ fn watch<R: std::os::fd::AsRawFd>(ring: R) -> Result<AsyncFd<R>, PumpError> {
 /// (acks that release ring space, heartbeats, the flush timer).
 const DRAIN_BATCHES: usize = 4;
 /// Turns of reading at shutdown: 16 × 4 × 768 = 49,152 records with the
-/// default batch length, a 32 MiB ring of 672-byte events.
+/// default batch length, a 32 MiB ring of 680-byte events.
 const SHUTDOWN_TURNS: usize = 16;
 
 struct Batch {
@@ -244,7 +244,7 @@ impl Pump {
                 _ = shutdown.fired() => break,
             }
         }
-        // What a full ring holds (4 MiB of 672-byte records by default),
+        // What a full ring holds (4 MiB of 680-byte records by default),
         // not what a flood goes on writing meanwhile: that stays in the
         // pinned ring for the next loader.
         for _ in 0..SHUTDOWN_TURNS {
