@@ -14,7 +14,8 @@ RATE=${1:-5000}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${2:-$REPO/target/release}
 W=$(mktemp -d /tmp/rt-carrier-XXXXXX)
-trap 'rm -rf "$W"' EXIT
+chmod 755 "$W"  # (the actors, another user, make their directories under it)
+trap '[ -n "${KEEP:-}" ] && cp "$W/ringtail.log" /tmp/carrier_rt.log; rm -rf "$W"' EXIT
 free() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PORT=$(free)
 PROM=$(free)
@@ -68,7 +69,7 @@ for p in json.load(sys.stdin):
 snap > "$W/before.txt"
 "$W/goserver" -mode blast -addr "127.0.0.1:$PORT" -conns 20 -duration 10s -rate "$RATE" > "$W/blast.json"
 snap > "$W/after.txt"
-curl -s "http://127.0.0.1:$PROM/metrics" | grep '^ringtail_carrier' > "$W/carrier.txt" || true
+curl -s "http://127.0.0.1:$PROM/metrics" > "$W/metrics.txt" || true; grep '^ringtail_carrier' "$W/metrics.txt" > "$W/carrier.txt" || true; [ -n "${KEEP:-}" ] && cp "$W/metrics.txt" /tmp/carrier_metrics.txt
 kill "$RT"; wait "$RT" || true
 kill "$NG"; wait "$NG" || true
 python3 - "$W" <<'PY'

@@ -244,6 +244,41 @@ fn a_propagated_client_span_carries_the_ids_the_kernel_wrote_and_its_server_name
     assert_eq!(rig.t.held(), 0);
 }
 
+/// probe.carrier: the kernel's ids are final, over a same-host join and
+/// over a `traceparent` header, and a call linked to a server span whose ids
+/// the kernel decided names that span's id as its parent, whichever comes
+/// first.
+#[test]
+fn the_kernel_s_ids_are_final_and_children_name_the_span_id_it_decided() {
+    let mut rig = Rig::new(|_| {});
+    let (trace, srv_span, caller) = (0x0af7651916cd43dd8448eb211c80319c_u128, 0x1111_2222_3333_4444_u64, 0xb7ad6b7169203331_u64);
+    let mut server = event(
+        Role::Server,
+        1,
+        1,
+        b"GET /outer HTTP/1.1\r\ntraceparent: 00-99999999999999999999999999999999-8888888888888888-01\r\n\r\n",
+        200,
+    );
+    server.parent = Some((50, 1)); // a same-host join, which the kernel's ids override
+    server.kernel_ids = Some((trace, srv_span, caller));
+    // a call linked in-process without ids of its own (as a database's
+    // call is): its parent is the kernel's span id, not one derived here
+    let mut inner = event(Role::Client, 9, 1, b"GET /inner HTTP/1.1\r\nHost: b\r\n\r\n", 200);
+    inner.parent = Some((1, 1));
+    // the call first: it waits for its parent, then names its span id
+    let out = rig.run(vec![inner.clone(), server.clone()]);
+    let srv = out.iter().find(|p| p.span.kind == SpanKind::Server).unwrap();
+    let cli = out.iter().find(|p| p.span.kind == SpanKind::Client).unwrap();
+    assert_eq!((srv.span.trace_id, srv.span.span_id, srv.span.parent_span_id), (trace, srv_span, caller));
+    assert_eq!((cli.span.trace_id, cli.span.parent_span_id), (trace, srv_span));
+    // and with the server first
+    let mut rig = Rig::new(|_| {});
+    let out = rig.run(vec![server, inner]);
+    let cli = out.iter().find(|p| p.span.kind == SpanKind::Client).unwrap();
+    assert_eq!((cli.span.trace_id, cli.span.parent_span_id), (trace, srv_span));
+    assert_eq!(rig.t.held(), 0);
+}
+
 #[test]
 fn client_call_inside_a_server_request_is_its_child() {
     let mut rig = Rig::new(|_| {});
