@@ -43,6 +43,7 @@
 #include "maps.h"
 #include "process.h"
 #include "conn_store.h"
+#include "join.h"
 
 #define CARRIER_KIND 25
 #define CARRIER_LEN 26
@@ -164,9 +165,10 @@ static __always_inline void carrier_mirror(const struct active_req *a, __u32 tid
 	}
 	struct carrier_thread t = {};
 	__builtin_memcpy(t.ids, a->ids, sizeof(t.ids));
-	/* (ids the kernel decided for the request the thread serves) */
-	t.undecided = a->ids_conn != a->conn_id;
-	t.certain = a->conn_id && !t.undecided && a->open <= 1 && !current_alt_stack();
+	/* (the in-process link's rule, client_links: else "concurrent") */
+	int linked = a->conn_id && a->open <= 1 && !current_alt_stack();
+	t.undecided = linked && a->ids_conn != a->conn_id;
+	t.certain = linked && !t.undecided;
 	bpf_map_update_elem(&carrier_threads, &tid, &t, BPF_ANY);
 }
 
@@ -190,7 +192,11 @@ static int tp_find(__u32 i, struct tp_scan *s)
 	if (i + 13 + 55 > s->n)
 		return 1;
 	const __u8 *b = s->buf + (i & (CAPTURE_LEN - 1));
-	if (b[0] != '\n' || lower(b[1]) != 't')
+	if (b[0] != '\n')
+		return 0;
+	if (b[1] == '\r' || b[1] == '\n')
+		return 1; /* the empty line: the head ends, the body is not looked at */
+	if (lower(b[1]) != 't')
 		return 0;
 	if (lower(b[2]) != 'r' || lower(b[3]) != 'a' || lower(b[4]) != 'c' || lower(b[5]) != 'e' ||
 	    lower(b[6]) != 'p' || lower(b[7]) != 'a' || lower(b[8]) != 'r' || lower(b[9]) != 'e' ||
@@ -215,9 +221,11 @@ static __always_inline int hexval(__u8 c)
 	return -1;
 }
 
-/* The trace id and parent of the request's `traceparent` header, in the
- * captured bytes `buf` (`n` of them), into ids[0..16) and ids[24..32):
- * "00-<32 hex>-<16 hex>-<2 hex>", lower case, neither id zero. */
+/* The trace id and parent of the request's first `traceparent` header, in
+ * its head's captured bytes `buf` (`n` of them), into ids[0..16) and
+ * ids[24..32), by user space's rules (ids.rs, parse_traceparent):
+ * "VV-<32 hex>-<16 hex>-<2 hex>", lower-case hex, version not ff and, 00,
+ * nothing after; neither id zero. */
 static __always_inline int carrier_header(const __u8 *buf, __u32 n, __u8 *ids)
 {
 	struct tp_scan s = { .buf = buf, .n = n < CAPTURE_LEN ? n : CAPTURE_LEN };
@@ -225,8 +233,16 @@ static __always_inline int carrier_header(const __u8 *buf, __u32 n, __u8 *ids)
 	if (!s.at || s.at + 55 > s.n)
 		return 0;
 	const __u8 *v = buf + (s.at & (CAPTURE_LEN - 1));
-	if (v[0] != '0' || v[1] != '0' || v[2] != '-' || v[35] != '-' || v[52] != '-')
+	if (v[2] != '-' || v[35] != '-' || v[52] != '-')
 		return 0;
+	if (hexval(v[0]) < 0 || hexval(v[1]) < 0 || (v[0] == 'f' && v[1] == 'f') || hexval(v[53]) < 0 || hexval(v[54]) < 0)
+		return 0;
+	if (v[0] == '0' && v[1] == '0') {
+		/* version 00: the value ends there */
+		__u8 e = s.at + 55 < s.n ? v[55] : '\r';
+		if (e != '\r' && e != '\n' && e != ' ' && e != '\t')
+			return 0;
+	}
 	__u8 any_t = 0, any_s = 0;
 #pragma unroll
 	for (int k = 0; k < 16; k++) {
@@ -277,6 +293,21 @@ static __always_inline void carrier_server(struct conn_state *st, const struct c
 		if (found) {
 			count(CNT_CARRIER_MATCHED);
 			from = from ? from : 1;
+		}
+	}
+	if (!from && st->join_ok) {
+		/* A client on this host that sent it without an option (its call
+		 * was not carried: its thread served several requests) offered
+		 * to join it: its trace is user space's to decide, and so is this
+		 * one's (the calls made while serving it carry nothing). An offer
+		 * that comes later is counted where the request is answered
+		 * (join_take). */
+		struct join_key jk;
+		join_key_of(&jk, io->sk, 0, st->join_seq);
+		if (bpf_map_lookup_elem(&joins, &jk)) {
+			count(CNT_CARRIER_JOINED);
+			a->ids_conn = 0;
+			return;
 		}
 	}
 	if (!from)

@@ -217,6 +217,17 @@ static __always_inline void join_take(struct conn_state *st, struct sock *sk)
 		if (m)
 			__builtin_memcpy(m, &k, sizeof(k));
 	}
+	if (st->flags & EVF_KIDS) {
+		/* (probe.carrier) its ids were decided at its start, final. Its
+		 * client's offer is spent: expected where an option (or header)
+		 * gave it a parent; else that client's offer came after the
+		 * start, and it is not joined, counted as any late send. */
+		__u64 parent = 0;
+		__builtin_memcpy(&parent, st->kids + 24, sizeof(parent));
+		if (bpf_map_delete_elem(&joins, &k) == 0 && !parent)
+			count(CNT_JOIN_LATE);
+		return;
+	}
 	if (!join_claim(st, &k))
 		return;
 	if (m && join_same(m, &k))

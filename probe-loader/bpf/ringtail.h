@@ -228,7 +228,8 @@ struct exe_literal {
 #define CNT_CARRIER_INVALID 65   /* options received of the wrong length, or with a zero id */
 #define CNT_CARRIER_STORE 66     /* options the kernel refused to write (another program's, no room) */
 #define CNT_CARRIER_UNDECIDED 67 /* requests not carried: their thread serves a request whose ids user space decides (TLS) */
-#define CNT_MAX 68
+#define CNT_CARRIER_JOINED 68   /* server requests a client on this host sent without an option: left to user space's join (their calls not carried) */
+#define CNT_MAX 69
 
 /* proc_head.kind: records of the `execs` ring. */
 #define PROC_EXEC 1

@@ -121,6 +121,7 @@ pub const COUNTERS: [KernelCounter; CNT_MAX] = {
     t[CNT_CARRIER_AMBIGUOUS] = KernelCounter::NotCarried("concurrent_requests");
     t[CNT_CARRIER_UNDECIDED] = KernelCounter::NotCarried("parent_undecided");
     t[CNT_CARRIER_UNCLAIMED] = KernelCounter::Count("ringtail_carrier_ids_unclaimed_total");
+    t[CNT_CARRIER_JOINED] = KernelCounter::Count("ringtail_carrier_same_host_joins_total");
     t[CNT_CARRIER_STORE] = KernelCounter::NotCarried("option_not_written");
     t
 };

@@ -760,6 +760,8 @@ fn the_carrier_takes_a_request_s_trace_through_calls_made_while_serving() {
     assert_eq!(wait_until(WAIT, || Some(count("ringtail_carrier_matched_total")).filter(|n| *n >= 93.0)), Some(93.0), "{}", rt.stdout());
     assert_eq!(count("ringtail_carrier_written_total"), 93.0);
     assert_eq!(count("ringtail_carrier_ids_unclaimed_total"), 0.0, "every id carried went to its client span");
+    let late = metric_value(prom, "ringtail_links_refused_total", &[("reason", "send_reported_late")]).unwrap_or(0.0);
+    assert_eq!(late, 0.0, "a carried call's same-host join offer is spent, not counted late");
     for reason in ["mid_segment", "concurrent_requests", "parent_undecided", "option_not_written", "no_option_space"] {
         let n = metric_value(prom, "ringtail_carrier_not_carried_total", &[("reason", reason)]).unwrap_or(0.0);
         assert_eq!(n, 0.0, "{reason}");

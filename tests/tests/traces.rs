@@ -18,11 +18,16 @@ const WAIT: Duration = Duration::from_secs(60);
 /// A ringtail on capture backend `b` that prints spans, serves Prometheus
 /// and selects `ports` and the executables `exes`.
 fn ringtail_for(b: &str, ports: &[u16], exes: &[&str]) -> (Ringtail, u16) {
+    ringtail_probe(&format!("backend = \"{b}\""), ports, exes)
+}
+
+/// [`ringtail_for`] with these `[probe]` lines (the backend's among them).
+fn ringtail_probe(probe: &str, ports: &[u16], exes: &[&str]) -> (Ringtail, u16) {
     let prom = free_port();
     let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
     let exes: Vec<String> = exes.iter().map(|e| format!("\"{e}\"")).collect();
     let rt = Ringtail::start(&format!(
-        "[probe]\nbackend = \"{b}\"\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{}]\nexe_names = [{}]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
+        "[probe]\n{probe}\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{}]\nexe_names = [{}]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
         ports.join(","),
         exes.join(",")
     ));
@@ -341,9 +346,9 @@ struct ThroughFront {
 
 /// 400 requests with unique paths (`/f/<i>`, with `header(i)` if any) from
 /// 8 concurrent clients to `front` calling a Python backend for each, traced
-/// by a ringtail on capture backend `b`; None (skipped) when the front is
-/// not installed.
-fn through_front(b: &str, front: Front, header: impl Fn(usize) -> Option<(&'static str, String)> + Sync) -> Option<ThroughFront> {
+/// by a ringtail with `probe` (its `[probe]` lines: the capture backend's);
+/// None (skipped) when the front is not installed.
+fn through_front(probe: &str, front: Front, header: impl Fn(usize) -> Option<(&'static str, String)> + Sync) -> Option<ThroughFront> {
     let dir = TempDir::new("traces-front");
     let (port, back) = (free_port(), free_port());
     std::fs::create_dir_all(dir.join("www/b")).unwrap();
@@ -351,7 +356,7 @@ fn through_front(b: &str, front: Front, header: impl Fn(usize) -> Option<(&'stat
         std::fs::write(dir.join(&format!("www/b/{i}")), format!("{i}\n")).unwrap();
     }
     let backend = python_http_server(back, &dir.join("www"));
-    let (rt, prom) = ringtail_for(b, &[port, back], &[]);
+    let (rt, prom) = ringtail_probe(probe, &[port, back], &[]);
     let Some(front_proc) = start_front(front, port, back, &dir) else {
         skip(&format!("{front:?} is not installed"));
         return None;
@@ -400,10 +405,17 @@ fn through_front(b: &str, front: Front, header: impl Fn(usize) -> Option<(&'stat
 /// every backend span is the child of its call (same host) and so, where
 /// the call was linked, in the front request's trace.
 fn front_calls_are_never_linked_to_the_wrong_request(b: &str, front: Front) {
+    front_calls_through(&format!("backend = \"{b}\""), front);
+}
+
+/// [`front_calls_are_never_linked_to_the_wrong_request`] with `[probe]`
+/// lines `probe`; what the calls' and backends' links were: (linked,
+/// unlinked, backend spans not joined).
+fn front_calls_through(probe: &str, front: Front) -> Option<(u32, u32, u32, u16, ThroughFront)> {
     if !can_trace() {
-        return;
+        return None;
     }
-    let Some(t) = through_front(b, front, |_| None) else { return };
+    let t = through_front(probe, front, |_| None)?;
     let (prom, fronts, calls, backs) = (t.prom, &t.fronts, &t.calls, &t.backs);
     let (mut linked, mut unlinked, mut late_calls) = (0, 0, 0);
     let mut not_joined = Vec::new();
@@ -465,6 +477,35 @@ fn front_calls_are_never_linked_to_the_wrong_request(b: &str, front: Front) {
         refused("concurrent_requests"),
         refused("thread_shared_by_tasks")
     );
+    Some((linked, unlinked, late_calls, prom, t))
+}
+
+/// With `probe.carrier` (socket backend): the same 400 requests through a
+/// front under 8 concurrent clients. Java's thread pool serves one request a
+/// thread: every call is linked, carried in its TCP option, and its backend
+/// span is the call's child by that option (matched, not joined). nginx
+/// serves them all on one thread: its calls carry nothing (counted), and
+/// their backend spans are joined on this host as without the carrier. No
+/// wrong link either way (the checks of
+/// `front_calls_are_never_linked_to_the_wrong_request`).
+#[test]
+fn front_calls_with_the_carrier_are_carried_where_certain_and_joined_where_not() {
+    let probe = "backend = \"socket\"\ncarrier = true";
+    let count = |prom: u16, name: &str, labels: &[(&str, &str)]| metric_value(prom, name, labels).unwrap_or(0.0);
+    if let Some((linked, unlinked, late, prom, _t)) = front_calls_through(probe, Front::Java) {
+        assert_eq!((linked, unlinked, late), (400, 0, 0), "Java: every call linked and carried");
+        let matched = wait_until(WAIT, || Some(count(prom, "ringtail_carrier_matched_total", &[])).filter(|n| *n >= 400.0));
+        assert_eq!(matched, Some(400.0), "Java: each backend request matched its call's option");
+        assert_eq!(count(prom, "ringtail_carrier_same_host_joins_total", &[]), 0.0);
+    }
+    if let Some((_, unlinked, late, prom, _t)) = front_calls_through(probe, Front::Nginx) {
+        let not_carried = |n: f64| Some(n).filter(|n| *n >= f64::from(unlinked));
+        let counted = wait_until(WAIT, || not_carried(count(prom, "ringtail_carrier_not_carried_total", &[("reason", "concurrent_requests")])));
+        assert_eq!(counted, Some(f64::from(unlinked)), "nginx: every call not linked carried nothing, counted");
+        let joined = count(prom, "ringtail_carrier_same_host_joins_total", &[]);
+        assert!(joined + f64::from(late) >= f64::from(unlinked), "nginx: its backend requests were left to the join: {joined} + {late} late");
+        eprintln!("nginx with the carrier: {unlinked} calls not carried, {joined} backend requests joined on this host, {late} late");
+    }
 }
 
 /// A proxy that forwards the `traceparent` its clients send (nginx passes
@@ -484,7 +525,7 @@ fn nginx_forwarding_traceparent_links_every_call_to_its_request(b: &str) {
         let (trace, span) = tp(i);
         Some(("traceparent", format!("00-{trace}-{span}-01")))
     };
-    let Some(t) = through_front(b, Front::Nginx, header) else { return };
+    let Some(t) = through_front(&format!("backend = \"{b}\""), Front::Nginx, header) else { return };
     let (prom, fronts, calls, backs) = (t.prom, &t.fronts, &t.calls, &t.backs);
     for i in 0..400 {
         let (trace, span) = tp(i);
