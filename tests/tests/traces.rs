@@ -500,10 +500,14 @@ fn front_calls_with_the_carrier_are_carried_where_certain_and_joined_where_not()
     }
     if let Some((_, unlinked, late, prom, _t)) = front_calls_through(probe, Front::Nginx) {
         let not_carried = |n: f64| Some(n).filter(|n| *n >= f64::from(unlinked));
-        let counted = wait_until(WAIT, || not_carried(count(prom, "ringtail_carrier_not_carried_total", &[("reason", "concurrent_requests")])));
+        let counted =
+            wait_until(WAIT, || not_carried(count(prom, "ringtail_carrier_not_carried_total", &[("reason", "concurrent_requests")])));
         assert_eq!(counted, Some(f64::from(unlinked)), "nginx: every call not linked carried nothing, counted");
         let joined = count(prom, "ringtail_carrier_same_host_joins_total", &[]);
-        assert!(joined + f64::from(late) >= f64::from(unlinked), "nginx: its backend requests were left to the join: {joined} + {late} late");
+        assert!(
+            joined + f64::from(late) >= f64::from(unlinked),
+            "nginx: its backend requests were left to the join: {joined} + {late} late"
+        );
         eprintln!("nginx with the carrier: {unlinked} calls not carried, {joined} backend requests joined on this host, {late} late");
     }
 }
