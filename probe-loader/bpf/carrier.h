@@ -270,7 +270,6 @@ static __always_inline void carrier_server(struct conn_state *st, const struct c
 	if (!carrier)
 		return;
 	__u8 *k = st->kids;
-	__builtin_memset(k, 0, sizeof(st->kids));
 	/* a traceparent the client itself sent wins over our option */
 	int from = carrier_header(st->buf, st->cap_len, k) ? 2 : 0;
 	if (!from)

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: GPL-2.0-only
 /*
  * Trace context propagation's programs (probe.propagate; propagate.h says
- * what they do): linked into the socket backend's object only when
- * propagation is on (build.rs: ringtail-sock-propagate.bpf.o), because
- * creating their socket map takes CAP_NET_ADMIN, which the loader otherwise
- * never needs.
+ * what they do) and the carrier's sockops callbacks (probe.carrier,
+ * carrier.h): linked into the socket backend's object only when either is
+ * on (build.rs: ringtail-sock-propagate.bpf.o), because creating the socket
+ * map and attaching to the root cgroup take CAP_NET_ADMIN, which the loader
+ * otherwise never needs.
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
