@@ -27,8 +27,8 @@
  * of another type (a wrapper) reads as some other value: unless that is
  * the number of one of the process's TCP sockets, nothing is found
  * (counted, CNT_GO_NO_SOCKET). The ciphertext the socket hooks see on such
- * a connection is left alone once the plaintext gave it state (st->tls); a
- * ClientHello or ServerHello before that makes no state (it is no request).
+ * a connection is left alone: its handshake record gave it state marked TLS
+ * (http1_conn.h, tls_conn_mark), or the plaintext did (st->tls).
  *
  * Hits per request: Read entry and one return per read, Write entry per
  * write; on the lazy path (below) Read's and Write's entries alone. A
@@ -295,7 +295,12 @@ struct go_lazy_step {
 	struct go_conn_key k;
 };
 
-#define GO_WAIT_NS 50000 /* longest a thread waits for another to hand a Read's bytes on */
+/* Longest a thread waits for another to hand a Read's bytes on. A hand-off
+ * takes microseconds, but the thread doing it may be preempted inside it
+ * (a uprobe's program runs preemptible): it runs again within a scheduler
+ * slice (a few ms), which the wait outlasts; the spin is paid only then. */
+#define GO_WAIT_NS 10000000
+#define GO_WAIT_TURNS (1 << 22) /* bpf_loop's turns: more than 10 ms of them */
 
 struct go_wait {
 	struct go_conn_key k;
@@ -361,7 +366,7 @@ static __always_inline void go_lazy(struct pt_regs *ctx, __u32 fn, __u64 input_o
 		}
 		if (waits && (fn == GOF_LAZY_WRITE || fn == GOF_LAZY_READ || fn == GOF_LAZY_ALERT)) {
 			struct go_wait w = { .k = step->k, .until = bpf_ktime_get_ns() + GO_WAIT_NS };
-			bpf_loop(4096, go_wait_turn, &w, 0);
+			bpf_loop(GO_WAIT_TURNS, go_wait_turn, &w, 0);
 		}
 	}
 	if (fn != GOF_LAZY_READ)

@@ -234,6 +234,27 @@ static __always_inline void sent_note(struct conn_state *st, const struct conn_i
 		st->sent_seq = sk_u32_at(io->sk, tcp_write_seq_off);
 }
 
+/* A connection with no state whose first bytes the socket hooks saw are a
+ * TLS handshake record (a ClientHello its server read or its client sent, a
+ * ServerHello its client read): what moves on its socket is ciphertext from
+ * now on. It gets state marked TLS, so that the socket hooks leave every
+ * later read alone (conn_wanted): a read may begin anywhere inside a record,
+ * and bytes that look random can look like a request line too ("xt /…":
+ * seen about once in 3,000 connections of Go's), which, before the
+ * plaintext gave the connection state (Go's lazy path hands it on late,
+ * go_tls.h), made requests of ciphertext, or a held prefix that the
+ * plaintext's request was appended to. Its role is the plaintext's: a
+ * server's until its first request is sent (http1_on_send makes it a
+ * client's). */
+static __always_inline void tls_conn_mark(const struct conn_io *io, const __u8 *p, __u32 n)
+{
+	if (!tls_handshake_record(p, n))
+		return;
+	struct conn_state *st = conn_new(io, ROLE_SERVER);
+	if (st)
+		st->tls = 1;
+}
+
 /* Bytes read on a server connection whose request the hooks have not seen
  * answered, after the process sent bytes on it that no hook has reported
  * yet (write_seq moved): the send hooks fire when a send is over, and the
@@ -290,7 +311,7 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 	}
 
 	__u32 start = join_recv_start(io, sg->total);
-	if (st && st->role == ROLE_SERVER && !st->pend_len) {
+	if (st && st->role == ROLE_SERVER && st->seq && !st->pend_len) {
 		/* Idle keep-alive connection: capture straight into its buffer and
 		 * look there (one copy from user memory instead of two). */
 		st->cap_len = 0;
@@ -331,8 +352,10 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 			join_note(st, io, start, 0, pend);
 			return st;
 		}
-		if (!st && !io->tls)
+		if (!st && !io->tls) {
 			tls_saw_read(io->tgid, p, n); /* a TLS connection before its uprobes */
+			tls_conn_mark(io, p, n);
+		}
 		/* A new connection whose first read may be the start of a request
 		 * line ("G", then the rest later) gets state now, or that request
 		 * would go unseen. */
@@ -456,8 +479,10 @@ static __always_inline struct conn_state *http1_on_send(struct conn_state *st, c
 	__u32 n = read_prefix(p, sg);
 	__u32 skip = leading_newlines(p, n);
 	if (!is_request(p, skip, n)) {
-		if (!st && !io->tls)
+		if (!st && !io->tls) {
 			tls_saw_send(io->sk, io->tgid, io->tid, io->fd, p, n); /* TLS over memory buffers */
+			tls_conn_mark(io, p, n);
+		}
 		if ((!st || !st->seq) && h2_is_preface(p, n)) {
 			/* prior-knowledge HTTP/2: the process is its client */
 			if (!st)

@@ -51,6 +51,15 @@ static __always_inline void sock_data(struct sock *sk, int ret, int recv)
 	struct conn_state *st = conn_get(sk);
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32, tid = (__u32)id;
+	if (st && st->tls) {
+		/* A TLS connection's ciphertext (its handshake was seen,
+		 * tls_conn_mark): binds its SSL object when inside a TLS call
+		 * (one whose library was attached after the handshake). */
+		struct tls_call *tc = tls_call_now(tid);
+		if (tc)
+			tls_bind(tc, sk, tgid, syscall_fd());
+		return;
+	}
 	if (!conn_wanted(st, sk, tgid, recv))
 		return;
 	/* Inside a TLS call of this thread: ciphertext, which binds the call's

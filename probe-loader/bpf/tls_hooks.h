@@ -51,12 +51,12 @@ static __always_inline void tls_sock_data(struct sock *sk, __s32 fd, __u64 buf, 
 	if (st) {
 		if (st->role == ROLE_OPAQUE || st->h2 == H2_DEAD)
 			return;
-		/* A server that answered is idle until the next request: what it
+		/* A server that answered a request is idle until the next: what it
 		 * writes now is the rest of the response, or the same response
 		 * again (a write retried after SSL_ERROR_WANT_WRITE, which the
 		 * entry alone cannot tell from a new one). HTTP/2 has no such
 		 * phase: its writes are frames, walked as they come. */
-		if (!st->h2 && !recv && st->role == ROLE_SERVER && st->phase != PHASE_REQUEST)
+		if (!st->h2 && !recv && st->role == ROLE_SERVER && st->seq && st->phase != PHASE_REQUEST)
 			return;
 		st->tls = 1;
 	}

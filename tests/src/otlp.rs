@@ -145,10 +145,16 @@ fn differences<K: Ord + Debug>(want: &BTreeMap<K, usize>, spans: &[Value], key: 
         };
         *by_port.entry((kind, attr(s, "server.port").unwrap_or_default())).or_default() += 1;
     }
+    // one span of a key not wanted, whole: what the span-actor made of it
+    let stray = spans.iter().find(|s| !want.contains_key(&key(s))).map(|s| {
+        let s = s.to_string();
+        format!("\na span of a key not wanted: {}", s.chars().take(1500).collect::<String>())
+    });
     format!(
-        "{} keys differ{}:\n{}\nby (kind, server.port): {by_port:?}",
+        "{} keys differ{}:\n{}\nby (kind, server.port): {by_port:?}{}",
         differ.len(),
         if differ.len() > 30 { ", the first 30" } else { "" },
-        differ.iter().take(30).cloned().collect::<Vec<_>>().join("\n")
+        differ.iter().take(30).cloned().collect::<Vec<_>>().join("\n"),
+        stray.unwrap_or_default()
     )
 }
