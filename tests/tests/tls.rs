@@ -357,6 +357,61 @@ fn a_peer_cannot_steer_a_tls_binding(b: &str) {
     assert_eq!(attr(call, "server.port"), Some(tls_port.to_string()), "{call}");
 }
 
+/// A server that answers a TLS handshake record with one of its own, then
+/// every read with an HTTP response: what a TLS server whose ciphertext
+/// happens to look like a request line would show the socket hooks.
+const PY_HELLO_THEN_ANSWERS: &str = r#"
+import socket, sys
+srv = socket.socket()
+srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+srv.bind(("127.0.0.1", int(sys.argv[1])))
+srv.listen(8)
+while True:
+    c, _ = srv.accept()
+    first = True
+    while True:
+        b = c.recv(4096)
+        if not b:
+            break
+        if first and b[0] == 22:
+            c.sendall(bytes([22, 3, 3, 0, 1, 2]))
+        else:
+            c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        first = False
+    c.close()
+"#;
+
+/// Ciphertext is never read as HTTP: a connection whose first bytes are a
+/// TLS handshake record is TLS from then on, and a later read that looks
+/// like a request line (ciphertext does, now and then: a read may begin
+/// anywhere inside a record) makes no span. The server's process is
+/// traced and has no TLS library attached; a cleartext request after it,
+/// on a connection of its own, is its only span.
+fn ciphertext_that_looks_like_a_request_makes_no_span(b: &str) {
+    if !ready_to_trace(&["python3"]) {
+        return;
+    }
+    let rotel = Rotel::start();
+    let port = free_port();
+    let rt = ringtail(b, &rotel, "exe_names = [\"^python3\"]", "");
+    let _srv = server("hello server", port, Path::new("python3"), &["-c", PY_HELLO_THEN_ANSWERS, &port.to_string()]);
+    let mut peer = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    peer.write_all(&[22, 3, 1, 0, 5, 1, 0, 0, 1, 0]).expect("send the hello");
+    let mut hello = [0u8; 6];
+    peer.read_exact(&mut hello).expect("the server's record: it has read ours");
+    assert_eq!(hello[0], 22);
+    peer.write_all(b"GET /inside-tls HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
+    let mut answer = [0u8; 38];
+    peer.read_exact(&mut answer).expect("the server's answer");
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{:?}", String::from_utf8_lossy(&answer));
+    drop(peer); // (the server serves one connection at a time)
+    let mut clear = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    clear.write_all(b"GET /clear HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
+    clear.read_exact(&mut answer).expect("the server's answer");
+    let ours = |s: &Value| attr(s, "url.path").is_some_and(|p| p == "/inside-tls" || p == "/clear");
+    expect_spans(&rotel, &rt, (WAIT, SETTLE), ours, &[(k("server", "http", "GET", "/clear", 200), 1)]);
+}
+
 /// An asyncio HTTP/1.1 server over TLS: Python's `ssl.SSLObject` on memory
 /// buffers, the ciphertext moved by the event loop.
 const PY_ASYNCIO_TLS: &str = r#"
@@ -517,6 +572,7 @@ fn a_library_that_appears_later_is_attached_when_used(b: &str) {
 }
 
 on_both_backends!(
+    ciphertext_that_looks_like_a_request_makes_no_span,
     nginx_tls_keepalive_beside_cleartext,
     python_tls_server_with_urllib_and_curl_clients,
     tls_server_joins_the_trace_and_its_calls_are_children,
