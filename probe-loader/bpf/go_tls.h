@@ -27,8 +27,8 @@
  * of another type (a wrapper) reads as some other value: unless that is
  * the number of one of the process's TCP sockets, nothing is found
  * (counted, CNT_GO_NO_SOCKET). The ciphertext the socket hooks see on such
- * a connection is left alone: its handshake record gave it state marked TLS
- * (http1_conn.h, tls_conn_mark), or the plaintext did (st->tls).
+ * a connection is left alone: the handshake record it sent gave it state
+ * marked TLS (http1_conn.h, tls_conn_mark), or the plaintext did.
  *
  * Hits per request: Read entry and one return per read, Write entry per
  * write; on the lazy path (below) Read's and Write's entries alone. A

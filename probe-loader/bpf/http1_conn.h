@@ -234,18 +234,20 @@ static __always_inline void sent_note(struct conn_state *st, const struct conn_i
 		st->sent_seq = sk_u32_at(io->sk, tcp_write_seq_off);
 }
 
-/* A connection with no state whose first bytes the socket hooks saw are a
- * TLS handshake record (a ClientHello its server read or its client sent, a
- * ServerHello its client read): what moves on its socket is ciphertext from
- * now on. It gets state marked TLS, so that the socket hooks leave every
- * later read alone (conn_wanted): a read may begin anywhere inside a record,
- * and bytes that look random can look like a request line too ("xt /…":
- * seen about once in 3,000 connections of Go's), which, before the
- * plaintext gave the connection state (Go's lazy path hands it on late,
- * go_tls.h), made requests of ciphertext, or a held prefix that the
- * plaintext's request was appended to. Its role is the plaintext's: a
- * server's until its first request is sent (http1_on_send makes it a
- * client's). */
+/* A connection with no state on which the process sent a TLS handshake
+ * record (a client's ClientHello, a server's ServerHello), outside any TLS
+ * call (Go's crypto/tls; memory buffers, which tls_saw_send has just bound):
+ * what moves on its socket is ciphertext from now on. It gets state marked
+ * TLS, so that the socket hooks leave every later byte alone (conn_wanted;
+ * not at a handshake record read: a server that runs TLS over memory
+ * buffers binds at its first send, which the mark would hide). A read
+ * may begin anywhere inside a record, and bytes that look random can look
+ * like a request line too ("xt /…": about once in 3,000 connections of
+ * Go's), which, before the plaintext gave the connection state (Go's lazy
+ * path hands it on late, go_tls.h), made requests of ciphertext, or a held
+ * prefix that the plaintext's request was appended to. Its role is the
+ * plaintext's: a server's until its first request is sent (http1_on_send
+ * makes it a client's). */
 static __always_inline void tls_conn_mark(const struct conn_io *io, const __u8 *p, __u32 n)
 {
 	if (!tls_handshake_record(p, n))
@@ -352,10 +354,8 @@ static __always_inline struct conn_state *http1_on_recv(struct conn_state *st, c
 			join_note(st, io, start, 0, pend);
 			return st;
 		}
-		if (!st && !io->tls) {
+		if (!st && !io->tls)
 			tls_saw_read(io->tgid, p, n); /* a TLS connection before its uprobes */
-			tls_conn_mark(io, p, n);
-		}
 		/* A new connection whose first read may be the start of a request
 		 * line ("G", then the rest later) gets state now, or that request
 		 * would go unseen. */

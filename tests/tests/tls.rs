@@ -381,8 +381,9 @@ while True:
     c.close()
 "#;
 
-/// Ciphertext is never read as HTTP: a connection whose first bytes are a
-/// TLS handshake record is TLS from then on, and a later read that looks
+/// Ciphertext is never read as HTTP: a connection on which the process
+/// sent a TLS handshake record (here the server, answering a ClientHello,
+/// outside any TLS call) is TLS from then on, and a later read that looks
 /// like a request line (ciphertext does, now and then: a read may begin
 /// anywhere inside a record) makes no span. The server's process is
 /// traced and has no TLS library attached; a cleartext request after it,
