@@ -46,6 +46,17 @@ pub const PROCESS_BYTES: u64 = 256 << 20;
 /// Reads from this size up are checked for holes first.
 pub const HOLE_CHECK: usize = 4096;
 
+/// `d` stretched by a test harness's factor (`RINGTAIL_TEST_TIME_SCALE`, at
+/// least 1): the kernel matrix's guests emulate their CPU (qemu TCG, some
+/// 10 to 50 times slower than the host's, and slower still while the host
+/// is busy), and every time bound here is in a real CPU's seconds: there,
+/// an honest Go executable took more than a job's second. Only root, who
+/// starts the loader, sets its environment.
+pub fn scaled(d: Duration) -> Duration {
+    let factor = std::env::var("RINGTAIL_TEST_TIME_SCALE").ok().and_then(|v| v.parse::<f64>().ok());
+    d.mul_f64(factor.filter(|f| f.is_finite() && (1.0..=1000.0).contains(f)).unwrap_or(1.0))
+}
+
 /// Reading at an offset: a file, or a file within limits.
 pub trait ReadAt {
     /// Fills `buf` from `offset` (`UnexpectedEof` past the end).

@@ -173,7 +173,7 @@ async fn run(p: Process) -> anyhow::Result<()> {
     if let (true, Some(set), Some(kind)) = (settings.tls.enabled, probes.pin_set(), probes.tls_kind()) {
         match attacher::spawn(config_path().as_deref(), set, kind) {
             Ok(mut reports) => {
-                if !reports.wait_scanned(attacher::SCAN_WAIT.mul_f64(time_scale())) {
+                if !reports.wait_scanned(budget::scaled(attacher::SCAN_WAIT)) {
                     tracing::warn!(event = "tls_scan_late", "the TLS attacher's start scan is not done: going on without waiting for it");
                 }
                 attacher = Some(reports);
@@ -257,12 +257,6 @@ fn config_path() -> Option<std::path::PathBuf> {
         }
     }
     None
-}
-
-/// A test harness's stretch of every deadline (`RINGTAIL_TEST_TIME_SCALE`,
-/// the kernel matrix's emulated CPU), at least 1.
-fn time_scale() -> f64 {
-    std::env::var("RINGTAIL_TEST_TIME_SCALE").ok().and_then(|v| v.parse::<f64>().ok()).filter(|f| f.is_finite() && *f >= 1.0).unwrap_or(1.0)
 }
 
 /// Seeds the selection from the processes running now and attaches the TLS

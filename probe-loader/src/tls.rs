@@ -862,13 +862,14 @@ pub fn of_process_meanwhile(
     meanwhile: impl FnMut(),
 ) -> (Duration, u64) {
     let (proc_owned, looked) = (proc.to_owned(), looked.clone());
+    let deadline = crate::budget::scaled(PROCESS_DEADLINE);
     let outcome = overseer.run_with(
-        PROCESS_DEADLINE,
+        deadline,
         move |gate| {
             let mut found = Targets::default();
             // Half the job's deadline at most: a reader stopped by its time
             // ends the job well before the job is abandoned as hung.
-            let allowance = Allowance::new(limits.1, limits.0.min(PROCESS_DEADLINE / 2));
+            let allowance = Allowance::new(limits.1, limits.0.min(deadline / 2));
             of_process(&proc_owned, pid, &looked, &mut found, gate, &allowance);
             (found, allowance.spent(), allowance.read())
         },
@@ -882,7 +883,7 @@ pub fn of_process_meanwhile(
         }
         crate::deadline::Outcome::Abandoned { mount } => {
             let why = format!(
-                "process {pid}'s files took longer than {PROCESS_DEADLINE:?} (mount {mount:?}): abandoned, that mount is not entered again"
+                "process {pid}'s files took longer than {deadline:?} (mount {mount:?}): abandoned, that mount is not entered again"
             );
             targets.refused.refuse(Reason::Deadline, &shown, &why);
             limits
@@ -911,17 +912,18 @@ pub fn find(
 ) -> (Targets, Vec<Unopened>) {
     let mut t = Targets::default();
     let (configured, root_owned) = (configured.to_vec(), root.to_owned());
-    let host = overseer.run(HOST_DEADLINE, move |gate| {
+    let host_deadline = crate::budget::scaled(HOST_DEADLINE);
+    let host = overseer.run(host_deadline, move |gate| {
         let mut t = Targets::default();
         let mut unusable = Vec::new();
         // The host's own files: root's, bounded per file only.
         for path in configured {
-            if let Err(e) = t.add(path, true, gate, &Allowance::new(crate::budget::PROCESS_BYTES, HOST_DEADLINE)) {
+            if let Err(e) = t.add(path, true, gate, &Allowance::new(crate::budget::PROCESS_BYTES, host_deadline)) {
                 unusable.push(e);
             }
         }
         for path in libssl_in(&loader_dirs(&root_owned)) {
-            if let Err(e) = t.add(path, false, gate, &Allowance::new(crate::budget::PROCESS_BYTES, HOST_DEADLINE)) {
+            if let Err(e) = t.add(path, false, gate, &Allowance::new(crate::budget::PROCESS_BYTES, host_deadline)) {
                 t.refused.note(&e);
             }
         }
@@ -933,7 +935,7 @@ pub fn find(
             unusable
         }
         _ => {
-            t.refused.refuse(Reason::Deadline, root, &format!("the host's libssl files took longer than {HOST_DEADLINE:?}"));
+            t.refused.refuse(Reason::Deadline, root, &format!("the host's libssl files took longer than {host_deadline:?}"));
             Vec::new()
         }
     };
@@ -961,10 +963,10 @@ pub fn scan_processes(
     mut each: impl FnMut(u32, Targets),
 ) {
     let (order, uids) = crate::budget::round_robin(proc, pids);
-    let mut shares = crate::budget::Shares::new(crate::budget::SCAN_TIME, crate::budget::SCAN_BYTES, uids);
+    let mut shares = crate::budget::Shares::new(crate::budget::scaled(crate::budget::SCAN_TIME), crate::budget::SCAN_BYTES, uids);
     let mut over_budget = 0u64;
     for (uid, pid) in order {
-        let Some(limits) = shares.allowance(uid, PROCESS_DEADLINE / 2) else {
+        let Some(limits) = shares.allowance(uid, crate::budget::scaled(PROCESS_DEADLINE / 2)) else {
             over_budget += 1;
             refused.files[Reason::Budget as usize] += 1;
             continue;

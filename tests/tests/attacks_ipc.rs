@@ -489,17 +489,6 @@ impl Drop for Flood {
     }
 }
 
-/// CPU time (user + system) of `pid` so far.
-fn cpu_of(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_else(|e| panic!("/proc/{pid}/stat: {e}"));
-    let fields: Vec<&str> = stat.rsplit_once(')').expect("stat").1.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 (1-based), 12 and 13 after the comm.
-    let ticks: u64 = fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
-    Duration::from_millis(ticks * 1000 / hz)
-}
-
 /// Sets the soft open-files limit of `pid` (as systemd's default 1,024).
 fn limit_files(pid: u32, soft: u64) {
     let mut old: libc::rlimit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };

@@ -368,18 +368,49 @@ fn crafted_config(prom: u16) -> String {
     )
 }
 
-/// How long ringtail takes to become ready, started now with `config`.
-fn time_to_ready(config: &str) -> (Ringtail, Duration) {
+/// ringtail started now with `config`, ready, and what its start scan of
+/// the running processes cost.
+struct Started {
+    rt: Ringtail,
+    /// From the start to ready (a benchmark's figure: the CPUs are shared).
+    ready: Duration,
+    /// The TLS attacher's CPU time at ready: its start scan's, mostly.
+    scan_cpu: Duration,
+    /// The scan's wall time, as the attacher logged it (`tls_scanned`).
+    scan_wall: Duration,
+}
+
+fn start_measured(config: &str) -> Started {
     let began = Instant::now();
     let rt = Ringtail::spawn_with_env(config, &[]);
     rt.wait_ready(Duration::from_secs(120).mul_f64(time_scale()));
-    (rt, began.elapsed())
+    let ready = began.elapsed();
+    let log = rt.log();
+    let loader = rt.pid("probe-loader").expect("the loader's pid");
+    let attacher = attacher_of(loader).unwrap_or_else(|| panic!("no attacher; log:\n{log}"));
+    let scan_cpu = cpu_of(attacher);
+    let took = log
+        .lines()
+        .filter(|l| l.contains("event=\"tls_scanned\""))
+        .find_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("took_ms=")?.parse::<u64>().ok()))
+        .unwrap_or_else(|| panic!("no tls_scanned line with took_ms; log:\n{}", last_lines(&log, 40)));
+    Started { rt, ready, scan_cpu, scan_wall: Duration::from_millis(took) }
+}
+
+/// `with` over `without`, the start's figures, for the test's output.
+fn compare(what: &str, with: &Started, without: &Started) -> String {
+    format!(
+        "{what}: ready after {:?} (without them {:?}); the scan's CPU {:?} ({:?}), its wall time {:?} ({:?})",
+        with.ready, without.ready, with.scan_cpu, without.scan_cpu, with.scan_wall, without.scan_wall
+    )
 }
 
 /// (item 2) `n` crafted executables running beside a legitimate TLS server:
-/// ringtail is ready within `extra` of its start without them (measured
-/// first, on this machine, now), refuses every crafted one as sparse
-/// without reading its tables, and attaches and traces the server.
+/// the start scan spends at most `extra` of CPU more than without them
+/// (measured first, on this machine, now: CPU, not wall time, which the
+/// suite's other work on the same CPUs stretches), refuses every crafted
+/// one as sparse without reading its tables, and attaches and traces the
+/// server. How long ringtail takes to be ready is BENCHMARKS.md's.
 fn crafted_executables_beside_a_tls_server(n: usize, extra: Duration) {
     if !can_trace() || !have("setpriv") || !have("curl") || !have("openssl") || !have("python3") {
         return;
@@ -387,17 +418,17 @@ fn crafted_executables_beside_a_tls_server(n: usize, extra: Duration) {
     let d = TempDir::new("crafted");
     std::fs::set_permissions(&d.0, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let (_server, port, copy) = legit_tls_server(&d.0);
-    let (mut rt, baseline) = time_to_ready(&crafted_config(free_port()));
-    rt.stop();
-    drop(rt);
+    let mut without = start_measured(&crafted_config(free_port()));
+    without.rt.stop();
     let made = Instant::now();
     let _crafted = crafted_processes(&d.0, n, false);
     eprintln!("{n} crafted processes running after {:?}", made.elapsed());
     let prom = free_port();
-    let (rt, ready_after) = time_to_ready(&crafted_config(prom));
-    eprintln!("{n} crafted executables: ringtail ready after {ready_after:?} (without them: {baseline:?})");
-    let bound = baseline + extra.mul_f64(time_scale());
-    assert!(ready_after <= bound, "ready after {ready_after:?}, over {bound:?}; log:\n{}", last_lines(&rt.log(), 40));
+    let with = start_measured(&crafted_config(prom));
+    let figures = compare(&format!("{n} crafted executables"), &with, &without);
+    eprintln!("{figures}");
+    let rt = &with.rt;
+    assert!(with.scan_cpu <= without.scan_cpu + extra, "{figures}; log:\n{}", last_lines(&rt.log(), 40));
     assert!(
         rt.log().lines().any(|l| l.contains("event=\"tls_attached\"") && l.contains(&copy)),
         "the legitimate server's libssl was not attached; log:\n{}",
@@ -414,7 +445,7 @@ fn crafted_executables_beside_a_tls_server(n: usize, extra: Duration) {
     assert_eq!(spans.iter().filter(|s| served(s)).count(), 1, "{spans:?}\n{}", rt.counters());
 }
 
-/// (item 2) 40 sparse copies: 2.8 s became 35.2 s before.
+/// (item 2) 40 sparse copies: 2.8 s became 35.2 s before, all of it reading.
 #[test]
 fn forty_crafted_executables_do_not_slow_the_start() {
     crafted_executables_beside_a_tls_server(40, Duration::from_secs(5));
@@ -427,10 +458,12 @@ fn a_thousand_crafted_executables_do_not_slow_the_start() {
 }
 
 /// (item 2) Crafted executables with their tables in real bytes (no hole
-/// to find): each costs the loader at most its reader's time (1 s), and
-/// their user at most its share of the start scan's 10 s; the others are
-/// counted as over budget, not read, and root's TLS server, in its own
-/// share, is attached.
+/// to find): together they cost the scan at most their user's share of its
+/// 10 s (over the uids running, at least two: 5 s) and one job's second
+/// more, of CPU; the scan ends within its 10 s of wall time and one job's
+/// deadline (2 s) more, however busy the CPUs; the others are counted as
+/// over budget, not read, and root's TLS server, in its own share, is
+/// attached.
 #[test]
 fn dense_crafted_executables_spend_only_their_user_s_share() {
     if !can_trace() || !have("setpriv") || !have("curl") || !have("openssl") || !have("python3") {
@@ -440,17 +473,18 @@ fn dense_crafted_executables_spend_only_their_user_s_share() {
     let d = TempDir::new("dense");
     std::fs::set_permissions(&d.0, std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let (_server, port, copy) = legit_tls_server(&d.0);
-    let (mut rt, baseline) = time_to_ready(&crafted_config(free_port()));
-    rt.stop();
-    drop(rt);
+    let mut without = start_measured(&crafted_config(free_port()));
+    without.rt.stop();
     let _crafted = crafted_processes(&d.0, N, true);
     let prom = free_port();
-    let (rt, ready_after) = time_to_ready(&crafted_config(prom));
-    eprintln!("{N} dense crafted executables: ringtail ready after {ready_after:?} (without them: {baseline:?})");
-    // At most nobody's share (10 s over the uids running, at least two) and
-    // one reader's time more, on top of the start without them.
-    let bound = baseline + Duration::from_secs(7).mul_f64(time_scale());
-    assert!(ready_after <= bound, "ready after {ready_after:?}, over {bound:?}; log:\n{}", last_lines(&rt.log(), 40));
+    let with = start_measured(&crafted_config(prom));
+    let figures = compare(&format!("{N} dense crafted executables"), &with, &without);
+    eprintln!("{figures}");
+    let rt = &with.rt;
+    // Nobody's share, one job's time more, and a second for the rest.
+    assert!(with.scan_cpu <= without.scan_cpu + Duration::from_secs(7), "{figures}; log:\n{}", last_lines(&rt.log(), 40));
+    let deadline = without.scan_wall + Duration::from_secs(12).mul_f64(time_scale());
+    assert!(with.scan_wall <= deadline, "{figures}, over {deadline:?}; log:\n{}", last_lines(&rt.log(), 40));
     assert!(rt.log().lines().any(|l| l.contains("event=\"tls_attached\"") && l.contains(&copy)), "{}", last_lines(&rt.log(), 60));
     let counted = wait_until(Duration::from_secs(10), || {
         let budget = metric_value(prom, "ringtail_tls_files_refused_total", &[("reason", "budget")])?;
