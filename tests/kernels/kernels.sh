@@ -52,8 +52,9 @@ matrix_tests() {
 }
 
 # The virtio and fuse modules the initramfs must load before it can mount
-# the host root (6.12's cloud kernel has them built in).
-MODULES=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci fuse virtiofs)
+# the host root (6.12's cloud kernel has them built in), then the network
+# card's (the pair's guests have one; every kernel builds it as a module).
+MODULES=(virtio_ring virtio virtio_pci_legacy_dev virtio_pci_modern_dev virtio_pci fuse virtiofs failover net_failover virtio_net)
 
 apt_private() {
     apt-get -q -o Dir::Etc::sourcelist="$CACHE/apt/sources.list" -o Dir::Etc::sourceparts=- \
@@ -107,7 +108,7 @@ prepare() {
     # The initramfs: busybox, the modules each kernel needs, our init. Built
     # again when init changes or a kernel was added.
     local stamp
-    stamp=$(cat "$HERE/init" "$CACHE"/k/*.version /bin/busybox | sha256sum | cut -c1-16)
+    stamp=$( (cat "$HERE/init" "$CACHE"/k/*.version /bin/busybox && echo "${MODULES[*]}") | sha256sum | cut -c1-16)
     if [ ! -f "$CACHE/initrd-$stamp.gz" ]; then
         say "kernels: building the initramfs"
         local root="$CACHE/initramfs.tmp"
@@ -119,8 +120,15 @@ prepare() {
             local kver f
             kver=$(cat "$CACHE/k/${s#*:}.version")
             for m in "${MODULES[@]}"; do
-                f=$(find "$CACHE/k/$kver/lib/modules/$kver" -name "$m.ko" 2>/dev/null | head -n 1 || true)
-                if [ -n "$f" ]; then install -D -m644 "$f" "$root/lib/modules/$kver/$m.ko"; fi
+                # (trixie's are under usr/ and xz-compressed: busybox's
+                # insmod wants them plain)
+                f=$(find "$CACHE/k/$kver/lib/modules/$kver" "$CACHE/k/$kver/usr/lib/modules/$kver" \
+                    \( -name "$m.ko" -o -name "$m.ko.xz" \) 2>/dev/null | head -n 1 || true)
+                case "$f" in
+                "") ;;
+                *.xz) mkdir -p "$root/lib/modules/$kver" && xz -dc "$f" >"$root/lib/modules/$kver/$m.ko" ;;
+                *) install -D -m644 "$f" "$root/lib/modules/$kver/$m.ko" ;;
+                esac
             done
         done
         install -m755 "$HERE/init" "$root/init"
@@ -175,11 +183,11 @@ boot() {
     # the end-to-end tests running beside it). The check is for broken
     # hardware; virtual machines are booted without it.
     timeout "${RINGTAIL_VM_TIMEOUT:-1800}" qemu-system-x86_64 -accel tcg,thread=multi -cpu max -smp "$smp" -m "$mem" \
-        -nographic -no-reboot -nic none \
+        -nographic -no-reboot ${RT_NIC:--nic none} \
         -object memory-backend-memfd,id=mem,size="${mem}M",share=on -numa node,memdev=mem \
         -chardev socket,id=vfs,path="$sock" -device vhost-user-fs-pci,chardev=vfs,tag=hostroot \
         -kernel "$vmlinuz" -initrd "$CACHE/initrd.gz" \
-        -append "console=ttyS0 quiet panic=-1 no_timer_check rt.script=$script${keep:+ rt.keep=$keep} ${RINGTAIL_VM_APPEND:-}" </dev/null | tee "$log" || rc=$?
+        -append "console=ttyS0 quiet panic=-1 no_timer_check rt.script=$script${keep:+ rt.keep=$keep}${RT_IP:+ rt.ip=$RT_IP rt.host=$RT_HOST} ${RINGTAIL_VM_APPEND:-}" </dev/null | tee "$log" || rc=$?
     kill "$vpid" 2>/dev/null || true
     wait "$vpid" 2>/dev/null || true
     local grc
@@ -219,14 +227,15 @@ matrix() {
     export RT_KEEP="$workspace:$(dirname "$testbin"):$bindir:$work"
     local logs=${RINGTAIL_KERNEL_LOGS:-$CACHE/logs}
     mkdir -p "$logs"
-    local -a pids=() names=()
+    local -a names=()
     local i series kver running=0
-    # newest first: the 6.3+ kernels run one test more
-    for ((i = ${#SUITES[@]} - 1; i >= 0; i--)); do
-        series=${SUITES[i]#*:}
-        # RINGTAIL_KERNELS="5.10 6.1": only these series (a developer's rerun)
-        case " ${RINGTAIL_KERNELS:-$series} " in *" $series "*) ;; *) continue ;; esac
-        kver=$(cat "$CACHE/k/$series.version")
+    # guest NAME KVER TESTS [SELF PEER PORT PEER_PORT]: writes NAME's script
+    # and boots it in the background (NAME's status and time in
+    # $work/NAME.rc, its console in $logs/NAME.log); with SELF, a network
+    # card on the pair's network (below) at 10.77.0.SELF, the peer at
+    # 10.77.0.PEER.
+    guest() {
+        local name=$1 kver=$2 tests=$3 self=${4:-} peer=${5:-} port=${6:-} peer_port=${7:-}
         {
             printf 'RT_TESTBIN=%q
 RT_BIN_DIR=%q
@@ -234,35 +243,67 @@ RT_SCALE=%q
 RT_TESTS=%q
 RT_KEPT=%q
 ' \
-                "$testbin" "$bindir" "${RINGTAIL_VM_TIME_SCALE:-8}" "$(matrix_tests "$series")" "$work"
+                "$testbin" "$bindir" "${RINGTAIL_VM_TIME_SCALE:-8}" "$tests" "$work"
+            [ -z "$self" ] || printf 'export RINGTAIL_PAIR_SELF=10.77.0.%s RINGTAIL_PAIR_PEER=10.77.0.%s\n' "$self" "$peer"
             cat "$HERE/guest.sh"
-        } >"$work/$series.sh"
-        if [ "$running" -ge "${RINGTAIL_VM_PARALLEL:-2}" ]; then
-            wait -n || true
-            running=$((running - 1))
-        fi
-        say "kernel $kver: booting ($(matrix_tests "$series"))"
+        } >"$work/$name.sh"
+        say "$name ($kver): booting ($tests)"
         (
             start=$(date +%s)
             rc=0
-            RINGTAIL_VM_SMP=1 boot "$kver" "$work/$series.sh" >"$logs/$kver.log" 2>&1 || rc=$?
-            echo "$rc $(($(date +%s) - start))" >"$work/$series.rc"
+            if [ -n "$self" ]; then
+                export RT_IP="10.77.0.$self/24" RT_HOST="rt-$name"
+                export RT_NIC="-netdev dgram,id=pair,local.type=inet,local.host=127.0.0.1,local.port=$port,remote.type=inet,remote.host=127.0.0.1,remote.port=$peer_port -device virtio-net-pci,netdev=pair,mac=52:54:00:77:00:0$self"
+            fi
+            RINGTAIL_VM_SMP=1 boot "$kver" "$work/$name.sh" >"$logs/$name.log" 2>&1 || rc=$?
+            echo "$rc $(($(date +%s) - start))" >"$work/$name.rc"
         ) &
-        pids+=($!)
-        names+=("$series")
-        running=$((running + 1))
-    done
-    wait
-    local failed=0 rc secs
-    for series in "${names[@]}"; do
+        names+=("$name")
+    }
+    # a free slot of RINGTAIL_VM_PARALLEL for `need` guests
+    slots() {
+        while [ "$running" -gt $((${RINGTAIL_VM_PARALLEL:-2} - $1)) ]; do
+            wait -n || true
+            running=$((running - 1))
+        done
+        running=$((running + $1))
+    }
+    # newest first: the 6.3+ kernels run one test more
+    for ((i = ${#SUITES[@]} - 1; i >= 0; i--)); do
+        series=${SUITES[i]#*:}
+        # RINGTAIL_KERNELS="5.10 6.1 pair": only these (a developer's rerun)
+        case " ${RINGTAIL_KERNELS:-$series} " in *" $series "*) ;; *) continue ;; esac
         kver=$(cat "$CACHE/k/$series.version")
-        read -r rc secs <"$work/$series.rc" || rc=255
+        slots 1
+        guest "$kver" "$kver" "$(matrix_tests "$series")"
+    done
+    # The pair: two hosts, each a guest of the newest kernel with its own
+    # ringtail, on one virtual network (qemu's `-netdev dgram`: each guest's
+    # frames go to the other's UDP port on the host's loopback, and nowhere
+    # else). Both start at once (the caller waits for the callee).
+    case " ${RINGTAIL_KERNELS:-pair} " in
+    *" pair "*)
+        kver=$(cat "$CACHE/k/${SUITES[${#SUITES[@]} - 1]#*:}.version")
+        local udp
+        udp=$(python3 -c 'import socket
+s = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(2)]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])')
+        slots 2
+        guest pair-callee "$kver" kernels::across_hosts_callee 2 1 "${udp% *}" "${udp#* }"
+        guest pair-caller "$kver" kernels::across_hosts_caller 1 2 "${udp#* }" "${udp% *}"
+        ;;
+    esac
+    wait
+    local failed=0 rc secs name
+    for name in "${names[@]}"; do
+        read -r rc secs <"$work/$name.rc" || rc=255
         if [ "$rc" = 0 ]; then
-            say "kernel $kver: passed in ${secs}s ($(grep -o 'test result: ok\. [0-9]* passed' "$logs/$kver.log" | tail -n 1))"
+            say "$name: passed in ${secs}s ($(grep -o 'test result: ok\. [0-9]* passed' "$logs/$name.log" | tail -n 1))"
         else
             failed=1
-            say "kernel $kver: FAILED (status $rc, ${secs:-?}s); its console, $logs/$kver.log, ends:"
-            tail -n 60 "$logs/$kver.log" >&2
+            say "$name: FAILED (status $rc, ${secs:-?}s); its console, $logs/$name.log, ends:"
+            tail -n 60 "$logs/$name.log" >&2
         fi
     done
     rm -rf "$work"

@@ -13,6 +13,8 @@ use crate::{free_port, skip, venv, wait_port, workspace, Proc, Ringtail, TempDir
 pub struct Rotel {
     proc: Option<Proc>,
     dir: TempDir,
+    /// The address it listens on.
+    host: String,
     pub grpc: u16,
     pub http: u16,
 }
@@ -39,7 +41,13 @@ impl Rotel {
         let grpc = free_port();
         // Two calls may give the same port (each binds port 0 and lets go).
         let http = std::iter::repeat_with(free_port).find(|p| *p != grpc).expect("a second free port");
-        let mut r = Rotel { proc: None, dir: TempDir::new("rotel"), grpc, http };
+        Rotel::start_at("127.0.0.1", grpc, http)
+    }
+
+    /// Starts rotel listening on `host` (another host's ringtail exports to
+    /// it), gRPC on `grpc`, HTTP on `http`.
+    pub fn start_at(host: &str, grpc: u16, http: u16) -> Rotel {
+        let mut r = Rotel { proc: None, dir: TempDir::new("rotel"), host: host.to_owned(), grpc, http };
         r.restart();
         r
     }
@@ -53,9 +61,9 @@ impl Rotel {
             "rotel",
             Command::new(agent)
                 .args(["start", "--exporter", "blackhole", "--otlp-grpc-endpoint"])
-                .arg(format!("127.0.0.1:{}", self.grpc))
+                .arg(format!("{}:{}", self.host, self.grpc))
                 .arg("--otlp-http-endpoint")
-                .arg(format!("127.0.0.1:{}", self.http))
+                .arg(format!("{}:{}", self.host, self.http))
                 .arg("--otlp-with-trace-processor")
                 .arg(&processor)
                 .arg("--otlp-with-metrics-processor")

@@ -769,3 +769,182 @@ fn every_exchange_on_the_default_backend() {
 fn every_exchange_on_the_syscall_backend() {
     every_exchange_on_one_start("syscalls");
 }
+
+/// The pair of hosts (tests/kernels/kernels.sh `pair`): two guests of the
+/// newest kernel on one virtual network, each with its own ringtail and
+/// `probe.carrier`. The caller host runs curl → A → B; B calls C, on the
+/// callee host, while serving. The callee host holds the OTLP receiver
+/// both ringtails export to, and checks each request's trace whole.
+///
+/// The ports both hosts know: service C, the receiver's gRPC and HTTP, and
+/// the hosts' control connection (the callee says `ready`; the caller says
+/// `sent` once its requests are answered; the callee answers its verdict).
+const PAIR_C: u16 = 18470;
+const PAIR_OTLP: (u16, u16) = (18417, 18418);
+const PAIR_CONTROL: u16 = 18471;
+/// curl's requests: 30 of its own trace each, and one that brings its own
+/// `traceparent`.
+const PAIR_REQUESTS: std::ops::Range<u32> = 100..130;
+const PAIR_OWN: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+/// This guest's address and its peer's, on the pair's network (the pair's
+/// tests are `#[ignore]`d elsewhere: kernels.sh names them in its guests).
+fn pair() -> (String, String) {
+    match (std::env::var("RINGTAIL_PAIR_SELF"), std::env::var("RINGTAIL_PAIR_PEER")) {
+        (Ok(me), Ok(peer)) => (me, peer),
+        _ => panic!("not a guest of the kernel matrix's pair of hosts: tests/kernels/kernels.sh runs this test"),
+    }
+}
+
+/// ringtail with the carrier on the socket backend, `open_ports` selected
+/// and curl by name, exporting over OTLP/gRPC to `otlp`.
+fn carrier_ringtail(open_ports: &[u16], otlp: &str, prom: u16) -> Ringtail {
+    let ports: Vec<String> = open_ports.iter().map(u16::to_string).collect();
+    Ringtail::start(&format!(
+        "[probe]\nbackend = \"socket\"\ncarrier = true\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n\
+         [discovery]\nopen_ports = [{}]\nexe_names = [\"^curl$\"]\n[export]\nstdout = true\n[export.otlp]\nendpoint = \"{otlp}\"\n\
+         protocol = \"grpc\"\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
+        ports.join(", ")
+    ))
+}
+
+/// A service of the chain (tests/fixtures/chain.py) on `at`:`port`,
+/// calling `next` while serving (`-`: none).
+fn chain_service(name: &str, at: &str, port: u16, next: &str) -> Proc {
+    let mut cmd = Command::new("/usr/bin/python3");
+    cmd.arg(fixture("chain.py")).args([at, &port.to_string(), next]).stdout(Stdio::null()).stderr(Stdio::null());
+    let p = Proc::spawn(name, &mut cmd);
+    assert!(wait_port(port, Duration::from_secs(60).mul_f64(time_scale())), "{name} did not listen on {port}");
+    p
+}
+
+/// A line from the control connection (None at its end).
+fn control_line(r: &mut impl std::io::BufRead) -> Option<String> {
+    let mut line = String::new();
+    (r.read_line(&mut line).ok()? > 0).then(|| line.trim().to_owned())
+}
+
+/// The callee host: the receiver, ringtail, C; then every request's trace,
+/// from both hosts' spans: curl's client span (the caller's), A's server
+/// and client, B's server and client (the caller's), C's server (this
+/// host's), each the child of the one before, one trace; the request that
+/// brought its `traceparent` continues it to C. C's server span's parent is
+/// the id B's call carried in its TCP option across the network.
+#[test]
+#[ignore = "the kernel matrix's pair of hosts runs it (tests/kernels/kernels.sh)"]
+fn across_hosts_callee() {
+    let (me, _peer) = pair();
+    if !ready_to_trace(&["/usr/bin/python3"]) {
+        return;
+    }
+    let rotel = Rotel::start_at("0.0.0.0", PAIR_OTLP.0, PAIR_OTLP.1);
+    let prom = free_port();
+    let _c = chain_service("C", "0.0.0.0", PAIR_C, "-");
+    let rt = carrier_ringtail(&[PAIR_C], &format!("http://127.0.0.1:{}", PAIR_OTLP.0), prom);
+    let control = std::net::TcpListener::bind((me.as_str(), PAIR_CONTROL)).expect("bind the control port");
+    let (conn, from) = control.accept().expect("the caller's control connection");
+    eprintln!("pair: the caller connected from {from}");
+    // (the caller starts its ringtail, then sends: a few minutes here)
+    conn.set_read_timeout(Some(wait().mul_f64(4.0))).expect("a read timeout");
+    let mut out = conn.try_clone().expect("dup");
+    let mut input = std::io::BufReader::new(conn);
+    writeln!(out, "ready").expect("say ready");
+    assert_eq!(control_line(&mut input).as_deref(), Some("sent"), "the caller did not send its requests");
+    let want = (PAIR_REQUESTS.len() + 1) * 6;
+    let ours = |s: &Value| attr(s, "url.path").is_some_and(|p| p.contains("/r/") || p.ends_with("/own"));
+    let spans = wait_until(wait().mul_f64(2.0), || {
+        let all: Vec<Value> = rotel.spans().into_iter().filter(|s| ours(s)).collect();
+        (all.len() >= want).then_some(all)
+    });
+    let verdict = std::panic::catch_unwind(|| {
+        let spans = spans.unwrap_or_else(|| panic!("fewer than {want} spans at the receiver:\n{:#?}", rotel.spans()));
+        assert_pair_traces(&spans, &rt);
+        let matched = wait_until(wait(), || metric_value(prom, "ringtail_carrier_matched_total", &[]).filter(|n| *n >= 31.0));
+        assert_eq!(matched, Some(31.0), "C's requests matched to the options that named them:\n{}", rt.stdout());
+    });
+    let said = if verdict.is_ok() { "ok".to_owned() } else { "failed (the callee's console says why)".to_owned() };
+    let _ = writeln!(out, "{said}");
+    if let Err(e) = verdict {
+        std::panic::resume_unwind(e);
+    }
+    eprintln!("pair: 31 traces of 6 spans from two hosts, each parent exact; C's 31 requests matched by their options");
+}
+
+/// Every request's six spans, checked (module doc of the pair).
+fn assert_pair_traces(spans: &[Value], rt: &Ringtail) {
+    let one = |kind: u64, path: &str| {
+        let v: Vec<&Value> = spans.iter().filter(|s| s["kind"] == kind && attr(s, "url.path").as_deref() == Some(path)).collect();
+        assert_eq!(v.len(), 1, "kind {kind} {path}: {v:#?}\n{}", rt.stdout());
+        v[0].clone()
+    };
+    let id = |s: &Value, f: &str| s[f].as_str().unwrap_or_default().to_owned();
+    let host = |s: &Value| res_attr(s, "host.name").unwrap_or_default();
+    let chain = |p: &str| {
+        let (n, nn) = (format!("/n{p}"), format!("/n/n{p}"));
+        [one(CLIENT, p), one(SERVER, p), one(CLIENT, &n), one(SERVER, &n), one(CLIENT, &nn), one(SERVER, &nn)]
+    };
+    for p in PAIR_REQUESTS.map(|i| format!("/r/{i}")).chain(["/own".to_owned()]) {
+        let s = chain(&p);
+        let hosts: Vec<String> = s.iter().map(host).collect();
+        assert_eq!(&hosts[..5], vec!["rt-pair-caller"; 5], "{p}: {hosts:?}");
+        assert_eq!(hosts[5], "rt-pair-callee", "{p}: {hosts:?}");
+        let (first, k0) = if p == "/own" {
+            // curl's own traceparent, read in A's host's kernel, goes on
+            assert_eq!(
+                (id(&s[1], "trace_id"), id(&s[1], "parent_span_id")),
+                ("0af7651916cd43dd8448eb211c80319c".into(), "b7ad6b7169203331".into())
+            );
+            (1, id(&s[1], "trace_id"))
+        } else {
+            assert_eq!(id(&s[0], "parent_span_id"), "", "{p}: curl's span is the root: {}", s[0]);
+            (0, id(&s[0], "trace_id"))
+        };
+        for k in first + 1..6 {
+            assert_eq!(
+                (id(&s[k], "trace_id"), id(&s[k], "parent_span_id")),
+                (k0.clone(), id(&s[k - 1], "span_id")),
+                "{p}, span {k} of 6: {}",
+                s[k]
+            );
+        }
+    }
+}
+
+/// The caller host: A and B (B calls C on the callee host), ringtail
+/// exporting to the callee's receiver, curl's requests once the callee
+/// says it is ready; passes when the callee's verdict is `ok`. Every call
+/// carried: none counted as not carried.
+#[test]
+#[ignore = "the kernel matrix's pair of hosts runs it (tests/kernels/kernels.sh)"]
+fn across_hosts_caller() {
+    let (_me, peer) = pair();
+    if !ready_to_trace(&["curl", "/usr/bin/python3"]) {
+        return;
+    }
+    let (a, b) = (free_port(), free_port());
+    let _b = chain_service("B", "127.0.0.1", b, &format!("{peer}:{PAIR_C}"));
+    let _a = chain_service("A", "127.0.0.1", a, &format!("127.0.0.1:{b}"));
+    // The callee first: its receiver must listen before this ringtail exports.
+    let conn = wait_until(wait().mul_f64(4.0), || std::net::TcpStream::connect((peer.as_str(), PAIR_CONTROL)).ok())
+        .unwrap_or_else(|| panic!("the callee host {peer} never listened on {PAIR_CONTROL}"));
+    let mut out = conn.try_clone().expect("dup");
+    conn.set_read_timeout(Some(wait().mul_f64(4.0))).expect("a read timeout");
+    let mut input = std::io::BufReader::new(conn);
+    assert_eq!(control_line(&mut input).as_deref(), Some("ready"));
+    let prom = free_port();
+    let rt = carrier_ringtail(&[a, b], &format!("http://{peer}:{}", PAIR_OTLP.0), prom);
+    let first = PAIR_REQUESTS.start;
+    let last = PAIR_REQUESTS.end - 1;
+    assert_eq!(curl(&["-sS", &format!("http://127.0.0.1:{a}/r/[{first}-{last}]")]), "ok\n".repeat(PAIR_REQUESTS.len()));
+    assert_eq!(curl(&["-sS", "-H", &format!("traceparent: {PAIR_OWN}"), &format!("http://127.0.0.1:{a}/own")]), "ok\n");
+    writeln!(out, "sent").expect("say sent");
+    let verdict = control_line(&mut input);
+    assert_eq!(verdict.as_deref(), Some("ok"), "the callee's verdict; this host's spans:\n{}", rt.stdout());
+    // (the loader's counts reach the exporter a second or so later)
+    let written = wait_until(wait(), || metric_value(prom, "ringtail_carrier_written_total", &[]).filter(|n| *n >= 93.0));
+    assert_eq!(written, Some(93.0), "curl's, A's and B's calls each carried");
+    for reason in ["mid_segment", "concurrent_requests", "parent_undecided", "option_not_written", "no_option_space"] {
+        let n = metric_value(prom, "ringtail_carrier_not_carried_total", &[("reason", reason)]).unwrap_or(0.0);
+        assert_eq!(n, 0.0, "{reason}");
+    }
+}

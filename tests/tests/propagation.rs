@@ -626,29 +626,6 @@ fn a_connection_leaves_the_socket_map_at_its_fin() {
     eprintln!("propagation: a kept-alive connection in the socket map until its FIN");
 }
 
-/// A service of the carrier's chain: for `/PATH` it calls
-/// `http://NEXT/n/PATH` (urllib: a blocking socket, a connection a call)
-/// while serving, then answers; with NEXT `-` it answers at once. Listens
-/// on ARGV[1]:ARGV[2], a thread a connection.
-const CHAIN: &str = r#"
-import http.server, sys, urllib.request
-nxt = sys.argv[3]
-class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_GET(self):
-        body = b"ok\n"
-        if nxt != "-":
-            with urllib.request.urlopen("http://%s/n%s" % (nxt, self.path)) as r:
-                body = r.read()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-http.server.ThreadingHTTPServer((sys.argv[1], int(sys.argv[2])), H).serve_forever()
-"#;
-
 /// `probe.carrier`: the trace context in a TCP header option. curl → A
 /// (this namespace) → B (another namespace, behind a veth pair) → C (this
 /// namespace, called from B's): every call after curl's is made while
@@ -664,9 +641,8 @@ fn the_carrier_takes_a_request_s_trace_through_calls_made_while_serving() {
     if !can_trace() || !have("curl") || !have("ip") || !have("/usr/bin/python3") {
         return;
     }
-    let (ns, dir) = (VethNs::create(), TempDir::new("carrier"));
-    let script = dir.join("chain.py");
-    std::fs::write(&script, CHAIN).expect("write chain.py");
+    let ns = VethNs::create();
+    let script = fixture("chain.py");
     let (a, b, c) = (free_port(), free_port(), free_port());
     let service = |name: &str, mut cmd: Command, at: &str, port: u16, next: String| {
         Proc::spawn(name, cmd.arg(&script).args([at, &port.to_string(), &next]).stdout(Stdio::null()).stderr(Stdio::null()))
