@@ -772,8 +772,10 @@ fn every_exchange_on_the_syscall_backend() {
 
 /// The pair of hosts (tests/kernels/kernels.sh `pair`): two guests of the
 /// newest kernel on one virtual network, each with its own ringtail and
-/// `probe.carrier`. The caller host runs curl → A → B; B calls C, on the
-/// callee host, while serving. The callee host holds the OTLP receiver
+/// `probe.carrier`. The caller host runs curl → A → B, B a Python
+/// thread-per-request service, and curl → J, J Java's HTTP server on a
+/// pool of 8 threads (tests/fixtures/java/Front.java); B and J call C, on
+/// the callee host, while serving. The callee host holds the OTLP receiver
 /// both ringtails export to, and checks each request's trace whole.
 ///
 /// The ports both hosts know: service C, the receiver's gRPC and HTTP, and
@@ -782,8 +784,8 @@ fn every_exchange_on_the_syscall_backend() {
 const PAIR_C: u16 = 18470;
 const PAIR_OTLP: (u16, u16) = (18417, 18418);
 const PAIR_CONTROL: u16 = 18471;
-/// curl's requests: 30 of its own trace each, and one that brings its own
-/// `traceparent`.
+/// curl's requests: 30 of its own trace each through A and B, and one that
+/// brings its own `traceparent`; as many through J.
 const PAIR_REQUESTS: std::ops::Range<u32> = 100..130;
 const PAIR_OWN: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
@@ -812,8 +814,14 @@ fn carrier_ringtail(open_ports: &[u16], otlp: &str, prom: u16) -> Ringtail {
 /// calling `next` while serving (`-`: none).
 fn chain_service(name: &str, at: &str, port: u16, next: &str) -> Proc {
     let mut cmd = Command::new("/usr/bin/python3");
-    cmd.arg(fixture("chain.py")).args([at, &port.to_string(), next]).stdout(Stdio::null()).stderr(Stdio::null());
-    let p = Proc::spawn(name, &mut cmd);
+    cmd.arg(fixture("chain.py")).args([at, &port.to_string(), next]);
+    listening(name, cmd, port)
+}
+
+/// `cmd` run as `name`, once it listens on `port` (a JVM that compiles its
+/// source first takes a while under emulation).
+fn listening(name: &str, mut cmd: Command, port: u16) -> Proc {
+    let p = Proc::spawn(name, cmd.stdout(Stdio::null()).stderr(Stdio::null()));
     assert!(wait_port(port, Duration::from_secs(60).mul_f64(time_scale())), "{name} did not listen on {port}");
     p
 }
@@ -850,8 +858,10 @@ fn across_hosts_callee() {
     let mut input = std::io::BufReader::new(conn);
     writeln!(out, "ready").expect("say ready");
     assert_eq!(control_line(&mut input).as_deref(), Some("sent"), "the caller did not send its requests");
-    let want = (PAIR_REQUESTS.len() + 1) * 6;
-    let ours = |s: &Value| attr(s, "url.path").is_some_and(|p| p.contains("/r/") || p.ends_with("/own"));
+    let want = (PAIR_REQUESTS.len() + 1) * 6 + PAIR_REQUESTS.len() * 4;
+    let ours = |s: &Value| {
+        attr(s, "url.path").is_some_and(|p| p.contains("/r/") || p.ends_with("/own") || p.starts_with("/f/") || p.starts_with("/b/"))
+    };
     let spans = wait_until(wait().mul_f64(2.0), || {
         let all: Vec<Value> = rotel.spans().into_iter().filter(|s| ours(s)).collect();
         (all.len() >= want).then_some(all)
@@ -859,18 +869,19 @@ fn across_hosts_callee() {
     let verdict = std::panic::catch_unwind(|| {
         let spans = spans.unwrap_or_else(|| panic!("fewer than {want} spans at the receiver:\n{:#?}", rotel.spans()));
         assert_pair_traces(&spans, &rt);
-        let matched = wait_until(wait(), || metric_value(prom, "ringtail_carrier_matched_total", &[]).filter(|n| *n >= 31.0));
-        assert_eq!(matched, Some(31.0), "C's requests matched to the options that named them:\n{}", rt.stdout());
+        let matched = wait_until(wait(), || metric_value(prom, "ringtail_carrier_matched_total", &[]).filter(|n| *n >= 61.0));
+        assert_eq!(matched, Some(61.0), "C's requests matched to the options that named them:\n{}", rt.stdout());
     });
     let said = if verdict.is_ok() { "ok".to_owned() } else { "failed (the callee's console says why)".to_owned() };
     let _ = writeln!(out, "{said}");
     if let Err(e) = verdict {
         std::panic::resume_unwind(e);
     }
-    eprintln!("pair: 31 traces of 6 spans from two hosts, each parent exact; C's 31 requests matched by their options");
+    eprintln!("pair: 31 traces of 6 spans (Python) and 30 of 4 (Java) from two hosts, each parent exact; C's 61 requests matched by their options");
 }
 
-/// Every request's six spans, checked (module doc of the pair).
+/// Every request's spans, checked (module doc of the pair): six through
+/// A and B, four through J.
 fn assert_pair_traces(spans: &[Value], rt: &Ringtail) {
     let one = |kind: u64, path: &str| {
         let v: Vec<&Value> = spans.iter().filter(|s| s["kind"] == kind && attr(s, "url.path").as_deref() == Some(path)).collect();
@@ -883,34 +894,40 @@ fn assert_pair_traces(spans: &[Value], rt: &Ringtail) {
         let (n, nn) = (format!("/n{p}"), format!("/n/n{p}"));
         [one(CLIENT, p), one(SERVER, p), one(CLIENT, &n), one(SERVER, &n), one(CLIENT, &nn), one(SERVER, &nn)]
     };
+    // each span the child of the one before it, from span `first` on
+    let check = |s: &[Value], p: &str, first: usize| {
+        let k0 = id(&s[first], "trace_id");
+        for k in first + 1..s.len() {
+            let got = (id(&s[k], "trace_id"), id(&s[k], "parent_span_id"));
+            assert_eq!(got, (k0.clone(), id(&s[k - 1], "span_id")), "{p}, span {k} of {}: {}", s.len(), s[k]);
+        }
+    };
+    for i in PAIR_REQUESTS {
+        let (f, b) = (format!("/f/{i}"), format!("/b/{i}"));
+        let s = [one(CLIENT, &f), one(SERVER, &f), one(CLIENT, &b), one(SERVER, &b)];
+        let hosts: Vec<String> = s.iter().map(host).collect();
+        assert_eq!(hosts, ["rt-pair-caller", "rt-pair-caller", "rt-pair-caller", "rt-pair-callee"], "{f}");
+        assert_eq!(id(&s[0], "parent_span_id"), "", "{f}: curl's span is the root: {}", s[0]);
+        check(&s, &f, 0);
+    }
     for p in PAIR_REQUESTS.map(|i| format!("/r/{i}")).chain(["/own".to_owned()]) {
         let s = chain(&p);
         let hosts: Vec<String> = s.iter().map(host).collect();
         assert_eq!(&hosts[..5], vec!["rt-pair-caller"; 5], "{p}: {hosts:?}");
         assert_eq!(hosts[5], "rt-pair-callee", "{p}: {hosts:?}");
-        let (first, k0) = if p == "/own" {
+        if p == "/own" {
             // curl's own traceparent, read in A's host's kernel, goes on
-            assert_eq!(
-                (id(&s[1], "trace_id"), id(&s[1], "parent_span_id")),
-                ("0af7651916cd43dd8448eb211c80319c".into(), "b7ad6b7169203331".into())
-            );
-            (1, id(&s[1], "trace_id"))
+            let got = (id(&s[1], "trace_id"), id(&s[1], "parent_span_id"));
+            assert_eq!(got, ("0af7651916cd43dd8448eb211c80319c".into(), "b7ad6b7169203331".into()));
+            check(&s, &p, 1);
         } else {
             assert_eq!(id(&s[0], "parent_span_id"), "", "{p}: curl's span is the root: {}", s[0]);
-            (0, id(&s[0], "trace_id"))
-        };
-        for k in first + 1..6 {
-            assert_eq!(
-                (id(&s[k], "trace_id"), id(&s[k], "parent_span_id")),
-                (k0.clone(), id(&s[k - 1], "span_id")),
-                "{p}, span {k} of 6: {}",
-                s[k]
-            );
+            check(&s, &p, 0);
         }
     }
 }
 
-/// The caller host: A and B (B calls C on the callee host), ringtail
+/// The caller host: A, B and J (B and J call C on the callee host), ringtail
 /// exporting to the callee's receiver, curl's requests once the callee
 /// says it is ready; passes when the callee's verdict is `ok`. Every call
 /// carried: none counted as not carried.
@@ -918,12 +935,15 @@ fn assert_pair_traces(spans: &[Value], rt: &Ringtail) {
 #[ignore = "the kernel matrix's pair of hosts runs it (tests/kernels/kernels.sh)"]
 fn across_hosts_caller() {
     let (_me, peer) = pair();
-    if !ready_to_trace(&["curl", "/usr/bin/python3"]) {
+    if !ready_to_trace(&["curl", "/usr/bin/python3", "java"]) {
         return;
     }
-    let (a, b) = (free_port(), free_port());
+    let (a, b, j) = (free_port(), free_port(), free_port());
     let _b = chain_service("B", "127.0.0.1", b, &format!("{peer}:{PAIR_C}"));
     let _a = chain_service("A", "127.0.0.1", a, &format!("127.0.0.1:{b}"));
+    let mut java = Command::new("java");
+    java.arg(fixture("java/Front.java")).args([&j.to_string(), &peer]);
+    let _j = listening("J", java, j);
     // The callee first: its receiver must listen before this ringtail exports.
     let conn = wait_until(wait().mul_f64(4.0), || std::net::TcpStream::connect((peer.as_str(), PAIR_CONTROL)).ok())
         .unwrap_or_else(|| panic!("the callee host {peer} never listened on {PAIR_CONTROL}"));
@@ -932,17 +952,19 @@ fn across_hosts_caller() {
     let mut input = std::io::BufReader::new(conn);
     assert_eq!(control_line(&mut input).as_deref(), Some("ready"));
     let prom = free_port();
-    let rt = carrier_ringtail(&[a, b], &format!("http://{peer}:{}", PAIR_OTLP.0), prom);
+    let rt = carrier_ringtail(&[a, b, j], &format!("http://{peer}:{}", PAIR_OTLP.0), prom);
     let first = PAIR_REQUESTS.start;
     let last = PAIR_REQUESTS.end - 1;
     assert_eq!(curl(&["-sS", &format!("http://127.0.0.1:{a}/r/[{first}-{last}]")]), "ok\n".repeat(PAIR_REQUESTS.len()));
     assert_eq!(curl(&["-sS", "-H", &format!("traceparent: {PAIR_OWN}"), &format!("http://127.0.0.1:{a}/own")]), "ok\n");
+    let through_j = curl(&["-sS", &format!("http://127.0.0.1:{j}/f/[{first}-{last}]?port={PAIR_C}")]);
+    assert_eq!(through_j, "ok\n".repeat(PAIR_REQUESTS.len()));
     writeln!(out, "sent").expect("say sent");
     let verdict = control_line(&mut input);
     assert_eq!(verdict.as_deref(), Some("ok"), "the callee's verdict; this host's spans:\n{}", rt.stdout());
     // (the loader's counts reach the exporter a second or so later)
-    let written = wait_until(wait(), || metric_value(prom, "ringtail_carrier_written_total", &[]).filter(|n| *n >= 93.0));
-    assert_eq!(written, Some(93.0), "curl's, A's and B's calls each carried");
+    let written = wait_until(wait(), || metric_value(prom, "ringtail_carrier_written_total", &[]).filter(|n| *n >= 153.0));
+    assert_eq!(written, Some(153.0), "curl's, A's, B's and J's calls each carried");
     for reason in ["mid_segment", "concurrent_requests", "parent_undecided", "option_not_written", "no_option_space"] {
         let n = metric_value(prom, "ringtail_carrier_not_carried_total", &[("reason", reason)]).unwrap_or(0.0);
         assert_eq!(n, 0.0, "{reason}");
