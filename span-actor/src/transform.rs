@@ -22,7 +22,7 @@ use ringtail_config::Settings;
 use runtime_kit::counters::{Counter, Registry};
 
 use crate::db;
-use crate::graph::{Caller, Callers};
+use crate::graph::{Caller, Callers, Carried};
 use crate::h2::grpc;
 use crate::h2::table::{H2Table, H2_SUB};
 use crate::http1::Http1;
@@ -203,6 +203,8 @@ pub struct Transformer {
     graph: bool,
     /// Client ends of recent calls, for server spans that come after them.
     callers: Callers,
+    /// The ends of calls the carrier took on this host (`graph::Carried`).
+    carried: Carried,
     /// Spans held, by the context they wait for, and when each wait ends.
     held: HashMap<CtxKey, Vec<Held>>,
     held_count: usize,
@@ -355,6 +357,7 @@ impl Transformer {
             forward_misses: HashMap::default(),
             graph: settings.metrics.service_graph,
             callers: Callers::default(),
+            carried: Carried::default(),
             held: HashMap::default(),
             held_count: 0,
             held_order: VecDeque::new(),
@@ -592,6 +595,10 @@ impl Transformer {
             _ if kernel_ids.is_some() => {
                 if let Some((trace_id, span_id, parent_span_id)) = kernel_ids {
                     (span.trace_id, span.span_id, span.parent_span_id) = (trace_id, span_id, parent_span_id);
+                }
+                if self.graph {
+                    // (a call on this host: its two ends are not joined)
+                    self.carried.meet(&p.resource, span);
                 }
                 if kind == SpanKind::Server {
                     // (the calls of its process that forward its traceparent)

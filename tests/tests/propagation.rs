@@ -644,8 +644,10 @@ fn the_carrier_takes_a_request_s_trace_through_calls_made_while_serving() {
     let ns = VethNs::create();
     let script = fixture("chain.py");
     let (a, b, c) = (free_port(), free_port(), free_port());
+    // (each its own service.name: the service graph's edges name them)
     let service = |name: &str, mut cmd: Command, at: &str, port: u16, next: String| {
-        Proc::spawn(name, cmd.arg(&script).args([at, &port.to_string(), &next]).stdout(Stdio::null()).stderr(Stdio::null()))
+        cmd.arg(&script).args([at, &port.to_string(), &next]).env("OTEL_SERVICE_NAME", name.to_lowercase());
+        Proc::spawn(name, cmd.stdout(Stdio::null()).stderr(Stdio::null()))
     };
     let _c = service("C", Command::new("/usr/bin/python3"), &ns.host_addr, c, "-".into());
     let _b = service("B", ns.command("/usr/bin/python3"), &ns.ns_addr, b, format!("{}:{c}", ns.host_addr));
@@ -742,5 +744,22 @@ fn the_carrier_takes_a_request_s_trace_through_calls_made_while_serving() {
         let n = metric_value(prom, "ringtail_carrier_not_carried_total", &[("reason", reason)]).unwrap_or(0.0);
         assert_eq!(n, 0.0, "{reason}");
     }
-    eprintln!("carrier: 31 traces of 6 spans through two calls made while serving, across a veth pair; 93 options written and matched");
+    // The service graph: each carried call an edge (its two ends' ids the
+    // kernel's, not joined), once: curl → a → b → c.
+    let edge = |client: &str, server: &str| {
+        metric_value(prom, "traces_service_graph_request_total", &[("client", client), ("server", server)]).unwrap_or(0.0)
+    };
+    let all = wait_until(WAIT, || (edge("curl", "a") + edge("a", "b") + edge("b", "c") >= 93.0).then_some(()));
+    assert!(all.is_some(), "the carried calls' edges: {}", scrape(prom));
+    std::thread::sleep(SETTLE);
+    let text = scrape(prom);
+    let mut edges: Vec<&str> = text.lines().filter(|l| l.starts_with("traces_service_graph_request_total{")).collect();
+    edges.sort_unstable();
+    assert_eq!(
+        edges,
+        [("a", "b"), ("b", "c"), ("curl", "a")]
+            .map(|(c, s)| format!("traces_service_graph_request_total{{client=\"{c}\",server=\"{s}\",connection_type=\"\"}} 31")),
+        "{text}"
+    );
+    eprintln!("carrier: 31 traces of 6 spans through two calls made while serving, across a veth pair; 93 options written and matched; 3 edges of 31");
 }

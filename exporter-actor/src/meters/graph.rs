@@ -18,6 +18,10 @@
 //! - a SERVER span joined to the CLIENT span on this host that called it:
 //!   `client` is the caller's `service.name`, `server` the server's,
 //!   `connection_type` empty (Tempo's value for a direct call);
+//! - a call `probe.carrier` took on this host (the kernel decided both
+//!   spans' ids, so they are not joined): its edge is on whichever span
+//!   came second, a SERVER span as above, or the CLIENT span, its peer
+//!   the server (`client` the span's own service);
 //! - a database call (a CLIENT span with a `DbCall`): `server` is the
 //!   address it went to (`server.address`, as Tempo names a database it
 //!   has no span of), `connection_type="database"`, both durations the
@@ -111,6 +115,14 @@ pub fn edge_of<'a>(res: &'a ServiceResource, s: &'a Span<&'a str>) -> Option<Obs
             connection_type: "",
             client_ns: e.peer_duration_ns,
             server_ns: own_ns,
+            failed: s.error || e.peer_error,
+        }),
+        (SpanKind::Client, Some(e), Call::Http(_) | Call::Rpc(..)) => Some(Observed {
+            client: &res.service_name,
+            server: e.peer_service,
+            connection_type: "",
+            client_ns: own_ns,
+            server_ns: e.peer_duration_ns,
             failed: s.error || e.peer_error,
         }),
         (SpanKind::Client, None, Call::Db(_)) => Some(Observed {
@@ -220,7 +232,7 @@ mod tests {
     }
 
     #[test]
-    fn server_spans_with_a_caller_and_database_calls_make_edges_nothing_else() {
+    fn server_spans_with_a_caller_carried_calls_and_database_calls_make_edges_nothing_else() {
         let back = res("back");
         let mut s = crate::meters::tests::span("/b", 30, 503);
         s.edge = Some(Edge { peer_service: "front".into(), peer_duration_ns: 40_000_000, peer_error: false });
@@ -241,6 +253,19 @@ mod tests {
         let mut client = crate::meters::tests::span("/b", 30, 200);
         client.kind = SpanKind::Client;
         assert_eq!(edge_of(&back, &client.as_borrowed()), None, "an HTTP client span: its server makes the edge");
+        // a carried call whose server span came first: the client completes it
+        client.edge = Some(Edge { peer_service: "next".into(), peer_duration_ns: 10_000_000, peer_error: true });
+        assert_eq!(
+            edge_of(&back, &client.as_borrowed()),
+            Some(Observed {
+                client: "back",
+                server: "next",
+                connection_type: "",
+                client_ns: 30_000_000,
+                server_ns: 10_000_000,
+                failed: true
+            })
+        );
         let db = crate::meters::tests::db_span(2, Some("42601"));
         let d = db.as_borrowed();
         let o = edge_of(&back, &d).expect("a database call is an edge");

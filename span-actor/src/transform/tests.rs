@@ -564,6 +564,62 @@ fn a_server_span_joined_to_its_caller_carries_the_callers_end_of_the_edge() {
     assert!(run(&mut rig, vec![served]).iter().all(|p| p.span.edge.is_none()));
 }
 
+/// The service graph's edge of a call `probe.carrier` took on this host:
+/// both spans' ids are the kernel's (not joined), the server span's parent
+/// is the call's span id; whichever comes second carries the other's end
+/// (a CLIENT span names the server as its peer), once. A server span whose
+/// caller is on another host, and a database call's span, meet nothing.
+#[test]
+fn a_carried_call_on_this_host_makes_its_edge_whichever_end_comes_second() {
+    let procs = || vec![process(100, Some("front")), process(200, Some("back"))];
+    let run = |rig: &mut Rig, events: Vec<RawEvent>| rig.run_batch(RawBatch::of(OFFSET, 0, procs(), &events, &[], &[]));
+    let trace = 0x0af7651916cd43dd8448eb211c80319c_u128;
+    let pair = |n: u64, status: u16| {
+        let (front_span, call_span, back_span) = (0x100 + n, 0x200 + n, 0x300 + n);
+        let mut call = event(Role::Client, 20 + n, 1, b"GET /b HTTP/1.1\r\n\r\n", status);
+        (call.start_mono_ns, call.end_mono_ns) = (1_000_000, 9_000_000);
+        call.kernel_ids = Some((trace, call_span << 40, front_span << 40));
+        let mut served = event(Role::Server, 40 + n, 1, b"GET /b HTTP/1.1\r\n\r\n", status);
+        served.conn.pid = 200;
+        served.kernel_ids = Some((trace, back_span << 40, call_span << 40));
+        (call, served)
+    };
+    type Ends = Vec<(SpanKind, String, Option<(String, u64, bool)>)>;
+    let edges = |out: &[Produced]| -> Ends {
+        out.iter()
+            .map(|p| {
+                let e = p.span.edge.as_ref().map(|e| (e.peer_service.to_string(), e.peer_duration_ns, e.peer_error));
+                (p.span.kind, p.resource.service_name.clone(), e)
+            })
+            .collect()
+    };
+    let mut rig = Rig::new(|_| {});
+    // the server first (the usual order): the call completes the edge, its
+    // peer the server (its duration, its error)
+    let (call, served) = pair(1, 503);
+    assert_eq!(edges(&run(&mut rig, vec![served])), [(SpanKind::Server, "back".to_owned(), None)], "out at once: not held");
+    let back_ns = 1_000_000; // (event(): a server's exchange lasts 1 ms)
+    let got = edges(&run(&mut rig, vec![call]));
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].0, got[0].1.as_str()), (SpanKind::Client, "front"));
+    assert_eq!(got[0].2.as_ref().map(|(s, _, e)| (s.as_str(), *e)), Some(("back", true)));
+    assert!(got[0].2.as_ref().is_some_and(|(_, d, _)| *d > 0 && *d <= 8 * back_ns), "{got:?}");
+    // the call first: the server completes it, as a joined one does
+    let (call, served) = pair(2, 200);
+    assert_eq!(edges(&run(&mut rig, vec![call])), [(SpanKind::Client, "front".to_owned(), None)]);
+    assert_eq!(edges(&run(&mut rig, vec![served])), [(SpanKind::Server, "back".to_owned(), Some(("front".to_owned(), 8_000_000, false)))]);
+    // each end once: the same server span again meets nothing
+    let (_, again) = pair(2, 200);
+    assert_eq!(edges(&run(&mut rig, vec![again])), [(SpanKind::Server, "back".to_owned(), None)]);
+    // a caller on another host (never here): nothing
+    let (_, remote) = pair(3, 200);
+    assert_eq!(edges(&run(&mut rig, vec![remote])), [(SpanKind::Server, "back".to_owned(), None)]);
+    // the graph off: none
+    let mut rig = Rig::new(|s| s.metrics.service_graph = false);
+    let (call, served) = pair(4, 200);
+    assert!(run(&mut rig, vec![served, call]).iter().all(|p| p.span.edge.is_none()));
+}
+
 /// Along a chain front server → its call → back server, reported back
 /// first: the back server's edge is completed by the call when the call is
 /// itself released by its parent.
