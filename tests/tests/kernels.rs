@@ -775,13 +775,17 @@ fn every_exchange_on_the_syscall_backend() {
 /// `probe.carrier`. The caller host runs curl → A → B, B a Python
 /// thread-per-request service, and curl → J, J Java's HTTP server on a
 /// pool of 8 threads (tests/fixtures/java/Front.java); B and J call C, on
-/// the callee host, while serving. The callee host holds the OTLP receiver
-/// both ringtails export to, and checks each request's trace whole.
+/// the callee host, while serving; and curl → D, D a Python service that
+/// calls a Redis server on the callee host while serving (the database call
+/// in D's request's trace: Redis itself has no span). The callee host
+/// holds the OTLP receiver both ringtails export to, and checks each
+/// request's trace whole.
 ///
 /// The ports both hosts know: service C, the receiver's gRPC and HTTP, and
 /// the hosts' control connection (the callee says `ready`; the caller says
 /// `sent` once its requests are answered; the callee answers its verdict).
 const PAIR_C: u16 = 18470;
+const PAIR_REDIS: u16 = 18472;
 const PAIR_OTLP: (u16, u16) = (18417, 18418);
 const PAIR_CONTROL: u16 = 18471;
 /// curl's requests: 30 of its own trace each through A and B, and one that
@@ -799,12 +803,13 @@ fn pair() -> (String, String) {
 }
 
 /// ringtail with the carrier on the socket backend, `open_ports` selected
-/// and curl by name, exporting over OTLP/gRPC to `otlp`.
+/// and curl by name, Redis's port read as a stream, exporting over
+/// OTLP/gRPC to `otlp`.
 fn carrier_ringtail(open_ports: &[u16], otlp: &str, prom: u16) -> Ringtail {
     let ports: Vec<String> = open_ports.iter().map(u16::to_string).collect();
     Ringtail::start(&format!(
-        "[probe]\nbackend = \"socket\"\ncarrier = true\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n\
-         [discovery]\nopen_ports = [{}]\nexe_names = [\"^curl$\"]\n[export]\nstdout = true\n[export.otlp]\nendpoint = \"{otlp}\"\n\
+        "[probe]\nbackend = \"socket\"\ncarrier = true\nstream_ports = [{PAIR_REDIS}]\nflush_interval = \"20ms\"\n\
+         [pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{}]\nexe_names = [\"^curl$\"]\n[export]\nstdout = true\n[export.otlp]\nendpoint = \"{otlp}\"\n\
          protocol = \"grpc\"\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
         ports.join(", ")
     ))
@@ -846,6 +851,11 @@ fn across_hosts_callee() {
         return;
     }
     let rotel = Rotel::start_at("0.0.0.0", PAIR_OTLP.0, PAIR_OTLP.1);
+    let redis_dir = TempDir::new("pair-redis");
+    let mut redis = Command::new("redis-server");
+    redis.args(["--port", &PAIR_REDIS.to_string(), "--bind", "0.0.0.0", "--protected-mode", "no", "--save", "", "--appendonly", "no"]);
+    redis.args(["--dir", &redis_dir.0.display().to_string()]);
+    let _redis = listening("redis-server", redis, PAIR_REDIS);
     let prom = free_port();
     let _c = chain_service("C", "0.0.0.0", PAIR_C, "-");
     let rt = carrier_ringtail(&[PAIR_C], &format!("http://127.0.0.1:{}", PAIR_OTLP.0), prom);
@@ -858,9 +868,10 @@ fn across_hosts_callee() {
     let mut input = std::io::BufReader::new(conn);
     writeln!(out, "ready").expect("say ready");
     assert_eq!(control_line(&mut input).as_deref(), Some("sent"), "the caller did not send its requests");
-    let want = (PAIR_REQUESTS.len() + 1) * 6 + PAIR_REQUESTS.len() * 4;
+    let want = (PAIR_REQUESTS.len() + 1) * 6 + PAIR_REQUESTS.len() * (4 + 3);
     let ours = |s: &Value| {
-        attr(s, "url.path").is_some_and(|p| p.contains("/r/") || p.ends_with("/own") || p.starts_with("/f/") || p.starts_with("/b/"))
+        let path = |p: String| p.contains("/r/") || p.ends_with("/own") || ["/f/", "/b/", "/d/"].iter().any(|f| p.starts_with(f));
+        attr(s, "url.path").is_some_and(path) || attr(s, "db.system.name").as_deref() == Some("redis")
     };
     let spans = wait_until(wait().mul_f64(2.0), || {
         let all: Vec<Value> = rotel.spans().into_iter().filter(|s| ours(s)).collect();
@@ -877,11 +888,11 @@ fn across_hosts_callee() {
     if let Err(e) = verdict {
         std::panic::resume_unwind(e);
     }
-    eprintln!("pair: 31 traces of 6 spans (Python) and 30 of 4 (Java) from two hosts, each parent exact; C's 61 requests matched by their options");
+    eprintln!("pair: 31 traces of 6 spans (Python) and 30 of 4 (Java) from two hosts, each parent exact; C's 61 requests matched by their options; 30 Redis calls in their requests' traces");
 }
 
 /// Every request's spans, checked (module doc of the pair): six through
-/// A and B, four through J.
+/// A and B, four through J, three through D (its Redis call's last).
 fn assert_pair_traces(spans: &[Value], rt: &Ringtail) {
     let one = |kind: u64, path: &str| {
         let v: Vec<&Value> = spans.iter().filter(|s| s["kind"] == kind && attr(s, "url.path").as_deref() == Some(path)).collect();
@@ -910,6 +921,19 @@ fn assert_pair_traces(spans: &[Value], rt: &Ringtail) {
         assert_eq!(id(&s[0], "parent_span_id"), "", "{f}: curl's span is the root: {}", s[0]);
         check(&s, &f, 0);
     }
+    // D's Redis calls: each the child of one of D's requests, one each
+    let redis: Vec<&Value> = spans.iter().filter(|s| attr(s, "db.system.name").as_deref() == Some("redis")).collect();
+    assert_eq!(redis.len(), PAIR_REQUESTS.len(), "{redis:#?}");
+    for i in PAIR_REQUESTS {
+        let d = format!("/d/{i}");
+        let (cli, srv) = (one(CLIENT, &d), one(SERVER, &d));
+        let calls: Vec<&&Value> = redis.iter().filter(|r| id(r, "parent_span_id") == id(&srv, "span_id")).collect();
+        assert_eq!(calls.len(), 1, "{d}: its Redis call: {calls:#?}");
+        let s = [cli, srv, (*calls[0]).clone()];
+        assert_eq!(s.iter().map(host).collect::<Vec<_>>(), ["rt-pair-caller"; 3], "{d}");
+        assert_eq!(attr(&s[2], "db.query.text").as_deref(), Some("GET ?"), "{}", s[2]);
+        check(&s, &d, 0);
+    }
     for p in PAIR_REQUESTS.map(|i| format!("/r/{i}")).chain(["/own".to_owned()]) {
         let s = chain(&p);
         let hosts: Vec<String> = s.iter().map(host).collect();
@@ -927,7 +951,8 @@ fn assert_pair_traces(spans: &[Value], rt: &Ringtail) {
     }
 }
 
-/// The caller host: A, B and J (B and J call C on the callee host), ringtail
+/// The caller host: A, B, J and D (B and J call C on the callee host, D
+/// its Redis server), ringtail
 /// exporting to the callee's receiver, curl's requests once the callee
 /// says it is ready; passes when the callee's verdict is `ok`. Every call
 /// carried: none counted as not carried.
@@ -935,10 +960,11 @@ fn assert_pair_traces(spans: &[Value], rt: &Ringtail) {
 #[ignore = "the kernel matrix's pair of hosts runs it (tests/kernels/kernels.sh)"]
 fn across_hosts_caller() {
     let (_me, peer) = pair();
-    if !ready_to_trace(&["curl", "/usr/bin/python3", "java"]) {
+    if !ready_to_trace(&["curl", "/usr/bin/python3", "java", "redis-server"]) {
         return;
     }
-    let (a, b, j) = (free_port(), free_port(), free_port());
+    let (a, b, j, d) = (free_port(), free_port(), free_port(), free_port());
+    let _d = chain_service("D", "127.0.0.1", d, &format!("redis:{peer}:{PAIR_REDIS}"));
     let _b = chain_service("B", "127.0.0.1", b, &format!("{peer}:{PAIR_C}"));
     let _a = chain_service("A", "127.0.0.1", a, &format!("127.0.0.1:{b}"));
     let mut java = Command::new("java");
@@ -952,19 +978,23 @@ fn across_hosts_caller() {
     let mut input = std::io::BufReader::new(conn);
     assert_eq!(control_line(&mut input).as_deref(), Some("ready"));
     let prom = free_port();
-    let rt = carrier_ringtail(&[a, b, j], &format!("http://{peer}:{}", PAIR_OTLP.0), prom);
+    let rt = carrier_ringtail(&[a, b, j, d], &format!("http://{peer}:{}", PAIR_OTLP.0), prom);
     let first = PAIR_REQUESTS.start;
     let last = PAIR_REQUESTS.end - 1;
     assert_eq!(curl(&["-sS", &format!("http://127.0.0.1:{a}/r/[{first}-{last}]")]), "ok\n".repeat(PAIR_REQUESTS.len()));
     assert_eq!(curl(&["-sS", "-H", &format!("traceparent: {PAIR_OWN}"), &format!("http://127.0.0.1:{a}/own")]), "ok\n");
     let through_j = curl(&["-sS", &format!("http://127.0.0.1:{j}/f/[{first}-{last}]?port={PAIR_C}")]);
     assert_eq!(through_j, "ok\n".repeat(PAIR_REQUESTS.len()));
+    let through_d = curl(&["-sS", &format!("http://127.0.0.1:{d}/d/[{first}-{last}]")]);
+    assert_eq!(through_d, "ok\n".repeat(PAIR_REQUESTS.len()));
     writeln!(out, "sent").expect("say sent");
     let verdict = control_line(&mut input);
     assert_eq!(verdict.as_deref(), Some("ok"), "the callee's verdict; this host's spans:\n{}", rt.stdout());
     // (the loader's counts reach the exporter a second or so later)
-    let written = wait_until(wait(), || metric_value(prom, "ringtail_carrier_written_total", &[]).filter(|n| *n >= 153.0));
-    assert_eq!(written, Some(153.0), "curl's, A's, B's and J's calls each carried");
+    let written = wait_until(wait(), || metric_value(prom, "ringtail_carrier_written_total", &[]).filter(|n| *n >= 213.0));
+    // (D's Redis calls too: an option each, which no span on this host
+    // claims and no server there takes)
+    assert_eq!(written, Some(213.0), "curl's, A's, B's, J's and D's calls each carried");
     for reason in ["mid_segment", "concurrent_requests", "parent_undecided", "option_not_written", "no_option_space"] {
         let n = metric_value(prom, "ringtail_carrier_not_carried_total", &[("reason", reason)]).unwrap_or(0.0);
         assert_eq!(n, 0.0, "{reason}");
