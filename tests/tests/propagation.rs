@@ -763,3 +763,65 @@ fn the_carrier_takes_a_request_s_trace_through_calls_made_while_serving() {
     );
     eprintln!("carrier: 31 traces of 6 spans through two calls made while serving, across a veth pair; 93 options written and matched; 3 edges of 31");
 }
+
+/// `probe.carrier` where segments are lost: in B's namespace every third
+/// segment into B and every third out of it to C is dropped (netfilter, on
+/// the way in before TCP reads the option, on the way out before the
+/// wire), so requests and their options are retransmitted. A retransmitted
+/// segment that begins a request carries its option again
+/// (`ringtail_carrier_rewritten_total`), and every trace is still exact:
+/// curl → A → B → C, 10 requests, 6 spans each, every parent the span
+/// before it.
+#[test]
+fn the_carrier_s_option_survives_lost_segments() {
+    if !can_trace() || !have("curl") || !have("ip") || !have("iptables") || !have("/usr/bin/python3") {
+        return;
+    }
+    let ns = VethNs::create();
+    let script = fixture("chain.py");
+    let (a, b, c) = (free_port(), free_port(), free_port());
+    let service = |name: &str, mut cmd: Command, at: &str, port: u16, next: String| {
+        cmd.arg(&script).args([at, &port.to_string(), &next]);
+        Proc::spawn(name, cmd.stdout(Stdio::null()).stderr(Stdio::null()))
+    };
+    let _c = service("C", Command::new("/usr/bin/python3"), &ns.host_addr, c, "-".into());
+    let _b = service("B", ns.command("/usr/bin/python3"), &ns.ns_addr, b, format!("{}:{c}", ns.host_addr));
+    let _a = service("A", Command::new("/usr/bin/python3"), "127.0.0.1", a, format!("{}:{b}", ns.ns_addr));
+    assert!(wait_port(a, Duration::from_secs(15)) && ns.wait_port(b, Duration::from_secs(15)), "the chain did not listen");
+    // (the rules go with the namespace)
+    for rule in [["INPUT", "--dport", &b.to_string()], ["OUTPUT", "--dport", &c.to_string()]] {
+        let mut cmd = ns.command("iptables");
+        cmd.args(["-A", rule[0], "-p", "tcp", rule[1], rule[2], "-m", "statistic", "--mode", "nth", "--every", "3", "-j", "DROP"]);
+        let out = cmd.output().expect("run iptables");
+        assert!(out.status.success(), "iptables {rule:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let mut launcher = Launcher::new();
+    let prom = free_port();
+    let rt = Ringtail::start(&format!(
+        "[probe]\nbackend = \"socket\"\ncarrier = true\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{a}, {b}, {c}]\npids = [{}, {}]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
+        launcher.sh.pid(),
+        _b.pid()
+    ));
+    assert_eq!(launcher.curl(&[&format!("http://127.0.0.1:{a}/lossy/[1-10]")]), vec!["ok".to_owned(); 10]);
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| s.path.contains("/lossy/")).count() >= 10 * 6);
+    let one = |kind: &str, path: &str| {
+        let v: Vec<&SpanLine> = spans.iter().filter(|s| s.kind == kind && s.path == path).collect();
+        assert_eq!(v.len(), 1, "{kind} {path}:\n{}", rt.stdout());
+        v[0].clone()
+    };
+    for i in 1..=10 {
+        let (p, n, nn) = (format!("/lossy/{i}"), format!("/n/lossy/{i}"), format!("/n/n/lossy/{i}"));
+        let s = [one("CLIENT", &p), one("SERVER", &p), one("CLIENT", &n), one("SERVER", &n), one("CLIENT", &nn), one("SERVER", &nn)];
+        for k in 1..6 {
+            let got = (s[k].trace.as_str(), s[k].parent.as_deref());
+            assert_eq!(got, (s[0].trace.as_str(), Some(s[k - 1].span.as_str())), "span {k} of {p}: {}\n{}", s[k].line, rt.stdout());
+        }
+    }
+    let count = |name: &str| metric_value(prom, name, &[]).unwrap_or(0.0);
+    assert_eq!(wait_until(WAIT, || Some(count("ringtail_carrier_matched_total")).filter(|n| *n >= 30.0)), Some(30.0), "{}", rt.counters());
+    assert!(count("ringtail_carrier_rewritten_total") >= 1.0, "no option written again:\n{}", rt.counters());
+    eprintln!(
+        "carrier: 10 traces of 6 spans exact with a third of B's segments lost; options written again: {}",
+        count("ringtail_carrier_rewritten_total")
+    );
+}
