@@ -227,6 +227,10 @@ static __always_inline int carrier_sockops(struct bpf_sock_ops *skops)
 		/* a server's connection: our option is read where it comes
 		 * (only segments with an option the kernel does not know call) */
 		bpf_sock_ops_cb_flags_set(skops, skops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_PARSE_UNKNOWN_HDR_OPT_CB_FLAG);
+		/* and in the segment that concluded the handshake: where its
+		 * pure ACK was lost, the client's request (and our option) is
+		 * that segment, which no parse callback sees */
+		carrier_parse(skops, sk);
 		return 1;
 	}
 	if (op == BPF_SOCK_OPS_PARSE_HDR_OPT_CB) {
