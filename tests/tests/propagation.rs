@@ -626,6 +626,43 @@ fn a_connection_leaves_the_socket_map_at_its_fin() {
     eprintln!("propagation: a kept-alive connection in the socket map until its FIN");
 }
 
+/// The carrier's chain (tests/fixtures/chain.py): C in this namespace, B in
+/// `ns` calling C, A on loopback calling B, each its own `service.name`
+/// (`a`, `b`, `c`: the service graph's edges name them), listening.
+struct Chain {
+    ports: (u16, u16, u16),
+    b_pid: u32,
+    _procs: [Proc; 3],
+}
+
+impl Chain {
+    fn start(ns: &VethNs) -> Chain {
+        let script = fixture("chain.py");
+        let (a, b, c) = (free_port(), free_port(), free_port());
+        let service = |name: &str, mut cmd: Command, at: &str, port: u16, next: String| {
+            cmd.arg(&script).args([at, &port.to_string(), &next]).env("OTEL_SERVICE_NAME", name.to_lowercase());
+            Proc::spawn(name, cmd.stdout(Stdio::null()).stderr(Stdio::null()))
+        };
+        let pc = service("C", Command::new("/usr/bin/python3"), &ns.host_addr, c, "-".into());
+        let pb = service("B", ns.command("/usr/bin/python3"), &ns.ns_addr, b, format!("{}:{c}", ns.host_addr));
+        let pa = service("A", Command::new("/usr/bin/python3"), "127.0.0.1", a, format!("{}:{b}", ns.ns_addr));
+        assert!(wait_port(a, Duration::from_secs(15)) && ns.wait_port(b, Duration::from_secs(15)), "the chain did not listen");
+        Chain { ports: (a, b, c), b_pid: pb.pid(), _procs: [pa, pb, pc] }
+    }
+
+    /// ringtail with the carrier, the chain's ports and `launcher`'s curl
+    /// selected (B by its pid too: the listeners found at start are this
+    /// namespace's), Prometheus on `prom`.
+    fn ringtail(&self, launcher: &Launcher, prom: u16) -> Ringtail {
+        let (a, b, c) = self.ports;
+        Ringtail::start(&format!(
+            "[probe]\nbackend = \"socket\"\ncarrier = true\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{a}, {b}, {c}]\npids = [{}, {}]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
+            launcher.sh.pid(),
+            self.b_pid
+        ))
+    }
+}
+
 /// `probe.carrier`: the trace context in a TCP header option. curl → A
 /// (this namespace) → B (another namespace, behind a veth pair) → C (this
 /// namespace, called from B's): every call after curl's is made while
@@ -642,17 +679,8 @@ fn the_carrier_takes_a_request_s_trace_through_calls_made_while_serving() {
         return;
     }
     let ns = VethNs::create();
-    let script = fixture("chain.py");
-    let (a, b, c) = (free_port(), free_port(), free_port());
-    // (each its own service.name: the service graph's edges name them)
-    let service = |name: &str, mut cmd: Command, at: &str, port: u16, next: String| {
-        cmd.arg(&script).args([at, &port.to_string(), &next]).env("OTEL_SERVICE_NAME", name.to_lowercase());
-        Proc::spawn(name, cmd.stdout(Stdio::null()).stderr(Stdio::null()))
-    };
-    let _c = service("C", Command::new("/usr/bin/python3"), &ns.host_addr, c, "-".into());
-    let _b = service("B", ns.command("/usr/bin/python3"), &ns.ns_addr, b, format!("{}:{c}", ns.host_addr));
-    let _a = service("A", Command::new("/usr/bin/python3"), "127.0.0.1", a, format!("{}:{b}", ns.ns_addr));
-    assert!(wait_port(a, Duration::from_secs(15)) && ns.wait_port(b, Duration::from_secs(15)), "the chain did not listen");
+    let chain = Chain::start(&ns);
+    let (a, b, _) = chain.ports;
     // What reaches B on the wire: its options' bytes (tests/fixtures/tcp_options.py)
     let mut sniffer = Proc::spawn(
         "sniffer",
@@ -666,13 +694,8 @@ fn the_carrier_takes_a_request_s_trace_through_calls_made_while_serving() {
     std::io::BufRead::read_line(&mut wire, &mut ready).expect("read the sniffer");
     assert_eq!(ready.trim(), "ready");
     let mut launcher = Launcher::new();
-    // (B by its pid too: the listeners found at start are this namespace's)
     let prom = free_port();
-    let rt = Ringtail::start(&format!(
-        "[probe]\nbackend = \"socket\"\ncarrier = true\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{a}, {b}, {c}]\npids = [{}, {}]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
-        launcher.sh.pid(),
-        _b.pid()
-    ));
+    let rt = chain.ringtail(&launcher, prom);
     assert_eq!(launcher.curl(&[&format!("http://127.0.0.1:{a}/r/[100-129]")]), vec!["ok".to_owned(); 30]);
     let own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
     assert_eq!(launcher.curl(&["-H", &format!("traceparent: {own}"), &format!("http://127.0.0.1:{a}/own")]), ["ok"]);
@@ -779,16 +802,8 @@ fn the_carrier_s_option_survives_lost_segments() {
         return;
     }
     let ns = VethNs::create();
-    let script = fixture("chain.py");
-    let (a, b, c) = (free_port(), free_port(), free_port());
-    let service = |name: &str, mut cmd: Command, at: &str, port: u16, next: String| {
-        cmd.arg(&script).args([at, &port.to_string(), &next]);
-        Proc::spawn(name, cmd.stdout(Stdio::null()).stderr(Stdio::null()))
-    };
-    let _c = service("C", Command::new("/usr/bin/python3"), &ns.host_addr, c, "-".into());
-    let _b = service("B", ns.command("/usr/bin/python3"), &ns.ns_addr, b, format!("{}:{c}", ns.host_addr));
-    let _a = service("A", Command::new("/usr/bin/python3"), "127.0.0.1", a, format!("{}:{b}", ns.ns_addr));
-    assert!(wait_port(a, Duration::from_secs(15)) && ns.wait_port(b, Duration::from_secs(15)), "the chain did not listen");
+    let chain = Chain::start(&ns);
+    let (a, b, c) = chain.ports;
     // (the rules go with the namespace)
     for rule in [["INPUT", "--dport", &b.to_string()], ["OUTPUT", "--dport", &c.to_string()]] {
         let mut cmd = ns.command("iptables");
@@ -815,11 +830,7 @@ fn the_carrier_s_option_survives_lost_segments() {
     }
     let mut launcher = Launcher::new();
     let prom = free_port();
-    let rt = Ringtail::start(&format!(
-        "[probe]\nbackend = \"socket\"\ncarrier = true\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{a}, {b}, {c}]\npids = [{}, {}]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
-        launcher.sh.pid(),
-        _b.pid()
-    ));
+    let rt = chain.ringtail(&launcher, prom);
     assert_eq!(launcher.curl(&[&format!("http://127.0.0.1:{a}/lossy/[1-10]")]), vec!["ok".to_owned(); 10]);
     let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| s.path.contains("/lossy/")).count() >= 10 * 6);
     let one = |kind: &str, path: &str| {
