@@ -236,14 +236,13 @@ fn a_call_made_while_serving_carries_nothing_and_the_trace_goes_on() {
     }
     let (ns, back, dir) = (VethNs::create(), free_port(), TempDir::new("propagation-front"));
     let _srv = echo_server(&ns, back, &dir);
+    // the front: tests/fixtures/chain.py, calling the back for /n/PATH
     let front = free_port();
-    let script = dir.join("front.py");
-    std::fs::write(&script, FRONT).expect("write front.py");
     let _front = Proc::spawn(
         "front",
         Command::new("/usr/bin/python3")
-            .arg(&script)
-            .args([&front.to_string(), &format!("{}:{back}", ns.ns_addr)])
+            .arg(fixture("chain.py"))
+            .args(["127.0.0.1", &front.to_string(), &format!("{}:{back}", ns.ns_addr)])
             .stdout(Stdio::null())
             .stderr(Stdio::null()),
     );
@@ -252,11 +251,11 @@ fn a_call_made_while_serving_carries_nothing_and_the_trace_goes_on() {
     let (rt, prom) = ringtail_with(&[back, front], &launcher, true, KEEP_ALIVE);
     let got = launcher.curl(&[&format!("http://127.0.0.1:{front}/f/[100-119]")]);
     assert_eq!(got, vec![String::new(); 20], "the server read no traceparent from the front's calls");
-    let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| s.path.starts_with("/f/") || s.path.starts_with("/b/")).count() >= 80);
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| s.path.starts_with("/f/") || s.path.starts_with("/n/")).count() >= 80);
     let late = || metric_value(prom, "ringtail_links_refused_total", &[("reason", "send_reported_late")]).unwrap_or(0.0);
     let mut joined = 0;
     for i in 100..120 {
-        let (f, b) = (format!("/f/{i}"), format!("/b/f/{i}"));
+        let (f, b) = (format!("/f/{i}"), format!("/n/f/{i}"));
         let one = |kind: &str, path: &str| {
             let v: Vec<&SpanLine> = spans.iter().filter(|s| s.kind == kind && s.path == path).collect();
             assert_eq!(v.len(), 1, "{kind} {path}:\n{}", rt.stdout());
@@ -284,25 +283,6 @@ fn a_call_made_while_serving_carries_nothing_and_the_trace_goes_on() {
     assert_eq!(metric_value(prom, "ringtail_links_refused_total", &[("reason", "written_while_serving")]), Some(0.0));
     eprintln!("propagation through a front: 20 traces of 4 spans ({joined} backend spans joined on this host)");
 }
-
-/// The front: for `/PATH`, calls `http://BACK/b/PATH` (a connection a
-/// call) and answers with what it got; listens on 127.0.0.1:ARGV[1].
-const FRONT: &str = r#"
-import http.server, sys, urllib.request
-back = sys.argv[2]
-class H(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    def do_GET(self):
-        with urllib.request.urlopen("http://%s/b%s" % (back, self.path)) as r:
-            body = r.read()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-    def log_message(self, *a):
-        pass
-http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-"#;
 
 /// With the syscall backend the setting is refused before anything loads,
 /// saying why.
