@@ -247,7 +247,7 @@ RT_KEPT=%q
             [ -z "$self" ] || printf 'export RINGTAIL_PAIR_SELF=10.77.0.%s RINGTAIL_PAIR_PEER=10.77.0.%s\n' "$self" "$peer"
             cat "$HERE/guest.sh"
         } >"$work/$name.sh"
-        say "$name ($kver): booting ($tests)"
+        if [ "$name" = "$kver" ]; then say "kernel $kver: booting ($tests)"; else say "$name ($kver): booting ($tests)"; fi
         (
             start=$(date +%s)
             rc=0
@@ -298,11 +298,13 @@ print(*[x.getsockname()[1] for x in s])')
     local failed=0 rc secs name
     for name in "${names[@]}"; do
         read -r rc secs <"$work/$name.rc" || rc=255
+        local label=$name
+        case "$name" in pair-*) ;; *) label="kernel $name" ;; esac
         if [ "$rc" = 0 ]; then
-            say "$name: passed in ${secs}s ($(grep -o 'test result: ok\. [0-9]* passed' "$logs/$name.log" | tail -n 1))"
+            say "$label: passed in ${secs}s ($(grep -o 'test result: ok\. [0-9]* passed' "$logs/$name.log" | tail -n 1))"
         else
             failed=1
-            say "$name: FAILED (status $rc, ${secs:-?}s); its console, $logs/$name.log, ends:"
+            say "$label: FAILED (status $rc, ${secs:-?}s); its console, $logs/$name.log, ends:"
             tail -n 60 "$logs/$name.log" >&2
         fi
     done

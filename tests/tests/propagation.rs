@@ -834,3 +834,67 @@ fn the_carrier_s_option_survives_lost_segments() {
         count("ringtail_carrier_rewritten_total")
     );
 }
+
+/// `probe.carrier` against a hostile peer: a client in another namespace
+/// that writes TCP by hand (tests/fixtures/tcp_hostile_options.py, over a
+/// raw socket; its kernel's resets dropped) and puts what options it likes
+/// on its segments. A well-formed option is honoured, as a `traceparent`
+/// is (a client may claim any trace); an all-zero trace id, a short
+/// option, or option bytes that run past the header are not (counted
+/// `ringtail_carrier_invalid_total` where TCP hands them over at all), and
+/// that request starts a trace of its own; an option on every segment
+/// (the SYN, pure ACKs, a second one after the request) gives the request
+/// the one its first byte's segment carried, and the socket keeps no more
+/// than its few slots. Every request is answered as it would be untraced.
+#[test]
+fn the_carrier_honours_well_formed_options_only() {
+    if !can_trace() || !have("ip") || !have("iptables") || !have("/usr/bin/python3") {
+        return;
+    }
+    let ns = VethNs::create();
+    let port = free_port();
+    let mut cmd = Command::new("/usr/bin/python3");
+    cmd.arg(fixture("chain.py")).args([&ns.host_addr, &port.to_string(), "-"]);
+    let _server = Proc::spawn("server", cmd.stdout(Stdio::null()).stderr(Stdio::null()));
+    assert!(wait_until(Duration::from_secs(15), || std::net::TcpStream::connect((ns.host_addr.as_str(), port)).ok()).is_some());
+    // (no socket of the namespace's kernel has these connections)
+    let out =
+        ns.command("iptables").args(["-A", "OUTPUT", "-p", "tcp", "--tcp-flags", "RST", "RST", "-j", "DROP"]).output().expect("iptables");
+    assert!(out.status.success(), "iptables: {}", String::from_utf8_lossy(&out.stderr));
+    let prom = free_port();
+    let rt = Ringtail::start(&format!(
+        "[probe]\nbackend = \"socket\"\ncarrier = true\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{port}]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n"
+    ));
+    let cases = ["valid", "zero", "short", "every", "garbage"];
+    for case in cases {
+        let out = ns
+            .command("/usr/bin/python3")
+            .arg(fixture("tcp_hostile_options.py"))
+            .args([&ns.ns_addr, &ns.host_addr, &port.to_string(), case, &format!("/hostile/{case}")])
+            .output()
+            .expect("run the hostile client");
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(said.trim(), "status 200", "{case}: {said}{}", String::from_utf8_lossy(&out.stderr));
+    }
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| s.path.starts_with("/hostile/")).count() >= cases.len());
+    let server = |case: &str| {
+        let v: Vec<&SpanLine> = spans.iter().filter(|s| s.kind == "SERVER" && s.path == format!("/hostile/{case}")).collect();
+        assert_eq!(v.len(), 1, "{case}:\n{}", rt.stdout());
+        v[0].clone()
+    };
+    let (trace, span) = (format!("0a{}01", "11".repeat(14)), format!("0b{}02", "22".repeat(6)));
+    for case in ["valid", "every"] {
+        let s = server(case);
+        assert_eq!((s.trace.as_str(), s.parent.as_deref()), (trace.as_str(), Some(span.as_str())), "{case}: {}", s.line);
+    }
+    for case in ["zero", "short", "garbage"] {
+        let s = server(case);
+        assert_eq!(s.parent, None, "{case}: a request with a bad option is a trace of its own: {}", s.line);
+        assert!(s.trace != trace && !s.trace.trim_matches('0').is_empty(), "{case}: {}", s.line);
+    }
+    let count = |name: &str| metric_value(prom, name, &[]).unwrap_or(0.0);
+    let invalid = wait_until(WAIT, || Some(count("ringtail_carrier_invalid_total")).filter(|n| *n >= 2.0));
+    assert!(invalid.is_some(), "the zero and the short option counted invalid:\n{}", rt.counters());
+    assert_eq!(count("ringtail_carrier_matched_total"), 2.0, "valid and every:\n{}", rt.counters());
+    eprintln!("carrier: hostile options: 2 honoured, {} counted invalid, 5 of 5 answered", count("ringtail_carrier_invalid_total"));
+}
