@@ -898,3 +898,58 @@ fn the_carrier_honours_well_formed_options_only() {
     assert_eq!(count("ringtail_carrier_matched_total"), 2.0, "valid and every:\n{}", rt.counters());
     eprintln!("carrier: hostile options: 2 honoured, {} counted invalid, 5 of 5 answered", count("ringtail_carrier_invalid_total"));
 }
+
+/// `probe.carrier` with no room for its option: a client and a server on
+/// TCP MD5 signatures (RFC 2385: 18 bytes on every segment, with timestamps
+/// 32 of TCP's 40, less than the option's 28 left), both traced. No
+/// option is written and no segment outgrows its room (every request is
+/// answered), the segments that had no room are counted `no_option_space`
+/// (each request's: 2 each here, its sizing and its transmit), and the
+/// trace goes on by the same-host join, as without the carrier.
+#[test]
+fn the_carrier_counts_calls_that_leave_no_room_for_its_option() {
+    if !can_trace() || !have("/usr/bin/python3") {
+        return;
+    }
+    let port = free_port();
+    let script = fixture("tcp_md5_http.py");
+    let mut cmd = Command::new("/usr/bin/python3");
+    cmd.arg(&script).args(["server", &port.to_string()]);
+    let mut server = Proc::spawn("md5 server", cmd.stdout(Stdio::piped()).stderr(Stdio::null()));
+    // (it answers signed connects only: it says when it listens)
+    let mut ready = String::new();
+    let mut out = std::io::BufReader::new(server.child.stdout.take().expect("the server's stdout"));
+    std::io::BufRead::read_line(&mut out, &mut ready).expect("read the server");
+    assert_eq!(ready.trim(), "ready", "the server did not listen");
+    let mut launcher = Launcher::new();
+    let prom = free_port();
+    let rt = Ringtail::start(&format!(
+        "[probe]\nbackend = \"socket\"\ncarrier = true\nflush_interval = \"20ms\"\n[pipeline]\nbatch_timeout = \"20ms\"\n[discovery]\nopen_ports = [{port}]\npids = [{}]\n[export.prometheus]\nlisten = \"127.0.0.1:{prom}\"\n",
+        launcher.sh.pid()
+    ));
+    let said = launcher.exec("/usr/bin/python3", &[script.to_str().expect("utf-8"), "client", &port.to_string(), "10", "/md5"]);
+    assert_eq!(said, [["200"; 10].join(" ")], "every request answered");
+    let spans = rt.spans_when(WAIT, SETTLE, |s| s.iter().filter(|s| s.path.starts_with("/md5/")).count() >= 20);
+    for i in 0..10 {
+        let p = format!("/md5/{i}");
+        let one = |kind: &str| {
+            let v: Vec<&SpanLine> = spans.iter().filter(|s| s.kind == kind && s.path == p).collect();
+            assert_eq!(v.len(), 1, "{kind} {p}:\n{}", rt.stdout());
+            v[0].clone()
+        };
+        let (client, server) = (one("CLIENT"), one("SERVER"));
+        assert_eq!(
+            (server.trace.as_str(), server.parent.as_deref()),
+            (client.trace.as_str(), Some(client.span.as_str())),
+            "{p}: {}",
+            server.line
+        );
+    }
+    let count = |name: &str, labels: &[(&str, &str)]| metric_value(prom, name, labels).unwrap_or(0.0);
+    let no_room =
+        wait_until(WAIT, || Some(count("ringtail_carrier_not_carried_total", &[("reason", "no_option_space")])).filter(|n| *n >= 10.0));
+    assert!(no_room.is_some(), "each request counted:\n{}", rt.counters());
+    assert_eq!(count("ringtail_carrier_written_total", &[]), 0.0, "{}", rt.counters());
+    assert_eq!(count("ringtail_carrier_matched_total", &[]), 0.0, "{}", rt.counters());
+    eprintln!("carrier: 10 requests over TCP MD5, no room: counted {:?}, joined on this host", no_room);
+}
