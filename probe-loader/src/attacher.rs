@@ -862,7 +862,7 @@ impl Attacher {
     /// (by a name the kernel has no literal for) looked at again.
     fn inspect(&mut self, r: TlsReport, tries: u8) {
         let pid = r.tgid;
-        let limits = (crate::budget::scaled(tls::PROCESS_DEADLINE / 2), crate::budget::PROCESS_BYTES);
+        let limits = (tls::job_time(), crate::budget::PROCESS_BYTES);
         let mut found = Targets::default();
         // While the job reads, the kernel's reports are read and what needs
         // no file read done (a process's exec is not held up by another's

@@ -789,6 +789,13 @@ pub type Looked = std::sync::Arc<std::sync::Mutex<BTreeSet<(u64, u64)>>>;
 /// `libssl` files and its executable: a Go executable of 100 MiB reads in
 /// well under a second); past it the job is abandoned (`deadline`).
 pub const PROCESS_DEADLINE: Duration = Duration::from_secs(2);
+/// The CPU time one process's job may read for: half its deadline (a
+/// reader stopped by its time ends the job well before the job is
+/// abandoned as hung), both stretched as `budget::scaled` says.
+pub fn job_time() -> Duration {
+    crate::budget::scaled(PROCESS_DEADLINE) / 2
+}
+
 /// How long the host's own files may take (`tls.libraries`, the loader's
 /// directories).
 pub const HOST_DEADLINE: Duration = Duration::from_secs(10);
@@ -867,9 +874,7 @@ pub fn of_process_meanwhile(
         deadline,
         move |gate| {
             let mut found = Targets::default();
-            // Half the job's deadline at most: a reader stopped by its time
-            // ends the job well before the job is abandoned as hung.
-            let allowance = Allowance::new(limits.1, limits.0.min(deadline / 2));
+            let allowance = Allowance::new(limits.1, limits.0.min(job_time()));
             of_process(&proc_owned, pid, &looked, &mut found, gate, &allowance);
             (found, allowance.spent(), allowance.read())
         },
@@ -966,7 +971,7 @@ pub fn scan_processes(
     let mut shares = crate::budget::Shares::new(crate::budget::scaled(crate::budget::SCAN_TIME), crate::budget::SCAN_BYTES, uids);
     let mut over_budget = 0u64;
     for (uid, pid) in order {
-        let Some(limits) = shares.allowance(uid, crate::budget::scaled(PROCESS_DEADLINE / 2)) else {
+        let Some(limits) = shares.allowance(uid, job_time()) else {
             over_budget += 1;
             refused.files[Reason::Budget as usize] += 1;
             continue;

@@ -55,18 +55,20 @@ impl Caller {
     /// HTTP (or gRPC) CLIENT span. A database call's server is not traced
     /// by ringtail: no server span joins it.
     pub fn of(resource: &Arc<ServiceResource>, s: &Span<Text>) -> Option<Caller> {
-        // (durations past 2^63 ns, 292 years, lose nothing that exists)
-        let ns = s.end_unix_ns.saturating_sub(s.start_unix_ns).min(ERROR - 1);
-        (s.kind == SpanKind::Client && !matches!(s.call, Call::Db(_)))
-            .then(|| Caller { resource: Arc::clone(resource), duration_error: ns | if s.error { ERROR } else { 0 } })
+        (s.kind == SpanKind::Client && !matches!(s.call, Call::Db(_))).then(|| Caller::end(resource, s))
     }
 
     /// The server end that span `s` (of `resource`) is, if it is one: an
     /// HTTP (or gRPC) SERVER span (for a carried call's client span).
     pub fn of_server(resource: &Arc<ServiceResource>, s: &Span<Text>) -> Option<Caller> {
+        (s.kind == SpanKind::Server && matches!(s.call, Call::Http(_) | Call::Rpc(..))).then(|| Caller::end(resource, s))
+    }
+
+    /// Span `s`'s end of its call: its service, duration and error.
+    fn end(resource: &Arc<ServiceResource>, s: &Span<Text>) -> Caller {
+        // (durations past 2^63 ns, 292 years, lose nothing that exists)
         let ns = s.end_unix_ns.saturating_sub(s.start_unix_ns).min(ERROR - 1);
-        (s.kind == SpanKind::Server && matches!(s.call, Call::Http(_) | Call::Rpc(..)))
-            .then(|| Caller { resource: Arc::clone(resource), duration_error: ns | if s.error { ERROR } else { 0 } })
+        Caller { resource: Arc::clone(resource), duration_error: ns | if s.error { ERROR } else { 0 } }
     }
 
     /// The edge this client end makes with server span `s`, if `s` is one.
@@ -103,13 +105,10 @@ impl Carried {
     /// is kept for the other.
     pub fn meet(&mut self, resource: &Arc<ServiceResource>, s: &mut Span<Text>) {
         match s.kind {
-            SpanKind::Client if s.span_id != 0 && matches!(s.call, Call::Http(_) | Call::Rpc(..)) => {
-                let Some(end) = Caller::of(resource, s) else { return };
-                match self.servers.take(s.span_id) {
-                    Some(server) => s.edge = Some(server.peer()),
-                    None => self.clients.insert(s.span_id, end),
-                }
-            }
+            SpanKind::Client if s.span_id != 0 && matches!(s.call, Call::Http(_) | Call::Rpc(..)) => match self.servers.take(s.span_id) {
+                Some(server) => s.edge = Some(server.peer()),
+                None => self.clients.insert(s.span_id, Caller::end(resource, s)),
+            },
             SpanKind::Server if s.parent_span_id != 0 => match self.clients.take(s.parent_span_id) {
                 Some(client) => s.edge = client.edge(s),
                 None => {
